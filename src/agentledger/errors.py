@@ -1,0 +1,117 @@
+"""The exception tree of agentledger.
+
+Every error a user can see derives from :class:`AgentLedgerError` and carries a
+message that says what happened and what to do::
+
+    AgentLedgerError
+    ├── UsageError                  bad input from a user: URL, JSON, names, versions
+    │   └── UnknownTargetError      no agent/workflow of that name (and version)
+    ├── StoreError                  the database failed or is unusable
+    │   ├── StoreUnavailable        cannot connect / locked (transient; retried)
+    │   └── StoreCorrupt            the file is not a usable database
+    ├── LeaseLost                   a fenced write was rejected: another worker owns the run
+    ├── ToolError                   a tool call failed; the subclass is its failure class
+    │   ├── RateLimited             429: retried with backoff, honouring Retry-After
+    │   ├── ProviderError           5xx: retried twice
+    │   ├── ToolTimeout             no answer in time: reads retried once, writes are unknown
+    │   ├── InvalidArguments        schema/validation: fed back to the model once
+    │   ├── Refused                 refusal or policy block: never retried
+    │   └── BusinessError           the tool's answer (sold out, declined): never retried
+    └── NonDeterminismError         replayed code asked for a different step than the journal
+
+Control signals (not errors) live in :mod:`agentledger.engine.signals`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AgentLedgerError(Exception):
+    """Root of every error agentledger raises on purpose."""
+
+
+class UsageError(AgentLedgerError):
+    """The caller passed something unusable; the message says how to fix it."""
+
+
+class UnknownTargetError(UsageError):
+    """No agent or workflow with that name (and version) is known."""
+
+
+class StoreError(AgentLedgerError):
+    """The store could not do what was asked."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached or is locked; retrying later may work."""
+
+
+class StoreCorrupt(StoreError):
+    """The database file exists but is not a usable agentledger store."""
+
+
+class LeaseLost(AgentLedgerError):
+    """A fenced write was refused because the run's lease epoch moved on.
+
+    The worker that gets this no longer owns the run and must stop working on it.
+    """
+
+    def __init__(self, run_id: str, epoch: int) -> None:
+        super().__init__(f"lease lost on run {run_id} (epoch {epoch}); another worker owns it")
+        self.run_id = run_id
+        self.epoch = epoch
+
+
+class NonDeterminismError(AgentLedgerError):
+    """Replayed workflow code asked for a step that differs from the journal."""
+
+
+class ToolError(AgentLedgerError):
+    """A tool call failed. ``error_class`` selects the retry rule."""
+
+    error_class = "tool_error"
+
+    def __init__(self, message: str, *, data: Any = None) -> None:
+        super().__init__(message)
+        self.data = data
+
+
+class RateLimited(ToolError):
+    """The provider said 429; ``retry_after`` is its Retry-After in seconds, if any."""
+
+    error_class = "rate_limited"
+
+    def __init__(self, message: str = "rate limited", *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ProviderError(ToolError):
+    """The provider failed (5xx or connection error before the request was sent)."""
+
+    error_class = "provider_error"
+
+
+class ToolTimeout(ToolError):
+    """The call did not answer in time; for a write the outcome is unknown."""
+
+    error_class = "timeout"
+
+
+class InvalidArguments(ToolError):
+    """The arguments do not fit the tool's schema (or the tool is unknown)."""
+
+    error_class = "invalid_arguments"
+
+
+class Refused(ToolError):
+    """A refusal or policy block. Never retried."""
+
+    error_class = "refused"
+
+
+class BusinessError(ToolError):
+    """The tool's own answer, such as sold out or card declined. Never retried."""
+
+    error_class = "business_error"

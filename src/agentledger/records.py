@@ -1,0 +1,178 @@
+"""Plain records the store returns and the engine passes around."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class RunStatus:
+    """Run states (DESIGN.md "Run states")."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    NEEDS_HUMAN = "needs_human"
+
+    ALL = (QUEUED, RUNNING, WAITING, COMPLETED, FAILED, CANCELLED, EXPIRED, NEEDS_HUMAN)
+    TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, EXPIRED, NEEDS_HUMAN})
+
+
+class StepStatus:
+    """Journal entry states. ``retrying`` is a step parked for a later attempt."""
+
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    RETRYING = "retrying"
+
+
+def target_of(name: str, version: str) -> str:
+    """The claimable identity of an agent or workflow: ``name@version``."""
+    return f"{name}@{version}"
+
+
+@dataclass
+class Run:
+    """One row of ``runs``."""
+
+    id: str
+    tenant_id: str
+    user_id: str | None
+    kind: str
+    name: str
+    version: str
+    input: Any
+    status: str
+    step_count: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    active_seconds: float = 0.0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    lease_owner: str | None = None
+    lease_epoch: int = 0
+    lease_expires_at: float | None = None
+    available_at: float | None = None
+    resumes: int = 0
+    result: Any = None
+    error: str | None = None
+    handover_reason: str | None = None
+
+    @property
+    def target(self) -> str:
+        return target_of(self.name, self.version)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in RunStatus.TERMINAL
+
+
+@dataclass
+class Step:
+    """One journal entry (one row of ``steps``)."""
+
+    run_id: str
+    step_no: int
+    kind: str
+    name: str
+    status: str
+    input: Any = None
+    input_hash: str | None = None
+    output: Any = None
+    attempts: int = 0
+    idempotency_key: str | None = None
+    started_at: float | None = None
+    duration_ms: float | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+    error_class: str | None = None
+    error: str | None = None
+    lease_epoch: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Effect:
+    """An effects-table guard for a side effect whose provider has no keys."""
+
+    key: str
+    run_id: str
+    step_no: int
+    status: str
+    result: Any = None
+
+
+@dataclass
+class OutboxItem:
+    """A side effect to deliver later (email, CRM) with its own retries."""
+
+    key: str
+    run_id: str
+    step_no: int
+    tool: str
+    payload: Any
+    attempts: int = 0
+    next_attempt_at: float = 0.0
+    status: str = "pending"
+    last_error: str | None = None
+    history: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class Approval:
+    """A proposed action waiting for a human decision."""
+
+    id: str
+    run_id: str
+    step_no: int
+    tool: str
+    arguments: Any
+    required_role: str
+    requested_at: float
+    expires_at: float
+    default_decision: str
+    decision: str | None = None
+    decided_by: str | None = None
+    decided_at: float | None = None
+
+
+@dataclass
+class Event:
+    """One append-only audit event."""
+
+    id: int
+    run_id: str
+    at: float
+    type: str
+    actor: str
+    data: Any
+
+
+@dataclass
+class WorkerInfo:
+    """A live (or recently live) worker process."""
+
+    id: str
+    host: str
+    pid: int
+    targets: list[str]
+    started_at: float
+    heartbeat_at: float
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON used for every JSON column."""
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)

@@ -1,0 +1,339 @@
+"""Fault configuration for the StayHub sandbox: the ``--faults`` spec and its runtime.
+
+Spec syntax (one line, entries separated by ``;``)::
+
+    ENTRY := ENDPOINT ':' KIND ['@' PROBABILITY] (',' PARAM '=' VALUE)*
+           | 'seed=' INT
+
+Example::
+
+    payments.create:timeout_after_commit@0.1,hold=30;search:rate_limit@0.5,retry_after=1;
+    email:outage,duration=20;bookings.create:error,count=2;seed=7
+
+``ENDPOINT`` is one of :data:`ENDPOINTS` or ``*`` (every endpoint). ``PROBABILITY`` is in
+[0, 1] and defaults to 1 (always). Several entries may name the same endpoint; they are
+evaluated in order. Kinds and their parameters (every kind also takes ``count=N``: fire at
+most N times, e.g. "fail the first 2 requests"):
+
+- ``latency,ms=N``: sleep N ms (default 100) before handling.
+- ``timeout_after_commit,hold=S``: apply the effect and commit it, then hold the response
+  S seconds (default 30).
+- ``hold,hold=S``: hold the request S seconds (default 30) *before* applying it; its
+  idempotency record is in progress meanwhile (status check says ``pending``).
+- ``rate_limit,retry_after=N``: 429 with ``Retry-After: N`` (default 1); no effect.
+- ``error,status=N``: an N (500-599, default 503) response; no effect.
+- ``outage,start=S,end=S`` or ``outage,duration=S``: every request fails with 503 in the
+  window [start, end) seconds after the fault was installed (``start`` defaults to 0, an
+  outage without ``end``/``duration`` lasts forever).
+- ``decline`` (``payments.create`` only): 402 ``card_declined``, a business error.
+
+``seed=N`` (default 0) seeds one ``random.Random`` per endpoint, so a run is reproducible
+and traffic on one endpoint does not change the dice rolled for another.
+
+The JSON shape (``GET``/``PUT /faults``) is :meth:`FaultConfig.to_dict`::
+
+    {"seed": 7, "faults": [{"endpoint": "search", "kind": "rate_limit",
+                            "probability": 0.5, "retry_after": 1}]}
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+ENDPOINTS: tuple[str, ...] = (
+    "search",
+    "availability",
+    "guests",
+    "bookings.create",
+    "bookings.status",
+    "bookings.cancel",
+    "payments.create",
+    "payments.status",
+    "payments.refund",
+    "crm",
+    "email",
+)
+"""Endpoint names a fault can target (``*`` targets all of them)."""
+
+FAULT_KINDS: tuple[str, ...] = (
+    "latency",
+    "timeout_after_commit",
+    "hold",
+    "rate_limit",
+    "error",
+    "outage",
+    "decline",
+)
+"""Fault kinds understood by the sandbox."""
+
+EXAMPLE_SPEC = (
+    "payments.create:timeout_after_commit@0.1,hold=30;search:rate_limit@0.5,retry_after=1;"
+    "email:outage,duration=20;seed=7"
+)
+
+_KIND_PARAMS: dict[str, frozenset[str]] = {
+    "latency": frozenset({"ms"}),
+    "timeout_after_commit": frozenset({"hold"}),
+    "hold": frozenset({"hold"}),
+    "rate_limit": frozenset({"retry_after"}),
+    "error": frozenset({"status"}),
+    "outage": frozenset({"start", "end", "duration"}),
+    "decline": frozenset(),
+}
+_INT_PARAMS = frozenset({"count", "retry_after", "status"})
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _bad(what: str) -> ValueError:
+    return ValueError(f"bad fault spec: {what}; example: {EXAMPLE_SPEC!r}")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: what it hits, what it does, how often, and its parameters."""
+
+    endpoint: str
+    kind: str
+    probability: float = 1.0
+    count: int | None = None
+    ms: float | None = None
+    hold: float | None = None
+    retry_after: int | None = None
+    status: int | None = None
+    start: float | None = None
+    end: float | None = None
+    duration: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.endpoint != "*" and self.endpoint not in ENDPOINTS:
+            raise _bad(f"unknown endpoint {self.endpoint!r} (expected one of {', '.join(ENDPOINTS)})")
+        if self.kind not in FAULT_KINDS:
+            raise _bad(f"unknown fault kind {self.kind!r} (expected one of {', '.join(FAULT_KINDS)})")
+        if self.kind == "decline" and self.endpoint != "payments.create":
+            raise _bad("'decline' applies to payments.create only")
+        if not _is_number(self.probability) or not 0.0 <= self.probability <= 1.0:
+            raise _bad(f"probability {self.probability} is not in [0, 1]")
+        allowed = _KIND_PARAMS[self.kind] | {"count"}
+        for name in ("count", "ms", "hold", "retry_after", "status", "start", "end", "duration"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not _is_number(value):
+                raise _bad(f"{name}={value!r} is not a number")
+            if name not in allowed:
+                raise _bad(f"{self.kind!r} takes no parameter {name!r} (allowed: {sorted(allowed)})")
+            if value < 0:
+                raise _bad(f"{name}={value} must not be negative")
+        if self.status is not None and not 500 <= self.status <= 599:
+            raise _bad(f"error status={self.status} must be 500-599")
+        if self.end is not None and self.duration is not None:
+            raise _bad("outage takes either end= or duration=, not both")
+
+    @property
+    def hold_seconds(self) -> float:
+        """Seconds to hold for ``hold`` / ``timeout_after_commit`` (default 30)."""
+        return 30.0 if self.hold is None else self.hold
+
+    def outage_window(self) -> tuple[float, float]:
+        """The outage window ``[start, end)`` in seconds after installation."""
+        start = self.start or 0.0
+        if self.duration is not None:
+            return start, start + self.duration
+        return start, math.inf if self.end is None else self.end
+
+    def to_spec(self) -> str:
+        """This fault as one spec entry."""
+        text = f"{self.endpoint}:{self.kind}"
+        if self.probability != 1.0:
+            text += f"@{self.probability:g}"
+        for name in ("count", "ms", "hold", "retry_after", "status", "start", "end", "duration"):
+            value = getattr(self, name)
+            if value is not None:
+                text += f",{name}={value:g}"
+        return text
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """A whole fault configuration: the faults, in evaluation order, and the seed."""
+
+    faults: tuple[Fault, ...] = ()
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the body of ``GET``/``PUT /faults``)."""
+        return {
+            "seed": self.seed,
+            "faults": [
+                {k: v for k, v in asdict(f).items() if v is not None} for f in self.faults
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FaultConfig:
+        """Build a config from :meth:`to_dict` output; ``{"spec": "..."}`` is parsed too."""
+        if "spec" in data:
+            return parse_faults(str(data["spec"]))
+        known = {f.name for f in fields(Fault)}
+        faults: list[Fault] = []
+        for item in data.get("faults", []):
+            if not isinstance(item, Mapping):
+                raise _bad(f"fault entry {item!r} is not an object")
+            unknown = set(item) - known
+            if unknown:
+                raise _bad(f"unknown fault field(s) {sorted(unknown)}")
+            try:
+                faults.append(Fault(**item))
+            except TypeError as exc:
+                raise _bad(str(exc)) from None
+        seed = data.get("seed", 0)
+        if not isinstance(seed, int):
+            raise _bad(f"seed {seed!r} is not an integer")
+        return cls(faults=tuple(faults), seed=seed)
+
+    def to_spec(self) -> str:
+        """The config in spec syntax; ``parse_faults(c.to_spec()) == c``."""
+        return ";".join([*(f.to_spec() for f in self.faults), f"seed={self.seed}"])
+
+
+def _number(name: str, text: str, entry: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise _bad(f"{name}={text!r} in {entry!r} is not a number") from None
+    if name in _INT_PARAMS:
+        if not value.is_integer():
+            raise _bad(f"{name}={text!r} in {entry!r} must be an integer")
+        return int(value)
+    return value
+
+
+def _parse_entry(entry: str) -> Fault:
+    head, _, rest = entry.partition(",")
+    endpoint, colon, kind_prob = head.partition(":")
+    if not colon:
+        raise _bad(f"entry {entry!r} is not ENDPOINT:KIND[@P][,k=v...] or seed=N")
+    kind, at, prob_text = kind_prob.partition("@")
+    kwargs: dict[str, Any] = {"endpoint": endpoint.strip(), "kind": kind.strip()}
+    if at:
+        kwargs["probability"] = _number("probability", prob_text.strip(), entry)
+    names = {f.name for f in fields(Fault)} - {"endpoint", "kind", "probability"}
+    for param in filter(None, (p.strip() for p in rest.split(","))) if rest else ():
+        name, eq, value = param.partition("=")
+        name = name.strip()
+        if not eq or name not in names:
+            raise _bad(f"bad parameter {param!r} in {entry!r} (expected NAME=VALUE)")
+        kwargs[name] = _number(name, value.strip(), entry)
+    return Fault(**kwargs)
+
+
+def parse_faults(spec: str) -> FaultConfig:
+    """Parse a ``--faults`` spec (see the module docstring); raise ``ValueError`` if bad."""
+    faults: list[Fault] = []
+    seed = 0
+    for raw in spec.split(";"):
+        entry = raw.strip()
+        if not entry:
+            continue
+        if entry.startswith("seed="):
+            try:
+                seed = int(entry[5:].strip())
+            except ValueError:
+                raise _bad(f"seed in {entry!r} is not an integer") from None
+            continue
+        faults.append(_parse_entry(entry))
+    return FaultConfig(faults=tuple(faults), seed=seed)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An injected failure response (no effect is applied)."""
+
+    status_code: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class FaultInjector:
+    """Runtime state of a :class:`FaultConfig`: per-endpoint RNGs, fire counts, install time.
+
+    Each method rolls the dice for one phase of a request at one endpoint.
+    """
+
+    def __init__(
+        self, config: FaultConfig | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._clock = clock
+        self.install(config or FaultConfig())
+
+    @property
+    def config(self) -> FaultConfig:
+        """The installed configuration."""
+        return self._config
+
+    def install(self, config: FaultConfig) -> None:
+        """Replace the configuration; resets RNGs, counters and the outage clock."""
+        self._config = config
+        self._installed_at = self._clock()
+        self._fired = [0] * len(config.faults)
+        self._rngs = {ep: random.Random(f"{config.seed}:{ep}") for ep in ENDPOINTS}
+
+    def _fires(self, endpoint: str, kinds: tuple[str, ...], first: bool = False) -> list[Fault]:
+        fired: list[Fault] = []
+        for index, fault in enumerate(self._config.faults):
+            if fault.kind not in kinds or fault.endpoint not in ("*", endpoint):
+                continue
+            if fault.count is not None and self._fired[index] >= fault.count:
+                continue
+            if fault.kind == "outage":
+                start, end = fault.outage_window()
+                if not start <= self._clock() - self._installed_at < end:
+                    continue
+            if fault.probability < 1.0 and self._rngs[endpoint].random() >= fault.probability:
+                continue
+            self._fired[index] += 1
+            fired.append(fault)
+            if first:
+                break
+        return fired
+
+    def latency(self, endpoint: str) -> float:
+        """Seconds of injected latency for this request (0 if none)."""
+        return sum((f.ms if f.ms is not None else 100.0) for f in self._fires(endpoint, ("latency",))) / 1000
+
+    def failure(self, endpoint: str) -> Failure | None:
+        """An outage, rate limit or error response for this request, if one fires."""
+        for fault in self._fires(endpoint, ("outage", "rate_limit", "error"), first=True):
+            if fault.kind == "outage":
+                left = fault.outage_window()[1] - (self._clock() - self._installed_at)
+                retry = str(max(1, math.ceil(left))) if math.isfinite(left) else "60"
+                return Failure(503, {"error": "outage"}, {"Retry-After": retry})
+            if fault.kind == "rate_limit":
+                after = 1 if fault.retry_after is None else fault.retry_after
+                return Failure(
+                    429, {"error": "rate_limited", "retry_after": after}, {"Retry-After": str(after)}
+                )
+            status = 503 if fault.status is None else fault.status
+            return Failure(status, {"error": "injected_error", "status": status})
+        return None
+
+    def hold_before(self, endpoint: str) -> float:
+        """Seconds to hold before applying (``hold``); 0 if it does not fire."""
+        return max((f.hold_seconds for f in self._fires(endpoint, ("hold",))), default=0.0)
+
+    def hold_after_commit(self, endpoint: str) -> float:
+        """Seconds to hold after committing (``timeout_after_commit``); 0 if none."""
+        fired = self._fires(endpoint, ("timeout_after_commit",))
+        return max((f.hold_seconds for f in fired), default=0.0)
+
+    def declines(self, endpoint: str) -> bool:
+        """Whether a ``decline`` fault fires for this payment."""
+        return bool(self._fires(endpoint, ("decline",)))

@@ -1,0 +1,202 @@
+"""The storage interface every backend implements.
+
+The store is the one source of truth: runs, the step journal, effects, outbox,
+approvals, events. The engine talks to it only through :class:`Store`; a backend
+is a dialect of SQL plus a connection (see :mod:`agentledger.store.sqlstore`).
+
+The one write the engine makes while a run executes is :meth:`Store.commit` of a
+:class:`Batch`: every journal write, run counter, effect claim, outbox row,
+approval and audit event that a step decides goes into one batch, and the batch
+is *fenced* -- it commits only if the run's lease epoch is still the writer's.
+Backends group many runs' batches into one durable transaction (group commit)
+and resolve each caller only after that transaction is durable.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentledger.records import (
+    Approval,
+    Effect,
+    Event,
+    OutboxItem,
+    Run,
+    Step,
+    WorkerInfo,
+)
+
+_UNSET: Any = object()
+
+
+@dataclass
+class RunUpdate:
+    """Absolute new values for a run's row (absolute so a retried batch is idempotent)."""
+
+    step_count: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+    active_seconds: float | None = None
+    status: str | None = None
+    available_at: float | None = None
+    result: Any = _UNSET
+    error: Any = _UNSET
+    handover_reason: Any = _UNSET
+
+
+@dataclass
+class NewEvent:
+    """An audit event to append in the same transaction as the batch."""
+
+    type: str
+    actor: str
+    data: Any = None
+
+
+@dataclass
+class Batch:
+    """Everything one step decides, committed atomically and fenced by lease epoch."""
+
+    run_id: str
+    epoch: int
+    owner: str
+    steps: list[Step] = field(default_factory=list)
+    run: RunUpdate | None = None
+    effects: list[Effect] = field(default_factory=list)
+    outbox: list[OutboxItem] = field(default_factory=list)
+    approvals: list[Approval] = field(default_factory=list)
+    events: list[NewEvent] = field(default_factory=list)
+
+
+@dataclass
+class NewRun:
+    """What a caller submits."""
+
+    kind: str
+    name: str
+    version: str
+    input: Any
+    tenant_id: str = "default"
+    user_id: str | None = None
+    available_at: float | None = None
+
+
+class EffectClaimed(Exception):
+    """An effect key is already claimed by another run or step."""
+
+    def __init__(self, effect: Effect) -> None:
+        super().__init__(f"effect {effect.key} already claimed by {effect.run_id}:{effect.step_no}")
+        self.effect = effect
+
+
+class Store(ABC):
+    """Async interface to the source of truth. One instance per process."""
+
+    url: str
+
+    # lifecycle -----------------------------------------------------------
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect, create or migrate the schema."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Flush pending writes and disconnect."""
+
+    # runs ----------------------------------------------------------------
+    @abstractmethod
+    async def create_run(self, new: NewRun) -> Run: ...
+
+    @abstractmethod
+    async def get_run(self, run_id: str) -> Run | None: ...
+
+    @abstractmethod
+    async def list_runs(
+        self, status: str | None = None, name: str | None = None, limit: int = 100
+    ) -> list[Run]: ...
+
+    @abstractmethod
+    async def count_runs(self) -> dict[str, int]:
+        """Runs by status."""
+
+    @abstractmethod
+    async def claim_runs(
+        self, owner: str, targets: list[str], limit: int, lease_seconds: float
+    ) -> list[Run]:
+        """Claim up to ``limit`` runnable runs: new lease, ``lease_epoch + 1``."""
+
+    @abstractmethod
+    async def renew_leases(
+        self, owner: str, leases: dict[str, int], lease_seconds: float
+    ) -> set[str]:
+        """Extend the leases held; return the run ids whose lease was lost."""
+
+    @abstractmethod
+    async def release_run(self, run_id: str, epoch: int, owner: str) -> bool:
+        """Give a run back (graceful shutdown): queued again, lease cleared."""
+
+    @abstractmethod
+    async def expire_leases_of(self, owners: list[str]) -> int:
+        """Expire at once the leases of owners known to be dead."""
+
+    @abstractmethod
+    async def lease_owners(self) -> list[str]:
+        """Owners currently holding unexpired leases."""
+
+    @abstractmethod
+    async def cancel_run(self, run_id: str, reason: str, actor: str) -> Run:
+        """Cancel a non-terminal run (the owner's next fenced write fails)."""
+
+    # journal -------------------------------------------------------------
+    @abstractmethod
+    async def load_journal(self, run_id: str) -> list[Step]: ...
+
+    @abstractmethod
+    async def commit(self, batch: Batch) -> None:
+        """Commit a fenced batch durably. Raises LeaseLost or EffectClaimed."""
+
+    # effects, events, approvals, outbox -----------------------------------
+    @abstractmethod
+    async def get_effect(self, key: str) -> Effect | None: ...
+
+    @abstractmethod
+    async def list_events(self, run_id: str | None = None, after_id: int = 0) -> list[Event]: ...
+
+    @abstractmethod
+    async def append_event(self, run_id: str, type: str, actor: str, data: Any) -> None: ...
+
+    @abstractmethod
+    async def get_approvals(self, run_id: str | None = None, pending: bool = False) -> list[Approval]: ...
+
+    @abstractmethod
+    async def decide_approval(self, approval_id: str, decision: str, decided_by: str) -> Approval:
+        """Record a decision and re-queue the run."""
+
+    @abstractmethod
+    async def claim_outbox(self, owner: str, limit: int, lease_seconds: float) -> list[OutboxItem]: ...
+
+    @abstractmethod
+    async def settle_outbox(self, item: OutboxItem) -> None:
+        """Write back attempts, status, next_attempt_at, last_error, history."""
+
+    @abstractmethod
+    async def list_outbox(self, status: str | None = None) -> list[OutboxItem]: ...
+
+    # workers and versions --------------------------------------------------
+    @abstractmethod
+    async def register_worker(self, info: WorkerInfo, kinds: dict[str, str]) -> None: ...
+
+    @abstractmethod
+    async def heartbeat_worker(self, worker_id: str) -> None: ...
+
+    @abstractmethod
+    async def deregister_worker(self, worker_id: str) -> None: ...
+
+    @abstractmethod
+    async def list_workers(self, live_within: float | None = None) -> list[WorkerInfo]: ...
+
+    @abstractmethod
+    async def registrations(self) -> list[dict[str, Any]]:
+        """Every (name, version, kind) a worker ever registered."""

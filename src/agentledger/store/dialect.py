@@ -1,0 +1,83 @@
+"""The per-database hooks a SQL backend provides.
+
+Shared SQL is written once with ``:name`` placeholders; each dialect runs it on
+its own driver. Everything that differs between SQLite and PostgreSQL -- how to
+connect, how to begin a write transaction, the claim statement, and how driver
+errors map to agentledger errors -- lives in a subclass of :class:`Dialect`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from importlib import resources
+from typing import Any
+
+from agentledger.errors import StoreError
+
+
+class Dialect(ABC):
+    """Hooks for one database engine."""
+
+    name: str = "sql"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    @abstractmethod
+    def connect(self) -> Any:
+        """Open a new driver connection in autocommit-off-by-hand mode."""
+
+    @abstractmethod
+    def begin_write(self, conn: Any) -> None:
+        """Begin a transaction that will write (SQLite: BEGIN IMMEDIATE)."""
+
+    @abstractmethod
+    def execute(self, conn: Any, sql: str, params: dict[str, Any] | None = None) -> int:
+        """Run one statement; return the number of rows it changed."""
+
+    @abstractmethod
+    def fetchall(
+        self, conn: Any, sql: str, params: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Run one statement and return its rows as dicts."""
+
+    @abstractmethod
+    def claim_sql(self, n_targets: int) -> str:
+        """The single statement that claims runnable runs (placeholders t0..tN)."""
+
+    @abstractmethod
+    def is_unique_violation(self, exc: BaseException) -> bool: ...
+
+    @abstractmethod
+    def is_disconnect(self, exc: BaseException) -> bool:
+        """True when the connection is gone and a reconnect may help."""
+
+    @abstractmethod
+    def translate(self, exc: BaseException) -> StoreError:
+        """Map a driver error to the most specific agentledger error."""
+
+    def commit(self, conn: Any) -> None:
+        conn.commit()
+
+    def rollback(self, conn: Any) -> None:
+        conn.rollback()
+
+    def close(self, conn: Any) -> None:
+        conn.close()
+
+    def after_migrate(self, conn: Any) -> None:
+        """Hook run once the schema is current."""
+
+    def migrations(self) -> list[tuple[int, str]]:
+        """Numbered migration scripts for this dialect, in order."""
+        folder = resources.files("agentledger.store") / "migrations" / self.name
+        found = []
+        for entry in folder.iterdir():
+            if entry.name.endswith(".sql"):
+                found.append((int(entry.name.split("_", 1)[0]), entry.read_text()))
+        return sorted(found)
+
+    def split_script(self, script: str) -> list[str]:
+        """Split a migration script into statements (no semicolons inside ours)."""
+        lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
+        return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

@@ -1,0 +1,119 @@
+-- agentledger schema, version 1 (PostgreSQL). Times are UNIX epoch seconds (DOUBLE PRECISION).
+CREATE TABLE runs (
+    id               TEXT PRIMARY KEY,
+    tenant_id        TEXT NOT NULL DEFAULT 'default',
+    user_id          TEXT,
+    kind             TEXT NOT NULL,
+    name             TEXT NOT NULL,
+    version          TEXT NOT NULL,
+    target           TEXT NOT NULL,
+    input            TEXT,
+    status           TEXT NOT NULL,
+    step_count       INTEGER NOT NULL DEFAULT 0,
+    tokens           INTEGER NOT NULL DEFAULT 0,
+    cost_usd         DOUBLE PRECISION NOT NULL DEFAULT 0,
+    active_seconds   DOUBLE PRECISION NOT NULL DEFAULT 0,
+    created_at       DOUBLE PRECISION NOT NULL,
+    updated_at       DOUBLE PRECISION NOT NULL,
+    lease_owner      TEXT,
+    lease_epoch      BIGINT NOT NULL DEFAULT 0,
+    lease_expires_at DOUBLE PRECISION,
+    available_at     DOUBLE PRECISION,
+    resumes          INTEGER NOT NULL DEFAULT 0,
+    result           TEXT,
+    error            TEXT,
+    handover_reason  TEXT
+);
+CREATE INDEX runs_claimable ON runs (status, available_at);
+CREATE INDEX runs_lease ON runs (lease_owner);
+
+CREATE TABLE steps (
+    run_id          TEXT NOT NULL,
+    step_no         INTEGER NOT NULL,
+    kind            TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    input           TEXT,
+    input_hash      TEXT,
+    output          TEXT,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    idempotency_key TEXT UNIQUE,
+    started_at      DOUBLE PRECISION,
+    duration_ms     DOUBLE PRECISION,
+    tokens          INTEGER NOT NULL DEFAULT 0,
+    cost_usd        DOUBLE PRECISION NOT NULL DEFAULT 0,
+    error_class     TEXT,
+    error           TEXT,
+    lease_epoch     INTEGER NOT NULL,
+    PRIMARY KEY (run_id, step_no)
+);
+
+CREATE TABLE effects (
+    key        TEXT PRIMARY KEY,
+    run_id     TEXT NOT NULL,
+    step_no    INTEGER NOT NULL,
+    status     TEXT NOT NULL,
+    result     TEXT,
+    updated_at DOUBLE PRECISION NOT NULL
+);
+
+CREATE TABLE outbox (
+    key             TEXT PRIMARY KEY,
+    run_id          TEXT NOT NULL,
+    step_no         INTEGER NOT NULL,
+    tool            TEXT NOT NULL,
+    payload         TEXT,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at DOUBLE PRECISION NOT NULL,
+    status          TEXT NOT NULL DEFAULT 'pending',
+    lease_owner     TEXT,
+    lease_expires_at DOUBLE PRECISION,
+    last_error      TEXT,
+    history         TEXT NOT NULL DEFAULT '[]',
+    created_at      DOUBLE PRECISION NOT NULL,
+    updated_at      DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
+
+CREATE TABLE approvals (
+    id               TEXT PRIMARY KEY,
+    run_id           TEXT NOT NULL,
+    step_no          INTEGER NOT NULL,
+    tool             TEXT NOT NULL,
+    arguments        TEXT,
+    required_role    TEXT NOT NULL,
+    requested_at     DOUBLE PRECISION NOT NULL,
+    expires_at       DOUBLE PRECISION NOT NULL,
+    default_decision TEXT NOT NULL,
+    decision         TEXT,
+    decided_by       TEXT,
+    decided_at       DOUBLE PRECISION,
+    UNIQUE (run_id, step_no)
+);
+
+CREATE TABLE events (
+    id     BIGSERIAL PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    at     DOUBLE PRECISION NOT NULL,
+    type   TEXT NOT NULL,
+    actor  TEXT NOT NULL,
+    data   TEXT
+);
+CREATE INDEX events_run ON events (run_id, id);
+
+CREATE TABLE workers (
+    id           TEXT PRIMARY KEY,
+    host         TEXT NOT NULL,
+    pid          INTEGER NOT NULL,
+    targets      TEXT NOT NULL,
+    started_at   DOUBLE PRECISION NOT NULL,
+    heartbeat_at DOUBLE PRECISION NOT NULL
+);
+
+CREATE TABLE registrations (
+    target        TEXT PRIMARY KEY,
+    name          TEXT NOT NULL,
+    version       TEXT NOT NULL,
+    kind          TEXT NOT NULL,
+    registered_at DOUBLE PRECISION NOT NULL
+);

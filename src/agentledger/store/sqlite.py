@@ -1,0 +1,132 @@
+"""The SQLite backend: the embedded default.
+
+WAL mode with ``synchronous=FULL`` so every acknowledged step is fsynced;
+``BEGIN IMMEDIATE`` takes the write lock up front so a fenced write never
+upgrades a read lock mid-transaction; a busy timeout lets several worker
+processes on one host share the file. ``?synchronous=normal`` in the URL is the
+faster, weaker setting: a power loss may lose the last acknowledged steps.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from agentledger.errors import StoreCorrupt, StoreError, StoreUnavailable, UsageError
+from agentledger.records import RunStatus
+from agentledger.store.dialect import Dialect
+from agentledger.store.queries import RUN_COLUMNS
+
+_SYNC_MODES = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
+
+
+def sqlite_path(url: str) -> tuple[str, dict[str, str]]:
+    """Parse ``sqlite:///rel.db``, ``sqlite:////abs.db`` or a bare path."""
+    if "://" not in url:
+        return url, {}
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        raise UsageError(f"not a SQLite URL: {url!r}; use sqlite:///path/to/file.db")
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if not path:
+        raise UsageError(f"no file in {url!r}; use sqlite:///path/to/file.db")
+    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    return path, options
+
+
+class SQLiteDialect(Dialect):
+    """SQLite hooks."""
+
+    name = "sqlite"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.path, options = sqlite_path(url)
+        sync = options.get("synchronous", "full").lower()
+        if sync not in _SYNC_MODES:
+            raise UsageError(f"unknown synchronous={sync!r} in {url!r}; use full or normal")
+        self.synchronous = _SYNC_MODES[sync]
+        self.busy_timeout_ms = int(options.get("busy_timeout_ms", "10000"))
+
+    def connect(self) -> sqlite3.Connection:
+        parent = Path(self.path).resolve().parent
+        if not parent.is_dir():
+            raise UsageError(
+                f"cannot create {self.path}: folder {parent} does not exist; create it first"
+            )
+        conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self.busy_timeout_ms / 1000,
+        )
+        conn.row_factory = sqlite3.Row
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self.translate(exc) from exc
+        return conn
+
+    def begin_write(self, conn: Any) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+
+    def execute(self, conn: Any, sql: str, params: dict[str, Any] | None = None) -> int:
+        cursor = conn.execute(sql, params or {})
+        return int(cursor.rowcount)
+
+    def fetchall(
+        self, conn: Any, sql: str, params: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        return [dict(row) for row in conn.execute(sql, params or {}).fetchall()]
+
+    def commit(self, conn: Any) -> None:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+
+    def rollback(self, conn: Any) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+    def claim_sql(self, n_targets: int) -> str:
+        targets = ", ".join(f":t{i}" for i in range(n_targets))
+        return (
+            "UPDATE runs SET status = 'running', lease_owner = :owner, "
+            "lease_epoch = lease_epoch + 1, lease_expires_at = :expires, updated_at = :now, "
+            "resumes = resumes + (CASE WHEN status = 'running' THEN 1 ELSE 0 END) "
+            "WHERE id IN (SELECT id FROM runs WHERE target IN (" + targets + ") AND ("
+            f"(status IN ('{RunStatus.QUEUED}', '{RunStatus.WAITING}') AND available_at <= :now) "
+            f"OR (status = '{RunStatus.RUNNING}' AND lease_expires_at < :now)) "
+            f"ORDER BY available_at LIMIT :limit) RETURNING {RUN_COLUMNS}"
+        )
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.IntegrityError)
+
+    def is_disconnect(self, exc: BaseException) -> bool:
+        return False  # a file does not disconnect
+
+    def translate(self, exc: BaseException) -> StoreError:
+        if isinstance(exc, StoreError):
+            return exc
+        text = str(exc)
+        if isinstance(exc, UsageError):
+            return StoreUnavailable(text)
+        if "locked" in text or "busy" in text:
+            return StoreUnavailable(
+                f"{self.path} is locked by another process ({text}); retry, or stop the "
+                "process holding it"
+            )
+        if "not a database" in text or "malformed" in text:
+            return StoreCorrupt(
+                f"{self.path} is not a usable agentledger database ({text}); point --db at "
+                "another file or restore it from a backup"
+            )
+        if "unable to open" in text:
+            return StoreUnavailable(f"cannot open {self.path} ({text}); check the path and rights")
+        return StoreError(f"SQLite error on {self.path}: {text}")

@@ -1,0 +1,322 @@
+"""A :class:`Store` over any SQL dialect, with group commit.
+
+All database work of a process goes through one writer thread that owns one
+connection. The thread drains its queue and puts every fenced journal batch it
+finds into ONE transaction (group commit): each batch runs under a savepoint, so
+a batch whose fence fails (or whose effect key is taken) is rolled back alone
+while the others commit. Callers are resumed only after COMMIT returned, i.e.
+after the transaction is durable -- no step is acknowledged before that.
+
+Non-journal work (claims, heartbeats, reads) runs as single transactions on the
+same thread, between groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from agentledger.errors import AgentLedgerError, LeaseLost, StoreError, StoreUnavailable
+from agentledger.records import Approval, Effect, Event, OutboxItem, Run, Step, WorkerInfo
+from agentledger.store import queries as q
+from agentledger.store.base import Batch, EffectClaimed, NewRun, Store
+from agentledger.store.dialect import Dialect
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_RECONNECT_WINDOW = 60.0  # seconds to keep trying a lost connection before failing jobs
+
+
+@dataclass
+class _Job:
+    fn: Callable[[Any], Any]
+    future: concurrent.futures.Future[Any]
+    write: bool
+    grouped: bool
+
+
+class SQLStore(Store):
+    """The shared SQL store; a backend supplies a :class:`Dialect`."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.url = dialect.url
+        self.dialect = dialect
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._conn: Any = None
+        self.group_sizes: list[int] = []  # observed batch sizes, for benchmarks
+
+    # lifecycle ------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._thread is not None:
+            return
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._serve, args=(started,), name="agentledger-store", daemon=True
+        )
+        self._thread.start()
+        await asyncio.wrap_future(started)
+
+    async def close(self) -> None:
+        if self._thread is None:
+            return
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join)
+        self._thread = None
+
+    async def migrate(self) -> list[int]:
+        """Apply pending migrations; return the versions applied."""
+        return await self._call(lambda c: q.migrate(self.dialect, c), write=False)
+
+    # the writer thread ----------------------------------------------------
+
+    def _serve(self, started: concurrent.futures.Future[None]) -> None:
+        try:
+            self._conn = self.dialect.connect()
+            q.migrate(self.dialect, self._conn)
+            self.dialect.after_migrate(self._conn)
+        except BaseException as exc:  # surfaced to open()'s caller
+            started.set_exception(self._error(exc))
+            return
+        started.set_result(None)
+        while True:
+            job = self._queue.get()
+            if job is None:
+                break
+            jobs = [job]
+            stop = False
+            while True:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                jobs.append(more)
+            grouped = [j for j in jobs if j.grouped]
+            for j in jobs:
+                if not j.grouped:
+                    self._with_reconnect([j], self._run_single)
+            if grouped:
+                self._with_reconnect(grouped, self._run_group)
+            if stop:
+                break
+        try:
+            self.dialect.close(self._conn)
+        except Exception:  # closing a broken connection is not worth an error
+            pass
+
+    def _with_reconnect(self, jobs: list[_Job], runner: Callable[[list[_Job]], None]) -> None:
+        deadline = time.monotonic() + _RECONNECT_WINDOW
+        delay = 0.1
+        while True:
+            try:
+                runner(jobs)
+                return
+            except Exception as exc:
+                if not self.dialect.is_disconnect(exc) or time.monotonic() > deadline:
+                    for j in jobs:
+                        if not j.future.done():
+                            j.future.set_exception(self._error(exc))
+                    return
+                log.warning("store connection lost (%s); reconnecting", exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                try:
+                    self.dialect.close(self._conn)
+                except Exception:
+                    pass
+                try:
+                    self._conn = self.dialect.connect()
+                except Exception as again:
+                    log.warning("reconnect failed: %s", again)
+
+    def _run_single(self, jobs: list[_Job]) -> None:
+        (job,) = jobs
+        conn = self._conn
+        try:
+            if job.write:
+                self.dialect.begin_write(conn)
+            result = job.fn(conn)
+            self.dialect.commit(conn)
+        except (AgentLedgerError, EffectClaimed) as exc:
+            self._rollback()
+            job.future.set_exception(exc)
+            return
+        except Exception as exc:
+            self._rollback()
+            if self.dialect.is_disconnect(exc):
+                raise
+            job.future.set_exception(self._error(exc))
+            return
+        job.future.set_result(result)
+
+    def _run_group(self, jobs: list[_Job]) -> None:
+        conn = self._conn
+        outcomes: list[tuple[_Job, BaseException | None]] = []
+        self.dialect.begin_write(conn)
+        try:
+            for i, job in enumerate(jobs):
+                savepoint = f"b{i}"
+                self.dialect.execute(conn, f"SAVEPOINT {savepoint}")
+                try:
+                    job.fn(conn)
+                    self.dialect.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
+                    outcomes.append((job, None))
+                except (LeaseLost, EffectClaimed) as exc:
+                    self.dialect.execute(conn, f"ROLLBACK TO SAVEPOINT {savepoint}")
+                    self.dialect.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
+                    outcomes.append((job, exc))
+            self.dialect.commit(conn)
+        except Exception:
+            self._rollback()
+            raise
+        self.group_sizes.append(len(jobs))
+        # Durable now: acknowledge every batch of the group.
+        for job, exc in outcomes:
+            if exc is None:
+                job.future.set_result(None)
+            else:
+                job.future.set_exception(exc)
+
+    def _rollback(self) -> None:
+        try:
+            self.dialect.rollback(self._conn)
+        except Exception:
+            pass
+
+    def _error(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, AgentLedgerError):
+            return exc
+        return self.dialect.translate(exc)
+
+    async def _call(
+        self, fn: Callable[[Any], T], *, write: bool = True, grouped: bool = False
+    ) -> T:
+        if self._thread is None:
+            raise StoreUnavailable("the store is not open; call `await store.open()` first")
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._queue.put(_Job(fn, future, write, grouped))
+        return await asyncio.wrap_future(future)
+
+    # runs ------------------------------------------------------------------
+
+    async def create_run(self, new: NewRun) -> Run:
+        return await self._call(lambda c: q.create_run(self.dialect, c, new))
+
+    async def get_run(self, run_id: str) -> Run | None:
+        return await self._call(lambda c: q.get_run(self.dialect, c, run_id), write=False)
+
+    async def list_runs(
+        self, status: str | None = None, name: str | None = None, limit: int = 100
+    ) -> list[Run]:
+        return await self._call(
+            lambda c: q.list_runs(self.dialect, c, status, name, limit), write=False
+        )
+
+    async def count_runs(self) -> dict[str, int]:
+        return await self._call(lambda c: q.count_runs(self.dialect, c), write=False)
+
+    async def claim_runs(
+        self, owner: str, targets: list[str], limit: int, lease_seconds: float
+    ) -> list[Run]:
+        return await self._call(
+            lambda c: q.claim_runs(self.dialect, c, owner, targets, limit, lease_seconds)
+        )
+
+    async def renew_leases(
+        self, owner: str, leases: dict[str, int], lease_seconds: float
+    ) -> set[str]:
+        return await self._call(
+            lambda c: q.renew_leases(self.dialect, c, owner, leases, lease_seconds)
+        )
+
+    async def release_run(self, run_id: str, epoch: int, owner: str) -> bool:
+        return await self._call(lambda c: q.release_run(self.dialect, c, run_id, epoch, owner))
+
+    async def expire_leases_of(self, owners: list[str]) -> int:
+        return await self._call(lambda c: q.expire_leases_of(self.dialect, c, owners))
+
+    async def lease_owners(self) -> list[str]:
+        return await self._call(lambda c: q.lease_owners(self.dialect, c), write=False)
+
+    async def cancel_run(self, run_id: str, reason: str, actor: str) -> Run:
+        return await self._call(lambda c: q.cancel_run(self.dialect, c, run_id, reason, actor))
+
+    # journal ---------------------------------------------------------------
+
+    async def load_journal(self, run_id: str) -> list[Step]:
+        return await self._call(lambda c: q.load_journal(self.dialect, c, run_id), write=False)
+
+    async def commit(self, batch: Batch) -> None:
+        await self._call(lambda c: q.apply_batch(self.dialect, c, batch), grouped=True)
+
+    # effects, events, approvals, outbox -------------------------------------
+
+    async def get_effect(self, key: str) -> Effect | None:
+        return await self._call(lambda c: q.get_effect(self.dialect, c, key), write=False)
+
+    async def list_events(self, run_id: str | None = None, after_id: int = 0) -> list[Event]:
+        return await self._call(
+            lambda c: q.list_events(self.dialect, c, run_id, after_id), write=False
+        )
+
+    async def append_event(self, run_id: str, type: str, actor: str, data: Any) -> None:
+        await self._call(lambda c: q.insert_event(self.dialect, c, run_id, type, actor, data))
+
+    async def get_approvals(
+        self, run_id: str | None = None, pending: bool = False
+    ) -> list[Approval]:
+        return await self._call(
+            lambda c: q.get_approvals(self.dialect, c, run_id, pending), write=False
+        )
+
+    async def decide_approval(self, approval_id: str, decision: str, decided_by: str) -> Approval:
+        return await self._call(
+            lambda c: q.decide_approval(self.dialect, c, approval_id, decision, decided_by)
+        )
+
+    async def claim_outbox(
+        self, owner: str, limit: int, lease_seconds: float
+    ) -> list[OutboxItem]:
+        return await self._call(
+            lambda c: q.claim_outbox(self.dialect, c, owner, limit, lease_seconds)
+        )
+
+    async def settle_outbox(self, item: OutboxItem) -> None:
+        await self._call(lambda c: q.settle_outbox(self.dialect, c, item))
+
+    async def list_outbox(self, status: str | None = None) -> list[OutboxItem]:
+        return await self._call(lambda c: q.list_outbox(self.dialect, c, status), write=False)
+
+    # workers -----------------------------------------------------------------
+
+    async def register_worker(self, info: WorkerInfo, kinds: dict[str, str]) -> None:
+        await self._call(lambda c: q.register_worker(self.dialect, c, info, kinds))
+
+    async def heartbeat_worker(self, worker_id: str) -> None:
+        await self._call(lambda c: q.heartbeat_worker(self.dialect, c, worker_id))
+
+    async def deregister_worker(self, worker_id: str) -> None:
+        await self._call(lambda c: q.deregister_worker(self.dialect, c, worker_id))
+
+    async def list_workers(self, live_within: float | None = None) -> list[WorkerInfo]:
+        return await self._call(
+            lambda c: q.list_workers(self.dialect, c, live_within), write=False
+        )
+
+    async def registrations(self) -> list[dict[str, Any]]:
+        return await self._call(lambda c: q.registrations(self.dialect, c), write=False)
+
+
+__all__ = ["SQLStore", "StoreError"]
