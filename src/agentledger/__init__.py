@@ -1,1 +1,72 @@
+"""agentledger: a durable runtime for AI agents that change things in the world.
 
+    from agentledger import App, Agent, ScriptedModel, ToolContext, tool
+
+Public names are listed in ``__all__`` (pinned by a test).
+"""
+
+from agentledger.agent import Agent
+from agentledger.app import App, load_app
+from agentledger.budget import Budget
+from agentledger.engine.workflow_runner import WorkflowContext
+from agentledger.errors import (
+    AgentLedgerError,
+    BusinessError,
+    InvalidArguments,
+    LeaseLost,
+    ProviderError,
+    RateLimited,
+    Refused,
+    StoreError,
+    ToolError,
+    ToolTimeout,
+    UsageError,
+)
+from agentledger.models import Message, Model, ModelRequest, ModelResponse, ScriptedModel, Turn
+from agentledger.policies import Allow, Deny, ProposedCall, RequireApproval
+from agentledger.records import RunStatus, StepStatus
+from agentledger.store import open_store
+from agentledger.tools import Compensation, RetryPolicy, Status, Tool, ToolContext, tool
+from agentledger.worker import Worker, WorkerConfig
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "AgentLedgerError",
+    "Allow",
+    "App",
+    "Budget",
+    "BusinessError",
+    "Compensation",
+    "Deny",
+    "InvalidArguments",
+    "LeaseLost",
+    "Message",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "ProposedCall",
+    "ProviderError",
+    "RateLimited",
+    "Refused",
+    "RequireApproval",
+    "RetryPolicy",
+    "RunStatus",
+    "ScriptedModel",
+    "Status",
+    "StepStatus",
+    "StoreError",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolTimeout",
+    "Turn",
+    "UsageError",
+    "Worker",
+    "WorkerConfig",
+    "WorkflowContext",
+    "load_app",
+    "open_store",
+    "tool",
+]

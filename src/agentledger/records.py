@@ -24,13 +24,14 @@ class RunStatus:
 
 
 class StepStatus:
-    """Journal entry states. ``retrying`` is a step parked for a later attempt."""
+    """Journal entry states. ``retrying``: parked for a later attempt; ``waiting``: for approval."""
 
     STARTED = "started"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     UNKNOWN = "unknown"
     RETRYING = "retrying"
+    WAITING = "waiting"  # parked for an approval
 
 
 def target_of(name: str, version: str) -> str:

@@ -127,7 +127,7 @@ class Database:
         """Delete every row of every table (ledger, idempotency, bookings, inventory...)."""
         with self.transaction() as conn:
             for table in TABLES:
-                conn.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
+                conn.execute(f"DELETE FROM {table}")  # fixed table names
 
     def close(self) -> None:
         """Close the connection."""

@@ -114,9 +114,13 @@ class Fault:
 
     def __post_init__(self) -> None:
         if self.endpoint != "*" and self.endpoint not in ENDPOINTS:
-            raise _bad(f"unknown endpoint {self.endpoint!r} (expected one of {', '.join(ENDPOINTS)})")
+            raise _bad(
+                f"unknown endpoint {self.endpoint!r} (expected one of {', '.join(ENDPOINTS)})"
+            )
         if self.kind not in FAULT_KINDS:
-            raise _bad(f"unknown fault kind {self.kind!r} (expected one of {', '.join(FAULT_KINDS)})")
+            raise _bad(
+                f"unknown fault kind {self.kind!r} (expected one of {', '.join(FAULT_KINDS)})"
+            )
         if self.kind == "decline" and self.endpoint != "payments.create":
             raise _bad("'decline' applies to payments.create only")
         if not _is_number(self.probability) or not 0.0 <= self.probability <= 1.0:
@@ -129,7 +133,9 @@ class Fault:
             if not _is_number(value):
                 raise _bad(f"{name}={value!r} is not a number")
             if name not in allowed:
-                raise _bad(f"{self.kind!r} takes no parameter {name!r} (allowed: {sorted(allowed)})")
+                raise _bad(
+                    f"{self.kind!r} takes no parameter {name!r} (allowed: {sorted(allowed)})"
+                )
             if value < 0:
                 raise _bad(f"{name}={value} must not be negative")
         if self.status is not None and not 500 <= self.status <= 599:
@@ -172,9 +178,7 @@ class FaultConfig:
         """JSON-ready form (the body of ``GET``/``PUT /faults``)."""
         return {
             "seed": self.seed,
-            "faults": [
-                {k: v for k, v in asdict(f).items() if v is not None} for f in self.faults
-            ],
+            "faults": [{k: v for k, v in asdict(f).items() if v is not None} for f in self.faults],
         }
 
     @classmethod
@@ -307,7 +311,10 @@ class FaultInjector:
 
     def latency(self, endpoint: str) -> float:
         """Seconds of injected latency for this request (0 if none)."""
-        return sum((f.ms if f.ms is not None else 100.0) for f in self._fires(endpoint, ("latency",))) / 1000
+        return (
+            sum((f.ms if f.ms is not None else 100.0) for f in self._fires(endpoint, ("latency",)))
+            / 1000
+        )
 
     def failure(self, endpoint: str) -> Failure | None:
         """An outage, rate limit or error response for this request, if one fires."""
@@ -319,7 +326,9 @@ class FaultInjector:
             if fault.kind == "rate_limit":
                 after = 1 if fault.retry_after is None else fault.retry_after
                 return Failure(
-                    429, {"error": "rate_limited", "retry_after": after}, {"Retry-After": str(after)}
+                    429,
+                    {"error": "rate_limited", "retry_after": after},
+                    {"Retry-After": str(after)},
                 )
             status = 503 if fault.status is None else fault.status
             return Failure(status, {"error": "injected_error", "status": status})

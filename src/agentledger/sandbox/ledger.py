@@ -42,7 +42,7 @@ def append_effect(conn: sqlite3.Connection, effect: Effect) -> int:
     row = {**asdict(effect), "at": now_iso()}
     columns = ", ".join(row)
     marks = ", ".join(f":{name}" for name in row)
-    cursor = conn.execute(f"INSERT INTO ledger ({columns}) VALUES ({marks})", row)  # noqa: S608
+    cursor = conn.execute(f"INSERT INTO ledger ({columns}) VALUES ({marks})", row)
     assert cursor.lastrowid is not None
     return cursor.lastrowid
 
@@ -50,4 +50,4 @@ def append_effect(conn: sqlite3.Connection, effect: Effect) -> int:
 def list_effects(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     """Every ledger entry in ``seq`` order; ``None`` fields are left out."""
     rows = conn.execute("SELECT * FROM ledger ORDER BY seq").fetchall()
-    return [{k: row[k] for k in row.keys() if row[k] is not None} for row in rows]
+    return [{k: v for k, v in dict(row).items() if v is not None} for row in rows]

@@ -330,12 +330,15 @@ def write_effect(d: Dialect, conn: Any, effect: Effect) -> None:
             if (existing.run_id, existing.step_no) != (effect.run_id, effect.step_no):
                 raise EffectClaimed(existing)
             return
-        d.execute(
+        inserted = d.execute(
             conn,
             "INSERT INTO effects (key, run_id, step_no, status, result, updated_at) "
-            "VALUES (:key, :run_id, :step_no, :status, :result, :now)",
+            "VALUES (:key, :run_id, :step_no, :status, :result, :now) "
+            "ON CONFLICT (key) DO NOTHING",
             params,
         )
+        if inserted == 0:  # another process claimed it since our SELECT (PostgreSQL)
+            write_effect(d, conn, effect)
     else:
         d.execute(
             conn,

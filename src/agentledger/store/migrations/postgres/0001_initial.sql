@@ -1,4 +1,6 @@
--- agentledger schema, version 1 (PostgreSQL). Times are UNIX epoch seconds (DOUBLE PRECISION).
+-- agentledger schema, version 1 (PostgreSQL). Times are UNIX epoch seconds (DOUBLE PRECISION)
+-- so that the SQL shared with SQLite compares and stores them the same way. Counters that
+-- SQLite keeps in 64-bit INTEGER are BIGINT here. JSON columns are TEXT written by the store.
 CREATE TABLE runs (
     id               TEXT PRIMARY KEY,
     tenant_id        TEXT NOT NULL DEFAULT 'default',
@@ -10,7 +12,7 @@ CREATE TABLE runs (
     input            TEXT,
     status           TEXT NOT NULL,
     step_count       INTEGER NOT NULL DEFAULT 0,
-    tokens           INTEGER NOT NULL DEFAULT 0,
+    tokens           BIGINT NOT NULL DEFAULT 0,
     cost_usd         DOUBLE PRECISION NOT NULL DEFAULT 0,
     active_seconds   DOUBLE PRECISION NOT NULL DEFAULT 0,
     created_at       DOUBLE PRECISION NOT NULL,
@@ -23,9 +25,14 @@ CREATE TABLE runs (
     result           TEXT,
     error            TEXT,
     handover_reason  TEXT
-);
-CREATE INDEX runs_claimable ON runs (status, available_at);
+) WITH (fillfactor = 90);
+-- The claim reads queued/waiting runs due by available_at, and running runs (their
+-- expired leases); lease_expires_at is left out of every index so that lease renewals
+-- and journal writes stay HOT updates.
+CREATE INDEX runs_claimable ON runs (target, available_at) WHERE status IN ('queued', 'waiting');
+CREATE INDEX runs_running ON runs (target) WHERE status = 'running';
 CREATE INDEX runs_lease ON runs (lease_owner);
+CREATE INDEX runs_created ON runs (created_at);
 
 CREATE TABLE steps (
     run_id          TEXT NOT NULL,
@@ -40,11 +47,11 @@ CREATE TABLE steps (
     idempotency_key TEXT UNIQUE,
     started_at      DOUBLE PRECISION,
     duration_ms     DOUBLE PRECISION,
-    tokens          INTEGER NOT NULL DEFAULT 0,
+    tokens          BIGINT NOT NULL DEFAULT 0,
     cost_usd        DOUBLE PRECISION NOT NULL DEFAULT 0,
     error_class     TEXT,
     error           TEXT,
-    lease_epoch     INTEGER NOT NULL,
+    lease_epoch     BIGINT NOT NULL,
     PRIMARY KEY (run_id, step_no)
 );
 
@@ -90,6 +97,7 @@ CREATE TABLE approvals (
     decided_at       DOUBLE PRECISION,
     UNIQUE (run_id, step_no)
 );
+CREATE INDEX approvals_pending ON approvals (requested_at) WHERE decision IS NULL;
 
 CREATE TABLE events (
     id     BIGSERIAL PRIMARY KEY,

@@ -1,0 +1,40 @@
+"""Declaring an agent: model + instructions + tools + policy + budget, named and versioned."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentledger.budget import Budget
+from agentledger.models.base import Model
+from agentledger.policies import Policy
+from agentledger.tools.contract import Tool
+
+
+@dataclass
+class Agent:
+    """An agent definition. Runs record ``name`` and ``version``; a worker only
+    resumes runs whose version it has loaded.
+
+    >>> Agent(name="concierge", version="1", model=ScriptedModel([...]),
+    ...       instructions="Book rooms.", tools=[search_hotels])
+    """
+
+    name: str
+    model: Model
+    instructions: str
+    tools: list[Tool] = field(default_factory=list)
+    version: str = "1"
+    policy: Policy | None = None
+    budget: Budget = field(default_factory=Budget)
+    max_invalid_calls: int = 1  # invalid arguments fed back to the model this many times
+    end_user_message: str = (
+        "We could not finish this automatically; a member of our team will follow up."
+    )
+
+    kind = "agent"
+
+    def tool(self, name: str) -> Tool | None:
+        for t in self.tools:
+            if t.name == name:
+                return t
+        return None

@@ -1,0 +1,162 @@
+"""The App: the registry of tools, agents and workflows a worker loads.
+
+    app = App()
+
+    @app.tool(effect="write", idempotency="provider", status_check=booking_status)
+    async def create_booking(ctx: ToolContext, hotel_id: str) -> dict: ...
+
+    app.add_agent(Agent(name="concierge", model=..., instructions=..., tools=[create_booking]))
+
+Workers load an App by import path (``agentledger worker --app mypkg.agents:app``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from agentledger.agent import Agent
+from agentledger.errors import UnknownTargetError, UsageError
+from agentledger.records import target_of
+from agentledger.store.base import NewRun, Store
+from agentledger.tools.contract import Tool, tool
+from agentledger.workflow import Workflow, WorkflowFn
+
+Definition = Agent | Workflow
+Hook = Callable[["App"], Awaitable[None]]
+
+
+class App:
+    """Tools, agents and workflows, plus per-process resources (HTTP clients, URLs)."""
+
+    def __init__(self, name: str = "app") -> None:
+        self.name = name
+        self.tools: dict[str, Tool] = {}
+        self.definitions: dict[str, Definition] = {}
+        self.resources: dict[str, Any] = {}
+        self._startup: list[Hook] = []
+        self._shutdown: list[Hook] = []
+
+    # registration -------------------------------------------------------
+
+    def tool(self, fn: Any = None, **contract: Any) -> Any:
+        """Declare and register a tool (same arguments as :func:`agentledger.tool`)."""
+
+        def wrap(f: Any) -> Tool:
+            t: Tool = tool(f, **contract)
+            self.add_tool(t)
+            return t
+
+        return wrap(fn) if fn is not None else wrap
+
+    def add_tool(self, t: Tool) -> Tool:
+        existing = self.tools.get(t.name)
+        if existing is not None and existing is not t:
+            raise UsageError(f"two tools named {t.name!r}; give one another name")
+        self.tools[t.name] = t
+        return t
+
+    def add_agent(self, agent: Agent) -> Agent:
+        """Register an agent (and its tools)."""
+        for t in agent.tools:
+            self.add_tool(t)
+        self._add(agent)
+        return agent
+
+    def workflow(
+        self, fn: WorkflowFn | None = None, *, name: str | None = None, version: str = "1",
+        **options: Any,
+    ) -> Any:
+        """Register an async function as a workflow."""
+
+        def wrap(f: WorkflowFn) -> Workflow:
+            wf = Workflow(name=name or f.__name__, fn=f, version=version, **options)
+            self._add(wf)
+            return wf
+
+        return wrap(fn) if fn is not None else wrap
+
+    def _add(self, definition: Definition) -> None:
+        target = target_of(definition.name, definition.version)
+        if target in self.definitions:
+            raise UsageError(f"{target} is registered twice; bump the version of one")
+        self.definitions[target] = definition
+
+    def on_startup(self, hook: Hook) -> Hook:
+        """Run ``hook(app)`` when a worker process starts (open clients here)."""
+        self._startup.append(hook)
+        return hook
+
+    def on_shutdown(self, hook: Hook) -> Hook:
+        self._shutdown.append(hook)
+        return hook
+
+    async def startup(self) -> None:
+        for hook in self._startup:
+            await hook(self)
+
+    async def shutdown(self) -> None:
+        for hook in reversed(self._shutdown):
+            await hook(self)
+
+    # lookup ---------------------------------------------------------------
+
+    def targets(self) -> dict[str, str]:
+        """``name@version`` -> kind, for every definition this app can run."""
+        return {t: d.kind for t, d in self.definitions.items()}
+
+    def get(self, name: str, version: str) -> Definition | None:
+        return self.definitions.get(target_of(name, version))
+
+    def resolve(self, name: str, version: str | None = None) -> Definition:
+        """The definition for ``name`` at ``version`` (default: the highest registered)."""
+        candidates = [d for d in self.definitions.values() if d.name == name]
+        if version is not None:
+            candidates = [d for d in candidates if d.version == version]
+        if not candidates:
+            known = ", ".join(sorted(self.definitions)) or "none"
+            wanted = name if version is None else target_of(name, version)
+            raise UnknownTargetError(f"unknown agent or workflow {wanted!r}; known: {known}")
+        return max(candidates, key=lambda d: _version_key(d.version))
+
+    async def submit(
+        self,
+        store: Store,
+        name: str,
+        input: Any = None,
+        *,
+        version: str | None = None,
+        tenant_id: str = "default",
+        user_id: str | None = None,
+    ) -> str:
+        """Queue a run and return its id at once; nothing executes in the caller."""
+        definition = self.resolve(name, version)
+        run = await store.create_run(
+            NewRun(kind=definition.kind, name=definition.name, version=definition.version,
+                   input=input, tenant_id=tenant_id, user_id=user_id)
+        )
+        return run.id
+
+
+def _version_key(version: str) -> tuple[Any, ...]:
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in version.split("."))
+
+
+def load_app(path: str) -> App:
+    """Import ``module:attribute`` (like uvicorn) and return the App it names."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"--app must look like package.module:app, got {path!r}")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"cannot import {module_name!r} ({exc}); check --app and PYTHONPATH") from exc
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise UsageError(f"{path} is not an agentledger App (found {type(app).__name__})")
+    return app

@@ -1,0 +1,145 @@
+"""One claimed run in memory: its journal, counters, budget and fenced writes.
+
+Every write goes through :meth:`Execution.record` or :meth:`Execution.finish`,
+which build one fenced :class:`~agentledger.store.base.Batch`; a rejected fence
+becomes :class:`~agentledger.engine.signals.Abandon`, so a worker that lost its
+lease stops that run at its next write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from agentledger.agent import Agent
+from agentledger.errors import LeaseLost
+from agentledger.records import Approval, Effect, OutboxItem, Run, RunStatus, Step
+from agentledger.store.base import Batch, NewEvent, RunUpdate, Store
+from agentledger.tools.contract import Tool
+from agentledger.engine.signals import Abandon, Handover
+from agentledger.workflow import Workflow
+
+
+class Execution:
+    """The state of one run while a worker holds its lease."""
+
+    def __init__(
+        self,
+        store: Store,
+        definition: Agent | Workflow,
+        run: Run,
+        owner: str,
+        tools: dict[str, Tool],
+        resources: dict[str, Any],
+        *,
+        stopping: asyncio.Event | None = None,
+        park_threshold: float = 2.0,
+    ) -> None:
+        self.store = store
+        self.definition = definition
+        self.run = run
+        self.owner = owner
+        self.epoch = run.lease_epoch
+        self.tools = tools
+        self.resources = resources
+        self.stopping = stopping or asyncio.Event()
+        self.park_threshold = park_threshold
+        self.budget = definition.budget
+        self.policy = definition.policy
+        self.journal: dict[int, Step] = {}
+        self.compensating = False
+        self.pending_events: list[NewEvent] = []  # audit events for the next journal write
+        self.step_count = run.step_count
+        self.tokens = run.tokens
+        self.cost_usd = run.cost_usd
+        self._active_base = run.active_seconds
+        self._segment_start = time.monotonic()
+
+    async def load(self) -> None:
+        for step in await self.store.load_journal(self.run.id):
+            self.journal[step.step_no] = step
+
+    # time and budget --------------------------------------------------------
+
+    def active_seconds(self) -> float:
+        return self._active_base + (time.monotonic() - self._segment_start)
+
+    def time_left(self) -> float:
+        """Active seconds left in the run's budget."""
+        return self.budget.active_seconds - self.active_seconds()
+
+    def key(self, step_no: int) -> str:
+        """The deterministic idempotency key of a step."""
+        return f"{self.run.id}:{step_no}"
+
+    def between_steps(self) -> None:
+        """Checks made before a new step: shutdown, then budgets."""
+        if self.stopping.is_set():
+            raise Abandon("worker shutting down", release=True)
+        reason = self.budget.exceeded(
+            self.step_count, self.active_seconds(), self.tokens, self.cost_usd
+        )
+        if reason is not None:
+            raise Handover("budget", reason)
+
+    # writes -------------------------------------------------------------------
+
+    async def record(
+        self,
+        step: Step,
+        *,
+        effects: Sequence[Effect] = (),
+        outbox: Sequence[OutboxItem] = (),
+        approvals: Sequence[Approval] = (),
+        events: Sequence[NewEvent] = (),
+    ) -> None:
+        """Journal a step (fenced) and commit it before anything else happens."""
+        previous = self.journal.get(step.step_no)
+        step_count = self.step_count + (0 if previous else 1)
+        tokens = self.tokens + step.tokens - (previous.tokens if previous else 0)
+        cost = self.cost_usd + step.cost_usd - (previous.cost_usd if previous else 0.0)
+        step.lease_epoch = self.epoch
+        batch = Batch(
+            self.run.id, self.epoch, self.owner,
+            steps=[step],
+            run=RunUpdate(step_count=step_count, tokens=tokens, cost_usd=cost,
+                          active_seconds=self.active_seconds()),
+            effects=list(effects), outbox=list(outbox), approvals=list(approvals),
+            events=list(events),
+        )
+        await self._commit(batch)
+        self.journal[step.step_no] = step
+        self.step_count, self.tokens, self.cost_usd = step_count, tokens, cost
+
+    async def finish(
+        self,
+        status: str,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        handover_reason: str | None = None,
+        available_at: float | None = None,
+        events: Sequence[NewEvent] = (),
+    ) -> None:
+        """Move the run out of ``running`` (terminal or waiting) and drop the lease."""
+        update = RunUpdate(
+            step_count=self.step_count, tokens=self.tokens, cost_usd=self.cost_usd,
+            active_seconds=self.active_seconds(), status=status, available_at=available_at,
+        )
+        if status in RunStatus.TERMINAL:
+            update.result, update.error, update.handover_reason = result, error, handover_reason
+        batch = Batch(self.run.id, self.epoch, self.owner, run=update, events=list(events))
+        await self._commit(batch)
+
+    async def event(self, type: str, data: Any) -> None:
+        """An audit event on its own (fenced like any other write)."""
+        await self._commit(Batch(self.run.id, self.epoch, self.owner,
+                                 events=[NewEvent(type, self.owner, data)]))
+
+    async def _commit(self, batch: Batch) -> None:
+        try:
+            await self.store.commit(batch)
+        except LeaseLost as exc:
+            raise Abandon(f"lease lost: {exc}") from None

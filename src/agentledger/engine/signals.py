@@ -1,0 +1,47 @@
+"""Control signals of the engine: not errors, and not catchable as ``Exception``.
+
+They derive from ``BaseException`` so that workflow code with a broad
+``except Exception`` cannot swallow a park, a handover or a lost lease.
+"""
+
+from __future__ import annotations
+
+
+class RunSignal(BaseException):
+    """Base of the engine's control flow."""
+
+
+class Park(RunSignal):
+    """Stop executing now; the run waits until ``available_at`` (None: until decided)."""
+
+    def __init__(self, available_at: float | None, why: str) -> None:
+        super().__init__(why)
+        self.available_at = available_at
+        self.why = why
+
+
+class Handover(RunSignal):
+    """Hand the run to a human (``needs_human``): a budget was hit or an outcome is unknown."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class Abandon(RunSignal):
+    """Stop working on the run without writing: the lease is lost or the worker stops."""
+
+    def __init__(self, why: str, release: bool = False) -> None:
+        super().__init__(why)
+        self.why = why
+        self.release = release
+
+
+class RunFailed(RunSignal):
+    """End the run as ``failed`` (e.g. the model refused); compensations run first."""
+
+    def __init__(self, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message

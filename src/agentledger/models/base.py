@@ -1,0 +1,124 @@
+"""The model interface, shaped like real chat-completion providers.
+
+A model takes the conversation (messages) and the tools it may call (JSON
+schemas) and answers with one assistant message: text, tool calls, or a refusal,
+plus usage in tokens and its cost. Providers (OpenAI-compatible, Anthropic) and
+the offline :class:`~agentledger.models.scripted.ScriptedModel` implement
+:class:`Model`; the engine never needs to know which one it talks to.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ToolCall:
+    """One call the model proposes. ``arguments`` is the raw JSON text, as providers send it."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(id=data["id"], name=data["name"], arguments=data["arguments"])
+
+
+@dataclass
+class Message:
+    """A chat message. ``role`` is system | user | assistant | tool."""
+
+    role: str
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+    refusal: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role}
+        if self.content is not None:
+            data["content"] = self.content
+        if self.tool_calls:
+            data["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            data["name"] = self.name
+        if self.refusal is not None:
+            data["refusal"] = self.refusal
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        return cls(
+            role=data["role"],
+            content=data.get("content"),
+            tool_calls=[ToolCall.from_dict(c) for c in data.get("tool_calls", [])],
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+            refusal=data.get("refusal"),
+        )
+
+
+@dataclass
+class ToolSchema:
+    """What a model sees of a tool: name, description and JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass
+class Usage:
+    """Tokens a call consumed."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass
+class ModelRequest:
+    """Everything a model call needs."""
+
+    messages: list[Message]
+    tools: list[ToolSchema]
+    timeout: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelResponse:
+    """One assistant turn. ``finish_reason`` is stop | tool_calls | refusal | length."""
+
+    message: Message
+    usage: Usage
+    cost_usd: float = 0.0
+    model: str = ""
+    finish_reason: str = "stop"
+
+
+class Model(ABC):
+    """A chat model the agent loop can call.
+
+    Implementations raise :class:`agentledger.errors.RateLimited`,
+    :class:`~agentledger.errors.ProviderError` or
+    :class:`~agentledger.errors.ToolTimeout` so the engine retries by class.
+    """
+
+    name: str = "model"
+
+    @abstractmethod
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer one turn of the conversation."""

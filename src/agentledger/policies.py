@@ -1,0 +1,66 @@
+"""Policy decisions: code that runs before every tool call.
+
+A policy is a function of the proposed call that returns :class:`Allow`,
+:class:`Deny` (the model is told ``not_allowed``) or :class:`RequireApproval`
+(the run parks until a human with the role decides, or the approval expires and
+its default applies).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Allow:
+    """Let the call go ahead."""
+
+
+@dataclass(frozen=True)
+class Deny:
+    """Refuse the call; the model gets ``not_allowed`` and the reason."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class RequireApproval:
+    """Park the run until someone with ``role`` decides."""
+
+    role: str
+    expires_in: float = 3600.0
+    default: str = "reject"  # applied on expiry
+
+
+Decision = Allow | Deny | RequireApproval
+
+
+@dataclass(frozen=True)
+class ProposedCall:
+    """A tool call the model (or workflow) proposes, with the server's values filled in."""
+
+    run_id: str
+    step_no: int
+    tool: str
+    arguments: dict[str, Any]
+    user_id: str | None
+    tenant_id: str
+    run_input: Any
+
+
+Policy = Callable[[ProposedCall], Decision | Awaitable[Decision]]
+
+
+async def decide(policy: Policy | None, call: ProposedCall) -> Decision:
+    """Run a (sync or async) policy; no policy allows everything."""
+    if policy is None:
+        return Allow()
+    decision = policy(call)
+    if inspect.isawaitable(decision):
+        decision = await decision
+    if not isinstance(decision, Allow | Deny | RequireApproval):
+        raise TypeError(f"policy returned {decision!r}; return Allow(), Deny(...) or RequireApproval(...)")
+    return decision

@@ -1,0 +1,31 @@
+"""``python -m agentledger.sandbox --port P [--ledger FILE] [--faults SPEC]``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from agentledger.sandbox.faults import EXAMPLE_SPEC, parse_faults
+from agentledger.sandbox.server import DEFAULT_PORT, serve
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse the command line and run the sandbox until interrupted."""
+    parser = argparse.ArgumentParser(
+        prog="python -m agentledger.sandbox",
+        description="StayHub sandbox: hotel, booking, payment, CRM and email providers.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port")
+    parser.add_argument("--ledger", default=None, help="SQLite file (default: a temp file)")
+    parser.add_argument("--faults", default=None, help=f"fault spec, e.g. {EXAMPLE_SPEC!r}")
+    args = parser.parse_args(argv)
+    try:
+        faults = parse_faults(args.faults) if args.faults else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    serve(args.host, args.port, args.ledger, faults)
+
+
+if __name__ == "__main__":
+    main()

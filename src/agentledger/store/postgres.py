@@ -1,0 +1,459 @@
+"""The PostgreSQL backend: many stateless workers on many hosts.
+
+One :class:`PostgresDialect` per store. The store's writer thread owns one
+psycopg 3 connection (non-autocommit, READ COMMITTED, ``dict_row`` rows):
+
+* every transaction is short, so the session runs with a ``statement_timeout``
+  and an ``idle_in_transaction_session_timeout`` -- a stuck or forgotten
+  transaction cannot pin row locks or hold back vacuum;
+* ``synchronous_commit`` is never left ``off``: a step is acknowledged only after
+  COMMIT returned, and that must mean durable (DESIGN.md "Claim, lease, fence");
+* TCP keepalives let a half-open connection (a partitioned network) fail
+  instead of hanging, so the store's reconnect loop can take over;
+* the claim is one statement, ``FOR UPDATE SKIP LOCKED``: concurrent claimers
+  never wait for each other and never claim the same run twice.
+
+Wake-ups (DESIGN.md "Scale") use LISTEN/NOTIFY on the channel
+:data:`RUNS_CHANNEL`: :func:`notify_runs` inside a transaction that made a run
+runnable, :class:`RunListener` in a worker. Notifications are only a hint --
+workers keep polling as a fallback, because a notification sent while a
+listener was reconnecting is lost.
+
+Connection settings in the URL win over the defaults set here, e.g.
+``postgresql://app@db/agentledger?application_name=eu-worker&connect_timeout=10``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+
+from agentledger.errors import StoreError, StoreUnavailable, UsageError
+from agentledger.records import RunStatus
+from agentledger.store.dialect import Dialect
+from agentledger.store.queries import RUN_COLUMNS
+
+log = logging.getLogger(__name__)
+
+RUNS_CHANNEL = "agentledger_runs"
+"""The LISTEN/NOTIFY channel that announces runnable runs."""
+
+STATEMENT_TIMEOUT = "30s"
+IDLE_IN_TRANSACTION_TIMEOUT = "60s"
+
+# Libpq settings applied unless the URL sets them itself.
+_CONNECT_DEFAULTS: dict[str, Any] = {
+    "connect_timeout": 5,
+    "application_name": "agentledger",
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+# Advisory lock key that serializes schema migrations across processes
+# (the bytes of "agentledg" would overflow; any fixed bigint will do).
+_MIGRATION_LOCK_KEY = 0x61676C6D  # "aglm"
+
+# SQLSTATEs after which the session is gone: class 08 (connection exception) is
+# matched by prefix; these are the server terminating or refusing the backend.
+_DISCONNECT_STATES = frozenset(
+    {
+        "57P01",  # admin_shutdown (pg_terminate_backend, fast shutdown)
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now (starting up, recovery)
+        "57P05",  # idle_session_timeout
+        "25P03",  # idle_in_transaction_session_timeout
+    }
+)
+
+# ``:name`` placeholders outside quoted text; ``::`` casts and ``%`` are handled too.
+_TOKENS = re.compile(
+    r"""
+      '(?:[^']|'')*'            # a string literal
+    | "(?:[^"]|"")*"            # a quoted identifier
+    | --[^\n]*                  # a line comment
+    | ::                        # a cast, not a placeholder
+    | :(?P<name>[A-Za-z_]\w*)   # a placeholder
+    | %                         # psycopg's own placeholder marker: escape it
+    """,
+    re.VERBOSE,
+)
+
+
+def _replace_token(match: re.Match[str]) -> str:
+    name = match.group("name")
+    if name is not None:
+        return f"%({name})s"
+    text = match.group(0)
+    # psycopg parses every ``%`` of a query that has parameters, even inside quotes.
+    return text.replace("%", "%%")
+
+
+@functools.lru_cache(maxsize=2048)
+def convert_placeholders(sql: str) -> str:
+    """``:name`` -> ``%(name)s`` for psycopg; quotes, comments and ``::`` casts untouched.
+
+    >>> convert_placeholders("SELECT a::text FROM t WHERE b = :b AND c LIKE 'x:%'")
+    "SELECT a::text FROM t WHERE b = %(b)s AND c LIKE 'x:%%'"
+    """
+    return _TOKENS.sub(_replace_token, sql)
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """Collapse a (multi-line) driver message into one short line."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _parse_url(url: str) -> dict[str, Any]:
+    try:
+        return dict(conninfo_to_dict(url))
+    except psycopg.Error as exc:
+        raise StoreUnavailable(
+            f"invalid PostgreSQL URL ({one_line(str(exc))}); "
+            "use postgresql://user:password@host:5432/dbname"
+        ) from exc
+
+
+def _where(params: dict[str, Any]) -> str:
+    """``host:port/dbname`` for messages (never the password)."""
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    port = str(params.get("port") or 5432)
+    dbname = params.get("dbname") or params.get("user") or ""
+    return f"{host}:{port}/{dbname}" if dbname else f"{host}:{port}"
+
+
+def connect(url: str, *, autocommit: bool = False, **overrides: Any) -> psycopg.Connection[Any]:
+    """Open a psycopg connection with agentledger's session settings.
+
+    Settings present in ``url`` win over :data:`_CONNECT_DEFAULTS`; ``overrides``
+    win over both. Raises :class:`StoreUnavailable` with a one-line message that
+    says what to do when the server cannot be reached.
+    """
+    params = _parse_url(url)
+    extra = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in params}
+    extra.update(overrides)
+    try:
+        conn: psycopg.Connection[Any] = psycopg.connect(
+            url, autocommit=autocommit, row_factory=dict_row, **extra
+        )
+    except psycopg.Error as exc:
+        raise connect_error(exc, params) from exc
+    try:
+        conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+        conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT}'")
+        sync = conn.execute("SHOW synchronous_commit").fetchone()
+        if sync is not None and sync["synchronous_commit"] == "off":
+            conn.execute("SET synchronous_commit = on")
+        if not autocommit:
+            conn.commit()
+    except psycopg.Error as exc:
+        conn.close()
+        raise connect_error(exc, params) from exc
+    return conn
+
+
+def connect_error(exc: BaseException, params: dict[str, Any]) -> StoreUnavailable:
+    """A one-line, actionable error for a failed connection attempt."""
+    text = one_line(str(exc))
+    where = _where(params)
+    dbname = params.get("dbname") or params.get("user") or "?"
+    if f'database "{dbname}" does not exist' in text:
+        return StoreUnavailable(
+            f"PostgreSQL database {dbname!r} does not exist at {where} ({text}); "
+            f"create it (createdb {dbname}) or check --db"
+        )
+    login = ("authentication failed", "no pg_hba.conf entry", "password", 'role "')
+    if any(marker in text for marker in login):
+        return StoreUnavailable(
+            f"PostgreSQL at {where} rejected the login ({text}); check the user and password in --db"
+        )
+    return StoreUnavailable(
+        f"cannot connect to PostgreSQL at {where} ({text}): is the server running? check --db"
+    )
+
+
+class PostgresDialect(Dialect):
+    """PostgreSQL hooks (psycopg 3)."""
+
+    name = "postgres"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.params = _parse_url(url)
+        self.where = _where(self.params)
+        # Until the first migration has run, write transactions take an advisory
+        # lock so that processes opening a fresh database at once migrate one by
+        # one (see begin_write / after_migrate).
+        self._schema_ready = False
+
+    # connections ----------------------------------------------------------
+
+    def connect(self) -> psycopg.Connection[Any]:
+        conn = connect(self.url)
+        conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+        return conn
+
+    def begin_write(self, conn: Any) -> None:
+        # psycopg opens the transaction itself (BEGIN ISOLATION LEVEL READ
+        # COMMITTED) before the first statement, and COMMIT/ROLLBACK end it, so
+        # plain SAVEPOINT statements nest inside it as they should.
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            conn.rollback()
+        if not self._schema_ready:
+            # The first write on a store is queries.migrate(): serialize it with
+            # every other process migrating the same database.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
+
+    def after_migrate(self, conn: Any) -> None:
+        self._schema_ready = True
+
+    def commit(self, conn: Any) -> None:
+        conn.commit()
+
+    def rollback(self, conn: Any) -> None:
+        if not conn.closed:
+            conn.rollback()
+
+    def close(self, conn: Any) -> None:
+        if conn is not None:
+            conn.close()
+
+    # statements -------------------------------------------------------------
+
+    def execute(self, conn: Any, sql: str, params: dict[str, Any] | None = None) -> int:
+        cursor = conn.execute(convert_placeholders(sql), params or {})
+        return int(cursor.rowcount)
+
+    def fetchall(
+        self, conn: Any, sql: str, params: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        cursor = conn.execute(convert_placeholders(sql), params or {})
+        if cursor.description is None:
+            return []
+        return list(cursor.fetchall())
+
+    def claim_sql(self, n_targets: int) -> str:
+        targets = ", ".join(f":t{i}" for i in range(n_targets))
+        returning = ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
+        return (
+            "WITH c AS (SELECT id FROM runs WHERE target IN (" + targets + ") AND ("
+            f"(status IN ('{RunStatus.QUEUED}', '{RunStatus.WAITING}') AND available_at <= :now) "
+            f"OR (status = '{RunStatus.RUNNING}' AND lease_expires_at < :now)) "
+            "ORDER BY available_at LIMIT :limit FOR UPDATE SKIP LOCKED) "
+            f"UPDATE runs r SET status = '{RunStatus.RUNNING}', lease_owner = :owner, "
+            "lease_epoch = r.lease_epoch + 1, lease_expires_at = :expires, updated_at = :now, "
+            f"resumes = r.resumes + (CASE WHEN r.status = '{RunStatus.RUNNING}' THEN 1 ELSE 0 END) "
+            f"FROM c WHERE r.id = c.id RETURNING {returning}"
+        )
+
+    # errors ---------------------------------------------------------------------
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        return isinstance(exc, pg_errors.UniqueViolation)
+
+    def is_disconnect(self, exc: BaseException) -> bool:
+        if isinstance(exc, psycopg.InterfaceError):
+            return True  # "the connection is closed" and friends
+        if not isinstance(exc, psycopg.Error):
+            return False
+        state = exc.sqlstate
+        if state is None:
+            # Client-side failures (server closed the connection, consuming
+            # input failed, connection refused) carry no SQLSTATE.
+            return isinstance(exc, psycopg.OperationalError)
+        return state.startswith("08") or state in _DISCONNECT_STATES
+
+    def translate(self, exc: BaseException) -> StoreError:
+        if isinstance(exc, StoreError):
+            return exc
+        if isinstance(exc, UsageError):
+            return StoreUnavailable(str(exc))
+        text = one_line(str(exc))
+        if self.is_disconnect(exc):
+            return StoreUnavailable(
+                f"lost the connection to PostgreSQL at {self.where} ({text}); "
+                "is the server running? check --db"
+            )
+        if isinstance(exc, pg_errors.QueryCanceled):
+            return StoreError(
+                f"PostgreSQL statement timed out at {self.where} ({text}); "
+                "look for long transactions holding locks"
+            )
+        if isinstance(exc, pg_errors.UndefinedTable):
+            return StoreError(
+                f"PostgreSQL at {self.where} has no agentledger schema ({text}); "
+                "open the store once to migrate it, or check --db"
+            )
+        return StoreError(f"PostgreSQL error at {self.where}: {text}")
+
+
+# LISTEN/NOTIFY wake-ups ---------------------------------------------------------
+
+
+def notify_runs(conn: Any, payload: str = "") -> None:
+    """Announce on :data:`RUNS_CHANNEL` that runs may be claimable.
+
+    Run it inside the transaction that made them runnable: PostgreSQL delivers
+    the notification only when (and if) that transaction commits.
+    """
+    if payload:
+        conn.execute("SELECT pg_notify(%s, %s)", (RUNS_CHANNEL, payload))
+    else:
+        conn.execute(f"NOTIFY {RUNS_CHANNEL}")
+
+
+class RunListener:
+    """A thread that LISTENs on :data:`RUNS_CHANNEL` and calls ``callback(payload)``.
+
+    It owns its own autocommit connection. A dead connection -- the server
+    restarted, the backend was terminated, the network dropped (TCP keepalives,
+    plus a ``SELECT 1`` health check every ``health_interval`` seconds) -- is
+    replaced with exponential backoff up to ``max_backoff`` seconds.
+
+    Notifications sent while the listener was disconnected are lost, so after
+    every reconnect the callback is called once with :attr:`RECONNECTED` (a
+    payload no NOTIFY can carry): "you may have missed something, poll now". Workers must keep
+    a polling fallback anyway; the listener only makes wake-ups fast.
+
+    The callback runs on the listener thread; keep it short (e.g.
+    ``loop.call_soon_threadsafe(event.set)``). Its exceptions are logged.
+
+    >>> listener = RunListener(url, lambda payload: wake.set())
+    >>> listener.start()          # returns at once; see wait_listening()
+    >>> listener.stop()
+    """
+
+    RECONNECTED = "\x00reconnected"  # PostgreSQL text cannot hold NUL: never a real payload
+
+    def __init__(
+        self,
+        url: str,
+        callback: Callable[[str], None],
+        *,
+        channel: str = RUNS_CHANNEL,
+        poll_interval: float = 0.5,
+        health_interval: float = 5.0,
+        max_backoff: float = 5.0,
+        application_name: str = "agentledger-listener",
+    ) -> None:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", channel):
+            raise UsageError(f"invalid LISTEN channel {channel!r}; use letters, digits and _")
+        self.url = url
+        self.callback = callback
+        self.channel = channel
+        self.poll_interval = poll_interval
+        self.health_interval = health_interval
+        self.max_backoff = max_backoff
+        self.application_name = application_name
+        self.reconnects = 0  # successful re-LISTENs after a lost connection
+        self.backend_pid: int | None = None
+        self._stop = threading.Event()
+        self._listening = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run, name="agentledger-listener", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop listening and close the connection (waits for the thread)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def wait_listening(self, timeout: float | None = None) -> bool:
+        """Block until LISTEN is active (again); False on timeout."""
+        return self._listening.wait(timeout)
+
+    @property
+    def listening(self) -> bool:
+        return self._listening.is_set()
+
+    # the thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        delay = 0.1
+        lost = False
+        while not self._stop.is_set():
+            try:
+                self._conn = connect(
+                    self.url, autocommit=True, application_name=self.application_name
+                )
+                self._conn.execute(f"LISTEN {self.channel}")
+                self.backend_pid = self._conn.info.backend_pid
+            except Exception as exc:
+                self._close()
+                log.warning("listener cannot LISTEN on %s (%s); retrying", self.channel, exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.max_backoff)
+                continue
+            delay = 0.1
+            self._listening.set()
+            if lost:
+                self.reconnects += 1
+                self._deliver(self.RECONNECTED)
+            try:
+                self._listen(self._conn)
+            except Exception as exc:
+                if self._stop.is_set():
+                    break
+                log.warning("listener connection lost (%s); reconnecting", exc)
+                lost = True
+            finally:
+                self._listening.clear()
+                self._close()
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        checked = time.monotonic()
+        while not self._stop.is_set():
+            for note in conn.notifies(timeout=self.poll_interval):
+                if note.channel == self.channel:
+                    self._deliver(note.payload)
+                if self._stop.is_set():
+                    return
+            if time.monotonic() - checked >= self.health_interval:
+                conn.execute("SELECT 1")
+                checked = time.monotonic()
+
+    def _deliver(self, payload: str) -> None:
+        try:
+            self.callback(payload)
+        except Exception:
+            log.exception("RunListener callback failed")
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+
+__all__ = [
+    "RUNS_CHANNEL",
+    "PostgresDialect",
+    "RunListener",
+    "connect",
+    "convert_placeholders",
+    "notify_runs",
+]

@@ -1,0 +1,184 @@
+"""Tool contracts: what a tool changes and how the runtime must call it.
+
+    @tool(effect="money", timeout=10, idempotency="provider",
+          status_check=payment_status, server_args={"amount": price_of_booking})
+    async def create_payment(ctx: ToolContext, booking_id: str, amount: int = 0) -> dict:
+        ...
+
+The argument schema comes from the type hints (validated with pydantic); the
+JSON schema a model sees leaves out the server-computed arguments, and any value
+the model passes for one is dropped and recorded.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from agentledger.errors import InvalidArguments, UsageError
+from agentledger.models.base import ToolSchema
+from agentledger.tools.context import ToolContext
+from agentledger.tools.status import Status
+
+Effect = Literal["read", "write", "money", "notify"]
+Idempotency = Literal["none", "provider", "effects"]
+Delivery = Literal["direct", "outbox"]
+
+ToolFn = Callable[..., Awaitable[Any]]
+StatusCheck = Callable[[ToolContext, dict[str, Any]], Awaitable[Status]]
+ServerArg = Callable[[ToolContext, dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries by failure class (DESIGN.md, "Retry by failure class")."""
+
+    rate_limited: int = 3
+    provider_error: int = 2
+    timeout: int = 1  # reads only; a write's timeout is an unknown outcome
+    base_delay: float = 0.2
+    max_delay: float = 30.0
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """How to undo a tool's effect: another tool, with arguments built from the result."""
+
+    tool: str
+    arguments: Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+@dataclass
+class Tool:
+    """A callable with a contract. Build with :func:`tool`."""
+
+    name: str
+    fn: ToolFn
+    description: str
+    effect: Effect = "read"
+    timeout: float = 10.0
+    idempotency: Idempotency = "none"
+    status_check: StatusCheck | None = None
+    compensation: Compensation | None = None
+    approval: str | None = None
+    server_args: dict[str, ServerArg] = field(default_factory=dict)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    delivery: Delivery = "direct"
+    outbox_attempts: int = 5
+    outbox_key: Callable[[dict[str, Any], ToolContext], str] | None = None
+    args_model: type[BaseModel] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.effect != "read" and self.idempotency == "none":
+            # A write with no declared guard is guarded by the effects table.
+            self.idempotency = "effects"
+        self.args_model = _args_model(self.name, self.fn)
+        unknown = set(self.server_args) - set(self.args_model.model_fields)
+        if unknown:
+            raise UsageError(
+                f"tool {self.name}: server_args {sorted(unknown)} are not parameters of the function"
+            )
+
+    @property
+    def writes(self) -> bool:
+        """True for a tool that changes something outside the run."""
+        return self.effect != "read"
+
+    def schema(self) -> ToolSchema:
+        """The schema a model sees: server-computed arguments left out."""
+        full = self.args_model.model_json_schema()
+        props = {k: v for k, v in full.get("properties", {}).items() if k not in self.server_args}
+        required = [r for r in full.get("required", []) if r not in self.server_args]
+        params: dict[str, Any] = {"type": "object", "properties": props, "required": required}
+        if "$defs" in full:
+            params["$defs"] = full["$defs"]
+        return ToolSchema(name=self.name, description=self.description, parameters=params)
+
+    def validate(self, raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Validate model arguments. Returns (valid args, ignored server-arg values)."""
+        ignored = {k: raw[k] for k in self.server_args if k in raw}
+        given = {k: v for k, v in raw.items() if k not in self.server_args}
+        try:
+            model = self.args_model.model_validate(given)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise InvalidArguments(f"invalid arguments for {self.name}: {problems}") from None
+        values = model.model_dump(exclude_unset=False)
+        for name in self.server_args:
+            values.pop(name, None)
+        return values, ignored
+
+    async def fill_server_args(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        """Compute the server's arguments from the validated ones."""
+        filled = dict(args)
+        for name, compute in self.server_args.items():
+            filled[name] = await compute(ctx, args)
+        return filled
+
+    async def call(self, ctx: ToolContext, args: dict[str, Any]) -> Any:
+        return await self.fn(ctx, **args)
+
+
+def _args_model(name: str, fn: ToolFn) -> type[BaseModel]:
+    signature = inspect.signature(fn)
+    hints = get_type_hints(fn)
+    params = list(signature.parameters.values())
+    if not params:
+        raise UsageError(f"tool {name}: the first parameter must be the ToolContext")
+    fields: dict[str, Any] = {}
+    for param in params[1:]:
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    config = ConfigDict(extra="forbid")
+    model: type[BaseModel] = create_model(f"{name}_args", __config__=config, **fields)
+    return model
+
+
+def tool(
+    fn: ToolFn | None = None,
+    *,
+    name: str | None = None,
+    effect: Effect = "read",
+    timeout: float = 10.0,
+    idempotency: Idempotency = "none",
+    status_check: StatusCheck | None = None,
+    compensation: Compensation | None = None,
+    approval: str | None = None,
+    server_args: dict[str, ServerArg] | None = None,
+    retry: RetryPolicy | None = None,
+    delivery: Delivery = "direct",
+    outbox_attempts: int = 5,
+    outbox_key: Callable[[dict[str, Any], ToolContext], str] | None = None,
+    description: str | None = None,
+) -> Any:
+    """Declare a tool with its contract. Usable bare (``@tool``) or with arguments."""
+
+    def wrap(f: ToolFn) -> Tool:
+        if not inspect.iscoroutinefunction(f):
+            raise UsageError(f"tool {f.__name__} must be an async function")
+        return Tool(
+            name=name or f.__name__,
+            fn=f,
+            description=description or inspect.getdoc(f) or f.__name__,
+            effect=effect,
+            timeout=timeout,
+            idempotency=idempotency,
+            status_check=status_check,
+            compensation=compensation,
+            approval=approval,
+            server_args=dict(server_args or {}),
+            retry=retry or RetryPolicy(),
+            delivery=delivery,
+            outbox_attempts=outbox_attempts,
+            outbox_key=outbox_key,
+        )
+
+    return wrap(fn) if fn is not None else wrap
