@@ -25,6 +25,7 @@ Connection settings in the URL win over the defaults set here, e.g.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
@@ -177,7 +178,8 @@ def connect_error(exc: BaseException, params: dict[str, Any]) -> StoreUnavailabl
     login = ("authentication failed", "no pg_hba.conf entry", "password", 'role "')
     if any(marker in text for marker in login):
         return StoreUnavailable(
-            f"PostgreSQL at {where} rejected the login ({text}); check the user and password in --db"
+            f"PostgreSQL at {where} rejected the login ({text}); "
+            "check the user and password in --db"
         )
     return StoreUnavailable(
         f"cannot connect to PostgreSQL at {where} ({text}): is the server running? check --db"
@@ -191,7 +193,10 @@ class PostgresDialect(Dialect):
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self.params = _parse_url(url)
+        try:
+            self.params = _parse_url(url)
+        except StoreUnavailable:
+            self.params = {}  # connect() raises it again, from store.open()
         self.where = _where(self.params)
         # Until the first migration has run, write transactions take an advisory
         # lock so that processes opening a fresh database at once migrate one by
@@ -368,9 +373,7 @@ class RunListener:
         if self._thread is not None:
             return
         self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._run, name="agentledger-listener", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name="agentledger-listener", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -443,10 +446,8 @@ class RunListener:
     def _close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            try:
+            with contextlib.suppress(Exception):
                 conn.close()
-            except Exception:
-                pass
 
 
 __all__ = [

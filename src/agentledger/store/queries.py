@@ -107,7 +107,8 @@ def get_run(d: Dialect, conn: Any, run_id: str) -> Run | None:
 def list_runs(
     d: Dialect, conn: Any, status: str | None, name: str | None, limit: int
 ) -> list[Run]:
-    where, params = [], {"limit": limit}
+    where: list[str] = []
+    params: dict[str, Any] = {"limit": limit}
     if status:
         where.append("status = :status")
         params["status"] = status

@@ -183,11 +183,11 @@ class SQLStore(Store):
             raise
         self.group_sizes.append(len(jobs))
         # Durable now: acknowledge every batch of the group.
-        for job, exc in outcomes:
-            if exc is None:
+        for job, failure in outcomes:
+            if failure is None:
                 job.future.set_result(None)
             else:
-                job.future.set_exception(exc)
+                job.future.set_exception(failure)
 
     def _rollback(self) -> None:
         try:

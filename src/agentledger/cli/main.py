@@ -1,0 +1,41 @@
+"""The ``agentledger`` command."""
+
+from __future__ import annotations
+
+import click
+
+from agentledger.cli import ops, runs
+from agentledger.cli.common import guarded
+
+
+@click.group()
+@click.version_option(package_name="agentledger")
+def cli() -> None:
+    """agentledger: a durable runtime for AI agents that change things in the world.
+
+    Set AGENTLEDGER_DEBUG=1 to see tracebacks.
+    """
+
+
+cli.add_command(runs.submit)
+cli.add_command(runs.runs)
+cli.add_command(ops.worker)
+cli.add_command(ops.migrate)
+cli.add_command(ops.approvals)
+cli.add_command(ops.outbox)
+
+try:  # commands whose modules are optional parts of the package
+    from agentledger.cli import extra
+
+    extra.register(cli)
+except ImportError:  # pragma: no cover
+    pass
+
+
+@guarded
+def main() -> None:
+    cli(standalone_mode=True)
+
+
+if __name__ == "__main__":
+    main()

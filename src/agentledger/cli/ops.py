@@ -1,0 +1,137 @@
+"""Operator commands: worker, migrate, approvals, outbox, example."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from agentledger.app import load_app
+from agentledger.cli.common import db_option, json_option, print_json, run_async, with_store
+from agentledger.store import SQLStore, open_store
+from agentledger.worker import Worker, WorkerConfig
+
+
+@click.command("worker")
+@click.option("--app", "app_path", envvar="AGENTLEDGER_APP", required=True,
+              help="module:attr of the App to run, e.g. agentledger.stayhub.app:app")
+@db_option
+@click.option("--concurrency", default=50, show_default=True, help="Runs executed at once.")
+@click.option("--lease-seconds", default=15.0, show_default=True)
+@click.option("--poll-seconds", default=0.2, show_default=True)
+@click.option("--shutdown-grace", default=10.0, show_default=True)
+@click.option("--no-outbox", is_flag=True, help="Do not deliver outbox rows in this process.")
+@click.option("-v", "--verbose", is_flag=True)
+def worker(app_path: str, db: str, concurrency: int, lease_seconds: float, poll_seconds: float,
+           shutdown_grace: float, no_outbox: bool, verbose: bool) -> None:
+    """Claim and execute runs until SIGTERM (then release them and exit 0)."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = load_app(app_path)
+    config = WorkerConfig(concurrency=concurrency, lease_seconds=lease_seconds,
+                          poll_seconds=poll_seconds, shutdown_grace=shutdown_grace,
+                          outbox=not no_outbox)
+
+    async def main() -> None:
+        store = open_store(db)
+        await store.open()
+        try:
+            await Worker(store, app, config).run()
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+@click.command("migrate")
+@db_option
+@run_async
+async def migrate(db: str) -> None:
+    """Create or upgrade the schema."""
+    applied = await with_store(db, lambda s: s.migrate())
+    click.echo(f"schema up to date{' (applied ' + str(applied) + ')' if applied else ''}")
+
+
+@click.group("approvals")
+def approvals() -> None:
+    """Pending approvals and decisions."""
+
+
+@approvals.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Include decided approvals.")
+@db_option
+@json_option
+@run_async
+async def list_approvals(show_all: bool, db: str, as_json: bool) -> None:
+    found = await with_store(db, lambda s: s.get_approvals(pending=not show_all))
+    if as_json:
+        print_json([a.__dict__ for a in found])
+        return
+    table = Table("approval", "run", "step", "tool", "role", "decision", "arguments")
+    for a in found:
+        table.add_row(a.id, a.run_id, str(a.step_no), a.tool, a.required_role,
+                      a.decision or "pending", str(a.arguments))
+    Console().print(table)
+
+
+def _decide(decision: str) -> Any:
+    @click.argument("approval_id")
+    @click.option("--by", "decided_by", required=True, help="Who decides (recorded).")
+    @db_option
+    @run_async
+    async def command(approval_id: str, decided_by: str, db: str) -> None:
+        a = await with_store(db, lambda s: s.decide_approval(approval_id, decision, decided_by))
+        click.echo(f"{a.id} {a.decision} by {a.decided_by}; run {a.run_id} re-queued")
+
+    command.__doc__ = f"{decision.capitalize()} a pending approval."
+    return command
+
+
+approvals.command("approve")(_decide("approve"))
+approvals.command("reject")(_decide("reject"))
+
+
+@click.group("outbox", invoke_without_command=True)
+@click.option("--app", "app_path", envvar="AGENTLEDGER_APP", default=None)
+@db_option
+@click.pass_context
+def outbox(ctx: click.Context, app_path: str | None, db: str) -> None:
+    """Deliver due outbox rows (needs --app), or inspect dead letters."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not app_path:
+        raise click.UsageError("pass --app module:app to deliver, or use `outbox dead`")
+    from agentledger.outbox import OutboxDispatcher
+    from agentledger.worker.liveness import make_owner_id
+
+    app = load_app(app_path)
+
+    async def go(store: SQLStore) -> int:
+        await app.startup()
+        try:
+            return await OutboxDispatcher(store, app, make_owner_id()).drain()
+        finally:
+            await app.shutdown()
+
+    handled = asyncio.run(with_store(db, go))
+    click.echo(f"handled {handled} outbox rows")
+
+
+@outbox.command("dead")
+@db_option
+@json_option
+@run_async
+async def outbox_dead(db: str, as_json: bool) -> None:
+    """Dead letters: deliveries that exhausted their retries, with their history."""
+    found = await with_store(db, lambda s: s.list_outbox("dead"))
+    if as_json:
+        print_json([i.__dict__ for i in found])
+        return
+    table = Table("key", "run", "tool", "attempts", "last error")
+    for i in found:
+        table.add_row(i.key, i.run_id, i.tool, str(i.attempts), i.last_error or "")
+    Console().print(table)

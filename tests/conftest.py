@@ -1,0 +1,83 @@
+"""Shared fixtures: every store test runs on each backend.
+
+* ``store_url`` -- parametrized over ``sqlite`` (a file in ``tmp_path``) and
+  ``postgres`` (a fresh database per test, cloned from a per-session template
+  with the schema migrated, dropped after the test; marked ``postgres``).
+* ``store`` -- an opened store on ``store_url``, closed after the test.
+* ``pg_url`` -- PostgreSQL only, for PostgreSQL-specific tests.
+
+PostgreSQL comes from ``AGENTLEDGER_TEST_PG`` (see tests/dbutil.py). When it is
+not reachable, postgres tests are skipped -- unless ``CI`` is set (non-empty),
+where they fail: CI must never go green by skipping the production backend.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+import dbutil
+from agentledger.store import SQLStore, open_store
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
+
+
+def require_pg() -> None:
+    """Skip (locally) or fail (CI) when the test PostgreSQL server is not reachable."""
+    if dbutil.pg_available():
+        return
+    message = (
+        f"PostgreSQL not reachable at {dbutil.admin_url()}; start it or set "
+        "AGENTLEDGER_TEST_PG=postgresql://user@host:port/postgres"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def _pg_session() -> Iterator[None]:
+    """Makes sure the server is there; drops the template database at session end."""
+    require_pg()
+    yield
+    dbutil.drop_template()
+
+
+@pytest.fixture
+def pg_url(_pg_session: None) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for one test."""
+    url = dbutil.make_pg_database()
+    try:
+        yield url
+    finally:
+        dbutil.drop_pg_database(url)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL on each backend; the database is fresh for every test."""
+    if backend == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return f"sqlite:///{tmp_path / 'agentledger.db'}"
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[SQLStore]:
+    """An opened store on ``store_url``."""
+    opened = open_store(store_url)
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()

@@ -1,0 +1,132 @@
+"""Throw-away PostgreSQL databases for tests.
+
+The server comes from ``AGENTLEDGER_TEST_PG`` (an admin URL; default
+``postgresql://postgres@127.0.0.1:5432/postgres``). Each test gets a fresh
+database ``al_test_<random>``, cloned from a template database that holds the
+migrated schema (``CREATE DATABASE ... TEMPLATE``, a file copy: milliseconds).
+The template is built once per test session and dropped at its end.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+_available: bool | None = None
+_template: str | None = None
+
+
+def admin_url() -> str:
+    return os.environ.get("AGENTLEDGER_TEST_PG") or DEFAULT_ADMIN_URL
+
+
+def _admin() -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(admin_url(), autocommit=True, connect_timeout=3)
+
+
+def pg_available() -> bool:
+    """True when the admin URL accepts a connection (checked once per session)."""
+    global _available
+    if _available is None:
+        try:
+            with _admin() as conn:
+                conn.execute("SELECT 1")
+            _available = True
+        except psycopg.Error:
+            _available = False
+    return _available
+
+
+def url_for(dbname: str, **query: str) -> str:
+    """The admin URL pointed at another database (plus optional URL parameters)."""
+    parts = urlsplit(admin_url())
+    extra = "&".join(f"{k}={v}" for k, v in query.items())
+    q = "&".join(p for p in (parts.query, extra) if p)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, q, ""))
+
+
+def dbname_of(url: str) -> str:
+    return urlsplit(url).path.lstrip("/")
+
+
+def _create(name: str, template: str | None) -> None:
+    with _admin() as conn:
+        if template is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        else:
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(template)
+                )
+            )
+
+
+def _drop(name: str) -> None:
+    with _admin() as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def template_database() -> str:
+    """The session's template database with the current schema (built on first use)."""
+    global _template
+    if _template is None:
+        from agentledger.store import queries
+        from agentledger.store.postgres import PostgresDialect
+
+        name = f"al_template_{secrets.token_hex(4)}"
+        _create(name, None)
+        dialect = PostgresDialect(url_for(name))
+        conn = dialect.connect()
+        try:
+            queries.migrate(dialect, conn)
+        finally:
+            conn.close()
+        _template = name
+    return _template
+
+
+def drop_template() -> None:
+    """Drop the session's template database, if one was built."""
+    global _template
+    if _template is not None:
+        _drop(_template)
+        _template = None
+
+
+def make_pg_database(*, migrated: bool = True) -> str:
+    """Create a fresh database and return its URL.
+
+    ``migrated=True`` clones the session template (schema in place, as after a
+    first ``store.open()``); ``migrated=False`` gives an empty database.
+    """
+    name = f"al_test_{secrets.token_hex(6)}"
+    _create(name, template_database() if migrated else None)
+    return url_for(name)
+
+
+def drop_pg_database(url: str) -> None:
+    """Drop a database made by :func:`make_pg_database`, closing its connections."""
+    _drop(dbname_of(url))
+
+
+def terminate_backends(url: str, application_name: str | None = None) -> int:
+    """``pg_terminate_backend`` every session on ``url``'s database (optionally one app's)."""
+    query = (
+        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity "
+        "WHERE datname = %s AND pid <> pg_backend_pid()"
+    )
+    params: list[str] = [dbname_of(url)]
+    if application_name is not None:
+        query += " AND application_name = %s"
+        params.append(application_name)
+    with _admin() as conn:
+        row = conn.execute(query, params).fetchone()
+    return int(str(row[0])) if row else 0

@@ -1,0 +1,24 @@
+"""Fixtures for the store suite (see tests/conftest.py for ``store_url`` and ``store``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import dbutil
+
+
+@pytest.fixture
+def empty_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL to an EMPTY database on each backend (no schema yet)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    request.getfixturevalue("_pg_session")
+    url = dbutil.make_pg_database(migrated=False)
+    try:
+        yield url
+    finally:
+        dbutil.drop_pg_database(url)

@@ -1,0 +1,267 @@
+"""PostgreSQL-only behaviour: SKIP LOCKED claims across processes, connection
+errors, LISTEN/NOTIFY wake-ups and surviving a terminated backend."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections import Counter
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+import dbutil
+from agentledger.errors import LeaseLost, StoreError, StoreUnavailable
+from agentledger.records import Effect, Run, Step
+from agentledger.store import Batch, EffectClaimed, NewRun, RunUpdate, SQLStore, open_store
+from agentledger.store.postgres import (
+    PostgresDialect,
+    RunListener,
+    connect,
+    convert_placeholders,
+    notify_runs,
+)
+
+pytestmark = pytest.mark.postgres
+
+TARGET = "agent@1"
+
+
+def new_run() -> NewRun:
+    return NewRun(kind="agent", name="agent", version="1", input={})
+
+
+def step(run: Run, step_no: int) -> Step:
+    return Step(
+        run_id=run.id,
+        step_no=step_no,
+        kind="tool",
+        name="t",
+        status="succeeded",
+        output={"n": step_no},
+        idempotency_key=f"{run.id}:{step_no}",
+        lease_epoch=run.lease_epoch,
+    )
+
+
+def batch(run: Run, /, **kw: object) -> Batch:
+    assert run.lease_owner is not None
+    return Batch(run_id=run.id, epoch=run.lease_epoch, owner=run.lease_owner, **kw)  # type: ignore[arg-type]
+
+
+async def opened(url: str) -> SQLStore:
+    store = open_store(url)
+    await store.open()
+    return store
+
+
+def wait_for(predicate: object, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+# placeholders and error classification (no server needed) ----------------------
+
+
+def test_placeholders_are_converted_outside_quotes_only() -> None:
+    assert convert_placeholders("SELECT * FROM t WHERE a = :a AND b = :b_2") == (
+        "SELECT * FROM t WHERE a = %(a)s AND b = %(b_2)s"
+    )
+    assert convert_placeholders("SELECT x::text, ':no' AS \"c:d\" FROM t WHERE y = :y") == (
+        "SELECT x::text, ':no' AS \"c:d\" FROM t WHERE y = %(y)s"
+    )
+    assert convert_placeholders("SELECT 'it''s :x', 5 % 2 WHERE z LIKE 'a%' AND w=:w") == (
+        "SELECT 'it''s :x', 5 %% 2 WHERE z LIKE 'a%%' AND w=%(w)s"
+    )
+    assert convert_placeholders("SELECT 1 -- :not_a_param\n, :p") == (
+        "SELECT 1 -- :not_a_param\n, %(p)s"
+    )
+
+
+def test_disconnects_are_told_apart_from_other_errors() -> None:
+    d = PostgresDialect("postgresql://h/db")
+    assert d.is_disconnect(psycopg.OperationalError("server closed the connection unexpectedly"))
+    assert d.is_disconnect(psycopg.InterfaceError("the connection is closed"))
+    assert d.is_disconnect(psycopg.errors.AdminShutdown("terminating connection"))
+    assert d.is_disconnect(psycopg.errors.ConnectionFailure("gone"))
+    assert not d.is_disconnect(psycopg.errors.DeadlockDetected("deadlock"))
+    assert not d.is_disconnect(psycopg.errors.QueryCanceled("statement timeout"))
+    assert not d.is_disconnect(psycopg.errors.UniqueViolation("dup"))
+    assert not d.is_disconnect(ValueError("x"))
+    assert d.is_unique_violation(psycopg.errors.UniqueViolation("dup"))
+    assert isinstance(d.translate(psycopg.errors.AdminShutdown("bye")), StoreUnavailable)
+    error = d.translate(psycopg.errors.SyntaxError("syntax error at\nline 2"))
+    assert type(error) is StoreError and "\n" not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://nohost:1/x", "cannot connect to PostgreSQL at nohost:1/x"),
+        ("postgresql://127.0.0.1:1/x", "cannot connect to PostgreSQL at 127.0.0.1:1/x"),
+        ("postgresql://h/x?nonsense=1", "invalid PostgreSQL URL"),
+    ],
+)
+async def test_unreachable_server_fails_open_with_one_line(url: str, expected: str) -> None:
+    store = open_store(url)
+    with pytest.raises(StoreUnavailable) as info:
+        await store.open()
+    message = str(info.value)
+    assert message.startswith(expected)
+    assert "\n" not in message
+    assert "check --db" in message or "use postgresql://" in message
+
+
+async def test_unknown_database_and_role_say_what_to_do(pg_url: str) -> None:
+    missing = dbutil.url_for("al_no_such_db")
+    with pytest.raises(StoreUnavailable, match=r"does not exist.*createdb al_no_such_db") as info:
+        await open_store(missing).open()
+    assert "\n" not in str(info.value)
+    with pytest.raises(StoreUnavailable, match="check the user"):
+        parts = urlsplit(pg_url)
+        connect(f"postgresql://al_no_such_role@{parts.hostname}:{parts.port or 5432}{parts.path}")
+
+
+# claims across processes ---------------------------------------------------------------
+
+
+async def test_concurrent_stores_claim_every_run_exactly_once(pg_url: str) -> None:
+    stores = [await opened(pg_url) for _ in range(4)]
+    try:
+        await asyncio.gather(*(stores[i % 4].create_run(new_run()) for i in range(100)))
+
+        async def drain(store: SQLStore, owner: str) -> list[str]:
+            claimed: list[str] = []
+            while got := await store.claim_runs(owner, [TARGET], 3, 60):
+                claimed += [r.id for r in got]
+            return claimed
+
+        results = await asyncio.gather(*(drain(s, f"w{i}") for i, s in enumerate(stores)))
+        every = [run_id for claimed in results for run_id in claimed]
+        assert len(every) == 100 and len(set(every)) == 100
+        assert sum(1 for claimed in results if claimed) >= 2  # they really competed
+        assert await stores[0].count_runs() == {"running": 100}
+        runs = await stores[0].list_runs(limit=200)
+        assert {r.lease_epoch for r in runs} == {1}
+        owners = {run_id: f"w{i}" for i, claimed in enumerate(results) for run_id in claimed}
+        assert all(r.lease_owner == owners[r.id] for r in runs)
+        claims = Counter(e.run_id for e in await stores[0].list_events() if e.type == "run.claimed")
+        assert set(claims.values()) == {1} and len(claims) == 100
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))
+
+
+async def test_effect_claimed_concurrently_by_another_process(pg_url: str) -> None:
+    store = await opened(pg_url)
+    try:
+        await store.create_run(new_run())
+        await store.create_run(new_run())
+        first, second = await store.claim_runs("w1", [TARGET], 2, 60)
+        # Another worker process claims the key and has not committed yet.
+        other = psycopg.connect(pg_url)
+        other.execute(
+            "INSERT INTO effects (key, run_id, step_no, status, result, updated_at) "
+            "VALUES ('pay:1', 'r-other', 5, 'claimed', 'null', 0)"
+        )
+        gate = threading.Event()
+        blocker = asyncio.ensure_future(store._call(lambda conn: gate.wait(10), write=False))
+        await asyncio.sleep(0.05)
+        racing = asyncio.ensure_future(
+            store.commit(
+                batch(
+                    first,
+                    steps=[step(first, 1)],
+                    effects=[Effect(key="pay:1", run_id=first.id, step_no=1, status="claimed")],
+                )
+            )
+        )
+        bystander = asyncio.ensure_future(store.commit(batch(second, steps=[step(second, 1)])))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await blocker
+        await asyncio.sleep(0.3)  # the group now waits on the other process's row
+        assert not racing.done()
+        other.commit()
+        other.close()
+        with pytest.raises(EffectClaimed) as info:
+            await racing
+        assert info.value.effect.run_id == "r-other"
+        await bystander  # the rest of the group committed
+        assert [s.step_no for s in await store.load_journal(second.id)] == [1]
+        assert await store.load_journal(first.id) == []
+    finally:
+        await store.close()
+
+
+# surviving a lost connection ------------------------------------------------------------
+
+
+async def test_writer_reconnects_after_its_backend_is_terminated(pg_url: str) -> None:
+    url = dbutil.url_for(dbutil.dbname_of(pg_url), application_name="al_writer")
+    store = await opened(url)
+    try:
+        await store.create_run(new_run())
+        (run,) = await store.claim_runs("w1", [TARGET], 1, 60)
+        await store.commit(batch(run, steps=[step(run, 1)], run=RunUpdate(step_count=1)))
+        assert dbutil.terminate_backends(url, "al_writer") == 1
+        await store.commit(batch(run, steps=[step(run, 2)], run=RunUpdate(step_count=2)))
+        assert [s.step_no for s in await store.load_journal(run.id)] == [1, 2]
+        # Single (non-group) jobs survive it too.
+        assert dbutil.terminate_backends(url, "al_writer") == 1
+        got = await store.get_run(run.id)
+        assert got is not None and got.step_count == 2
+        # The fence still holds on the new connection.
+        stale = Batch(run_id=run.id, epoch=run.lease_epoch - 1, owner="w1", steps=[step(run, 3)])
+        with pytest.raises(LeaseLost):
+            await store.commit(stale)
+    finally:
+        await store.close()
+
+
+def test_run_listener_receives_notifications_and_reconnects(pg_url: str) -> None:
+    got: queue.Queue[str] = queue.Queue()
+    listener = RunListener(
+        pg_url, got.put, poll_interval=0.1, health_interval=0.5, application_name="al_listener"
+    )
+    sender = connect(pg_url)
+    listener.start()
+    try:
+        assert listener.wait_listening(10)
+        notify_runs(sender)
+        sender.commit()
+        assert got.get(timeout=5) == ""
+        notify_runs(sender, "run-1")
+        sender.rollback()  # not delivered: the transaction did not commit
+        notify_runs(sender, "run-2")
+        sender.commit()
+        assert got.get(timeout=5) == "run-2"
+
+        assert dbutil.terminate_backends(pg_url, "al_listener") == 1
+        assert wait_for(lambda: listener.reconnects == 1)
+        assert got.get(timeout=5) == RunListener.RECONNECTED
+        notify_runs(sender, "run-3")
+        sender.commit()
+        assert got.get(timeout=5) == "run-3"
+        assert got.empty()
+    finally:
+        listener.stop()
+        sender.close()
+    assert not listener.listening
+
+
+def test_run_listener_retries_until_the_server_is_there() -> None:
+    calls: list[str] = []
+    listener = RunListener("postgresql://127.0.0.1:1/x", calls.append, max_backoff=0.2)
+    listener.start()
+    try:
+        assert not listener.wait_listening(0.5)
+    finally:
+        listener.stop()
+    assert calls == []
