@@ -67,7 +67,11 @@ class App:
         return agent
 
     def workflow(
-        self, fn: WorkflowFn | None = None, *, name: str | None = None, version: str = "1",
+        self,
+        fn: WorkflowFn | None = None,
+        *,
+        name: str | None = None,
+        version: str = "1",
         **options: Any,
     ) -> Any:
         """Register an async function as a workflow."""
@@ -135,8 +139,14 @@ class App:
         """Queue a run and return its id at once; nothing executes in the caller."""
         definition = self.resolve(name, version)
         run = await store.create_run(
-            NewRun(kind=definition.kind, name=definition.name, version=definition.version,
-                   input=input, tenant_id=tenant_id, user_id=user_id)
+            NewRun(
+                kind=definition.kind,
+                name=definition.name,
+                version=definition.version,
+                input=input,
+                tenant_id=tenant_id,
+                user_id=user_id,
+            )
         )
         return run.id
 
@@ -155,7 +165,9 @@ def load_app(path: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise UsageError(f"cannot import {module_name!r} ({exc}); check --app and PYTHONPATH") from exc
+        raise UsageError(
+            f"cannot import {module_name!r} ({exc}); check --app and PYTHONPATH"
+        ) from exc
     app = getattr(module, attr, None)
     if not isinstance(app, App):
         raise UsageError(f"{path} is not an agentledger App (found {type(app).__name__})")

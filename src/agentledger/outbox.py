@@ -32,8 +32,15 @@ class OutboxDispatcher:
     """Delivers pending outbox rows of the tools an app knows."""
 
     def __init__(
-        self, store: Store, app: App, owner: str, *, batch: int = 20, poll: float = 0.25,
-        lease_seconds: float = 60.0, base_delay: float = BASE_DELAY,
+        self,
+        store: Store,
+        app: App,
+        owner: str,
+        *,
+        batch: int = 20,
+        poll: float = 0.25,
+        lease_seconds: float = 60.0,
+        base_delay: float = BASE_DELAY,
     ) -> None:
         self.store = store
         self.app = app
@@ -74,9 +81,16 @@ class OutboxDispatcher:
             await self.store.settle_outbox(item)
             return
         args = item.payload.get("args", {}) if isinstance(item.payload, dict) else {}
-        ctx = ToolContext(run_id=item.run_id, step_no=item.step_no, idempotency_key=item.key,
-                          deadline=time.monotonic() + tool.timeout, tenant_id="default",
-                          user_id=None, attempt=item.attempts, resources=self.app.resources)
+        ctx = ToolContext(
+            run_id=item.run_id,
+            step_no=item.step_no,
+            idempotency_key=item.key,
+            deadline=time.monotonic() + tool.timeout,
+            tenant_id="default",
+            user_id=None,
+            attempt=item.attempts,
+            resources=self.app.resources,
+        )
         try:
             await asyncio.wait_for(tool.call(ctx, args), tool.timeout)
         except Exception as exc:
@@ -89,8 +103,9 @@ class OutboxDispatcher:
             if final or item.attempts >= tool.outbox_attempts:
                 item.status = "dead"
                 self.dead += 1
-                log.warning("outbox %s dead after %d attempts: %s", item.key, item.attempts,
-                            item.last_error)
+                log.warning(
+                    "outbox %s dead after %d attempts: %s", item.key, item.attempts, item.last_error
+                )
             else:
                 delay = min(MAX_DELAY, self.base_delay * 2 ** (item.attempts - 1))
                 delay *= random.uniform(0.75, 1.0)

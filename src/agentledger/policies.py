@@ -62,5 +62,7 @@ async def decide(policy: Policy | None, call: ProposedCall) -> Decision:
     if inspect.isawaitable(decision):
         decision = await decision
     if not isinstance(decision, Allow | Deny | RequireApproval):
-        raise TypeError(f"policy returned {decision!r}; return Allow(), Deny(...) or RequireApproval(...)")
+        raise TypeError(
+            f"policy returned {decision!r}; return Allow(), Deny(...) or RequireApproval(...)"
+        )
     return decision

@@ -30,8 +30,11 @@ class Workflow:
     name: str
     fn: WorkflowFn
     version: str = "1"
-    budget: Budget = field(default_factory=lambda: Budget(max_steps=1000, active_seconds=3600,
-                                                          max_tokens=10**9, max_spend_usd=10**6))
+    budget: Budget = field(
+        default_factory=lambda: Budget(
+            max_steps=1000, active_seconds=3600, max_tokens=10**9, max_spend_usd=10**6
+        )
+    )
     policy: Policy | None = None
     end_user_message: str = (
         "We could not finish this automatically; a member of our team will follow up."

@@ -18,7 +18,11 @@ from agentledger.store import DEFAULT_URL, SQLStore, open_store
 T = TypeVar("T")
 
 db_option = click.option(
-    "--db", "db", envvar="AGENTLEDGER_DB", default=DEFAULT_URL, show_default=True,
+    "--db",
+    "db",
+    envvar="AGENTLEDGER_DB",
+    default=DEFAULT_URL,
+    show_default=True,
     help="Database URL: sqlite:///file.db or postgresql://user@host/db (env AGENTLEDGER_DB).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")

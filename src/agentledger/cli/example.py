@@ -30,8 +30,10 @@ def example(db: str, fresh: bool) -> None:
         store = open_store(db)
         await store.open()
         try:
-            ids = [await app.submit(store, "daily_digest", {"cities": ["Porto", "Rome"]}),
-                   await app.submit(store, "weather_agent", {"message": "Weather in Lisbon?"})]
+            ids = [
+                await app.submit(store, "daily_digest", {"cities": ["Porto", "Rome"]}),
+                await app.submit(store, "weather_agent", {"message": "Weather in Lisbon?"}),
+            ]
             worker = Worker(store, app, WorkerConfig(poll_seconds=0.05))
             task = asyncio.create_task(worker.run(install_signals=False))
             while True:
@@ -44,13 +46,21 @@ def example(db: str, fresh: bool) -> None:
             console = Console()
             for run in runs:
                 assert run is not None
-                console.print(f"\n[bold]{run.target}[/] {run.id} -> [bold]{run.status}[/] "
-                              f"result={run.result}")
+                console.print(
+                    f"\n[bold]{run.target}[/] {run.id} -> [bold]{run.status}[/] result={run.result}"
+                )
                 table = Table("step", "kind", "name", "status", "key", "ms", "tokens", "epoch")
                 for s in await store.load_journal(run.id):
-                    table.add_row(str(s.step_no), s.kind, s.name, s.status,
-                                  s.idempotency_key or "", f"{s.duration_ms or 0:.1f}",
-                                  str(s.tokens), str(s.lease_epoch))
+                    table.add_row(
+                        str(s.step_no),
+                        s.kind,
+                        s.name,
+                        s.status,
+                        s.idempotency_key or "",
+                        f"{s.duration_ms or 0:.1f}",
+                        str(s.tokens),
+                        str(s.lease_epoch),
+                    )
                 console.print(table)
             console.print(f"\ndatabase: {db}")
         finally:

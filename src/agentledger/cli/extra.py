@@ -8,7 +8,11 @@ import click
 @click.command("sandbox")
 @click.option("--port", default=8700, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--faults", default=None, help="Fault spec, e.g. 'payments.create:timeout_after_commit@0.1;seed=7'.")
+@click.option(
+    "--faults",
+    default=None,
+    help="Fault spec, e.g. 'payments.create:timeout_after_commit@0.1;seed=7'.",
+)
 @click.option("--ledger", default=None, help="SQLite file that keeps the ledger across restarts.")
 def sandbox(port: int, host: str, faults: str | None, ledger: str | None) -> None:
     """Run StayHub's providers as a local HTTP service."""
@@ -23,8 +27,11 @@ def sandbox(port: int, host: str, faults: str | None, ledger: str | None) -> Non
 
 def register(cli: click.Group) -> None:
     cli.add_command(sandbox)
-    for module, name in (("agentledger.cli.example", "example"), ("agentledger.cli.demo", "demo"),
-                         ("agentledger.cli.bench", "bench")):
+    for module, name in (
+        ("agentledger.cli.example", "example"),
+        ("agentledger.cli.demo", "demo"),
+        ("agentledger.cli.bench", "bench"),
+    ):
         try:
             mod = __import__(module, fromlist=[name])
         except ImportError:

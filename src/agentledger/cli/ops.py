@@ -17,8 +17,13 @@ from agentledger.worker import Worker, WorkerConfig
 
 
 @click.command("worker")
-@click.option("--app", "app_path", envvar="AGENTLEDGER_APP", required=True,
-              help="module:attr of the App to run, e.g. agentledger.stayhub.app:app")
+@click.option(
+    "--app",
+    "app_path",
+    envvar="AGENTLEDGER_APP",
+    required=True,
+    help="module:attr of the App to run, e.g. agentledger.stayhub.app:app",
+)
 @db_option
 @click.option("--concurrency", default=50, show_default=True, help="Runs executed at once.")
 @click.option("--lease-seconds", default=15.0, show_default=True)
@@ -26,15 +31,29 @@ from agentledger.worker import Worker, WorkerConfig
 @click.option("--shutdown-grace", default=10.0, show_default=True)
 @click.option("--no-outbox", is_flag=True, help="Do not deliver outbox rows in this process.")
 @click.option("-v", "--verbose", is_flag=True)
-def worker(app_path: str, db: str, concurrency: int, lease_seconds: float, poll_seconds: float,
-           shutdown_grace: float, no_outbox: bool, verbose: bool) -> None:
+def worker(
+    app_path: str,
+    db: str,
+    concurrency: int,
+    lease_seconds: float,
+    poll_seconds: float,
+    shutdown_grace: float,
+    no_outbox: bool,
+    verbose: bool,
+) -> None:
     """Claim and execute runs until SIGTERM (then release them and exit 0)."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     app = load_app(app_path)
-    config = WorkerConfig(concurrency=concurrency, lease_seconds=lease_seconds,
-                          poll_seconds=poll_seconds, shutdown_grace=shutdown_grace,
-                          outbox=not no_outbox)
+    config = WorkerConfig(
+        concurrency=concurrency,
+        lease_seconds=lease_seconds,
+        poll_seconds=poll_seconds,
+        shutdown_grace=shutdown_grace,
+        outbox=not no_outbox,
+    )
 
     async def main() -> None:
         store = open_store(db)
@@ -73,8 +92,15 @@ async def list_approvals(show_all: bool, db: str, as_json: bool) -> None:
         return
     table = Table("approval", "run", "step", "tool", "role", "decision", "arguments")
     for a in found:
-        table.add_row(a.id, a.run_id, str(a.step_no), a.tool, a.required_role,
-                      a.decision or "pending", str(a.arguments))
+        table.add_row(
+            a.id,
+            a.run_id,
+            str(a.step_no),
+            a.tool,
+            a.required_role,
+            a.decision or "pending",
+            str(a.arguments),
+        )
     Console().print(table)
 
 

@@ -34,24 +34,45 @@ def run_dict(run: Run, serving: set[str] | None = None) -> dict[str, Any]:
 @click.argument("name")
 @click.option("--input", "input_json", default="{}", help="The run's input as JSON.")
 @click.option("--version", default=None, help="Version to run (default: the newest known).")
-@click.option("--app", "app_path", envvar="AGENTLEDGER_APP", default=None,
-              help="module:attr of the App, to check NAME against it.")
+@click.option(
+    "--app",
+    "app_path",
+    envvar="AGENTLEDGER_APP",
+    default=None,
+    help="module:attr of the App, to check NAME against it.",
+)
 @click.option("--tenant", default="default", show_default=True)
 @click.option("--user", default=None, help="The user the run acts for.")
 @db_option
 @run_async
-async def submit(name: str, input_json: str, version: str | None, app_path: str | None,
-                 tenant: str, user: str | None, db: str) -> None:
+async def submit(
+    name: str,
+    input_json: str,
+    version: str | None,
+    app_path: str | None,
+    tenant: str,
+    user: str | None,
+    db: str,
+) -> None:
     """Queue a run of agent or workflow NAME and print its id."""
     payload = parse_json_input(input_json)
 
     async def go(store: SQLStore) -> str:
         if app_path:
-            return await load_app(app_path).submit(store, name, payload, version=version,
-                                                   tenant_id=tenant, user_id=user)
+            return await load_app(app_path).submit(
+                store, name, payload, version=version, tenant_id=tenant, user_id=user
+            )
         kind, resolved = await _resolve_registered(store, name, version)
-        run = await store.create_run(NewRun(kind=kind, name=name, version=resolved,
-                                            input=payload, tenant_id=tenant, user_id=user))
+        run = await store.create_run(
+            NewRun(
+                kind=kind,
+                name=name,
+                version=resolved,
+                input=payload,
+                tenant_id=tenant,
+                user_id=user,
+            )
+        )
         return run.id
 
     click.echo(await with_store(db, go))
@@ -59,7 +80,9 @@ async def submit(name: str, input_json: str, version: str | None, app_path: str 
 
 async def _resolve_registered(store: SQLStore, name: str, version: str | None) -> tuple[str, str]:
     known = await store.registrations()
-    matches = [r for r in known if r["name"] == name and (version is None or r["version"] == version)]
+    matches = [
+        r for r in known if r["name"] == name and (version is None or r["version"] == version)
+    ]
     if not matches:
         listing = ", ".join(r["target"] for r in known) or "none yet"
         wanted = name if version is None else f"{name}@{version}"
@@ -85,8 +108,9 @@ def runs() -> None:
 @db_option
 @json_option
 @run_async
-async def list_runs(status: str | None, name: str | None, limit: int, db: str,
-                    as_json: bool) -> None:
+async def list_runs(
+    status: str | None, name: str | None, limit: int, db: str, as_json: bool
+) -> None:
     """Runs, newest first. Non-terminal runs show whether a live worker has their version."""
 
     async def go(store: SQLStore) -> tuple[list[Run], set[str]]:
@@ -104,8 +128,17 @@ async def list_runs(status: str | None, name: str | None, limit: int, db: str,
         note = r.handover_reason or ""
         if not r.terminal and r.target not in serving:
             note = f"no live worker has {r.target}"
-        table.add_row(r.id, r.target, r.status, str(r.step_count), str(r.tokens),
-                      f"{r.cost_usd:.4f}", str(r.resumes), f"{now - r.created_at:.0f}s", note)
+        table.add_row(
+            r.id,
+            r.target,
+            r.status,
+            str(r.step_count),
+            str(r.tokens),
+            f"{r.cost_usd:.4f}",
+            str(r.resumes),
+            f"{now - r.created_at:.0f}s",
+            note,
+        )
     Console().print(table)
 
 
@@ -127,21 +160,49 @@ async def show_run(run_id: str, db: str, as_json: bool) -> None:
     if run is None:
         raise UsageError(f"no run {run_id!r}; list runs with `agentledger runs list`")
     if as_json:
-        print_json({"run": run_dict(run), "steps": [s.to_dict() for s in steps],
-                    "events": [e.__dict__ for e in events]})
+        print_json(
+            {
+                "run": run_dict(run),
+                "steps": [s.to_dict() for s in steps],
+                "events": [e.__dict__ for e in events],
+            }
+        )
         return
     console = Console()
-    console.print(f"[bold]{run.id}[/] {run.target} [bold]{run.status}[/] steps={run.step_count} "
-                  f"tokens={run.tokens} cost=${run.cost_usd:.4f} epoch={run.lease_epoch} "
-                  f"resumes={run.resumes}")
+    console.print(
+        f"[bold]{run.id}[/] {run.target} [bold]{run.status}[/] steps={run.step_count} "
+        f"tokens={run.tokens} cost=${run.cost_usd:.4f} epoch={run.lease_epoch} "
+        f"resumes={run.resumes}"
+    )
     if run.error or run.handover_reason:
         console.print(f"error: {run.error or ''}  reason: {run.handover_reason or ''}")
-    table = Table("step", "kind", "name", "status", "attempts", "key", "ms", "tokens", "cost $",
-                  "epoch", "error")
+    table = Table(
+        "step",
+        "kind",
+        "name",
+        "status",
+        "attempts",
+        "key",
+        "ms",
+        "tokens",
+        "cost $",
+        "epoch",
+        "error",
+    )
     for s in steps:
-        table.add_row(str(s.step_no), s.kind, s.name, s.status, str(s.attempts),
-                      s.idempotency_key or "", f"{s.duration_ms or 0:.1f}", str(s.tokens),
-                      f"{s.cost_usd:.5f}", str(s.lease_epoch), (s.error_class or ""))
+        table.add_row(
+            str(s.step_no),
+            s.kind,
+            s.name,
+            s.status,
+            str(s.attempts),
+            s.idempotency_key or "",
+            f"{s.duration_ms or 0:.1f}",
+            str(s.tokens),
+            f"{s.cost_usd:.5f}",
+            str(s.lease_epoch),
+            (s.error_class or ""),
+        )
     console.print(table)
 
 

@@ -57,13 +57,16 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
             if done is None or done.status not in _DONE:
                 exe.between_steps()
             outcome = await run_tool_step(exe, step_no, call.name, call.arguments)
-            messages.append(Message("tool", outcome.for_model(), tool_call_id=call.id,
-                                    name=call.name))
+            messages.append(
+                Message("tool", outcome.for_model(), tool_call_id=call.id, name=call.name)
+            )
             step_no += 1
             if not outcome.ok and outcome.error_class == "invalid_arguments":
                 invalid_streak += 1
                 if invalid_streak > agent.max_invalid_calls:
-                    raise Handover("invalid_arguments",
-                                   f"the model kept sending invalid tool calls: {outcome.error}")
+                    raise Handover(
+                        "invalid_arguments",
+                        f"the model kept sending invalid tool calls: {outcome.error}",
+                    )
             else:
                 invalid_streak = 0

@@ -28,32 +28,68 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]):  #
 
     if step.status == StepStatus.WAITING:
         return await _decided(exe, step, tool)
-    call = ProposedCall(run_id=exe.run.id, step_no=step.step_no, tool=tool.name, arguments=args,
-                        user_id=exe.run.user_id, tenant_id=exe.run.tenant_id,
-                        run_input=exe.run.input)
+    call = ProposedCall(
+        run_id=exe.run.id,
+        step_no=step.step_no,
+        tool=tool.name,
+        arguments=args,
+        user_id=exe.run.user_id,
+        tenant_id=exe.run.tenant_id,
+        run_input=exe.run.input,
+    )
     decision = await decide(exe.policy, call)
     if isinstance(decision, Allow) and tool.approval:
         decision = RequireApproval(role=tool.approval)
-    exe.pending_events.append(NewEvent("policy.decision", "policy", {
-        "tool": tool.name, "step_no": step.step_no, "decision": type(decision).__name__,
-        "detail": getattr(decision, "reason", None) or getattr(decision, "role", None)}))
+    exe.pending_events.append(
+        NewEvent(
+            "policy.decision",
+            "policy",
+            {
+                "tool": tool.name,
+                "step_no": step.step_no,
+                "decision": type(decision).__name__,
+                "detail": getattr(decision, "reason", None) or getattr(decision, "role", None),
+            },
+        )
+    )
     if isinstance(decision, Deny):
         outcome: ToolOutcome = await fail_step(
-            exe, step, Refused(decision.reason), events=_take(exe))
+            exe, step, Refused(decision.reason), events=_take(exe)
+        )
         outcome.error_class = "not_allowed"
         return outcome
     if isinstance(decision, RequireApproval):
         now = time.time()
         approval = Approval(
-            id=new_id("a"), run_id=exe.run.id, step_no=step.step_no, tool=tool.name,
-            arguments=args, required_role=decision.role, requested_at=now,
-            expires_at=now + decision.expires_in, default_decision=decision.default,
+            id=new_id("a"),
+            run_id=exe.run.id,
+            step_no=step.step_no,
+            tool=tool.name,
+            arguments=args,
+            required_role=decision.role,
+            requested_at=now,
+            expires_at=now + decision.expires_in,
+            default_decision=decision.default,
         )
         step.status = StepStatus.WAITING
-        await exe.record(step, approvals=[approval], events=[*_take(exe), NewEvent(
-            "approval.requested", exe.owner,
-            {"approval_id": approval.id, "tool": tool.name, "role": decision.role,
-             "arguments": args, "expires_at": approval.expires_at})])
+        await exe.record(
+            step,
+            approvals=[approval],
+            events=[
+                *_take(exe),
+                NewEvent(
+                    "approval.requested",
+                    exe.owner,
+                    {
+                        "approval_id": approval.id,
+                        "tool": tool.name,
+                        "role": decision.role,
+                        "arguments": args,
+                        "expires_at": approval.expires_at,
+                    },
+                ),
+            ],
+        )
         raise Park(approval.expires_at, f"approval {approval.id} by {decision.role}")
     return None
 
@@ -70,13 +106,15 @@ async def _decided(exe: Execution, step: Step, tool: Tool):  # type: ignore[no-u
         if time.time() < approval.expires_at:
             raise Park(approval.expires_at, f"approval {approval.id} still pending")
         approval = await exe.store.decide_approval(
-            approval.id, approval.default_decision, "system:expired")
+            approval.id, approval.default_decision, "system:expired"
+        )
         decision = approval.decision
     if decision == "approve":
         step.status = ""
         return None
-    return await fail_step(exe, step, Refused(
-        f"{tool.name} was rejected by {approval.decided_by}"), events=_take(exe))
+    return await fail_step(
+        exe, step, Refused(f"{tool.name} was rejected by {approval.decided_by}"), events=_take(exe)
+    )
 
 
 def _take(exe: Execution) -> list[NewEvent]:

@@ -24,8 +24,13 @@ async def compensate(exe: Execution) -> list[int]:
     owed = []
     for step in sorted(exe.journal.values(), key=lambda s: s.step_no, reverse=True):
         tool = exe.tools.get(step.name)
-        if (step.kind == "tool" and step.status == StepStatus.SUCCEEDED and tool is not None
-                and tool.compensation is not None and step.idempotency_key is not None):
+        if (
+            step.kind == "tool"
+            and step.status == StepStatus.SUCCEEDED
+            and tool is not None
+            and tool.compensation is not None
+            and step.idempotency_key is not None
+        ):
             owed.append((step, tool.compensation))
     compensated: list[int] = []
     exe.compensating = True
@@ -34,13 +39,21 @@ async def compensate(exe: Execution) -> list[int]:
         existing = exe.journal.get(step_no)
         if existing is not None and existing.status in (StepStatus.SUCCEEDED, StepStatus.FAILED):
             continue
-        args = comp.arguments(step.input.get("args", {}) if isinstance(step.input, dict) else {},
-                              step.output)
-        outcome = await run_tool_step(exe, step_no, comp.tool, args, kind="compensation",
-                                      compensates=step.step_no)
-        await exe.event("compensation.done" if outcome.ok else "compensation.failed",
-                        {"step_no": step.step_no, "tool": comp.tool, "by_step": step_no,
-                         "error": outcome.error})
+        args = comp.arguments(
+            step.input.get("args", {}) if isinstance(step.input, dict) else {}, step.output
+        )
+        outcome = await run_tool_step(
+            exe, step_no, comp.tool, args, kind="compensation", compensates=step.step_no
+        )
+        await exe.event(
+            "compensation.done" if outcome.ok else "compensation.failed",
+            {
+                "step_no": step.step_no,
+                "tool": comp.tool,
+                "by_step": step_no,
+                "error": outcome.error,
+            },
+        )
         compensated.append(step.step_no)
     return compensated
 

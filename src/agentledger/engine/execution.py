@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentledger.agent import Agent
+from agentledger.engine.signals import Abandon, Handover
 from agentledger.errors import LeaseLost
 from agentledger.records import Approval, Effect, OutboxItem, Run, RunStatus, Step
 from agentledger.store.base import Batch, NewEvent, RunUpdate, Store
 from agentledger.tools.contract import Tool
-from agentledger.engine.signals import Abandon, Handover
 from agentledger.workflow import Workflow
 
 
@@ -102,11 +102,19 @@ class Execution:
         cost = self.cost_usd + step.cost_usd - (previous.cost_usd if previous else 0.0)
         step.lease_epoch = self.epoch
         batch = Batch(
-            self.run.id, self.epoch, self.owner,
+            self.run.id,
+            self.epoch,
+            self.owner,
             steps=[step],
-            run=RunUpdate(step_count=step_count, tokens=tokens, cost_usd=cost,
-                          active_seconds=self.active_seconds()),
-            effects=list(effects), outbox=list(outbox), approvals=list(approvals),
+            run=RunUpdate(
+                step_count=step_count,
+                tokens=tokens,
+                cost_usd=cost,
+                active_seconds=self.active_seconds(),
+            ),
+            effects=list(effects),
+            outbox=list(outbox),
+            approvals=list(approvals),
             events=list(events),
         )
         await self._commit(batch)
@@ -125,8 +133,12 @@ class Execution:
     ) -> None:
         """Move the run out of ``running`` (terminal or waiting) and drop the lease."""
         update = RunUpdate(
-            step_count=self.step_count, tokens=self.tokens, cost_usd=self.cost_usd,
-            active_seconds=self.active_seconds(), status=status, available_at=available_at,
+            step_count=self.step_count,
+            tokens=self.tokens,
+            cost_usd=self.cost_usd,
+            active_seconds=self.active_seconds(),
+            status=status,
+            available_at=available_at,
         )
         if status in RunStatus.TERMINAL:
             update.result, update.error, update.handover_reason = result, error, handover_reason
@@ -135,8 +147,9 @@ class Execution:
 
     async def event(self, type: str, data: Any) -> None:
         """An audit event on its own (fenced like any other write)."""
-        await self._commit(Batch(self.run.id, self.epoch, self.owner,
-                                 events=[NewEvent(type, self.owner, data)]))
+        await self._commit(
+            Batch(self.run.id, self.epoch, self.owner, events=[NewEvent(type, self.owner, data)])
+        )
 
     async def _commit(self, batch: Batch) -> None:
         try:

@@ -30,8 +30,12 @@ async def model_step(
     while True:
         state.attempts += 1
         timeout = min(MODEL_TIMEOUT, exe.time_left())
-        request = ModelRequest(messages=list(messages), tools=tools, timeout=timeout,
-                               metadata={"run_id": exe.run.id, "input": exe.run.input})
+        request = ModelRequest(
+            messages=list(messages),
+            tools=tools,
+            timeout=timeout,
+            metadata={"run_id": exe.run.id, "input": exe.run.input},
+        )
         try:
             response: Any = await call_with_timeout(lambda: agent.model.complete(request), timeout)
         except Exception as exc:
@@ -43,20 +47,38 @@ async def model_step(
             continue
         break
     if not isinstance(response, ModelResponse) or not isinstance(response.message, Message):
-        raise Handover("model_error",
-                       f"model {agent.model.name} returned {type(response).__name__}, "
-                       "not a ModelResponse")
+        raise Handover(
+            "model_error",
+            f"model {agent.model.name} returned {type(response).__name__}, not a ModelResponse",
+        )
     message = response.message
     message.role = "assistant"
     step.status, step.attempts = StepStatus.SUCCEEDED, state.attempts
     step.input = {"history": len(messages)}
-    step.output = {"message": message.to_dict(), "finish_reason": response.finish_reason,
-                   "model": response.model}
+    step.output = {
+        "message": message.to_dict(),
+        "finish_reason": response.finish_reason,
+        "model": response.model,
+    }
     step.tokens, step.cost_usd = response.usage.total, response.cost_usd
     step.error_class = step.error = None
     _close_duration(step)
     proposed = [{"tool": c.name, "arguments": c.arguments} for c in message.tool_calls]
-    await exe.record(step, events=[NewEvent("model.proposed", agent.model.name, {
-        "step_no": step_no, "tool_calls": proposed, "text": message.content,
-        "refusal": message.refusal, "tokens": step.tokens, "cost_usd": step.cost_usd})])
+    await exe.record(
+        step,
+        events=[
+            NewEvent(
+                "model.proposed",
+                agent.model.name,
+                {
+                    "step_no": step_no,
+                    "tool_calls": proposed,
+                    "text": message.content,
+                    "refusal": message.refusal,
+                    "tokens": step.tokens,
+                    "cost_usd": step.cost_usd,
+                },
+            )
+        ],
+    )
     return message

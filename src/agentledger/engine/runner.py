@@ -40,8 +40,16 @@ async def execute_run(
     definition = app.get(run.name, run.version)
     if definition is None:  # claimed by target, so this is a programming error
         raise RuntimeError(f"worker has no definition for {run.target}")
-    exe = Execution(store, definition, run, owner, app.tools, app.resources,
-                    stopping=stopping, park_threshold=park_threshold)
+    exe = Execution(
+        store,
+        definition,
+        run,
+        owner,
+        app.tools,
+        app.resources,
+        stopping=stopping,
+        park_threshold=park_threshold,
+    )
     try:
         await exe.load()
         return await _drive(exe, definition)
@@ -57,34 +65,54 @@ async def _drive(exe: Execution, definition: Any) -> str:
         else:
             result = await run_workflow(exe, definition)
     except Park as park:
-        await exe.finish(RunStatus.WAITING, available_at=park.available_at,
-                         events=[NewEvent("run.parked", exe.owner, {"why": park.why,
-                                                                    "until": park.available_at})])
+        await exe.finish(
+            RunStatus.WAITING,
+            available_at=park.available_at,
+            events=[
+                NewEvent("run.parked", exe.owner, {"why": park.why, "until": park.available_at})
+            ],
+        )
         return RunStatus.WAITING
     except Handover as handover:
         if handover.reason != "unknown_outcome":
             # An unknown outcome is left exactly as it is for a human to resolve.
             await _compensate(exe)
         await exe.finish(
-            RunStatus.NEEDS_HUMAN, error=definition.end_user_message,
+            RunStatus.NEEDS_HUMAN,
+            error=definition.end_user_message,
             handover_reason=handover.detail,
-            events=[NewEvent("run.handover", exe.owner,
-                             {"reason": handover.reason, "detail": handover.detail})],
+            events=[
+                NewEvent(
+                    "run.handover",
+                    exe.owner,
+                    {"reason": handover.reason, "detail": handover.detail},
+                )
+            ],
         )
         return RunStatus.NEEDS_HUMAN
     except RunFailed as failed:
         await _compensate(exe)
-        await exe.finish(RunStatus.FAILED, error=failed.message, handover_reason=failed.error_class,
-                         events=[NewEvent("run.failed", exe.owner, {"error": failed.message})])
+        await exe.finish(
+            RunStatus.FAILED,
+            error=failed.message,
+            handover_reason=failed.error_class,
+            events=[NewEvent("run.failed", exe.owner, {"error": failed.message})],
+        )
         return RunStatus.FAILED
     except Exception as exc:  # the workflow raised: the run fails, its effects are undone
         await _compensate(exe)
         message = f"{type(exc).__name__}: {exc}"
-        await exe.finish(RunStatus.FAILED, error=message,
-                         events=[NewEvent("run.failed", exe.owner, {"error": message})])
+        await exe.finish(
+            RunStatus.FAILED,
+            error=message,
+            events=[NewEvent("run.failed", exe.owner, {"error": message})],
+        )
         return RunStatus.FAILED
-    await exe.finish(RunStatus.COMPLETED, result=result,
-                     events=[NewEvent("run.completed", exe.owner, {"steps": exe.step_count})])
+    await exe.finish(
+        RunStatus.COMPLETED,
+        result=result,
+        events=[NewEvent("run.completed", exe.owner, {"steps": exe.step_count})],
+    )
     return RunStatus.COMPLETED
 
 

@@ -64,8 +64,15 @@ def _replay(step: Step) -> ToolOutcome:
 
 
 def new_step(exe: Execution, step_no: int, kind: str, name: str, **fields: Any) -> Step:
-    return Step(run_id=exe.run.id, step_no=step_no, kind=kind, name=name,
-                lease_epoch=exe.epoch, started_at=time.time(), **fields)
+    return Step(
+        run_id=exe.run.id,
+        step_no=step_no,
+        kind=kind,
+        name=name,
+        lease_epoch=exe.epoch,
+        started_at=time.time(),
+        **fields,
+    )
 
 
 async def fail_step(
@@ -95,9 +102,14 @@ def tool_context(exe: Execution, step_no: int, key: str, tool: Tool, attempt: in
     left = tool.timeout if exe.compensating else exe.time_left()
     timeout = max(0.0, min(tool.timeout, left))
     return ToolContext(
-        run_id=exe.run.id, step_no=step_no, idempotency_key=key,
-        deadline=time.monotonic() + timeout, tenant_id=exe.run.tenant_id,
-        user_id=exe.run.user_id, attempt=attempt, run_input=exe.run.input,
+        run_id=exe.run.id,
+        step_no=step_no,
+        idempotency_key=key,
+        deadline=time.monotonic() + timeout,
+        tenant_id=exe.run.tenant_id,
+        user_id=exe.run.user_id,
+        attempt=attempt,
+        run_input=exe.run.input,
         resources=exe.resources,
     )
 
@@ -127,7 +139,9 @@ async def run_tool_step(
     tool = exe.tools.get(name)
     if tool is None:
         known = ", ".join(sorted(exe.tools)) or "none"
-        return await fail_step(exe, step, InvalidArguments(f"unknown tool {name!r}; tools: {known}"))
+        return await fail_step(
+            exe, step, InvalidArguments(f"unknown tool {name!r}; tools: {known}")
+        )
     if prior is not None and prior.status in _IN_FLIGHT | {StepStatus.WAITING}:
         args = prior.input["args"]
     else:
@@ -159,12 +173,18 @@ async def _prepare(
             raw_args = json.loads(raw_args) if raw_args.strip() else {}
         except json.JSONDecodeError as exc:
             step.input = {"raw": raw_args}
-            return await fail_step(exe, step, InvalidArguments(
-                f"arguments for {tool.name} are not valid JSON ({exc.msg}); send a JSON object"))
+            return await fail_step(
+                exe,
+                step,
+                InvalidArguments(
+                    f"arguments for {tool.name} are not valid JSON ({exc.msg}); send a JSON object"
+                ),
+            )
     if not isinstance(raw_args, dict):
         step.input = {"raw": raw_args}
-        return await fail_step(exe, step, InvalidArguments(
-            f"arguments for {tool.name} must be a JSON object"))
+        return await fail_step(
+            exe, step, InvalidArguments(f"arguments for {tool.name} must be a JSON object")
+        )
     try:
         args, ignored = tool.validate(raw_args)
     except InvalidArguments as exc:
@@ -172,12 +192,19 @@ async def _prepare(
         return await fail_step(exe, step, exc)
     events = []
     if ignored:
-        events.append(NewEvent("tool.server_args_overridden", "policy",
-                               {"tool": tool.name, "model_values": ignored}))
+        events.append(
+            NewEvent(
+                "tool.server_args_overridden",
+                "policy",
+                {"tool": tool.name, "model_values": ignored},
+            )
+        )
     if tool.server_args:
         ctx = tool_context(exe, step.step_no, key, tool, 1)
         try:
-            args = await call_with_timeout(lambda: tool.fill_server_args(ctx, args), ctx.time_left())
+            args = await call_with_timeout(
+                lambda: tool.fill_server_args(ctx, args), ctx.time_left()
+            )
         except Exception as exc:
             step.input = {"args": args, "ignored_model_args": ignored}
             return await fail_step(exe, step, as_tool_error(exc), events=events)
@@ -194,13 +221,21 @@ async def _enqueue(
     """Decide an async effect: the outbox row commits with the journal entry."""
     ctx = tool_context(exe, step.step_no, key, tool, 1)
     outbox_key = tool.outbox_key(args, ctx) if tool.outbox_key else f"{key}:{tool.name}"
-    item = OutboxItem(key=outbox_key, run_id=exe.run.id, step_no=step.step_no, tool=tool.name,
-                      payload={"args": args})
+    item = OutboxItem(
+        key=outbox_key,
+        run_id=exe.run.id,
+        step_no=step.step_no,
+        tool=tool.name,
+        payload={"args": args},
+    )
     step.status, step.idempotency_key = StepStatus.SUCCEEDED, key
     step.output = {"queued": True, "outbox_key": outbox_key}
     _close_duration(step)
-    await exe.record(step, outbox=[item], events=_take_events(exe) + [
-        NewEvent("outbox.enqueued", exe.owner, {"tool": tool.name, "key": outbox_key})])
+    await exe.record(
+        step,
+        outbox=[item],
+        events=[*_take_events(exe), NewEvent("outbox.enqueued", exe.owner, {"tool": tool.name, "key": outbox_key})],
+    )
     return ToolOutcome(True, result=step.output)
 
 
@@ -212,7 +247,9 @@ def _take_events(exe: Execution) -> list[NewEvent]:
 async def _call_read(
     exe: Execution, step: Step, tool: Tool, args: dict[str, Any], key: str
 ) -> ToolOutcome:
-    state = RetryState.from_dict(step.output.get("retry") if isinstance(step.output, dict) else None)
+    state = RetryState.from_dict(
+        step.output.get("retry") if isinstance(step.output, dict) else None
+    )
     while True:
         state.attempts += 1
         ctx = tool_context(exe, step.step_no, key, tool, state.attempts)
@@ -234,8 +271,13 @@ async def _call_read(
 
 
 async def wait_or_park(
-    exe: Execution, step: Step, state: RetryState, delay: float, error: ToolError,
-    *, status: str = StepStatus.RETRYING,
+    exe: Execution,
+    step: Step,
+    state: RetryState,
+    delay: float,
+    error: ToolError,
+    *,
+    status: str = StepStatus.RETRYING,
 ) -> None:
     """Sleep a short backoff in the worker; park the run for a long one."""
     import asyncio

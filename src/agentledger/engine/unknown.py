@@ -21,7 +21,13 @@ import time
 from typing import Any
 
 from agentledger.engine.execution import Execution
-from agentledger.engine.retries import RetryState, as_tool_error, backoff, call_with_timeout, next_delay
+from agentledger.engine.retries import (
+    RetryState,
+    as_tool_error,
+    backoff,
+    call_with_timeout,
+    next_delay,
+)
 from agentledger.engine.signals import Handover
 from agentledger.engine.tool_step import (
     ToolOutcome,
@@ -60,8 +66,9 @@ async def drive_write(
     step.idempotency_key = key
     if step.status in (StepStatus.STARTED, StepStatus.UNKNOWN):
         mode = _CHECK
-        exe.pending_events.append(NewEvent("tool.resumed_unknown", exe.owner,
-                                           {"tool": tool.name, "key": key}))
+        exe.pending_events.append(
+            NewEvent("tool.resumed_unknown", exe.owner, {"tool": tool.name, "key": key})
+        )
     elif step.status == StepStatus.RETRYING:
         mode = _CALL  # the last attempt was refused (429) or the provider dedupes the key
     else:
@@ -115,9 +122,17 @@ async def _call(
             step.status, step.attempts = StepStatus.UNKNOWN, state.attempts
             step.error_class, step.error = error.error_class, str(error)
             step.output = {"retry": state.to_dict()}
-            await exe.record(step, events=[*_take_events(exe), NewEvent(
-                "tool.unknown_outcome", exe.owner,
-                {"tool": tool.name, "key": key, "error": str(error)})])
+            await exe.record(
+                step,
+                events=[
+                    *_take_events(exe),
+                    NewEvent(
+                        "tool.unknown_outcome",
+                        exe.owner,
+                        {"tool": tool.name, "key": key, "error": str(error)},
+                    ),
+                ],
+            )
             return None
         return await _succeed(exe, step, tool, key, result, state, "tool.executed")
 
@@ -136,17 +151,22 @@ async def _resolve(
             status = Status.pending()
             state.history.append(f"status_check:{as_tool_error(exc).error_class}")
         if status.state == "succeeded":
-            return await _succeed(exe, step, tool, key, status.result, state, "tool.status_resolved")
+            return await _succeed(
+                exe, step, tool, key, status.result, state, "tool.status_resolved"
+            )
         if status.state == "failed":
             return await _fail(exe, step, tool, BusinessError(status.error or "failed"), state)
         if status.state == "not_found":
             return _retry_same_key(tool, key, state)
         if state.checks >= MAX_STATUS_CHECKS:
-            raise Handover("unknown_outcome",
-                           f"{tool.name} (key {key}) still pending after {state.checks} checks")
+            raise Handover(
+                "unknown_outcome",
+                f"{tool.name} (key {key}) still pending after {state.checks} checks",
+            )
         delay = backoff(tool.retry, state.checks)
-        await wait_or_park(exe, step, state, delay, ToolError("status pending"),
-                           status=StepStatus.UNKNOWN)
+        await wait_or_park(
+            exe, step, state, delay, ToolError("status pending"), status=StepStatus.UNKNOWN
+        )
         return _CHECK
     if tool.idempotency == "provider":
         return _retry_same_key(tool, key, state)
@@ -163,8 +183,9 @@ async def _resolve(
 def _retry_same_key(tool: Tool, key: str, state: RetryState) -> str:
     state.not_found += 1
     if state.not_found > MAX_SAME_KEY_RETRIES:
-        raise Handover("unknown_outcome",
-                       f"{tool.name} (key {key}) not found after {state.not_found} retries")
+        raise Handover(
+            "unknown_outcome", f"{tool.name} (key {key}) not found after {state.not_found} retries"
+        )
     return _CALL
 
 
@@ -184,11 +205,21 @@ async def _succeed(
     _close_duration(step)
     effects = []
     if tool.idempotency == "effects":
-        effects.append(Effect(key=key, run_id=exe.run.id, step_no=step.step_no, status="done",
-                              result=result))
-    await exe.record(step, effects=effects, events=[*_take_events(exe), NewEvent(
-        event, exe.owner, {"tool": tool.name, "key": key, "attempts": state.attempts,
-                           "checks": state.checks})])
+        effects.append(
+            Effect(key=key, run_id=exe.run.id, step_no=step.step_no, status="done", result=result)
+        )
+    await exe.record(
+        step,
+        effects=effects,
+        events=[
+            *_take_events(exe),
+            NewEvent(
+                event,
+                exe.owner,
+                {"tool": tool.name, "key": key, "attempts": state.attempts, "checks": state.checks},
+            ),
+        ],
+    )
     return ToolOutcome(True, result=result)
 
 
@@ -199,8 +230,14 @@ async def _fail(
     effects = []
     if tool.idempotency == "effects":
         # The provider answered with a failure: nothing happened.
-        effects.append(Effect(key=step.idempotency_key or "", run_id=exe.run.id,
-                              step_no=step.step_no, status="failed"))
+        effects.append(
+            Effect(
+                key=step.idempotency_key or "",
+                run_id=exe.run.id,
+                step_no=step.step_no,
+                status="failed",
+            )
+        )
     return await fail_step(exe, step, error, events=_take_events(exe), effects=effects)
 
 
@@ -213,12 +250,24 @@ async def _wait_for_winner(exe: Execution, step: Step, tool: Tool, winner: Effec
             step.status, step.output = StepStatus.SUCCEEDED, current.result
             step.idempotency_key = None  # the winner's step holds the key
             _close_duration(step)
-            await exe.record(step, events=[*_take_events(exe), NewEvent(
-                "tool.effect_shared", exe.owner,
-                {"tool": tool.name, "key": winner.key, "winner": winner.run_id})])
+            await exe.record(
+                step,
+                events=[
+                    *_take_events(exe),
+                    NewEvent(
+                        "tool.effect_shared",
+                        exe.owner,
+                        {"tool": tool.name, "key": winner.key, "winner": winner.run_id},
+                    ),
+                ],
+            )
             return ToolOutcome(True, result=current.result)
         if current is not None and current.status == "failed":
-            return await fail_step(exe, step, BusinessError(f"{tool.name} failed in {winner.run_id}"))
+            return await fail_step(
+                exe, step, BusinessError(f"{tool.name} failed in {winner.run_id}")
+            )
         await asyncio.sleep(0.1)
-    raise Handover("unknown_outcome", f"{tool.name}: effect {winner.key} held by "
-                   f"{winner.run_id} has no result yet")
+    raise Handover(
+        "unknown_outcome",
+        f"{tool.name}: effect {winner.key} held by {winner.run_id} has no result yet",
+    )

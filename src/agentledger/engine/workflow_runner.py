@@ -73,8 +73,10 @@ class WorkflowContext:
         prior = exe.journal.get(step_no)
         if prior is not None:
             if prior.name != name:
-                raise Handover("nondeterminism",
-                               f"step {step_no} is {prior.name!r} in the journal, code asks {name!r}")
+                raise Handover(
+                    "nondeterminism",
+                    f"step {step_no} is {prior.name!r} in the journal, code asks {name!r}",
+                )
             if prior.status == StepStatus.SUCCEEDED:
                 return prior.output
             if prior.status == StepStatus.FAILED:
@@ -87,7 +89,11 @@ class WorkflowContext:
                 result = await result
             json.dumps(result)
         except Exception as exc:
-            step.status, step.error_class, step.error = StepStatus.FAILED, type(exc).__name__, str(exc)
+            step.status, step.error_class, step.error = (
+                StepStatus.FAILED,
+                type(exc).__name__,
+                str(exc),
+            )
             _close_duration(step)
             await exe.record(step)
             raise

@@ -1,7 +1,7 @@
 """A small app to see the engine work: one workflow and one agent, no network.
 
-    agentledger example            # submits both, runs a worker, prints the journals
-    agentledger worker --app agentledger.examples.quickstart:app
+agentledger example            # submits both, runs a worker, prints the journals
+agentledger worker --app agentledger.examples.quickstart:app
 """
 
 from __future__ import annotations
@@ -32,11 +32,13 @@ app.add_agent(
     Agent(
         name="weather_agent",
         version="1",
-        model=ScriptedModel([
-            Turn(calls=[("lookup_weather", {"city": "Lisbon"})]),
-            Turn(calls=[("save_note", {"text": "Lisbon is sunny today"})]),
-            Turn(text="It is sunny in Lisbon; I saved a note."),
-        ]),
+        model=ScriptedModel(
+            [
+                Turn(calls=[("lookup_weather", {"city": "Lisbon"})]),
+                Turn(calls=[("save_note", {"text": "Lisbon is sunny today"})]),
+                Turn(text="It is sunny in Lisbon; I saved a note."),
+            ]
+        ),
         instructions="Answer weather questions and save a note.",
         tools=[lookup_weather, save_note],
     )
@@ -47,7 +49,8 @@ app.add_agent(
 async def daily_digest(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:
     cities = await ctx.step("pick_cities", lambda: input.get("cities", ["Porto", "Rome"]))
     forecasts = [await ctx.tool("lookup_weather", city=c) for c in cities]
-    summary = await ctx.step("summarise", lambda: ", ".join(
-        f"{f['city']} {f['celsius']}C" for f in forecasts))
+    summary = await ctx.step(
+        "summarise", lambda: ", ".join(f"{f['city']} {f['celsius']}C" for f in forecasts)
+    )
     await ctx.tool("save_note", text=summary)
     return {"summary": summary}

@@ -93,8 +93,9 @@ class ScriptedModel(Model):
             )
             for j, (name, args) in enumerate(turn.calls)
         ]
-        message = Message(role="assistant", content=turn.text, tool_calls=calls,
-                          refusal=turn.refusal)
+        message = Message(
+            role="assistant", content=turn.text, tool_calls=calls, refusal=turn.refusal
+        )
         prompt = sum(count_tokens(json.dumps(m.to_dict())) for m in request.messages)
         prompt += sum(count_tokens(json.dumps(t.parameters)) for t in request.tools)
         output = count_tokens(json.dumps(message.to_dict()))

@@ -168,14 +168,18 @@ class Store(ABC):
     async def append_event(self, run_id: str, type: str, actor: str, data: Any) -> None: ...
 
     @abstractmethod
-    async def get_approvals(self, run_id: str | None = None, pending: bool = False) -> list[Approval]: ...
+    async def get_approvals(
+        self, run_id: str | None = None, pending: bool = False
+    ) -> list[Approval]: ...
 
     @abstractmethod
     async def decide_approval(self, approval_id: str, decision: str, decided_by: str) -> Approval:
         """Record a decision and re-queue the run."""
 
     @abstractmethod
-    async def claim_outbox(self, owner: str, limit: int, lease_seconds: float) -> list[OutboxItem]: ...
+    async def claim_outbox(
+        self, owner: str, limit: int, lease_seconds: float
+    ) -> list[OutboxItem]: ...
 
     @abstractmethod
     async def settle_outbox(self, item: OutboxItem) -> None:

@@ -104,9 +104,7 @@ def get_run(d: Dialect, conn: Any, run_id: str) -> Run | None:
     return rows.run_from(found[0]) if found else None
 
 
-def list_runs(
-    d: Dialect, conn: Any, status: str | None, name: str | None, limit: int
-) -> list[Run]:
+def list_runs(d: Dialect, conn: Any, status: str | None, name: str | None, limit: int) -> list[Run]:
     where: list[str] = []
     params: dict[str, Any] = {"limit": limit}
     if status:
@@ -435,7 +433,11 @@ def decide_approval(
         {"now": now, "run_id": approval.run_id},
     )
     insert_event(
-        d, conn, approval.run_id, "approval.decided", decided_by,
+        d,
+        conn,
+        approval.run_id,
+        "approval.decided",
+        decided_by,
         {"approval_id": approval_id, "decision": decision, "tool": approval.tool},
     )
     approval.decision, approval.decided_by, approval.decided_at = decision, decided_by, now
@@ -525,8 +527,13 @@ def register_worker(d: Dialect, conn: Any, info: WorkerInfo, kinds: dict[str, st
         "INSERT INTO workers (id, host, pid, targets, started_at, heartbeat_at) VALUES "
         "(:id, :host, :pid, :targets, :now, :now) ON CONFLICT (id) DO UPDATE SET "
         "heartbeat_at = excluded.heartbeat_at",
-        {"id": info.id, "host": info.host, "pid": info.pid, "targets": dumps(info.targets),
-         "now": now},
+        {
+            "id": info.id,
+            "host": info.host,
+            "pid": info.pid,
+            "targets": dumps(info.targets),
+            "now": now,
+        },
     )
     for target, kind in kinds.items():
         name, version = target.rsplit("@", 1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
@@ -132,10 +133,8 @@ class SQLStore(Store):
                 log.warning("store connection lost (%s); reconnecting", exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-                try:
+                with contextlib.suppress(Exception):
                     self.dialect.close(self._conn)
-                except Exception:
-                    pass
                 try:
                     self._conn = self.dialect.connect()
                 except Exception as again:
@@ -190,10 +189,8 @@ class SQLStore(Store):
                 job.future.set_exception(failure)
 
     def _rollback(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.dialect.rollback(self._conn)
-        except Exception:
-            pass
 
     def _error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, AgentLedgerError):
@@ -286,9 +283,7 @@ class SQLStore(Store):
             lambda c: q.decide_approval(self.dialect, c, approval_id, decision, decided_by)
         )
 
-    async def claim_outbox(
-        self, owner: str, limit: int, lease_seconds: float
-    ) -> list[OutboxItem]:
+    async def claim_outbox(self, owner: str, limit: int, lease_seconds: float) -> list[OutboxItem]:
         return await self._call(
             lambda c: q.claim_outbox(self.dialect, c, owner, limit, lease_seconds)
         )
@@ -311,9 +306,7 @@ class SQLStore(Store):
         await self._call(lambda c: q.deregister_worker(self.dialect, c, worker_id))
 
     async def list_workers(self, live_within: float | None = None) -> list[WorkerInfo]:
-        return await self._call(
-            lambda c: q.list_workers(self.dialect, c, live_within), write=False
-        )
+        return await self._call(lambda c: q.list_workers(self.dialect, c, live_within), write=False)
 
     async def registrations(self) -> list[dict[str, Any]]:
         return await self._call(lambda c: q.registrations(self.dialect, c), write=False)

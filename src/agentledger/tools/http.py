@@ -58,7 +58,7 @@ def raise_for_provider(response: httpx.Response) -> None:
         )
     if status >= 500:
         raise ProviderError(f"provider error {status}: {detail}")
-    if status == 400 or status == 422 and detail == "validation_error":
+    if status == 400 or (status == 422 and detail == "validation_error"):
         raise InvalidArguments(f"rejected arguments ({status}): {detail}", data=body)
     if status == 403:
         raise Refused(f"refused ({status}): {detail}", data=body)

@@ -78,11 +78,19 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         await self.app.startup()
-        info = WorkerInfo(id=self.owner, host=socket.gethostname(), pid=os.getpid(),
-                          targets=self.targets, started_at=time.time(), heartbeat_at=time.time())
+        info = WorkerInfo(
+            id=self.owner,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            targets=self.targets,
+            started_at=time.time(),
+            heartbeat_at=time.time(),
+        )
         await self.store.register_worker(info, self.app.targets())
-        side = [asyncio.create_task(self._claim_loop(), name="claim"),
-                asyncio.create_task(self._heartbeat_loop(), name="heartbeat")]
+        side = [
+            asyncio.create_task(self._claim_loop(), name="claim"),
+            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+        ]
         if self.config.outbox:
             from agentledger.outbox import OutboxDispatcher
 
@@ -93,8 +101,9 @@ class Worker:
             done, _ = await asyncio.wait([*side, stopper], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 if task is not stopper and task.exception() is not None:
-                    log.error("worker side task %s died: %r; stopping", task.get_name(),
-                              task.exception())
+                    log.error(
+                        "worker side task %s died: %r; stopping", task.get_name(), task.exception()
+                    )
                     self.stop()
             self.stop()
             await self._drain()
@@ -131,8 +140,9 @@ class Worker:
                 await self._reap_dead_local_owners()
             free = self.config.concurrency - len(self.active)
             if free > 0:
-                runs = await self.store.claim_runs(self.owner, self.targets, free,
-                                                   self.config.lease_seconds)
+                runs = await self.store.claim_runs(
+                    self.owner, self.targets, free, self.config.lease_seconds
+                )
                 for run in runs:
                     self._start(run)
                 if runs and len(runs) == free:
@@ -154,9 +164,14 @@ class Worker:
     async def _execute(self, run: Run) -> str:
         outcome = "error"
         try:
-            outcome = await execute_run(self.store, self.app, run, self.owner,
-                                        stopping=self.stopping,
-                                        park_threshold=self.config.park_threshold)
+            outcome = await execute_run(
+                self.store,
+                self.app,
+                run,
+                self.owner,
+                stopping=self.stopping,
+                park_threshold=self.config.park_threshold,
+            )
             if outcome == RELEASED:
                 await self.store.release_run(run.id, run.lease_epoch, self.owner)
             return outcome
@@ -182,8 +197,7 @@ class Worker:
             await asyncio.sleep(interval)
             leases = {run_id: epoch for run_id, (_, epoch) in self.active.items()}
             if leases:
-                lost = await self.store.renew_leases(self.owner, leases,
-                                                     self.config.lease_seconds)
+                lost = await self.store.renew_leases(self.owner, leases, self.config.lease_seconds)
                 for run_id in lost:
                     # A zombie: someone else owns the run now. Stop touching it.
                     entry = self.active.pop(run_id, None)

@@ -1,0 +1,241 @@
+"""The StayHub booking app: tools with contracts over the sandbox, and the booking agent.
+
+Environment (read when the module is imported, so a worker process picks it up):
+
+- ``STAYHUB_URL``: the sandbox base URL (default ``http://127.0.0.1:8700``).
+- ``STAYHUB_SEARCH_TIMEOUT`` (default 2), ``STAYHUB_BOOKING_TIMEOUT`` (5),
+  ``STAYHUB_PAYMENT_TIMEOUT`` (10), ``STAYHUB_NOTIFY_TIMEOUT`` (3): tool timeouts in
+  seconds. Tests shorten them so a ``timeout_after_commit`` hold costs less wall time.
+
+Declined payments: the scripted model cancels the booking itself with ``cancel_booking``
+(a normal write tool) and then answers; for budget and other handovers the runtime runs
+each succeeded write step's declared compensation (``cancel_booking`` for a booking,
+``refund_payment`` for a charge), newest first.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+from agentledger.agent import Agent
+from agentledger.app import App
+from agentledger.budget import Budget
+from agentledger.models.scripted import ScriptedModel
+from agentledger.stayhub.script import booking_script
+from agentledger.tools import Compensation, RetryPolicy, Status, ToolContext
+from agentledger.tools.http import call_provider
+
+DEFAULT_URL = "http://127.0.0.1:8700"
+
+
+def _seconds(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+SEARCH_TIMEOUT = _seconds("STAYHUB_SEARCH_TIMEOUT", 2.0)
+BOOKING_TIMEOUT = _seconds("STAYHUB_BOOKING_TIMEOUT", 5.0)
+PAYMENT_TIMEOUT = _seconds("STAYHUB_PAYMENT_TIMEOUT", 10.0)
+NOTIFY_TIMEOUT = _seconds("STAYHUB_NOTIFY_TIMEOUT", 3.0)
+
+app = App("stayhub")
+
+
+@app.on_startup
+async def _open_client(a: App) -> None:
+    url = os.environ.get("STAYHUB_URL", DEFAULT_URL).rstrip("/")
+    a.resources["stayhub_url"] = url
+    a.resources["stayhub_http"] = httpx.AsyncClient(base_url=url, trust_env=False, timeout=30.0)
+
+
+@app.on_shutdown
+async def _close_client(a: App) -> None:
+    client = a.resources.pop("stayhub_http", None)
+    if client is not None:
+        await client.aclose()
+
+
+def _client(ctx: ToolContext) -> httpx.AsyncClient:
+    client = ctx.resources.get("stayhub_http")
+    if not isinstance(client, httpx.AsyncClient):
+        raise RuntimeError("the StayHub HTTP client is not open (app startup did not run)")
+    return client
+
+
+async def _get(ctx: ToolContext, path: str, **params: Any) -> Any:
+    response = await call_provider(_client(ctx), "GET", path, params=params or None,
+                                   timeout=max(0.05, ctx.time_left()))
+    return response.json()
+
+
+async def _post(ctx: ToolContext, path: str, body: Any = None) -> Any:
+    response = await call_provider(
+        _client(ctx), "POST", path, json=body,
+        headers={"Idempotency-Key": ctx.idempotency_key}, timeout=max(0.05, ctx.time_left()),
+    )
+    return response.json()
+
+
+async def _status_by_key(ctx: ToolContext, path: str) -> Status:
+    """Map the sandbox's status-by-key answer to a :class:`Status`."""
+    try:
+        response = await _client(ctx).get(path, timeout=max(0.05, ctx.time_left()))
+    except httpx.HTTPError:
+        return Status.pending()  # could not ask: ask again later
+    if response.status_code == 404:
+        return Status.not_found()
+    if response.status_code != 200:
+        return Status.pending()
+    body = response.json()
+    state = body.get("status")
+    if state == "succeeded":
+        return Status.succeeded(body.get("response"))
+    if state == "failed":
+        detail = body.get("response")
+        error = detail.get("error") if isinstance(detail, dict) else None
+        return Status.failed(str(error or detail or "failed"))
+    if state == "not_found":
+        return Status.not_found()
+    return Status.pending()
+
+
+# --- reads ---------------------------------------------------------------------------------
+
+@app.tool(effect="read", timeout=SEARCH_TIMEOUT,
+          retry=RetryPolicy(provider_error=2, rate_limited=3))
+async def search_hotels(ctx: ToolContext, city: str, nights: int = 1) -> dict[str, Any]:
+    """Hotels in a city with their price per night and the total for the stay."""
+    result: dict[str, Any] = await _get(ctx, "/hotels", city=city, nights=nights)
+    return result
+
+
+@app.tool(effect="read", timeout=SEARCH_TIMEOUT)
+async def get_availability(
+    ctx: ToolContext, hotel_id: str, check_in: str, nights: int = 1
+) -> dict[str, Any]:
+    """Whether a hotel has a room for the stay, and its total price."""
+    result: dict[str, Any] = await _get(ctx, f"/hotels/{hotel_id}/availability",
+                                        check_in=check_in, nights=nights)
+    return result
+
+
+# --- bookings ------------------------------------------------------------------------------
+
+async def booking_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
+    return await _status_by_key(ctx, f"/bookings/by-key/{ctx.idempotency_key}")
+
+
+@app.tool(effect="write", timeout=BOOKING_TIMEOUT, idempotency="provider")
+async def cancel_booking(ctx: ToolContext, booking_id: str) -> dict[str, Any]:
+    """Cancel a booking and release its room."""
+    result: dict[str, Any] = await _post(ctx, f"/bookings/{booking_id}/cancel")
+    return result
+
+
+@app.tool(effect="write", timeout=BOOKING_TIMEOUT, idempotency="provider",
+          status_check=booking_status, approval="guest",
+          compensation=Compensation("cancel_booking",
+                                    arguments=lambda args, result: {
+                                        "booking_id": result["booking_id"]}))
+async def create_booking(
+    ctx: ToolContext, hotel_id: str, guest_id: str, check_in: str, nights: int = 1
+) -> dict[str, Any]:
+    """Hold a room for the guest's stay (the guest approves first)."""
+    result: dict[str, Any] = await _post(ctx, "/bookings", {
+        "hotel_id": hotel_id, "guest_id": guest_id, "check_in": check_in, "nights": nights})
+    return result
+
+
+# --- payments ------------------------------------------------------------------------------
+
+async def price_of_booking(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    """The server-computed amount: the booking's total, from the booking provider."""
+    booking = await _get(ctx, f"/bookings/{args['booking_id']}")
+    total: dict[str, Any] = booking["total"]
+    return total
+
+
+async def payment_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
+    return await _status_by_key(ctx, f"/payments/by-key/{ctx.idempotency_key}")
+
+
+@app.tool(effect="money", timeout=BOOKING_TIMEOUT, idempotency="provider")
+async def refund_payment(ctx: ToolContext, payment_id: str) -> dict[str, Any]:
+    """Refund a payment in full."""
+    result: dict[str, Any] = await _post(ctx, f"/payments/{payment_id}/refund",
+                                         {"reason": "compensation"})
+    return result
+
+
+@app.tool(effect="money", timeout=PAYMENT_TIMEOUT, idempotency="provider",
+          status_check=payment_status, server_args={"amount": price_of_booking},
+          compensation=Compensation("refund_payment",
+                                    arguments=lambda args, result: {
+                                        "payment_id": result["payment_id"]}))
+async def create_payment(
+    ctx: ToolContext, booking_id: str, guest_id: str, amount: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Charge the guest for a booking. The amount is computed by the server."""
+    result: dict[str, Any] = await _post(ctx, "/payments", {
+        "booking_id": booking_id, "guest_id": guest_id, "amount": amount})
+    return result
+
+
+# --- notifications (outbox) ----------------------------------------------------------------
+
+async def verified_address(ctx: ToolContext, args: dict[str, Any]) -> str:
+    """The server-computed recipient: the guest's verified address."""
+    guest = await _get(ctx, f"/guests/{args['guest_id']}")
+    email: str = guest["email"]
+    return email
+
+
+@app.tool(effect="notify", timeout=NOTIFY_TIMEOUT, delivery="outbox", outbox_attempts=5,
+          idempotency="provider",
+          outbox_key=lambda args, ctx: f"crm:{args['guest_id']}:{args.get('booking_id')}")
+async def crm_upsert(
+    ctx: ToolContext, guest_id: str, booking_id: str | None = None,
+    fields: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Create or update the guest's CRM contact (delivered asynchronously)."""
+    result: dict[str, Any] = await _post(ctx, "/crm/contacts", {
+        "guest_id": guest_id, "booking_id": booking_id, "fields": fields or {}})
+    return result
+
+
+@app.tool(effect="notify", timeout=NOTIFY_TIMEOUT, delivery="outbox", outbox_attempts=5,
+          idempotency="provider", server_args={"to": verified_address},
+          outbox_key=lambda args, ctx: f"email:{args.get('booking_id')}:{args['template']}")
+async def send_email(
+    ctx: ToolContext, guest_id: str, booking_id: str, subject: str, body: str,
+    template: str = "confirmation", to: str = "",
+) -> dict[str, Any]:
+    """Email the guest (to their verified address; delivered asynchronously)."""
+    result: dict[str, Any] = await _post(ctx, "/emails", {
+        "to": to, "subject": subject, "body": body, "booking_id": booking_id})
+    return result
+
+
+TOOLS = [search_hotels, get_availability, create_booking, cancel_booking, create_payment,
+         refund_payment, crm_upsert, send_email]
+
+INSTRUCTIONS = (
+    "You are StayHub's booking assistant. Find a hotel in the guest's city, check "
+    "availability, book it (the guest approves), take the payment, update the CRM and "
+    "email the confirmation. Never invent prices or addresses."
+)
+
+agent = app.add_agent(Agent(
+    name="stayhub_booking",
+    version="1",
+    model=ScriptedModel(booking_script, name="stayhub-scripted"),
+    instructions=INSTRUCTIONS,
+    tools=TOOLS,
+    budget=Budget(max_steps=20, active_seconds=120.0),
+    end_user_message="We could not finish your booking automatically; our team will follow up.",
+))
