@@ -234,7 +234,10 @@ async def _enqueue(
     await exe.record(
         step,
         outbox=[item],
-        events=[*_take_events(exe), NewEvent("outbox.enqueued", exe.owner, {"tool": tool.name, "key": outbox_key})],
+        events=[
+            *_take_events(exe),
+            NewEvent("outbox.enqueued", exe.owner, {"tool": tool.name, "key": outbox_key}),
+        ],
     )
     return ToolOutcome(True, result=step.output)
 

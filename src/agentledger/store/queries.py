@@ -179,7 +179,8 @@ def expire_leases_of(d: Dialect, conn: Any, owners: list[str]) -> int:
     for owner in owners:
         total += d.execute(
             conn,
-            "UPDATE runs SET lease_expires_at = 0 WHERE lease_owner = :owner AND status = 'running'",
+            "UPDATE runs SET lease_expires_at = 0 WHERE lease_owner = :owner "
+            "AND status = 'running'",
             {"owner": owner},
         )
     return total

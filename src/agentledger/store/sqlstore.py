@@ -112,10 +112,8 @@ class SQLStore(Store):
                 self._with_reconnect(grouped, self._run_group)
             if stop:
                 break
-        try:
+        with contextlib.suppress(Exception):  # closing a broken connection is not worth an error
             self.dialect.close(self._conn)
-        except Exception:  # closing a broken connection is not worth an error
-            pass
 
     def _with_reconnect(self, jobs: list[_Job], runner: Callable[[list[_Job]], None]) -> None:
         deadline = time.monotonic() + _RECONNECT_WINDOW

@@ -80,7 +80,7 @@ class Tool:
         unknown = set(self.server_args) - set(self.args_model.model_fields)
         if unknown:
             raise UsageError(
-                f"tool {self.name}: server_args {sorted(unknown)} are not parameters of the function"
+                f"tool {self.name}: server_args {sorted(unknown)} are not parameters of the tool"
             )
 
     @property
