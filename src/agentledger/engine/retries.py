@@ -85,7 +85,10 @@ async def call_with_timeout(fn: Callable[[], Awaitable[T]], timeout: float) -> T
     if timeout <= 0:
         raise ToolTimeout("no time left before the run's deadline")
     try:
-        return await asyncio.wait_for(fn(), timeout)
+        # asyncio.timeout runs the call in the current task: no extra Task per tool
+        # call (asyncio.wait_for creates one on Python < 3.12); same TimeoutError.
+        async with asyncio.timeout(timeout):
+            return await fn()
     except TimeoutError:
         raise ToolTimeout(f"no answer within {timeout:.2f} s") from None
 

@@ -1,0 +1,175 @@
+"""Shared helpers of the engine tests: worker subprocesses, waits, store and ledger reads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentledger.records import Event, Run, RunStatus, Step
+from agentledger.store import open_store
+from tests.apps import ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.apps.engine_app:app"
+APP_V2 = "tests.apps.engine_app_v2:app"
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition",
+             interval: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class Env:
+    """One test's world: an agentledger SQLite file, a ledger file, worker processes."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.db_path = tmp / "agentledger.db"
+        self.url = f"sqlite:///{self.db_path}"
+        self.ledger = str(tmp / "ledger.db")
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self._logs = 0
+        os.environ["ENGINE_LEDGER"] = self.ledger  # for in-process ledger reads
+
+    # processes ---------------------------------------------------------------
+
+    def child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        env["ENGINE_LEDGER"] = self.ledger
+        env.pop("AGENTLEDGER_DEBUG", None)
+        return env
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run ``agentledger ARGS`` in a subprocess and return its result."""
+        return subprocess.run([sys.executable, "-m", "agentledger.cli.main", *args],
+                              cwd=ROOT, env=self.child_env(), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def start_worker(self, *, app: str = APP, lease: float = 2.0, concurrency: int = 10,
+                     extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+        self._logs += 1
+        log = open(self.tmp / f"worker{self._logs}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentledger.cli.main", "worker", "--app", app,
+             "--db", self.url, "--poll-seconds", "0.05", "--lease-seconds", str(lease),
+             "--concurrency", str(concurrency), *extra],
+            cwd=ROOT, env=self.child_env(), stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.workers.append(proc)
+        return proc
+
+    def worker_log(self, n: int) -> str:
+        return (self.tmp / f"worker{n}.log").read_text(errors="replace")
+
+    @staticmethod
+    def kill(proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL and reap (a zombie would still look alive to liveness checks)."""
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+
+    def close(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=30)
+
+    # store ---------------------------------------------------------------------
+
+    def _store(self, fn: Callable[[Any], Any]) -> Any:
+        async def go() -> Any:
+            store = open_store(self.url)
+            await store.open()
+            try:
+                return await fn(store)
+            finally:
+                await store.close()
+
+        return asyncio.run(go())
+
+    def submit(self, name: str, input: Any = None, version: str | None = None) -> str:
+        from tests.apps.engine_app import app
+
+        return str(self._store(lambda s: app.submit(s, name, input, version=version)))
+
+    def run(self, run_id: str) -> Run:
+        run = self._store(lambda s: s.get_run(run_id))
+        assert run is not None
+        return run
+
+    def journal(self, run_id: str) -> list[Step]:
+        return list(self._store(lambda s: s.load_journal(run_id)))
+
+    def events(self, run_id: str) -> list[Event]:
+        return list(self._store(lambda s: s.list_events(run_id)))
+
+    def approvals(self, run_id: str) -> list[Any]:
+        return list(self._store(lambda s: s.get_approvals(run_id)))
+
+    def outbox(self, status: str | None = None) -> list[Any]:
+        return list(self._store(lambda s: s.list_outbox(status)))
+
+    def wait_status(self, run_id: str, *statuses: str, timeout: float = 30.0) -> Run:
+        wanted = set(statuses) or set(RunStatus.TERMINAL)
+        last: list[Run] = []
+
+        def check() -> Run | None:
+            run = self.run(run_id)
+            last[:] = [run]
+            return run if run.status in wanted else None
+
+        try:
+            return wait_for(check, timeout, f"run {run_id} to be {sorted(wanted)}", 0.1)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last seen {last[0] if last else None}; "
+                                 f"journal {self.journal(run_id)}") from None
+
+    def wait_marker(self, flag: Path, timeout: float = 30.0) -> None:
+        marker = Path(str(flag) + ".holding")
+        wait_for(marker.exists, timeout, f"the tool to hold on {flag}")
+
+    # ledger -------------------------------------------------------------------
+
+    def effects(self, kind: str | None = None) -> dict[str, int]:
+        return ledger.effect_counts(self.ledger, kind)
+
+    def calls(self, kind: str | None = None) -> dict[str, int]:
+        return ledger.call_counts(self.ledger, kind)
+
+    def call_times(self, key: str) -> list[float]:
+        return [at for _, _, at in ledger.calls(self.ledger, key=key)]
+
+
+def steps_by_name(journal: list[Step]) -> dict[str, Step]:
+    return {s.name if s.kind != "tool" else f"{s.name}#{s.step_no}": s for s in journal}
+
+
+def tool_steps(journal: list[Step], name: str | None = None) -> list[Step]:
+    return [s for s in journal if s.kind == "tool" and (name is None or s.name == name)]
+
+
+def no_traceback(text: str) -> bool:
+    return "Traceback" not in text
+
+
+def parse_json(text: str) -> Any:
+    return json.loads(text)
