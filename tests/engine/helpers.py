@@ -37,12 +37,13 @@ def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "con
 
 
 class Env:
-    """One test's world: an agentledger SQLite file, a ledger file, worker processes."""
+    """One test's world: an agentledger database (SQLite file or PostgreSQL), a ledger file,
+    worker processes."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, url: str | None = None) -> None:
         self.tmp = tmp
         self.db_path = tmp / "agentledger.db"
-        self.url = f"sqlite:///{self.db_path}"
+        self.url = url or f"sqlite:///{self.db_path}"
         self.ledger = str(tmp / "ledger.db")
         self.workers: list[subprocess.Popen[bytes]] = []
         self._logs = 0

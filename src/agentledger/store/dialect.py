@@ -9,6 +9,7 @@ errors map to agentledger errors -- lives in a subclass of :class:`Dialect`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -64,6 +65,16 @@ class Dialect(ABC):
 
     def close(self, conn: Any) -> None:
         conn.close()
+
+    def notify_runnable(self, conn: Any) -> None:  # noqa: B027 - optional hook
+        """Hint idle workers that runs became claimable (inside the transaction)."""
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``callback`` on every hint; return a function that stops listening.
+
+        None when the database has no notifications (workers then only poll).
+        """
+        return None
 
     def after_migrate(self, conn: Any) -> None:
         """Hook run once the schema is current."""

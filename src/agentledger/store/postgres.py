@@ -218,7 +218,9 @@ class PostgresDialect(Dialect):
             conn.rollback()
         if not self._schema_ready:
             # The first write on a store is queries.migrate(): serialize it with
-            # every other process migrating the same database.
+            # every other process migrating the same database, and let a long
+            # migration (an index on a big table) outlast the statement timeout.
+            conn.execute("SET LOCAL statement_timeout = 0")
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
 
     def after_migrate(self, conn: Any) -> None:
@@ -248,6 +250,14 @@ class PostgresDialect(Dialect):
         if cursor.description is None:
             return []
         return list(cursor.fetchall())
+
+    def notify_runnable(self, conn: Any) -> None:
+        notify_runs(conn)
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None] | None:
+        listener = RunListener(self.url, lambda _payload: callback())
+        listener.start()
+        return listener.stop
 
     def claim_sql(self, n_targets: int) -> str:
         targets = ", ".join(f":t{i}" for i in range(n_targets))

@@ -94,6 +94,7 @@ def create_run(d: Dialect, conn: Any, new: NewRun) -> Run:
         params,
     )
     insert_event(d, conn, run_id, "run.submitted", new.user_id or "api", {"input": new.input})
+    d.notify_runnable(conn)
     run = get_run(d, conn, run_id)
     assert run is not None
     return run
@@ -171,6 +172,7 @@ def release_run(d: Dialect, conn: Any, run_id: str, epoch: int, owner: str) -> b
     )
     if changed:
         insert_event(d, conn, run_id, "run.released", owner, {"epoch": epoch})
+        d.notify_runnable(conn)
     return changed > 0
 
 
@@ -433,6 +435,7 @@ def decide_approval(
         "AND status = 'waiting'",
         {"now": now, "run_id": approval.run_id},
     )
+    d.notify_runnable(conn)
     insert_event(
         d,
         conn,

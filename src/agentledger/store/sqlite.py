@@ -10,6 +10,7 @@ faster, weaker setting: a power loss may lose the last acknowledged steps.
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -65,7 +66,15 @@ class SQLiteDialect(Dialect):
         conn.row_factory = sqlite3.Row
         try:
             conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            deadline = time.monotonic() + self.busy_timeout_ms / 1000
+            while True:  # switching a new file to WAL does not wait on busy_timeout
+                try:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         except sqlite3.Error as exc:

@@ -74,6 +74,10 @@ class SQLStore(Store):
         await asyncio.to_thread(self._thread.join)
         self._thread = None
 
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None] | None:
+        """Wake-up hints from the database (PostgreSQL LISTEN/NOTIFY); None if unsupported."""
+        return self.dialect.listen(callback)
+
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied."""
         return await self._call(lambda c: q.migrate(self.dialect, c), write=False)

@@ -96,6 +96,9 @@ class Worker:
 
             dispatcher = OutboxDispatcher(self.store, self.app, owner=self.owner)
             side.append(asyncio.create_task(dispatcher.run(self.stopping), name="outbox"))
+        # PostgreSQL wakes us on NOTIFY; polling stays as the fallback.
+        listen = getattr(self.store, "listen", None)
+        stop_listening = listen(lambda: loop.call_soon_threadsafe(self.wake)) if listen else None
         stopper = asyncio.create_task(self.stopping.wait())
         try:
             done, _ = await asyncio.wait([*side, stopper], return_when=asyncio.FIRST_COMPLETED)
@@ -111,6 +114,8 @@ class Worker:
             for task in [*side, stopper]:
                 task.cancel()
             await asyncio.gather(*side, stopper, return_exceptions=True)
+            if stop_listening is not None:
+                await asyncio.to_thread(stop_listening)
             with contextlib.suppress(Exception):
                 await self.store.deregister_worker(self.owner)
             await self.app.shutdown()
