@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-import dbutil
 from agentledger.store import SQLStore, open_store
+from tests import dbutil
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),

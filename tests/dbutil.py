@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -56,15 +57,19 @@ def dbname_of(url: str) -> str:
 
 
 def _create(name: str, template: str | None) -> None:
-    with _admin() as conn:
-        if template is None:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        else:
-            conn.execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                    sql.Identifier(name), sql.Identifier(template)
-                )
-            )
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+    for attempt in range(3):
+        try:
+            with _admin() as conn:
+                conn.execute(statement)
+            return
+        except psycopg.errors.ObjectInUse:
+            # "source database is being accessed by other users": wait it out.
+            if attempt == 2:
+                raise
+            time.sleep(0.5)
 
 
 def _drop(name: str) -> None:
@@ -89,6 +94,10 @@ def template_database() -> str:
             queries.migrate(dialect, conn)
         finally:
             conn.close()
+        with _admin() as admin:  # nobody (not even autovacuum) may sit in the template
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name))
+            )
         _template = name
     return _template
 

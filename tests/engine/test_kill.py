@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import signal
 import time
-
-import pytest
-
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from agentledger.records import RunStatus, StepStatus
 from tests.engine.helpers import Env, tool_steps, wait_for

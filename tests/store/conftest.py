@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import dbutil
+from tests import dbutil
 
 
 @pytest.fixture

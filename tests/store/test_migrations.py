@@ -13,6 +13,7 @@ from agentledger.store import open_store, queries
 from agentledger.store.dialect import Dialect
 from agentledger.store.postgres import PostgresDialect
 from agentledger.store.sqlite import SQLiteDialect, sqlite_path
+from tests import dbutil
 
 Schema = list[tuple[Any, ...]]
 
@@ -115,8 +116,6 @@ def test_replayed_migrations_give_the_fresh_schema(
         if backend == "sqlite":
             url = f"sqlite:///{tmp_path / f'replay{k}.db'}"
         else:
-            import dbutil
-
             url = dbutil.make_pg_database(migrated=False)
             request.addfinalizer(lambda u=url: dbutil.drop_pg_database(u))
         partial = dialect_for(url)

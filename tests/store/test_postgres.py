@@ -13,7 +13,6 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-import dbutil
 from agentledger.errors import LeaseLost, StoreError, StoreUnavailable
 from agentledger.records import Effect, Run, Step
 from agentledger.store import Batch, EffectClaimed, NewRun, RunUpdate, SQLStore, open_store
@@ -24,6 +23,7 @@ from agentledger.store.postgres import (
     convert_placeholders,
     notify_runs,
 )
+from tests import dbutil
 
 pytestmark = pytest.mark.postgres
 

@@ -51,7 +51,7 @@ def test_model_values_for_server_args_are_dropped_and_reported() -> None:
 def test_invalid_arguments_say_what_is_wrong() -> None:
     with pytest.raises(InvalidArguments, match="booking_id"):
         pay.validate({})
-    with pytest.raises(InvalidArguments, match="(?i)extra"):
+    with pytest.raises(InvalidArguments, match=r"(?i)extra"):
         pay.validate({"booking_id": "b1", "surprise": True})
 
 

@@ -72,11 +72,16 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]):  #
             default_decision=decision.default,
         )
         step.status = StepStatus.WAITING
+        why = f"approval {approval.id} by {decision.role}"
+        # The approval row and the run's ``waiting`` state commit together: a decision
+        # made right after must find the run waiting, or its re-queue would be lost.
         await exe.record(
             step,
             approvals=[approval],
+            park_until=approval.expires_at,
             events=[
                 *_take(exe),
+                NewEvent("run.parked", exe.owner, {"why": why, "until": approval.expires_at}),
                 NewEvent(
                     "approval.requested",
                     exe.owner,
@@ -90,7 +95,7 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]):  #
                 ),
             ],
         )
-        raise Park(approval.expires_at, f"approval {approval.id} by {decision.role}")
+        raise Park(approval.expires_at, why, committed=True)
     return None
 
 

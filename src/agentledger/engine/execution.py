@@ -94,8 +94,13 @@ class Execution:
         outbox: Sequence[OutboxItem] = (),
         approvals: Sequence[Approval] = (),
         events: Sequence[NewEvent] = (),
+        park_until: float | None = None,
     ) -> None:
-        """Journal a step (fenced) and commit it before anything else happens."""
+        """Journal a step (fenced) and commit it before anything else happens.
+
+        ``park_until``: also set the run ``waiting`` until then (dropping the lease) in the
+        same transaction, so a decision that lands right after it finds the run waiting.
+        """
         previous = self.journal.get(step.step_no)
         step_count = self.step_count + (0 if previous else 1)
         tokens = self.tokens + step.tokens - (previous.tokens if previous else 0)
@@ -111,6 +116,8 @@ class Execution:
                 tokens=tokens,
                 cost_usd=cost,
                 active_seconds=self.active_seconds(),
+                status=RunStatus.WAITING if park_until is not None else None,
+                available_at=park_until,
             ),
             effects=list(effects),
             outbox=list(outbox),

@@ -65,6 +65,8 @@ async def _drive(exe: Execution, definition: Any) -> str:
         else:
             result = await run_workflow(exe, definition)
     except Park as park:
+        if park.committed:
+            return RunStatus.WAITING
         await exe.finish(
             RunStatus.WAITING,
             available_at=park.available_at,

@@ -14,10 +14,11 @@ class RunSignal(BaseException):
 class Park(RunSignal):
     """Stop executing now; the run waits until ``available_at`` (None: until decided)."""
 
-    def __init__(self, available_at: float | None, why: str) -> None:
+    def __init__(self, available_at: float | None, why: str, committed: bool = False) -> None:
         super().__init__(why)
         self.available_at = available_at
         self.why = why
+        self.committed = committed  # the run was already set waiting in the step's batch
 
 
 class Handover(RunSignal):

@@ -66,7 +66,7 @@ class Dialect(ABC):
     def close(self, conn: Any) -> None:
         conn.close()
 
-    def notify_runnable(self, conn: Any) -> None:  # noqa: B027 - optional hook
+    def notify_runnable(self, conn: Any) -> None:
         """Hint idle workers that runs became claimable (inside the transaction)."""
 
     def listen(self, callback: Callable[[], None]) -> Callable[[], None] | None:
