@@ -1,0 +1,219 @@
+"""``agentledger demo``: StayHub bookings on real worker processes, with kills and faults.
+
+Starts the sandbox (with ``--faults``), W worker subprocesses, submits N booking runs,
+approves the bookings as a scripted guest, optionally SIGKILLs a random worker every few
+seconds (starting a replacement), waits for every run to be terminal and the outbox to
+drain, then prints runs by state, steps, resumes, durations, cost, outbox deliveries and
+the sandbox ledger's invariants. Exit code 1 when an invariant breaks or a run is not
+terminal by ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+
+INVARIANTS = ("double_charges", "orphan_charges", "duplicate_bookings", "duplicate_emails")
+
+
+@click.command("demo")
+@click.option("--runs", "n_runs", default=20, show_default=True, help="Booking runs to submit.")
+@click.option("--workers", default=2, show_default=True, help="Worker processes.")
+@click.option("--kill-every", default=0.0, show_default=True,
+              help="SIGKILL a random worker every SECONDS (0: never) and start a replacement.")
+@click.option("--faults", default=None,
+              help="Sandbox fault spec, e.g. "
+                   "'payments.create:timeout_after_commit@0.1,hold=15;seed=7'.")
+@click.option("--db", default=None,
+              help="Database URL (default: a fresh SQLite file in a temp dir).")
+@click.option("--seed", default=7, show_default=True, help="Seed for guests, cities and kills.")
+@click.option("--timeout", default=300.0, show_default=True,
+              help="Seconds to wait for every run to be terminal.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def demo(n_runs: int, workers: int, kill_every: float, faults: str | None, db: str | None,
+         seed: int, timeout: float, as_json: bool) -> None:
+    """Book N StayHub stays on W workers while killing them; check the ledger."""
+    from agentledger.sandbox import parse_faults
+
+    if faults:
+        try:
+            parse_faults(faults)
+        except ValueError as exc:
+            raise click.UsageError(f"--faults: {exc}") from None
+    if workers < 1:
+        raise click.UsageError("--workers must be at least 1")
+    tmp = Path(tempfile.mkdtemp(prefix="agentledger-demo-"))
+    url = db or f"sqlite:///{tmp / 'demo.db'}"
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        report = asyncio.run(_demo(n_runs, workers, kill_every, faults, url, seed, timeout,
+                                   as_json, tmp))
+    except KeyboardInterrupt:
+        click.echo("interrupted; workers and sandbox stopped", err=True)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if db is None and not os.environ.get("AGENTLEDGER_DEMO_KEEP"):
+            shutil.rmtree(tmp, ignore_errors=True)
+    if as_json:
+        click.echo(json.dumps(report, default=str))
+    else:
+        _print_tables(report)
+    if not report["ok"]:
+        sys.exit(1)
+
+
+async def _demo(n_runs: int, workers: int, kill_every: float, faults: str | None, url: str,
+                seed: int, timeout: float, as_json: bool, tmp: Path) -> dict[str, Any]:
+    from agentledger.records import RunStatus
+    from agentledger.sandbox import SandboxServer, check_invariants
+    from agentledger.stayhub.app import app
+    from agentledger.stayhub.harness import (
+        AGENT,
+        WorkerPool,
+        approve_as_guests,
+        booking_input,
+        percentile,
+        wait_outbox_drained,
+    )
+    from agentledger.store import open_store
+
+    rng = random.Random(seed)
+    kill_rng = random.Random(seed + 1)
+    started = time.monotonic()
+    store = open_store(url)
+    await store.open()
+    sandbox = SandboxServer(faults=faults)
+    pool: WorkerPool | None = None
+    stop = asyncio.Event()
+    approver: asyncio.Task[int] | None = None
+    try:
+        sandbox.start()
+        pool = WorkerPool(url, sandbox.url, size=workers, log_dir=tmp).start()
+        approver = asyncio.create_task(approve_as_guests(store, stop))
+        ids = [await app.submit(store, AGENT, booking_input(rng, i), user_id=f"g-{1000 + i}")
+               for i in range(n_runs)]
+        states, killed = await _wait(store, ids, pool, kill_every, kill_rng, timeout, as_json)
+        not_terminal = sum(1 for s in states.values() if s not in RunStatus.TERMINAL)
+        outbox = await wait_outbox_drained(store, timeout=max(30.0, timeout / 4))
+        stop.set()
+        approvals = await approver
+        runs = [r for r in [await store.get_run(i) for i in ids] if r is not None]
+        ledger = check_invariants(sandbox.ledger())
+    finally:
+        stop.set()
+        if approver is not None and not approver.done():
+            approver.cancel()
+        if pool is not None:
+            pool.stop()
+        sandbox.close()
+        await store.close()
+    durations = [r.updated_at - r.created_at for r in runs if r.status == RunStatus.COMPLETED]
+    by_state = Counter(r.status for r in runs)
+    invariants = {k: ledger[k] for k in INVARIANTS}
+    ok = not_terminal == 0 and all(v == 0 for v in invariants.values())
+    return {
+        "ok": ok,
+        "runs": dict(sorted(by_state.items())),
+        "submitted": n_runs,
+        "not_terminal": not_terminal,
+        "workers": workers,
+        "kills": killed,
+        "faults": faults,
+        "steps": sum(r.step_count for r in runs),
+        "resumes": sum(r.resumes for r in runs),
+        "approvals": approvals,
+        "duration_p50_s": _round(percentile(durations, 50)),
+        "duration_p95_s": _round(percentile(durations, 95)),
+        "tokens": sum(r.tokens for r in runs),
+        "cost_usd": round(sum(r.cost_usd for r in runs), 6),
+        "outbox": {s: outbox.get(s, 0) for s in ("delivered", "pending", "dead")},
+        "ledger": {k: ledger[k] for k in ("bookings", "cancellations", "charges", "refunds",
+                                          "crm_updates", "emails")},
+        "invariants": invariants,
+        "violations": ledger["violations"],
+        "elapsed_s": round(time.monotonic() - started, 2),
+        "db": url,
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+async def _wait(store: Any, ids: list[str], pool: Any, kill_every: float, rng: random.Random,
+                timeout: float, quiet: bool) -> tuple[dict[str, str], int]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agentledger.records import RunStatus
+    from agentledger.stayhub.harness import wait_terminal
+
+    deadline = time.monotonic() + timeout
+    next_kill = time.monotonic() + kill_every if kill_every > 0 else float("inf")
+    progress = Progress(TextColumn("[bold]bookings"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+                        console=Console(stderr=True), disable=quiet, transient=True)
+    with progress:
+        task = progress.add_task("runs", total=len(ids), detail="")
+        while True:
+            states = await wait_terminal(store, ids, timeout=0)
+            done = sum(1 for s in states.values() if s in RunStatus.TERMINAL)
+            progress.update(task, completed=done,
+                            detail=f"workers {len(pool.alive())}, kills {pool.kills}")
+            if done == len(ids) or time.monotonic() > deadline:
+                return states, pool.kills
+            if time.monotonic() >= next_kill:
+                pool.kill_random(rng)
+                next_kill = time.monotonic() + kill_every
+            await asyncio.sleep(0.1)
+
+
+def _print_tables(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    runs = Table("state", "runs", title="runs by state")
+    for state, n in report["runs"].items():
+        runs.add_row(state, str(n))
+    console.print(runs)
+    figures = Table("figure", "value", title="figures")
+    for label, key in (("submitted", "submitted"), ("not terminal", "not_terminal"),
+                       ("workers", "workers"), ("workers killed", "kills"),
+                       ("faults", "faults"), ("total steps", "steps"),
+                       ("resumes", "resumes"), ("approvals (scripted guest)", "approvals"),
+                       ("p50 run duration (s)", "duration_p50_s"),
+                       ("p95 run duration (s)", "duration_p95_s"), ("tokens", "tokens"),
+                       ("cost (USD)", "cost_usd"), ("elapsed (s)", "elapsed_s")):
+        figures.add_row(label, str(report[key]))
+    for status, n in report["outbox"].items():
+        figures.add_row(f"outbox {status}", str(n))
+    console.print(figures)
+    ledger = Table("ledger", "count", title="sandbox ledger and invariants")
+    for key, n in report["ledger"].items():
+        ledger.add_row(key, str(n))
+    for key, n in report["invariants"].items():
+        ledger.add_row(key, f"[{'green' if n == 0 else 'red'}]{n}[/]")
+    console.print(ledger)
+    for violation in report["violations"]:
+        console.print(f"[red]violation:[/] {violation}")
+    console.print("[bold green]all invariants hold[/]" if report["ok"]
+                  else "[bold red]FAILED[/]")

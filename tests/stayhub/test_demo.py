@@ -1,0 +1,53 @@
+"""`agentledger demo` as a subprocess: real workers, real SIGKILLs, real faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+INVARIANTS = ("double_charges", "orphan_charges", "duplicate_bookings", "duplicate_emails")
+
+
+def run_demo(*args: str, env: dict[str, str] | None = None,
+             timeout: float = 150) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentledger.cli.main", "demo", *args, "--json"],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+    )
+    report = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    return proc.returncode, report, proc.stderr
+
+
+def test_demo_defaults() -> None:
+    code, report, stderr = run_demo()
+    assert code == 0, (report, stderr)
+    assert report["runs"] == {"completed": 20}
+    assert all(report["invariants"][k] == 0 for k in INVARIANTS)
+    assert report["outbox"]["pending"] == 0 and report["outbox"]["delivered"] == 40
+    assert report["ledger"]["charges"] == 20 and report["ledger"]["emails"] == 20
+    assert report["duration_p50_s"] is not None and report["tokens"] > 0
+
+
+def test_demo_with_kills_and_faults() -> None:
+    code, report, stderr = run_demo(
+        "--runs", "50", "--workers", "2", "--kill-every", "2",
+        "--faults", "payments.create:timeout_after_commit@0.1,hold=15;seed=7",
+        env={"STAYHUB_PAYMENT_TIMEOUT": "3"},
+    )
+    assert code == 0, (report, stderr)
+    assert report["not_terminal"] == 0
+    assert sum(report["runs"].values()) == 50
+    assert all(report["invariants"][k] == 0 for k in INVARIANTS), report["violations"]
+    assert report["kills"] >= 1
+
+
+def test_demo_rejects_a_bad_fault_spec() -> None:
+    code, _, stderr = run_demo("--faults", "nope:nothing")
+    assert code == 2 and "--faults" in stderr
