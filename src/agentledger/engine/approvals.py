@@ -40,18 +40,23 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]):  #
     decision = await decide(exe.policy, call)
     if isinstance(decision, Allow) and tool.approval:
         decision = RequireApproval(role=tool.approval)
-    exe.pending_events.append(
-        NewEvent(
-            "policy.decision",
-            "policy",
-            {
-                "tool": tool.name,
-                "step_no": step.step_no,
-                "decision": type(decision).__name__,
-                "detail": getattr(decision, "reason", None) or getattr(decision, "role", None),
-            },
+    # Every decision is in the audit trail: an Allow in the step's journal entry
+    # (written with it, at no extra cost per step), the others also as events.
+    if isinstance(step.input, dict):
+        step.input["policy"] = type(decision).__name__.lower()
+    if not isinstance(decision, Allow):
+        exe.pending_events.append(
+            NewEvent(
+                "policy.decision",
+                "policy",
+                {
+                    "tool": tool.name,
+                    "step_no": step.step_no,
+                    "decision": type(decision).__name__,
+                    "detail": getattr(decision, "reason", None) or getattr(decision, "role", None),
+                },
+            )
         )
-    )
     if isinstance(decision, Deny):
         outcome: ToolOutcome = await fail_step(
             exe, step, Refused(decision.reason), events=_take(exe)

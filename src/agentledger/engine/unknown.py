@@ -72,15 +72,15 @@ async def drive_write(
     elif step.status == StepStatus.RETRYING:
         mode = _CALL  # the last attempt was refused (429) or the provider dedupes the key
     else:
+        # ``started`` (with the key) is durable before the call; the journal entry
+        # itself is the audit record of it.
         step.status = StepStatus.STARTED
-        started = NewEvent("tool.started", exe.owner, {"tool": tool.name, "key": key})
         if tool.idempotency == "effects":
-            exe.pending_events.append(started)
             winner = await claim_effect(exe, step, key)
             if winner is not None:
                 return await _wait_for_winner(exe, step, tool, winner)
         else:
-            await exe.record(step, events=[*_take_events(exe), started])
+            await exe.record(step, events=_take_events(exe))
         mode = _CALL
     while True:
         if mode == _CALL:
@@ -208,18 +208,17 @@ async def _succeed(
         effects.append(
             Effect(key=key, run_id=exe.run.id, step_no=step.step_no, status="done", result=result)
         )
-    await exe.record(
-        step,
-        effects=effects,
-        events=[
-            *_take_events(exe),
+    events = _take_events(exe)
+    if event != "tool.executed" or state.attempts > 1:
+        # A plain first-attempt success is recorded by its journal entry alone.
+        events.append(
             NewEvent(
                 event,
                 exe.owner,
                 {"tool": tool.name, "key": key, "attempts": state.attempts, "checks": state.checks},
-            ),
-        ],
-    )
+            )
+        )
+    await exe.record(step, effects=effects, events=events)
     return ToolOutcome(True, result=result)
 
 

@@ -20,6 +20,7 @@ class Dialect(ABC):
     """Hooks for one database engine."""
 
     name: str = "sql"
+    inline_commits: bool = False  # commit journal batches on the event loop (local files)
 
     def __init__(self, url: str) -> None:
         self.url = url

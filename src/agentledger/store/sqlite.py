@@ -41,6 +41,7 @@ class SQLiteDialect(Dialect):
     """SQLite hooks."""
 
     name = "sqlite"
+    inline_commits = True
 
     def __init__(self, url: str) -> None:
         super().__init__(url)

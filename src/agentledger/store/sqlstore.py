@@ -1,4 +1,4 @@
-"""A :class:`Store` over any SQL dialect, with group commit.
+"""A :class:`Store` over any SQL dialect, with group commit (see groupcommit.py).
 
 All database work of a process goes through one writer thread that owns one
 connection. The thread drains its queue and puts every fenced journal batch it
@@ -21,27 +21,25 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from agentledger.errors import AgentLedgerError, LeaseLost, StoreError, StoreUnavailable
+from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
 from agentledger.records import Approval, Effect, Event, OutboxItem, Run, Step, WorkerInfo
 from agentledger.store import queries as q
-from agentledger.store.base import Batch, EffectClaimed, NewRun, Store
+from agentledger.store.base import Batch, NewRun, Store
 from agentledger.store.dialect import Dialect
+from agentledger.store.groupcommit import (
+    InlineCommitter,
+    Job,
+    ThreadReply,
+    run_group,
+    run_single,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _RECONNECT_WINDOW = 60.0  # seconds to keep trying a lost connection before failing jobs
-
-
-@dataclass
-class _Job:
-    fn: Callable[[Any], Any]
-    future: concurrent.futures.Future[Any]
-    write: bool
-    grouped: bool
 
 
 class SQLStore(Store):
@@ -50,10 +48,11 @@ class SQLStore(Store):
     def __init__(self, dialect: Dialect) -> None:
         self.url = dialect.url
         self.dialect = dialect
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._conn: Any = None
         self.group_sizes: list[int] = []  # observed batch sizes, for benchmarks
+        self._inline: InlineCommitter | None = None
 
     # lifecycle ------------------------------------------------------------
 
@@ -65,11 +64,23 @@ class SQLStore(Store):
             target=self._serve, args=(started,), name="agentledger-store", daemon=True
         )
         self._thread.start()
-        await asyncio.wrap_future(started)
+        try:
+            await asyncio.wrap_future(started)
+        except BaseException:
+            self._thread.join()
+            self._thread = None
+            raise
+        if self.dialect.inline_commits:
+            self._inline = InlineCommitter(self.dialect, self.group_sizes, self._error)
+            await asyncio.to_thread(self._inline.open)
 
     async def close(self) -> None:
         if self._thread is None:
             return
+        if self._inline is not None:
+            self._inline.flush()
+            self._inline.close()
+            self._inline = None
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
@@ -119,7 +130,7 @@ class SQLStore(Store):
         with contextlib.suppress(Exception):  # closing a broken connection is not worth an error
             self.dialect.close(self._conn)
 
-    def _with_reconnect(self, jobs: list[_Job], runner: Callable[[list[_Job]], None]) -> None:
+    def _with_reconnect(self, jobs: list[Job], runner: Callable[[list[Job]], None]) -> None:
         deadline = time.monotonic() + _RECONNECT_WINDOW
         delay = 0.1
         while True:
@@ -142,83 +153,12 @@ class SQLStore(Store):
                 except Exception as again:
                     log.warning("reconnect failed: %s", again)
 
-    def _run_single(self, jobs: list[_Job]) -> None:
+    def _run_single(self, jobs: list[Job]) -> None:
         (job,) = jobs
-        conn = self._conn
-        try:
-            if job.write:
-                self.dialect.begin_write(conn)
-            result = job.fn(conn)
-            self.dialect.commit(conn)
-        except (AgentLedgerError, EffectClaimed) as exc:
-            self._rollback()
-            job.future.set_exception(exc)
-            return
-        except Exception as exc:
-            self._rollback()
-            if self.dialect.is_disconnect(exc):
-                raise
-            job.future.set_exception(self._error(exc))
-            return
-        job.future.set_result(result)
+        run_single(self.dialect, self._conn, job, self._error)
 
-    def _run_group(self, jobs: list[_Job]) -> None:
-        if len(jobs) == 1:
-            # A group of one needs no savepoint: a failed fence rolls back the whole
-            # transaction, which holds nothing else. Two statements fewer per step.
-            self._run_one_batch(jobs[0])
-            return
-        conn = self._conn
-        outcomes: list[tuple[_Job, BaseException | None]] = []
-        self.dialect.begin_write(conn)
-        try:
-            for i, job in enumerate(jobs):
-                savepoint = f"b{i}"
-                self.dialect.execute(conn, f"SAVEPOINT {savepoint}")
-                try:
-                    job.fn(conn)
-                    self.dialect.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
-                    outcomes.append((job, None))
-                except (LeaseLost, EffectClaimed) as exc:
-                    self.dialect.execute(conn, f"ROLLBACK TO SAVEPOINT {savepoint}")
-                    self.dialect.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
-                    outcomes.append((job, exc))
-            self.dialect.commit(conn)
-        except Exception:
-            self._rollback()
-            raise
-        self.group_sizes.append(len(jobs))
-        # Durable now: acknowledge every batch of the group.
-        for job, failure in outcomes:
-            if failure is None:
-                job.future.set_result(None)
-            else:
-                job.future.set_exception(failure)
-
-    def _run_one_batch(self, job: _Job) -> None:
-        conn = self._conn
-        self.dialect.begin_write(conn)
-        try:
-            job.fn(conn)
-        except (LeaseLost, EffectClaimed) as exc:
-            self._rollback()
-            self.group_sizes.append(1)
-            job.future.set_exception(exc)
-            return
-        except Exception:
-            self._rollback()
-            raise
-        try:
-            self.dialect.commit(conn)
-        except Exception:
-            self._rollback()
-            raise
-        self.group_sizes.append(1)
-        job.future.set_result(None)  # durable now
-
-    def _rollback(self) -> None:
-        with contextlib.suppress(Exception):
-            self.dialect.rollback(self._conn)
+    def _run_group(self, jobs: list[Job]) -> None:
+        run_group(self.dialect, self._conn, jobs, self.group_sizes)
 
     def _error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, AgentLedgerError):
@@ -230,9 +170,10 @@ class SQLStore(Store):
     ) -> T:
         if self._thread is None:
             raise StoreUnavailable("the store is not open; call `await store.open()` first")
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._queue.put(_Job(fn, future, write, grouped))
-        return await asyncio.wrap_future(future)
+        reply = ThreadReply(asyncio.get_running_loop())
+        self._queue.put(Job(fn, reply, write, grouped))
+        result: T = await reply.future
+        return result
 
     # runs ------------------------------------------------------------------
 
@@ -284,6 +225,9 @@ class SQLStore(Store):
         return await self._call(lambda c: q.load_journal(self.dialect, c, run_id), write=False)
 
     async def commit(self, batch: Batch) -> None:
+        if self._inline is not None:
+            await self._inline.submit(lambda c: q.apply_batch(self.dialect, c, batch))
+            return
         await self._call(lambda c: q.apply_batch(self.dialect, c, batch), grouped=True)
 
     # effects, events, approvals, outbox -------------------------------------

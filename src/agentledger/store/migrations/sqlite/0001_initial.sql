@@ -92,7 +92,7 @@ CREATE TABLE approvals (
 );
 
 CREATE TABLE events (
-    id     INTEGER PRIMARY KEY AUTOINCREMENT,
+    id     INTEGER PRIMARY KEY,
     run_id TEXT NOT NULL,
     at     REAL NOT NULL,
     type   TEXT NOT NULL,
