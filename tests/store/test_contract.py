@@ -231,7 +231,7 @@ async def test_group_commit_fences_each_batch_and_is_durable(store: SQLStore) ->
             b.effects = [Effect(key="taken", run_id=run.id, step_no=1, status="claimed")]
         batches.append(b)
 
-    # Hold the writer thread so that all 50 batches land in ONE group.
+    # Hold the writer thread so that the batches it commits land in ONE group.
     gate = threading.Event()
     blocker = asyncio.ensure_future(store._call(lambda conn: gate.wait(10), write=False))
     await asyncio.sleep(0.05)
@@ -240,7 +240,10 @@ async def test_group_commit_fences_each_batch_and_is_durable(store: SQLStore) ->
     gate.set()
     await blocker
     outcomes = await commits
-    assert 50 in store.group_sizes
+    # The batches committed together: all 50 in one group, or -- where the backend
+    # commits plain batches from the event loop -- the 49 plain ones in one group and
+    # the effect claim on the writer thread.
+    assert max(store.group_sizes) >= 49
 
     failed = {b.run_id: o for b, o in zip(batches, outcomes, strict=True) if o is not None}
     assert set(failed) == {stale_run.id, effect_run.id}

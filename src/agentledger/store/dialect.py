@@ -77,6 +77,26 @@ class Dialect(ABC):
         """
         return None
 
+    def takes_plain_batches(self, batches: list[Any]) -> bool:
+        """True when :meth:`apply_plain_batches` can commit these batches."""
+        return False
+
+    def apply_plain_batches(self, conn: Any, batches: list[Any]) -> list[Any]:
+        """Apply fenced batches without savepoints (a failed fence writes nothing) and
+        commit them.
+
+        Returns, per batch, None or the LeaseLost it met. Only called when
+        :meth:`takes_plain_batches` said yes.
+        """
+        raise NotImplementedError
+
+    async def open_batch_committer(
+        self, sizes: list[int], translate: Callable[[BaseException], BaseException]
+    ) -> Any:
+        """An object with ``accepts(batch)``, ``commit(batch)`` and ``close()`` that
+        commits journal batches from the event loop, or None (the writer thread does)."""
+        return None
+
     def after_migrate(self, conn: Any) -> None:
         """Hook run once the schema is current."""
 

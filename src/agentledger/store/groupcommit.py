@@ -95,6 +95,7 @@ class Job:
     future: Reply
     write: bool
     grouped: bool
+    batch: Any = None  # the Batch a grouped job applies, for dialects with plain batches
 
 
 def rollback(dialect: Dialect, conn: Any) -> None:
@@ -129,6 +130,10 @@ def run_group(dialect: Dialect, conn: Any, jobs: list[Job], sizes: list[int]) ->
 
     A driver error fails the whole group: it is rolled back and re-raised.
     """
+    batches = [j.batch for j in jobs]
+    if all(b is not None for b in batches) and dialect.takes_plain_batches(batches):
+        _run_plain(dialect, conn, jobs, batches, sizes)
+        return
     if len(jobs) == 1:
         _run_one(dialect, conn, jobs[0], sizes)
         return
@@ -156,6 +161,23 @@ def run_group(dialect: Dialect, conn: Any, jobs: list[Job], sizes: list[int]) ->
             job.future.set_result(None)
         else:
             job.future.set_exception(failure)
+
+
+def _run_plain(
+    dialect: Dialect, conn: Any, jobs: list[Job], batches: list[Any], sizes: list[int]
+) -> None:
+    dialect.begin_write(conn)
+    try:
+        outcomes = dialect.apply_plain_batches(conn, batches)  # commits
+    except Exception:
+        rollback(dialect, conn)
+        raise
+    sizes.append(len(jobs))
+    for job, refused in zip(jobs, outcomes, strict=True):  # durable now
+        if refused is None:
+            job.future.set_result(None)
+        else:
+            job.future.set_exception(refused)
 
 
 def _run_one(dialect: Dialect, conn: Any, job: Job, sizes: list[int]) -> None:

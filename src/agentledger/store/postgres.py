@@ -251,6 +251,37 @@ class PostgresDialect(Dialect):
             return []
         return list(cursor.fetchall())
 
+    async def open_batch_committer(
+        self, sizes: list[int], translate: Callable[[BaseException], BaseException]
+    ) -> Any:
+        from agentledger.store.pg_async import AsyncBatchCommitter, connect_async
+
+        params = _parse_url(self.url)
+        settings = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in params}
+        # The journal connection is named after the store's, so operators see both.
+        base = params.get("application_name", _CONNECT_DEFAULTS["application_name"])
+        settings["application_name"] = f"{base}:journal"
+
+        async def connect() -> Any:
+            try:
+                return await connect_async(self.url, settings)
+            except psycopg.Error as exc:
+                raise connect_error(exc, params) from exc
+
+        committer = AsyncBatchCommitter(connect, self.is_disconnect, translate, sizes)
+        await committer.open()
+        return committer
+
+    def takes_plain_batches(self, batches: list[Any]) -> bool:
+        from agentledger.store.pg_batches import is_plain
+
+        return all(is_plain(b) for b in batches)
+
+    def apply_plain_batches(self, conn: Any, batches: list[Any]) -> list[Any]:
+        from agentledger.store.pg_batches import apply_plain_batches
+
+        return list(apply_plain_batches(conn, batches))
+
     def notify_runnable(self, conn: Any) -> None:
         notify_runs(conn)
 

@@ -227,13 +227,12 @@ def load_journal(d: Dialect, conn: Any, run_id: str) -> list[Step]:
     return [rows.step_from(r) for r in found]
 
 
-def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
-    """Apply one fenced batch. The fence is the first statement: an UPDATE of the
-    run row that matches only while the lease epoch and owner are the writer's."""
-    now = time.time()
+def fence_update(batch: Batch) -> tuple[str, dict[str, Any]]:
+    """The fence: an UPDATE of the run row that matches only while the lease epoch
+    and owner are the writer's (and the run is still running). Returns SQL, params."""
     sets = ["updated_at = :now"]
     params: dict[str, Any] = {
-        "now": now,
+        "now": time.time(),
         "id": batch.run_id,
         "epoch": batch.epoch,
         "owner": batch.owner,
@@ -258,13 +257,17 @@ def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
             sets.append("available_at = :available_at")
             params["status"] = update.status
             params["available_at"] = update.available_at
-    changed = d.execute(
-        conn,
+    sql = (
         f"UPDATE runs SET {', '.join(sets)} WHERE id = :id AND lease_epoch = :epoch "
-        "AND lease_owner = :owner AND status = 'running'",
-        params,
+        "AND lease_owner = :owner AND status = 'running'"
     )
-    if changed == 0:
+    return sql, params
+
+
+def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
+    """Apply one fenced batch: the fence first, then the batch's writes."""
+    sql, params = fence_update(batch)
+    if d.execute(conn, sql, params) == 0:
         raise LeaseLost(batch.run_id, batch.epoch)
     for step in batch.steps:
         upsert_step(d, conn, step)
@@ -278,8 +281,24 @@ def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
         insert_event(d, conn, batch.run_id, event.type, event.actor, event.data)
 
 
-def upsert_step(d: Dialect, conn: Any, step: Step) -> None:
-    params = {
+STEP_COLUMNS = (
+    "run_id, step_no, kind, name, status, input, input_hash, output, attempts, "
+    "idempotency_key, started_at, duration_ms, tokens, cost_usd, error_class, error, lease_epoch"
+)
+STEP_UPSERT = (
+    "ON CONFLICT (run_id, step_no) DO UPDATE SET "
+    "status = excluded.status, input = excluded.input, input_hash = excluded.input_hash, "
+    "output = excluded.output, attempts = excluded.attempts, "
+    "idempotency_key = excluded.idempotency_key, started_at = excluded.started_at, "
+    "duration_ms = excluded.duration_ms, tokens = excluded.tokens, "
+    "cost_usd = excluded.cost_usd, error_class = excluded.error_class, "
+    "error = excluded.error, lease_epoch = excluded.lease_epoch"
+)
+
+
+def step_params(step: Step) -> dict[str, Any]:
+    """A journal entry as the parameters of its row (JSON columns encoded)."""
+    return {
         "run_id": step.run_id,
         "step_no": step.step_no,
         "kind": step.kind,
@@ -298,19 +317,15 @@ def upsert_step(d: Dialect, conn: Any, step: Step) -> None:
         "error": step.error,
         "lease_epoch": step.lease_epoch,
     }
+
+
+def upsert_step(d: Dialect, conn: Any, step: Step) -> None:
+    params = step_params(step)
     d.execute(
         conn,
-        "INSERT INTO steps (run_id, step_no, kind, name, status, input, input_hash, output, "
-        "attempts, idempotency_key, started_at, duration_ms, tokens, cost_usd, error_class, "
-        "error, lease_epoch) VALUES (:run_id, :step_no, :kind, :name, :status, :input, "
-        ":input_hash, :output, :attempts, :key, :started_at, :duration_ms, :tokens, :cost_usd, "
-        ":error_class, :error, :lease_epoch) ON CONFLICT (run_id, step_no) DO UPDATE SET "
-        "status = excluded.status, input = excluded.input, input_hash = excluded.input_hash, "
-        "output = excluded.output, attempts = excluded.attempts, "
-        "idempotency_key = excluded.idempotency_key, started_at = excluded.started_at, "
-        "duration_ms = excluded.duration_ms, tokens = excluded.tokens, "
-        "cost_usd = excluded.cost_usd, error_class = excluded.error_class, "
-        "error = excluded.error, lease_epoch = excluded.lease_epoch",
+        f"INSERT INTO steps ({STEP_COLUMNS}) VALUES (:run_id, :step_no, :kind, :name, :status, "
+        ":input, :input_hash, :output, :attempts, :key, :started_at, :duration_ms, :tokens, "
+        f":cost_usd, :error_class, :error, :lease_epoch) {STEP_UPSERT}",
         params,
     )
 

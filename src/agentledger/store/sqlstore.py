@@ -53,6 +53,7 @@ class SQLStore(Store):
         self._conn: Any = None
         self.group_sizes: list[int] = []  # observed batch sizes, for benchmarks
         self._inline: InlineCommitter | None = None
+        self._batches: Any = None  # a dialect's event-loop batch committer, if any
 
     # lifecycle ------------------------------------------------------------
 
@@ -70,6 +71,7 @@ class SQLStore(Store):
             self._thread.join()
             self._thread = None
             raise
+        self._batches = await self.dialect.open_batch_committer(self.group_sizes, self._error)
         if self.dialect.inline_commits:
             self._inline = InlineCommitter(self.dialect, self.group_sizes, self._error)
             await asyncio.to_thread(self._inline.open)
@@ -77,6 +79,9 @@ class SQLStore(Store):
     async def close(self) -> None:
         if self._thread is None:
             return
+        if self._batches is not None:
+            await self._batches.close()
+            self._batches = None
         if self._inline is not None:
             self._inline.flush()
             self._inline.close()
@@ -166,12 +171,17 @@ class SQLStore(Store):
         return self.dialect.translate(exc)
 
     async def _call(
-        self, fn: Callable[[Any], T], *, write: bool = True, grouped: bool = False
+        self,
+        fn: Callable[[Any], T],
+        *,
+        write: bool = True,
+        grouped: bool = False,
+        batch: Batch | None = None,
     ) -> T:
         if self._thread is None:
             raise StoreUnavailable("the store is not open; call `await store.open()` first")
         reply = ThreadReply(asyncio.get_running_loop())
-        self._queue.put(Job(fn, reply, write, grouped))
+        self._queue.put(Job(fn, reply, write, grouped, batch))
         result: T = await reply.future
         return result
 
@@ -225,10 +235,13 @@ class SQLStore(Store):
         return await self._call(lambda c: q.load_journal(self.dialect, c, run_id), write=False)
 
     async def commit(self, batch: Batch) -> None:
+        if self._batches is not None and self._batches.accepts(batch):
+            await self._batches.commit(batch)
+            return
         if self._inline is not None:
             await self._inline.submit(lambda c: q.apply_batch(self.dialect, c, batch))
             return
-        await self._call(lambda c: q.apply_batch(self.dialect, c, batch), grouped=True)
+        await self._call(lambda c: q.apply_batch(self.dialect, c, batch), grouped=True, batch=batch)
 
     # effects, events, approvals, outbox -------------------------------------
 

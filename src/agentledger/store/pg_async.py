@@ -1,0 +1,157 @@
+"""PostgreSQL: plain journal batches committed from the event loop itself.
+
+Every other store job runs on the writer thread; the journal batches that fit
+in one statement (see :mod:`agentledger.store.pg_batches`) go through an
+``AsyncConnection`` instead, which spares each step two thread hand-offs. While
+one group is on the wire the next accumulates, so concurrent runs still share
+commits (group commit). A group of one is a single autocommitted statement (one
+round trip); a larger group is BEGIN, its statements and COMMIT in one pipeline.
+Callers are answered only after the commit returned.
+
+A lost connection is re-opened with backoff for up to a minute and the group is
+sent again; that is safe because a batch is idempotent (absolute counters, step
+upsert) and a batch that already committed a status change is simply fenced out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from agentledger.errors import LeaseLost
+from agentledger.store.base import Batch
+from agentledger.store.groupcommit import settle
+from agentledger.store.pg_batches import batch_statement, is_plain
+
+log = logging.getLogger(__name__)
+
+_RECONNECT_WINDOW = 60.0
+
+
+class AsyncBatchCommitter:
+    """Group commit of plain batches on the caller's event loop."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        is_disconnect: Callable[[BaseException], bool],
+        translate: Callable[[BaseException], BaseException],
+        sizes: list[int],
+    ) -> None:
+        self._connect = connect
+        self._is_disconnect = is_disconnect
+        self._translate = translate
+        self._sizes = sizes
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._pending: list[tuple[Batch, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        self._conn = await self._connect()
+
+    @staticmethod
+    def accepts(batch: Batch) -> bool:
+        return is_plain(batch)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+            self._conn = None
+
+    async def commit(self, batch: Batch) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((batch, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain(), name="agentledger-pg-commit")
+        await future
+
+    async def _drain(self) -> None:
+        while self._pending:
+            group, self._pending = self._pending, []
+            await self._commit_group(group)
+
+    async def _commit_group(self, group: list[tuple[Batch, asyncio.Future[None]]]) -> None:
+        batches = [b for b, _ in group]
+        deadline = time.monotonic() + _RECONNECT_WINDOW
+        delay = 0.1
+        while True:
+            try:
+                outcomes = await self._apply(batches)
+                break
+            except Exception as exc:
+                if not self._is_disconnect(exc) or time.monotonic() > deadline:
+                    error = self._translate(exc)
+                    for _, future in group:
+                        settle(future, None, error)
+                    return
+                log.warning("journal connection lost (%s); reconnecting", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                await self._reconnect()
+        self._sizes.append(len(group))
+        for (_, future), refused in zip(group, outcomes, strict=True):
+            settle(future, None, refused)
+
+    async def _reconnect(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+        try:
+            self._conn = await self._connect()
+        except Exception as exc:
+            log.warning("journal reconnect failed: %s", exc)
+
+    async def _apply(self, batches: list[Batch]) -> list[LeaseLost | None]:
+        conn = self._conn
+        if conn is None or conn.closed:
+            raise psycopg.InterfaceError("the journal connection is closed")
+        statements = [batch_statement(b) for b in batches]
+        if len(statements) == 1:
+            cursors = [await conn.execute(*statements[0])]
+        else:
+            try:
+                async with conn.pipeline():
+                    await conn.execute("BEGIN")
+                    cursors = [await conn.execute(*s) for s in statements]
+                    await conn.execute("COMMIT")
+            except Exception:
+                with contextlib.suppress(Exception):
+                    await conn.execute("ROLLBACK")
+                raise
+        outcomes: list[LeaseLost | None] = []
+        for batch, cursor in zip(batches, cursors, strict=True):
+            row = await cursor.fetchone()
+            fenced = int(row["fenced"]) if row else 0
+            outcomes.append(None if fenced else LeaseLost(batch.run_id, batch.epoch))
+        return outcomes
+
+
+async def connect_async(url: str, settings: dict[str, Any]) -> psycopg.AsyncConnection[Any]:
+    """An autocommit AsyncConnection with the same session settings as the store's."""
+    conn: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(
+        url, autocommit=True, row_factory=dict_row, **settings
+    )
+    for statement in session_statements():
+        await conn.execute(statement)
+    return conn
+
+
+def session_statements() -> list[str]:
+    from agentledger.store.postgres import IDLE_IN_TRANSACTION_TIMEOUT, STATEMENT_TIMEOUT
+
+    return [
+        f"SET statement_timeout = '{STATEMENT_TIMEOUT}'",
+        f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT}'",
+        "SET synchronous_commit = on",
+    ]
