@@ -11,9 +11,16 @@ from click.testing import CliRunner
 from agentledger.cli.bench import bench
 
 KEYS = [
-    "raw_commit_us", "read_step_us", "read_step_ratio", "ctx_step_us", "ctx_step_ratio",
-    "write_step_us", "write_step_ratio", "concurrent_steps_per_s",
-    "bytes_growth_500_over_100", "stored_bytes_over_payload",
+    "raw_commit_us",
+    "read_step_us",
+    "read_step_ratio",
+    "ctx_step_us",
+    "ctx_step_ratio",
+    "write_step_us",
+    "write_step_ratio",
+    "concurrent_steps_per_s",
+    "bytes_growth_500_over_100",
+    "stored_bytes_over_payload",
 ]
 
 

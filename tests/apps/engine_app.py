@@ -155,12 +155,18 @@ async def price_of_order(ctx: ToolContext, args: dict[str, Any]) -> int:
     return 4200
 
 
-@app.tool(effect="money", timeout=5, idempotency="provider", status_check=ledger_status,
-          server_args={"amount": price_of_order})
+@app.tool(
+    effect="money",
+    timeout=5,
+    idempotency="provider",
+    status_check=ledger_status,
+    server_args={"amount": price_of_order},
+)
 async def charge(ctx: ToolContext, order: str, amount: int = 0) -> dict[str, Any]:
     """Charge an order; the server computes the amount."""
-    return ledger.apply(ctx.idempotency_key, "charge", dedupe=True,
-                        payload={"order": order, "amount": amount})
+    return ledger.apply(
+        ctx.idempotency_key, "charge", dedupe=True, payload={"order": order, "amount": amount}
+    )
 
 
 @app.tool(effect="notify", delivery="outbox", timeout=5)
@@ -247,8 +253,9 @@ def scripted_turn(request: ModelRequest) -> Turn:
     if text == "$echo":
         tool_messages = [m for m in request.messages if m.role == "tool"]
         text = "saw: " + (tool_messages[-1].content or "" if tool_messages else "")
-    return Turn(text=text, calls=[(c[0], c[1]) for c in spec.get("calls", [])],
-                refusal=spec.get("refusal"))
+    return Turn(
+        text=text, calls=[(c[0], c[1]) for c in spec.get("calls", [])], refusal=spec.get("refusal")
+    )
 
 
 class CountingModel(ScriptedModel):
@@ -269,8 +276,16 @@ def input_policy(call: ProposedCall) -> Any:
     return Allow()
 
 
-TOOLS = [read_tool, keyed_write, guarded_write, timeout_write, flaky_write, flaky_read,
-         slow_read, charge]
+TOOLS = [
+    read_tool,
+    keyed_write,
+    guarded_write,
+    timeout_write,
+    flaky_write,
+    flaky_read,
+    slow_read,
+    charge,
+]
 
 for agent_name, budget in (
     ("scripted", Budget()),
@@ -279,6 +294,13 @@ for agent_name, budget in (
     ("budget_tokens", Budget(max_tokens=20)),
     ("budget_spend", Budget(max_spend_usd=0.0000001)),
 ):
-    app.add_agent(Agent(name=agent_name, model=CountingModel(scripted_turn),
-                        instructions="You are a test agent.", tools=list(TOOLS),
-                        policy=input_policy, budget=budget))
+    app.add_agent(
+        Agent(
+            name=agent_name,
+            model=CountingModel(scripted_turn),
+            instructions="You are a test agent.",
+            tools=list(TOOLS),
+            policy=input_policy,
+            budget=budget,
+        )
+    )

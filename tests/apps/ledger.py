@@ -57,16 +57,19 @@ def apply(key: str, kind: str, dedupe: bool, payload: Any = None) -> dict[str, A
         now = time.time()
         conn.execute("INSERT INTO calls (key, kind, at) VALUES (?, ?, ?)", (key, kind, now))
         if dedupe:
-            row = conn.execute("SELECT result FROM effects WHERE key = ? ORDER BY id LIMIT 1",
-                               (key,)).fetchone()
+            row = conn.execute(
+                "SELECT result FROM effects WHERE key = ? ORDER BY id LIMIT 1", (key,)
+            ).fetchone()
             if row is not None:
                 conn.execute("COMMIT")
                 return dict(json.loads(row[0]))
-        cur = conn.execute("INSERT INTO effects (key, kind, at, result) VALUES (?, ?, ?, '{}')",
-                           (key, kind, now))
+        cur = conn.execute(
+            "INSERT INTO effects (key, kind, at, result) VALUES (?, ?, ?, '{}')", (key, kind, now)
+        )
         result = {"key": key, "effect_id": cur.lastrowid, "kind": kind, "payload": payload}
-        conn.execute("UPDATE effects SET result = ? WHERE id = ?",
-                     (json.dumps(result), cur.lastrowid))
+        conn.execute(
+            "UPDATE effects SET result = ? WHERE id = ?", (json.dumps(result), cur.lastrowid)
+        )
         conn.execute("COMMIT")
         return result
     finally:
@@ -78,8 +81,9 @@ def status(key: str) -> dict[str, Any] | None:
     conn = _connect()
     try:
         conn.execute("INSERT INTO checks (key, at) VALUES (?, ?)", (key, time.time()))
-        row = conn.execute("SELECT result FROM effects WHERE key = ? ORDER BY id LIMIT 1",
-                           (key,)).fetchone()
+        row = conn.execute(
+            "SELECT result FROM effects WHERE key = ? ORDER BY id LIMIT 1", (key,)
+        ).fetchone()
         return None if row is None else dict(json.loads(row[0]))
     finally:
         conn.close()
@@ -89,8 +93,11 @@ def bump(name: str) -> int:
     """Increment a counter kept across processes; return its new value."""
     conn = _tx()
     try:
-        conn.execute("INSERT INTO counters (name, n) VALUES (?, 1) "
-                     "ON CONFLICT(name) DO UPDATE SET n = n + 1", (name,))
+        conn.execute(
+            "INSERT INTO counters (name, n) VALUES (?, 1) "
+            "ON CONFLICT(name) DO UPDATE SET n = n + 1",
+            (name,),
+        )
         (n,) = conn.execute("SELECT n FROM counters WHERE name = ?", (name,)).fetchone()
         conn.execute("COMMIT")
         return int(n)
@@ -109,8 +116,13 @@ def _rows(db: str | None, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[
         conn.close()
 
 
-def calls(db: str | None = None, *, key: str | None = None, kind: str | None = None,
-          key_like: str | None = None) -> list[tuple[str, str, float]]:
+def calls(
+    db: str | None = None,
+    *,
+    key: str | None = None,
+    kind: str | None = None,
+    key_like: str | None = None,
+) -> list[tuple[str, str, float]]:
     """(key, kind, at) of every call, oldest first, optionally filtered."""
     sql, params = "SELECT key, kind, at FROM calls WHERE 1=1", []
     for column, value, op in (("key", key, "="), ("kind", kind, "="), ("key", key_like, "LIKE")):

@@ -11,8 +11,18 @@ from tests.engine.helpers import Env
 
 pytestmark = pytest.mark.slow
 
-JOURNAL_FIELDS = {"step_no", "kind", "name", "status", "attempts", "idempotency_key",
-                  "duration_ms", "tokens", "cost_usd", "lease_epoch"}
+JOURNAL_FIELDS = {
+    "step_no",
+    "kind",
+    "name",
+    "status",
+    "attempts",
+    "idempotency_key",
+    "duration_ms",
+    "tokens",
+    "cost_usd",
+    "lease_epoch",
+}
 
 
 def _assert_clean_error(result: object, usage: bool = False) -> None:
@@ -37,19 +47,29 @@ def test_corrupt_db_file(env: Env) -> None:
 
 
 def test_db_folder_missing(env: Env) -> None:
-    _assert_clean_error(env.cli("runs", "list", "--db",
-                                f"sqlite:///{env.tmp / 'no' / 'such' / 'dir' / 'x.db'}"))
+    _assert_clean_error(
+        env.cli("runs", "list", "--db", f"sqlite:///{env.tmp / 'no' / 'such' / 'dir' / 'x.db'}")
+    )
 
 
 def test_unknown_agent_name(env: Env) -> None:
     _assert_clean_error(env.cli("submit", "no_such_agent", "--db", env.url))
-    _assert_clean_error(env.cli("submit", "no_such_agent", "--app", "tests.apps.engine_app:app",
-                                "--db", env.url))
+    _assert_clean_error(
+        env.cli("submit", "no_such_agent", "--app", "tests.apps.engine_app:app", "--db", env.url)
+    )
 
 
 def test_invalid_input_json(env: Env) -> None:
-    result = env.cli("submit", "quick", "--input", "{not json", "--app",
-                     "tests.apps.engine_app:app", "--db", env.url)
+    result = env.cli(
+        "submit",
+        "quick",
+        "--input",
+        "{not json",
+        "--app",
+        "tests.apps.engine_app:app",
+        "--db",
+        env.url,
+    )
     _assert_clean_error(result, usage=True)
 
 

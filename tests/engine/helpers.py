@@ -23,8 +23,12 @@ APP_V2 = "tests.apps.engine_app_v2:app"
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition",
-             interval: float = 0.05) -> T:
+def wait_for(
+    predicate: Callable[[], T],
+    timeout: float = 30.0,
+    what: str = "condition",
+    interval: float = 0.05,
+) -> T:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -53,27 +57,56 @@ class Env:
 
     def child_env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         env["ENGINE_LEDGER"] = self.ledger
         env.pop("AGENTLEDGER_DEBUG", None)
         return env
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run ``agentledger ARGS`` in a subprocess and return its result."""
-        return subprocess.run([sys.executable, "-m", "agentledger.cli.main", *args],
-                              cwd=ROOT, env=self.child_env(), capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "agentledger.cli.main", *args],
+            cwd=ROOT,
+            env=self.child_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
-    def start_worker(self, *, app: str = APP, lease: float = 2.0, concurrency: int = 10,
-                     extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+    def start_worker(
+        self,
+        *,
+        app: str = APP,
+        lease: float = 2.0,
+        concurrency: int = 10,
+        extra: tuple[str, ...] = (),
+    ) -> subprocess.Popen[bytes]:
         self._logs += 1
         log = open(self.tmp / f"worker{self._logs}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agentledger.cli.main", "worker", "--app", app,
-             "--db", self.url, "--poll-seconds", "0.05", "--lease-seconds", str(lease),
-             "--concurrency", str(concurrency), *extra],
-            cwd=ROOT, env=self.child_env(), stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "agentledger.cli.main",
+                "worker",
+                "--app",
+                app,
+                "--db",
+                self.url,
+                "--poll-seconds",
+                "0.05",
+                "--lease-seconds",
+                str(lease),
+                "--concurrency",
+                str(concurrency),
+                *extra,
+            ],
+            cwd=ROOT,
+            env=self.child_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         log.close()
         self.workers.append(proc)
         return proc
@@ -141,8 +174,9 @@ class Env:
         try:
             return wait_for(check, timeout, f"run {run_id} to be {sorted(wanted)}", 0.1)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}; last seen {last[0] if last else None}; "
-                                 f"journal {self.journal(run_id)}") from None
+            raise AssertionError(
+                f"{exc}; last seen {last[0] if last else None}; journal {self.journal(run_id)}"
+            ) from None
 
     def wait_marker(self, flag: Path, timeout: float = 30.0) -> None:
         marker = Path(str(flag) + ".holding")

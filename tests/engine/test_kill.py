@@ -23,6 +23,7 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     finally:
         world.close()
 
+
 pytestmark = pytest.mark.slow
 
 PHASES = ["before_started", "after_started", "after_effect", "after_outcome"]
@@ -87,8 +88,9 @@ def test_kill_at_every_step_boundary_is_exactly_once(env: Env, phase: str) -> No
 def test_zombie_worker_gets_no_write_accepted(env: Env) -> None:
     flag = env.tmp / "hold.flag"
     flag.write_text("hold")
-    run_id = env.submit("five_writes",
-                        {"hold": {"item": "i1", "phase": "after_effect", "flag": str(flag)}})
+    run_id = env.submit(
+        "five_writes", {"hold": {"item": "i1", "phase": "after_effect", "flag": str(flag)}}
+    )
     zombie = env.start_worker(lease=1.0)
     env.wait_marker(flag)
     owner_a = env.run(run_id).lease_owner
@@ -110,8 +112,9 @@ def test_zombie_worker_gets_no_write_accepted(env: Env) -> None:
     # Step 1 is the local step A journaled before it was stopped; every later
     # entry (including the write A was inside) is B's.
     assert journal[0].name == "pre_i1" and journal[0].lease_epoch == 1
-    assert all(s.lease_epoch == 2 for s in journal[1:]), [(s.step_no, s.lease_epoch)
-                                                          for s in journal]
+    assert all(s.lease_epoch == 2 for s in journal[1:]), [
+        (s.step_no, s.lease_epoch) for s in journal
+    ]
     events = env.events(run_id)
     by_a = [e.id for e in events if e.actor == owner_a]
     assert by_a == by_a_before
@@ -144,12 +147,15 @@ def test_sigterm_releases_runs_in_flight_and_loses_nothing(env: Env) -> None:
 def test_agent_resume_does_not_call_the_model_again_for_journaled_steps(env: Env) -> None:
     flag = env.tmp / "hold.flag"
     flag.write_text("hold")
-    turns = [{"calls": [["read_tool", {"x": "a"}]]},
-             {"calls": [["keyed_write", {"item": "w"}]]},
-             {"text": "all done"}]
-    run_id = env.submit("scripted", {"turns": turns,
-                                     "hold": {"item": "w", "phase": "after_effect",
-                                              "flag": str(flag)}})
+    turns = [
+        {"calls": [["read_tool", {"x": "a"}]]},
+        {"calls": [["keyed_write", {"item": "w"}]]},
+        {"text": "all done"},
+    ]
+    run_id = env.submit(
+        "scripted",
+        {"turns": turns, "hold": {"item": "w", "phase": "after_effect", "flag": str(flag)}},
+    )
     first = env.start_worker()
     env.wait_marker(flag)
     env.kill(first)
@@ -161,6 +167,11 @@ def test_agent_resume_does_not_call_the_model_again_for_journaled_steps(env: Env
     assert model_calls == {f"{run_id}:turn0": 1, f"{run_id}:turn1": 1, f"{run_id}:turn2": 1}
     journal = env.journal(run_id)
     assert [(s.kind, s.lease_epoch) for s in journal] == [
-        ("model", 1), ("tool", 1), ("model", 1), ("tool", 2), ("model", 2)]
+        ("model", 1),
+        ("tool", 1),
+        ("model", 1),
+        ("tool", 2),
+        ("model", 2),
+    ]
     assert env.calls("read") == {f"{run_id}:2": 1}
     assert env.effects("keyed") == {f"{run_id}:4": 1}

@@ -58,17 +58,24 @@ def test_unknown_outcomes(env: Env) -> None:
 
 def test_retry_classes(env: Env) -> None:
     cases = {
-        "429_after": (dict(mode="rate_limited", fail_first=1, retry_after=1.0),
-                      RunStatus.COMPLETED, 2),
-        "429_exhausted": (dict(mode="rate_limited", fail_first=10, retry_after=0.05),
-                          RunStatus.FAILED, 4),
+        "429_after": (
+            dict(mode="rate_limited", fail_first=1, retry_after=1.0),
+            RunStatus.COMPLETED,
+            2,
+        ),
+        "429_exhausted": (
+            dict(mode="rate_limited", fail_first=10, retry_after=0.05),
+            RunStatus.FAILED,
+            4,
+        ),
         "5xx_twice": (dict(mode="provider_error", fail_first=2), RunStatus.COMPLETED, 3),
         "5xx_thrice": (dict(mode="provider_error", fail_first=3), RunStatus.FAILED, 3),
         "refused": (dict(mode="refused", fail_first=5), RunStatus.FAILED, 1),
         "business": (dict(mode="business_error", fail_first=5), RunStatus.FAILED, 1),
     }
-    ids = {name: _one(env, "flaky_write", item=name, **args)
-           for name, (args, _, _) in cases.items()}
+    ids = {
+        name: _one(env, "flaky_write", item=name, **args) for name, (args, _, _) in cases.items()
+    }
     read_once = _one(env, "flaky_read", item="r1", fail_first=1)
     read_twice = _one(env, "flaky_read", item="r2", fail_first=2)
     env.start_worker()
@@ -90,8 +97,7 @@ def test_retry_classes(env: Env) -> None:
 
 
 def test_long_retry_after_parks_the_run(env: Env) -> None:
-    parked = _one(env, "flaky_write", item="p", mode="rate_limited", fail_first=1,
-                  retry_after=3.0)
+    parked = _one(env, "flaky_write", item="p", mode="rate_limited", fail_first=1, retry_after=3.0)
     env.start_worker(concurrency=1)
     run = env.wait_status(parked, RunStatus.WAITING)
     assert run.available_at is not None and run.available_at > time.time()
@@ -116,10 +122,13 @@ def _tool_message(env: Env, run_id: str, step_no: int) -> str:
 
 
 def test_invalid_arguments_fed_back_once_then_needs_human(env: Env) -> None:
-    once = env.submit("scripted", {"turns": [
-        {"calls": [["read_tool", {"wrong": 1}]]}, {"text": "$echo"}]})
-    twice = env.submit("scripted", {"turns": [
-        {"calls": [["read_tool", "{not json"]]}, {"calls": [["teleport", {}]]}]})
+    once = env.submit(
+        "scripted", {"turns": [{"calls": [["read_tool", {"wrong": 1}]]}, {"text": "$echo"}]}
+    )
+    twice = env.submit(
+        "scripted",
+        {"turns": [{"calls": [["read_tool", "{not json"]]}, {"calls": [["teleport", {}]]}]},
+    )
     env.start_worker()
     run = env.wait_status(once, RunStatus.COMPLETED)
     journal = env.journal(once)
@@ -142,13 +151,18 @@ def test_model_refusal_fails_the_run(env: Env) -> None:
 
 def test_budgets(env: Env) -> None:
     looping = env.submit("budget_steps", {"loop": ["read_tool", {"x": "a"}]})
-    deadline = env.submit("budget_time", {"turns": [
-        {"calls": [["slow_read", {"seconds": 5}]]}, {"text": "never"}]})
+    deadline = env.submit(
+        "budget_time", {"turns": [{"calls": [["slow_read", {"seconds": 5}]]}, {"text": "never"}]}
+    )
     tokens = env.submit("budget_tokens", {"turns": [{"calls": [["read_tool", {"x": "t"}]]}]})
     spend = env.submit("budget_spend", {"turns": [{"calls": [["read_tool", {"x": "s"}]]}]})
     env.start_worker()
-    for run_id, words in ((looping, "step budget"), (deadline, "time budget"),
-                          (tokens, "token budget"), (spend, "spend budget")):
+    for run_id, words in (
+        (looping, "step budget"),
+        (deadline, "time budget"),
+        (tokens, "token budget"),
+        (spend, "spend budget"),
+    ):
         run = env.wait_status(run_id, RunStatus.NEEDS_HUMAN)
         assert words in (run.handover_reason or ""), run
         assert run.error and "Traceback" not in run.error and "\n" not in run.error
@@ -160,8 +174,10 @@ def test_budgets(env: Env) -> None:
 
 
 def test_server_computed_argument(env: Env) -> None:
-    run_id = env.submit("scripted", {"turns": [
-        {"calls": [["charge", {"order": "o1", "amount": 1}]]}, {"text": "charged"}]})
+    run_id = env.submit(
+        "scripted",
+        {"turns": [{"calls": [["charge", {"order": "o1", "amount": 1}]]}, {"text": "charged"}]},
+    )
     env.start_worker()
     env.wait_status(run_id, RunStatus.COMPLETED)
     (step,) = tool_steps(env.journal(run_id), "charge")
@@ -173,12 +189,27 @@ def test_server_computed_argument(env: Env) -> None:
 
 
 def test_policies_deny_and_approval(env: Env) -> None:
-    denied = env.submit("scripted", {"deny": ["keyed_write"], "turns": [
-        {"calls": [["keyed_write", {"item": "d"}]]}, {"text": "$echo"}]})
-    approved = env.submit("scripted", {"approve": ["keyed_write"], "turns": [
-        {"calls": [["keyed_write", {"item": "a"}]]}, {"text": "$echo"}]})
-    rejected = env.submit("scripted", {"approve": ["keyed_write"], "turns": [
-        {"calls": [["keyed_write", {"item": "r"}]]}, {"text": "$echo"}]})
+    denied = env.submit(
+        "scripted",
+        {
+            "deny": ["keyed_write"],
+            "turns": [{"calls": [["keyed_write", {"item": "d"}]]}, {"text": "$echo"}],
+        },
+    )
+    approved = env.submit(
+        "scripted",
+        {
+            "approve": ["keyed_write"],
+            "turns": [{"calls": [["keyed_write", {"item": "a"}]]}, {"text": "$echo"}],
+        },
+    )
+    rejected = env.submit(
+        "scripted",
+        {
+            "approve": ["keyed_write"],
+            "turns": [{"calls": [["keyed_write", {"item": "r"}]]}, {"text": "$echo"}],
+        },
+    )
     env.start_worker()
     run = env.wait_status(denied, RunStatus.COMPLETED)
     assert "not_allowed" in run.result["answer"]

@@ -31,8 +31,12 @@ def _restart_postgres() -> None:
             pytest.fail("pg_ctlcluster is needed to restart PostgreSQL in CI")
         pytest.skip("cannot restart the local PostgreSQL here (no pg_ctlcluster)")
     version = sorted(os.listdir("/etc/postgresql"))[-1]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def test_postgres_restart_mid_runs_loses_nothing_and_effects_stay_once(pg_env: Env) -> None:

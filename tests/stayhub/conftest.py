@@ -24,8 +24,13 @@ from agentledger.stayhub.harness import (
 )
 from agentledger.store import SQLStore, open_store
 
-INPUT = {"guest_id": "g-123", "city": "Lisbon", "check_in": "2026-12-20", "nights": 2,
-         "script": "normal"}
+INPUT = {
+    "guest_id": "g-123",
+    "city": "Lisbon",
+    "check_in": "2026-12-20",
+    "nights": 2,
+    "script": "normal",
+}
 
 
 @dataclass
@@ -64,8 +69,10 @@ class Stack:
         return check_invariants(self.sandbox.ledger())
 
     def logs(self) -> str:
-        return "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
-                       for p in sorted(self.log_dir.glob("*.log")))
+        return "".join(
+            f"\n--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+            for p in sorted(self.log_dir.glob("*.log"))
+        )
 
 
 StackFactory = Callable[..., contextlib.AbstractAsyncContextManager[Stack]]
@@ -76,15 +83,15 @@ def stayhub(tmp_path: Path) -> StackFactory:
     """``async with stayhub(faults=..., env=..., workers=2) as stack: ...``"""
 
     @contextlib.asynccontextmanager
-    async def make(faults: str | None = None, env: dict[str, str] | None = None,
-                   workers: int = 2) -> AsyncIterator[Stack]:
+    async def make(
+        faults: str | None = None, env: dict[str, str] | None = None, workers: int = 2
+    ) -> AsyncIterator[Stack]:
         db = f"sqlite:///{tmp_path / 'agentledger.db'}"
         store = open_store(db)
         await store.open()
         stop = asyncio.Event()
         with SandboxServer(faults=faults) as sandbox:
-            pool = WorkerPool(db, sandbox.url, size=workers, env=dict(env or {}),
-                              log_dir=tmp_path)
+            pool = WorkerPool(db, sandbox.url, size=workers, env=dict(env or {}), log_dir=tmp_path)
             approver = asyncio.create_task(approve_as_guests(store, stop, poll=0.02))
             try:
                 with pool:

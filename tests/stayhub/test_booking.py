@@ -72,12 +72,16 @@ async def test_kill_worker_mid_payment(stayhub: StackFactory) -> None:
         assert stack.invariants()["ok"]
 
 
-@pytest.mark.parametrize(("endpoint", "tool", "env"), [
-    ("payments.create", "create_payment", "STAYHUB_PAYMENT_TIMEOUT"),
-    ("bookings.create", "create_booking", "STAYHUB_BOOKING_TIMEOUT"),
-])
-async def test_timeout_after_commit(stayhub: StackFactory, endpoint: str, tool: str,
-                                    env: str) -> None:
+@pytest.mark.parametrize(
+    ("endpoint", "tool", "env"),
+    [
+        ("payments.create", "create_payment", "STAYHUB_PAYMENT_TIMEOUT"),
+        ("bookings.create", "create_booking", "STAYHUB_BOOKING_TIMEOUT"),
+    ],
+)
+async def test_timeout_after_commit(
+    stayhub: StackFactory, endpoint: str, tool: str, env: str
+) -> None:
     faults = f"{endpoint}:timeout_after_commit,hold=15,count=1"
     async with stayhub(faults=faults, env={env: "1.5"}) as stack:
         run_id = await stack.submit()
@@ -150,8 +154,11 @@ async def test_injected_server_args_are_overridden(stayhub: StackFactory) -> Non
         steps = {s.name: s for s in await stack.journal(run_id)}
         assert steps["create_payment"].input["ignored_model_args"] == {"amount": 1}
         assert steps["send_email"].input["ignored_model_args"] == {"to": INVENTED_ADDRESS}
-        overridden = [e.data["tool"] for e in await stack.events(run_id)
-                      if e.type == "tool.server_args_overridden"]
+        overridden = [
+            e.data["tool"]
+            for e in await stack.events(run_id)
+            if e.type == "tool.server_args_overridden"
+        ]
         assert sorted(overridden) == ["create_payment", "send_email"]
 
 

@@ -15,11 +15,15 @@ pytestmark = pytest.mark.slow
 INVARIANTS = ("double_charges", "orphan_charges", "duplicate_bookings", "duplicate_emails")
 
 
-def run_demo(*args: str, env: dict[str, str] | None = None,
-             timeout: float = 150) -> tuple[int, dict[str, Any], str]:
+def run_demo(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 150
+) -> tuple[int, dict[str, Any], str]:
     proc = subprocess.run(
         [sys.executable, "-m", "agentledger.cli.main", "demo", *args, "--json"],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
     report = json.loads(proc.stdout) if proc.stdout.strip() else {}
     return proc.returncode, report, proc.stderr
@@ -37,8 +41,14 @@ def test_demo_defaults() -> None:
 
 def test_demo_with_kills_and_faults() -> None:
     code, report, stderr = run_demo(
-        "--runs", "50", "--workers", "2", "--kill-every", "2",
-        "--faults", "payments.create:timeout_after_commit@0.1,hold=15;seed=7",
+        "--runs",
+        "50",
+        "--workers",
+        "2",
+        "--kill-every",
+        "2",
+        "--faults",
+        "payments.create:timeout_after_commit@0.1,hold=15;seed=7",
         env={"STAYHUB_PAYMENT_TIMEOUT": "3"},
     )
     assert code == 0, (report, stderr)

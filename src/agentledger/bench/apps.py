@@ -25,8 +25,9 @@ app = App("agentledger-bench")
 
 # Large enough for every benchmark size; the default step budget would hand the
 # 500-step run over to a human.
-_BUDGET = Budget(max_steps=100_000, active_seconds=24 * 3600, max_tokens=10**12,
-                 max_spend_usd=10**9)
+_BUDGET = Budget(
+    max_steps=100_000, active_seconds=24 * 3600, max_tokens=10**12, max_spend_usd=10**9
+)
 
 
 @app.tool(effect="read", timeout=30.0)
@@ -61,8 +62,7 @@ async def _gate(input: dict[str, Any]) -> None:
 
 
 def _timing(n: int, t0: float, w0: float) -> dict[str, Any]:
-    return {"steps": n, "elapsed_s": time.perf_counter() - t0, "t_first": w0,
-            "t_last": time.time()}
+    return {"steps": n, "elapsed_s": time.perf_counter() - t0, "t_first": w0, "t_last": time.time()}
 
 
 async def bench_read_tool(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:

@@ -70,9 +70,19 @@ class BenchConfig:
     def make(cls, db: str | None = None, quick: bool = False) -> BenchConfig:
         if not quick:
             return cls(db=db)
-        return cls(db=db, quick=True, reps=2, steps=30, concurrent_runs=20, concurrent_steps=5,
-                   concurrent_reps=1, sizes=(10, 50, 250), procs=(1,), proc_runs=20,
-                   proc_concurrency=10)
+        return cls(
+            db=db,
+            quick=True,
+            reps=2,
+            steps=30,
+            concurrent_runs=20,
+            concurrent_steps=5,
+            concurrent_reps=1,
+            sizes=(10, 50, 250),
+            procs=(1,),
+            proc_runs=20,
+            proc_concurrency=10,
+        )
 
 
 def is_postgres(url: str | None) -> bool:
@@ -92,8 +102,10 @@ def raw_sqlite_commit_us(path: str, n: int) -> float:
     try:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("CREATE TABLE IF NOT EXISTS raw_steps (run_id TEXT NOT NULL, "
-                     "step_no INTEGER NOT NULL, output TEXT, PRIMARY KEY (run_id, step_no))")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS raw_steps (run_id TEXT NOT NULL, "
+            "step_no INTEGER NOT NULL, output TEXT, PRIMARY KEY (run_id, step_no))"
+        )
         run_id = uuid.uuid4().hex
         start = time.perf_counter()
         for i in range(n):
@@ -113,8 +125,10 @@ def raw_postgres_commit_us(url: str, n: int) -> float:
     import psycopg
 
     with psycopg.connect(url) as conn:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {_PG_RAW_TABLE} (run_id TEXT NOT NULL, "
-                     "step_no INTEGER NOT NULL, output TEXT, PRIMARY KEY (run_id, step_no))")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {_PG_RAW_TABLE} (run_id TEXT NOT NULL, "
+            "step_no INTEGER NOT NULL, output TEXT, PRIMARY KEY (run_id, step_no))"
+        )
         conn.commit()
         run_id = uuid.uuid4().hex
         start = time.perf_counter()
@@ -136,8 +150,13 @@ def postgres_settings(url: str) -> dict[str, str]:
 
     with psycopg.connect(url, autocommit=True) as conn:
         out = {}
-        for name in ("server_version", "fsync", "synchronous_commit", "wal_sync_method",
-                     "commit_delay"):
+        for name in (
+            "server_version",
+            "fsync",
+            "synchronous_commit",
+            "wal_sync_method",
+            "commit_delay",
+        ):
             row = conn.execute(f"SHOW {name}").fetchone()
             out[name] = str(row[0]) if row else "?"
         return out
@@ -147,7 +166,10 @@ def postgres_settings(url: str) -> dict[str, str]:
 
 
 async def execute(
-    store: SQLStore, name: str, inputs: list[dict[str, Any]], concurrency: int,
+    store: SQLStore,
+    name: str,
+    inputs: list[dict[str, Any]],
+    concurrency: int,
     timeout: float = 600.0,
 ) -> tuple[list[dict[str, Any]], float]:
     """Submit runs, drain them with a fresh in-process Worker, return their results.
@@ -164,20 +186,30 @@ async def execute(
         if not pending:
             done.set()
 
-    worker = Worker(store, bench_app, WorkerConfig(
-        concurrency=concurrency, lease_seconds=120.0, poll_seconds=0.01, reap_seconds=3600.0,
-        outbox=False))
+    worker = Worker(
+        store,
+        bench_app,
+        WorkerConfig(
+            concurrency=concurrency,
+            lease_seconds=120.0,
+            poll_seconds=0.01,
+            reap_seconds=3600.0,
+            outbox=False,
+        ),
+    )
     worker.on_finished = finished
     start = time.perf_counter()
     task = asyncio.create_task(worker.run(install_signals=False))
     waiter = asyncio.create_task(done.wait())
     try:
-        finished_first, _ = await asyncio.wait([task, waiter], timeout=timeout,
-                                               return_when=asyncio.FIRST_COMPLETED)
+        finished_first, _ = await asyncio.wait(
+            [task, waiter], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
         wall = time.perf_counter() - start
         if waiter not in finished_first:
-            raise RuntimeError(f"benchmark runs of {name} did not finish "
-                               f"({len(pending)} of {len(ids)} left)")
+            raise RuntimeError(
+                f"benchmark runs of {name} did not finish ({len(pending)} of {len(ids)} left)"
+            )
     finally:
         worker.stop()
         waiter.cancel()
@@ -198,13 +230,12 @@ async def per_step_us(store: SQLStore, name: str, steps: int) -> float:
     return float(result["elapsed_s"]) / steps * 1e6
 
 
-async def concurrent(
-    store: SQLStore, runs: int, steps: int
-) -> tuple[float, float, list[int]]:
+async def concurrent(store: SQLStore, runs: int, steps: int) -> tuple[float, float, list[int]]:
     """(steps/s inside the runs, steps/s from worker start, group sizes seen)."""
     before = len(store.group_sizes)
-    results, wall = await execute(store, "bench_read_tool",
-                                  [{"steps": steps} for _ in range(runs)], concurrency=runs)
+    results, wall = await execute(
+        store, "bench_read_tool", [{"steps": steps} for _ in range(runs)], concurrency=runs
+    )
     groups = store.group_sizes[before:]
     span = max(r["t_last"] for r in results) - min(r["t_first"] for r in results)
     total = runs * steps
@@ -242,8 +273,11 @@ async def sqlite_bytes(workdir: Path, n: int, payload: int) -> dict[str, int]:
         file, used = _sqlite_size(str(path))
     finally:
         await store.close()
-    return {"steps": n, "file_growth": file - base_file,
-            "dbstat_used_growth": used - base_used if used >= 0 else -1}
+    return {
+        "steps": n,
+        "file_growth": file - base_file,
+        "dbstat_used_growth": used - base_used if used >= 0 else -1,
+    }
 
 
 def _pg_run_bytes(url: str, run_id: str) -> int:
@@ -253,8 +287,10 @@ def _pg_run_bytes(url: str, run_id: str) -> int:
         total = 0
         for table in ("runs", "steps", "events"):
             column = "id" if table == "runs" else "run_id"
-            row = conn.execute(f"SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {table} t "
-                               f"WHERE {column} = %s", (run_id,)).fetchone()
+            row = conn.execute(
+                f"SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {table} t WHERE {column} = %s",
+                (run_id,),
+            ).fetchone()
             total += int(row[0]) if row else 0
         return total
 
@@ -279,8 +315,11 @@ def _pg_poll_done(url: str, ids: list[str]) -> int:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT COUNT(*) FROM runs WHERE id = ANY(%s) AND status NOT IN "
-                           "('queued', 'running', 'waiting')", (ids,)).fetchone()
+        row = conn.execute(
+            "SELECT COUNT(*) FROM runs WHERE id = ANY(%s) AND status NOT IN "
+            "('queued', 'running', 'waiting')",
+            (ids,),
+        ).fetchone()
         return int(row[0]) if row else 0
 
 
@@ -293,8 +332,14 @@ def _pg_results(url: str, ids: list[str]) -> list[tuple[str, Any]]:
 
 
 async def process_throughput(
-    store: SQLStore, url: str, procs: int, runs: int, steps: int, concurrency: int,
-    workdir: Path, timeout: float = 600.0,
+    store: SQLStore,
+    url: str,
+    procs: int,
+    runs: int,
+    steps: int,
+    concurrency: int,
+    workdir: Path,
+    timeout: float = 600.0,
 ) -> float:
     """Steps/s of ``procs`` worker subprocesses draining ``runs`` pre-submitted runs.
 
@@ -303,13 +348,29 @@ async def process_throughput(
     step start), on the wall clock shared by the processes.
     """
     gate = workdir / f"gate-{procs}-{uuid.uuid4().hex[:6]}"
-    ids = [await bench_app.submit(store, "bench_read_tool", {"steps": steps, "gate": str(gate)})
-           for _ in range(runs)]
-    command = [sys.executable, "-m", "agentledger.cli.main", "worker",
-               "--app", "agentledger.bench.apps:app", "--db", url,
-               "--concurrency", str(concurrency), "--poll-seconds", "0.05", "--no-outbox"]
-    children = [subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-                for _ in range(procs)]
+    ids = [
+        await bench_app.submit(store, "bench_read_tool", {"steps": steps, "gate": str(gate)})
+        for _ in range(runs)
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "agentledger.cli.main",
+        "worker",
+        "--app",
+        "agentledger.bench.apps:app",
+        "--db",
+        url,
+        "--concurrency",
+        str(concurrency),
+        "--poll-seconds",
+        "0.05",
+        "--no-outbox",
+    ]
+    children = [
+        subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        for _ in range(procs)
+    ]
     try:
         pids = {c.pid for c in children}
         deadline = time.monotonic() + 60
@@ -352,8 +413,12 @@ async def process_throughput(
 def _group_stats(groups: list[int]) -> dict[str, float]:
     if not groups:
         return {"count": 0, "median": 0.0, "mean": 0.0, "max": 0}
-    return {"count": len(groups), "median": _median([float(g) for g in groups]),
-            "mean": round(statistics.fmean(groups), 2), "max": max(groups)}
+    return {
+        "count": len(groups),
+        "median": _median([float(g) for g in groups]),
+        "mean": round(statistics.fmean(groups), 2),
+        "max": max(groups),
+    }
 
 
 async def run_bench(config: BenchConfig, progress: Progress | None = None) -> dict[str, Any]:
@@ -390,11 +455,18 @@ async def _run(config: BenchConfig, workdir: Path, postgres: bool, say: Progress
     report: dict[str, Any] = {
         "backend": "postgresql" if postgres else "sqlite",
         "quick": config.quick,
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                    "sqlite": sqlite3.sqlite_version, "platform": sys.platform},
-        "sizes": {"reps": config.reps, "steps": config.steps,
-                  "concurrent_runs": config.concurrent_runs,
-                  "concurrent_steps": config.concurrent_steps},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "sqlite": sqlite3.sqlite_version,
+            "platform": sys.platform,
+        },
+        "sizes": {
+            "reps": config.reps,
+            "steps": config.steps,
+            "concurrent_runs": config.concurrent_runs,
+            "concurrent_steps": config.concurrent_steps,
+        },
         "per_step_timing": "inside the run: first step start to last step committed, / steps",
     }
     try:
@@ -423,11 +495,14 @@ async def _run(config: BenchConfig, workdir: Path, postgres: bool, say: Progress
 
         rates, e2e, groups, raw_d = [], [], [], []
         for rep in range(config.concurrent_reps):
-            say(f"(d) {config.concurrent_runs} concurrent runs, repetition "
-                f"{rep + 1}/{config.concurrent_reps}")
+            say(
+                f"(d) {config.concurrent_runs} concurrent runs, repetition "
+                f"{rep + 1}/{config.concurrent_reps}"
+            )
             raw_d.append(raw(config.steps))
-            rate, end_to_end, seen = await concurrent(store, config.concurrent_runs,
-                                                      config.concurrent_steps)
+            rate, end_to_end, seen = await concurrent(
+                store, config.concurrent_runs, config.concurrent_steps
+            )
             rates.append(rate)
             e2e.append(end_to_end)
             groups.extend(seen)
@@ -436,7 +511,8 @@ async def _run(config: BenchConfig, workdir: Path, postgres: bool, say: Progress
         report["concurrent_samples_steps_per_s"] = [round(r, 1) for r in rates]
         report["raw_commits_per_s"] = round(1e6 / _median(raw_d), 1)
         report["concurrent_over_raw_commits"] = round(
-            report["concurrent_steps_per_s"] / report["raw_commits_per_s"], 3)
+            report["concurrent_steps_per_s"] / report["raw_commits_per_s"], 3
+        )
         report["group_sizes"] = _group_stats(groups)
 
         say("(e) bytes stored")
@@ -456,21 +532,27 @@ async def _run(config: BenchConfig, workdir: Path, postgres: bool, say: Progress
                 file_grown[n] = found["file_growth"]
             details.append(found)
         if postgres:
-            report["bytes_method"] = ("sum of pg_column_size of the run's rows (runs, steps, "
-                                      "events) minus an empty run's")
+            report["bytes_method"] = (
+                "sum of pg_column_size of the run's rows (runs, steps, events) minus an empty run's"
+            )
         elif all(d["dbstat_used_growth"] >= 0 for d in details):
             report["bytes_method"] = (
                 "dbstat: growth of SUM(pgsize - unused) over every b-tree page (rows, indexes, "
                 "page headers; not the free space inside pages) after a WAL checkpoint, from an "
-                "empty run to the n-step run, a fresh file per size")
+                "empty run to the n-step run, a fresh file per size"
+            )
         else:
-            report["bytes_method"] = ("file growth: page_count * page_size after a WAL "
-                                      "checkpoint, from an empty run to the n-step run")
+            report["bytes_method"] = (
+                "file growth: page_count * page_size after a WAL "
+                "checkpoint, from an empty run to the n-step run"
+            )
         if file_grown:
             report["file_growth_500_over_100"] = round(
-                file_grown[large] / max(file_grown[mid], 1), 3)
+                file_grown[large] / max(file_grown[mid], 1), 3
+            )
             report["file_bytes_over_payload"] = round(
-                file_grown[large] / (large * config.payload), 3)
+                file_grown[large] / (large * config.payload), 3
+            )
         report["bytes"] = details
         report["bytes_sizes"] = list(config.sizes)
         report["bytes_growth_500_over_100"] = round(grown[large] / max(grown[mid], 1), 3)
@@ -482,14 +564,27 @@ async def _run(config: BenchConfig, workdir: Path, postgres: bool, say: Progress
             throughput = {}
             for procs in config.procs:
                 say(f"throughput with {procs} worker process(es)")
-                throughput[str(procs)] = round(await process_throughput(
-                    store, config.db, procs, config.proc_runs, config.concurrent_steps,
-                    config.proc_concurrency, workdir), 1)
+                throughput[str(procs)] = round(
+                    await process_throughput(
+                        store,
+                        config.db,
+                        procs,
+                        config.proc_runs,
+                        config.concurrent_steps,
+                        config.proc_concurrency,
+                        workdir,
+                    ),
+                    1,
+                )
             report["process_throughput_steps_per_s"] = throughput
             await asyncio.to_thread(drop_postgres_raw, config.db)
     finally:
         await store.close()
-    report["targets"] = {"read_step_ratio": 1.5, "write_step_ratio": 2.5,
-                         "concurrent_steps_per_s": 5000, "bytes_growth_500_over_100": 5.5,
-                         "stored_bytes_over_payload": 2.0}
+    report["targets"] = {
+        "read_step_ratio": 1.5,
+        "write_step_ratio": 2.5,
+        "concurrent_steps_per_s": 5000,
+        "bytes_growth_500_over_100": 5.5,
+        "stored_bytes_over_payload": 2.0,
+    }
     return report

@@ -25,51 +25,85 @@ def _verdict(ok: bool) -> str:
 
 def render(report: dict[str, Any], console: Console) -> None:
     raw = report["raw_commit_us"]
-    table = Table(title=f"agentledger bench ({report['backend']}, "
-                        f"{report['machine']['cpus']} CPUs{', quick' if report['quick'] else ''})")
+    table = Table(
+        title=f"agentledger bench ({report['backend']}, "
+        f"{report['machine']['cpus']} CPUs{', quick' if report['quick'] else ''})"
+    )
     for column in ("figure", "median", "ratio to (a)", "target", ""):
         table.add_column(column, justify="left" if column == "figure" else "right")
     sizes = report["sizes"]
     steps = sizes["steps"]
-    table.add_row(f"(a) raw INSERT+COMMIT ({report['backend']})", _fmt(raw, " µs"), "1.000", "",
-                  "")
-    table.add_row(f"(b) read tool step, {steps}-step run", _fmt(report["read_step_us"], " µs"),
-                  _fmt(report["read_step_ratio"]), "≤ 1.5x",
-                  _verdict(report["read_step_ratio"] <= 1.5))
-    table.add_row(f"(b') ctx.step no-op, {steps}-step run", _fmt(report["ctx_step_us"], " µs"),
-                  _fmt(report["ctx_step_ratio"]), "", "")
-    table.add_row(f"(c) write tool step (2 commits), {steps}-step run",
-                  _fmt(report["write_step_us"], " µs"), _fmt(report["write_step_ratio"]),
-                  "≤ 2.5x", _verdict(report["write_step_ratio"] <= 2.5))
+    table.add_row(f"(a) raw INSERT+COMMIT ({report['backend']})", _fmt(raw, " µs"), "1.000", "", "")
+    table.add_row(
+        f"(b) read tool step, {steps}-step run",
+        _fmt(report["read_step_us"], " µs"),
+        _fmt(report["read_step_ratio"]),
+        "≤ 1.5x",
+        _verdict(report["read_step_ratio"] <= 1.5),
+    )
+    table.add_row(
+        f"(b') ctx.step no-op, {steps}-step run",
+        _fmt(report["ctx_step_us"], " µs"),
+        _fmt(report["ctx_step_ratio"]),
+        "",
+        "",
+    )
+    table.add_row(
+        f"(c) write tool step (2 commits), {steps}-step run",
+        _fmt(report["write_step_us"], " µs"),
+        _fmt(report["write_step_ratio"]),
+        "≤ 2.5x",
+        _verdict(report["write_step_ratio"] <= 2.5),
+    )
     rate = report["concurrent_steps_per_s"]
-    table.add_row(f"(d) {sizes['concurrent_runs']} runs x {sizes['concurrent_steps']} steps, "
-                  "one worker", _fmt(rate, " steps/s"),
-                  f"{_fmt(report['concurrent_over_raw_commits'])} x raw commits/s",
-                  "≥ 5,000/s", _verdict(rate >= 5000))
+    table.add_row(
+        f"(d) {sizes['concurrent_runs']} runs x {sizes['concurrent_steps']} steps, one worker",
+        _fmt(rate, " steps/s"),
+        f"{_fmt(report['concurrent_over_raw_commits'])} x raw commits/s",
+        "≥ 5,000/s",
+        _verdict(rate >= 5000),
+    )
     groups = report["group_sizes"]
-    table.add_row("    group commit batch size", f"median {_fmt(groups['median'])}",
-                  f"mean {_fmt(groups['mean'])}, max {groups['max']}", "", "")
+    table.add_row(
+        "    group commit batch size",
+        f"median {_fmt(groups['median'])}",
+        f"mean {_fmt(groups['mean'])}, max {groups['max']}",
+        "",
+        "",
+    )
     _small, mid, large = report["bytes_sizes"]
-    table.add_row(f"(e) growth {large} steps / {mid} steps",
-                  _fmt(report["bytes_growth_500_over_100"], "x"), "", "≤ 5.5x",
-                  _verdict(report["bytes_growth_500_over_100"] <= 5.5))
-    table.add_row(f"(e) stored bytes / payload ({large} steps)",
-                  _fmt(report["stored_bytes_over_payload"], "x"),
-                  f"{_fmt(report['bytes_per_step_500'])} B/step", "≤ 2x",
-                  _verdict(report["stored_bytes_over_payload"] <= 2.0))
+    table.add_row(
+        f"(e) growth {large} steps / {mid} steps",
+        _fmt(report["bytes_growth_500_over_100"], "x"),
+        "",
+        "≤ 5.5x",
+        _verdict(report["bytes_growth_500_over_100"] <= 5.5),
+    )
+    table.add_row(
+        f"(e) stored bytes / payload ({large} steps)",
+        _fmt(report["stored_bytes_over_payload"], "x"),
+        f"{_fmt(report['bytes_per_step_500'])} B/step",
+        "≤ 2x",
+        _verdict(report["stored_bytes_over_payload"] <= 2.0),
+    )
     for procs, value in report.get("process_throughput_steps_per_s", {}).items():
         table.add_row(f"    {procs} worker process(es)", _fmt(value, " steps/s"), "", "", "")
     console.print(table)
-    console.print("Per-step figures are timed inside each run (first step start to last step "
-                  "committed); ratios are ratios of medians over interleaved repetitions. "
-                  "See docs/benchmarks.md.")
+    console.print(
+        "Per-step figures are timed inside each run (first step start to last step "
+        "committed); ratios are ratios of medians over interleaved repetitions. "
+        "See docs/benchmarks.md."
+    )
 
 
 @click.command("bench")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
-@click.option("--db", default=None,
-              help="sqlite:///file.db or postgresql://... (default: a temp SQLite file in the "
-                   "current directory, i.e. on the same disk as the default database).")
+@click.option(
+    "--db",
+    default=None,
+    help="sqlite:///file.db or postgresql://... (default: a temp SQLite file in the "
+    "current directory, i.e. on the same disk as the default database).",
+)
 @click.option("--quick", is_flag=True, help="Small sizes: a smoke test of a few seconds.")
 def bench(as_json: bool, db: str | None, quick: bool) -> None:
     """Measure per-step overhead against raw INSERT+COMMIT, throughput and bytes stored."""

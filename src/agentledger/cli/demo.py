@@ -31,19 +31,38 @@ INVARIANTS = ("double_charges", "orphan_charges", "duplicate_bookings", "duplica
 @click.command("demo")
 @click.option("--runs", "n_runs", default=20, show_default=True, help="Booking runs to submit.")
 @click.option("--workers", default=2, show_default=True, help="Worker processes.")
-@click.option("--kill-every", default=0.0, show_default=True,
-              help="SIGKILL a random worker every SECONDS (0: never) and start a replacement.")
-@click.option("--faults", default=None,
-              help="Sandbox fault spec, e.g. "
-                   "'payments.create:timeout_after_commit@0.1,hold=15;seed=7'.")
-@click.option("--db", default=None,
-              help="Database URL (default: a fresh SQLite file in a temp dir).")
+@click.option(
+    "--kill-every",
+    default=0.0,
+    show_default=True,
+    help="SIGKILL a random worker every SECONDS (0: never) and start a replacement.",
+)
+@click.option(
+    "--faults",
+    default=None,
+    help="Sandbox fault spec, e.g. 'payments.create:timeout_after_commit@0.1,hold=15;seed=7'.",
+)
+@click.option(
+    "--db", default=None, help="Database URL (default: a fresh SQLite file in a temp dir)."
+)
 @click.option("--seed", default=7, show_default=True, help="Seed for guests, cities and kills.")
-@click.option("--timeout", default=300.0, show_default=True,
-              help="Seconds to wait for every run to be terminal.")
+@click.option(
+    "--timeout",
+    default=300.0,
+    show_default=True,
+    help="Seconds to wait for every run to be terminal.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def demo(n_runs: int, workers: int, kill_every: float, faults: str | None, db: str | None,
-         seed: int, timeout: float, as_json: bool) -> None:
+def demo(
+    n_runs: int,
+    workers: int,
+    kill_every: float,
+    faults: str | None,
+    db: str | None,
+    seed: int,
+    timeout: float,
+    as_json: bool,
+) -> None:
     """Book N StayHub stays on W workers while killing them; check the ledger."""
     from agentledger.sandbox import parse_faults
 
@@ -63,8 +82,9 @@ def demo(n_runs: int, workers: int, kill_every: float, faults: str | None, db: s
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        report = asyncio.run(_demo(n_runs, workers, kill_every, faults, url, seed, timeout,
-                                   as_json, tmp))
+        report = asyncio.run(
+            _demo(n_runs, workers, kill_every, faults, url, seed, timeout, as_json, tmp)
+        )
     except KeyboardInterrupt:
         click.echo("interrupted; workers and sandbox stopped", err=True)
         sys.exit(130)
@@ -80,8 +100,17 @@ def demo(n_runs: int, workers: int, kill_every: float, faults: str | None, db: s
         sys.exit(1)
 
 
-async def _demo(n_runs: int, workers: int, kill_every: float, faults: str | None, url: str,
-                seed: int, timeout: float, as_json: bool, tmp: Path) -> dict[str, Any]:
+async def _demo(
+    n_runs: int,
+    workers: int,
+    kill_every: float,
+    faults: str | None,
+    url: str,
+    seed: int,
+    timeout: float,
+    as_json: bool,
+    tmp: Path,
+) -> dict[str, Any]:
     from agentledger.records import RunStatus
     from agentledger.sandbox import SandboxServer, check_invariants
     from agentledger.stayhub.app import app
@@ -108,8 +137,10 @@ async def _demo(n_runs: int, workers: int, kill_every: float, faults: str | None
         sandbox.start()
         pool = WorkerPool(url, sandbox.url, size=workers, log_dir=tmp).start()
         approver = asyncio.create_task(approve_as_guests(store, stop))
-        ids = [await app.submit(store, AGENT, booking_input(rng, i), user_id=f"g-{1000 + i}")
-               for i in range(n_runs)]
+        ids = [
+            await app.submit(store, AGENT, booking_input(rng, i), user_id=f"g-{1000 + i}")
+            for i in range(n_runs)
+        ]
         states, killed = await _wait(store, ids, pool, kill_every, kill_rng, timeout, as_json)
         not_terminal = sum(1 for s in states.values() if s not in RunStatus.TERMINAL)
         outbox = await wait_outbox_drained(store, timeout=max(30.0, timeout / 4))
@@ -145,8 +176,10 @@ async def _demo(n_runs: int, workers: int, kill_every: float, faults: str | None
         "tokens": sum(r.tokens for r in runs),
         "cost_usd": round(sum(r.cost_usd for r in runs), 6),
         "outbox": {s: outbox.get(s, 0) for s in ("delivered", "pending", "dead")},
-        "ledger": {k: ledger[k] for k in ("bookings", "cancellations", "charges", "refunds",
-                                          "crm_updates", "emails")},
+        "ledger": {
+            k: ledger[k]
+            for k in ("bookings", "cancellations", "charges", "refunds", "crm_updates", "emails")
+        },
         "invariants": invariants,
         "violations": ledger["violations"],
         "elapsed_s": round(time.monotonic() - started, 2),
@@ -158,8 +191,15 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-async def _wait(store: Any, ids: list[str], pool: Any, kill_every: float, rng: random.Random,
-                timeout: float, quiet: bool) -> tuple[dict[str, str], int]:
+async def _wait(
+    store: Any,
+    ids: list[str],
+    pool: Any,
+    kill_every: float,
+    rng: random.Random,
+    timeout: float,
+    quiet: bool,
+) -> tuple[dict[str, str], int]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -168,16 +208,24 @@ async def _wait(store: Any, ids: list[str], pool: Any, kill_every: float, rng: r
 
     deadline = time.monotonic() + timeout
     next_kill = time.monotonic() + kill_every if kill_every > 0 else float("inf")
-    progress = Progress(TextColumn("[bold]bookings"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
-                        console=Console(stderr=True), disable=quiet, transient=True)
+    progress = Progress(
+        TextColumn("[bold]bookings"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=quiet,
+        transient=True,
+    )
     with progress:
         task = progress.add_task("runs", total=len(ids), detail="")
         while True:
             states = await wait_terminal(store, ids, timeout=0)
             done = sum(1 for s in states.values() if s in RunStatus.TERMINAL)
-            progress.update(task, completed=done,
-                            detail=f"workers {len(pool.alive())}, kills {pool.kills}")
+            progress.update(
+                task, completed=done, detail=f"workers {len(pool.alive())}, kills {pool.kills}"
+            )
             if done == len(ids) or time.monotonic() > deadline:
                 return states, pool.kills
             if time.monotonic() >= next_kill:
@@ -196,13 +244,21 @@ def _print_tables(report: dict[str, Any]) -> None:
         runs.add_row(state, str(n))
     console.print(runs)
     figures = Table("figure", "value", title="figures")
-    for label, key in (("submitted", "submitted"), ("not terminal", "not_terminal"),
-                       ("workers", "workers"), ("workers killed", "kills"),
-                       ("faults", "faults"), ("total steps", "steps"),
-                       ("resumes", "resumes"), ("approvals (scripted guest)", "approvals"),
-                       ("p50 run duration (s)", "duration_p50_s"),
-                       ("p95 run duration (s)", "duration_p95_s"), ("tokens", "tokens"),
-                       ("cost (USD)", "cost_usd"), ("elapsed (s)", "elapsed_s")):
+    for label, key in (
+        ("submitted", "submitted"),
+        ("not terminal", "not_terminal"),
+        ("workers", "workers"),
+        ("workers killed", "kills"),
+        ("faults", "faults"),
+        ("total steps", "steps"),
+        ("resumes", "resumes"),
+        ("approvals (scripted guest)", "approvals"),
+        ("p50 run duration (s)", "duration_p50_s"),
+        ("p95 run duration (s)", "duration_p95_s"),
+        ("tokens", "tokens"),
+        ("cost (USD)", "cost_usd"),
+        ("elapsed (s)", "elapsed_s"),
+    ):
         figures.add_row(label, str(report[key]))
     for status, n in report["outbox"].items():
         figures.add_row(f"outbox {status}", str(n))
@@ -215,5 +271,4 @@ def _print_tables(report: dict[str, Any]) -> None:
     console.print(ledger)
     for violation in report["violations"]:
         console.print(f"[red]violation:[/] {violation}")
-    console.print("[bold green]all invariants hold[/]" if report["ok"]
-                  else "[bold red]FAILED[/]")
+    console.print("[bold green]all invariants hold[/]" if report["ok"] else "[bold red]FAILED[/]")

@@ -68,15 +68,20 @@ def _client(ctx: ToolContext) -> httpx.AsyncClient:
 
 
 async def _get(ctx: ToolContext, path: str, **params: Any) -> Any:
-    response = await call_provider(_client(ctx), "GET", path, params=params or None,
-                                   timeout=max(0.05, ctx.time_left()))
+    response = await call_provider(
+        _client(ctx), "GET", path, params=params or None, timeout=max(0.05, ctx.time_left())
+    )
     return response.json()
 
 
 async def _post(ctx: ToolContext, path: str, body: Any = None) -> Any:
     response = await call_provider(
-        _client(ctx), "POST", path, json=body,
-        headers={"Idempotency-Key": ctx.idempotency_key}, timeout=max(0.05, ctx.time_left()),
+        _client(ctx),
+        "POST",
+        path,
+        json=body,
+        headers={"Idempotency-Key": ctx.idempotency_key},
+        timeout=max(0.05, ctx.time_left()),
     )
     return response.json()
 
@@ -106,8 +111,10 @@ async def _status_by_key(ctx: ToolContext, path: str) -> Status:
 
 # --- reads ---------------------------------------------------------------------------------
 
-@app.tool(effect="read", timeout=SEARCH_TIMEOUT,
-          retry=RetryPolicy(provider_error=2, rate_limited=3))
+
+@app.tool(
+    effect="read", timeout=SEARCH_TIMEOUT, retry=RetryPolicy(provider_error=2, rate_limited=3)
+)
 async def search_hotels(ctx: ToolContext, city: str, nights: int = 1) -> dict[str, Any]:
     """Hotels in a city with their price per night and the total for the stay."""
     result: dict[str, Any] = await _get(ctx, "/hotels", city=city, nights=nights)
@@ -119,12 +126,14 @@ async def get_availability(
     ctx: ToolContext, hotel_id: str, check_in: str, nights: int = 1
 ) -> dict[str, Any]:
     """Whether a hotel has a room for the stay, and its total price."""
-    result: dict[str, Any] = await _get(ctx, f"/hotels/{hotel_id}/availability",
-                                        check_in=check_in, nights=nights)
+    result: dict[str, Any] = await _get(
+        ctx, f"/hotels/{hotel_id}/availability", check_in=check_in, nights=nights
+    )
     return result
 
 
 # --- bookings ------------------------------------------------------------------------------
+
 
 async def booking_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     return await _status_by_key(ctx, f"/bookings/by-key/{ctx.idempotency_key}")
@@ -137,21 +146,30 @@ async def cancel_booking(ctx: ToolContext, booking_id: str) -> dict[str, Any]:
     return result
 
 
-@app.tool(effect="write", timeout=BOOKING_TIMEOUT, idempotency="provider",
-          status_check=booking_status, approval="guest",
-          compensation=Compensation("cancel_booking",
-                                    arguments=lambda args, result: {
-                                        "booking_id": result["booking_id"]}))
+@app.tool(
+    effect="write",
+    timeout=BOOKING_TIMEOUT,
+    idempotency="provider",
+    status_check=booking_status,
+    approval="guest",
+    compensation=Compensation(
+        "cancel_booking", arguments=lambda args, result: {"booking_id": result["booking_id"]}
+    ),
+)
 async def create_booking(
     ctx: ToolContext, hotel_id: str, guest_id: str, check_in: str, nights: int = 1
 ) -> dict[str, Any]:
     """Hold a room for the guest's stay (the guest approves first)."""
-    result: dict[str, Any] = await _post(ctx, "/bookings", {
-        "hotel_id": hotel_id, "guest_id": guest_id, "check_in": check_in, "nights": nights})
+    result: dict[str, Any] = await _post(
+        ctx,
+        "/bookings",
+        {"hotel_id": hotel_id, "guest_id": guest_id, "check_in": check_in, "nights": nights},
+    )
     return result
 
 
 # --- payments ------------------------------------------------------------------------------
+
 
 async def price_of_booking(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     """The server-computed amount: the booking's total, from the booking provider."""
@@ -167,26 +185,34 @@ async def payment_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
 @app.tool(effect="money", timeout=BOOKING_TIMEOUT, idempotency="provider")
 async def refund_payment(ctx: ToolContext, payment_id: str) -> dict[str, Any]:
     """Refund a payment in full."""
-    result: dict[str, Any] = await _post(ctx, f"/payments/{payment_id}/refund",
-                                         {"reason": "compensation"})
+    result: dict[str, Any] = await _post(
+        ctx, f"/payments/{payment_id}/refund", {"reason": "compensation"}
+    )
     return result
 
 
-@app.tool(effect="money", timeout=PAYMENT_TIMEOUT, idempotency="provider",
-          status_check=payment_status, server_args={"amount": price_of_booking},
-          compensation=Compensation("refund_payment",
-                                    arguments=lambda args, result: {
-                                        "payment_id": result["payment_id"]}))
+@app.tool(
+    effect="money",
+    timeout=PAYMENT_TIMEOUT,
+    idempotency="provider",
+    status_check=payment_status,
+    server_args={"amount": price_of_booking},
+    compensation=Compensation(
+        "refund_payment", arguments=lambda args, result: {"payment_id": result["payment_id"]}
+    ),
+)
 async def create_payment(
     ctx: ToolContext, booking_id: str, guest_id: str, amount: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Charge the guest for a booking. The amount is computed by the server."""
-    result: dict[str, Any] = await _post(ctx, "/payments", {
-        "booking_id": booking_id, "guest_id": guest_id, "amount": amount})
+    result: dict[str, Any] = await _post(
+        ctx, "/payments", {"booking_id": booking_id, "guest_id": guest_id, "amount": amount}
+    )
     return result
 
 
 # --- notifications (outbox) ----------------------------------------------------------------
+
 
 async def verified_address(ctx: ToolContext, args: dict[str, Any]) -> str:
     """The server-computed recipient: the guest's verified address."""
@@ -195,34 +221,64 @@ async def verified_address(ctx: ToolContext, args: dict[str, Any]) -> str:
     return email
 
 
-@app.tool(effect="notify", timeout=NOTIFY_TIMEOUT, delivery="outbox", outbox_attempts=5,
-          idempotency="provider",
-          outbox_key=lambda args, ctx: f"crm:{args['guest_id']}:{args.get('booking_id')}")
+@app.tool(
+    effect="notify",
+    timeout=NOTIFY_TIMEOUT,
+    delivery="outbox",
+    outbox_attempts=5,
+    idempotency="provider",
+    outbox_key=lambda args, ctx: f"crm:{args['guest_id']}:{args.get('booking_id')}",
+)
 async def crm_upsert(
-    ctx: ToolContext, guest_id: str, booking_id: str | None = None,
+    ctx: ToolContext,
+    guest_id: str,
+    booking_id: str | None = None,
     fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Create or update the guest's CRM contact (delivered asynchronously)."""
-    result: dict[str, Any] = await _post(ctx, "/crm/contacts", {
-        "guest_id": guest_id, "booking_id": booking_id, "fields": fields or {}})
+    result: dict[str, Any] = await _post(
+        ctx,
+        "/crm/contacts",
+        {"guest_id": guest_id, "booking_id": booking_id, "fields": fields or {}},
+    )
     return result
 
 
-@app.tool(effect="notify", timeout=NOTIFY_TIMEOUT, delivery="outbox", outbox_attempts=5,
-          idempotency="provider", server_args={"to": verified_address},
-          outbox_key=lambda args, ctx: f"email:{args.get('booking_id')}:{args['template']}")
+@app.tool(
+    effect="notify",
+    timeout=NOTIFY_TIMEOUT,
+    delivery="outbox",
+    outbox_attempts=5,
+    idempotency="provider",
+    server_args={"to": verified_address},
+    outbox_key=lambda args, ctx: f"email:{args.get('booking_id')}:{args['template']}",
+)
 async def send_email(
-    ctx: ToolContext, guest_id: str, booking_id: str, subject: str, body: str,
-    template: str = "confirmation", to: str = "",
+    ctx: ToolContext,
+    guest_id: str,
+    booking_id: str,
+    subject: str,
+    body: str,
+    template: str = "confirmation",
+    to: str = "",
 ) -> dict[str, Any]:
     """Email the guest (to their verified address; delivered asynchronously)."""
-    result: dict[str, Any] = await _post(ctx, "/emails", {
-        "to": to, "subject": subject, "body": body, "booking_id": booking_id})
+    result: dict[str, Any] = await _post(
+        ctx, "/emails", {"to": to, "subject": subject, "body": body, "booking_id": booking_id}
+    )
     return result
 
 
-TOOLS = [search_hotels, get_availability, create_booking, cancel_booking, create_payment,
-         refund_payment, crm_upsert, send_email]
+TOOLS = [
+    search_hotels,
+    get_availability,
+    create_booking,
+    cancel_booking,
+    create_payment,
+    refund_payment,
+    crm_upsert,
+    send_email,
+]
 
 INSTRUCTIONS = (
     "You are StayHub's booking assistant. Find a hotel in the guest's city, check "
@@ -230,12 +286,14 @@ INSTRUCTIONS = (
     "email the confirmation. Never invent prices or addresses."
 )
 
-agent = app.add_agent(Agent(
-    name="stayhub_booking",
-    version="1",
-    model=ScriptedModel(booking_script, name="stayhub-scripted"),
-    instructions=INSTRUCTIONS,
-    tools=TOOLS,
-    budget=Budget(max_steps=20, active_seconds=120.0),
-    end_user_message="We could not finish your booking automatically; our team will follow up.",
-))
+agent = app.add_agent(
+    Agent(
+        name="stayhub_booking",
+        version="1",
+        model=ScriptedModel(booking_script, name="stayhub-scripted"),
+        instructions=INSTRUCTIONS,
+        tools=TOOLS,
+        budget=Budget(max_steps=20, active_seconds=120.0),
+        end_user_message="We could not finish your booking automatically; our team will follow up.",
+    )
+)

@@ -29,8 +29,20 @@ AGENT = "stayhub_booking"
 
 def worker_command(db: str, *, lease_seconds: float = 2.0, poll_seconds: float = 0.05) -> list[str]:
     """The command line of one StayHub worker process."""
-    return [sys.executable, "-m", "agentledger.cli.main", "worker", "--app", APP_PATH,
-            "--db", db, "--lease-seconds", str(lease_seconds), "--poll-seconds", str(poll_seconds)]
+    return [
+        sys.executable,
+        "-m",
+        "agentledger.cli.main",
+        "worker",
+        "--app",
+        APP_PATH,
+        "--db",
+        db,
+        "--lease-seconds",
+        str(lease_seconds),
+        "--poll-seconds",
+        str(poll_seconds),
+    ]
 
 
 @dataclass
@@ -64,9 +76,14 @@ class WorkerPool:
             out = open(self.log_dir / f"worker-{self.started}.log", "ab")  # noqa: SIM115
         try:
             proc = subprocess.Popen(
-                worker_command(self.db, lease_seconds=self.lease_seconds,
-                               poll_seconds=self.poll_seconds),
-                stdout=out, stderr=subprocess.STDOUT, env=self._env(), start_new_session=True)
+                worker_command(
+                    self.db, lease_seconds=self.lease_seconds, poll_seconds=self.poll_seconds
+                ),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                start_new_session=True,
+            )
         finally:
             if out is not subprocess.DEVNULL:
                 out.close()
@@ -141,8 +158,9 @@ async def approve_as_guests(store: Store, stop: asyncio.Event, poll: float = 0.0
     return given
 
 
-async def wait_terminal(store: Store, run_ids: Iterable[str], timeout: float,
-                        poll: float = 0.1) -> dict[str, str]:
+async def wait_terminal(
+    store: Store, run_ids: Iterable[str], timeout: float, poll: float = 0.1
+) -> dict[str, str]:
     """Wait until every run is terminal (or the timeout); return run id -> status."""
     ids = list(run_ids)
     deadline = time.monotonic() + timeout
@@ -181,5 +199,10 @@ def booking_input(rng: random.Random, n: int, script: str = "normal") -> dict[st
 
     day = rng.randrange(0, 300)
     check_in = time.strftime("%Y-%m-%d", time.gmtime(1_798_761_600 + day * 86_400))  # 2027+
-    return {"guest_id": f"g-{1000 + n}", "city": rng.choice(CITIES), "check_in": check_in,
-            "nights": rng.randint(1, 4), "script": script}
+    return {
+        "guest_id": f"g-{1000 + n}",
+        "city": rng.choice(CITIES),
+        "check_in": check_in,
+        "nights": rng.randint(1, 4),
+        "script": script,
+    }

@@ -106,34 +106,58 @@ def booking_script(request: ModelRequest) -> Turn:
             return Turn(calls=[("cancel_booking", {"booking_id": booking["booking_id"]})])
         if last.tool == "get_availability":
             return _next_hotel(results, check_in, nights) or Turn(
-                text=f"Sorry, I could not check availability in {city} ({error}).")
+                text=f"Sorry, I could not check availability in {city} ({error})."
+            )
         return Turn(text=f"Sorry, I could not complete the booking: {last.tool} failed ({error}).")
 
     if last.tool == "search_hotels":
         return _next_hotel(results, check_in, nights) or Turn(
-            text=f"Sorry, there are no hotels available in {city}.")
+            text=f"Sorry, there are no hotels available in {city}."
+        )
     if last.tool == "get_availability":
         if last.data.get("available"):
-            return Turn(calls=[("create_booking", {
-                "hotel_id": last.data["hotel_id"], "guest_id": guest_id,
-                "check_in": check_in, "nights": nights})])
+            return Turn(
+                calls=[
+                    (
+                        "create_booking",
+                        {
+                            "hotel_id": last.data["hotel_id"],
+                            "guest_id": guest_id,
+                            "check_in": check_in,
+                            "nights": nights,
+                        },
+                    )
+                ]
+            )
         return _next_hotel(results, check_in, nights) or Turn(
-            text=f"Sorry, every hotel in {city} is full for those dates.")
+            text=f"Sorry, every hotel in {city} is full for those dates."
+        )
     if last.tool == "create_booking":
         payment: dict[str, Any] = {"booking_id": last.data["booking_id"], "guest_id": guest_id}
         if script == "inject_amount":
             payment["amount"] = 1
         return Turn(calls=[("create_payment", payment)])
     if last.tool == "cancel_booking":
-        return Turn(text="Your payment was declined, so I cancelled the booking. "
-                         "Nothing was charged.")
+        return Turn(
+            text="Your payment was declined, so I cancelled the booking. Nothing was charged."
+        )
     if last.tool == "create_payment" and booking is not None:
-        return Turn(calls=[("crm_upsert", {
-            "guest_id": guest_id, "booking_id": booking["booking_id"],
-            "fields": {"last_booking": booking["booking_id"], "city": city}})])
+        return Turn(
+            calls=[
+                (
+                    "crm_upsert",
+                    {
+                        "guest_id": guest_id,
+                        "booking_id": booking["booking_id"],
+                        "fields": {"last_booking": booking["booking_id"], "city": city},
+                    },
+                )
+            ]
+        )
     if last.tool == "crm_upsert" and booking is not None:
         email: dict[str, Any] = {
-            "guest_id": guest_id, "booking_id": booking["booking_id"],
+            "guest_id": guest_id,
+            "booking_id": booking["booking_id"],
             "subject": f"Your stay in {city} is confirmed",
             "body": f"Booking {booking['booking_id']} from {check_in} for {nights} nights.",
         }
@@ -142,10 +166,14 @@ def booking_script(request: ModelRequest) -> Turn:
         return Turn(calls=[("send_email", email)])
     if last.tool == "send_email" and booking is not None:
         total = booking.get("total", {})
-        return Turn(text=(f"Booked {booking['hotel_id']} in {city} from {check_in} for "
-                          f"{nights} nights (booking {booking['booking_id']}, "
-                          f"{total.get('amount', 0) / 100:.2f} {total.get('currency', '')}). "
-                          "A confirmation email is on its way."))
+        return Turn(
+            text=(
+                f"Booked {booking['hotel_id']} in {city} from {check_in} for "
+                f"{nights} nights (booking {booking['booking_id']}, "
+                f"{total.get('amount', 0) / 100:.2f} {total.get('currency', '')}). "
+                "A confirmation email is on its way."
+            )
+        )
     return Turn(text="Done.")
 
 
@@ -155,10 +183,17 @@ def _next_hotel(results: list[Result], check_in: str, nights: int) -> Turn | Non
     if search is None or not isinstance(search.data, dict):
         return None
     checked = {r.args.get("hotel_id") for r in results if r.tool == "get_availability"}
-    hotels = sorted(search.data.get("hotels", []),
-                    key=lambda h: (h["total"]["amount"], h["hotel_id"]))
+    hotels = sorted(
+        search.data.get("hotels", []), key=lambda h: (h["total"]["amount"], h["hotel_id"])
+    )
     for hotel in hotels:
         if hotel["hotel_id"] not in checked:
-            return Turn(calls=[("get_availability", {
-                "hotel_id": hotel["hotel_id"], "check_in": check_in, "nights": nights})])
+            return Turn(
+                calls=[
+                    (
+                        "get_availability",
+                        {"hotel_id": hotel["hotel_id"], "check_in": check_in, "nights": nights},
+                    )
+                ]
+            )
     return None

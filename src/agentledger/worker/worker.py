@@ -98,8 +98,9 @@ class Worker:
             # as fast as its run leases, yet outlast one delivery (bounded by the tool timeout).
             timeouts = [t.timeout for t in self.app.tools.values() if t.delivery == "outbox"]
             outbox_lease = max([self.config.lease_seconds, *(2 * t + 1 for t in timeouts)])
-            dispatcher = OutboxDispatcher(self.store, self.app, owner=self.owner,
-                                          lease_seconds=outbox_lease)
+            dispatcher = OutboxDispatcher(
+                self.store, self.app, owner=self.owner, lease_seconds=outbox_lease
+            )
             side.append(asyncio.create_task(dispatcher.run(self.stopping), name="outbox"))
         # PostgreSQL wakes us on NOTIFY; polling stays as the fallback.
         listen = getattr(self.store, "listen", None)
