@@ -104,5 +104,13 @@ async def bench_payload(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str
     return _timing(n, t0, w0)
 
 
-for _fn in (bench_read_tool, bench_step, bench_write_tool, bench_payload):
+async def bench_ticks(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:
+    """A long run of small steps a few milliseconds apart (for kill -> resume)."""
+    for _ in range(int(input["ticks"])):
+        await ctx.step("tick", time.time)
+        await asyncio.sleep(0.005)
+    return {"ticks": input["ticks"]}
+
+
+for _fn in (bench_read_tool, bench_step, bench_write_tool, bench_payload, bench_ticks):
     app.workflow(_fn, budget=_BUDGET)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from agentledger.bench.apps import app as bench_app
+from agentledger.bench.resume import resume_latency
 from agentledger.records import RunStatus
 from agentledger.store import SQLStore, open_store
 from agentledger.worker import Worker, WorkerConfig
@@ -63,6 +64,7 @@ class BenchConfig:
     procs: tuple[int, ...] = (1, 2, 4)
     proc_runs: int = 400
     proc_concurrency: int = 50
+    kills: int = 20
     workdir: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -78,6 +80,7 @@ class BenchConfig:
             concurrent_runs=20,
             concurrent_steps=5,
             concurrent_reps=1,
+            kills=2,
             sizes=(10, 50, 250),
             procs=(1,),
             proc_runs=20,
@@ -578,6 +581,9 @@ async def _run(config: BenchConfig, workdir: Path, postgres: bool, say: Progress
                 )
             report["process_throughput_steps_per_s"] = throughput
             await asyncio.to_thread(drop_postgres_raw, config.db)
+        if config.kills:
+            say(f"kill -> resume, {config.kills} kills per case")
+            report["resume"] = await resume_latency(store, url, workdir, config.kills)
     finally:
         await store.close()
     report["targets"] = {

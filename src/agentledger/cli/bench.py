@@ -88,6 +88,17 @@ def render(report: dict[str, Any], console: Console) -> None:
     )
     for procs, value in report.get("process_throughput_steps_per_s", {}).items():
         table.add_row(f"    {procs} worker process(es)", _fmt(value, " steps/s"), "", "", "")
+    resume = report.get("resume")
+    if resume:
+        for case, label in (("same_host", "same host"), ("other_host", "other host (lease)")):
+            figures = resume[case]
+            table.add_row(
+                f"kill -> resumed step, {label}, {resume['kills']} kills",
+                f"median {_fmt(figures['median_s'], ' s')}",
+                f"max {_fmt(figures['max_s'], ' s')}",
+                f"lease {resume['lease_seconds']:.0f} s" if case == "other_host" else "~1 s",
+                "",
+            )
     console.print(table)
     console.print(
         "Per-step figures are timed inside each run (first step start to last step "

@@ -30,6 +30,11 @@ from agentledger.worker import Worker, WorkerConfig
 @click.option("--poll-seconds", default=0.2, show_default=True)
 @click.option("--shutdown-grace", default=10.0, show_default=True)
 @click.option("--no-outbox", is_flag=True, help="Do not deliver outbox rows in this process.")
+@click.option(
+    "--no-reap",
+    is_flag=True,
+    help="Do not expire leases of dead workers on this host at once (wait for expiry).",
+)
 @click.option("-v", "--verbose", is_flag=True)
 def worker(
     app_path: str,
@@ -39,6 +44,7 @@ def worker(
     poll_seconds: float,
     shutdown_grace: float,
     no_outbox: bool,
+    no_reap: bool,
     verbose: bool,
 ) -> None:
     """Claim and execute runs until SIGTERM (then release them and exit 0)."""
@@ -53,6 +59,7 @@ def worker(
         poll_seconds=poll_seconds,
         shutdown_grace=shutdown_grace,
         outbox=not no_outbox,
+        reap_dead_local_owners=not no_reap,
     )
 
     async def main() -> None:

@@ -40,6 +40,7 @@ class WorkerConfig:
     heartbeat_seconds: float | None = None  # default: a third of the lease
     poll_seconds: float = 0.2
     reap_seconds: float = 0.5
+    reap_dead_local_owners: bool = True  # off: behave like a worker on another host
     shutdown_grace: float = 10.0
     park_threshold: float = 2.0
     outbox: bool = True
@@ -146,7 +147,7 @@ class Worker:
         last_reap = 0.0
         while not self.stopping.is_set():
             now = time.monotonic()
-            if now - last_reap >= self.config.reap_seconds:
+            if self.config.reap_dead_local_owners and now - last_reap >= self.config.reap_seconds:
                 last_reap = now
                 await self._reap_dead_local_owners()
             free = self.config.concurrency - len(self.active)
