@@ -81,11 +81,15 @@ class Env:
         lease: float = 2.0,
         concurrency: int = 10,
         extra: tuple[str, ...] = (),
+        db: str | None = None,
+        prefix: tuple[str, ...] = (),
     ) -> subprocess.Popen[bytes]:
+        """Start a worker subprocess (``prefix``: e.g. ``ip netns exec NS``)."""
         self._logs += 1
         log = open(self.tmp / f"worker{self._logs}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "agentledger.cli.main",
@@ -93,7 +97,7 @@ class Env:
                 "--app",
                 app,
                 "--db",
-                self.url,
+                db or self.url,
                 "--poll-seconds",
                 "0.05",
                 "--lease-seconds",
