@@ -100,6 +100,18 @@ async def guarded_write(ctx: ToolContext, item: str, sleep_after: float = 0.0) -
     return result
 
 
+@app.tool(
+    effect="write",
+    timeout=10,
+    idempotency="effects",
+    effect_key=lambda args, ctx: f"gift:{args['guest']}",
+)
+async def send_gift(ctx: ToolContext, guest: str, hold: float = 0.0) -> dict[str, Any]:
+    """One gift per guest whatever the run: a key shared across runs in the effects table."""
+    await asyncio.sleep(hold)
+    return ledger.apply(f"gift:{guest}:{ctx.idempotency_key}", "gift", dedupe=False, payload=guest)
+
+
 @app.tool(effect="write", timeout=0.5, idempotency="provider", status_check=ledger_status)
 async def timeout_write(ctx: ToolContext, item: str, phase: str) -> dict[str, Any]:
     """First call times out: ``after`` its effect was applied, or ``before`` it."""
@@ -210,6 +222,11 @@ async def slow_writes(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, 
         await ctx.tool("keyed_write", item=f"{input['tag']}-{i}")
         await ctx.step(f"pause_{i}", asyncio.sleep, float(input.get("pause", 0.3)))
     return {"ok": True}
+
+
+@app.workflow(name="gift_flow", version="1")
+async def gift_flow(ctx: WorkflowContext, input: dict[str, Any]) -> Any:
+    return await ctx.tool("send_gift", guest=input["guest"], hold=float(input.get("hold", 0)))
 
 
 @app.workflow(name="quick", version="1")

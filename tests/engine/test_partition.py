@@ -126,7 +126,9 @@ def test_partitioned_worker_is_taken_over_and_its_late_writes_are_fenced(
     try:
         ids = [env.submit("slow_writes", {"tag": f"p{n}", "n": 5, "pause": 0.4}) for n in range(4)]
         worker_a = env.start_worker(
-            lease=2.0, db=_via(pg_url, host_ip, relay.port), prefix=("ip", "netns", "exec", ns),
+            lease=2.0,
+            db=_via(pg_url, host_ip, relay.port),
+            prefix=("ip", "netns", "exec", ns),
             extra=("-v",),
         )
         wait_for(

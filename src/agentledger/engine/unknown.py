@@ -76,7 +76,11 @@ async def drive_write(
         # itself is the audit record of it.
         step.status = StepStatus.STARTED
         if tool.idempotency == "effects":
-            winner = await claim_effect(exe, step, key)
+            if tool.effect_key is not None and isinstance(step.input, dict):
+                # A key shared across runs (e.g. one welcome gift per guest).
+                ctx = tool_context(exe, step.step_no, key, tool, 1)
+                step.input["effect_key"] = tool.effect_key(args, ctx)
+            winner = await claim_effect(exe, step, guard_key(step, key))
             if winner is not None:
                 return await _wait_for_winner(exe, step, tool, winner)
         else:
@@ -170,7 +174,7 @@ async def _resolve(
         return _CHECK
     if tool.idempotency == "provider":
         return _retry_same_key(tool, key, state)
-    effect = await exe.store.get_effect(key)
+    effect = await exe.store.get_effect(guard_key(step, key))
     if effect is not None and effect.status == "done":
         return await _succeed(exe, step, tool, key, effect.result, state, "tool.effect_found")
     raise Handover(
@@ -178,6 +182,13 @@ async def _resolve(
         f"{tool.name} (key {key}) may or may not have happened and has no status check; "
         "check with the provider, then resolve the run by hand",
     )
+
+
+def guard_key(step: Step, key: str) -> str:
+    """The effects-table key of a step: its own key unless the tool shares one."""
+    if isinstance(step.input, dict) and isinstance(step.input.get("effect_key"), str):
+        return str(step.input["effect_key"])
+    return key
 
 
 def _retry_same_key(tool: Tool, key: str, state: RetryState) -> str:
@@ -206,7 +217,13 @@ async def _succeed(
     effects = []
     if tool.idempotency == "effects":
         effects.append(
-            Effect(key=key, run_id=exe.run.id, step_no=step.step_no, status="done", result=result)
+            Effect(
+                key=guard_key(step, key),
+                run_id=exe.run.id,
+                step_no=step.step_no,
+                status="done",
+                result=result,
+            )
         )
     events = _take_events(exe)
     if event != "tool.executed" or state.attempts > 1:
@@ -231,7 +248,7 @@ async def _fail(
         # The provider answered with a failure: nothing happened.
         effects.append(
             Effect(
-                key=step.idempotency_key or "",
+                key=guard_key(step, step.idempotency_key or ""),
                 run_id=exe.run.id,
                 step_no=step.step_no,
                 status="failed",

@@ -70,12 +70,17 @@ class Tool:
     delivery: Delivery = "direct"
     outbox_attempts: int = 5
     outbox_key: Callable[[dict[str, Any], ToolContext], str] | None = None
+    effect_key: Callable[[dict[str, Any], ToolContext], str] | None = None
     args_model: type[BaseModel] = field(init=False)
 
     def __post_init__(self) -> None:
         if self.effect != "read" and self.idempotency == "none":
             # A write with no declared guard is guarded by the effects table.
             self.idempotency = "effects"
+        if self.effect_key is not None and self.idempotency != "effects":
+            raise UsageError(
+                f"tool {self.name}: effect_key needs idempotency='effects' (the effects table)"
+            )
         self.args_model = _args_model(self.name, self.fn)
         unknown = set(self.server_args) - set(self.args_model.model_fields)
         if unknown:
@@ -157,6 +162,7 @@ def tool(
     delivery: Delivery = "direct",
     outbox_attempts: int = 5,
     outbox_key: Callable[[dict[str, Any], ToolContext], str] | None = None,
+    effect_key: Callable[[dict[str, Any], ToolContext], str] | None = None,
     description: str | None = None,
 ) -> Any:
     """Declare a tool with its contract. Usable bare (``@tool``) or with arguments."""
@@ -179,6 +185,7 @@ def tool(
             delivery=delivery,
             outbox_attempts=outbox_attempts,
             outbox_key=outbox_key,
+            effect_key=effect_key,
         )
 
     return wrap(fn) if fn is not None else wrap
