@@ -9,6 +9,7 @@ out. Every effect happens once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -64,10 +65,8 @@ class Relay:
             pass
         finally:
             for s in (source, sink):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         self.server.close()
