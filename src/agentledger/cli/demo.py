@@ -148,6 +148,9 @@ async def _demo(
         approvals = await approver
         runs = [r for r in [await store.get_run(i) for i in ids] if r is not None]
         ledger = check_invariants(sandbox.ledger())
+        # One run's journal, shown at the end: the one that resumed most, if any did.
+        sample = max(runs, key=lambda r: (r.resumes, -r.created_at)) if runs else None
+        journal = await store.load_journal(sample.id) if sample is not None else []
     finally:
         stop.set()
         if approver is not None and not approver.done():
@@ -184,6 +187,28 @@ async def _demo(
         "violations": ledger["violations"],
         "elapsed_s": round(time.monotonic() - started, 2),
         "db": url,
+        "sample_run": None
+        if sample is None
+        else {
+            "id": sample.id,
+            "status": sample.status,
+            "resumes": sample.resumes,
+            "journal": [
+                {
+                    "step_no": s.step_no,
+                    "kind": s.kind,
+                    "name": s.name,
+                    "status": s.status,
+                    "attempts": s.attempts,
+                    "idempotency_key": s.idempotency_key,
+                    "duration_ms": s.duration_ms,
+                    "tokens": s.tokens,
+                    "cost_usd": s.cost_usd,
+                    "lease_epoch": s.lease_epoch,
+                }
+                for s in journal
+            ],
+        },
     }
 
 
@@ -269,6 +294,37 @@ def _print_tables(report: dict[str, Any]) -> None:
     for key, n in report["invariants"].items():
         ledger.add_row(key, f"[{'green' if n == 0 else 'red'}]{n}[/]")
     console.print(ledger)
+    sample = report.get("sample_run")
+    if sample:
+        title = (
+            f"journal of run {sample['id']} ({sample['status']}, resumed {sample['resumes']}x; "
+            f"`agentledger runs show {sample['id']} --db ...`)"
+        )
+        journal = Table(
+            "step",
+            "kind",
+            "name",
+            "status",
+            "attempts",
+            "key",
+            "ms",
+            "tokens",
+            "epoch",
+            title=title,
+        )
+        for s in sample["journal"]:
+            journal.add_row(
+                str(s["step_no"]),
+                s["kind"],
+                s["name"],
+                s["status"],
+                str(s["attempts"]),
+                s["idempotency_key"] or "",
+                f"{s['duration_ms'] or 0:.1f}",
+                str(s["tokens"]),
+                str(s["lease_epoch"]),
+            )
+        console.print(journal)
     for violation in report["violations"]:
         console.print(f"[red]violation:[/] {violation}")
     console.print("[bold green]all invariants hold[/]" if report["ok"] else "[bold red]FAILED[/]")
