@@ -16,13 +16,8 @@ import pytest
 from agentledger.errors import LeaseLost, StoreError, StoreUnavailable
 from agentledger.records import Effect, Run, Step
 from agentledger.store import Batch, EffectClaimed, NewRun, RunUpdate, SQLStore, open_store
-from agentledger.store.postgres import (
-    PostgresDialect,
-    RunListener,
-    connect,
-    convert_placeholders,
-    notify_runs,
-)
+from agentledger.store.pg_listen import RunListener, notify_runs
+from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
 from tests import dbutil
 
 pytestmark = pytest.mark.postgres

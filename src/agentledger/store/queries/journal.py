@@ -1,0 +1,170 @@
+"""The journal: fenced batches (the fence, step rows, effects) and reading it back."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agentledger.errors import LeaseLost
+from agentledger.records import (
+    Effect,
+    RunStatus,
+    Step,
+    dumps,
+)
+from agentledger.store import rows
+from agentledger.store.base import _UNSET, Batch, EffectClaimed
+from agentledger.store.dialect import Dialect
+from agentledger.store.queries.approvals import insert_approval
+from agentledger.store.queries.events import insert_event
+from agentledger.store.queries.outbox import insert_outbox
+
+
+def load_journal(d: Dialect, conn: Any, run_id: str) -> list[Step]:
+    found = d.fetchall(
+        conn, "SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id}
+    )
+    return [rows.step_from(r) for r in found]
+
+
+def fence_update(batch: Batch) -> tuple[str, dict[str, Any]]:
+    """The fence: an UPDATE of the run row that matches only while the lease epoch
+    and owner are the writer's (and the run is still running). Returns SQL, params."""
+    sets = ["updated_at = :now"]
+    params: dict[str, Any] = {
+        "now": time.time(),
+        "id": batch.run_id,
+        "epoch": batch.epoch,
+        "owner": batch.owner,
+    }
+    update = batch.run
+    if update is not None:
+        for name in ("step_count", "tokens", "cost_usd", "active_seconds"):
+            value = getattr(update, name)
+            if value is not None:
+                sets.append(f"{name} = :{name}")
+                params[name] = value
+        for name in ("error", "handover_reason"):
+            value = getattr(update, name)
+            if value is not _UNSET:
+                sets.append(f"{name} = :{name}")
+                params[name] = value
+        if update.result is not _UNSET:
+            sets.append("result = :result")
+            params["result"] = dumps(update.result)
+        if update.status is not None and update.status != RunStatus.RUNNING:
+            sets += ["status = :status", "lease_owner = NULL", "lease_expires_at = NULL"]
+            sets.append("available_at = :available_at")
+            params["status"] = update.status
+            params["available_at"] = update.available_at
+    sql = (
+        f"UPDATE runs SET {', '.join(sets)} WHERE id = :id AND lease_epoch = :epoch "
+        "AND lease_owner = :owner AND status = 'running'"
+    )
+    return sql, params
+
+
+def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
+    """Apply one fenced batch: the fence first, then the batch's writes."""
+    sql, params = fence_update(batch)
+    if d.execute(conn, sql, params) == 0:
+        raise LeaseLost(batch.run_id, batch.epoch)
+    for step in batch.steps:
+        upsert_step(d, conn, step)
+    for effect in batch.effects:
+        write_effect(d, conn, effect)
+    for item in batch.outbox:
+        insert_outbox(d, conn, item)
+    for approval in batch.approvals:
+        insert_approval(d, conn, approval)
+    for event in batch.events:
+        insert_event(d, conn, batch.run_id, event.type, event.actor, event.data)
+
+
+STEP_COLUMNS = (
+    "run_id, step_no, kind, name, status, input, input_hash, output, attempts, "
+    "idempotency_key, started_at, duration_ms, tokens, cost_usd, error_class, error, lease_epoch"
+)
+STEP_UPSERT = (
+    "ON CONFLICT (run_id, step_no) DO UPDATE SET "
+    "status = excluded.status, input = excluded.input, input_hash = excluded.input_hash, "
+    "output = excluded.output, attempts = excluded.attempts, "
+    "idempotency_key = excluded.idempotency_key, started_at = excluded.started_at, "
+    "duration_ms = excluded.duration_ms, tokens = excluded.tokens, "
+    "cost_usd = excluded.cost_usd, error_class = excluded.error_class, "
+    "error = excluded.error, lease_epoch = excluded.lease_epoch"
+)
+
+
+def step_params(step: Step) -> dict[str, Any]:
+    """A journal entry as the parameters of its row (JSON columns encoded)."""
+    return {
+        "run_id": step.run_id,
+        "step_no": step.step_no,
+        "kind": step.kind,
+        "name": step.name,
+        "status": step.status,
+        "input": None if step.input is None else dumps(step.input),
+        "input_hash": step.input_hash,
+        "output": None if step.output is None else dumps(step.output),
+        "attempts": step.attempts,
+        "key": step.idempotency_key,
+        "started_at": step.started_at,
+        "duration_ms": step.duration_ms,
+        "tokens": step.tokens,
+        "cost_usd": step.cost_usd,
+        "error_class": step.error_class,
+        "error": step.error,
+        "lease_epoch": step.lease_epoch,
+    }
+
+
+def upsert_step(d: Dialect, conn: Any, step: Step) -> None:
+    params = step_params(step)
+    d.execute(
+        conn,
+        f"INSERT INTO steps ({STEP_COLUMNS}) VALUES (:run_id, :step_no, :kind, :name, :status, "
+        ":input, :input_hash, :output, :attempts, :key, :started_at, :duration_ms, :tokens, "
+        f":cost_usd, :error_class, :error, :lease_epoch) {STEP_UPSERT}",
+        params,
+    )
+
+
+def write_effect(d: Dialect, conn: Any, effect: Effect) -> None:
+    """Claim (status ``claimed``) or complete (``done``) an effect key."""
+    params = {
+        "key": effect.key,
+        "run_id": effect.run_id,
+        "step_no": effect.step_no,
+        "status": effect.status,
+        "result": dumps(effect.result),
+        "now": time.time(),
+    }
+    if effect.status == "claimed":
+        found = d.fetchall(conn, "SELECT * FROM effects WHERE key = :key", params)
+        if found:
+            existing = rows.effect_from(found[0])
+            if (existing.run_id, existing.step_no) != (effect.run_id, effect.step_no):
+                raise EffectClaimed(existing)
+            return
+        inserted = d.execute(
+            conn,
+            "INSERT INTO effects (key, run_id, step_no, status, result, updated_at) "
+            "VALUES (:key, :run_id, :step_no, :status, :result, :now) "
+            "ON CONFLICT (key) DO NOTHING",
+            params,
+        )
+        if inserted == 0:  # another process claimed it since our SELECT (PostgreSQL)
+            write_effect(d, conn, effect)
+    else:
+        d.execute(
+            conn,
+            "UPDATE effects SET status = :status, result = :result, updated_at = :now "
+            "WHERE key = :key",
+            params,
+        )
+
+
+def get_effect(d: Dialect, conn: Any, key: str) -> Effect | None:
+    found = d.fetchall(conn, "SELECT * FROM effects WHERE key = :key", {"key": key})
+    return rows.effect_from(found[0]) if found else None
