@@ -92,3 +92,31 @@ def test_json_output_parses_and_has_journal_fields(env: Env) -> None:
     assert len(data["steps"]) == 2
     for step in data["steps"]:
         assert set(step) >= JOURNAL_FIELDS, step
+
+
+def test_locked_database(env: Env) -> None:
+    import sqlite3
+
+    env.submit("quick", {"n": 1})  # creates the schema
+    holder = sqlite3.connect(env.db_path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+        url = f"{env.url}?busy_timeout_ms=300"
+        listed = env.cli("runs", "list", "--json", "--db", url)
+        assert listed.returncode == 0, listed.stderr  # reads are not blocked (WAL)
+        locked = env.cli(
+            "submit",
+            "quick",
+            "--input",
+            '{"n": 2}',
+            "--app",
+            "tests.apps.engine_app:app",
+            "--db",
+            url,
+        )
+        _assert_clean_error(locked)
+        assert "locked" in locked.stderr
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert [r["input"] for r in json.loads(listed.stdout)] == [{"n": 1}]  # nothing lost

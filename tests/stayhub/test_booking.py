@@ -181,6 +181,26 @@ async def test_looping_model_stops_at_budget_and_booking_is_cancelled(
         assert stack.invariants()["ok"]
 
 
+async def test_budget_hit_after_payment_refunds_and_cancels(stayhub: StackFactory) -> None:
+    async with stayhub() as stack:
+        run_id = await stack.submit(script="loop_after_payment")
+        run = await stack.wait(run_id)
+        assert run.status == "needs_human"
+        assert "step budget" in (run.handover_reason or "")
+        # The charge the failed run leaves behind is refunded, then the booking cancelled.
+        assert sorted(kinds(stack.ledger(run_id))) == [
+            "booking",
+            "booking_cancel",
+            "charge",
+            "refund",
+        ]
+        journal = await stack.journal(run_id)
+        comp = [(s.name, s.status) for s in journal if s.kind == "compensation"]
+        assert comp == [("refund_payment", "succeeded"), ("cancel_booking", "succeeded")]
+        invariants = stack.invariants()
+        assert invariants["ok"] and invariants["orphan_charges"] == 0
+
+
 async def test_declined_payment_cancels_the_booking(stayhub: StackFactory) -> None:
     async with stayhub(faults="payments.create:decline") as stack:
         run_id = await stack.submit()

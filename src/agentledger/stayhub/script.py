@@ -8,6 +8,8 @@ Scripts, chosen by the run input's ``script``:
   address it made up to send_email (both server arguments: the runtime drops them and
   records them as ``ignored_model_args``).
 - ``loop``: after the booking, keeps searching forever (the step budget stops it).
+- ``loop_after_payment``: the same, after the payment (the runtime then refunds the
+  charge and cancels the booking: its compensations, newest first).
 
 A failed step is answered like a model would: a declined (or otherwise failed) payment
 makes the script cancel the booking itself with ``cancel_booking`` and give up with a
@@ -98,6 +100,9 @@ def booking_script(request: ModelRequest) -> Turn:
     booking = _booking(results)
 
     if script == "loop" and booking is not None:
+        return Turn(calls=[("search_hotels", {"city": city, "nights": nights})])
+    paid = any(r.tool == "create_payment" and r.ok for r in results)
+    if script == "loop_after_payment" and paid:
         return Turn(calls=[("search_hotels", {"city": city, "nights": nights})])
 
     if not last.ok:

@@ -30,6 +30,7 @@ from agentledger.store.queries.journal import (
     write_effect,
 )
 from agentledger.store.queries.migrations import (
+    is_current,
     migrate,
 )
 from agentledger.store.queries.outbox import (
@@ -79,6 +80,7 @@ __all__ = [
     "insert_approval",
     "insert_event",
     "insert_outbox",
+    "is_current",
     "lease_owners",
     "list_events",
     "list_outbox",

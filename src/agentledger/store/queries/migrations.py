@@ -8,8 +8,25 @@ from typing import Any
 from agentledger.store.dialect import Dialect
 
 
+def is_current(d: Dialect, conn: Any) -> bool:
+    """True when every migration is applied, found without taking the write lock.
+
+    Opening a store then costs a read, so a busy database (or a read-only command)
+    is not held up by a write lock it does not need.
+    """
+    try:
+        done = {r["version"] for r in d.fetchall(conn, "SELECT version FROM schema_migrations")}
+    except Exception:  # no table yet (or no answer): the locked path decides
+        d.rollback(conn)
+        return False
+    d.commit(conn)
+    return all(version in done for version, _ in d.migrations())
+
+
 def migrate(d: Dialect, conn: Any) -> list[int]:
     """Apply every migration not yet applied; return the versions applied."""
+    if is_current(d, conn):
+        return []
     d.begin_write(conn)
     d.execute(
         conn,
