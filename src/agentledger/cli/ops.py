@@ -27,6 +27,12 @@ from agentledger.worker import Worker, WorkerConfig
 @db_option
 @click.option("--concurrency", default=50, show_default=True, help="Runs executed at once.")
 @click.option("--lease-seconds", default=15.0, show_default=True)
+@click.option(
+    "--heartbeat-seconds",
+    default=None,
+    type=float,
+    help="How often leases are renewed [default: a third of the lease].",
+)
 @click.option("--poll-seconds", default=0.2, show_default=True)
 @click.option("--shutdown-grace", default=10.0, show_default=True)
 @click.option("--no-outbox", is_flag=True, help="Do not deliver outbox rows in this process.")
@@ -41,6 +47,7 @@ def worker(
     db: str,
     concurrency: int,
     lease_seconds: float,
+    heartbeat_seconds: float | None,
     poll_seconds: float,
     shutdown_grace: float,
     no_outbox: bool,
@@ -56,6 +63,7 @@ def worker(
     config = WorkerConfig(
         concurrency=concurrency,
         lease_seconds=lease_seconds,
+        heartbeat_seconds=heartbeat_seconds,
         poll_seconds=poll_seconds,
         shutdown_grace=shutdown_grace,
         outbox=not no_outbox,
