@@ -10,7 +10,7 @@ applies the declared default, recording it).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentledger.engine.execution import Execution
 from agentledger.engine.signals import Park
@@ -21,10 +21,13 @@ from agentledger.store.base import NewEvent
 from agentledger.store.queries import new_id
 from agentledger.tools.contract import Tool
 
+if TYPE_CHECKING:  # tool_step imports this module; the outcome type is only annotated here
+    from agentledger.engine.tool_step import ToolOutcome
 
-async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]):  # type: ignore[no-untyped-def]
+
+async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> ToolOutcome | None:
     """Return None to go ahead, or a failed ToolOutcome; raise Park to wait."""
-    from agentledger.engine.tool_step import ToolOutcome, fail_step
+    from agentledger.engine.tool_step import fail_step
 
     if step.status == StepStatus.WAITING:
         return await _decided(exe, step, tool)
@@ -104,7 +107,7 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]):  #
     return None
 
 
-async def _decided(exe: Execution, step: Step, tool: Tool):  # type: ignore[no-untyped-def]
+async def _decided(exe: Execution, step: Step, tool: Tool) -> ToolOutcome | None:
     from agentledger.engine.tool_step import fail_step
 
     found = [a for a in await exe.store.get_approvals(exe.run.id) if a.step_no == step.step_no]
