@@ -128,3 +128,42 @@ async def test_a_write_tool_that_raises_is_an_unknown_outcome_resolved_by_status
     assert run.result == {"item": "i1"}
     assert "tool.unknown_outcome" in events and "tool.status_resolved" in events
     assert json.dumps(run.result)
+
+
+async def test_a_store_error_mid_run_abandons_it_for_resume_not_failure(tmp_path: Path) -> None:
+    """The database failing is not the run failing: the run is left to be resumed."""
+    from agentledger.errors import StoreError
+    from agentledger.store.base import Batch
+
+    class FlakyStore(SQLStore):
+        commits = 0
+
+        async def commit(self, batch: Batch) -> None:
+            FlakyStore.commits += 1
+            if FlakyStore.commits == 3:
+                raise StoreError("PostgreSQL error: deadlock detected")
+            await super().commit(batch)
+
+    from agentledger.store.sqlite import SQLiteDialect
+
+    store = FlakyStore(SQLiteDialect(f"sqlite:///{tmp_path / 'a.db'}"))
+    await store.open()
+    app = make_app({})
+    try:
+        run_id = await app.submit(store, "crashy", {"message": "go"})
+        worker = Worker(store, app, WorkerConfig(poll_seconds=0.02, lease_seconds=0.5))
+        task = asyncio.create_task(worker.run(install_signals=False))
+        try:
+            for _ in range(500):
+                run = await store.get_run(run_id)
+                assert run is not None
+                if run.terminal:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            worker.stop()
+            await task
+    finally:
+        await store.close()
+    assert run.status == RunStatus.COMPLETED, run
+    assert run.resumes >= 1  # re-claimed after its lease expired

@@ -261,3 +261,59 @@ def test_run_listener_retries_until_the_server_is_there() -> None:
     finally:
         listener.stop()
     assert calls == []
+
+
+async def test_reapers_of_one_dead_owner_do_not_deadlock(pg_url: str) -> None:
+    """Several workers expiring a dead worker's leases at once: no deadlock, all expired."""
+    stores = [await opened(pg_url) for _ in range(4)]
+    try:
+        for _ in range(60):
+            await stores[0].create_run(new_run())
+        claimed = await stores[0].claim_runs("host:1:0:dead", [TARGET], 60, 600)
+        assert len(claimed) == 60
+        results = await asyncio.gather(
+            *(s.expire_leases_of(["host:1:0:dead"]) for s in stores for _ in range(5))
+        )
+        assert sum(results) >= 60
+        again = await stores[1].claim_runs("w2", [TARGET], 100, 60)
+        assert len(again) == 60
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_heartbeats_and_group_commits_take_rows_in_one_order(pg_url: str) -> None:
+    """A worker's heartbeat (writer connection) and its journal group commit (journal
+    connection) lock many runs rows at once; in different orders they would deadlock."""
+
+    def deadlocks() -> int:
+        with connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(
+                "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()
+            return int(row["deadlocks"]) if row else 0
+
+    before = deadlocks()
+    store = await opened(pg_url)
+    try:
+        for _ in range(40):
+            await store.create_run(new_run())
+        runs = await store.claim_runs("w1", [TARGET], 40, 600)
+        leases = {r.id: r.lease_epoch for r in reversed(runs)}
+        for round_no in range(15):
+            batches = [
+                batch(r, steps=[step(r, round_no + 1)], run=RunUpdate(step_count=round_no + 1))
+                for r in (runs if round_no % 2 else list(reversed(runs)))
+            ]
+            outcomes = await asyncio.gather(
+                store.renew_leases("w1", leases, 600),
+                *(store.commit(b) for b in batches),
+                return_exceptions=True,
+            )
+            assert [o for o in outcomes[1:] if o is not None] == []
+            assert outcomes[0] == set()
+    finally:
+        await store.close()
+    # Retries would hide a deadlock from the callers; the server's counter does not.
+    assert deadlocks() == before

@@ -9,17 +9,20 @@ lease stops that run at its next write.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from agentledger.agent import Agent
 from agentledger.engine.signals import Abandon, Handover
-from agentledger.errors import LeaseLost
+from agentledger.errors import LeaseLost, StoreError
 from agentledger.records import Approval, Effect, OutboxItem, Run, RunStatus, Step
 from agentledger.store.base import Batch, NewEvent, RunUpdate, Store
 from agentledger.tools.contract import Tool
 from agentledger.workflow import Workflow
+
+log = logging.getLogger(__name__)
 
 
 class Execution:
@@ -163,3 +166,8 @@ class Execution:
             await self.store.commit(batch)
         except LeaseLost as exc:
             raise Abandon(f"lease lost: {exc}") from None
+        except StoreError as exc:
+            # The database failed, not the run: leave it to be resumed (its lease
+            # expires) rather than failing it or letting workflow code see the error.
+            log.warning("run %s: journal write failed (%s); abandoning it", self.run.id, exc)
+            raise Abandon(f"store error: {exc}") from None

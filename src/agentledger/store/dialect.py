@@ -20,6 +20,7 @@ class Dialect(ABC):
     """Hooks for one database engine."""
 
     name: str = "sql"
+    skip_locked: str = ""  # appended to a row-locking subquery (" FOR UPDATE SKIP LOCKED")
     inline_commits: bool = False  # commit journal batches on the event loop (local files)
 
     def __init__(self, url: str) -> None:
@@ -49,6 +50,10 @@ class Dialect(ABC):
 
     @abstractmethod
     def is_unique_violation(self, exc: BaseException) -> bool: ...
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """True for a failure that the same work may not meet again (a deadlock)."""
+        return False
 
     @abstractmethod
     def is_disconnect(self, exc: BaseException) -> bool:

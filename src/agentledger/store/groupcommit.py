@@ -118,8 +118,8 @@ def run_single(
         return
     except Exception as exc:
         rollback(dialect, conn)
-        if dialect.is_disconnect(exc):
-            raise
+        if dialect.is_disconnect(exc) or dialect.is_transient(exc):
+            raise  # the caller reconnects or retries
         job.future.set_exception(translate(exc))
         return
     job.future.set_result(result)
@@ -129,7 +129,10 @@ def run_group(dialect: Dialect, conn: Any, jobs: list[Job], sizes: list[int]) ->
     """Commit every batch of ``jobs`` in one transaction; answer each after COMMIT.
 
     A driver error fails the whole group: it is rolled back and re-raised.
+    Batches are applied in run-id order, the order every multi-row writer uses, so
+    two processes' groups cannot deadlock on each other's rows.
     """
+    jobs = sorted(jobs, key=_run_order)
     batches = [j.batch for j in jobs]
     if all(b is not None for b in batches) and dialect.takes_plain_batches(batches):
         _run_plain(dialect, conn, jobs, batches, sizes)
@@ -161,6 +164,10 @@ def run_group(dialect: Dialect, conn: Any, jobs: list[Job], sizes: list[int]) ->
             job.future.set_result(None)
         else:
             job.future.set_exception(failure)
+
+
+def _run_order(job: Job) -> str:
+    return str(getattr(job.batch, "run_id", ""))
 
 
 def _run_plain(
@@ -224,11 +231,11 @@ class InlineCommitter:
                 self.dialect.close(self._conn)
             self._conn = None
 
-    def submit(self, fn: Callable[[Any], Any]) -> asyncio.Future[Any]:
+    def submit(self, fn: Callable[[Any], Any], batch: Any = None) -> asyncio.Future[Any]:
         """Queue a fenced batch; it commits with the others ready in this loop turn."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append(Job(fn, LocalReply(future), True, True))
+        self._pending.append(Job(fn, LocalReply(future), True, True, batch))
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._flush)

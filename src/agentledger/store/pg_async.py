@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,9 +45,11 @@ class AsyncBatchCommitter:
         is_disconnect: Callable[[BaseException], bool],
         translate: Callable[[BaseException], BaseException],
         sizes: list[int],
+        is_transient: Callable[[BaseException], bool] = lambda exc: False,
     ) -> None:
         self._connect = connect
         self._is_disconnect = is_disconnect
+        self._is_transient = is_transient
         self._translate = translate
         self._sizes = sizes
         self._conn: psycopg.AsyncConnection[Any] | None = None
@@ -82,14 +85,20 @@ class AsyncBatchCommitter:
             await self._commit_group(group)
 
     async def _commit_group(self, group: list[tuple[Batch, asyncio.Future[None]]]) -> None:
+        group.sort(key=lambda item: item[0].run_id)  # row locks in run-id order
         batches = [b for b, _ in group]
         deadline = time.monotonic() + _RECONNECT_WINDOW
         delay = 0.1
+        transient_tries = 0
         while True:
             try:
                 outcomes = await self._apply(batches)
                 break
             except Exception as exc:
+                if self._is_transient(exc) and transient_tries < 5:
+                    transient_tries += 1  # a deadlock or serialization failure: rolled back
+                    await asyncio.sleep(random.uniform(0.005, 0.05) * transient_tries)
+                    continue
                 if not self._is_disconnect(exc) or time.monotonic() > deadline:
                     error = self._translate(exc)
                     for _, future in group:

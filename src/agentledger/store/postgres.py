@@ -265,7 +265,9 @@ class PostgresDialect(Dialect):
             except psycopg.Error as exc:
                 raise connect_error(exc, params) from exc
 
-        committer = AsyncBatchCommitter(connect, self.is_disconnect, translate, sizes)
+        committer = AsyncBatchCommitter(
+            connect, self.is_disconnect, translate, sizes, is_transient=self.is_transient
+        )
         await committer.open()
         return committer
 
@@ -307,6 +309,12 @@ class PostgresDialect(Dialect):
 
     def is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, pg_errors.UniqueViolation)
+
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+
+    def is_transient(self, exc: BaseException) -> bool:
+        # deadlock_detected, serialization_failure: PostgreSQL rolled the work back.
+        return isinstance(exc, psycopg.Error) and exc.sqlstate in ("40P01", "40001")
 
     def is_disconnect(self, exc: BaseException) -> bool:
         if isinstance(exc, psycopg.InterfaceError):

@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _RECONNECT_WINDOW = 60.0  # seconds to keep trying a lost connection before failing jobs
+_TRANSIENT_TRIES = 5  # deadlocks / serialization failures retried this many times
 
 
 class SQLStore(Store):
@@ -136,18 +138,27 @@ class SQLStore(Store):
             self.dialect.close(self._conn)
 
     def _with_reconnect(self, jobs: list[Job], runner: Callable[[list[Job]], None]) -> None:
+        """Run ``jobs``; reconnect after a lost connection, retry after a deadlock."""
         deadline = time.monotonic() + _RECONNECT_WINDOW
         delay = 0.1
+        transient_tries = 0
         while True:
             try:
                 runner(jobs)
                 return
             except Exception as exc:
-                if not self.dialect.is_disconnect(exc) or time.monotonic() > deadline:
+                transient = self.dialect.is_transient(exc) and transient_tries < _TRANSIENT_TRIES
+                lost = self.dialect.is_disconnect(exc) and time.monotonic() <= deadline
+                if not (transient or lost):
                     for j in jobs:
                         if not j.future.done():
                             j.future.set_exception(self._error(exc))
                     return
+                if transient:
+                    transient_tries += 1
+                    log.info("store transaction rolled back (%s); retrying", exc)
+                    time.sleep(random.uniform(0.005, 0.05) * transient_tries)
+                    continue
                 log.warning("store connection lost (%s); reconnecting", exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
@@ -239,7 +250,7 @@ class SQLStore(Store):
             await self._batches.commit(batch)
             return
         if self._inline is not None:
-            await self._inline.submit(lambda c: q.apply_batch(self.dialect, c, batch))
+            await self._inline.submit(lambda c: q.apply_batch(self.dialect, c, batch), batch)
             return
         await self._call(lambda c: q.apply_batch(self.dialect, c, batch), grouped=True, batch=batch)
 

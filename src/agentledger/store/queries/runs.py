@@ -99,7 +99,7 @@ def renew_leases(
 ) -> set[str]:
     expires = time.time() + lease_seconds
     lost = set()
-    for run_id, epoch in leases.items():
+    for run_id, epoch in sorted(leases.items()):  # row locks in id order, like commits
         changed = d.execute(
             conn,
             "UPDATE runs SET lease_expires_at = :expires WHERE id = :id AND lease_epoch = :epoch "
@@ -126,12 +126,15 @@ def release_run(d: Dialect, conn: Any, run_id: str, epoch: int, owner: str) -> b
 
 
 def expire_leases_of(d: Dialect, conn: Any, owners: list[str]) -> int:
+    # Several workers may reap the same dead owner at once: take its rows in id
+    # order and skip the ones another reaper holds, so two reapers never deadlock.
     total = 0
-    for owner in owners:
+    for owner in sorted(owners):
         total += d.execute(
             conn,
-            "UPDATE runs SET lease_expires_at = 0 WHERE lease_owner = :owner "
-            "AND status = 'running'",
+            "UPDATE runs SET lease_expires_at = 0 WHERE id IN (SELECT id FROM runs "
+            "WHERE lease_owner = :owner AND status = 'running' ORDER BY id"
+            f"{d.skip_locked})",
             {"owner": owner},
         )
     return total
