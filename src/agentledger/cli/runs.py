@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -204,6 +205,12 @@ async def show_run(run_id: str, db: str, as_json: bool) -> None:
             (s.error_class or ""),
         )
     console.print(table)
+    audit = Table("at", "event", "actor", "detail", title="audit trail")
+    for e in events:
+        stamp = time.strftime("%H:%M:%S", time.localtime(e.at)) + f".{int(e.at * 1000) % 1000:03d}"
+        detail = json.dumps(e.data, default=str) if e.data is not None else ""
+        audit.add_row(stamp, e.type, e.actor, detail[:120])
+    console.print(audit)
 
 
 @runs.command("cancel")
