@@ -24,26 +24,28 @@ figures are medians and the ratios are ratios of medians.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentledger.bench.apps import app as bench_app
+from agentledger.bench.baseline import (
+    drop_postgres_raw,
+    postgres_settings,
+    raw_postgres_commit_us,
+    raw_sqlite_commit_us,
+)
+from agentledger.bench.engine_runs import concurrent, per_step_us
+from agentledger.bench.processes import process_throughput
 from agentledger.bench.resume import resume_latency
-from agentledger.records import RunStatus
-from agentledger.store import SQLStore, open_store
-from agentledger.worker import Worker, WorkerConfig
+from agentledger.bench.storage import postgres_bytes, sqlite_bytes
+from agentledger.store import open_store
 
 Progress = Callable[[str], None]
 
@@ -94,320 +96,6 @@ def is_postgres(url: str | None) -> bool:
 
 def _median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
-
-
-# (a) the physical limit --------------------------------------------------------
-
-
-def raw_sqlite_commit_us(path: str, n: int) -> float:
-    """µs per INSERT+COMMIT, WAL, synchronous=FULL, BEGIN IMMEDIATE like the store."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS raw_steps (run_id TEXT NOT NULL, "
-            "step_no INTEGER NOT NULL, output TEXT, PRIMARY KEY (run_id, step_no))"
-        )
-        run_id = uuid.uuid4().hex
-        start = time.perf_counter()
-        for i in range(n):
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO raw_steps VALUES (?, ?, ?)", (run_id, i, str(i)))
-            conn.execute("COMMIT")
-        return (time.perf_counter() - start) / n * 1e6
-    finally:
-        conn.close()
-
-
-_PG_RAW_TABLE = "agentledger_bench_raw"
-
-
-def raw_postgres_commit_us(url: str, n: int) -> float:
-    """µs per INSERT+COMMIT with psycopg on the server (a logged table)."""
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {_PG_RAW_TABLE} (run_id TEXT NOT NULL, "
-            "step_no INTEGER NOT NULL, output TEXT, PRIMARY KEY (run_id, step_no))"
-        )
-        conn.commit()
-        run_id = uuid.uuid4().hex
-        start = time.perf_counter()
-        for i in range(n):
-            conn.execute(f"INSERT INTO {_PG_RAW_TABLE} VALUES (%s, %s, %s)", (run_id, i, str(i)))
-            conn.commit()
-        return (time.perf_counter() - start) / n * 1e6
-
-
-def drop_postgres_raw(url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {_PG_RAW_TABLE}")
-
-
-def postgres_settings(url: str) -> dict[str, str]:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        out = {}
-        for name in (
-            "server_version",
-            "fsync",
-            "synchronous_commit",
-            "wal_sync_method",
-            "commit_delay",
-        ):
-            row = conn.execute(f"SHOW {name}").fetchone()
-            out[name] = str(row[0]) if row else "?"
-        return out
-
-
-# (b)-(d) engine runs ----------------------------------------------------------------
-
-
-async def execute(
-    store: SQLStore,
-    name: str,
-    inputs: list[dict[str, Any]],
-    concurrency: int,
-    timeout: float = 600.0,
-) -> tuple[list[dict[str, Any]], float]:
-    """Submit runs, drain them with a fresh in-process Worker, return their results.
-
-    Also returns the wall time from worker start to the last run finished (which
-    includes worker startup and claiming; the per-step figures do not).
-    """
-    ids = [await bench_app.submit(store, name, inp) for inp in inputs]
-    pending = set(ids)
-    done = asyncio.Event()
-
-    def finished(run_id: str, outcome: str) -> None:
-        pending.discard(run_id)
-        if not pending:
-            done.set()
-
-    worker = Worker(
-        store,
-        bench_app,
-        WorkerConfig(
-            concurrency=concurrency,
-            lease_seconds=120.0,
-            poll_seconds=0.01,
-            reap_seconds=3600.0,
-            outbox=False,
-        ),
-    )
-    worker.on_finished = finished
-    start = time.perf_counter()
-    task = asyncio.create_task(worker.run(install_signals=False))
-    waiter = asyncio.create_task(done.wait())
-    try:
-        finished_first, _ = await asyncio.wait(
-            [task, waiter], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        wall = time.perf_counter() - start
-        if waiter not in finished_first:
-            raise RuntimeError(
-                f"benchmark runs of {name} did not finish ({len(pending)} of {len(ids)} left)"
-            )
-    finally:
-        worker.stop()
-        waiter.cancel()
-        await asyncio.gather(task, waiter, return_exceptions=True)
-    results = []
-    for run_id in ids:
-        run = await store.get_run(run_id)
-        if run is None or run.status != RunStatus.COMPLETED:
-            status = run.status if run else "missing"
-            error = run.error if run else ""
-            raise RuntimeError(f"benchmark run {run_id} ({name}) ended {status}: {error}")
-        results.append(run.result)
-    return results, wall
-
-
-async def per_step_us(store: SQLStore, name: str, steps: int) -> float:
-    (result,), _ = await execute(store, name, [{"steps": steps}], concurrency=1)
-    return float(result["elapsed_s"]) / steps * 1e6
-
-
-async def concurrent(store: SQLStore, runs: int, steps: int) -> tuple[float, float, list[int]]:
-    """(steps/s inside the runs, steps/s from worker start, group sizes seen)."""
-    before = len(store.group_sizes)
-    results, wall = await execute(
-        store, "bench_read_tool", [{"steps": steps} for _ in range(runs)], concurrency=runs
-    )
-    groups = store.group_sizes[before:]
-    span = max(r["t_last"] for r in results) - min(r["t_first"] for r in results)
-    total = runs * steps
-    return total / span, total / wall, groups
-
-
-# (e) bytes -------------------------------------------------------------------------
-
-
-def _sqlite_size(path: str) -> tuple[int, int]:
-    """(page_count * page_size, used bytes by dbstat or -1) after a WAL checkpoint."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        try:
-            used = conn.execute("SELECT SUM(pgsize - unused) FROM dbstat").fetchone()[0]
-        except sqlite3.Error:
-            used = -1
-        return int(pages * page_size), int(used or 0)
-    finally:
-        conn.close()
-
-
-async def sqlite_bytes(workdir: Path, n: int, payload: int) -> dict[str, int]:
-    """Growth of a fresh database file from an empty run to an ``n``-step run."""
-    path = workdir / f"bytes-{n}.db"
-    store = open_store(f"sqlite:///{path}")
-    await store.open()
-    try:
-        await execute(store, "bench_payload", [{"steps": 0, "size": payload}], concurrency=1)
-        base_file, base_used = _sqlite_size(str(path))
-        await execute(store, "bench_payload", [{"steps": n, "size": payload}], concurrency=1)
-        file, used = _sqlite_size(str(path))
-    finally:
-        await store.close()
-    return {
-        "steps": n,
-        "file_growth": file - base_file,
-        "dbstat_used_growth": used - base_used if used >= 0 else -1,
-    }
-
-
-def _pg_run_bytes(url: str, run_id: str) -> int:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        total = 0
-        for table in ("runs", "steps", "events"):
-            column = "id" if table == "runs" else "run_id"
-            row = conn.execute(
-                f"SELECT COALESCE(SUM(pg_column_size(t.*)), 0) FROM {table} t WHERE {column} = %s",
-                (run_id,),
-            ).fetchone()
-            total += int(row[0]) if row else 0
-        return total
-
-
-async def postgres_bytes(store: SQLStore, url: str, n: int, payload: int) -> dict[str, int]:
-    """Row bytes (``pg_column_size``) of an ``n``-step run minus those of an empty run."""
-    ids = []
-    for steps in (0, n):
-        before = {r.id for r in await store.list_runs(name="bench_payload", limit=10**6)}
-        await execute(store, "bench_payload", [{"steps": steps, "size": payload}], concurrency=1)
-        after = {r.id for r in await store.list_runs(name="bench_payload", limit=10**6)}
-        ids.append((after - before).pop())
-    base = await asyncio.to_thread(_pg_run_bytes, url, ids[0])
-    size = await asyncio.to_thread(_pg_run_bytes, url, ids[1])
-    return {"steps": n, "row_growth": size - base}
-
-
-# PostgreSQL: several worker processes ----------------------------------------------
-
-
-def _pg_poll_done(url: str, ids: list[str]) -> int:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT COUNT(*) FROM runs WHERE id = ANY(%s) AND status NOT IN "
-            "('queued', 'running', 'waiting')",
-            (ids,),
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-
-def _pg_results(url: str, ids: list[str]) -> list[tuple[str, Any]]:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute("SELECT status, result FROM runs WHERE id = ANY(%s)", (ids,)).fetchall()
-    return [(str(s), json.loads(r) if isinstance(r, str) else r) for s, r in rows]
-
-
-async def process_throughput(
-    store: SQLStore,
-    url: str,
-    procs: int,
-    runs: int,
-    steps: int,
-    concurrency: int,
-    workdir: Path,
-    timeout: float = 600.0,
-) -> float:
-    """Steps/s of ``procs`` worker subprocesses draining ``runs`` pre-submitted runs.
-
-    The runs wait at a gate (a file) until every worker process is up, so that
-    process startup is not measured; steps/s = all steps / (last step end - first
-    step start), on the wall clock shared by the processes.
-    """
-    gate = workdir / f"gate-{procs}-{uuid.uuid4().hex[:6]}"
-    ids = [
-        await bench_app.submit(store, "bench_read_tool", {"steps": steps, "gate": str(gate)})
-        for _ in range(runs)
-    ]
-    command = [
-        sys.executable,
-        "-m",
-        "agentledger.cli.main",
-        "worker",
-        "--app",
-        "agentledger.bench.apps:app",
-        "--db",
-        url,
-        "--concurrency",
-        str(concurrency),
-        "--poll-seconds",
-        "0.05",
-        "--no-outbox",
-    ]
-    children = [
-        subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        for _ in range(procs)
-    ]
-    try:
-        pids = {c.pid for c in children}
-        deadline = time.monotonic() + 60
-        while True:
-            live = {w.pid for w in await store.list_workers(live_within=60)}
-            if pids <= live:
-                break
-            if time.monotonic() > deadline or any(c.poll() is not None for c in children):
-                raise RuntimeError("benchmark worker processes did not start")
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(0.5)  # let every process make its first claim
-        gate.touch()
-        deadline = time.monotonic() + timeout
-        while await asyncio.to_thread(_pg_poll_done, url, ids) < len(ids):
-            if time.monotonic() > deadline:
-                raise RuntimeError("benchmark runs on worker processes did not finish")
-            await asyncio.sleep(0.1)
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.terminate()
-        for child in children:
-            try:
-                child.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        gate.unlink(missing_ok=True)
-    results = await asyncio.to_thread(_pg_results, url, ids)
-    bad = [s for s, _ in results if s != RunStatus.COMPLETED]
-    if bad:
-        raise RuntimeError(f"{len(bad)} benchmark runs on worker processes ended {bad[0]}")
-    span = max(r["t_last"] for _, r in results) - min(r["t_first"] for _, r in results)
-    return runs * steps / span
 
 
 # the whole benchmark -----------------------------------------------------------------
