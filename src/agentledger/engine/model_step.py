@@ -9,7 +9,7 @@ from agentledger.agent import Agent
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, next_delay
 from agentledger.engine.signals import Handover
-from agentledger.engine.tool_step import _close_duration, new_step, wait_or_park
+from agentledger.engine.tool_step import close_duration, new_step, wait_or_park
 from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolSchema
 from agentledger.records import StepStatus
 from agentledger.store.base import NewEvent
@@ -62,7 +62,7 @@ async def model_step(
     }
     step.tokens, step.cost_usd = response.usage.total, response.cost_usd
     step.error_class = step.error = None
-    _close_duration(step)
+    close_duration(step)
     proposed = [{"tool": c.name, "arguments": c.arguments} for c in message.tool_calls]
     await exe.record(
         step,

@@ -17,6 +17,7 @@ second call.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from agentledger.engine.retries import (
     next_delay,
 )
 from agentledger.engine.signals import Handover, Park
-from agentledger.errors import InvalidArguments, ProviderError, ToolError, ToolTimeout
+from agentledger.errors import InvalidArguments, ToolError
 from agentledger.records import Effect, OutboxItem, Step, StepStatus
 from agentledger.store.base import EffectClaimed, NewEvent
 from agentledger.tools.context import ToolContext
@@ -87,12 +88,12 @@ async def fail_step(
     step.status = StepStatus.FAILED
     step.error_class, step.error = error.error_class, str(error)
     step.output = error.data if isinstance(error.data, dict | list) else None
-    _close_duration(step)
+    close_duration(step)
     await exe.record(step, events=events or [], effects=effects or [])
     return ToolOutcome(False, error_class=step.error_class, error=step.error)
 
 
-def _close_duration(step: Step) -> None:
+def close_duration(step: Step) -> None:
     if step.started_at is not None:
         step.duration_ms = round((time.time() - step.started_at) * 1000, 3)
 
@@ -159,7 +160,7 @@ async def run_tool_step(
         return await _enqueue(exe, step, tool, args, key)
     if not tool.writes:
         return await _call_read(exe, step, tool, args, key)
-    from agentledger.engine.unknown import drive_write
+    from agentledger.engine.unknown import drive_write  # unknown.py builds on this module
 
     return await drive_write(exe, step, tool, args, key)
 
@@ -230,19 +231,19 @@ async def _enqueue(
     )
     step.status, step.idempotency_key = StepStatus.SUCCEEDED, key
     step.output = {"queued": True, "outbox_key": outbox_key}
-    _close_duration(step)
+    close_duration(step)
     await exe.record(
         step,
         outbox=[item],
         events=[
-            *_take_events(exe),
+            *take_events(exe),
             NewEvent("outbox.enqueued", exe.owner, {"tool": tool.name, "key": outbox_key}),
         ],
     )
     return ToolOutcome(True, result=step.output)
 
 
-def _take_events(exe: Execution) -> list[NewEvent]:
+def take_events(exe: Execution) -> list[NewEvent]:
     events, exe.pending_events = exe.pending_events, []
     return events
 
@@ -263,13 +264,13 @@ async def _call_read(
             delay = next_delay(tool.retry, state, error, is_read=True)
             if delay is None:
                 step.attempts = state.attempts
-                return await fail_step(exe, step, error, events=_take_events(exe))
+                return await fail_step(exe, step, error, events=take_events(exe))
             await wait_or_park(exe, step, state, delay, error)
             continue
         step.status, step.output, step.attempts = StepStatus.SUCCEEDED, result, state.attempts
         step.error_class = step.error = None
-        _close_duration(step)
-        await exe.record(step, events=_take_events(exe))
+        close_duration(step)
+        await exe.record(step, events=take_events(exe))
         return ToolOutcome(True, result=result)
 
 
@@ -283,8 +284,6 @@ async def wait_or_park(
     status: str = StepStatus.RETRYING,
 ) -> None:
     """Sleep a short backoff in the worker; park the run for a long one."""
-    import asyncio
-
     if delay <= exe.park_threshold:
         if delay > 0:
             await asyncio.sleep(delay)
@@ -292,12 +291,8 @@ async def wait_or_park(
     step.status, step.attempts = status, state.attempts
     step.output = {"retry": state.to_dict()}
     step.error_class, step.error = error.error_class, str(error)
-    await exe.record(step, events=_take_events(exe))
-    raise Park(time.time() + delay, f"{tool_name(step)} backing off {delay:.1f} s")
-
-
-def tool_name(step: Step) -> str:
-    return step.name
+    await exe.record(step, events=take_events(exe))
+    raise Park(time.time() + delay, f"{step.name} backing off {delay:.1f} s")
 
 
 async def claim_effect(exe: Execution, step: Step, key: str) -> Effect | None:
@@ -307,16 +302,20 @@ async def claim_effect(exe: Execution, step: Step, key: str) -> Effect | None:
     """
     effect = Effect(key=key, run_id=exe.run.id, step_no=step.step_no, status="claimed")
     try:
-        await exe.record(step, effects=[effect], events=_take_events(exe))
+        await exe.record(step, effects=[effect], events=take_events(exe))
     except EffectClaimed as exc:
         return exc.effect
     return None
 
 
 __all__ = [
-    "ProviderError",
     "ToolOutcome",
-    "ToolTimeout",
+    "claim_effect",
+    "close_duration",
     "fail_step",
+    "new_step",
     "run_tool_step",
+    "take_events",
+    "tool_context",
+    "wait_or_park",
 ]

@@ -31,10 +31,10 @@ from agentledger.engine.retries import (
 from agentledger.engine.signals import Handover
 from agentledger.engine.tool_step import (
     ToolOutcome,
-    _close_duration,
-    _take_events,
     claim_effect,
+    close_duration,
     fail_step,
+    take_events,
     tool_context,
     wait_or_park,
 )
@@ -84,7 +84,7 @@ async def drive_write(
             if winner is not None:
                 return await _wait_for_winner(exe, step, tool, winner)
         else:
-            await exe.record(step, events=_take_events(exe))
+            await exe.record(step, events=take_events(exe))
         mode = _CALL
     while True:
         if mode == _CALL:
@@ -129,7 +129,7 @@ async def _call(
             await exe.record(
                 step,
                 events=[
-                    *_take_events(exe),
+                    *take_events(exe),
                     NewEvent(
                         "tool.unknown_outcome",
                         exe.owner,
@@ -213,7 +213,7 @@ async def _succeed(
 ) -> ToolOutcome:
     step.status, step.output, step.attempts = StepStatus.SUCCEEDED, result, state.attempts
     step.error_class = step.error = None
-    _close_duration(step)
+    close_duration(step)
     effects = []
     if tool.idempotency == "effects":
         effects.append(
@@ -225,7 +225,7 @@ async def _succeed(
                 result=result,
             )
         )
-    events = _take_events(exe)
+    events = take_events(exe)
     if event != "tool.executed" or state.attempts > 1:
         # A plain first-attempt success is recorded by its journal entry alone.
         events.append(
@@ -254,7 +254,7 @@ async def _fail(
                 status="failed",
             )
         )
-    return await fail_step(exe, step, error, events=_take_events(exe), effects=effects)
+    return await fail_step(exe, step, error, events=take_events(exe), effects=effects)
 
 
 async def _wait_for_winner(exe: Execution, step: Step, tool: Tool, winner: Effect) -> ToolOutcome:
@@ -265,11 +265,11 @@ async def _wait_for_winner(exe: Execution, step: Step, tool: Tool, winner: Effec
         if current is not None and current.status == "done":
             step.status, step.output = StepStatus.SUCCEEDED, current.result
             step.idempotency_key = None  # the winner's step holds the key
-            _close_duration(step)
+            close_duration(step)
             await exe.record(
                 step,
                 events=[
-                    *_take_events(exe),
+                    *take_events(exe),
                     NewEvent(
                         "tool.effect_shared",
                         exe.owner,

@@ -12,7 +12,7 @@ from typing import Any
 
 from agentledger.engine.execution import Execution
 from agentledger.engine.signals import Handover, Park
-from agentledger.engine.tool_step import _close_duration, new_step, run_tool_step
+from agentledger.engine.tool_step import close_duration, new_step, run_tool_step
 from agentledger.errors import (
     BusinessError,
     InvalidArguments,
@@ -94,11 +94,11 @@ class WorkflowContext:
                 type(exc).__name__,
                 str(exc),
             )
-            _close_duration(step)
+            close_duration(step)
             await exe.record(step)
             raise
         step.status, step.output, step.attempts = StepStatus.SUCCEEDED, result, 1
-        _close_duration(step)
+        close_duration(step)
         await exe.record(step)
         return result
 
@@ -138,7 +138,7 @@ class WorkflowContext:
         if time.time() < until:
             raise Park(until, f"sleeping until {until:.0f}")
         step.status = StepStatus.SUCCEEDED
-        _close_duration(step)
+        close_duration(step)
         await exe.record(step)
 
 
