@@ -167,3 +167,32 @@ async def test_a_store_error_mid_run_abandons_it_for_resume_not_failure(tmp_path
         await store.close()
     assert run.status == RunStatus.COMPLETED, run
     assert run.resumes >= 1  # re-claimed after its lease expired
+
+
+async def test_a_run_that_keeps_losing_its_worker_is_handed_over(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    await store.open()
+    app = make_app({})
+    try:
+        run_id = await app.submit(store, "crashy", {"message": "go"})
+        for _ in range(4):  # four owners that died holding it (leases already expired)
+            (claimed,) = await store.claim_runs("dead-worker", ["crashy@1"], 1, -1)
+        assert claimed.resumes == 3
+        worker = Worker(store, app, WorkerConfig(poll_seconds=0.02, max_resumes=3))
+        task = asyncio.create_task(worker.run(install_signals=False))
+        try:
+            for _ in range(500):
+                run = await store.get_run(run_id)
+                assert run is not None
+                if run.terminal:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            worker.stop()
+            await task
+        journal = await store.load_journal(run_id)
+    finally:
+        await store.close()
+    assert run.status == RunStatus.NEEDS_HUMAN
+    assert "resumed 4 times" in (run.handover_reason or "")
+    assert journal == []  # nothing re-executed

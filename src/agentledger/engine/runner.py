@@ -35,8 +35,14 @@ async def execute_run(
     *,
     stopping: asyncio.Event | None = None,
     park_threshold: float = 2.0,
+    max_resumes: int = 50,
 ) -> str:
-    """Run ``run`` (claimed by ``owner``) until it rests; return where it ended."""
+    """Run ``run`` (claimed by ``owner``) until it rests; return where it ended.
+
+    A run that keeps losing its worker (``max_resumes`` lease takeovers: a crash
+    loop, a step that kills its process) is handed to a human instead of being
+    resumed forever.
+    """
     definition = app.get(run.name, run.version)
     if definition is None:  # claimed by target, so this is a programming error
         raise RuntimeError(f"worker has no definition for {run.target}")
@@ -52,6 +58,15 @@ async def execute_run(
     )
     try:
         await exe.load()
+        if run.resumes > max_resumes:
+            detail = f"resumed {run.resumes} times after losing its worker; stopped to look"
+            await exe.finish(
+                RunStatus.NEEDS_HUMAN,
+                error=definition.end_user_message,
+                handover_reason=detail,
+                events=[NewEvent("run.handover", owner, {"reason": "resumes", "detail": detail})],
+            )
+            return RunStatus.NEEDS_HUMAN
         return await _drive(exe, definition)
     except Abandon as abandon:
         log.info("run %s abandoned: %s", run.id, abandon.why)

@@ -43,6 +43,7 @@ class WorkerConfig:
     reap_dead_local_owners: bool = True  # off: behave like a worker on another host
     shutdown_grace: float = 10.0
     park_threshold: float = 2.0
+    max_resumes: int = 50  # lease takeovers before a run is handed to a human
     outbox: bool = True
 
 
@@ -183,6 +184,7 @@ class Worker:
                 self.owner,
                 stopping=self.stopping,
                 park_threshold=self.config.park_threshold,
+                max_resumes=self.config.max_resumes,
             )
             if outcome == RELEASED:
                 await self.store.release_run(run.id, run.lease_epoch, self.owner)
