@@ -127,6 +127,10 @@ async def list_runs(
     now = time.time()
     for r in found:
         note = r.handover_reason or ""
+        if r.status == RunStatus.WAITING and r.available_at:
+            note = "waits until " + time.strftime(
+                "%Y-%m-%d %H:%M:%S", time.localtime(r.available_at)
+            )
         if not r.terminal and r.target not in serving:
             note = f"no live worker has {r.target}"
         table.add_row(
