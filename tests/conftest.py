@@ -5,6 +5,8 @@
   with the schema migrated, dropped after the test; marked ``postgres``).
 * ``store`` -- an opened store on ``store_url``, closed after the test.
 * ``pg_url`` -- PostgreSQL only, for PostgreSQL-specific tests.
+* ``env`` -- an engine test world (database, external ledger, worker processes) on
+  SQLite; ``backend_env`` -- the same on each backend.
 
 PostgreSQL comes from ``AGENTLEDGER_TEST_PG`` (see tests/dbutil.py). When it is
 not reachable, postgres tests are skipped -- unless ``CI`` is set (non-empty),
@@ -21,6 +23,7 @@ import pytest
 
 from agentledger.store import SQLStore, open_store
 from tests import dbutil
+from tests.engine.helpers import Env
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -81,3 +84,23 @@ async def store(store_url: str) -> AsyncIterator[SQLStore]:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    """An engine test world on SQLite."""
+    world = Env(tmp_path)
+    try:
+        yield world
+    finally:
+        world.close()
+
+
+@pytest.fixture
+def backend_env(store_url: str, tmp_path: Path) -> Iterator[Env]:
+    """An engine test world on each backend: same engine, same guarantees."""
+    world = Env(tmp_path, store_url)
+    try:
+        yield world
+    finally:
+        world.close()

@@ -17,7 +17,6 @@ message that says what happened and what to do::
     │   ├── InvalidArguments        schema/validation: fed back to the model once
     │   ├── Refused                 refusal or policy block: never retried
     │   └── BusinessError           the tool's answer (sold out, declined): never retried
-    └── NonDeterminismError         replayed code asked for a different step than the journal
 
 Control signals (not errors) live in :mod:`agentledger.engine.signals`.
 """
@@ -61,10 +60,6 @@ class LeaseLost(AgentLedgerError):
         super().__init__(f"lease lost on run {run_id} (epoch {epoch}); another worker owns it")
         self.run_id = run_id
         self.epoch = epoch
-
-
-class NonDeterminismError(AgentLedgerError):
-    """Replayed workflow code asked for a step that differs from the journal."""
 
 
 class ToolError(AgentLedgerError):

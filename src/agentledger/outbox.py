@@ -49,8 +49,6 @@ class OutboxDispatcher:
         self.poll = poll
         self.lease_seconds = lease_seconds
         self.base_delay = base_delay
-        self.delivered = 0
-        self.dead = 0
 
     async def run(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
@@ -102,7 +100,6 @@ class OutboxDispatcher:
             final = isinstance(error, BusinessError | InvalidArguments | Refused)
             if final or item.attempts >= tool.outbox_attempts:
                 item.status = "dead"
-                self.dead += 1
                 log.warning(
                     "outbox %s dead after %d attempts: %s", item.key, item.attempts, item.last_error
                 )
@@ -116,5 +113,4 @@ class OutboxDispatcher:
             return
         item.status, item.last_error = "delivered", None
         item.history.append({"at": now, "attempt": item.attempts, "ok": True})
-        self.delivered += 1
         await self.store.settle_outbox(item)

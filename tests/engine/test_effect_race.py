@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from agentledger.records import RunStatus
 from tests.engine.helpers import Env, wait_for
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
-    url = str(request.getfixturevalue("pg_url")) if request.param == "postgres" else None
-    world = Env(tmp_path, url)
-    try:
-        yield world
-    finally:
-        world.close()
+@pytest.fixture
+def env(backend_env: Env) -> Env:
+    """These tests run on every store backend."""
+    return backend_env
 
 
 @pytest.mark.slow

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agentledger import (
     Agent,
@@ -68,9 +70,9 @@ def make_app(provider: dict[str, Any]) -> App:
     return app
 
 
-async def run_to_rest(store: SQLStore, app: App, name: str) -> Any:
-    run_id = await app.submit(store, name, {"message": "go"})
-    worker = Worker(store, app, WorkerConfig(poll_seconds=0.02))
+async def drain(store: SQLStore, app: App, run_id: str, **config: Any) -> Any:
+    """Run an in-process worker until ``run_id`` is terminal; return the run."""
+    worker = Worker(store, app, WorkerConfig(poll_seconds=0.02, **config))
     task = asyncio.create_task(worker.run(install_signals=False))
     try:
         for _ in range(500):
@@ -85,26 +87,30 @@ async def run_to_rest(store: SQLStore, app: App, name: str) -> Any:
         await task
 
 
-async def test_a_model_returning_garbage_hands_over_cleanly(tmp_path: Path) -> None:
+async def run_to_rest(store: SQLStore, app: App, name: str) -> Any:
+    return await drain(store, app, await app.submit(store, name, {"message": "go"}))
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLStore]:
     store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
     await store.open()
     try:
-        run = await run_to_rest(store, make_app({}), "garbage")
+        yield store
     finally:
         await store.close()
+
+
+async def test_a_model_returning_garbage_hands_over_cleanly(sqlite_store: SQLStore) -> None:
+    run = await run_to_rest(sqlite_store, make_app({}), "garbage")
     assert run.status == RunStatus.NEEDS_HUMAN
     assert "not a ModelResponse" in (run.handover_reason or "")
     assert "Traceback" not in (run.error or "") and run.error
 
 
-async def test_a_read_tool_that_raises_is_told_to_the_model(tmp_path: Path) -> None:
-    store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
-    await store.open()
-    try:
-        run = await run_to_rest(store, make_app({}), "crashy")
-        journal = await store.load_journal(run.id)
-    finally:
-        await store.close()
+async def test_a_read_tool_that_raises_is_told_to_the_model(sqlite_store: SQLStore) -> None:
+    run = await run_to_rest(sqlite_store, make_app({}), "crashy")
+    journal = await sqlite_store.load_journal(run.id)
     assert run.status == RunStatus.COMPLETED
     tool_step = journal[1]
     assert (tool_step.status, tool_step.error_class) == ("failed", "tool_error")
@@ -113,21 +119,15 @@ async def test_a_read_tool_that_raises_is_told_to_the_model(tmp_path: Path) -> N
 
 
 async def test_a_write_tool_that_raises_is_an_unknown_outcome_resolved_by_status(
-    tmp_path: Path,
+    sqlite_store: SQLStore,
 ) -> None:
     provider: dict[str, Any] = {}
-    store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
-    await store.open()
-    try:
-        run = await run_to_rest(store, make_app(provider), "write_then_crash")
-        events = [e.type for e in await store.list_events(run.id)]
-    finally:
-        await store.close()
+    run = await run_to_rest(sqlite_store, make_app(provider), "write_then_crash")
+    events = [e.type for e in await sqlite_store.list_events(run.id)]
     assert run.status == RunStatus.COMPLETED
     assert provider["calls"] == 1  # never called a second time
     assert run.result == {"item": "i1"}
     assert "tool.unknown_outcome" in events and "tool.status_resolved" in events
-    assert json.dumps(run.result)
 
 
 async def test_a_store_error_mid_run_abandons_it_for_resume_not_failure(tmp_path: Path) -> None:
@@ -151,48 +151,21 @@ async def test_a_store_error_mid_run_abandons_it_for_resume_not_failure(tmp_path
     app = make_app({})
     try:
         run_id = await app.submit(store, "crashy", {"message": "go"})
-        worker = Worker(store, app, WorkerConfig(poll_seconds=0.02, lease_seconds=0.5))
-        task = asyncio.create_task(worker.run(install_signals=False))
-        try:
-            for _ in range(500):
-                run = await store.get_run(run_id)
-                assert run is not None
-                if run.terminal:
-                    break
-                await asyncio.sleep(0.02)
-        finally:
-            worker.stop()
-            await task
+        run = await drain(store, app, run_id, lease_seconds=0.5)
     finally:
         await store.close()
     assert run.status == RunStatus.COMPLETED, run
     assert run.resumes >= 1  # re-claimed after its lease expired
 
 
-async def test_a_run_that_keeps_losing_its_worker_is_handed_over(tmp_path: Path) -> None:
-    store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
-    await store.open()
+async def test_a_run_that_keeps_losing_its_worker_is_handed_over(sqlite_store: SQLStore) -> None:
     app = make_app({})
-    try:
-        run_id = await app.submit(store, "crashy", {"message": "go"})
-        for _ in range(4):  # four owners that died holding it (leases already expired)
-            (claimed,) = await store.claim_runs("dead-worker", ["crashy@1"], 1, -1)
-        assert claimed.resumes == 3
-        worker = Worker(store, app, WorkerConfig(poll_seconds=0.02, max_resumes=3))
-        task = asyncio.create_task(worker.run(install_signals=False))
-        try:
-            for _ in range(500):
-                run = await store.get_run(run_id)
-                assert run is not None
-                if run.terminal:
-                    break
-                await asyncio.sleep(0.02)
-        finally:
-            worker.stop()
-            await task
-        journal = await store.load_journal(run_id)
-    finally:
-        await store.close()
+    run_id = await app.submit(sqlite_store, "crashy", {"message": "go"})
+    for _ in range(4):  # four owners that died holding it (leases already expired)
+        (claimed,) = await sqlite_store.claim_runs("dead-worker", ["crashy@1"], 1, -1)
+    assert claimed.resumes == 3
+    run = await drain(sqlite_store, app, run_id, max_resumes=3)
+    journal = await sqlite_store.load_journal(run_id)
     assert run.status == RunStatus.NEEDS_HUMAN
     assert "resumed 4 times" in (run.handover_reason or "")
     assert journal == []  # nothing re-executed

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -13,15 +11,10 @@ from agentledger.records import RunStatus, StepStatus
 from tests.engine.helpers import Env, tool_steps, wait_for
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
-    """The kill tests run on every store backend: same engine, same guarantees."""
-    url = str(request.getfixturevalue("pg_url")) if request.param == "postgres" else None
-    world = Env(tmp_path, url)
-    try:
-        yield world
-    finally:
-        world.close()
+@pytest.fixture
+def env(backend_env: Env) -> Env:
+    """These tests run on every store backend."""
+    return backend_env
 
 
 pytestmark = pytest.mark.slow

@@ -90,7 +90,7 @@ def test_disconnects_are_told_apart_from_other_errors() -> None:
     assert not d.is_disconnect(psycopg.errors.QueryCanceled("statement timeout"))
     assert not d.is_disconnect(psycopg.errors.UniqueViolation("dup"))
     assert not d.is_disconnect(ValueError("x"))
-    assert d.is_unique_violation(psycopg.errors.UniqueViolation("dup"))
+    assert d.is_transient(psycopg.errors.DeadlockDetected("deadlock"))
     assert isinstance(d.translate(psycopg.errors.AdminShutdown("bye")), StoreUnavailable)
     error = d.translate(psycopg.errors.SyntaxError("syntax error at\nline 2"))
     assert type(error) is StoreError and "\n" not in str(error)

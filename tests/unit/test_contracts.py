@@ -101,7 +101,10 @@ def test_scripted_misbehaviour() -> None:
         assert reply.message.tool_calls[0].name == "search"
         request.messages.append(reply.message)
     refusing = ScriptedModel([Turn(refusal="no")])
-    assert asyncio.run(refusing.complete(request)).finish_reason in ("refusal", "stop")
+    refusal = asyncio.run(
+        refusing.complete(ModelRequest(messages=[Message("user", "hi")], tools=[]))
+    )
+    assert (refusal.finish_reason, refusal.message.refusal) == ("refusal", "no")
 
 
 @pytest.mark.parametrize(

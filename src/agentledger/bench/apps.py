@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentledger.app import App
@@ -22,6 +24,16 @@ from agentledger.engine.workflow_runner import WorkflowContext
 from agentledger.tools.context import ToolContext
 
 app = App("agentledger-bench")
+
+
+def worker_command(url: str, *options: str) -> list[str]:
+    """A worker process of this app on ``url`` (polling fast, no outbox)."""
+    return [
+        sys.executable, "-m", "agentledger.cli.main", "worker", "--app",
+        "agentledger.bench.apps:app", "--db", url, "--poll-seconds", "0.05", "--no-outbox",
+        *options,
+    ]  # fmt: skip
+
 
 # Large enough for every benchmark size; the default step budget would hand the
 # 500-step run over to a human.
@@ -61,47 +73,35 @@ async def _gate(input: dict[str, Any]) -> None:
         await asyncio.sleep(0.005)
 
 
-def _timing(n: int, t0: float, w0: float) -> dict[str, Any]:
+async def _timed(input: dict[str, Any], step: Callable[[int], Awaitable[Any]]) -> dict[str, Any]:
+    """Run ``step(i)`` for i < ``steps`` after the gate; time them from inside the run."""
+    await _gate(input)
+    n = int(input["steps"])
+    t0, w0 = time.perf_counter(), time.time()
+    for i in range(n):
+        await step(i)
     return {"steps": n, "elapsed_s": time.perf_counter() - t0, "t_first": w0, "t_last": time.time()}
 
 
 async def bench_read_tool(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:
     """``steps`` calls of the no-op read tool through ``ctx.tool``."""
-    await _gate(input)
-    n = int(input["steps"])
-    t0, w0 = time.perf_counter(), time.time()
-    for i in range(n):
-        await ctx.tool("bench_read", i=i)
-    return _timing(n, t0, w0)
+    return await _timed(input, lambda i: ctx.tool("bench_read", i=i))
 
 
 async def bench_step(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:
     """``steps`` no-op ``ctx.step`` calls."""
-    await _gate(input)
-    n = int(input["steps"])
-    t0, w0 = time.perf_counter(), time.time()
-    for i in range(n):
-        await ctx.step("noop", _noop, i)
-    return _timing(n, t0, w0)
+    return await _timed(input, lambda i: ctx.step("noop", _noop, i))
 
 
 async def bench_write_tool(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:
     """``steps`` calls of the no-op write tool (journals ``started``, then the outcome)."""
-    await _gate(input)
-    n = int(input["steps"])
-    t0, w0 = time.perf_counter(), time.time()
-    for i in range(n):
-        await ctx.tool("bench_write", i=i)
-    return _timing(n, t0, w0)
+    return await _timed(input, lambda i: ctx.tool("bench_write", i=i))
 
 
 async def bench_payload(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:
     """``steps`` ``ctx.step`` calls each returning a ``size``-character message."""
-    n, size = int(input["steps"]), int(input.get("size", 500))
-    t0, w0 = time.perf_counter(), time.time()
-    for i in range(n):
-        await ctx.step("message", _message, i, size)
-    return _timing(n, t0, w0)
+    size = int(input.get("size", 500))
+    return await _timed(input, lambda i: ctx.step("message", _message, i, size))
 
 
 async def bench_ticks(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:

@@ -79,11 +79,11 @@ async def per_step_us(store: SQLStore, name: str, steps: int) -> float:
 
 async def concurrent(store: SQLStore, runs: int, steps: int) -> tuple[float, float, list[int]]:
     """(steps/s inside the runs, steps/s from worker start, group sizes seen)."""
-    before = len(store.group_sizes)
+    store.group_sizes.clear()
     results, wall = await execute(
         store, "bench_read_tool", [{"steps": steps} for _ in range(runs)], concurrency=runs
     )
-    groups = store.group_sizes[before:]
+    groups = list(store.group_sizes)
     span = max(r["t_last"] for r in results) - min(r["t_first"] for r in results)
     total = runs * steps
     return total / span, total / wall, groups

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from agentledger.bench.apps import app as bench_app
+from agentledger.bench.apps import worker_command
 from agentledger.records import RunStatus
 from agentledger.store import SQLStore
 
@@ -57,21 +57,7 @@ async def process_throughput(
         await bench_app.submit(store, "bench_read_tool", {"steps": steps, "gate": str(gate)})
         for _ in range(runs)
     ]
-    command = [
-        sys.executable,
-        "-m",
-        "agentledger.cli.main",
-        "worker",
-        "--app",
-        "agentledger.bench.apps:app",
-        "--db",
-        url,
-        "--concurrency",
-        str(concurrency),
-        "--poll-seconds",
-        "0.05",
-        "--no-outbox",
-    ]
+    command = worker_command(url, "--concurrency", str(concurrency))
     children = [
         subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         for _ in range(procs)

@@ -16,12 +16,12 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from agentledger.bench.apps import app as bench_app
+from agentledger.bench.apps import worker_command
 from agentledger.store.sqlstore import SQLStore
 
 LEASE_SECONDS = 2.0
@@ -31,24 +31,9 @@ def _worker(url: str, workdir: Path, name: str, *extra: str) -> subprocess.Popen
     log = open(workdir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "agentledger.cli.main",
-                "worker",
-                "--app",
-                "agentledger.bench.apps:app",
-                "--db",
-                url,
-                "--lease-seconds",
-                str(LEASE_SECONDS),
-                "--poll-seconds",
-                "0.05",
-                "--concurrency",
-                "4",
-                "--no-outbox",
-                *extra,
-            ],
+            worker_command(
+                url, "--lease-seconds", str(LEASE_SECONDS), "--concurrency", "4", *extra
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(os.environ),

@@ -25,6 +25,8 @@ from typing import Any
 
 import click
 
+from agentledger.cli.tables import journal_entry, journal_table
+
 INVARIANTS = ("double_charges", "orphan_charges", "duplicate_bookings", "duplicate_emails")
 
 
@@ -193,21 +195,7 @@ async def _demo(
             "id": sample.id,
             "status": sample.status,
             "resumes": sample.resumes,
-            "journal": [
-                {
-                    "step_no": s.step_no,
-                    "kind": s.kind,
-                    "name": s.name,
-                    "status": s.status,
-                    "attempts": s.attempts,
-                    "idempotency_key": s.idempotency_key,
-                    "duration_ms": s.duration_ms,
-                    "tokens": s.tokens,
-                    "cost_usd": s.cost_usd,
-                    "lease_epoch": s.lease_epoch,
-                }
-                for s in journal
-            ],
+            "journal": [journal_entry(s) for s in journal],
         },
     }
 
@@ -300,31 +288,7 @@ def _print_tables(report: dict[str, Any]) -> None:
             f"journal of run {sample['id']} ({sample['status']}, resumed {sample['resumes']}x; "
             f"`agentledger runs show {sample['id']} --db ...`)"
         )
-        journal = Table(
-            "step",
-            "kind",
-            "name",
-            "status",
-            "attempts",
-            "key",
-            "ms",
-            "tokens",
-            "epoch",
-            title=title,
-        )
-        for s in sample["journal"]:
-            journal.add_row(
-                str(s["step_no"]),
-                s["kind"],
-                s["name"],
-                s["status"],
-                str(s["attempts"]),
-                s["idempotency_key"] or "",
-                f"{s['duration_ms'] or 0:.1f}",
-                str(s["tokens"]),
-                str(s["lease_epoch"]),
-            )
-        console.print(journal)
+        console.print(journal_table(sample["journal"], title=title))
     for violation in report["violations"]:
         console.print(f"[red]violation:[/] {violation}")
     console.print("[bold green]all invariants hold[/]" if report["ok"] else "[bold red]FAILED[/]")

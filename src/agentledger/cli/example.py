@@ -9,6 +9,7 @@ import tempfile
 import click
 
 from agentledger.cli.common import db_option
+from agentledger.cli.tables import journal_table
 from agentledger.records import RunStatus
 
 
@@ -18,7 +19,6 @@ from agentledger.records import RunStatus
 def example(db: str, fresh: bool) -> None:
     """Submit a workflow and an agent run, execute them with a worker, print the journals."""
     from rich.console import Console
-    from rich.table import Table
 
     from agentledger import Worker, WorkerConfig, open_store
     from agentledger.examples.quickstart import app
@@ -49,19 +49,7 @@ def example(db: str, fresh: bool) -> None:
                 console.print(
                     f"\n[bold]{run.target}[/] {run.id} -> [bold]{run.status}[/] result={run.result}"
                 )
-                table = Table("step", "kind", "name", "status", "key", "ms", "tokens", "epoch")
-                for s in await store.load_journal(run.id):
-                    table.add_row(
-                        str(s.step_no),
-                        s.kind,
-                        s.name,
-                        s.status,
-                        s.idempotency_key or "",
-                        f"{s.duration_ms or 0:.1f}",
-                        str(s.tokens),
-                        str(s.lease_epoch),
-                    )
-                console.print(table)
+                console.print(journal_table(await store.load_journal(run.id)))
             console.print(f"\ndatabase: {db}")
         finally:
             await store.close()

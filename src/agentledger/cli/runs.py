@@ -19,6 +19,7 @@ from agentledger.cli.common import (
     run_async,
     with_store,
 )
+from agentledger.cli.tables import journal_table
 from agentledger.errors import UnknownTargetError, UsageError
 from agentledger.records import Run, RunStatus
 from agentledger.store import NewRun, SQLStore
@@ -181,34 +182,7 @@ async def show_run(run_id: str, db: str, as_json: bool) -> None:
     )
     if run.error or run.handover_reason:
         console.print(f"error: {run.error or ''}  reason: {run.handover_reason or ''}")
-    table = Table(
-        "step",
-        "kind",
-        "name",
-        "status",
-        "attempts",
-        "key",
-        "ms",
-        "tokens",
-        "cost $",
-        "epoch",
-        "error",
-    )
-    for s in steps:
-        table.add_row(
-            str(s.step_no),
-            s.kind,
-            s.name,
-            s.status,
-            str(s.attempts),
-            s.idempotency_key or "",
-            f"{s.duration_ms or 0:.1f}",
-            str(s.tokens),
-            f"{s.cost_usd:.5f}",
-            str(s.lease_epoch),
-            (s.error_class or ""),
-        )
-    console.print(table)
+    console.print(journal_table(steps))
     audit = Table("at", "event", "actor", "detail", title="audit trail")
     for e in events:
         stamp = time.strftime("%H:%M:%S", time.localtime(e.at)) + f".{int(e.at * 1000) % 1000:03d}"

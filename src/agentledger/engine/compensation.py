@@ -10,7 +10,6 @@ from __future__ import annotations
 from agentledger.engine.execution import Execution
 from agentledger.engine.tool_step import run_tool_step
 from agentledger.records import StepStatus
-from agentledger.store.base import NewEvent
 
 
 async def compensate(exe: Execution) -> list[int]:
@@ -58,4 +57,4 @@ async def compensate(exe: Execution) -> list[int]:
     return compensated
 
 
-__all__ = ["NewEvent", "compensate"]
+__all__ = ["compensate"]

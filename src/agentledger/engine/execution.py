@@ -73,6 +73,20 @@ class Execution:
         """Active seconds left in the run's budget."""
         return self.budget.active_seconds - self.active_seconds()
 
+    def prior(self, step_no: int, name: str) -> Step | None:
+        """The journal entry of ``step_no``, checked to be the step the code asks for.
+
+        Replayed code must ask for its steps in the same order; a different name at
+        the same number means the code changed under the run: a human looks.
+        """
+        step = self.journal.get(step_no)
+        if step is not None and step.name != name:
+            raise Handover(
+                "nondeterminism",
+                f"step {step_no} is {step.name!r} in the journal but the code asked for {name!r}",
+            )
+        return step
+
     def key(self, step_no: int) -> str:
         """The deterministic idempotency key of a step."""
         return f"{self.run.id}:{step_no}"

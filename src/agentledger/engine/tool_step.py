@@ -31,7 +31,7 @@ from agentledger.engine.retries import (
     call_with_timeout,
     next_delay,
 )
-from agentledger.engine.signals import Handover, Park
+from agentledger.engine.signals import Park
 from agentledger.errors import InvalidArguments, ToolError
 from agentledger.records import Effect, OutboxItem, Step, StepStatus
 from agentledger.store.base import EffectClaimed, NewEvent
@@ -126,15 +126,9 @@ async def run_tool_step(
     compensates: int | None = None,
 ) -> ToolOutcome:
     """Execute (or replay) step ``step_no``: a call of tool ``name``."""
-    prior = exe.journal.get(step_no)
-    if prior is not None:
-        if prior.name != name:
-            raise Handover(
-                "nondeterminism",
-                f"step {step_no} is {prior.name} in the journal but the code asked for {name}",
-            )
-        if prior.status in _REPLAYABLE:
-            return _replay(prior)
+    prior = exe.prior(step_no, name)
+    if prior is not None and prior.status in _REPLAYABLE:
+        return _replay(prior)
     key = key or exe.key(step_no)
     step = prior or new_step(exe, step_no, kind, name, status="")
     tool = exe.tools.get(name)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentledger.engine.execution import Execution
-from agentledger.engine.signals import Handover, Park
+from agentledger.engine.signals import Park
 from agentledger.engine.tool_step import close_duration, new_step, run_tool_step
 from agentledger.errors import (
     BusinessError,
@@ -70,17 +70,11 @@ class WorkflowContext:
         """Run ``fn(*args, **kwargs)`` once; on replay return its journaled result."""
         step_no = self._take_step_no()
         exe = self._exe
-        prior = exe.journal.get(step_no)
-        if prior is not None:
-            if prior.name != name:
-                raise Handover(
-                    "nondeterminism",
-                    f"step {step_no} is {prior.name!r} in the journal, code asks {name!r}",
-                )
-            if prior.status == StepStatus.SUCCEEDED:
-                return prior.output
-            if prior.status == StepStatus.FAILED:
-                raise StepFailed(prior.error or "step failed")
+        prior = exe.prior(step_no, name)
+        if prior is not None and prior.status == StepStatus.SUCCEEDED:
+            return prior.output
+        if prior is not None and prior.status == StepStatus.FAILED:
+            raise StepFailed(prior.error or "step failed")
         exe.between_steps()
         step = new_step(exe, step_no, "step", name, status="")
         try:

@@ -9,7 +9,7 @@ errors map to agentledger errors -- lives in a subclass of :class:`Dialect`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from importlib import resources
 from typing import Any
 
@@ -48,9 +48,6 @@ class Dialect(ABC):
     def claim_sql(self, n_targets: int) -> str:
         """The single statement that claims runnable runs (placeholders t0..tN)."""
 
-    @abstractmethod
-    def is_unique_violation(self, exc: BaseException) -> bool: ...
-
     def is_transient(self, exc: BaseException) -> bool:
         """True for a failure that the same work may not meet again (a deadlock)."""
         return False
@@ -82,21 +79,8 @@ class Dialect(ABC):
         """
         return None
 
-    def takes_plain_batches(self, batches: list[Any]) -> bool:
-        """True when :meth:`apply_plain_batches` can commit these batches."""
-        return False
-
-    def apply_plain_batches(self, conn: Any, batches: list[Any]) -> list[Any]:
-        """Apply fenced batches without savepoints (a failed fence writes nothing) and
-        commit them.
-
-        Returns, per batch, None or the LeaseLost it met. Only called when
-        :meth:`takes_plain_batches` said yes.
-        """
-        raise NotImplementedError
-
     async def open_batch_committer(
-        self, sizes: list[int], translate: Callable[[BaseException], BaseException]
+        self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]
     ) -> Any:
         """An object with ``accepts(batch)``, ``commit(batch)`` and ``close()`` that
         commits journal batches from the event loop, or None (the writer thread does)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -125,7 +125,7 @@ def run_single(
     job.future.set_result(result)
 
 
-def run_group(dialect: Dialect, conn: Any, jobs: list[Job], sizes: list[int]) -> None:
+def run_group(dialect: Dialect, conn: Any, jobs: list[Job], sizes: MutableSequence[int]) -> None:
     """Commit every batch of ``jobs`` in one transaction; answer each after COMMIT.
 
     A driver error fails the whole group: it is rolled back and re-raised.
@@ -133,10 +133,6 @@ def run_group(dialect: Dialect, conn: Any, jobs: list[Job], sizes: list[int]) ->
     two processes' groups cannot deadlock on each other's rows.
     """
     jobs = sorted(jobs, key=_run_order)
-    batches = [j.batch for j in jobs]
-    if all(b is not None for b in batches) and dialect.takes_plain_batches(batches):
-        _run_plain(dialect, conn, jobs, batches, sizes)
-        return
     if len(jobs) == 1:
         _run_one(dialect, conn, jobs[0], sizes)
         return
@@ -170,24 +166,7 @@ def _run_order(job: Job) -> str:
     return str(getattr(job.batch, "run_id", ""))
 
 
-def _run_plain(
-    dialect: Dialect, conn: Any, jobs: list[Job], batches: list[Any], sizes: list[int]
-) -> None:
-    dialect.begin_write(conn)
-    try:
-        outcomes = dialect.apply_plain_batches(conn, batches)  # commits
-    except Exception:
-        rollback(dialect, conn)
-        raise
-    sizes.append(len(jobs))
-    for job, refused in zip(jobs, outcomes, strict=True):  # durable now
-        if refused is None:
-            job.future.set_result(None)
-        else:
-            job.future.set_exception(refused)
-
-
-def _run_one(dialect: Dialect, conn: Any, job: Job, sizes: list[int]) -> None:
+def _run_one(dialect: Dialect, conn: Any, job: Job, sizes: MutableSequence[int]) -> None:
     # A group of one needs no savepoint: a failed fence rolls back the whole
     # transaction, which holds nothing else. Two statements fewer per step.
     dialect.begin_write(conn)
@@ -212,7 +191,7 @@ class InlineCommitter:
     def __init__(
         self,
         dialect: Dialect,
-        sizes: list[int],
+        sizes: MutableSequence[int],
         translate: Callable[[BaseException], BaseException],
     ) -> None:
         self.dialect = dialect

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from typing import Any
 
 import psycopg
@@ -30,6 +30,7 @@ from agentledger.errors import LeaseLost
 from agentledger.store.base import Batch
 from agentledger.store.groupcommit import settle
 from agentledger.store.pg_batches import batch_statement, is_plain
+from agentledger.store.postgres import SESSION_SETUP
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class AsyncBatchCommitter:
         connect: Callable[[], Any],
         is_disconnect: Callable[[BaseException], bool],
         translate: Callable[[BaseException], BaseException],
-        sizes: list[int],
+        sizes: MutableSequence[int],
         is_transient: Callable[[BaseException], bool] = lambda exc: False,
     ) -> None:
         self._connect = connect
@@ -151,16 +152,5 @@ async def connect_async(url: str, settings: dict[str, Any]) -> psycopg.AsyncConn
     conn: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(
         url, autocommit=True, row_factory=dict_row, **settings
     )
-    for statement in session_statements():
-        await conn.execute(statement)
+    await conn.execute(SESSION_SETUP)
     return conn
-
-
-def session_statements() -> list[str]:
-    from agentledger.store.postgres import IDLE_IN_TRANSACTION_TIMEOUT, STATEMENT_TIMEOUT
-
-    return [
-        f"SET statement_timeout = '{STATEMENT_TIMEOUT}'",
-        f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT}'",
-        "SET synchronous_commit = on",
-    ]

@@ -1,12 +1,10 @@
-"""PostgreSQL: a group of journal batches in one round trip.
+"""PostgreSQL: a journal batch as one statement (committed by :mod:`pg_async`).
 
 On PostgreSQL every statement is a network round trip, so the generic path
 (savepoint, fence, step, events, release: five per batch) is slow. Here each
 plain batch -- a fence, at most one journal entry and its audit events -- is ONE
 statement: data-modifying CTEs that insert only ``FROM fence``, so a batch whose
-fence fails writes nothing and needs no savepoint. The statements of a whole
-group, with BEGIN and COMMIT, are sent in pipeline mode and answered after one
-sync; the answers are read only after COMMIT succeeded, i.e. once durable.
+fence fails writes nothing and needs no savepoint.
 
 Batches that claim effects, write outbox rows or approvals take the generic path.
 """
@@ -15,9 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg import Connection
-
-from agentledger.errors import LeaseLost
 from agentledger.records import dumps
 from agentledger.store.base import Batch
 from agentledger.store.postgres import convert_placeholders
@@ -74,27 +69,3 @@ def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
         )
     sql = "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced FROM fence"
     return convert_placeholders(sql), params
-
-
-def apply_plain_batches(conn: Connection[Any], batches: list[Batch]) -> list[LeaseLost | None]:
-    """Run plain batches and COMMIT, pipelined: BEGIN, the statements and COMMIT travel
-    together and are answered after one sync, so a group costs one round trip.
-    A group of one is a single autocommitted statement."""
-    if len(batches) == 1:
-        # One statement is its own transaction in autocommit mode: one round trip,
-        # durable when it returns (synchronous_commit is on).
-        conn.autocommit = True
-        try:
-            cursors = [conn.execute(*batch_statement(batches[0]))]
-        finally:
-            conn.autocommit = False
-    else:
-        with conn.pipeline():
-            cursors = [conn.execute(*batch_statement(b)) for b in batches]
-            conn.commit()
-    outcomes: list[LeaseLost | None] = []
-    for batch, cursor in zip(batches, cursors, strict=True):
-        row = cursor.fetchone()
-        fenced = int(row["fenced"] if isinstance(row, dict) else row[0]) if row else 0
-        outcomes.append(None if fenced else LeaseLost(batch.run_id, batch.epoch))
-    return outcomes

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from typing import Any
 
 import psycopg
@@ -48,6 +48,15 @@ RUNS_CHANNEL = "agentledger_runs"
 
 STATEMENT_TIMEOUT = "30s"
 IDLE_IN_TRANSACTION_TIMEOUT = "60s"
+
+# Every session of the store, in one round trip: short statements, no transaction
+# left idle, and synchronous_commit never "off" (a stronger server setting stays).
+SESSION_SETUP = (
+    f"SELECT set_config('statement_timeout', '{STATEMENT_TIMEOUT}', false), "
+    f"set_config('idle_in_transaction_session_timeout', '{IDLE_IN_TRANSACTION_TIMEOUT}', false), "
+    "CASE WHEN current_setting('synchronous_commit') = 'off' "
+    "THEN set_config('synchronous_commit', 'on', false) END"
+)
 
 # Libpq settings applied unless the URL sets them itself.
 _CONNECT_DEFAULTS: dict[str, Any] = {
@@ -149,11 +158,7 @@ def connect(url: str, *, autocommit: bool = False, **overrides: Any) -> psycopg.
     except psycopg.Error as exc:
         raise connect_error(exc, params) from exc
     try:
-        conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
-        conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT}'")
-        sync = conn.execute("SHOW synchronous_commit").fetchone()
-        if sync is not None and sync["synchronous_commit"] == "off":
-            conn.execute("SET synchronous_commit = on")
+        conn.execute(SESSION_SETUP)
         if not autocommit:
             conn.commit()
     except psycopg.Error as exc:
@@ -249,7 +254,7 @@ class PostgresDialect(Dialect):
         return list(cursor.fetchall())
 
     async def open_batch_committer(
-        self, sizes: list[int], translate: Callable[[BaseException], BaseException]
+        self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]
     ) -> Any:
         from agentledger.store.pg_async import AsyncBatchCommitter, connect_async
 
@@ -270,16 +275,6 @@ class PostgresDialect(Dialect):
         )
         await committer.open()
         return committer
-
-    def takes_plain_batches(self, batches: list[Any]) -> bool:
-        from agentledger.store.pg_batches import is_plain
-
-        return all(is_plain(b) for b in batches)
-
-    def apply_plain_batches(self, conn: Any, batches: list[Any]) -> list[Any]:
-        from agentledger.store.pg_batches import apply_plain_batches
-
-        return list(apply_plain_batches(conn, batches))
 
     def notify_runnable(self, conn: Any) -> None:
         conn.execute(f"NOTIFY {RUNS_CHANNEL}")
@@ -306,9 +301,6 @@ class PostgresDialect(Dialect):
         )
 
     # errors ---------------------------------------------------------------------
-
-    def is_unique_violation(self, exc: BaseException) -> bool:
-        return isinstance(exc, pg_errors.UniqueViolation)
 
     skip_locked = " FOR UPDATE SKIP LOCKED"
 

@@ -115,9 +115,6 @@ class SQLiteDialect(Dialect):
             f"ORDER BY available_at LIMIT :limit) RETURNING {RUN_COLUMNS}"
         )
 
-    def is_unique_violation(self, exc: BaseException) -> bool:
-        return isinstance(exc, sqlite3.IntegrityError)
-
     def is_disconnect(self, exc: BaseException) -> bool:
         return False  # a file does not disconnect
 

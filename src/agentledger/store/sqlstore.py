@@ -21,6 +21,7 @@ import queue
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -53,7 +54,8 @@ class SQLStore(Store):
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._conn: Any = None
-        self.group_sizes: list[int] = []  # observed batch sizes, for benchmarks
+        # Batches per committed group, the latest ones only (benchmarks read them).
+        self.group_sizes: deque[int] = deque(maxlen=10_000)
         self._inline: InlineCommitter | None = None
         self._batches: Any = None  # a dialect's event-loop batch committer, if any
 

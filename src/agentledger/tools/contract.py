@@ -72,6 +72,7 @@ class Tool:
     outbox_key: Callable[[dict[str, Any], ToolContext], str] | None = None
     effect_key: Callable[[dict[str, Any], ToolContext], str] | None = None
     args_model: type[BaseModel] = field(init=False)
+    _schema: ToolSchema | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.effect != "read" and self.idempotency == "none":
@@ -94,7 +95,12 @@ class Tool:
         return self.effect != "read"
 
     def schema(self) -> ToolSchema:
-        """The schema a model sees: server-computed arguments left out."""
+        """The schema a model sees: server-computed arguments left out (built once)."""
+        if self._schema is None:
+            self._schema = self._build_schema()
+        return self._schema
+
+    def _build_schema(self) -> ToolSchema:
         full = self.args_model.model_json_schema()
         props = {k: v for k, v in full.get("properties", {}).items() if k not in self.server_args}
         required = [r for r in full.get("required", []) if r not in self.server_args]

@@ -20,7 +20,6 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from agentledger.app import App
 from agentledger.engine.runner import RELEASED, execute_run
@@ -58,7 +57,6 @@ class Worker:
         self.stopping = asyncio.Event()
         self.active: dict[str, tuple[asyncio.Task[str], int]] = {}
         self._wake = asyncio.Event()
-        self.finished: list[tuple[str, str]] = []  # (run_id, outcome), for tests and stats
         self.on_finished: Callable[[str, str], None] | None = None
 
     @property
@@ -198,7 +196,6 @@ class Worker:
         finally:
             if not self.stopping.is_set() or outcome not in ("cancelled",):
                 self.active.pop(run.id, None)
-            self.finished.append((run.id, outcome))
             if self.on_finished is not None:
                 self.on_finished(run.id, outcome)
             self._wake.set()
@@ -219,11 +216,3 @@ class Worker:
                         log.warning("lease on run %s lost; stopping it", run_id)
                         entry[0].cancel()
             await self.store.heartbeat_worker(self.owner)
-
-
-def stats(worker: Worker) -> dict[str, Any]:
-    """Counts of outcomes this worker saw."""
-    counts: dict[str, int] = {}
-    for _, outcome in worker.finished:
-        counts[outcome] = counts.get(outcome, 0) + 1
-    return counts
