@@ -65,6 +65,7 @@ class Run:
     result: Any = None
     error: str | None = None
     handover_reason: str | None = None
+    cancel_requested: str | None = None  # reason; honoured at the next step boundary
 
     @property
     def target(self) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentledger.agent import Agent
+from agentledger.clock import SYSTEM, Clock
 from agentledger.engine.signals import Abandon, Handover
 from agentledger.errors import LeaseLost, StoreError
 from agentledger.records import Approval, Effect, OutboxItem, Run, RunStatus, Step
@@ -39,6 +39,8 @@ class Execution:
         *,
         stopping: asyncio.Event | None = None,
         park_threshold: float = 2.0,
+        clock: Clock = SYSTEM,
+        cancel_requests: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.definition = definition
@@ -49,6 +51,9 @@ class Execution:
         self.resources = resources
         self.stopping = stopping or asyncio.Event()
         self.park_threshold = park_threshold
+        self.clock = clock
+        # Cancel requests the worker learned of since the claim (run id -> reason).
+        self.cancel_requests: Mapping[str, str] = cancel_requests or {}
         self.budget = definition.budget
         self.policy = definition.policy
         self.journal: dict[int, Step] = {}
@@ -58,7 +63,7 @@ class Execution:
         self.tokens = run.tokens
         self.cost_usd = run.cost_usd
         self._active_base = run.active_seconds
-        self._segment_start = time.monotonic()
+        self._segment_start = clock.monotonic()
 
     async def load(self) -> None:
         for step in await self.store.load_journal(self.run.id):
@@ -67,7 +72,7 @@ class Execution:
     # time and budget --------------------------------------------------------
 
     def active_seconds(self) -> float:
-        return self._active_base + (time.monotonic() - self._segment_start)
+        return self._active_base + (self.clock.monotonic() - self._segment_start)
 
     def time_left(self) -> float:
         """Active seconds left in the run's budget."""

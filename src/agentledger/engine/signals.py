@@ -46,3 +46,11 @@ class RunFailed(RunSignal):
         super().__init__(message)
         self.error_class = error_class
         self.message = message
+
+
+class Cancelled(RunSignal):
+    """A cancel was requested: stop at this step boundary, compensate, end ``cancelled``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,104 @@
+"""Canonical JSON: the one encoding of everything the journal stores.
+
+The journal is the source of truth for replay, so a value is journaled exactly as
+replay will return it. :func:`journal_value` is that round trip: the first pass of a
+step returns what it returns, never the live object. A value JSON cannot carry
+(a set, a datetime, non-string keys, NaN, nesting deeper than :data:`MAX_DEPTH`)
+is refused with :class:`NotJournalable`, a failure class the step is failed with.
+
+Text is sanitized on the way in: a lone UTF-16 surrogate (invalid in UTF-8) and NUL
+(refused by PostgreSQL) become U+FFFD, so a provider's garbled error text can never
+poison a commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from agentledger.errors import ToolError
+
+MAX_DEPTH = 200
+REPLACEMENT = "\ufffd"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class NotJournalable(ToolError):
+    """A value JSON cannot carry exactly (set, datetime, non-string key, NaN, too deep)."""
+
+    error_class = "not_journalable"
+
+
+def clean_text(text: str) -> str:
+    """``text`` with NUL and lone surrogates replaced by U+FFFD."""
+    if "\x00" in text:
+        text = text.replace("\x00", REPLACEMENT)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A valid pair is one code point in a Python str, so what is left is lone.
+        text = _SURROGATE.sub(REPLACEMENT, text)
+    return text
+
+
+def _check(value: Any, depth: int, path: str) -> Any:
+    if depth > MAX_DEPTH:
+        raise NotJournalable(f"value nested deeper than {MAX_DEPTH} levels at {path}")
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise NotJournalable(f"{value} at {path} is not JSON; use null or a string")
+        return value
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list | tuple):
+        return [_check(v, depth + 1, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise NotJournalable(
+                    f"key {k!r} at {path} is a {type(k).__name__}; JSON keys are strings"
+                )
+            out[clean_text(k)] = _check(v, depth + 1, f"{path}.{k}")
+        return out
+    raise NotJournalable(
+        f"{type(value).__name__} at {path} is not JSON; return dicts, lists, str, int, "
+        "float, bool or None (convert it first, e.g. a datetime to isoformat())"
+    )
+
+
+def journal_value(value: Any) -> Any:
+    """``value`` exactly as the journal will give it back on replay (tuples become lists,
+    text is sanitized); raise :class:`NotJournalable` for anything else."""
+    return _check(value, 0, "$")
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no spaces, UTF-8 text: equal values give equal strings, in every
+    process (no ``default=str``, whose output can differ between processes)."""
+    return json.dumps(
+        journal_value(value),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+
+
+def input_hash(value: Any) -> str:
+    """SHA-256 of the canonical JSON of ``value`` (hex, first 16 characters)."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
+
+
+__all__ = [
+    "MAX_DEPTH",
+    "NotJournalable",
+    "canonical_json",
+    "clean_text",
+    "input_hash",
+    "journal_value",
+]
