@@ -14,6 +14,7 @@ message that says what happened and what to do::
     │   ├── RateLimited             429: retried with backoff, honouring Retry-After
     │   ├── ProviderError           5xx: retried twice
     │   ├── ToolTimeout             no answer in time: reads retried once, writes are unknown
+│   ├── InProgress              409 in progress: the same request runs; wait and check
     │   ├── InvalidArguments        schema/validation: fed back to the model once
     │   ├── Refused                 refusal or policy block: never retried
     │   └── BusinessError           the tool's answer (sold out, declined): never retried
@@ -92,6 +93,13 @@ class ToolTimeout(ToolError):
     """The call did not answer in time; for a write the outcome is unknown."""
 
     error_class = "timeout"
+
+
+class InProgress(ToolError):
+    """409 "request in progress": the same key's first request is still running at the
+    provider. Not an answer: wait, then check or send again with the same key."""
+
+    error_class = "in_progress"
 
 
 class InvalidArguments(ToolError):

@@ -68,6 +68,8 @@ class Batch:
     outbox: list[OutboxItem] = field(default_factory=list)
     approvals: list[Approval] = field(default_factory=list)
     events: list[NewEvent] = field(default_factory=list)
+    # Compensation began: the run's undelivered outbox rows are dropped, not delivered.
+    drop_outbox: bool = False
 
 
 @dataclass
@@ -147,7 +149,13 @@ class Store(ABC):
 
     @abstractmethod
     async def cancel_run(self, run_id: str, reason: str, actor: str) -> Run:
-        """Cancel a non-terminal run (the owner's next fenced write fails)."""
+        """Request the cancel of a run (see "Cancel" in docs/architecture.md): a queued run
+        that never started is cancelled at once; any other non-terminal run gets
+        ``cancel_requested`` and its worker honours it at the next step boundary."""
+
+    async def cancel_requests(self, run_ids: list[str]) -> dict[str, str]:
+        """Which of ``run_ids`` have a cancel request (run id -> reason)."""
+        raise NotImplementedError
 
     # journal -------------------------------------------------------------
     @abstractmethod
