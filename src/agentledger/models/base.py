@@ -2,9 +2,9 @@
 
 A model takes the conversation (messages) and the tools it may call (JSON
 schemas) and answers with one assistant message: text, tool calls, or a refusal,
-plus usage in tokens and its cost. Providers (OpenAI-compatible, Anthropic) and
-the offline :class:`~agentledger.models.scripted.ScriptedModel` implement
-:class:`Model`; the engine never needs to know which one it talks to.
+plus usage in tokens and its cost. Every model implements :class:`Model`; the
+engine never needs to know which one it talks to. The offline
+:class:`~agentledger.models.scripted.ScriptedModel` is the one shipped today.
 """
 
 from __future__ import annotations
