@@ -54,7 +54,9 @@ class Execution:
         self.park_threshold = park_threshold
         self.clock = clock
         # Cancel requests the worker learned of since the claim (run id -> reason).
-        self.cancel_requests: Mapping[str, str] = cancel_requests or {}
+        self.cancel_requests: Mapping[str, str] = (
+            cancel_requests if cancel_requests is not None else {}
+        )  # the live map: kept by reference even while it is empty
         self.budget = definition.budget
         self.policy = definition.policy
         self.journal: dict[int, Step] = {}
