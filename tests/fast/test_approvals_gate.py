@@ -130,7 +130,8 @@ async def test_a_human_decision_at_expiry_time_wins_approve(tmp_path: Path) -> N
         run_id = await h.submit("book_it")  # default on expiry: reject
         await h.execute(run_id)
         h.clock.advance(3601)
-        run = await h.drive(run_id)
+        assert await h.execute(run_id) == RunStatus.COMPLETED  # in this pass, not a retry
+        run = await h.run(run_id)
         (decided,) = await h.store.get_approvals(run_id)
     assert run.status == RunStatus.COMPLETED, run
     assert (decided.decision, decided.decided_by) == ("approve", "manager:bo")
@@ -144,7 +145,8 @@ async def test_a_human_decision_at_expiry_time_wins_reject(tmp_path: Path) -> No
         run_id = await h.submit("book_it", {"vip": True})  # default on expiry: approve
         await h.execute(run_id)
         h.clock.advance(601)
-        run = await h.drive(run_id)
+        assert await h.execute(run_id) == RunStatus.COMPLETED
+        run = await h.run(run_id)
     assert run.status == RunStatus.COMPLETED and calls == []
     assert run.result == {"refused": "book was rejected by manager:bo"}
 
