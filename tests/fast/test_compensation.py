@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentledger import Agent, App, RunStatus, ScriptedModel, Status, ToolContext, Turn
 from agentledger.budget import Budget
 from agentledger.errors import BusinessError, RateLimited
@@ -88,6 +90,13 @@ def make_app(p: Provider, *, bad_args: bool = False) -> App:
         await ctx.tool("charge", amount=40)
         await ctx.tool("send_email", text="booking confirmed")
         raise RuntimeError("the hotel went away")
+
+    @app.workflow(name="two_charges_then_fail")
+    async def two_charges_then_fail(ctx: Any, input: Any) -> Any:
+        p.workflow_passes += 1
+        await ctx.tool("charge", amount=10)
+        await ctx.tool("charge", amount=20)
+        raise RuntimeError("no room after all")
 
     app.add_agent(
         Agent(
@@ -217,3 +226,24 @@ async def test_killed_mid_charge_at_max_steps_resolves_then_refunds(tmp_path: Pa
         ("compensation", "succeeded"),
     ]
     assert len(p.refunds) == 1
+
+
+@pytest.mark.parametrize(
+    ("newest", "end"), [(None, RunStatus.FAILED), ("declined", RunStatus.NEEDS_HUMAN)]
+)
+async def test_a_resumed_compensation_skips_what_is_settled(
+    tmp_path: Path, newest: str | None, end: str
+) -> None:
+    """Newest first: the second refund parks (429); on resume the first refund's journal
+    entry stands (done, or failed for good) and only the second one runs again."""
+    p = Provider(refund_faults=[newest or "ok", "429"])
+    async with Harness(tmp_path, make_app(p)) as h:
+        run_id = await h.submit("two_charges_then_fail")
+        assert await h.execute(run_id) == RunStatus.WAITING
+        calls_before = p.refund_calls
+        run = await h.drive(run_id)
+        journal = await h.journal(run_id)
+    assert run.status == end
+    assert p.refund_calls == calls_before + 1 and p.workflow_passes == 1
+    comps = [(s.input["compensates"], s.status) for s in journal if s.kind == "compensation"]
+    assert comps == [(2, "failed" if newest else "succeeded"), (1, "succeeded")]

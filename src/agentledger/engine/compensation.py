@@ -168,14 +168,18 @@ async def compensate(exe: Execution, decision: Decision) -> list[int]:
         except Handover as stuck:  # its outcome stays unknown: a human settles it
             failures.append(_failure(target, comp.tool, stuck.detail))
             continue
+        # As the journal states it, so a resumed run judges it the same way.
+        entry = exe.journal.get(comp_no)
+        ok = entry is not None and entry.status == StepStatus.SUCCEEDED
+        reason = outcome.error if entry is None else entry.error
         await exe.event(
-            "compensation.done" if outcome.ok else "compensation.failed",
-            {"step_no": target_no, "tool": comp.tool, "by_step": comp_no, "error": outcome.error},
+            "compensation.done" if ok else "compensation.failed",
+            {"step_no": target_no, "tool": comp.tool, "by_step": comp_no, "error": reason},
         )
-        if outcome.ok:
+        if ok:
             compensated.append(target_no)
         else:
-            failures.append(_failure(target, comp.tool, outcome.error))
+            failures.append(_failure(target, comp.tool, reason))
     if failures:
         raise Handover("compensation", "compensation could not be settled: " + "; ".join(failures))
     return compensated
