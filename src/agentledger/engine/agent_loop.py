@@ -3,7 +3,12 @@ or a stop condition.
 
 On resume the conversation is rebuilt from the journal (each model step holds
 the assistant message it produced, each tool step the result), and the model is
-never called again for a journaled step.
+never called again for a journaled step. The first pass builds the conversation
+from the journal entries it has just written too, so the rebuilt conversation is
+identical to the one before a crash, whatever the outcome of each step.
+
+Budgets and cancel requests are checked only before a brand-new step: a step
+found in flight on resume is resolved first.
 """
 
 from __future__ import annotations
@@ -16,10 +21,9 @@ from agentledger.engine.execution import Execution
 from agentledger.engine.model_step import model_step
 from agentledger.engine.signals import Handover, RunFailed
 from agentledger.engine.tool_step import run_tool_step
+from agentledger.engine.workflow_runner import hash_of, journaled_outcome
 from agentledger.models.base import Message
 from agentledger.records import StepStatus
-
-_DONE = {StepStatus.SUCCEEDED, StepStatus.FAILED}
 
 
 def user_message(run_input: Any) -> str:
@@ -41,11 +45,18 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
         prior = exe.journal.get(step_no)
         if prior is not None and prior.kind != "model":
             raise Handover("nondeterminism", f"step {step_no} should be a model call")
-        if prior is not None and prior.status == StepStatus.SUCCEEDED:
-            message = Message.from_dict(prior.output["message"])
-        else:
-            exe.between_steps()
-            message = await model_step(exe, agent, step_no, messages, schemas)
+        if prior is not None and prior.status == StepStatus.FAILED:
+            raise Handover("model_error", f"model step {step_no} failed: {prior.error}")
+        if prior is None or prior.status != StepStatus.SUCCEEDED:
+            if prior is None:
+                exe.between_steps()
+            await model_step(exe, agent, step_no, messages, schemas)
+            entry = exe.journal[step_no]
+            if entry.status != StepStatus.SUCCEEDED:
+                raise Handover("model_error", f"model step {step_no} failed: {entry.error}")
+            prior = entry
+        # The message as journaled, on the first pass as on replay.
+        message = Message.from_dict(prior.output["message"])
         messages.append(message)
         step_no += 1
         if message.refusal is not None:
@@ -53,10 +64,12 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
         if not message.tool_calls:
             return {"answer": message.content}
         for call in message.tool_calls:
-            done = exe.journal.get(step_no)
-            if done is None or done.status not in _DONE:
+            done = exe.prior(step_no, call.name, hash_of(call.arguments))
+            if done is None:
                 exe.between_steps()
-            outcome = await run_tool_step(exe, step_no, call.name, call.arguments)
+            key = done.idempotency_key if done is not None else None
+            outcome = await run_tool_step(exe, step_no, call.name, call.arguments, key=key)
+            outcome = journaled_outcome(exe, step_no, outcome)
             messages.append(
                 Message("tool", outcome.for_model(), tool_call_id=call.id, name=call.name)
             )

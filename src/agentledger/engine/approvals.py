@@ -5,15 +5,23 @@ Approval is a persisted run state, not a modal: the step is journaled as
 server-computed values, and the run parks until the approval is decided (the
 decision re-queues it) or expires (the worker claims it at ``expires_at`` and
 applies the declared default, recording it).
+
+Exactly one decision wins (the store decides atomically). When the worker applies
+the expiry default and a human decided first, the human's decision is read back
+and acted on: a run never fails on "already decided". A cancel request while the
+approval is pending closes it (rejected by ``system:cancelled``) and cancels the
+run: the proposed call never ran, so there is nothing in flight to resolve.
+
+A policy Deny is journaled with the class ``not_allowed``, which is what the model
+is told on the first pass and after any resume.
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from agentledger.engine.execution import Execution
-from agentledger.engine.signals import Park
+from agentledger.engine.signals import Cancelled, Park
 from agentledger.errors import Refused
 from agentledger.policies import Allow, Deny, ProposedCall, RequireApproval, decide
 from agentledger.records import Approval, Step, StepStatus
@@ -23,6 +31,15 @@ from agentledger.tools.contract import Tool
 
 if TYPE_CHECKING:  # tool_step imports this module; the outcome type is only annotated here
     from agentledger.engine.tool_step import ToolOutcome
+
+EXPIRED_BY = "system:expired"
+CANCELLED_BY = "system:cancelled"
+
+
+class NotAllowed(Refused):
+    """A policy denied the call: the model is told ``not_allowed`` and the reason."""
+
+    error_class = "not_allowed"
 
 
 async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> ToolOutcome | None:
@@ -61,13 +78,9 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> 
             )
         )
     if isinstance(decision, Deny):
-        outcome: ToolOutcome = await fail_step(
-            exe, step, Refused(decision.reason), events=_take(exe)
-        )
-        outcome.error_class = "not_allowed"
-        return outcome
+        return await fail_step(exe, step, NotAllowed(decision.reason), events=_take(exe))
     if isinstance(decision, RequireApproval):
-        now = time.time()
+        now = exe.clock.now()
         approval = Approval(
             id=new_id("a"),
             run_id=exe.run.id,
@@ -114,20 +127,43 @@ async def _decided(exe: Execution, step: Step, tool: Tool) -> ToolOutcome | None
     if not found:
         return None
     approval = found[0]
-    decision = approval.decision
-    if decision is None:
-        if time.time() < approval.expires_at:
+    if approval.decision is None:
+        cancel = exe.cancel_reason()
+        if cancel is not None:
+            approval = await _decide(exe, approval, "reject", CANCELLED_BY)
+            if approval.decision != "approve":
+                await fail_step(
+                    exe,
+                    step,
+                    Refused(f"{tool.name} was not run: the run was cancelled ({cancel})"),
+                    events=_take(exe),
+                )
+                raise Cancelled(cancel)
+        elif exe.clock.now() < approval.expires_at:
             raise Park(approval.expires_at, f"approval {approval.id} still pending")
-        approval = await exe.store.decide_approval(
-            approval.id, approval.default_decision, "system:expired"
-        )
-        decision = approval.decision
-    if decision == "approve":
+        else:
+            approval = await _decide(exe, approval, approval.default_decision, EXPIRED_BY)
+    if approval.decision == "approve":
         step.status = ""
         return None
     return await fail_step(
         exe, step, Refused(f"{tool.name} was rejected by {approval.decided_by}"), events=_take(exe)
     )
+
+
+async def _decide(exe: Execution, approval: Approval, decision: str, by: str) -> Approval:
+    """Decide ``approval`` for the system; if someone else decided first, their decision.
+
+    Exactly one decision wins in the store; the loser's error is not the run's
+    failure: the winner's decision is read back and acted on.
+    """
+    try:
+        return await exe.store.decide_approval(approval.id, decision, by)
+    except Exception:
+        for current in await exe.store.get_approvals(exe.run.id):
+            if current.id == approval.id and current.decision is not None:
+                return current
+        raise  # not decided by anyone: the store itself failed (the run is resumed)
 
 
 def _take(exe: Execution) -> list[NewEvent]:

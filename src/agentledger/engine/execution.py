@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentledger.agent import Agent
+from agentledger.canonical import NotJournalable, clean_text, journal_value
 from agentledger.clock import SYSTEM, Clock
-from agentledger.engine.signals import Abandon, Handover
+from agentledger.engine.signals import Abandon, Cancelled, Handover
 from agentledger.errors import LeaseLost, StoreError
-from agentledger.records import Approval, Effect, OutboxItem, Run, RunStatus, Step
+from agentledger.records import Approval, Effect, OutboxItem, Run, RunStatus, Step, StepStatus
 from agentledger.store.base import Batch, NewEvent, RunUpdate, Store
 from agentledger.tools.contract import Tool
 from agentledger.workflow import Workflow
@@ -53,11 +54,16 @@ class Execution:
         self.park_threshold = park_threshold
         self.clock = clock
         # Cancel requests the worker learned of since the claim (run id -> reason).
-        self.cancel_requests: Mapping[str, str] = cancel_requests or {}
+        self.cancel_requests: Mapping[str, str] = (
+            cancel_requests if cancel_requests is not None else {}
+        )  # the live map: kept by reference even while it is empty
         self.budget = definition.budget
         self.policy = definition.policy
         self.journal: dict[int, Step] = {}
         self.compensating = False
+        # Input hashes the code asked with, by step number, written with the step's
+        # first journal entry (the nondeterminism check compares them on replay).
+        self._input_hashes: dict[int, str] = {}
         self.pending_events: list[NewEvent] = []  # audit events for the next journal write
         self.step_count = run.step_count
         self.tokens = run.tokens
@@ -78,11 +84,13 @@ class Execution:
         """Active seconds left in the run's budget."""
         return self.budget.active_seconds - self.active_seconds()
 
-    def prior(self, step_no: int, name: str) -> Step | None:
+    def prior(self, step_no: int, name: str, input_hash: str | None = None) -> Step | None:
         """The journal entry of ``step_no``, checked to be the step the code asks for.
 
-        Replayed code must ask for its steps in the same order; a different name at
-        the same number means the code changed under the run: a human looks.
+        Replayed code must ask for its steps in the same order and with the same
+        arguments; a different name, or a different ``input_hash`` (of the step's
+        arguments), at the same number means the code changed under the run: a human
+        looks. The hash given here is written with the step's first journal entry.
         """
         step = self.journal.get(step_no)
         if step is not None and step.name != name:
@@ -90,16 +98,36 @@ class Execution:
                 "nondeterminism",
                 f"step {step_no} is {step.name!r} in the journal but the code asked for {name!r}",
             )
+        if input_hash is not None:
+            if step is not None and step.input_hash and step.input_hash != input_hash:
+                raise Handover(
+                    "nondeterminism",
+                    f"step {step_no} ({name!r}) was journaled with other arguments "
+                    f"(input hash {step.input_hash}, now {input_hash})",
+                )
+            self._input_hashes[step_no] = input_hash
         return step
 
     def key(self, step_no: int) -> str:
         """The deterministic idempotency key of a step."""
         return f"{self.run.id}:{step_no}"
 
+    def cancel_reason(self) -> str | None:
+        """Why the run is to be cancelled, if a cancel was requested (at claim or since)."""
+        return self.cancel_requests.get(self.run.id) or self.run.cancel_requested
+
     def between_steps(self) -> None:
-        """Checks made before a new step: shutdown, then budgets."""
+        """Checks made before a brand-new step: shutdown, cancel, then budgets.
+
+        Only ever called before a step the journal does not have: a step in flight
+        (started, unknown, retrying, waiting) is resolved first, so a budget or a
+        cancel never leaves a write unchecked.
+        """
         if self.stopping.is_set():
             raise Abandon("worker shutting down", release=True)
+        cancel = self.cancel_reason()
+        if cancel is not None:
+            raise Cancelled(cancel)
         reason = self.budget.exceeded(
             self.step_count, self.active_seconds(), self.tokens, self.cost_usd
         )
@@ -117,13 +145,21 @@ class Execution:
         approvals: Sequence[Approval] = (),
         events: Sequence[NewEvent] = (),
         park_until: float | None = None,
+        drop_outbox: bool = False,
     ) -> None:
         """Journal a step (fenced) and commit it before anything else happens.
 
         ``park_until``: also set the run ``waiting`` until then (dropping the lease) in the
         same transaction, so a decision that lands right after it finds the run waiting.
+        ``drop_outbox``: compensation begins; the run's undelivered outbox rows are dropped.
+
+        The output is stored as the journal will return it on replay (its JSON round
+        trip); an output JSON cannot carry fails the step with ``not_journalable``. The
+        idempotency key and input hash of a step are fixed by its first journal entry.
         """
         previous = self.journal.get(step.step_no)
+        _settle_values(step, previous, self._input_hashes.get(step.step_no))
+        effects = [_journalable_effect(e) for e in effects]
         step_count = self.step_count + (0 if previous else 1)
         tokens = self.tokens + step.tokens - (previous.tokens if previous else 0)
         cost = self.cost_usd + step.cost_usd - (previous.cost_usd if previous else 0.0)
@@ -145,6 +181,7 @@ class Execution:
             outbox=list(outbox),
             approvals=list(approvals),
             events=list(events),
+            drop_outbox=drop_outbox,
         )
         await self._commit(batch)
         self.journal[step.step_no] = step
@@ -190,3 +227,31 @@ class Execution:
             # expires) rather than failing it or letting workflow code see the error.
             log.warning("run %s: journal write failed (%s); abandoning it", self.run.id, exc)
             raise Abandon(f"store error: {exc}") from None
+
+
+def _settle_values(step: Step, previous: Step | None, input_hash: str | None) -> None:
+    """Make ``step`` exactly what replay will read back (see :meth:`Execution.record`)."""
+    if previous is not None and previous.idempotency_key is not None:
+        # Never recomputed: the provider knows the step by its first key.
+        step.idempotency_key = previous.idempotency_key
+    if previous is not None and previous.input_hash is not None:
+        step.input_hash = previous.input_hash
+    elif step.input_hash is None:
+        step.input_hash = input_hash
+    try:
+        step.output = journal_value(step.output)
+    except NotJournalable as exc:
+        step.output = None
+        if step.status == StepStatus.SUCCEEDED:
+            step.status, step.error_class = StepStatus.FAILED, exc.error_class
+            step.error = f"result of {step.name} cannot be journaled: {exc}"
+    if step.error is not None:
+        step.error = clean_text(step.error)
+
+
+def _journalable_effect(effect: Effect) -> Effect:
+    try:
+        effect.result = journal_value(effect.result)
+    except NotJournalable:
+        effect.result = None
+    return effect

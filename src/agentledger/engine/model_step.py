@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger.agent import Agent
+from agentledger.canonical import input_hash
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, next_delay
 from agentledger.engine.signals import Handover
@@ -55,6 +56,7 @@ async def model_step(
     message.role = "assistant"
     step.status, step.attempts = StepStatus.SUCCEEDED, state.attempts
     step.input = {"history": len(messages)}
+    step.input_hash = input_hash(step.input)
     step.output = {
         "message": message.to_dict(),
         "finish_reason": response.finish_reason,

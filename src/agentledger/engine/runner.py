@@ -1,23 +1,33 @@
 """Execute one claimed run to its next resting state.
 
-The outcome is one of: completed, failed, needs_human (handover), waiting
-(parked), or abandoned/released (no write: the lease is gone or the worker is
-stopping). Compensations run before a run is failed or handed over for a budget.
+The outcome is one of: completed, failed, cancelled, needs_human (handover),
+waiting (parked), or abandoned/released (no write: the lease is gone or the
+worker is stopping).
+
+A run that stops short of completing (it failed, was cancelled, or hit a budget)
+first journals that decision, then runs its compensations as durable steps
+(:mod:`agentledger.engine.compensation`), then finishes in the decided state. A
+compensation that waits parks the run, and the resumed run goes straight back to
+compensating; one that cannot be settled ends the run ``needs_human``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from agentledger.agent import Agent
 from agentledger.app import App
+from agentledger.canonical import journal_value
+from agentledger.clock import SYSTEM, Clock
 from agentledger.engine.agent_loop import run_agent
-from agentledger.engine.compensation import compensate
+from agentledger.engine.compensation import Decision, compensate, decide, journaled_decision
 from agentledger.engine.execution import Execution
-from agentledger.engine.signals import Abandon, Handover, Park, RunFailed
+from agentledger.engine.signals import Abandon, Cancelled, Handover, Park, RunFailed
 from agentledger.engine.workflow_runner import run_workflow
+from agentledger.errors import StoreError
 from agentledger.records import Run, RunStatus
 from agentledger.store.base import NewEvent, Store
 
@@ -36,12 +46,16 @@ async def execute_run(
     stopping: asyncio.Event | None = None,
     park_threshold: float = 2.0,
     max_resumes: int = 50,
+    cancel_requests: Mapping[str, str] | None = None,
+    clock: Clock = SYSTEM,
 ) -> str:
     """Run ``run`` (claimed by ``owner``) until it rests; return where it ended.
 
     A run that keeps losing its worker (``max_resumes`` lease takeovers: a crash
     loop, a step that kills its process) is handed to a human instead of being
-    resumed forever.
+    resumed forever. ``cancel_requests`` is the worker's live map of cancel requests
+    (run id -> reason), honoured at the next step boundary; ``clock`` is the time
+    the engine reads (a fake one in tests).
     """
     definition = app.get(run.name, run.version)
     if definition is None:  # claimed by target, so this is a programming error
@@ -55,6 +69,8 @@ async def execute_run(
         app.resources,
         stopping=stopping,
         park_threshold=park_threshold,
+        clock=clock,
+        cancel_requests=cancel_requests,
     )
     try:
         await exe.load()
@@ -74,14 +90,76 @@ async def execute_run(
 
 
 async def _drive(exe: Execution, definition: Any) -> str:
-    try:
-        if isinstance(definition, Agent):
-            result = await run_agent(exe, definition)
+    decision = journaled_decision(exe)
+    if decision is None:  # not compensating yet: run the agent or workflow
+        try:
+            if isinstance(definition, Agent):
+                result = await run_agent(exe, definition)
+            else:
+                result = await run_workflow(exe, definition)
+            result = journal_value(result)
+        except Park as park:
+            return await _park(exe, park)
+        except Handover as handover:
+            if handover.reason == "unknown_outcome":
+                # An unknown outcome is left exactly as it is for a human to resolve.
+                return await _hand_over(exe, definition, handover.reason, handover.detail)
+            decision = Decision(
+                RunStatus.NEEDS_HUMAN,
+                error=definition.end_user_message,
+                handover_reason=handover.detail,
+                event="run.handover",
+                data={"reason": handover.reason, "detail": handover.detail},
+            )
+        except Cancelled as cancelled:
+            decision = Decision(
+                RunStatus.CANCELLED,
+                error=f"cancelled: {cancelled.reason}",
+                event="run.cancelled",
+                data={"reason": cancelled.reason},
+            )
+        except RunFailed as failed:
+            decision = Decision(
+                RunStatus.FAILED,
+                error=failed.message,
+                handover_reason=failed.error_class,
+                data={"error": failed.message},
+            )
+        except StoreError as exc:
+            # The database failed, not the run: leave it to be resumed.
+            raise Abandon(f"store error: {exc}") from None
+        except Exception as exc:  # the workflow raised: the run fails, its effects are undone
+            message = f"{type(exc).__name__}: {exc}"
+            decision = Decision(RunStatus.FAILED, error=message, data={"error": message})
         else:
-            result = await run_workflow(exe, definition)
+            await exe.finish(
+                RunStatus.COMPLETED,
+                result=result,
+                events=[NewEvent("run.completed", exe.owner, {"steps": exe.step_count})],
+            )
+            return RunStatus.COMPLETED
+        decision = await decide(exe, decision)
+    try:
+        await compensate(exe, decision)
     except Park as park:
-        if park.committed:
-            return RunStatus.WAITING
+        return await _park(exe, park)
+    except Handover as handover:
+        heading = decision.handover_reason or decision.error or decision.status
+        detail = f"{handover.detail} (the run was heading to {decision.status}: {heading})"
+        return await _hand_over(exe, definition, handover.reason, detail)
+    except StoreError as exc:
+        raise Abandon(f"store error: {exc}") from None
+    await exe.finish(
+        decision.status,
+        error=decision.error,
+        handover_reason=decision.handover_reason,
+        events=[NewEvent(decision.event, exe.owner, decision.data)],
+    )
+    return decision.status
+
+
+async def _park(exe: Execution, park: Park) -> str:
+    if not park.committed:
         await exe.finish(
             RunStatus.WAITING,
             available_at=park.available_at,
@@ -89,53 +167,14 @@ async def _drive(exe: Execution, definition: Any) -> str:
                 NewEvent("run.parked", exe.owner, {"why": park.why, "until": park.available_at})
             ],
         )
-        return RunStatus.WAITING
-    except Handover as handover:
-        if handover.reason != "unknown_outcome":
-            # An unknown outcome is left exactly as it is for a human to resolve.
-            await _compensate(exe)
-        await exe.finish(
-            RunStatus.NEEDS_HUMAN,
-            error=definition.end_user_message,
-            handover_reason=handover.detail,
-            events=[
-                NewEvent(
-                    "run.handover",
-                    exe.owner,
-                    {"reason": handover.reason, "detail": handover.detail},
-                )
-            ],
-        )
-        return RunStatus.NEEDS_HUMAN
-    except RunFailed as failed:
-        await _compensate(exe)
-        await exe.finish(
-            RunStatus.FAILED,
-            error=failed.message,
-            handover_reason=failed.error_class,
-            events=[NewEvent("run.failed", exe.owner, {"error": failed.message})],
-        )
-        return RunStatus.FAILED
-    except Exception as exc:  # the workflow raised: the run fails, its effects are undone
-        await _compensate(exe)
-        message = f"{type(exc).__name__}: {exc}"
-        await exe.finish(
-            RunStatus.FAILED,
-            error=message,
-            events=[NewEvent("run.failed", exe.owner, {"error": message})],
-        )
-        return RunStatus.FAILED
+    return RunStatus.WAITING
+
+
+async def _hand_over(exe: Execution, definition: Any, reason: str, detail: str) -> str:
     await exe.finish(
-        RunStatus.COMPLETED,
-        result=result,
-        events=[NewEvent("run.completed", exe.owner, {"steps": exe.step_count})],
+        RunStatus.NEEDS_HUMAN,
+        error=definition.end_user_message,
+        handover_reason=detail,
+        events=[NewEvent("run.handover", exe.owner, {"reason": reason, "detail": detail})],
     )
-    return RunStatus.COMPLETED
-
-
-async def _compensate(exe: Execution) -> None:
-    try:
-        await compensate(exe)
-    except (Park, Handover) as stuck:
-        log.warning("compensation of run %s incomplete: %s", exe.run.id, stuck)
-        await exe.event("compensation.incomplete", {"detail": str(stuck)})
+    return RunStatus.NEEDS_HUMAN
