@@ -116,7 +116,10 @@ class OutboxDispatcher:
             return await _settle_dead(self, item, f"no tool {item.tool!r} in this app")
         run = await self.store.get_run(item.run_id)
         ops = Delivery(self, item, tool, run)
-        checking = ops.state.maybe_applied
+        # Go on where the last delivery stopped: checking an unknown outcome, or
+        # calling again (a same-key resend is a call, not a check).
+        checking = _last_entry(item).get("next", "check" if ops.state.maybe_applied else "call")
+        checking = checking == "check"
         if tool.idempotency == "effects":
             effect = await self.store.get_effect(ops.effect_key)
             if effect is not None and effect.status == "done":
@@ -199,7 +202,6 @@ class Delivery(Attempts[str]):
     async def check(self) -> Status:
         status_check = self.tool.status_check
         assert status_check is not None
-        self.state.checks += 1
         ctx = self._context()
         try:
             return await call_with_timeout(lambda: status_check(ctx, self.args), self.tool.timeout)
@@ -233,7 +235,11 @@ class Delivery(Attempts[str]):
             await self._settle_effect("failed")  # released: the next delivery claims again
         self.item.next_attempt_at = self.d.clock.now() + delay
         self.item.last_error = f"{error.error_class}: {error}"
-        self._note(error=self.item.last_error, retry_in=round(delay, 3))
+        self._note(
+            error=self.item.last_error,
+            retry_in=round(delay, 3),
+            next="check" if checking else "call",
+        )
         await self.d.store.settle_outbox(self.item)
         return PENDING
 
@@ -265,12 +271,18 @@ class Delivery(Attempts[str]):
         )
 
 
-def _last_state(item: OutboxItem) -> RetryState:
+def _last_entry(item: OutboxItem) -> dict[str, Any]:
+    """The last history entry written by a delivery (with its retry state), or {}."""
     for entry in reversed(item.history):
         if isinstance(entry, dict) and isinstance(entry.get("retry"), dict):
-            state = RetryState.from_dict(entry["retry"])
-            state.history = list(state.history)
-            return state
+            return entry
+    return {}
+
+
+def _last_state(item: OutboxItem) -> RetryState:
+    entry = _last_entry(item)
+    if entry:
+        return RetryState.from_dict(entry["retry"])
     return RetryState(attempts=item.attempts)
 
 

@@ -222,7 +222,6 @@ def after_status(policy: RetryPolicy, state: RetryState, status: Status) -> Deci
         if state.not_found > MAX_SAME_KEY_RETRIES:
             return Decision(FAIL, why=doubt or "not_found")
         return Decision(RETRY, 0.0)
-    state.checks += 1
     if state.checks >= MAX_STATUS_CHECKS:
         return Decision(GIVE_UP, why=f"still pending after {state.checks} status checks")
     return Decision(CHECK, backoff(policy, state.checks) or 0.0)
@@ -345,6 +344,7 @@ async def _resolve(ops: Attempts[T]) -> Decision | T:
     """Settle an unknown outcome: status check, same-key resend, or give up."""
     if not ops.checkable:
         return _bounded(ops, resend_same_key(ops.policy, ops.state, ops.keyed))
+    ops.state.checks += 1
     status = await ops.check()
     if status.state == "succeeded":
         ops.state.maybe_applied, ops.state.doubt = False, None

@@ -100,7 +100,6 @@ class WriteAttempts(StepAttempts):
     async def check(self) -> Status:
         status_check = self.tool.status_check
         assert status_check is not None
-        self.state.checks += 1
         ctx = tool_context(self.exe, self.step.step_no, self.key, self.tool, self.state.attempts)
         # A status check reads; it runs even past the run's deadline.
         ctx.deadline = self.exe.clock.monotonic() + self.tool.timeout
