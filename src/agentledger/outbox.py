@@ -14,8 +14,10 @@ each like any other write step (:func:`agentledger.engine.retries.run_attempts`)
   provider-keyed tool; for a tool guarded by the effects table the claim is taken
   before the call, and a claim found without a result is never called again: the
   row goes dead with "outcome unknown, check with the provider";
-* every wait reschedules the row (``next_attempt_at``); the retry state travels in
-  the row's history, so the next delivery goes on where this one stopped;
+* every wait, and every further call, reschedules the row (``next_attempt_at``), so
+  one delivery is at most a call and a status check (within its claim's lease); the
+  retry state travels in the row's history, so the next delivery goes on where this
+  one stopped;
 * what exhausts its attempts, or cannot be settled, is a dead letter with its
   history. Only ``pending`` rows are delivered (a compensated step's rows are
   ``dropped`` by the store).
@@ -157,6 +159,7 @@ class Delivery(Attempts[str]):
         self.checkable = tool.status_check is not None
         self.keyed = tool.idempotency == "provider"
         self.max_calls = tool.outbox_attempts
+        self.inline_retries = False
         self.effect_key = item.key
         if tool.effect_key is not None:
             self.effect_key = tool.effect_key(self.args, self._context())

@@ -261,6 +261,9 @@ class Attempts(Generic[T]):
     checkable: bool = False
     keyed: bool = False
     max_calls: int | None = None  # total calls allowed (the outbox's attempts)
+    # False: every new call goes through :meth:`wait`, even with no delay (the outbox
+    # reschedules it, so one delivery stays within its lease: a call and a check).
+    inline_retries: bool = True
 
     async def call(self) -> Any:
         """One attempt (with its timeout); raises a failure class."""
@@ -300,6 +303,7 @@ async def run_attempts(ops: Attempts[T], *, checking: bool = False) -> T:
 
     ``checking``: start by resolving an unknown outcome instead of calling.
     """
+    tried: ToolError | None = None  # the last failure of a call actually made
     while True:
         error: ToolError | None = None
         if checking:
@@ -326,6 +330,10 @@ async def run_attempts(ops: Attempts[T], *, checking: bool = False) -> T:
                 if ops.write and decision.action in (CHECK, GIVE_UP):
                     await ops.unknown(error)
                 decision = _bounded(ops, decision)
+                if isinstance(error, DeadlineReached):
+                    # Not called: the failure to report is the last call's, if one was made.
+                    error = tried or error
+                tried = error
             else:
                 return await ops.succeeded(result, "executed")
         if decision.action == FAIL:
@@ -333,7 +341,7 @@ async def run_attempts(ops: Attempts[T], *, checking: bool = False) -> T:
         if decision.action == GIVE_UP:
             return await ops.give_up(decision.why)
         checking = decision.action == CHECK
-        if decision.delay > 0:
+        if decision.delay > 0 or (decision.action == RETRY and not ops.inline_retries):
             reason = error or ToolError("status pending")
             stop = await ops.wait(decision.delay, reason, checking=checking)
             if stop is not None:
