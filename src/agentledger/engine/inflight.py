@@ -17,11 +17,6 @@ from contextlib import asynccontextmanager
 _held: dict[Hashable, asyncio.Event] = {}
 
 
-def busy(key: Hashable) -> bool:
-    """True while an attempt of ``key`` runs in this process."""
-    return key in _held
-
-
 @asynccontextmanager
 async def exclusive(key: Hashable) -> AsyncIterator[bool]:
     """Hold ``key`` for the body. Yields False if another holder had to be waited for
@@ -50,4 +45,4 @@ async def try_exclusive(key: Hashable) -> AsyncIterator[bool]:
         yield fresh
 
 
-__all__ = ["busy", "exclusive", "try_exclusive"]
+__all__ = ["exclusive", "try_exclusive"]
