@@ -274,7 +274,8 @@ class Attempts(Generic[T]):
         raise NotImplementedError
 
     async def before_call(self) -> bool:
-        """Just before a call (claims, journal); False: do not call (settled)."""
+        """Just before a call (e.g. take the effects-table claim). False: the call may
+        not be made (the claim is held without a result): the loop gives up."""
         return True
 
     async def succeeded(self, result: Any, how: str) -> T:
