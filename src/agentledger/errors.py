@@ -12,9 +12,11 @@ message that says what happened and what to do::
     ├── LeaseLost                   a fenced write was rejected: another worker owns the run
     ├── ToolError                   a tool call failed; the subclass is its failure class
     │   ├── RateLimited             429: retried with backoff, honouring Retry-After
-    │   ├── ProviderError           5xx: retried twice
+    │   ├── ProviderError           5xx: reads retried twice; a write's 5xx is an unknown outcome
+    │   │   └── NotSent             could not connect: provably never sent, safe to resend
     │   ├── ToolTimeout             no answer in time: reads retried once, writes are unknown
-│   ├── InProgress              409 in progress: the same request runs; wait and check
+    │   ├── DeadlineReached         no time left before the run's deadline: never called
+    │   ├── InProgress              409 in progress: the same request runs; wait and check
     │   ├── InvalidArguments        schema/validation: fed back to the model once
     │   ├── Refused                 refusal or policy block: never retried
     │   └── BusinessError           the tool's answer (sold out, declined): never retried
@@ -84,9 +86,32 @@ class RateLimited(ToolError):
 
 
 class ProviderError(ToolError):
-    """The provider failed (5xx or connection error before the request was sent)."""
+    """The provider failed: it answered 5xx, or could not be reached.
+
+    A 5xx answer to a write is *indeterminate* (Stripe: "you may still see requests
+    with a 500 error that produce user-visible side effects", and the saved 500 is
+    replayed for the same key): the engine treats it as an unknown outcome.
+    """
 
     error_class = "provider_error"
+    #: True only when the request provably never reached the provider.
+    not_sent = False
+
+
+class NotSent(ProviderError):
+    """The request provably never left this process (connection refused): sending it
+    again cannot apply anything twice."""
+
+    not_sent = True
+
+
+class DeadlineReached(ToolError):
+    """No time was left before the run's deadline, so the tool was *not called*.
+
+    Not called means not applied: a final failure, never an unknown outcome.
+    """
+
+    error_class = "deadline"
 
 
 class ToolTimeout(ToolError):

@@ -12,24 +12,28 @@ is journaled.
 
 A write that timed out, or a ``started`` write found on resume, has an unknown
 outcome and is resolved by :mod:`agentledger.engine.unknown`, never by a blind
-second call.
+second call. Reads and writes share one attempt loop
+(:func:`agentledger.engine.retries.run_attempts`). Within one process a step is
+never attempted twice at once (:mod:`agentledger.engine.inflight`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from agentledger.engine import approvals as approval_gate
+from agentledger.engine import inflight
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import (
+    Attempts,
     RetryState,
     as_tool_error,
     call_with_timeout,
-    next_delay,
+    run_attempts,
 )
 from agentledger.engine.signals import Park
 from agentledger.errors import InvalidArguments, ToolError
@@ -71,7 +75,7 @@ def new_step(exe: Execution, step_no: int, kind: str, name: str, **fields: Any) 
         kind=kind,
         name=name,
         lease_epoch=exe.epoch,
-        started_at=time.time(),
+        started_at=exe.clock.now(),
         **fields,
     )
 
@@ -88,14 +92,16 @@ async def fail_step(
     step.status = StepStatus.FAILED
     step.error_class, step.error = error.error_class, str(error)
     step.output = error.data if isinstance(error.data, dict | list) else None
-    close_duration(step)
+    close_duration(step, exe.clock.now())
     await exe.record(step, events=events or [], effects=effects or [])
     return ToolOutcome(False, error_class=step.error_class, error=step.error)
 
 
-def close_duration(step: Step) -> None:
+def close_duration(step: Step, now: float | None = None) -> None:
+    """Set the step's duration from its start to ``now`` (default: the wall clock)."""
     if step.started_at is not None:
-        step.duration_ms = round((time.time() - step.started_at) * 1000, 3)
+        end = time.time() if now is None else now
+        step.duration_ms = round((end - step.started_at) * 1000, 3)
 
 
 def tool_context(exe: Execution, step_no: int, key: str, tool: Tool, attempt: int) -> ToolContext:
@@ -106,12 +112,13 @@ def tool_context(exe: Execution, step_no: int, key: str, tool: Tool, attempt: in
         run_id=exe.run.id,
         step_no=step_no,
         idempotency_key=key,
-        deadline=time.monotonic() + timeout,
+        deadline=exe.clock.monotonic() + timeout,
         tenant_id=exe.run.tenant_id,
         user_id=exe.run.user_id,
         attempt=attempt,
         run_input=exe.run.input,
         resources=exe.resources,
+        clock=exe.clock,
     )
 
 
@@ -125,7 +132,34 @@ async def run_tool_step(
     key: str | None = None,
     compensates: int | None = None,
 ) -> ToolOutcome:
-    """Execute (or replay) step ``step_no``: a call of tool ``name``."""
+    """Execute (or replay) step ``step_no``: a call of tool ``name``.
+
+    Never two attempts of one step at once in this process: a second entrant (the
+    same run re-claimed while the first is still calling) waits for the first, then
+    goes on from what the journal says -- a ``started`` write is status-checked.
+    """
+    async with inflight.exclusive((exe.run.id, step_no)) as fresh:
+        if not fresh:
+            await _reload(exe, step_no)
+        return await _tool_step(exe, step_no, name, raw_args, kind, key, compensates)
+
+
+async def _reload(exe: Execution, step_no: int) -> None:
+    """Re-read one journal entry another execution of this run may have written."""
+    for step in await exe.store.load_journal(exe.run.id):
+        if step.step_no == step_no:
+            exe.journal[step_no] = step
+
+
+async def _tool_step(
+    exe: Execution,
+    step_no: int,
+    name: str,
+    raw_args: dict[str, Any] | str,
+    kind: str,
+    key: str | None,
+    compensates: int | None,
+) -> ToolOutcome:
     prior = exe.prior(step_no, name)
     if prior is not None and prior.status in _REPLAYABLE:
         return _replay(prior)
@@ -225,7 +259,7 @@ async def _enqueue(
     )
     step.status, step.idempotency_key = StepStatus.SUCCEEDED, key
     step.output = {"queued": True, "outbox_key": outbox_key}
-    close_duration(step)
+    close_duration(step, exe.clock.now())
     await exe.record(
         step,
         outbox=[item],
@@ -242,30 +276,48 @@ def take_events(exe: Execution) -> list[NewEvent]:
     return events
 
 
+class StepAttempts(Attempts[ToolOutcome]):
+    """The attempts of one journaled tool step: the tool's timeout and the run's
+    deadline, short waits in the worker, long ones park the run."""
+
+    def __init__(
+        self, exe: Execution, step: Step, tool: Tool, args: dict[str, Any], key: str
+    ) -> None:
+        self.exe, self.step, self.tool, self.args, self.key = exe, step, tool, args, key
+        self.policy = tool.retry
+        self.state = RetryState.from_dict(
+            step.output.get("retry") if isinstance(step.output, dict) else None
+        )
+
+    async def call(self) -> Any:
+        ctx = tool_context(self.exe, self.step.step_no, self.key, self.tool, self.state.attempts)
+        return await call_with_timeout(lambda: self.tool.call(ctx, self.args), ctx.time_left())
+
+    async def succeeded(self, result: Any, how: str) -> ToolOutcome:
+        step = self.step
+        step.status, step.output, step.attempts = StepStatus.SUCCEEDED, result, self.state.attempts
+        step.error_class = step.error = None
+        close_duration(step, self.exe.clock.now())
+        await self.exe.record(step, events=take_events(self.exe))
+        return ToolOutcome(True, result=result)
+
+    async def failed(self, error: ToolError) -> ToolOutcome:
+        self.step.attempts = self.state.attempts
+        return await fail_step(self.exe, self.step, error, events=take_events(self.exe))
+
+    async def give_up(self, why: str) -> ToolOutcome:  # a read always settles
+        raise AssertionError(f"a read cannot have an unknown outcome ({why})")
+
+    async def wait(self, delay: float, error: ToolError, *, checking: bool) -> ToolOutcome | None:
+        status = StepStatus.UNKNOWN if checking else StepStatus.RETRYING
+        await wait_or_park(self.exe, self.step, self.state, delay, error, status=status)
+        return None
+
+
 async def _call_read(
     exe: Execution, step: Step, tool: Tool, args: dict[str, Any], key: str
 ) -> ToolOutcome:
-    state = RetryState.from_dict(
-        step.output.get("retry") if isinstance(step.output, dict) else None
-    )
-    while True:
-        state.attempts += 1
-        ctx = tool_context(exe, step.step_no, key, tool, state.attempts)
-        try:
-            result = await call_with_timeout(lambda: tool.call(ctx, args), ctx.time_left())
-        except Exception as exc:
-            error = as_tool_error(exc)
-            delay = next_delay(tool.retry, state, error, is_read=True)
-            if delay is None:
-                step.attempts = state.attempts
-                return await fail_step(exe, step, error, events=take_events(exe))
-            await wait_or_park(exe, step, state, delay, error)
-            continue
-        step.status, step.output, step.attempts = StepStatus.SUCCEEDED, result, state.attempts
-        step.error_class = step.error = None
-        close_duration(step)
-        await exe.record(step, events=take_events(exe))
-        return ToolOutcome(True, result=result)
+    return await run_attempts(StepAttempts(exe, step, tool, args, key))
 
 
 async def wait_or_park(
@@ -278,15 +330,17 @@ async def wait_or_park(
     status: str = StepStatus.RETRYING,
 ) -> None:
     """Sleep a short backoff in the worker; park the run for a long one."""
+    if not math.isfinite(delay) or delay < 0:  # never a delay that is no time at all
+        raise ValueError(f"not a usable delay: {delay!r}")
     if delay <= exe.park_threshold:
         if delay > 0:
-            await asyncio.sleep(delay)
+            await exe.clock.sleep(delay)
         return
     step.status, step.attempts = status, state.attempts
     step.output = {"retry": state.to_dict()}
     step.error_class, step.error = error.error_class, str(error)
     await exe.record(step, events=take_events(exe))
-    raise Park(time.time() + delay, f"{step.name} backing off {delay:.1f} s")
+    raise Park(exe.clock.now() + delay, f"{step.name} backing off {delay:.1f} s")
 
 
 async def claim_effect(exe: Execution, step: Step, key: str) -> Effect | None:
@@ -303,6 +357,7 @@ async def claim_effect(exe: Execution, step: Step, key: str) -> Effect | None:
 
 
 __all__ = [
+    "StepAttempts",
     "ToolOutcome",
     "claim_effect",
     "close_duration",

@@ -169,6 +169,12 @@ class Store(ABC):
     @abstractmethod
     async def get_effect(self, key: str) -> Effect | None: ...
 
+    async def swap_effect(self, effect: Effect, expected: str | None) -> tuple[bool, Effect | None]:
+        """Write ``effect`` outside any run's fence, only if the key's row has status
+        ``expected`` (None: absent). Returns (written, current row). The outbox claims
+        and settles effect keys of its deliveries with it."""
+        raise NotImplementedError
+
     @abstractmethod
     async def list_events(self, run_id: str | None = None, after_id: int = 0) -> list[Event]: ...
 

@@ -261,6 +261,11 @@ class SQLStore(Store):
     async def get_effect(self, key: str) -> Effect | None:
         return await self._call(lambda c: q.get_effect(self.dialect, c, key), write=False)
 
+    async def swap_effect(self, effect: Effect, expected: str | None) -> tuple[bool, Effect | None]:
+        from agentledger.store.queries.effect_swap import swap_effect
+
+        return await self._call(lambda c: swap_effect(self.dialect, c, effect, expected))
+
     async def list_events(self, run_id: str | None = None, after_id: int = 0) -> list[Event]:
         return await self._call(
             lambda c: q.list_events(self.dialect, c, run_id, after_id), write=False

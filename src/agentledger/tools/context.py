@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from agentledger.clock import SYSTEM, Clock
 
 
 @dataclass
@@ -19,13 +20,14 @@ class ToolContext:
     run_id: str
     step_no: int
     idempotency_key: str
-    deadline: float  # time.monotonic() by which the call must finish
+    deadline: float  # clock.monotonic() by which the call must finish
     tenant_id: str
     user_id: str | None
     attempt: int = 1
     run_input: Any = None
     resources: dict[str, Any] = field(default_factory=dict)
+    clock: Clock = field(default=SYSTEM, repr=False)
 
     def time_left(self) -> float:
         """Seconds left before this call's deadline."""
-        return max(0.0, self.deadline - time.monotonic())
+        return max(0.0, self.deadline - self.clock.monotonic())

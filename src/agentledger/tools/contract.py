@@ -38,10 +38,14 @@ class RetryPolicy:
     """Retries by failure class (DESIGN.md, "Retry by failure class")."""
 
     rate_limited: int = 3
-    provider_error: int = 2
+    provider_error: int = 2  # for a write: same-key resends after an unknown 5xx
     timeout: int = 1  # reads only; a write's timeout is an unknown outcome
+    in_progress: int = 5  # waits for "409 request in progress" before handing over
     base_delay: float = 0.2
     max_delay: float = 30.0
+    #: The longest Retry-After honoured (seconds). A longer (or infinite) one is the
+    #: rate-limit class's failure: no further retry, rather than a run parked for years.
+    max_retry_after: float = 300.0
 
 
 @dataclass(frozen=True)

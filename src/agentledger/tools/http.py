@@ -6,6 +6,8 @@ retry by class (429 with Retry-After, 5xx, business errors never).
 
 from __future__ import annotations
 
+import math
+import time
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -13,7 +15,9 @@ import httpx
 
 from agentledger.errors import (
     BusinessError,
+    InProgress,
     InvalidArguments,
+    NotSent,
     ProviderError,
     RateLimited,
     Refused,
@@ -22,19 +26,30 @@ from agentledger.errors import (
 
 
 def retry_after_seconds(value: str | None) -> float | None:
-    """Parse Retry-After: delta-seconds or an HTTP date."""
+    """Parse Retry-After: delta-seconds or an HTTP date.
+
+    ``inf`` stays infinite (the engine's cap turns it into the class's failure);
+    ``nan`` and garbage mean "no Retry-After".
+    """
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return None if math.isnan(seconds) else max(0.0, seconds)
     try:
-        import time
-
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
+
+
+def _error_code(detail: Any) -> Any:
+    """The provider's error code: ``{"error": "code"}`` or ``{"error": {"code": ...}}``."""
+    if isinstance(detail, dict):
+        return detail.get("code", detail.get("type"))
+    return detail
 
 
 def _body(response: httpx.Response) -> Any:
@@ -57,7 +72,10 @@ def raise_for_provider(response: httpx.Response) -> None:
             retry_after=retry_after_seconds(response.headers.get("Retry-After")),
         )
     if status >= 500:
+        # An answered 5xx: for a write the engine treats it as an unknown outcome.
         raise ProviderError(f"provider error {status}: {detail}")
+    if status == 409 and _error_code(detail) == "request_in_progress":
+        raise InProgress(f"request in progress ({status}): {detail}", data=body)
     if status == 400 or (status == 422 and detail == "validation_error"):
         raise InvalidArguments(f"rejected arguments ({status}): {detail}", data=body)
     if status == 403:
@@ -71,14 +89,15 @@ async def call_provider(
     """Send a request, mapping transport failures to failure classes.
 
     A timeout becomes :class:`ToolTimeout` (for a write: outcome unknown); a
-    connection refused before anything was sent becomes :class:`ProviderError`.
+    connection that could not be opened (refused, or timed out while connecting)
+    provably sent nothing and becomes :class:`NotSent` (safe to send again).
     """
     try:
         response = await client.request(method, url, **kwargs)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise NotSent(f"cannot connect to {url}: {exc}") from exc
     except httpx.TimeoutException as exc:
         raise ToolTimeout(f"{method} {url} timed out") from exc
-    except httpx.ConnectError as exc:
-        raise ProviderError(f"cannot connect to {url}: {exc}") from exc
     except httpx.TransportError as exc:
         # The request may have reached the provider: treat like a timeout (unknown).
         raise ToolTimeout(f"{method} {url} failed in transit: {exc}") from exc

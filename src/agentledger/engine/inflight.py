@@ -1,0 +1,48 @@
+"""Never two attempts of one step at once in one process, whatever the lease does.
+
+A lease can be lost and re-claimed by the same worker while its first execution of
+a step is still inside the tool call (a lease shorter than the call, a stalled
+event loop). The fence stops the stale execution's *writes*, not its *calls*. This
+registry holds every step (run id, step number) and outbox row being attempted in
+this process; a second entrant waits for the first to leave and then re-reads the
+journal -- it never calls while the first may still be calling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Hashable
+from contextlib import asynccontextmanager
+
+_held: dict[Hashable, asyncio.Event] = {}
+
+
+@asynccontextmanager
+async def exclusive(key: Hashable) -> AsyncIterator[bool]:
+    """Hold ``key`` for the body. Yields False if another holder had to be waited for
+    (the caller must re-read what that holder may have written), True otherwise."""
+    waited = False
+    while key in _held:
+        waited = True
+        await _held[key].wait()
+    done = asyncio.Event()
+    _held[key] = done
+    try:
+        yield not waited
+    finally:
+        del _held[key]
+        done.set()
+
+
+@asynccontextmanager
+async def try_exclusive(key: Hashable) -> AsyncIterator[bool]:
+    """Hold ``key`` for the body if nobody does; yields False (holding nothing) if
+    another attempt of it runs now -- the caller abandons instead of calling."""
+    if key in _held:
+        yield False
+        return
+    async with exclusive(key) as fresh:
+        yield fresh
+
+
+__all__ = ["exclusive", "try_exclusive"]

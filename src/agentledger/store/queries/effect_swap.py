@@ -1,0 +1,56 @@
+"""An effects-table write outside any run's fence: the outbox claims effect keys
+for its deliveries after their run may have ended."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agentledger.records import Effect, dumps
+from agentledger.store import rows
+from agentledger.store.dialect import Dialect
+
+
+def swap_effect(
+    d: Dialect, conn: Any, effect: Effect, expected: str | None
+) -> tuple[bool, Effect | None]:
+    """Write ``effect`` only if its key's row has status ``expected`` (None: no row).
+
+    Returns (written, the row as it is now). Idempotent: a retry after a lost reply
+    finds its own write and reports it written.
+    """
+    params = {
+        "key": effect.key,
+        "run_id": effect.run_id,
+        "step_no": effect.step_no,
+        "status": effect.status,
+        "result": dumps(effect.result),
+        "now": time.time(),
+        "expected": expected,
+    }
+    if expected is None:
+        changed = d.execute(
+            conn,
+            "INSERT INTO effects (key, run_id, step_no, status, result, updated_at) "
+            "VALUES (:key, :run_id, :step_no, :status, :result, :now) "
+            "ON CONFLICT (key) DO NOTHING",
+            params,
+        )
+    else:
+        changed = d.execute(
+            conn,
+            "UPDATE effects SET run_id = :run_id, step_no = :step_no, status = :status, "
+            "result = :result, updated_at = :now WHERE key = :key AND status = :expected",
+            params,
+        )
+    found = d.fetchall(conn, "SELECT * FROM effects WHERE key = :key", params)
+    current = rows.effect_from(found[0]) if found else None
+    if changed:
+        return True, current
+    mine = current is not None and (
+        current.run_id,
+        current.step_no,
+        current.status,
+        current.result,
+    ) == (effect.run_id, effect.step_no, effect.status, effect.result)
+    return mine, current
