@@ -120,13 +120,8 @@ class Pipeline:
         injected = await self._injected(endpoint)
         if injected is not None:
             return injected
-        after_error = self.faults.error_after_commit(endpoint)
-        saved = (
-            (after_error[0], _after_commit_error(after_error[0]))
-            if after_error is not None and after_error[1] and not keyless
-            else None
-        )
         if keyless:
+            after_error = self.faults.error_after_commit(endpoint)
             hold = self.faults.hold_before(endpoint)
             status_code, text, _ = await self._shielded(
                 self._apply(endpoint, None, hold, operation, run_id, None)
@@ -159,6 +154,13 @@ class Pipeline:
                     media_type="application/json",
                     headers={"Idempotent-Replayed": "true"},
                 )
+            # Only a request that will apply rolls the after-commit dice (not a replay).
+            after_error = self.faults.error_after_commit(endpoint)
+            saved = (
+                (after_error[0], _after_commit_error(after_error[0]))
+                if after_error is not None and after_error[1]
+                else None
+            )
             hold = self.faults.hold_before(endpoint)
             status_code, text, _ = await self._shielded(
                 self._apply(endpoint, key, hold, operation, run_id, saved)
