@@ -80,7 +80,7 @@ def test_demo_default_chaos_mix() -> None:
     """``--kill-every`` alone installs the default chaos mix; the verdict also needs every
     fault to fire and no outbox row to die."""
     code, report, stderr = run_demo(
-        "--runs", "30", "--workers", "2", "--kill-every", "2", timeout=400
+        "--runs", "50", "--workers", "2", "--kill-every", "2", timeout=400
     )
     assert report["faults"] and "error_after_commit" in report["faults"], report
     assert "crm:keyless" in report["faults"]

@@ -31,7 +31,7 @@ from agentledger.cli.tables import journal_entry, journal_table
 
 DEFAULT_CHAOS = (
     "payments.create:error_after_commit@0.1,status=500,save=1;"
-    "bookings.create:error_after_commit@0.05,status=502;"
+    "bookings.create:error_after_commit@0.1,status=502;"
     "payments.create:decline@0.15;"
     "payments.create:timeout_after_commit@0.25,hold=5;"
     "payments.refund:hold@0.5,hold=4;"
