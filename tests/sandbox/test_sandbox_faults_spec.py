@@ -27,7 +27,11 @@ def test_parse_example_spec() -> None:
 
 
 def test_spec_round_trips_through_text_and_dict() -> None:
-    spec = "bookings.create:error,status=502,count=2;*:latency@0.25,ms=40;seed=11"
+    spec = (
+        "bookings.create:error,status=502,count=2;*:latency@0.25,ms=40;"
+        "payments.create:error_after_commit@0.1,status=504,save=1;email:keyless;"
+        "status:lag,lag=1.5;seed=11"
+    )
     config = parse_faults(spec)
     assert parse_faults(config.to_spec()) == config
     assert FaultConfig.from_dict(config.to_dict()) == config
@@ -51,6 +55,13 @@ def test_spec_round_trips_through_text_and_dict() -> None:
         ("seed=abc", "seed"),
         ("search", "ENDPOINT:KIND"),
         ("email:outage,end=3,duration=2", "not both"),
+        ("search:error_after_commit", "write endpoints only"),
+        ("payments.create:error_after_commit,status=503", "500, 502 or 504"),
+        ("payments.create:error_after_commit,save=2", "save=2 must be 0 or 1"),
+        ("email:keyless@0.5", "no probability"),
+        ("email:keyless,count=1", "no count"),
+        ("availability:keyless", "write endpoints only"),
+        ("payments.status:lag,hold=1", "takes no parameter 'hold'"),
     ],
 )
 def test_bad_spec_raises_one_line_error_with_example(spec: str, message: str) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from agentledger.sandbox import SandboxServer
+from agentledger.sandbox import SandboxServer, check_invariants
 
 if TYPE_CHECKING:
     from conftest import StayHub
@@ -176,13 +176,22 @@ def test_decline_is_a_stored_business_error(api: StayHub, sb: SandboxServer) -> 
     assert [e["kind"] for e in sb.ledger()] == ["booking", "charge"]
 
 
-def test_amount_mismatch(api: StayHub, sb: SandboxServer) -> None:
+def test_payments_charge_what_they_are_sent(api: StayHub, sb: SandboxServer) -> None:
+    """Like Stripe, the payments provider knows nothing of bookings: a wrong amount is
+    charged, and recorded beside the booking's price for the ledger checks."""
     booking = api.book("run-j:1").json()
-    wrong = {"amount": booking["total"]["amount"] - 1, "currency": "EUR"}
+    price = booking["total"]["amount"]
+    wrong = {"amount": price - 1, "currency": "EUR"}
     response = api.pay("run-j:2", booking, amount=wrong)
-    assert response.status_code == 422
-    assert response.json()["error"] == "amount_mismatch"
-    assert [e["kind"] for e in sb.ledger()] == ["booking"]
+    assert response.status_code == 201
+    assert response.json()["amount"] == wrong
+    charge = sb.ledger()[-1]
+    assert (charge["kind"], charge["amount"], charge["expected_amount"]) == (
+        "charge",
+        price - 1,
+        price,
+    )
+    assert check_invariants(sb.ledger())["wrong_amount_charges"] == 1
 
 
 def test_sold_out_cancel_and_refund(api: StayHub, sb: SandboxServer) -> None:
@@ -216,6 +225,7 @@ def test_fault_control_endpoint(api: StayHub, sb: SandboxServer) -> None:
     assert api.get("/faults").json() == {
         "seed": 5,
         "faults": [{"endpoint": "crm", "kind": "latency", "probability": 1.0, "ms": 10.0}],
+        "stats": {"fired": [{"fault": "crm:latency,ms=10", "fired": 0}], "dropped": {}},
     }
     bad = api.put("/faults", json={"faults": [{"endpoint": "nope", "kind": "error"}]})
     assert bad.status_code == 422 and "unknown endpoint" in bad.json()["detail"]

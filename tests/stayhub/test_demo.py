@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.slow
+from agentledger.sandbox import INVARIANTS
 
-INVARIANTS = ("double_charges", "orphan_charges", "duplicate_bookings", "duplicate_emails")
+pytestmark = pytest.mark.slow
 
 
 def run_demo(
@@ -33,9 +33,13 @@ def test_demo_defaults() -> None:
     code, report, stderr = run_demo()
     assert code == 0, (report, stderr)
     assert report["runs"] == {"completed": 20}
+    assert set(report["invariants"]) == set(INVARIANTS)
     assert all(report["invariants"][k] == 0 for k in INVARIANTS)
-    assert report["outbox"]["pending"] == 0 and report["outbox"]["delivered"] == 40
-    assert report["ledger"]["charges"] == 20 and report["ledger"]["emails"] == 20
+    # Every tenth guest cancels after paying: refunded and cancelled, no CRM, no email.
+    assert report["outbox"] == {"delivered": 36, "pending": 0, "dead": 0}
+    assert report["ledger"]["charges"] == 20 and report["ledger"]["emails"] == 18
+    assert report["ledger"]["refunds"] == report["ledger"]["cancellations"] == 2
+    assert report["faults"] is None and report["faults_fired"] == []
     assert report["duration_p50_s"] is not None and report["tokens"] > 0
 
 
@@ -70,6 +74,32 @@ def test_demo_with_kills_and_faults(backend: str, request: pytest.FixtureRequest
     assert all(report["invariants"][k] == 0 for k in INVARIANTS), report["violations"]
     assert report["kills"] >= 1 and report["resumes"] >= 1
     assert report["ledger"]["charges"] == 60 and report["ledger"]["bookings"] == 60
+
+
+def test_demo_default_chaos_mix() -> None:
+    """``--kill-every`` alone installs the default chaos mix; the verdict also needs every
+    fault to fire and no outbox row to die."""
+    code, report, stderr = run_demo(
+        "--runs", "50", "--workers", "2", "--kill-every", "2", timeout=400
+    )
+    assert report["faults"] and "error_after_commit" in report["faults"], report
+    assert "crm:keyless" in report["faults"]
+    assert report["faults_never_fired"] == [], report["faults_fired"]
+    assert report["outbox"]["dead"] == 0, report["outbox"]
+    assert all(report["invariants"][k] == 0 for k in INVARIANTS), report["violations"]
+    assert code == 0, (report, stderr)
+
+
+def test_demo_help_says_what_runs_by_default() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentledger.cli.main", "demo", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    text = " ".join(proc.stdout.split())
+    assert "default chaos mix" in text and "crm:keyless" in text
+    assert "Every tenth guest cancels" in text
 
 
 def test_demo_rejects_a_bad_fault_spec() -> None:

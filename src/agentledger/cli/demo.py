@@ -1,11 +1,13 @@
 """``agentledger demo``: StayHub bookings on real worker processes, with kills and faults.
 
-Starts the sandbox (with ``--faults``), W worker subprocesses, submits N booking runs,
-approves the bookings as a scripted guest, optionally SIGKILLs a random worker every few
-seconds (starting a replacement), waits for every run to be terminal and the outbox to
-drain, then prints runs by state, steps, resumes, durations, cost, outbox deliveries and
-the sandbox ledger's invariants. Exit code 1 when an invariant breaks or a run is not
-terminal by ``--timeout``.
+Starts the sandbox (with ``--faults``; with ``--kill-every`` and no ``--faults``, the
+:data:`DEFAULT_CHAOS` mix), W worker subprocesses, submits N booking runs (every tenth
+guest cancels after paying: refund, then cancel), approves the bookings as a scripted
+guest, optionally SIGKILLs a random worker every few seconds (starting a replacement),
+waits for every run to be terminal and the outbox to drain, then prints runs by state,
+steps, resumes, durations, cost, outbox deliveries, how often each fault fired and the
+sandbox ledger's invariants. Exit code 1 when an invariant breaks, a run is not terminal
+by ``--timeout``, an outbox row ended dead, or a configured fault never fired.
 """
 
 from __future__ import annotations
@@ -27,7 +29,34 @@ import click
 
 from agentledger.cli.tables import journal_entry, journal_table
 
-INVARIANTS = ("double_charges", "orphan_charges", "duplicate_bookings", "duplicate_emails")
+DEFAULT_CHAOS = (
+    "payments.create:error_after_commit@0.1,status=500,save=1;"
+    "bookings.create:error_after_commit@0.1,status=502;"
+    "payments.create:decline@0.15;"
+    "payments.create:timeout_after_commit@0.25,hold=5;"
+    "payments.refund:hold@0.5,hold=4;"
+    "email:hold@0.2,hold=3;"
+    "crm:keyless;"
+    "search:rate_limit@0.1,retry_after=1,count=8;"
+    "seed=7"
+)
+"""The faults of ``demo --kill-every`` when ``--faults`` is not given: payments and
+bookings applied then answered 5xx (the payment's 500 saved and replayed for its key, as
+Stripe does); declines, and payment answers lost after commit (some of them declines: a
+lost failure); refunds and emails held past their tool timeout (a retry meets 409 request
+in progress); a CRM that ignores idempotency keys and dedupes contacts by email with 409
+(HubSpot); rate limits on search."""
+
+CHAOS_TIMEOUTS = {
+    "STAYHUB_PAYMENT_TIMEOUT": "3",
+    "STAYHUB_BOOKING_TIMEOUT": "3",
+    "STAYHUB_NOTIFY_TIMEOUT": "2",
+}
+"""Tool timeouts of the demo's workers unless the environment sets them: shorter than the
+holds of :data:`DEFAULT_CHAOS`, so a held answer is lost to a timeout."""
+
+CANCEL_EVERY = 10
+"""Every tenth run's guest cancels after paying (a refund, then a cancellation)."""
 
 
 @click.command("demo")
@@ -37,12 +66,20 @@ INVARIANTS = ("double_charges", "orphan_charges", "duplicate_bookings", "duplica
     "--kill-every",
     default=0.0,
     show_default=True,
-    help="SIGKILL a random worker every SECONDS (0: never) and start a replacement.",
+    help=(
+        "SIGKILL a random worker every SECONDS (0: never) and start a replacement. "
+        "Without --faults this also installs the default chaos mix: "
+        f"'{DEFAULT_CHAOS}'."
+    ),
 )
 @click.option(
     "--faults",
     default=None,
-    help="Sandbox fault spec, e.g. 'payments.create:timeout_after_commit@0.1,hold=15;seed=7'.",
+    help=(
+        "Sandbox fault spec (see python -m agentledger.sandbox --help), e.g. "
+        "'payments.create:error_after_commit@0.1,save=1;email:keyless;seed=7'. "
+        "Default: none, or the default chaos mix with --kill-every; '' for none."
+    ),
 )
 @click.option(
     "--db", default=None, help="Database URL (default: a fresh SQLite file in a temp dir)."
@@ -65,9 +102,17 @@ def demo(
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Book N StayHub stays on W workers while killing them; check the ledger."""
+    """Book N StayHub stays on W workers while killing them; check the ledger.
+
+    Every tenth guest cancels after paying. The verdict fails when a ledger invariant
+    breaks (double, orphan or wrong-amount charges, unpaid bookings, misaddressed or
+    unwarranted emails, duplicate emails, CRM writes or bookings), a run is not terminal,
+    an outbox row ended dead, or a configured fault never fired.
+    """
     from agentledger.sandbox import parse_faults
 
+    if faults is None and kill_every > 0:
+        faults = DEFAULT_CHAOS
     if faults:
         try:
             parse_faults(faults)
@@ -114,7 +159,7 @@ async def _demo(
     tmp: Path,
 ) -> dict[str, Any]:
     from agentledger.records import RunStatus
-    from agentledger.sandbox import SandboxServer, check_invariants
+    from agentledger.sandbox import INVARIANTS, SandboxServer, check_invariants
     from agentledger.stayhub.app import app
     from agentledger.stayhub.harness import (
         AGENT,
@@ -137,10 +182,18 @@ async def _demo(
     approver: asyncio.Task[int] | None = None
     try:
         sandbox.start()
-        pool = WorkerPool(url, sandbox.url, size=workers, log_dir=tmp).start()
+        env = {k: os.environ.get(k, v) for k, v in CHAOS_TIMEOUTS.items()} if faults else {}
+        pool = WorkerPool(url, sandbox.url, size=workers, env=env, log_dir=tmp).start()
         approver = asyncio.create_task(approve_as_guests(store, stop))
         ids = [
-            await app.submit(store, AGENT, booking_input(rng, i), user_id=f"g-{1000 + i}")
+            await app.submit(
+                store,
+                AGENT,
+                booking_input(
+                    rng, i, "guest_cancels" if i % CANCEL_EVERY == CANCEL_EVERY - 1 else "normal"
+                ),
+                user_id=f"g-{1000 + i}",
+            )
             for i in range(n_runs)
         ]
         states, killed = await _wait(store, ids, pool, kill_every, kill_rng, timeout, as_json)
@@ -150,6 +203,7 @@ async def _demo(
         approvals = await approver
         runs = [r for r in [await store.get_run(i) for i in ids] if r is not None]
         ledger = check_invariants(sandbox.ledger())
+        fault_stats = sandbox.fault_stats()
         # One run's journal, shown at the end: the one that resumed most, if any did.
         sample = max(runs, key=lambda r: (r.resumes, -r.created_at)) if runs else None
         journal = await store.load_journal(sample.id) if sample is not None else []
@@ -164,7 +218,14 @@ async def _demo(
     durations = [r.updated_at - r.created_at for r in runs if r.status == RunStatus.COMPLETED]
     by_state = Counter(r.status for r in runs)
     invariants = {k: ledger[k] for k in INVARIANTS}
-    ok = not_terminal == 0 and all(v == 0 for v in invariants.values())
+    never_fired = [f["fault"] for f in fault_stats["fired"] if f["fired"] == 0]
+    dead = outbox.get("dead", 0)
+    ok = (
+        not_terminal == 0
+        and all(v == 0 for v in invariants.values())
+        and dead == 0
+        and not never_fired
+    )
     return {
         "ok": ok,
         "runs": dict(sorted(by_state.items())),
@@ -187,6 +248,9 @@ async def _demo(
         },
         "invariants": invariants,
         "violations": ledger["violations"],
+        "faults_fired": fault_stats["fired"],
+        "faults_never_fired": never_fired,
+        "responses_dropped": fault_stats["dropped"],
         "elapsed_s": round(time.monotonic() - started, 2),
         "db": url,
         "sample_run": None
@@ -289,6 +353,20 @@ def _print_tables(report: dict[str, Any]) -> None:
             f"`agentledger runs show {sample['id']} --db ...`)"
         )
         console.print(journal_table(sample["journal"], title=title))
+    if report["faults_fired"]:
+        fired = Table("fault", "fired", title="faults fired (answers dropped: see JSON)")
+        for row in report["faults_fired"]:
+            n = row["fired"]
+            fired.add_row(row["fault"], f"[{'green' if n else 'red'}]{n}[/]")
+        console.print(fired)
     for violation in report["violations"]:
         console.print(f"[red]violation:[/] {violation}")
-    console.print("[bold green]all invariants hold[/]" if report["ok"] else "[bold red]FAILED[/]")
+    if report["outbox"]["dead"]:
+        console.print(f"[red]dead outbox rows:[/] {report['outbox']['dead']}")
+    for fault in report["faults_never_fired"]:
+        console.print(f"[red]fault never fired:[/] {fault}")
+    console.print(
+        "[bold green]all invariants hold, every fault fired, no dead outbox row[/]"
+        if report["ok"]
+        else "[bold red]FAILED[/]"
+    )

@@ -14,10 +14,11 @@ Typical use in a test::
 
 from agentledger.sandbox.app import create_app
 from agentledger.sandbox.faults import Fault, FaultConfig, parse_faults
-from agentledger.sandbox.invariants import check_invariants
+from agentledger.sandbox.invariants import INVARIANTS, check_invariants
 from agentledger.sandbox.server import SandboxServer, serve
 
 __all__ = [
+    "INVARIANTS",
     "Fault",
     "FaultConfig",
     "SandboxServer",

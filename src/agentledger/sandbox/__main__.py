@@ -1,4 +1,4 @@
-"""``python -m agentledger.sandbox --port P [--ledger FILE] [--faults SPEC]``."""
+"""``python -m agentledger.sandbox --port P [--ledger FILE] [--faults SPEC] [--key-ttl S]``."""
 
 from __future__ import annotations
 
@@ -19,12 +19,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port")
     parser.add_argument("--ledger", default=None, help="SQLite file (default: a temp file)")
     parser.add_argument("--faults", default=None, help=f"fault spec, e.g. {EXAMPLE_SPEC!r}")
+    parser.add_argument(
+        "--key-ttl",
+        type=float,
+        default=None,
+        help="seconds after first use when an idempotency key is pruned (default 86400)",
+    )
     args = parser.parse_args(argv)
     try:
         faults = parse_faults(args.faults) if args.faults else None
     except ValueError as exc:
         parser.error(str(exc))
-    serve(args.host, args.port, args.ledger, faults)
+    serve(args.host, args.port, args.ledger, faults, args.key_ttl)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@ Every write needs an ``Idempotency-Key`` header. Status checks by key
 ``GET /idempotency/{endpoint}/{key}``) answer ``{"status": "succeeded" | "failed",
 "status_code", "response"}`` (``failed`` = a stored business error such as ``sold_out``),
 ``{"status": "pending"}`` while the first request is in flight, or 404
-``{"status": "not_found"}``.
+``{"status": "not_found"}``; a ``keyless`` endpoint answers 400
+``idempotency_not_supported``. Writes record the ``X-Run-Id`` header in the ledger.
+
+``GET /faults`` returns the installed configuration plus ``stats``: how often each fault
+fired and how many committed answers each endpoint dropped (lost or replaced by a 5xx).
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from starlette.responses import Response
 
 from agentledger.sandbox import catalog, providers
 from agentledger.sandbox.db import Database
-from agentledger.sandbox.faults import ENDPOINTS, FaultConfig, FaultInjector
-from agentledger.sandbox.idempotency import abandon_all_in_progress
+from agentledger.sandbox.faults import WRITE_ENDPOINTS, FaultConfig, FaultInjector
+from agentledger.sandbox.idempotency import DEFAULT_KEY_TTL, abandon_all_in_progress
 from agentledger.sandbox.ledger import list_effects
 from agentledger.sandbox.pipeline import Pipeline, json_response
 from agentledger.sandbox.providers import Outcome
@@ -71,6 +75,13 @@ class ContactRequest(BaseModel):
     fields: dict[str, Any] = Field(default_factory=dict)
 
 
+class ContactUpdate(BaseModel):
+    """``PATCH /crm/contacts/{contact_id}``."""
+
+    booking_id: str | None = None
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+
 class EmailRequest(BaseModel):
     """``POST /emails``."""
 
@@ -80,8 +91,14 @@ class EmailRequest(BaseModel):
     booking_id: str | None = None
 
 
-def create_app(ledger_path: str | None = None, faults: FaultConfig | None = None) -> FastAPI:
+def create_app(
+    ledger_path: str | None = None,
+    faults: FaultConfig | None = None,
+    key_ttl: float = DEFAULT_KEY_TTL,
+) -> FastAPI:
     """Build the sandbox app on the SQLite file ``ledger_path`` (a temp file if ``None``).
+
+    Idempotency keys are pruned ``key_ttl`` seconds after their first use (24 h default).
 
     In-progress idempotency records left by a previous (killed) process are dropped: nothing
     was applied for them, so their status is ``not_found`` and a retry applies them once.
@@ -89,7 +106,7 @@ def create_app(ledger_path: str | None = None, faults: FaultConfig | None = None
     db = Database(ledger_path)
     with db.transaction() as conn:
         abandon_all_in_progress(conn)
-    pipe = Pipeline(db, FaultInjector(faults))
+    pipe = Pipeline(db, FaultInjector(faults), key_ttl)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -142,7 +159,8 @@ def create_app(ledger_path: str | None = None, faults: FaultConfig | None = None
 
     @app.get("/bookings/by-key/{key:path}")
     async def booking_status(key: str) -> Response:
-        return await pipe.read("bookings.status", pipe.status_of("bookings.create", key))
+        status = pipe.status_of("bookings.create", key, "bookings.status")
+        return await pipe.read("bookings.status", status)
 
     @app.get("/bookings/{booking_id}")
     async def get_booking(booking_id: str) -> Response:
@@ -150,7 +168,8 @@ def create_app(ledger_path: str | None = None, faults: FaultConfig | None = None
 
     @app.get("/payments/by-key/{key:path}")
     async def payment_status(key: str) -> Response:
-        return await pipe.read("payments.status", pipe.status_of("payments.create", key))
+        status = pipe.status_of("payments.create", key, "payments.status")
+        return await pipe.read("payments.status", status)
 
     @app.get("/payments/{payment_id}")
     async def get_payment(payment_id: str) -> Response:
@@ -158,13 +177,15 @@ def create_app(ledger_path: str | None = None, faults: FaultConfig | None = None
 
     @app.get("/idempotency/{endpoint}/{key:path}")
     async def key_status(endpoint: str, key: str) -> Response:
-        if endpoint not in ENDPOINTS:
+        if endpoint not in WRITE_ENDPOINTS:
             return json_response(404, {"error": "unknown_endpoint"})
-        return await pipe.read(endpoint, pipe.status_of(endpoint, key))
+        return await pipe.read("status", pipe.status_of(endpoint, key, "status"))
 
     # --- writes ------------------------------------------------------------------------------
     @app.post("/bookings")
-    async def create_booking(req: BookingRequest, key: IdempotencyKey = None) -> Response:
+    async def create_booking(
+        request: Request, req: BookingRequest, key: IdempotencyKey = None
+    ) -> Response:
         return await pipe.write(
             "bookings.create",
             key,
@@ -172,19 +193,25 @@ def create_app(ledger_path: str | None = None, faults: FaultConfig | None = None
             lambda c: providers.create_booking(
                 c, key or "", req.hotel_id, req.guest_id, req.check_in, req.nights
             ),
+            request,
         )
 
     @app.post("/bookings/{booking_id}/cancel")
-    async def cancel_booking(booking_id: str, key: IdempotencyKey = None) -> Response:
+    async def cancel_booking(
+        request: Request, booking_id: str, key: IdempotencyKey = None
+    ) -> Response:
         return await pipe.write(
             "bookings.cancel",
             key,
             {"booking_id": booking_id},
             lambda c: providers.cancel_booking(c, key or "", booking_id),
+            request,
         )
 
     @app.post("/payments")
-    async def create_payment(req: PaymentRequest, key: IdempotencyKey = None) -> Response:
+    async def create_payment(
+        request: Request, req: PaymentRequest, key: IdempotencyKey = None
+    ) -> Response:
         def op(c: Any) -> Outcome:
             return providers.create_payment(
                 c,
@@ -196,10 +223,11 @@ def create_app(ledger_path: str | None = None, faults: FaultConfig | None = None
                 declined=pipe.faults.declines("payments.create"),
             )
 
-        return await pipe.write("payments.create", key, req.model_dump(mode="json"), op)
+        return await pipe.write("payments.create", key, req.model_dump(mode="json"), op, request)
 
     @app.post("/payments/{payment_id}/refund")
     async def refund(
+        request: Request,
         payment_id: str,
         key: IdempotencyKey = None,
         req: Annotated[RefundRequest | None, Body()] = None,
@@ -210,21 +238,36 @@ def create_app(ledger_path: str | None = None, faults: FaultConfig | None = None
             key,
             params,
             lambda c: providers.refund_payment(c, key or "", payment_id),
+            request,
         )
 
     @app.post("/crm/contacts")
-    async def crm(req: ContactRequest, key: IdempotencyKey = None) -> Response:
+    async def crm(request: Request, req: ContactRequest, key: IdempotencyKey = None) -> Response:
+        def op(c: Any) -> Outcome:
+            if pipe.faults.is_keyless("crm"):  # HubSpot: create, or 409 for a known email
+                return providers.create_contact(
+                    c, key or "", req.guest_id, req.booking_id, req.fields
+                )
+            return providers.upsert_contact(c, key or "", req.guest_id, req.booking_id, req.fields)
+
+        return await pipe.write("crm", key, req.model_dump(mode="json"), op, request)
+
+    @app.patch("/crm/contacts/{contact_id}")
+    async def crm_update(
+        request: Request, contact_id: str, req: ContactUpdate, key: IdempotencyKey = None
+    ) -> Response:
         return await pipe.write(
-            "crm",
+            "crm.update",
             key,
-            req.model_dump(mode="json"),
-            lambda c: providers.upsert_contact(
-                c, key or "", req.guest_id, req.booking_id, req.fields
+            {"contact_id": contact_id, **req.model_dump(mode="json")},
+            lambda c: providers.update_contact(
+                c, key or "", contact_id, req.booking_id, req.fields
             ),
+            request,
         )
 
     @app.post("/emails")
-    async def email(req: EmailRequest, key: IdempotencyKey = None) -> Response:
+    async def email(request: Request, req: EmailRequest, key: IdempotencyKey = None) -> Response:
         return await pipe.write(
             "email",
             key,
@@ -232,6 +275,7 @@ def create_app(ledger_path: str | None = None, faults: FaultConfig | None = None
             lambda c: providers.send_email(
                 c, key or "", req.to, req.subject, req.body, req.booking_id
             ),
+            request,
         )
 
     # --- ledger and fault control ------------------------------------------------------------
@@ -247,7 +291,7 @@ def create_app(ledger_path: str | None = None, faults: FaultConfig | None = None
 
     @app.get("/faults")
     async def get_faults() -> Response:
-        return json_response(200, pipe.faults.config.to_dict())
+        return json_response(200, {**pipe.faults.config.to_dict(), "stats": pipe.faults.stats()})
 
     @app.put("/faults")
     async def put_faults(body: Annotated[dict[str, Any], Body()]) -> Response:

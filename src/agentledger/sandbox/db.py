@@ -16,15 +16,18 @@ from pathlib import Path
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS idempotency (
-    endpoint     TEXT NOT NULL,
-    key          TEXT NOT NULL,
-    request_hash TEXT NOT NULL,
-    state        TEXT NOT NULL CHECK (state IN ('in_progress', 'done')),
-    status_code  INTEGER,
-    response     TEXT,
-    created_at   TEXT NOT NULL,
-    completed_at TEXT,
-    PRIMARY KEY (endpoint, key)
+    provider        TEXT NOT NULL,
+    key             TEXT NOT NULL,
+    endpoint        TEXT NOT NULL,
+    request_hash    TEXT NOT NULL,
+    state           TEXT NOT NULL CHECK (state IN ('in_progress', 'done')),
+    status_code     INTEGER,
+    response        TEXT,
+    replay_status   INTEGER,
+    replay_response TEXT,
+    created_ts      REAL NOT NULL,
+    completed_ts    REAL,
+    PRIMARY KEY (provider, key)
 );
 CREATE TABLE IF NOT EXISTS ledger (
     seq             INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -38,6 +41,9 @@ CREATE TABLE IF NOT EXISTS ledger (
     amount          INTEGER,
     currency        TEXT,
     recipient       TEXT,
+    subject         TEXT,
+    expected_amount INTEGER,
+    run_id          TEXT,
     at              TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS bookings (

@@ -26,6 +26,22 @@ most N times, e.g. "fail the first 2 requests"):
   window [start, end) seconds after the fault was installed (``start`` defaults to 0, an
   outage without ``end``/``duration`` lasts forever).
 - ``decline`` (``payments.create`` only): 402 ``card_declined``, a business error.
+- ``error_after_commit,status=N,save=0|1`` (write endpoints): apply the request and commit
+  it, then answer N (500, 502 or 504; default 500) instead of the real response. With
+  ``save=1`` the 5xx is stored for the key and replayed to every retry with that key, as
+  Stripe does; a status check by key still reports the real outcome.
+- ``lag,lag=S`` (status lookups: ``bookings.status``, ``payments.status``, and ``status``
+  for the generic ``GET /idempotency/{endpoint}/{key}``): a lookup by key answers
+  ``not_found`` for S seconds (default 2) after the key's request committed, as a search
+  index lags behind writes.
+- ``keyless`` (write endpoints; a mode, probability 1): the endpoint ignores the
+  ``Idempotency-Key`` header, as SendGrid's and Postmark's mail APIs have none: every
+  request is applied anew (a resend is a new email) and a status check by key answers 400
+  ``idempotency_not_supported``. On ``crm`` the creation then dedupes by the guest's
+  email with 409 ``contact_exists``, as HubSpot does (update with ``PATCH``).
+
+``timeout_after_commit`` holds any committed answer, stored failures included (a 402
+decline whose response is lost: the status check must report ``failed``).
 
 ``seed=N`` (default 0) seeds one ``random.Random`` per endpoint, so a run is reproducible
 and traffic on one endpoint does not change the dice rolled for another.
@@ -56,7 +72,9 @@ ENDPOINTS: tuple[str, ...] = (
     "payments.status",
     "payments.refund",
     "crm",
+    "crm.update",
     "email",
+    "status",
 )
 """Endpoint names a fault can target (``*`` targets all of them)."""
 
@@ -68,8 +86,28 @@ FAULT_KINDS: tuple[str, ...] = (
     "error",
     "outage",
     "decline",
+    "error_after_commit",
+    "lag",
+    "keyless",
 )
 """Fault kinds understood by the sandbox."""
+
+WRITE_ENDPOINTS: frozenset[str] = frozenset(
+    {
+        "bookings.create",
+        "bookings.cancel",
+        "payments.create",
+        "payments.refund",
+        "crm",
+        "crm.update",
+        "email",
+    }
+)
+"""Endpoints that change something (they take an ``Idempotency-Key``)."""
+
+_MODE_OF: dict[str, str] = {"crm.update": "crm"}  # a keyless CRM updates without keys too
+_WRITE_ONLY_KINDS = frozenset({"error_after_commit", "keyless"})
+_AFTER_COMMIT_STATUSES = frozenset({500, 502, 504})
 
 EXAMPLE_SPEC = (
     "payments.create:timeout_after_commit@0.1,hold=30;search:rate_limit@0.5,retry_after=1;"
@@ -84,8 +122,23 @@ _KIND_PARAMS: dict[str, frozenset[str]] = {
     "error": frozenset({"status"}),
     "outage": frozenset({"start", "end", "duration"}),
     "decline": frozenset(),
+    "error_after_commit": frozenset({"status", "save"}),
+    "lag": frozenset({"lag"}),
+    "keyless": frozenset(),
 }
-_INT_PARAMS = frozenset({"count", "retry_after", "status"})
+_INT_PARAMS = frozenset({"count", "retry_after", "status", "save"})
+_PARAMS = (
+    "count",
+    "ms",
+    "hold",
+    "retry_after",
+    "status",
+    "start",
+    "end",
+    "duration",
+    "save",
+    "lag",
+)
 
 
 def _is_number(value: object) -> bool:
@@ -111,6 +164,8 @@ class Fault:
     start: float | None = None
     end: float | None = None
     duration: float | None = None
+    save: int | None = None
+    lag: float | None = None
 
     def __post_init__(self) -> None:
         if self.endpoint != "*" and self.endpoint not in ENDPOINTS:
@@ -126,7 +181,11 @@ class Fault:
         if not _is_number(self.probability) or not 0.0 <= self.probability <= 1.0:
             raise _bad(f"probability {self.probability} is not in [0, 1]")
         allowed = _KIND_PARAMS[self.kind] | {"count"}
-        for name in ("count", "ms", "hold", "retry_after", "status", "start", "end", "duration"):
+        if self.kind in _WRITE_ONLY_KINDS and self.endpoint not in WRITE_ENDPOINTS:
+            raise _bad(f"{self.kind!r} applies to write endpoints only, not {self.endpoint!r}")
+        if self.kind == "keyless" and (self.probability != 1.0 or self.count is not None):
+            raise _bad("'keyless' is a mode of the endpoint: no probability, no count")
+        for name in _PARAMS:
             value = getattr(self, name)
             if value is None:
                 continue
@@ -140,6 +199,14 @@ class Fault:
                 raise _bad(f"{name}={value} must not be negative")
         if self.status is not None and not 500 <= self.status <= 599:
             raise _bad(f"error status={self.status} must be 500-599")
+        if (
+            self.kind == "error_after_commit"
+            and self.status is not None
+            and self.status not in _AFTER_COMMIT_STATUSES
+        ):
+            raise _bad(f"error_after_commit status={self.status} must be 500, 502 or 504")
+        if self.save is not None and self.save not in (0, 1):
+            raise _bad(f"save={self.save} must be 0 or 1")
         if self.end is not None and self.duration is not None:
             raise _bad("outage takes either end= or duration=, not both")
 
@@ -160,7 +227,7 @@ class Fault:
         text = f"{self.endpoint}:{self.kind}"
         if self.probability != 1.0:
             text += f"@{self.probability:g}"
-        for name in ("count", "ms", "hold", "retry_after", "status", "start", "end", "duration"):
+        for name in _PARAMS:
             value = getattr(self, name)
             if value is not None:
                 text += f",{name}={value:g}"
@@ -288,6 +355,7 @@ class FaultInjector:
         self._config = config
         self._installed_at = self._clock()
         self._fired = [0] * len(config.faults)
+        self._dropped: dict[str, int] = {}
         self._rngs = {ep: random.Random(f"{config.seed}:{ep}") for ep in ENDPOINTS}
 
     def _fires(self, endpoint: str, kinds: tuple[str, ...], first: bool = False) -> list[Fault]:
@@ -346,3 +414,37 @@ class FaultInjector:
     def declines(self, endpoint: str) -> bool:
         """Whether a ``decline`` fault fires for this payment."""
         return bool(self._fires(endpoint, ("decline",)))
+
+    def error_after_commit(self, endpoint: str) -> tuple[int, bool] | None:
+        """``(status, save)`` when an ``error_after_commit`` fault fires for this write."""
+        for fault in self._fires(endpoint, ("error_after_commit",), first=True):
+            return (500 if fault.status is None else fault.status), bool(fault.save)
+        return None
+
+    def lag(self, endpoint: str) -> float:
+        """Seconds a status lookup lags behind a commit (``lag``); 0 if none fires."""
+        fired = self._fires(endpoint, ("lag",))
+        return max((2.0 if f.lag is None else f.lag for f in fired), default=0.0)
+
+    def keyless(self, endpoint: str) -> bool:
+        """Whether this write endpoint ignores the idempotency key (``keyless`` mode)."""
+        return bool(self._fires(_MODE_OF.get(endpoint, endpoint), ("keyless",), first=True))
+
+    def is_keyless(self, endpoint: str) -> bool:
+        """Whether the endpoint is in ``keyless`` mode, without counting a firing."""
+        mode = _MODE_OF.get(endpoint, endpoint)
+        return any(f.kind == "keyless" and f.endpoint in ("*", mode) for f in self._config.faults)
+
+    def dropped(self, endpoint: str) -> None:
+        """Count a committed response the client never got (lost or replaced by a 5xx)."""
+        self._dropped[endpoint] = self._dropped.get(endpoint, 0) + 1
+
+    def stats(self) -> dict[str, Any]:
+        """How often each configured fault fired and each endpoint's responses were dropped."""
+        return {
+            "fired": [
+                {"fault": fault.to_spec(), "fired": n}
+                for fault, n in zip(self._config.faults, self._fired, strict=True)
+            ],
+            "dropped": dict(sorted(self._dropped.items())),
+        }

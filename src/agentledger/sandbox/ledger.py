@@ -1,7 +1,8 @@
 """The effect ledger: one append-only row per effect the sandbox actually applied.
 
 Effect kinds: ``booking``, ``booking_cancel``, ``charge``, ``refund``, ``crm``, ``email``.
-A replayed request never appends a row.
+A replayed request never appends a row. Each row carries the run id the caller sent in its
+``X-Run-Id`` header (if any), so checks can group effects by run without parsing keys.
 """
 
 from __future__ import annotations
@@ -33,13 +34,18 @@ class Effect:
     amount: int | None = None
     currency: str | None = None
     recipient: str | None = None
+    subject: str | None = None
+    expected_amount: int | None = None  # a charge: the booking's price when it was charged
+    run_id: str | None = None  # the ``X-Run-Id`` header of the request that applied it
 
 
-def append_effect(conn: sqlite3.Connection, effect: Effect) -> int:
-    """Append ``effect`` inside the caller's transaction; return its ``seq``."""
+def append_effect(conn: sqlite3.Connection, effect: Effect, run_id: str | None = None) -> int:
+    """Append ``effect`` (tagged with the request's ``run_id``) in the caller's transaction."""
     if effect.kind not in EFFECT_KINDS:
         raise ValueError(f"unknown effect kind {effect.kind!r}")
     row = {**asdict(effect), "at": now_iso()}
+    if run_id is not None:
+        row["run_id"] = run_id
     columns = ", ".join(row)
     marks = ", ".join(f":{name}" for name in row)
     cursor = conn.execute(f"INSERT INTO ledger ({columns}) VALUES ({marks})", row)

@@ -2,8 +2,8 @@
 
 Every function runs inside the caller's transaction and returns an :class:`Outcome`: the
 HTTP status, the JSON body and, when something was actually changed, the ledger
-:class:`~agentledger.sandbox.ledger.Effect`. Business errors (sold out, amount mismatch,
-card declined...) carry no effect.
+:class:`~agentledger.sandbox.ledger.Effect`. Business errors (sold out, card
+declined, contact exists...) carry no effect.
 """
 
 from __future__ import annotations
@@ -195,20 +195,15 @@ def create_payment(
     currency: str,
     declined: bool,
 ) -> Outcome:
-    """Charge the booking's total. The amount must equal it; a decline is a 402."""
-    booking = _booking_row(conn, booking_id)
-    if booking is None:
-        return _error(404, "booking_not_found")
-    if booking["status"] != "confirmed":
-        return _error(409, "booking_cancelled")
-    if booking["guest_id"] != guest_id:
-        return _error(422, "guest_mismatch")
-    if amount != booking["amount"] or currency != booking["currency"]:
-        return _error(
-            422, "amount_mismatch", expected=money(booking["amount"], booking["currency"])
-        )
+    """Charge what is asked, as Stripe does: the payments provider knows nothing of bookings.
+
+    The booking id is metadata; the booking's price at the time (if such a booking exists)
+    is recorded beside the charged amount so the ledger checks can compare them. A decline
+    is a 402.
+    """
     if declined:
         return _error(402, "card_declined")
+    booking = _booking_row(conn, booking_id)
     payment_id = _new_id("pay")
     conn.execute(
         "INSERT INTO payments VALUES (?, ?, ?, ?, ?, 'succeeded', NULL, ?, ?)",
@@ -223,6 +218,7 @@ def create_payment(
         guest_id=guest_id,
         amount=amount,
         currency=currency,
+        expected_amount=None if booking is None else booking["amount"],
     )
     return Outcome(201, _payment_json(row), effect)
 
@@ -258,6 +254,31 @@ def refund_payment(conn: sqlite3.Connection, key: str, payment_id: str) -> Outco
     return Outcome(201, body, effect)
 
 
+def _contact_json(row: sqlite3.Row | None, **values: Any) -> dict[str, Any]:
+    current = dict(row) if row is not None else {}
+    current.update(values)
+    guest_id = current["guest_id"]
+    fields = current["fields"]
+    return {
+        "contact_id": current["contact_id"],
+        "guest_id": guest_id,
+        "email": f"{guest_id}@{catalog.GUEST_EMAIL_DOMAIN}",
+        "booking_id": current.get("booking_id"),
+        "fields": json.loads(fields) if isinstance(fields, str) else fields,
+    }
+
+
+def _write_contact(
+    conn: sqlite3.Connection, guest_id: str, contact_id: str, booking_id: str | None, merged: Any
+) -> None:
+    conn.execute(
+        "INSERT INTO contacts VALUES (?, ?, ?, ?, ?) ON CONFLICT (guest_id) DO UPDATE SET"
+        " booking_id = excluded.booking_id, fields = excluded.fields,"
+        " updated_at = excluded.updated_at",
+        (guest_id, contact_id, booking_id, json.dumps(merged, sort_keys=True), now_iso()),
+    )
+
+
 def upsert_contact(
     conn: sqlite3.Connection,
     key: str,
@@ -265,25 +286,64 @@ def upsert_contact(
     booking_id: str | None,
     fields: dict[str, Any],
 ) -> Outcome:
-    """Create or update the guest's CRM contact, merging ``fields``."""
+    """Create or update the guest's CRM contact, merging ``fields`` (the keyed CRM)."""
     if catalog.guest(guest_id) is None:
         return _error(404, "guest_not_found")
     row = conn.execute("SELECT * FROM contacts WHERE guest_id = ?", (guest_id,)).fetchone()
     merged = {**(json.loads(row["fields"]) if row else {}), **fields}
     contact_id = row["contact_id"] if row else _new_id("ct")
-    conn.execute(
-        "INSERT INTO contacts VALUES (?, ?, ?, ?, ?) ON CONFLICT (guest_id) DO UPDATE SET"
-        " booking_id = excluded.booking_id, fields = excluded.fields,"
-        " updated_at = excluded.updated_at",
-        (guest_id, contact_id, booking_id, json.dumps(merged, sort_keys=True), now_iso()),
-    )
+    _write_contact(conn, guest_id, contact_id, booking_id, merged)
     effect = Effect(kind="crm", idempotency_key=key, booking_id=booking_id, guest_id=guest_id)
-    body = {
-        "contact_id": contact_id,
-        "guest_id": guest_id,
-        "booking_id": booking_id,
-        "fields": merged,
-    }
+    body = _contact_json(
+        None, contact_id=contact_id, guest_id=guest_id, booking_id=booking_id, fields=merged
+    )
+    return Outcome(200, body, effect)
+
+
+def create_contact(
+    conn: sqlite3.Connection,
+    key: str,
+    guest_id: str,
+    booking_id: str | None,
+    fields: dict[str, Any],
+) -> Outcome:
+    """Create the guest's contact; 409 ``contact_exists`` if one has their email (HubSpot)."""
+    if catalog.guest(guest_id) is None:
+        return _error(404, "guest_not_found")
+    row = conn.execute("SELECT * FROM contacts WHERE guest_id = ?", (guest_id,)).fetchone()
+    if row is not None:
+        return _error(409, "contact_exists", contact_id=row["contact_id"])
+    contact_id = _new_id("ct")
+    _write_contact(conn, guest_id, contact_id, booking_id, fields)
+    effect = Effect(kind="crm", idempotency_key=key, booking_id=booking_id, guest_id=guest_id)
+    body = _contact_json(
+        None, contact_id=contact_id, guest_id=guest_id, booking_id=booking_id, fields=fields
+    )
+    return Outcome(201, body, effect)
+
+
+def update_contact(
+    conn: sqlite3.Connection,
+    key: str,
+    contact_id: str,
+    booking_id: str | None,
+    fields: dict[str, Any],
+) -> Outcome:
+    """Merge ``fields`` into a contact (``PATCH``): the same update twice changes nothing,
+    so only an update that changes the contact is a ledger effect."""
+    row = conn.execute("SELECT * FROM contacts WHERE contact_id = ?", (contact_id,)).fetchone()
+    if row is None:
+        return _error(404, "contact_not_found")
+    before = json.loads(row["fields"])
+    merged = {**before, **fields}
+    changed = merged != before or booking_id != row["booking_id"]
+    effect = None
+    if changed:
+        _write_contact(conn, row["guest_id"], contact_id, booking_id, merged)
+        effect = Effect(
+            kind="crm", idempotency_key=key, booking_id=booking_id, guest_id=row["guest_id"]
+        )
+    body = _contact_json(row, booking_id=booking_id, fields=merged)
     return Outcome(200, body, effect)
 
 
@@ -299,7 +359,9 @@ def send_email(
         "INSERT INTO emails VALUES (?, ?, ?, ?, ?, ?)",
         (email_id, to, subject, body, booking_id, now_iso()),
     )
-    effect = Effect(kind="email", idempotency_key=key, booking_id=booking_id, recipient=to)
+    effect = Effect(
+        kind="email", idempotency_key=key, booking_id=booking_id, recipient=to, subject=subject
+    )
     return Outcome(
         202, {"email_id": email_id, "status": "sent", "to": to, "booking_id": booking_id}, effect
     )

@@ -33,6 +33,7 @@ def serve(
     port: int = DEFAULT_PORT,
     ledger_path: str | None = None,
     faults: FaultConfig | None = None,
+    key_ttl: float | None = None,
 ) -> None:
     """Run the sandbox with uvicorn until interrupted. Loopback hosts only."""
     import uvicorn
@@ -41,8 +42,10 @@ def serve(
 
     if host not in LOOPBACK_HOSTS:
         raise ValueError(f"the sandbox listens on loopback only, not {host!r}; use 127.0.0.1")
+    from agentledger.sandbox.idempotency import DEFAULT_KEY_TTL
+
     uvicorn.run(
-        create_app(ledger_path, faults),
+        create_app(ledger_path, faults, DEFAULT_KEY_TTL if key_ttl is None else key_ttl),
         host=host,
         port=port,
         log_level="warning",
@@ -74,6 +77,7 @@ class SandboxServer:
 
     Use as a context manager; ``.url`` is stable across :meth:`restart`, which keeps the
     ledger file and the current fault config (the last one set, unless given).
+    ``key_ttl`` (seconds) prunes idempotency keys sooner than the default 24 h.
     """
 
     def __init__(
@@ -82,7 +86,9 @@ class SandboxServer:
         faults: FaultsLike = None,
         port: int = 0,
         startup_timeout: float = 20.0,
+        key_ttl: float | None = None,
     ) -> None:
+        self.key_ttl = key_ttl
         self._workdir = Path(tempfile.mkdtemp(prefix="stayhub-sandbox-"))
         self.ledger_path = ledger_path or str(self._workdir / "ledger.db")
         self.log_path = self._workdir / "sandbox.log"
@@ -112,6 +118,8 @@ class SandboxServer:
         cmd += ["--port", str(self.port), "--ledger", self.ledger_path]
         if self._faults.faults or self._faults.seed:
             cmd += ["--faults", self._faults.to_spec()]
+        if self.key_ttl is not None:
+            cmd += ["--key-ttl", str(self.key_ttl)]
         return cmd
 
     def _spawn(self) -> subprocess.Popen[bytes]:
@@ -189,6 +197,11 @@ class SandboxServer:
         """Every applied effect (``GET /ledger``)."""
         effects: list[dict[str, Any]] = self._request("GET", "/ledger")["effects"]
         return effects
+
+    def fault_stats(self) -> dict[str, Any]:
+        """How often each fault fired and each endpoint dropped an answer (``GET /faults``)."""
+        stats: dict[str, Any] = self._request("GET", "/faults")["stats"]
+        return stats
 
     def reset(self) -> None:
         """Clear ledger, idempotency records, bookings and inventory."""

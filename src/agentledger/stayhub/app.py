@@ -7,6 +7,15 @@ Environment (read when the module is imported, so a worker process picks it up):
   ``STAYHUB_PAYMENT_TIMEOUT`` (10), ``STAYHUB_NOTIFY_TIMEOUT`` (3): tool timeouts in
   seconds. Tests shorten them so a ``timeout_after_commit`` hold costs less wall time.
 
+Every request carries the run's id in ``X-Run-Id`` (the sandbox ledger groups effects by
+it) and every write its step's ``Idempotency-Key``. A 409 ``request_in_progress`` (the same
+key's first request is still running) is :class:`~agentledger.errors.InProgress`, never a
+business failure, and status checks report it as ``pending``. ``send_email`` goes through
+the engine's effects table (``idempotency="effects"``): mail services such as SendGrid
+have no idempotency key, so the sandbox's mail endpoint may ignore it (``email:keyless``).
+The CRM may dedupe by email with 409 ``contact_exists`` (``crm:keyless``, as HubSpot):
+the CRM tool then updates the existing contact.
+
 Declined payments: the scripted model cancels the booking itself with ``cancel_booking``
 (a normal write tool) and then answers; for budget and other handovers the runtime runs
 each succeeded write step's declared compensation (``cancel_booking`` for a booking,
@@ -23,6 +32,7 @@ import httpx
 from agentledger.agent import Agent
 from agentledger.app import App
 from agentledger.budget import Budget
+from agentledger.errors import BusinessError, InProgress
 from agentledger.models.scripted import ScriptedModel
 from agentledger.stayhub.script import booking_script
 from agentledger.tools import Compensation, RetryPolicy, Status, ToolContext
@@ -67,29 +77,57 @@ def _client(ctx: ToolContext) -> httpx.AsyncClient:
     return client
 
 
+RUN_ID_HEADER = "X-Run-Id"
+IN_PROGRESS = "request_in_progress"
+
+
 async def _get(ctx: ToolContext, path: str, **params: Any) -> Any:
     response = await call_provider(
-        _client(ctx), "GET", path, params=params or None, timeout=max(0.05, ctx.time_left())
-    )
-    return response.json()
-
-
-async def _post(ctx: ToolContext, path: str, body: Any = None) -> Any:
-    response = await call_provider(
         _client(ctx),
-        "POST",
+        "GET",
         path,
-        json=body,
-        headers={"Idempotency-Key": ctx.idempotency_key},
+        params=params or None,
+        headers={RUN_ID_HEADER: ctx.run_id},
         timeout=max(0.05, ctx.time_left()),
     )
     return response.json()
 
 
-async def _status_by_key(ctx: ToolContext, path: str) -> Status:
-    """Map the sandbox's status-by-key answer to a :class:`Status`."""
+async def _post(
+    ctx: ToolContext, path: str, body: Any = None, method: str = "POST", key_suffix: str = ""
+) -> Any:
     try:
-        response = await _client(ctx).get(path, timeout=max(0.05, ctx.time_left()))
+        response = await call_provider(
+            _client(ctx),
+            method,
+            path,
+            json=body,
+            headers={
+                "Idempotency-Key": ctx.idempotency_key + key_suffix,
+                RUN_ID_HEADER: ctx.run_id,
+            },
+            timeout=max(0.05, ctx.time_left()),
+        )
+    except BusinessError as exc:
+        if isinstance(exc.data, dict) and exc.data.get("error") == IN_PROGRESS:
+            # 409: the same key's first request still runs. Not an answer: wait and check.
+            raise InProgress(f"{method} {path}: {IN_PROGRESS}", data=exc.data) from None
+        raise
+    return response.json()
+
+
+async def _status_by_key(ctx: ToolContext, path: str) -> Status:
+    """Map the sandbox's status-by-key answer to a :class:`Status`.
+
+    Only a 404 is ``not_found`` (send again with the same key). Anything else that is not
+    a 200, such as a key-less provider's 400 ``idempotency_not_supported``, is ``pending``:
+    nobody can tell, so the engine keeps asking and then hands the step to a human rather
+    than send twice.
+    """
+    try:
+        response = await _client(ctx).get(
+            path, headers={RUN_ID_HEADER: ctx.run_id}, timeout=max(0.05, ctx.time_left())
+        )
     except httpx.HTTPError:
         return Status.pending()  # could not ask: ask again later
     if response.status_code == 404:
@@ -139,7 +177,13 @@ async def booking_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     return await _status_by_key(ctx, f"/bookings/by-key/{ctx.idempotency_key}")
 
 
-@app.tool(effect="write", timeout=BOOKING_TIMEOUT, idempotency="provider")
+async def cancel_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
+    return await _status_by_key(ctx, f"/idempotency/bookings.cancel/{ctx.idempotency_key}")
+
+
+@app.tool(
+    effect="write", timeout=BOOKING_TIMEOUT, idempotency="provider", status_check=cancel_status
+)
 async def cancel_booking(ctx: ToolContext, booking_id: str) -> dict[str, Any]:
     """Cancel a booking and release its room."""
     result: dict[str, Any] = await _post(ctx, f"/bookings/{booking_id}/cancel")
@@ -182,7 +226,13 @@ async def payment_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     return await _status_by_key(ctx, f"/payments/by-key/{ctx.idempotency_key}")
 
 
-@app.tool(effect="money", timeout=BOOKING_TIMEOUT, idempotency="provider")
+async def refund_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
+    return await _status_by_key(ctx, f"/idempotency/payments.refund/{ctx.idempotency_key}")
+
+
+@app.tool(
+    effect="money", timeout=BOOKING_TIMEOUT, idempotency="provider", status_check=refund_status
+)
 async def refund_payment(ctx: ToolContext, payment_id: str) -> dict[str, Any]:
     """Refund a payment in full."""
     result: dict[str, Any] = await _post(
@@ -236,12 +286,30 @@ async def crm_upsert(
     fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Create or update the guest's CRM contact (delivered asynchronously)."""
-    result: dict[str, Any] = await _post(
-        ctx,
-        "/crm/contacts",
-        {"guest_id": guest_id, "booking_id": booking_id, "fields": fields or {}},
-    )
+    try:
+        result: dict[str, Any] = await _post(
+            ctx,
+            "/crm/contacts",
+            {"guest_id": guest_id, "booking_id": booking_id, "fields": fields or {}},
+        )
+    except BusinessError as exc:
+        data = exc.data if isinstance(exc.data, dict) else {}
+        if data.get("error") != "contact_exists":
+            raise
+        # A CRM that dedupes by email (HubSpot's 409): update the contact it names. The
+        # update merges the same fields, so sending it twice changes nothing.
+        result = await _post(
+            ctx,
+            f"/crm/contacts/{data['contact_id']}",
+            {"booking_id": booking_id, "fields": fields or {}},
+            method="PATCH",
+            key_suffix=":update",
+        )
     return result
+
+
+async def email_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
+    return await _status_by_key(ctx, f"/idempotency/email/{ctx.idempotency_key}")
 
 
 @app.tool(
@@ -249,7 +317,8 @@ async def crm_upsert(
     timeout=NOTIFY_TIMEOUT,
     delivery="outbox",
     outbox_attempts=5,
-    idempotency="provider",
+    idempotency="effects",  # a mail service may have no idempotency key: claim it here
+    status_check=email_status,
     server_args={"to": verified_address},
     outbox_key=lambda args, ctx: f"email:{args.get('booking_id')}:{args['template']}",
 )

@@ -10,6 +10,9 @@ Scripts, chosen by the run input's ``script``:
 - ``loop``: after the booking, keeps searching forever (the step budget stops it).
 - ``loop_after_payment``: the same, after the payment (the runtime then refunds the
   charge and cancels the booking: its compensations, newest first).
+- ``guest_cancels``: after the payment the guest changes their mind: the model refunds the
+  payment with ``refund_payment``, cancels the booking with ``cancel_booking`` and answers
+  (no CRM update, no email).
 
 A failed step is answered like a model would: a declined (or otherwise failed) payment
 makes the script cancel the booking itself with ``cancel_booking`` and give up with a
@@ -102,6 +105,7 @@ def booking_script(request: ModelRequest) -> Turn:
     if script == "loop" and booking is not None:
         return Turn(calls=[("search_hotels", {"city": city, "nights": nights})])
     paid = any(r.tool == "create_payment" and r.ok for r in results)
+    refunded = any(r.tool == "refund_payment" and r.ok for r in results)
     if script == "loop_after_payment" and paid:
         return Turn(calls=[("search_hotels", {"city": city, "nights": nights})])
 
@@ -143,9 +147,15 @@ def booking_script(request: ModelRequest) -> Turn:
             payment["amount"] = 1
         return Turn(calls=[("create_payment", payment)])
     if last.tool == "cancel_booking":
+        if refunded:
+            return Turn(text="As you asked, I cancelled the booking and refunded the payment.")
         return Turn(
             text="Your payment was declined, so I cancelled the booking. Nothing was charged."
         )
+    if last.tool == "refund_payment" and booking is not None:
+        return Turn(calls=[("cancel_booking", {"booking_id": booking["booking_id"]})])
+    if script == "guest_cancels" and last.tool == "create_payment":
+        return Turn(calls=[("refund_payment", {"payment_id": last.data["payment_id"]})])
     if last.tool == "create_payment" and booking is not None:
         return Turn(
             calls=[
