@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -11,9 +12,17 @@ from rich.console import Console
 from rich.table import Table
 
 from agentledger.app import load_app
-from agentledger.cli.common import db_option, json_option, print_json, run_async, with_store
+from agentledger.cli.common import (
+    db_option,
+    fail,
+    json_option,
+    print_json,
+    run_async,
+    with_store,
+)
+from agentledger.errors import UsageError
 from agentledger.store import SQLStore, open_store
-from agentledger.worker import Worker, WorkerConfig
+from agentledger.worker import Worker, WorkerConfig, WorkerFailed
 
 
 @click.command("worker")
@@ -25,23 +34,41 @@ from agentledger.worker import Worker, WorkerConfig
     help="module:attr of the App to run, e.g. agentledger.stayhub.app:app",
 )
 @db_option
-@click.option("--concurrency", default=50, show_default=True, help="Runs executed at once.")
-@click.option("--lease-seconds", default=15.0, show_default=True)
+@click.option(
+    "--concurrency", default=50, show_default=True, help="Runs executed at once (1 to 10000)."
+)
+@click.option(
+    "--lease-seconds",
+    default=15.0,
+    show_default=True,
+    help="How long a claim lasts without a heartbeat (0.5 to 86400); a dead worker's "
+    "runs on another host resume after it.",
+)
 @click.option(
     "--heartbeat-seconds",
     default=None,
     type=float,
-    help="How often leases are renewed [default: a third of the lease].",
+    help="How often leases are renewed, at most half the lease [default: a third of it].",
 )
-@click.option("--poll-seconds", default=0.2, show_default=True)
-@click.option("--shutdown-grace", default=10.0, show_default=True)
+@click.option(
+    "--poll-seconds",
+    default=0.2,
+    show_default=True,
+    help="How often to look for runnable runs when not woken (0.01 to 3600).",
+)
+@click.option(
+    "--shutdown-grace",
+    default=10.0,
+    show_default=True,
+    help="On SIGTERM, how long runs may finish their current step before being released.",
+)
 @click.option("--no-outbox", is_flag=True, help="Do not deliver outbox rows in this process.")
 @click.option(
     "--no-reap",
     is_flag=True,
     help="Do not expire leases of dead workers on this host at once (wait for expiry).",
 )
-@click.option("-v", "--verbose", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 def worker(
     app_path: str,
     db: str,
@@ -54,21 +81,29 @@ def worker(
     no_reap: bool,
     verbose: bool,
 ) -> None:
-    """Claim and execute runs until SIGTERM (then release them and exit 0)."""
+    """Claim and execute runs until SIGTERM (then release them and exit 0).
+
+    Exits non-zero when it stops on an error it cannot recover from, so a process
+    manager restarts it; a transient one (the database locked, a lost connection)
+    is retried and never stops it.
+    """
+    try:
+        config = WorkerConfig(
+            concurrency=concurrency,
+            lease_seconds=lease_seconds,
+            heartbeat_seconds=heartbeat_seconds,
+            poll_seconds=poll_seconds,
+            shutdown_grace=shutdown_grace,
+            outbox=not no_outbox,
+            reap_dead_local_owners=not no_reap,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     app = load_app(app_path)
-    config = WorkerConfig(
-        concurrency=concurrency,
-        lease_seconds=lease_seconds,
-        heartbeat_seconds=heartbeat_seconds,
-        poll_seconds=poll_seconds,
-        shutdown_grace=shutdown_grace,
-        outbox=not no_outbox,
-        reap_dead_local_owners=not no_reap,
-    )
 
     async def main() -> None:
         store = open_store(db)
@@ -76,9 +111,13 @@ def worker(
         try:
             await Worker(store, app, config).run()
         finally:
-            await store.close()
+            with contextlib.suppress(Exception):  # the reason to stop is already raised
+                await store.close()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except WorkerFailed as exc:
+        fail(f"worker stopped: {exc}", code=1)
 
 
 @click.command("migrate")
