@@ -52,15 +52,18 @@ def test_owner_id_round_trips() -> None:
     assert parsed.pid == os.getpid()
     assert parsed.boot_id == read_boot_id() != ""
     assert parsed.pid_ns == read_pid_namespace() != ""
+    assert owner.count(":") == 3 and int(owner.split(":")[1]) == os.getpid()
 
 
 def test_old_and_malformed_owner_ids_are_never_reaped() -> None:
     for owner in (
         "node1:200:6000:abcdef",  # the old host:pid:start:nonce format
         "dead-worker",
-        "node1:x:6000:abcdef:" + BOOT + ":4026531836",
-        "node1:200:6000:abcdef:not-hex:4026531836",
-        "node1:200:6000:abcdef:" + BOOT + ":pid:[4026531836]",
+        f"node1:x:6000:abcdef.{BOOT}.4026531836",
+        "node1:200:6000:abcdef.not-hex.4026531836",
+        f"node1:200:6000:abcdef.{BOOT}.pid:[4026531836]",
+        f"node1:200:6000:abcdef.{BOOT}",
+        f"node1:200:6000:abcdef.{BOOT}.4026531836.x",
         "",
     ):
         assert parse_owner(owner) is None, owner

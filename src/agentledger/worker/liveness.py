@@ -2,13 +2,15 @@
 
 A lease owner id names a process by what a PID namespace cannot fake::
 
-    host:pid:start:nonce:boot_id:pidns
+    host:pid:start:nonce.boot_id.pidns
 
 ``boot_id`` is the kernel's boot id (/proc/sys/kernel/random/boot_id; the same
 inside every container of one boot of one machine), ``pidns`` the inode of the
 process's PID namespace (readlink /proc/self/ns/pid), ``pid`` its pid in that
 namespace and ``start`` its start time in clock ticks since boot (guards a reused
 pid). The hostname is informative only: containers on host networking share it.
+The id keeps the older ``host:pid:start:nonce`` shape (the pid is the second field);
+an id of that older form is never reaped.
 
 A worker expires at once the leases of an owner that is provably dead: same boot,
 same PID namespace as the reaper, and its pid is gone or belongs to a process with
@@ -75,9 +77,8 @@ class ProcessId:
     pid_ns: str  # '' when unknown
 
     def __str__(self) -> str:
-        return ":".join(
-            (self.host, str(self.pid), self.start or "0", self.nonce, self.boot_id, self.pid_ns)
-        )
+        tail = ".".join((self.nonce, self.boot_id, self.pid_ns))
+        return ":".join((self.host, str(self.pid), self.start or "0", tail))
 
 
 @lru_cache(maxsize=1)
@@ -109,9 +110,10 @@ def make_owner_id() -> str:
 def parse_owner(owner: str) -> ProcessId | None:
     """The identity in an owner id; None for an old-format or malformed id (never reaped)."""
     parts = owner.split(":")
-    if len(parts) != 6:
+    if len(parts) != 4 or parts[3].count(".") != 2:
         return None
-    host, pid_text, start, nonce, boot_id, pid_ns = parts
+    host, pid_text, start, tail = parts
+    nonce, boot_id, pid_ns = tail.split(".")
     if not pid_text.isdigit() or not start.isdigit() or not pid_ns.isdigit():
         return None
     if not boot_id or not all(c in "0123456789abcdef" for c in boot_id):

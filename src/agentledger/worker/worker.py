@@ -171,7 +171,8 @@ class Worker:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if self._failure is None:
             self._failure = f"{what}: {reason}"
-        log.error("worker %s failed: %s; stopping", what, reason)
+        # The reason is raised by run() (the CLI prints it as its last line).
+        log.info("worker %s failed: %s; stopping", what, reason)
         self.stop()
 
     async def _retrying(self, what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
@@ -205,6 +206,12 @@ class Worker:
 
     async def _drain(self) -> None:
         tasks = [task for task, _ in self.active.values()]
+        log.info(
+            "stopping: draining %d runs (up to %g s to reach a step boundary); leases are "
+            "still renewed",
+            len(tasks),
+            self.config.shutdown_grace,
+        )
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_grace)
             for task in pending:
