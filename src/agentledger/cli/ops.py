@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from typing import Any
 
 import click
-from rich.console import Console
+from rich import box
 from rich.table import Table
 
 from agentledger.app import load_app
 from agentledger.cli.common import (
+    check_text,
     db_option,
     fail,
     json_option,
@@ -20,6 +22,7 @@ from agentledger.cli.common import (
     run_async,
     with_store,
 )
+from agentledger.cli.text import cell, console, json_safe, visible
 from agentledger.errors import UsageError
 from agentledger.store import SQLStore, open_store
 from agentledger.worker import Worker, WorkerConfig, WorkerFailed
@@ -144,18 +147,24 @@ async def list_approvals(show_all: bool, db: str, as_json: bool) -> None:
     if as_json:
         print_json([a.__dict__ for a in found])
         return
-    table = Table("approval", "run", "step", "tool", "role", "decision", "arguments")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("approval", "run"):
+        table.add_column(header, no_wrap=True, overflow="fold")
+    for header in ("step", "tool", "role", "decision", "arguments"):
+        table.add_column(header, overflow="fold")
     for a in found:
+        # The tool and its arguments were proposed by a model: shown literally, control
+        # characters spelled out, so nothing can be hidden from the approver.
         table.add_row(
-            a.id,
-            a.run_id,
+            cell(a.id),
+            cell(a.run_id),
             str(a.step_no),
-            a.tool,
-            a.required_role,
-            a.decision or "pending",
-            str(a.arguments),
+            cell(a.tool),
+            cell(a.required_role),
+            cell(a.decision or "pending"),
+            cell(json.dumps(json_safe(a.arguments), ensure_ascii=False, default=str)),
         )
-    Console().print(table)
+    console().print(table)
 
 
 def _decide(decision: str) -> Any:
@@ -164,8 +173,9 @@ def _decide(decision: str) -> Any:
     @db_option
     @run_async
     async def command(approval_id: str, decided_by: str, db: str) -> None:
+        check_text(decided_by, "--by")
         a = await with_store(db, lambda s: s.decide_approval(approval_id, decision, decided_by))
-        click.echo(f"{a.id} {a.decision} by {a.decided_by}; run {a.run_id} re-queued")
+        click.echo(f"{a.id} {a.decision} by {visible(a.decided_by)}; run {a.run_id} re-queued")
 
     command.__doc__ = f"{decision.capitalize()} a pending approval."
     return command
@@ -211,7 +221,13 @@ async def outbox_dead(db: str, as_json: bool) -> None:
     if as_json:
         print_json([i.__dict__ for i in found])
         return
-    table = Table("key", "run", "tool", "attempts", "last error")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("key", "run"):
+        table.add_column(header, no_wrap=True, overflow="fold")
+    for header in ("tool", "attempts", "last error"):
+        table.add_column(header, overflow="fold")
     for i in found:
-        table.add_row(i.key, i.run_id, i.tool, str(i.attempts), i.last_error or "")
-    Console().print(table)
+        table.add_row(
+            cell(i.key), cell(i.run_id), cell(i.tool), str(i.attempts), cell(i.last_error or "")
+        )
+    console().print(table)
