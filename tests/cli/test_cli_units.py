@@ -23,7 +23,7 @@ def test_the_newest_live_version_wins_not_the_newest_registered() -> None:
 
 
 def test_no_live_version_is_refused_with_how_to_proceed() -> None:
-    with pytest.raises(UsageError, match="no live worker runs w .*--version"):
+    with pytest.raises(UsageError, match=r"no live worker runs w .*--version"):
         choose_version("w", None, KNOWN, set(), "here")
 
 
