@@ -214,3 +214,30 @@ def test_runs_cancel_says_what_happened(env: Env) -> None:
     assert late.stdout.strip() == f"{done} is already completed; nothing to cancel"
     assert env.run(done).status == RunStatus.COMPLETED
     _clean_error(env.cli("runs", "cancel", "r-no-such-run", "--db", env.url), "no run")
+
+
+# read-only commands never create a database ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("runs", "list"),
+        ("runs", "show", "r-x"),
+        ("runs", "cancel", "r-x"),
+        ("approvals", "list"),
+        ("approvals", "approve", "a-x", "--by", "ops"),
+        ("outbox", "dead"),
+    ],
+)
+def test_read_commands_do_not_create_a_database(env: Env, args: tuple[str, ...]) -> None:
+    typo = env.tmp / "typo.db"
+    result = env.cli(*args, "--db", f"sqlite:///{typo}")
+    _clean_error(result, "no database at", "agentledger migrate")
+    assert not typo.exists()
+
+
+def test_a_db_without_a_scheme_shows_the_right_form(env: Env) -> None:
+    result = env.cli("runs", "list", "--db", "runs.db")
+    _clean_error(result, "sqlite:///runs.db")
+    assert not (ROOT / "runs.db").exists()

@@ -14,10 +14,21 @@ import click
 
 from agentledger.canonical import MAX_DEPTH, NotJournalable, journal_value
 from agentledger.cli.text import json_safe
-from agentledger.errors import AgentLedgerError
+from agentledger.errors import AgentLedgerError, UsageError
 from agentledger.store import DEFAULT_URL, SQLStore, open_store
+from agentledger.store.sqlite import sqlite_path
 
 T = TypeVar("T")
+
+
+def _check_db_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value and "://" not in value:
+        raise click.BadParameter(
+            f"{value!r} is not a database URL; use sqlite:///{value} (a file) or "
+            "postgresql://user@host/db"
+        )
+    return value
+
 
 db_option = click.option(
     "--db",
@@ -25,6 +36,7 @@ db_option = click.option(
     envvar="AGENTLEDGER_DB",
     default=DEFAULT_URL,
     show_default=True,
+    callback=_check_db_url,
     help="Database URL: sqlite:///file.db or postgresql://user@host/db (env AGENTLEDGER_DB).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -40,7 +52,21 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
     return wrapper
 
 
-async def with_store(url: str, fn: Callable[[SQLStore], Awaitable[T]]) -> T:
+async def with_store(
+    url: str, fn: Callable[[SQLStore], Awaitable[T]], *, create: bool = False
+) -> T:
+    """Open the store at ``url``, call ``fn`` with it, close it.
+
+    Only commands that write runs or the schema pass ``create``: a read or a decision
+    on a SQLite file that does not exist (a typo in --db) says so instead of creating it.
+    """
+    if not create and url.startswith("sqlite:"):
+        path = sqlite_path(url)[0]
+        if path != ":memory:" and not os.path.exists(path):
+            raise UsageError(
+                f"no database at {path}; check --db, or create it with "
+                f"`agentledger migrate --db {url}` (a worker or submit also creates it)"
+            )
     store = open_store(url)
     await store.open()
     try:

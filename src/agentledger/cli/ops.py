@@ -128,7 +128,7 @@ def worker(
 @run_async
 async def migrate(db: str) -> None:
     """Create or upgrade the schema."""
-    applied = await with_store(db, lambda s: s.migrate())
+    applied = await with_store(db, lambda s: s.migrate(), create=True)
     click.echo(f"schema up to date{' (applied ' + str(applied) + ')' if applied else ''}")
 
 

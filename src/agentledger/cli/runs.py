@@ -112,7 +112,7 @@ async def submit(
             run_id = run.id
         return run_id, chosen, served
 
-    run_id, chosen, served = await with_store(db, go)
+    run_id, chosen, served = await with_store(db, go, create=True)
     click.echo(run_id)
     if not served:
         click.echo(
