@@ -109,6 +109,8 @@ def test_locked_database(env: Env) -> None:
             "quick",
             "--input",
             '{"n": 2}',
+            "--version",  # queue it although no worker runs: this test is about the lock
+            "1",
             "--app",
             "tests.apps.engine_app:app",
             "--db",

@@ -12,10 +12,23 @@ from typing import Any, TypeVar
 
 import click
 
-from agentledger.errors import AgentLedgerError
+from agentledger.canonical import MAX_DEPTH, NotJournalable, journal_value
+from agentledger.cli.text import json_safe
+from agentledger.errors import AgentLedgerError, UsageError
 from agentledger.store import DEFAULT_URL, SQLStore, open_store
+from agentledger.store.sqlite import sqlite_path
 
 T = TypeVar("T")
+
+
+def _check_db_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value and "://" not in value:
+        raise click.BadParameter(
+            f"{value!r} is not a database URL; use sqlite:///{value} (a file) or "
+            "postgresql://user@host/db"
+        )
+    return value
+
 
 db_option = click.option(
     "--db",
@@ -23,6 +36,7 @@ db_option = click.option(
     envvar="AGENTLEDGER_DB",
     default=DEFAULT_URL,
     show_default=True,
+    callback=_check_db_url,
     help="Database URL: sqlite:///file.db or postgresql://user@host/db (env AGENTLEDGER_DB).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -38,7 +52,21 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
     return wrapper
 
 
-async def with_store(url: str, fn: Callable[[SQLStore], Awaitable[T]]) -> T:
+async def with_store(
+    url: str, fn: Callable[[SQLStore], Awaitable[T]], *, create: bool = False
+) -> T:
+    """Open the store at ``url``, call ``fn`` with it, close it.
+
+    Only commands that write runs or the schema pass ``create``: a read or a decision
+    on a SQLite file that does not exist (a typo in --db) says so instead of creating it.
+    """
+    if not create and url.startswith("sqlite:"):
+        path = sqlite_path(url)[0]
+        if path != ":memory:" and not os.path.exists(path):
+            raise UsageError(
+                f"no database at {path}; check --db, or create it with "
+                f"`agentledger migrate --db {url}` (a worker or submit also creates it)"
+            )
     store = open_store(url)
     await store.open()
     try:
@@ -48,17 +76,59 @@ async def with_store(url: str, fn: Callable[[SQLStore], Awaitable[T]]) -> T:
 
 
 def print_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, default=str))
+    """Valid JSON whatever the rows hold (non-finite numbers become strings)."""
+    click.echo(json.dumps(json_safe(value), indent=2, default=str, allow_nan=False))
 
 
-def parse_json_input(text: str) -> Any:
+class _NotJSONConstant(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJSONConstant(name)
+
+
+def parse_json_input(text: str, option: str = "--input") -> Any:
+    """The run input: strict JSON (no NaN/Infinity) that the journal can carry exactly."""
+    check_text(text, option, limit=None)
+    example = """example: --input '{"guest_id": "g-1"}'"""
     try:
-        return json.loads(text)
+        value = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise click.UsageError(
-            f"--input is not valid JSON ({exc.msg} at column {exc.colno}); "
-            """example: --input '{"guest_id": "g-1"}'"""
+            f"{option} is not valid JSON ({exc.msg} at column {exc.colno}); {example}"
         ) from None
+    except _NotJSONConstant as exc:
+        raise click.UsageError(
+            f"{option} contains {exc}, which JSON does not allow; use null or a string"
+        ) from None
+    except RecursionError:
+        raise click.UsageError(
+            f"{option} is nested too deeply (at most {MAX_DEPTH} levels)"
+        ) from None
+    try:
+        return journal_value(value)
+    except NotJournalable as exc:
+        raise click.UsageError(f"{option}: {exc}") from None
+
+
+def check_text(value: str | None, option: str, limit: int | None = 200) -> None:
+    """Refuse text that is not valid UTF-8 (undecodable bytes in argv) or that holds
+    control characters (identifiers only: ``limit`` set) before anything is written."""
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise click.UsageError(
+            f"{option} is not valid UTF-8; check the terminal's or the script's encoding"
+        ) from None
+    if limit is None:
+        return
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value):
+        raise click.UsageError(f"{option} must not contain control characters")
+    if len(value) > limit:
+        raise click.UsageError(f"{option} is longer than {limit} characters")
 
 
 def debug_enabled() -> bool:

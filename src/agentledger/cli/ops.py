@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 from typing import Any
 
 import click
-from rich.console import Console
+from rich import box
 from rich.table import Table
 
 from agentledger.app import load_app
-from agentledger.cli.common import db_option, json_option, print_json, run_async, with_store
+from agentledger.cli.common import (
+    check_text,
+    db_option,
+    fail,
+    json_option,
+    print_json,
+    run_async,
+    with_store,
+)
+from agentledger.cli.text import cell, console, json_safe, visible
+from agentledger.errors import UsageError
 from agentledger.store import SQLStore, open_store
-from agentledger.worker import Worker, WorkerConfig
+from agentledger.worker import Worker, WorkerConfig, WorkerFailed
 
 
 @click.command("worker")
@@ -25,23 +37,41 @@ from agentledger.worker import Worker, WorkerConfig
     help="module:attr of the App to run, e.g. agentledger.stayhub.app:app",
 )
 @db_option
-@click.option("--concurrency", default=50, show_default=True, help="Runs executed at once.")
-@click.option("--lease-seconds", default=15.0, show_default=True)
+@click.option(
+    "--concurrency", default=50, show_default=True, help="Runs executed at once (1 to 10000)."
+)
+@click.option(
+    "--lease-seconds",
+    default=15.0,
+    show_default=True,
+    help="How long a claim lasts without a heartbeat (0.5 to 86400); a dead worker's "
+    "runs on another host resume after it.",
+)
 @click.option(
     "--heartbeat-seconds",
     default=None,
     type=float,
-    help="How often leases are renewed [default: a third of the lease].",
+    help="How often leases are renewed, at most half the lease [default: a third of it].",
 )
-@click.option("--poll-seconds", default=0.2, show_default=True)
-@click.option("--shutdown-grace", default=10.0, show_default=True)
+@click.option(
+    "--poll-seconds",
+    default=0.2,
+    show_default=True,
+    help="How often to look for runnable runs when not woken (0.01 to 3600).",
+)
+@click.option(
+    "--shutdown-grace",
+    default=10.0,
+    show_default=True,
+    help="On SIGTERM, how long runs may finish their current step before being released.",
+)
 @click.option("--no-outbox", is_flag=True, help="Do not deliver outbox rows in this process.")
 @click.option(
     "--no-reap",
     is_flag=True,
     help="Do not expire leases of dead workers on this host at once (wait for expiry).",
 )
-@click.option("-v", "--verbose", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 def worker(
     app_path: str,
     db: str,
@@ -54,21 +84,29 @@ def worker(
     no_reap: bool,
     verbose: bool,
 ) -> None:
-    """Claim and execute runs until SIGTERM (then release them and exit 0)."""
+    """Claim and execute runs until SIGTERM (then release them and exit 0).
+
+    Exits non-zero when it stops on an error it cannot recover from, so a process
+    manager restarts it; a transient one (the database locked, a lost connection)
+    is retried and never stops it.
+    """
+    try:
+        config = WorkerConfig(
+            concurrency=concurrency,
+            lease_seconds=lease_seconds,
+            heartbeat_seconds=heartbeat_seconds,
+            poll_seconds=poll_seconds,
+            shutdown_grace=shutdown_grace,
+            outbox=not no_outbox,
+            reap_dead_local_owners=not no_reap,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     app = load_app(app_path)
-    config = WorkerConfig(
-        concurrency=concurrency,
-        lease_seconds=lease_seconds,
-        heartbeat_seconds=heartbeat_seconds,
-        poll_seconds=poll_seconds,
-        shutdown_grace=shutdown_grace,
-        outbox=not no_outbox,
-        reap_dead_local_owners=not no_reap,
-    )
 
     async def main() -> None:
         store = open_store(db)
@@ -76,9 +114,13 @@ def worker(
         try:
             await Worker(store, app, config).run()
         finally:
-            await store.close()
+            with contextlib.suppress(Exception):  # the reason to stop is already raised
+                await store.close()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except WorkerFailed as exc:
+        fail(f"worker stopped: {exc}", code=1)
 
 
 @click.command("migrate")
@@ -86,7 +128,7 @@ def worker(
 @run_async
 async def migrate(db: str) -> None:
     """Create or upgrade the schema."""
-    applied = await with_store(db, lambda s: s.migrate())
+    applied = await with_store(db, lambda s: s.migrate(), create=True)
     click.echo(f"schema up to date{' (applied ' + str(applied) + ')' if applied else ''}")
 
 
@@ -105,18 +147,24 @@ async def list_approvals(show_all: bool, db: str, as_json: bool) -> None:
     if as_json:
         print_json([a.__dict__ for a in found])
         return
-    table = Table("approval", "run", "step", "tool", "role", "decision", "arguments")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("approval", "run"):
+        table.add_column(header, no_wrap=True, overflow="fold")
+    for header in ("step", "tool", "role", "decision", "arguments"):
+        table.add_column(header, overflow="fold")
     for a in found:
+        # The tool and its arguments were proposed by a model: shown literally, control
+        # characters spelled out, so nothing can be hidden from the approver.
         table.add_row(
-            a.id,
-            a.run_id,
+            cell(a.id),
+            cell(a.run_id),
             str(a.step_no),
-            a.tool,
-            a.required_role,
-            a.decision or "pending",
-            str(a.arguments),
+            cell(a.tool),
+            cell(a.required_role),
+            cell(a.decision or "pending"),
+            cell(json.dumps(json_safe(a.arguments), ensure_ascii=False, default=str)),
         )
-    Console().print(table)
+    console().print(table)
 
 
 def _decide(decision: str) -> Any:
@@ -125,8 +173,9 @@ def _decide(decision: str) -> Any:
     @db_option
     @run_async
     async def command(approval_id: str, decided_by: str, db: str) -> None:
+        check_text(decided_by, "--by")
         a = await with_store(db, lambda s: s.decide_approval(approval_id, decision, decided_by))
-        click.echo(f"{a.id} {a.decision} by {a.decided_by}; run {a.run_id} re-queued")
+        click.echo(f"{a.id} {a.decision} by {visible(a.decided_by)}; run {a.run_id} re-queued")
 
     command.__doc__ = f"{decision.capitalize()} a pending approval."
     return command
@@ -172,7 +221,13 @@ async def outbox_dead(db: str, as_json: bool) -> None:
     if as_json:
         print_json([i.__dict__ for i in found])
         return
-    table = Table("key", "run", "tool", "attempts", "last error")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("key", "run"):
+        table.add_column(header, no_wrap=True, overflow="fold")
+    for header in ("tool", "attempts", "last error"):
+        table.add_column(header, overflow="fold")
     for i in found:
-        table.add_row(i.key, i.run_id, i.tool, str(i.attempts), i.last_error or "")
-    Console().print(table)
+        table.add_row(
+            cell(i.key), cell(i.run_id), cell(i.tool), str(i.attempts), cell(i.last_error or "")
+        )
+    console().print(table)

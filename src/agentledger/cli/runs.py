@@ -7,11 +7,12 @@ import time
 from typing import Any
 
 import click
-from rich.console import Console
+from rich import box
 from rich.table import Table
 
 from agentledger.app import load_app
 from agentledger.cli.common import (
+    check_text,
     db_option,
     json_option,
     parse_json_input,
@@ -19,8 +20,10 @@ from agentledger.cli.common import (
     run_async,
     with_store,
 )
-from agentledger.cli.tables import journal_table
-from agentledger.errors import UnknownTargetError, UsageError
+from agentledger.cli.routing import LIVE_WITHIN, choose_version
+from agentledger.cli.tables import audit_view, journal_view
+from agentledger.cli.text import cell, console, json_safe, markup_safe
+from agentledger.errors import UsageError
 from agentledger.records import Run, RunStatus
 from agentledger.store import NewRun, SQLStore
 
@@ -35,7 +38,12 @@ def run_dict(run: Run, serving: set[str] | None = None) -> dict[str, Any]:
 @click.command("submit")
 @click.argument("name")
 @click.option("--input", "input_json", default="{}", help="The run's input as JSON.")
-@click.option("--version", default=None, help="Version to run (default: the newest known).")
+@click.option(
+    "--version",
+    default=None,
+    help="Version to run [default: the newest version a live worker has]; given "
+    "explicitly, the run is queued even when no live worker has it yet.",
+)
 @click.option(
     "--app",
     "app_path",
@@ -43,7 +51,9 @@ def run_dict(run: Run, serving: set[str] | None = None) -> dict[str, Any]:
     default=None,
     help="module:attr of the App, to check NAME against it.",
 )
-@click.option("--tenant", default="default", show_default=True)
+@click.option(
+    "--tenant", default="default", show_default=True, help="The tenant the run belongs to."
+)
 @click.option("--user", default=None, help="The user the run acts for.")
 @db_option
 @run_async
@@ -56,46 +66,59 @@ async def submit(
     user: str | None,
     db: str,
 ) -> None:
-    """Queue a run of agent or workflow NAME and print its id."""
+    """Queue a run of agent or workflow NAME and print its id.
+
+    Without --version it runs the newest version a live worker has; when no live
+    worker has any version of NAME, nothing is queued and the reason is printed.
+    """
+    for value, option in ((name, "NAME"), (version, "--version"), (tenant, "--tenant"),
+                          (user, "--user")):  # fmt: skip
+        check_text(value, option)
     payload = parse_json_input(input_json)
+    app = load_app(app_path) if app_path else None
 
-    async def go(store: SQLStore) -> str:
-        if app_path:
-            return await load_app(app_path).submit(
-                store, name, payload, version=version, tenant_id=tenant, user_id=user
+    async def go(store: SQLStore) -> tuple[str, str, bool]:
+        if app is not None:
+            targets = app.targets()
+            where = f"in {app_path}"
+        else:
+            targets = {str(r["target"]): str(r["kind"]) for r in await store.registrations()}
+            where = "registered by workers"
+        known = {}
+        for target, kind in targets.items():
+            target_name, _, target_version = target.rpartition("@")
+            if target_name == name:
+                known[target_version] = kind
+        workers = await store.list_workers(live_within=LIVE_WITHIN)
+        live = {
+            t.rpartition("@")[2] for w in workers for t in w.targets if t.rpartition("@")[0] == name
+        }
+        chosen, kind, served = choose_version(name, version, known, live, where)
+        if app is not None:
+            run_id = await app.submit(
+                store, name, payload, version=chosen, tenant_id=tenant, user_id=user
             )
-        kind, resolved = await _resolve_registered(store, name, version)
-        run = await store.create_run(
-            NewRun(
-                kind=kind,
-                name=name,
-                version=resolved,
-                input=payload,
-                tenant_id=tenant,
-                user_id=user,
+        else:
+            run = await store.create_run(
+                NewRun(
+                    kind=kind,
+                    name=name,
+                    version=chosen,
+                    input=payload,
+                    tenant_id=tenant,
+                    user_id=user,
+                )
             )
+            run_id = run.id
+        return run_id, chosen, served
+
+    run_id, chosen, served = await with_store(db, go, create=True)
+    click.echo(run_id)
+    if not served:
+        click.echo(
+            f"note: no live worker has {name}@{chosen}; the run waits until one starts",
+            err=True,
         )
-        return run.id
-
-    click.echo(await with_store(db, go))
-
-
-async def _resolve_registered(store: SQLStore, name: str, version: str | None) -> tuple[str, str]:
-    known = await store.registrations()
-    matches = [
-        r for r in known if r["name"] == name and (version is None or r["version"] == version)
-    ]
-    if not matches:
-        listing = ", ".join(r["target"] for r in known) or "none yet"
-        wanted = name if version is None else f"{name}@{version}"
-        raise UnknownTargetError(
-            f"unknown agent or workflow {wanted!r} (registered by workers: {listing}); "
-            "start a worker with its app first, or pass --app module:app"
-        )
-    from agentledger.app import _version_key
-
-    best = max(matches, key=lambda r: _version_key(r["version"]))
-    return str(best["kind"]), str(best["version"])
 
 
 @click.group("runs")
@@ -104,9 +127,14 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option("--status", type=click.Choice(RunStatus.ALL), default=None)
-@click.option("--name", default=None)
-@click.option("--limit", default=50, show_default=True)
+@click.option(
+    "--status",
+    type=click.Choice(RunStatus.ALL),
+    default=None,
+    help="Only runs in this state.",
+)
+@click.option("--name", default=None, help="Only runs of this agent or workflow.")
+@click.option("--limit", default=50, show_default=True, help="At most this many runs.")
 @db_option
 @json_option
 @run_async
@@ -117,14 +145,23 @@ async def list_runs(
 
     async def go(store: SQLStore) -> tuple[list[Run], set[str]]:
         found = await store.list_runs(status=status, name=name, limit=limit)
-        workers = await store.list_workers(live_within=60)
+        workers = await store.list_workers(live_within=LIVE_WITHIN)
         return found, {t for w in workers for t in w.targets}
 
     found, serving = await with_store(db, go)
     if as_json:
         print_json([run_dict(r, serving) for r in found])
         return
-    table = Table("run", "target", "status", "steps", "tokens", "cost $", "resumes", "age", "note")
+    out = console()
+    wide = out.width >= 110  # narrower: tokens, cost and resumes are in `runs show`
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("run", no_wrap=True, overflow="fold")
+    table.add_column("target", overflow="fold")
+    table.add_column("status", no_wrap=True, overflow="fold")
+    numbers = ("steps", "tokens", "cost $", "resumes", "age") if wide else ("steps", "age")
+    for header in numbers:
+        table.add_column(header, justify="right", no_wrap=True, overflow="fold")
+    table.add_column("note", overflow="fold")
     now = time.time()
     for r in found:
         note = r.handover_reason or ""
@@ -132,20 +169,21 @@ async def list_runs(
             note = "waits until " + time.strftime(
                 "%Y-%m-%d %H:%M:%S", time.localtime(r.available_at)
             )
+        if r.cancel_requested and not r.terminal:
+            note = f"cancel requested: {r.cancel_requested}"
         if not r.terminal and r.target not in serving:
             note = f"no live worker has {r.target}"
+        figures = {
+            "steps": str(r.step_count),
+            "tokens": str(r.tokens),
+            "cost $": f"{r.cost_usd:.4f}",
+            "resumes": str(r.resumes),
+            "age": f"{now - r.created_at:.0f}s",
+        }
         table.add_row(
-            r.id,
-            r.target,
-            r.status,
-            str(r.step_count),
-            str(r.tokens),
-            f"{r.cost_usd:.4f}",
-            str(r.resumes),
-            f"{now - r.created_at:.0f}s",
-            note,
+            cell(r.id), cell(r.target), cell(r.status), *(figures[h] for h in numbers), cell(note)
         )
-    Console().print(table)
+    out.print(table)
 
 
 @runs.command("show")
@@ -174,29 +212,61 @@ async def show_run(run_id: str, db: str, as_json: bool) -> None:
             }
         )
         return
-    console = Console()
-    console.print(
-        f"[bold]{run.id}[/] {run.target} [bold]{run.status}[/] steps={run.step_count} "
-        f"tokens={run.tokens} cost=${run.cost_usd:.4f} epoch={run.lease_epoch} "
-        f"resumes={run.resumes}"
+    out = console()
+    out.print(f"[bold]{markup_safe(run.id)}[/] {markup_safe(run.target)} [bold]{run.status}[/]")
+    out.print(
+        f"steps={run.step_count} tokens={run.tokens} cost=${run.cost_usd:.4f} "
+        f"epoch={run.lease_epoch} resumes={run.resumes}"
     )
-    if run.error or run.handover_reason:
-        console.print(f"error: {run.error or ''}  reason: {run.handover_reason or ''}")
-    console.print(journal_table(steps))
-    audit = Table("at", "event", "actor", "detail", title="audit trail")
+    if run.error:
+        out.print(f"error: {markup_safe(run.error)}")
+    if run.handover_reason:
+        out.print(f"reason: {markup_safe(run.handover_reason)}")
+    if getattr(run, "cancel_requested", None) and not run.terminal:
+        out.print(f"cancel requested: {markup_safe(run.cancel_requested)}")
+    out.print(journal_view(steps, out.width))
+    rows = []
     for e in events:
         stamp = time.strftime("%H:%M:%S", time.localtime(e.at)) + f".{int(e.at * 1000) % 1000:03d}"
-        detail = json.dumps(e.data, default=str) if e.data is not None else ""
-        audit.add_row(stamp, e.type, e.actor, detail[:120])
-    console.print(audit)
+        detail = json.dumps(json_safe(e.data), default=str) if e.data is not None else ""
+        rows.append((stamp, e.type, e.actor, detail))
+    out.print(audit_view(rows, out.width))
 
 
 @runs.command("cancel")
 @click.argument("run_id")
-@click.option("--reason", default="cancelled by operator")
+@click.option(
+    "--reason", default="cancelled by operator", show_default=True, help="Recorded with it."
+)
 @db_option
 @run_async
 async def cancel(run_id: str, reason: str, db: str) -> None:
-    """Cancel a run; its worker's next write is refused."""
-    run = await with_store(db, lambda s: s.cancel_run(run_id, reason, "cli"))
-    click.echo(f"{run.id} {run.status}")
+    """Cancel a run. A run that never started is cancelled at once; a started one gets a
+    cancel request: its worker stops it at the next step boundary and compensates."""
+    check_text(reason, "--reason", limit=1000)
+
+    async def go(store: SQLStore) -> tuple[Run | None, Run, set[str]]:
+        before = await store.get_run(run_id)
+        if before is None:
+            raise UsageError(f"no run {run_id!r}; list runs with `agentledger runs list`")
+        after = await store.cancel_run(run_id, reason, "cli")
+        workers = await store.list_workers(live_within=LIVE_WITHIN)
+        return before, after, {t for w in workers for t in w.targets}
+
+    before, after, serving = await with_store(db, go)
+    click.echo(cancel_message(before, after, serving))
+
+
+def cancel_message(before: Run | None, after: Run, serving: set[str]) -> str:
+    """What ``runs cancel`` did, in one line."""
+    if after.status == RunStatus.CANCELLED and not (before and before.terminal):
+        return f"{after.id} cancelled now"
+    if after.terminal:
+        return f"{after.id} is already {after.status}; nothing to cancel"
+    line = (
+        f"{after.id} cancel requested: its worker stops it at the next step boundary "
+        "and compensates what it did"
+    )
+    if after.target not in serving:
+        line += f" (no live worker has {after.target} now: it stops when one claims it)"
+    return line

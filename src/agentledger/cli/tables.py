@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rich import box
+from rich.console import Group, RenderableType
 from rich.table import Table
+from rich.text import Text
+
+from agentledger.cli.text import cell, visible
 
 JOURNAL_FIELDS = (
     "step_no",
@@ -29,24 +34,84 @@ def journal_entry(step: Any) -> dict[str, Any]:
 
 
 def journal_table(steps: Iterable[Any], title: str | None = None) -> Table:
-    """Step, kind, name, status, attempts, key, duration, tokens, cost, epoch, error."""
-    table = Table(
-        "step", "kind", "name", "status", "attempts", "key", "ms", "tokens", "cost $", "epoch",
-        "error", title=title,
-    )  # fmt: skip
+    """Step, kind, name, status, attempts, key, duration, tokens, cost, epoch, error.
+
+    Names, keys and errors come from models and providers: shown literally (no markup,
+    control characters spelled out). Nothing is cut with an ellipsis: at 80 columns long
+    cells fold onto more lines (keys last, so the short columns stay readable).
+    """
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("step", "kind", "name", "status"):
+        table.add_column(header, overflow="fold")
+    table.add_column("att", justify="right", overflow="fold")
+    table.add_column("key", overflow="fold")
+    for header in ("ms", "tokens", "cost $", "epoch"):
+        table.add_column(header, justify="right", overflow="fold")
+    table.add_column("error", overflow="fold")
     for step in steps:
         s = journal_entry(step)
         table.add_row(
             str(s["step_no"]),
-            s["kind"],
-            s["name"],
-            s["status"],
+            cell(s["kind"]),
+            cell(s["name"]),
+            cell(s["status"]),
             str(s["attempts"]),
-            s["idempotency_key"] or "",
+            cell(s["idempotency_key"] or ""),
             f"{s['duration_ms'] or 0:.1f}",
             str(s["tokens"]),
             f"{s['cost_usd'] or 0:.5f}",
             str(s["lease_epoch"]),
-            s["error_class"] or "",
+            cell(s["error_class"] or ""),
         )
     return table
+
+
+WIDE = 140  # below this many columns, journals and audit trails are shown as records
+
+
+def journal_view(steps: Iterable[Any], width: int, title: str | None = None) -> RenderableType:
+    """The journal for a terminal ``width`` columns wide: a table when it fits, else one
+    record per step (its key on a line of its own), so nothing is ever cut."""
+    if width >= WIDE:
+        return journal_table(steps, title=title)
+    lines: list[Text] = [Text(title, style="bold")] if title else []
+    for step in steps:
+        s = journal_entry(step)
+        line = Text(f"{s['step_no']:>3}  ")
+        line.append(cell(s["kind"]))
+        line.append("  ")
+        line.append(visible(s["name"]), style="bold")
+        line.append("  ")
+        line.append(cell(s["status"]))
+        line.append(
+            f"  attempts={s['attempts']} epoch={s['lease_epoch']} {s['duration_ms'] or 0:.1f} ms"
+        )
+        if s["tokens"] or s["cost_usd"]:
+            line.append(f" tokens={s['tokens']} cost=${s['cost_usd'] or 0:.5f}")
+        if s["error_class"]:
+            line.append("  error=")
+            line.append(cell(s["error_class"]))
+        lines.append(line)
+        if s["idempotency_key"]:
+            lines.append(Text("     key ").append(cell(s["idempotency_key"])))
+    return Group(*lines)
+
+
+def audit_view(rows: Iterable[tuple[str, Any, Any, str]], width: int) -> RenderableType:
+    """(at, event, actor, detail) rows: a table when it fits, else records."""
+    if width >= WIDE:
+        table = Table(title="audit trail", box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("at", no_wrap=True)
+        table.add_column("event", overflow="fold")
+        table.add_column("actor", overflow="fold")
+        table.add_column("detail", overflow="fold")
+        for at, event, actor, detail in rows:
+            table.add_row(at, cell(event), cell(actor), cell(detail))
+        return table
+    lines: list[Text] = [Text("audit trail", style="bold")]
+    for at, event, actor, detail in rows:
+        line = Text(f"{at}  ").append(visible(event), style="bold").append("  by ")
+        lines.append(line.append(cell(actor)))
+        if detail:
+            lines.append(Text("    ").append(cell(detail)))
+    return Group(*lines)

@@ -1,5 +1,6 @@
 """Workers: claim runs under a lease, execute them, heartbeat, resume the dead's."""
 
-from agentledger.worker.worker import Worker, WorkerConfig
+from agentledger.worker.config import WorkerConfig
+from agentledger.worker.worker import Worker, WorkerFailed
 
-__all__ = ["Worker", "WorkerConfig"]
+__all__ = ["Worker", "WorkerConfig", "WorkerFailed"]

@@ -1,10 +1,23 @@
 """Who holds a lease, and whether that process is still alive.
 
-A lease owner id is ``host:pid:start:nonce``. The start time of the process
-(from /proc) guards against a reused pid. A worker that sees a lease held by a
-process of its own host that no longer exists expires that lease at once, so a
-SIGKILLed worker's runs resume within about a second instead of waiting out the
-lease; owners on other hosts are left to lease expiry.
+A lease owner id names a process by what a PID namespace cannot fake::
+
+    host:pid:start:nonce.boot_id.pidns
+
+``boot_id`` is the kernel's boot id (/proc/sys/kernel/random/boot_id; the same
+inside every container of one boot of one machine), ``pidns`` the inode of the
+process's PID namespace (readlink /proc/self/ns/pid), ``pid`` its pid in that
+namespace and ``start`` its start time in clock ticks since boot (guards a reused
+pid). The hostname is informative only: containers on host networking share it.
+The id keeps the older ``host:pid:start:nonce`` shape (the pid is the second field);
+an id of that older form is never reaped.
+
+A worker expires at once the leases of an owner that is provably dead: same boot,
+same PID namespace as the reaper, and its pid is gone or belongs to a process with
+another start time. Anything else (another machine, another namespace, an old-format
+id, an identity that could not be read) is left to lease expiry, so a SIGKILLed
+worker's runs resume within about a second on its own host and never earlier than
+the lease anywhere else.
 """
 
 from __future__ import annotations
@@ -12,6 +25,11 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
 def process_start(pid: int) -> str:
@@ -26,27 +44,118 @@ def process_start(pid: int) -> str:
     return fields[19] if len(fields) > 19 else ""
 
 
-def make_owner_id() -> str:
+def read_boot_id(path: str = BOOT_ID_PATH) -> str:
+    """This boot of this machine, as 32 hex digits ('' if unknown)."""
+    try:
+        with open(path) as f:
+            text = f.read().strip().replace("-", "").lower()
+    except OSError:
+        return ""
+    return text if text and all(c in "0123456789abcdef" for c in text) else ""
+
+
+def read_pid_namespace(path: str = "/proc/self/ns/pid") -> str:
+    """The inode of our PID namespace, from ``pid:[4026531836]`` ('' if unknown)."""
+    try:
+        link = os.readlink(path)
+    except OSError:
+        return ""
+    inner = link.removeprefix("pid:[").removesuffix("]")
+    return inner if inner.isdigit() else ""
+
+
+@dataclass(frozen=True)
+class ProcessId:
+    """A process as a lease owner: enough to tell, on the same boot and PID namespace,
+    whether it still exists."""
+
+    host: str
+    pid: int
+    start: str  # clock ticks since boot; '' or '0' when unknown
+    nonce: str
+    boot_id: str  # '' when unknown
+    pid_ns: str  # '' when unknown
+
+    def __str__(self) -> str:
+        tail = ".".join((self.nonce, self.boot_id, self.pid_ns))
+        return ":".join((self.host, str(self.pid), self.start or "0", tail))
+
+
+@lru_cache(maxsize=1)
+def _machine_identity() -> tuple[str, str]:
+    # Read once per process: neither changes while a process lives (a process cannot
+    # leave its PID namespace; only its children can be in another one).
+    return read_boot_id(), read_pid_namespace()
+
+
+def me() -> ProcessId:
+    """This process's identity."""
     pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{process_start(pid) or '0'}:{secrets.token_hex(3)}"
+    boot_id, pid_ns = _machine_identity()
+    return ProcessId(
+        host=socket.gethostname(),
+        pid=pid,
+        start=process_start(pid) or "0",
+        nonce=secrets.token_hex(3),
+        boot_id=boot_id,
+        pid_ns=pid_ns,
+    )
 
 
-def is_dead_local_owner(owner: str, host: str | None = None) -> bool:
-    """True only when ``owner`` is a process of this host that is gone."""
+def make_owner_id() -> str:
+    """A fresh lease owner id for this process (see the module docstring)."""
+    return str(me())
+
+
+def parse_owner(owner: str) -> ProcessId | None:
+    """The identity in an owner id; None for an old-format or malformed id (never reaped)."""
     parts = owner.split(":")
-    if len(parts) != 4:
-        return False
-    owner_host, pid_text, start, _ = parts
-    if owner_host != (host or socket.gethostname()) or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
+    if len(parts) != 4 or parts[3].count(".") != 2:
+        return None
+    host, pid_text, start, tail = parts
+    nonce, boot_id, pid_ns = tail.split(".")
+    if not pid_text.isdigit() or not start.isdigit() or not pid_ns.isdigit():
+        return None
+    if not boot_id or not all(c in "0123456789abcdef" for c in boot_id):
+        return None
+    return ProcessId(host, int(pid_text), start, nonce, boot_id, pid_ns)
+
+
+def owner_is_dead(
+    owner: ProcessId,
+    mine: ProcessId,
+    start_of: Callable[[int], str | None],
+) -> bool:
+    """True only when ``owner`` is provably gone.
+
+    ``start_of(pid)`` gives the start time of the process with that pid in our
+    namespace, None if there is none, '' if it exists but cannot be read.
+    """
+    if not mine.boot_id or not mine.pid_ns or owner.start in ("", "0"):
+        return False  # we cannot prove anything
+    if owner.boot_id != mine.boot_id or owner.pid_ns != mine.pid_ns:
+        return False  # another machine, boot or PID namespace: the pid means nothing here
+    if owner.pid == mine.pid and owner.start == mine.start:
+        return False  # ourselves
+    current = start_of(owner.pid)
+    if current is None:
+        return True  # no such process
+    return bool(current) and current != owner.start  # the pid was reused
+
+
+def _start_in_our_namespace(pid: int) -> str | None:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return True
+        return None
     except PermissionError:
+        pass  # it exists, owned by someone else
+    return process_start(pid)
+
+
+def is_dead_local_owner(owner: str, mine: ProcessId | None = None) -> bool:
+    """True only when ``owner`` is a process of our boot and PID namespace that is gone."""
+    parsed = parse_owner(owner)
+    if parsed is None:
         return False
-    current = process_start(pid)
-    return bool(current) and start != "0" and current != start
+    return owner_is_dead(parsed, mine or me(), _start_in_our_namespace)

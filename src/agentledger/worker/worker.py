@@ -1,49 +1,75 @@
 """The worker process: claim, lease, heartbeat, execute, shut down cleanly.
 
-Side tasks (claim loop, heartbeat, outbox dispatcher) are supervised: if one
-dies, the worker stops instead of limping on with leases it cannot renew.
+Side tasks (claim loop, heartbeat, outbox dispatcher) are supervised. A transient
+store error (the database is locked, the connection is being re-established) never
+stops a worker: the loop logs it and retries with a backoff. Any other error in a side
+task stops the worker, which then raises :class:`WorkerFailed` so that the process
+exits non-zero and a process manager restarts it.
 
-SIGTERM/SIGINT: stop claiming; each run stops at its next step boundary and is
-released (queued again, lease cleared); runs still inside a step after the grace
-period are cancelled and released -- a write left ``started`` is resolved by the
-next owner through the unknown-outcome path. Exit code 0.
+SIGTERM/SIGINT: stop claiming and delivering; each run stops at its next step boundary
+and is released (queued again, lease cleared); runs still inside a step after the grace
+period are cancelled and released -- a write left ``started`` is resolved by the next
+owner through the unknown-outcome path. Heartbeats go on until the drain is over, so a
+run still executing is never stolen while the grace lasts. Exit code 0.
+
+Leases are renewed per (run, lease epoch): a renewal that reports a lost lease only
+stops the execution that held that epoch, never a newer execution of the same run
+this worker claimed since. And one process never executes one run twice at once: a
+run re-claimed while its previous execution is still unwinding waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
+import random
 import signal
 import socket
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from agentledger.app import App
 from agentledger.engine.runner import RELEASED, execute_run
+from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
 from agentledger.records import Run, WorkerInfo
 from agentledger.store.base import Store
-from agentledger.worker.liveness import is_dead_local_owner, make_owner_id
+from agentledger.worker.config import WorkerConfig
+from agentledger.worker.liveness import is_dead_local_owner, me
 
 log = logging.getLogger(__name__)
 
+# Does the engine take the live cancel-request mapping? (Older engines do not.)
+_ACCEPTS_CANCEL = "cancel_requests" in inspect.signature(execute_run).parameters
 
-@dataclass
-class WorkerConfig:
-    """Tuning of one worker process (defaults documented in the README)."""
 
-    concurrency: int = 50
-    lease_seconds: float = 15.0
-    heartbeat_seconds: float | None = None  # default: a third of the lease
-    poll_seconds: float = 0.2
-    reap_seconds: float = 0.5
-    reap_dead_local_owners: bool = True  # off: behave like a worker on another host
-    shutdown_grace: float = 10.0
-    park_threshold: float = 2.0
-    max_resumes: int = 50  # lease takeovers before a run is handed to a human
-    outbox: bool = True
+class WorkerFailed(AgentLedgerError):
+    """The worker stopped on an error it cannot recover from (the message says which)."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for a store error that retrying later may cure (locked, reconnecting)."""
+    return isinstance(exc, StoreUnavailable) or (
+        isinstance(exc, StoreError) and bool(getattr(exc, "transient", False))
+    )
+
+
+class _Backoff:
+    """Exponential backoff with jitter for side loops that meet transient errors."""
+
+    def __init__(self, first: float = 0.05, cap: float = 2.0) -> None:
+        self.first, self.cap, self.delay = first, cap, first
+
+    def reset(self) -> None:
+        self.delay = self.first
+
+    def next(self) -> float:
+        delay = self.delay
+        self.delay = min(self.delay * 2, self.cap)
+        return random.uniform(delay / 2, delay)
 
 
 class Worker:
@@ -53,10 +79,20 @@ class Worker:
         self.store = store
         self.app = app
         self.config = config or WorkerConfig()
-        self.owner = make_owner_id()
-        self.stopping = asyncio.Event()
+        self.identity = me()
+        self.owner = str(self.identity)
+        self.stopping = asyncio.Event()  # stop claiming; runs stop at a step boundary
+        self._drained = asyncio.Event()  # every run is released: heartbeats may stop
         self.active: dict[str, tuple[asyncio.Task[str], int]] = {}
+        # run id -> reason, refreshed by the heartbeat loop; the engine reads it live.
+        self.cancel_requests: dict[str, str] = {}
+        self._cancel_supported = True
         self._wake = asyncio.Event()
+        self._failure: str | None = None
+        self._last_reap = 0.0
+        # The latest execution task of each run, also while it unwinds after its lease
+        # was lost (it is then no longer in ``active``).
+        self._tasks: dict[str, asyncio.Task[str]] = {}
         self.on_finished: Callable[[str, str], None] | None = None
 
     @property
@@ -72,54 +108,49 @@ class Worker:
         self._wake.set()
 
     async def run(self, install_signals: bool = True) -> None:
-        """Work until stopped (SIGTERM/SIGINT or :meth:`stop`)."""
+        """Work until stopped (SIGTERM/SIGINT or :meth:`stop`).
+
+        Raises :class:`WorkerFailed` when it stopped on an unrecoverable error.
+        """
         loop = asyncio.get_running_loop()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         await self.app.startup()
-        info = WorkerInfo(
-            id=self.owner,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            targets=self.targets,
-            started_at=time.time(),
-            heartbeat_at=time.time(),
-        )
-        await self.store.register_worker(info, self.app.targets())
-        side = [
-            asyncio.create_task(self._claim_loop(), name="claim"),
-            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
-        ]
-        if self.config.outbox:
-            from agentledger.outbox import OutboxDispatcher
-
-            # An outbox claim is a lease too: a SIGKILLed worker's claims must expire about
-            # as fast as its run leases, yet outlast one delivery (bounded by the tool timeout).
-            timeouts = [t.timeout for t in self.app.tools.values() if t.delivery == "outbox"]
-            outbox_lease = max([self.config.lease_seconds, *(2 * t + 1 for t in timeouts)])
-            dispatcher = OutboxDispatcher(
-                self.store, self.app, owner=self.owner, lease_seconds=outbox_lease
-            )
-            side.append(asyncio.create_task(dispatcher.run(self.stopping), name="outbox"))
-        # PostgreSQL wakes us on NOTIFY; polling stays as the fallback.
-        listen = getattr(self.store, "listen", None)
-        stop_listening = listen(lambda: loop.call_soon_threadsafe(self.wake)) if listen else None
-        stopper = asyncio.create_task(self.stopping.wait())
+        side: list[asyncio.Task[None]] = []
+        stop_listening = None
         try:
-            done, _ = await asyncio.wait([*side, stopper], return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if task is not stopper and task.exception() is not None:
-                    log.error(
-                        "worker side task %s died: %r; stopping", task.get_name(), task.exception()
-                    )
-                    self.stop()
-            self.stop()
+            info = WorkerInfo(
+                id=self.owner,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                targets=self.targets,
+                started_at=time.time(),
+                heartbeat_at=time.time(),
+            )
+            await self._retrying(
+                "register", lambda: self.store.register_worker(info, self.app.targets())
+            )
+            side = [
+                asyncio.create_task(self._supervise("claim", self._claim_once), name="claim"),
+                asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+            ]
+            if self.config.outbox:
+                side.append(asyncio.create_task(self._outbox_loop(), name="outbox"))
+            for task in side:
+                task.add_done_callback(self._side_task_done)
+            # PostgreSQL wakes us on NOTIFY; polling stays as the fallback.
+            listen = getattr(self.store, "listen", None)
+            stop_listening = (
+                listen(lambda: loop.call_soon_threadsafe(self.wake)) if listen else None
+            )
+            await self.stopping.wait()
             await self._drain()
         finally:
-            for task in [*side, stopper]:
+            self._drained.set()
+            for task in side:
                 task.cancel()
-            await asyncio.gather(*side, stopper, return_exceptions=True)
+            await asyncio.gather(*side, return_exceptions=True)
             if stop_listening is not None:
                 await asyncio.to_thread(stop_listening)
             with contextlib.suppress(Exception):
@@ -128,9 +159,59 @@ class Worker:
             if install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
+        if self._failure is not None:
+            raise WorkerFailed(self._failure)
+
+    def _side_task_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._fail(task.get_name(), task.exception() or RuntimeError("?"))
+
+    def _fail(self, what: str, exc: BaseException) -> None:
+        """An unrecoverable error in a side task: stop, and exit non-zero."""
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if self._failure is None:
+            self._failure = f"{what}: {reason}"
+        # The reason is raised by run() (the CLI prints it as its last line).
+        log.info("worker %s failed: %s; stopping", what, reason)
+        self.stop()
+
+    async def _retrying(self, what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """Call ``fn`` until it does not meet a transient store error."""
+        backoff = _Backoff()
+        while True:
+            try:
+                return await fn()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                log.warning("%s: %s; retrying", what, exc)
+                await asyncio.sleep(backoff.next())
+
+    async def _supervise(self, what: str, once: Callable[[], Awaitable[None]]) -> None:
+        """Call ``once`` until stopping; retry transient errors, stop on any other."""
+        backoff = _Backoff()
+        while not self.stopping.is_set():
+            try:
+                await once()
+                backoff.reset()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not is_transient(exc):
+                    self._fail(what, exc)
+                    return
+                log.warning("%s: %s; retrying", what, exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), backoff.next())
 
     async def _drain(self) -> None:
         tasks = [task for task, _ in self.active.values()]
+        log.info(
+            "stopping: draining %d runs (up to %g s to reach a step boundary); leases are "
+            "still renewed",
+            len(tasks),
+            self.config.shutdown_grace,
+        )
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_grace)
             for task in pending:
@@ -139,42 +220,72 @@ class Worker:
         for run_id, (_, epoch) in list(self.active.items()):
             with contextlib.suppress(Exception):
                 await self.store.release_run(run_id, epoch, self.owner)
+        self.active.clear()
+
+    # outbox ---------------------------------------------------------------
+
+    async def _outbox_loop(self) -> None:
+        from agentledger.outbox import OutboxDispatcher
+
+        # An outbox claim is a lease too: a SIGKILLed worker's claims must expire about
+        # as fast as its run leases, yet outlast one delivery (bounded by the tool timeout).
+        timeouts = [t.timeout for t in self.app.tools.values() if t.delivery == "outbox"]
+        outbox_lease = max([self.config.lease_seconds, *(2 * t + 1 for t in timeouts)])
+        dispatcher = OutboxDispatcher(
+            self.store, self.app, owner=self.owner, lease_seconds=outbox_lease
+        )
+        await self._supervise("outbox", lambda: dispatcher.run(self.stopping))
 
     # claiming -------------------------------------------------------------
 
-    async def _claim_loop(self) -> None:
-        last_reap = 0.0
-        while not self.stopping.is_set():
-            now = time.monotonic()
-            if self.config.reap_dead_local_owners and now - last_reap >= self.config.reap_seconds:
-                last_reap = now
-                await self._reap_dead_local_owners()
-            free = self.config.concurrency - len(self.active)
-            if free > 0:
-                runs = await self.store.claim_runs(
-                    self.owner, self.targets, free, self.config.lease_seconds
-                )
+    async def _claim_once(self) -> None:
+        """Reap, claim what fits, then wait for a wake-up or the poll interval."""
+        now = time.monotonic()
+        if self.config.reap_dead_local_owners and now - self._last_reap >= self.config.reap_seconds:
+            self._last_reap = now
+            await self._reap_dead_local_owners()
+        free = self.config.concurrency - len(self.active)
+        if free > 0:
+            runs = await self.store.claim_runs(
+                self.owner, self.targets, free, self.config.lease_seconds
+            )
+            if self.stopping.is_set():
+                # Claimed while the stop arrived: give them back at once.
                 for run in runs:
-                    self._start(run)
-                if runs and len(runs) == free:
-                    continue
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.poll_seconds)
+                    await self.store.release_run(run.id, run.lease_epoch, self.owner)
+                return
+            for run in runs:
+                self._start(run)
+            if runs and len(runs) == free:
+                return
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self.config.poll_seconds)
 
     async def _reap_dead_local_owners(self) -> None:
-        dead = [o for o in await self.store.lease_owners() if is_dead_local_owner(o)]
+        dead = [o for o in await self.store.lease_owners() if is_dead_local_owner(o, self.identity)]
         if dead:
             expired = await self.store.expire_leases_of(dead)
             log.info("expired %d leases of dead local workers %s", expired, dead)
 
     def _start(self, run: Run) -> None:
-        task = asyncio.create_task(self._execute(run), name=f"run:{run.id}")
+        previous = self._tasks.get(run.id)
+        task = asyncio.create_task(self._execute(run, previous), name=f"run:{run.id}")
         self.active[run.id] = (task, run.lease_epoch)
+        self._tasks[run.id] = task
 
-    async def _execute(self, run: Run) -> str:
+    async def _execute(self, run: Run, previous: asyncio.Task[str] | None = None) -> str:
         outcome = "error"
         try:
+            if previous is not None and not previous.done():
+                # Our own earlier execution of this run lost its lease but is still
+                # unwinding (e.g. inside a tool call): never run two attempts of one
+                # step at once. Its writes are fenced by the old epoch anyway.
+                previous.cancel()
+                await asyncio.gather(previous, return_exceptions=True)
+            kwargs: dict[str, Any] = {}
+            if _ACCEPTS_CANCEL:
+                kwargs["cancel_requests"] = self.cancel_requests
             outcome = await execute_run(
                 self.store,
                 self.app,
@@ -183,19 +294,44 @@ class Worker:
                 stopping=self.stopping,
                 park_threshold=self.config.park_threshold,
                 max_resumes=self.config.max_resumes,
+                **kwargs,
             )
             if outcome == RELEASED:
-                await self.store.release_run(run.id, run.lease_epoch, self.owner)
+                await self._retrying(
+                    f"release of run {run.id}",
+                    lambda: self.store.release_run(run.id, run.lease_epoch, self.owner),
+                )
             return outcome
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
-        except Exception:
-            log.exception("run %s crashed the engine; its lease will expire", run.id)
+        except Exception as exc:
+            if is_transient(exc):
+                # The database was unavailable mid-run: nothing was written past the
+                # journal, so give the run back for the next claim to resume.
+                log.warning("run %s stopped by a store error (%s); releasing it", run.id, exc)
+                with contextlib.suppress(Exception):
+                    await self._retrying(
+                        f"release of run {run.id}",
+                        lambda: self.store.release_run(run.id, run.lease_epoch, self.owner),
+                    )
+                outcome = RELEASED
+            else:
+                log.exception("run %s crashed the engine; its lease will expire", run.id)
             return outcome
         finally:
-            if not self.stopping.is_set() or outcome not in ("cancelled",):
-                self.active.pop(run.id, None)
+            # Only our own entries: a newer execution of this run may have replaced them.
+            # A run cancelled by the drain stays in ``active`` so that the drain releases it.
+            entry = self.active.get(run.id)
+            if (
+                entry is not None
+                and entry[1] == run.lease_epoch
+                and not (self.stopping.is_set() and outcome == "cancelled")
+            ):
+                del self.active[run.id]
+                self.cancel_requests.pop(run.id, None)
+            if self._tasks.get(run.id) is asyncio.current_task():
+                del self._tasks[run.id]
             if self.on_finished is not None:
                 self.on_finished(run.id, outcome)
             self._wake.set()
@@ -203,16 +339,52 @@ class Worker:
     # heartbeats -------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
-        interval = self.config.heartbeat_seconds or self.config.lease_seconds / 3
-        while not self.stopping.is_set():
-            await asyncio.sleep(interval)
-            leases = {run_id: epoch for run_id, (_, epoch) in self.active.items()}
-            if leases:
-                lost = await self.store.renew_leases(self.owner, leases, self.config.lease_seconds)
-                for run_id in lost:
-                    # A zombie: someone else owns the run now. Stop touching it.
-                    entry = self.active.pop(run_id, None)
-                    if entry is not None:
-                        log.warning("lease on run %s lost; stopping it", run_id)
-                        entry[0].cancel()
-            await self.store.heartbeat_worker(self.owner)
+        """Renew leases until every run is released (through a SIGTERM drain too)."""
+        interval = self.config.heartbeat_interval
+        backoff = _Backoff()
+        while not self._drained.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), interval)
+            if self._drained.is_set():
+                return
+            try:
+                await self._heartbeat_once()
+                backoff.reset()
+                interval = self.config.heartbeat_interval
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not is_transient(exc):
+                    self._fail("heartbeat", exc)
+                    return
+                log.warning("heartbeat: %s; retrying", exc)
+                interval = min(backoff.next(), self.config.heartbeat_interval)
+
+    async def _heartbeat_once(self) -> None:
+        leases = {run_id: epoch for run_id, (_, epoch) in self.active.items()}
+        if leases:
+            lost = await self.store.renew_leases(self.owner, leases, self.config.lease_seconds)
+            for run_id in lost:
+                entry = self.active.get(run_id)
+                # Only the execution that held the lost epoch: a newer one of the same
+                # run (re-claimed while this renewal was in flight) keeps running.
+                if entry is not None and entry[1] == leases[run_id]:
+                    del self.active[run_id]
+                    log.warning("lease on run %s (epoch %d) lost; stopping it", run_id, entry[1])
+                    entry[0].cancel()
+            await self._refresh_cancel_requests([r for r in leases if r not in lost])
+        await self.store.heartbeat_worker(self.owner)
+
+    async def _refresh_cancel_requests(self, run_ids: list[str]) -> None:
+        if not run_ids or not self._cancel_supported:
+            return
+        try:
+            found = await self.store.cancel_requests(run_ids)
+        except NotImplementedError:
+            self._cancel_supported = False
+            return
+        for run_id in run_ids:
+            if run_id in found:
+                self.cancel_requests[run_id] = found[run_id]
+            else:
+                self.cancel_requests.pop(run_id, None)

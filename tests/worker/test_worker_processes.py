@@ -1,0 +1,131 @@
+"""Worker guarantees that are about processes: namespaces, SIGTERM, a locked database."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+
+import pytest
+
+from agentledger.records import RunStatus, StepStatus
+from agentledger.worker.liveness import parse_owner, read_pid_namespace
+from tests.engine.helpers import Env, tool_steps, wait_for
+from tests.worker.procs import pid_namespace_prefix, wait_log
+
+pytestmark = pytest.mark.slow
+
+
+def _held_run(env: Env, item: str = "i1") -> tuple[str, object]:
+    flag = env.tmp / "hold.flag"
+    flag.write_text("hold")
+    run_id = env.submit(
+        "five_writes", {"hold": {"item": item, "phase": "after_effect", "flag": str(flag)}}
+    )
+    return run_id, flag
+
+
+def _effects_of(env: Env, run_id: str) -> dict[str, int]:
+    return {k: n for k, n in env.effects("keyed").items() if k.startswith(run_id)}
+
+
+def test_a_worker_in_its_own_pid_namespace_is_not_reaped(env: Env) -> None:
+    """Same hostname, another PID namespace: its pid means nothing outside; never reaped."""
+    prefix = pid_namespace_prefix()
+    run_id, flag = _held_run(env)
+    inside = env.start_worker(prefix=prefix, concurrency=1)  # busy: takes no other run
+    env.wait_marker(flag)  # type: ignore[arg-type]
+    held = env.run(run_id)
+    owner = parse_owner(held.lease_owner or "")
+    assert owner is not None and owner.pid_ns != read_pid_namespace()
+    outside = env.start_worker()
+    # The outside worker reaps before its first claim: once it has completed a run
+    # submitted after it started, it has judged the inside worker's lease.
+    quick = env.submit("quick", {"n": 1})
+    env.wait_status(quick, RunStatus.COMPLETED)
+    by = {parse_owner(e.actor) for e in env.events(quick)} - {None}
+    assert by and all(o.pid_ns == read_pid_namespace() for o in by if o), by
+    run = env.run(run_id)
+    assert run.lease_owner == held.lease_owner and run.lease_epoch == 1, run
+    assert not any(e.type == "run.resumed" for e in env.events(run_id))
+    flag.unlink()  # type: ignore[attr-defined]
+    run = env.wait_status(run_id, RunStatus.COMPLETED)
+    assert run.lease_epoch == 1 and run.resumes == 0, run
+    writes = tool_steps(env.journal(run_id), "keyed_write")
+    assert _effects_of(env, run_id) == {s.idempotency_key: 1 for s in writes}
+    assert inside.poll() is None and outside.poll() is None
+
+
+def test_heartbeats_go_on_during_a_sigterm_drain(env: Env) -> None:
+    """A grace longer than the lease: the run still executing is not stolen meanwhile."""
+    run_id, flag = _held_run(env)
+    first = env.start_worker(lease=1.0, extra=("--shutdown-grace", "30", "-v"))
+    env.wait_marker(flag)  # type: ignore[arg-type]
+    first.send_signal(signal.SIGTERM)
+    wait_log(env, 1, "draining 1 runs")
+    other = env.start_worker(lease=1.0)
+    # Renewed at least twice after the drain began (each renewal extends a 1 s lease).
+    seen = [env.run(run_id).lease_expires_at or 0.0]
+
+    def renewed() -> bool:
+        expires = env.run(run_id).lease_expires_at or 0.0
+        if expires > seen[-1]:
+            seen.append(expires)
+        return len(seen) >= 4
+
+    wait_for(renewed, 15, "lease renewals during the drain")
+    run = env.run(run_id)
+    assert run.status == RunStatus.RUNNING and run.lease_epoch == 1, run
+    flag.unlink()  # type: ignore[attr-defined]
+    assert first.wait(timeout=30) == 0
+    run = env.wait_status(run_id, RunStatus.COMPLETED)
+    journal = env.journal(run_id)
+    # The held write was finished and journaled by the first worker before it let go.
+    held = tool_steps(journal, "keyed_write")[0]
+    assert held.status == StepStatus.SUCCEEDED and held.lease_epoch == 1
+    assert not any(e.type == "tool.resumed_unknown" for e in env.events(run_id))
+    writes = tool_steps(journal, "keyed_write")
+    assert env.effects("keyed") == {s.idempotency_key: 1 for s in writes}
+    assert env.calls("keyed") == {s.idempotency_key: 1 for s in writes}
+    assert other.poll() is None
+
+
+def test_a_locked_database_does_not_stop_the_worker(env: Env) -> None:
+    """Another process holds the write lock past the busy timeout: the worker waits it out."""
+    ids = [env.submit("slow_writes", {"tag": f"t{n}", "n": 3, "pause": 0.2}) for n in range(3)]
+    worker = env.start_worker(db=f"{env.url}?busy_timeout_ms=200")
+    wait_for(lambda: all(env.run(i).step_count >= 1 for i in ids), what="all runs started")
+    holder = sqlite3.connect(env.db_path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        wait_log(env, 1, "locked")  # the worker met the lock (and said so)
+        wait_for(lambda: env.worker_log(1).count("retrying") >= 3, what="several retries")
+        assert worker.poll() is None
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    for run_id in ids:
+        env.wait_status(run_id, RunStatus.COMPLETED)
+    assert worker.poll() is None
+    keys = [s.idempotency_key for i in ids for s in tool_steps(env.journal(i), "keyed_write")]
+    assert len(keys) == 9
+    assert env.effects("keyed") == dict.fromkeys(keys, 1)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize("damage", ["schema_dropped", "file_replaced_by_garbage"])
+def test_an_unrecoverable_store_error_exits_non_zero_with_its_reason(env: Env, damage: str) -> None:
+    worker = env.start_worker()
+    env.wait_status(env.submit("quick", {"n": 1}), RunStatus.COMPLETED)
+    if damage == "schema_dropped":
+        with sqlite3.connect(env.db_path) as conn:
+            conn.execute("DROP TABLE runs")
+    else:
+        size = env.db_path.stat().st_size
+        with open(env.db_path, "r+b") as f:  # in place: the worker's open file changes
+            f.write(b"this is not a database" * (size // 22 + 1))
+    assert worker.wait(timeout=30) != 0
+    log = env.worker_log(1)
+    assert "Traceback" not in log, log
+    lines = [line for line in log.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: worker stopped:"), log
