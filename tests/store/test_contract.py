@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -440,26 +441,87 @@ async def test_release_run_makes_it_claimable_by_another_owner(store: SQLStore) 
         await store.commit(batch(run, steps=[step(run)]))
 
 
-async def test_cancel_run_fences_out_the_owner(store: SQLStore) -> None:
+async def test_cancel_of_a_running_run_is_a_request_that_keeps_the_lease(store: SQLStore) -> None:
     await store.create_run(new_run())
+    other = await store.create_run(new_run())
     run = await claim_one(store, "w1")
-    cancelled = await store.cancel_run(run.id, "user asked", "alice")
-    assert cancelled.status == "cancelled" and cancelled.error == "user asked"
-    assert cancelled.lease_owner is None
-    with pytest.raises(LeaseLost):
-        await store.commit(batch(run, steps=[step(run)], run=RunUpdate(step_count=1)))
-    assert await store.load_journal(run.id) == []
-    assert await store.claim_runs("w2", [TARGET], 10, 30) == []
-    assert (await store.cancel_run(run.id, "again", "bob")).error == "user asked"
-    assert "run.cancelled" in [e.type for e in await store.list_events(run.id)]
+    requested = await store.cancel_run(run.id, "user asked", "alice")
+    # The worker honours it at the next step boundary: the epoch is never bumped, so
+    # its in-flight write (and the compensation after it) still commits.
+    assert requested.status == "running" and requested.cancel_requested == "user asked"
+    assert requested.lease_epoch == run.lease_epoch and requested.lease_owner == "w1"
+    assert await store.cancel_requests([run.id, other.id, "r-missing"]) == {run.id: "user asked"}
+    assert await store.cancel_requests([]) == {}
+    await store.commit(batch(run, steps=[step(run)], run=RunUpdate(step_count=1)))
+    again = await store.cancel_run(run.id, "again", "bob")  # the first reason stays
+    assert again.cancel_requested == "user asked" and again.status == "running"
+    await store.commit(batch(run, run=RunUpdate(status="cancelled", error="user asked")))
+    done = await store.cancel_run(run.id, "late", "carol")  # terminal: returned as it is
+    assert done.status == "cancelled" and done.error == "user asked"
+    types = [e.type for e in await store.list_events(run.id)]
+    assert types.count("run.cancel_requested") == 1
     with pytest.raises(StoreError):
         await store.cancel_run("r-missing", "x", "bob")
 
 
+async def test_cancel_never_overwrites_a_terminal_state(
+    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentledger.store.queries import runs as run_queries
+
+    await store.create_run(new_run())
+    run = await claim_one(store, "w1")
+    stale = await store.get_run(run.id)
+    # The run completes between the cancel's read and its write (the race on a busy
+    # server): the cancel sees the stale snapshot, its guarded UPDATE must not match.
+    await store.commit(batch(run, run=RunUpdate(status="completed", result={"ok": True})))
+    real_get_run = run_queries.get_run
+    snapshots = [stale]
+
+    def get_run_racing(d: Any, conn: Any, run_id: str) -> Run | None:
+        return snapshots.pop() if snapshots else real_get_run(d, conn, run_id)
+
+    monkeypatch.setattr(run_queries, "get_run", get_run_racing)
+    after = await store.cancel_run(run.id, "too late", "alice")
+    assert after.status == "completed" and after.result == {"ok": True}
+    got = await store.get_run(run.id)
+    assert got is not None and got.status == "completed" and got.error is None
+
+
+async def test_cancel_a_waiting_run_makes_it_claimable(store: SQLStore) -> None:
+    await store.create_run(new_run())
+    run = await claim_one(store, "w1")
+    await store.commit(
+        batch(
+            run, steps=[step(run)], run=RunUpdate(status="waiting", available_at=time.time() + 3600)
+        )
+    )
+    assert await store.claim_runs("w2", [TARGET], 10, 30) == []
+    requested = await store.cancel_run(run.id, "stop", "alice")
+    assert requested.status == "queued" and requested.cancel_requested == "stop"
+    assert requested.available_at is not None and requested.available_at <= time.time()
+    (claimed,) = await store.claim_runs("w2", [TARGET], 10, 30)
+    assert claimed.id == run.id and claimed.cancel_requested == "stop"
+    assert claimed.lease_epoch == run.lease_epoch + 1
+
+
+async def test_cancel_a_released_run_that_started_is_only_a_request(store: SQLStore) -> None:
+    await store.create_run(new_run())
+    run = await claim_one(store, "w1")
+    await store.commit(batch(run, steps=[step(run, status="started", output=None)]))
+    assert await store.release_run(run.id, run.lease_epoch, "w1")
+    requested = await store.cancel_run(run.id, "stop", "alice")
+    # A step may have reached a provider: a worker resolves it and compensates.
+    assert requested.status == "queued" and requested.cancel_requested == "stop"
+
+
 async def test_cancel_a_queued_run(store: SQLStore) -> None:
     run = await store.create_run(new_run())
-    assert (await store.cancel_run(run.id, "not needed", "alice")).status == "cancelled"
+    cancelled = await store.cancel_run(run.id, "not needed", "alice")
+    assert cancelled.status == "cancelled" and cancelled.error == "not needed"
+    assert cancelled.lease_epoch == 0
     assert await store.claim_runs("w1", [TARGET], 10, 30) == []
+    assert "run.cancelled" in [e.type for e in await store.list_events(run.id)]
 
 
 async def test_expire_leases_of_dead_owner(store: SQLStore) -> None:
