@@ -187,7 +187,8 @@ class Store(ABC):
 
     @abstractmethod
     async def commit(self, batch: Batch) -> None:
-        """Commit a fenced batch durably. Raises LeaseLost or EffectClaimed."""
+        """Commit a fenced batch durably. Raises LeaseLost, EffectClaimed, or
+        UnstorableBatch (this batch alone cannot be encoded; nothing was written)."""
 
     # effects, events, approvals, outbox -----------------------------------
     @abstractmethod

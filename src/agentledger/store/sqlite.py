@@ -5,6 +5,15 @@ WAL mode with ``synchronous=FULL`` so every acknowledged step is fsynced;
 upgrades a read lock mid-transaction; a busy timeout lets several worker
 processes on one host share the file. ``?synchronous=normal`` in the URL is the
 faster, weaker setting: a power loss may lose the last acknowledged steps.
+
+Several worker processes on one host share the file. The journal connection used on
+the event loop never waits for another process's write lock (busy timeout 0): when
+the lock is held, the group is committed on a thread that waits with the busy timeout,
+so heartbeats and other runs go on. A lock held past the busy timeout is
+:class:`StoreUnavailable`, a transient error to retry.
+
+Clock: every process on the host reads the same clock, so leases are judged by it,
+read in SQL (``julianday('now')``) like PostgreSQL's server clock.
 """
 
 from __future__ import annotations
