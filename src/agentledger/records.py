@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentledger.canonical import clean_text
+
 
 class RunStatus:
     """Run states (DESIGN.md "Run states")."""
@@ -66,6 +68,7 @@ class Run:
     error: str | None = None
     handover_reason: str | None = None
     cancel_requested: str | None = None  # reason; honoured at the next step boundary
+    request_id: str | None = None  # the submit's request id (a retried submit finds its run)
 
     @property
     def target(self) -> str:
@@ -127,6 +130,10 @@ class OutboxItem:
     status: str = "pending"
     last_error: str | None = None
     history: list[Any] = field(default_factory=list)
+    # The claim this copy was handed out under: a settle must carry both, so a
+    # dispatcher whose lease expired and was re-claimed cannot settle the row.
+    lease_owner: str | None = None
+    claim_epoch: int = 0
 
 
 @dataclass
@@ -172,8 +179,27 @@ class WorkerInfo:
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON used for every JSON column."""
-    return json.dumps(value, separators=(",", ":"), default=str)
+    """Compact JSON used for every JSON column.
+
+    Text is sanitized (:func:`agentledger.canonical.clean_text`): a NUL or a lone
+    UTF-16 surrogate anywhere in ``value`` comes back as U+FFFD, so what the journal
+    returns can be written anywhere else (a text column, a provider) without failing.
+    """
+    text = json.dumps(value, separators=(",", ":"), default=str)
+    # ASCII JSON spells NUL and every surrogate as an escape: only then walk the value.
+    if "\\u0000" in text or "\\ud" in text:
+        text = json.dumps(_clean(json.loads(text)), separators=(",", ":"))
+    return text
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): _clean(v) for k, v in value.items()}
+    return value
 
 
 def loads(text: str | None) -> Any:

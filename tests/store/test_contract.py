@@ -5,18 +5,21 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
 from agentledger.errors import LeaseLost, StoreError
 from agentledger.records import Approval, Effect, OutboxItem, Run, Step, WorkerInfo
 from agentledger.store import (
+    AlreadyDecided,
     Batch,
     EffectClaimed,
     NewEvent,
     NewRun,
     RunUpdate,
     SQLStore,
+    UnstorableBatch,
     open_store,
 )
 
@@ -440,26 +443,88 @@ async def test_release_run_makes_it_claimable_by_another_owner(store: SQLStore) 
         await store.commit(batch(run, steps=[step(run)]))
 
 
-async def test_cancel_run_fences_out_the_owner(store: SQLStore) -> None:
+async def test_cancel_of_a_running_run_is_a_request_that_keeps_the_lease(store: SQLStore) -> None:
     await store.create_run(new_run())
+    other = await store.create_run(new_run())
     run = await claim_one(store, "w1")
-    cancelled = await store.cancel_run(run.id, "user asked", "alice")
-    assert cancelled.status == "cancelled" and cancelled.error == "user asked"
-    assert cancelled.lease_owner is None
-    with pytest.raises(LeaseLost):
-        await store.commit(batch(run, steps=[step(run)], run=RunUpdate(step_count=1)))
-    assert await store.load_journal(run.id) == []
-    assert await store.claim_runs("w2", [TARGET], 10, 30) == []
-    assert (await store.cancel_run(run.id, "again", "bob")).error == "user asked"
-    assert "run.cancelled" in [e.type for e in await store.list_events(run.id)]
+    requested = await store.cancel_run(run.id, "user asked", "alice")
+    # The worker honours it at the next step boundary: the epoch is never bumped, so
+    # its in-flight write (and the compensation after it) still commits.
+    assert requested.status == "running" and requested.cancel_requested == "user asked"
+    assert requested.lease_epoch == run.lease_epoch and requested.lease_owner == "w1"
+    assert await store.cancel_requests([run.id, other.id, "r-missing"]) == {run.id: "user asked"}
+    assert await store.cancel_requests([]) == {}
+    await store.commit(batch(run, steps=[step(run)], run=RunUpdate(step_count=1)))
+    again = await store.cancel_run(run.id, "again", "bob")  # the first reason stays
+    assert again.cancel_requested == "user asked" and again.status == "running"
+    await store.commit(batch(run, run=RunUpdate(status="cancelled", error="user asked")))
+    done = await store.cancel_run(run.id, "late", "carol")  # terminal: returned as it is
+    assert done.status == "cancelled" and done.error == "user asked"
+    types = [e.type for e in await store.list_events(run.id)]
+    assert types.count("run.cancel_requested") == 1
     with pytest.raises(StoreError):
         await store.cancel_run("r-missing", "x", "bob")
 
 
+async def test_cancel_never_overwrites_a_terminal_state(
+    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentledger.store.queries import runs as run_queries
+
+    await store.create_run(new_run())
+    run = await claim_one(store, "w1")
+    stale = await store.get_run(run.id)
+    # The run completes between the cancel's read and its write (the race on a busy
+    # server): the cancel sees the stale snapshot, its guarded UPDATE must not match.
+    await store.commit(batch(run, run=RunUpdate(status="completed", result={"ok": True})))
+    real_get_run = run_queries.get_run
+    snapshots = [stale]
+
+    def get_run_racing(d: Any, conn: Any, run_id: str) -> Run | None:
+        return snapshots.pop() if snapshots else real_get_run(d, conn, run_id)
+
+    monkeypatch.setattr(run_queries, "get_run", get_run_racing)
+    after = await store.cancel_run(run.id, "too late", "alice")
+    assert after.status == "completed" and after.result == {"ok": True}
+    got = await store.get_run(run.id)
+    assert got is not None and got.status == "completed" and got.error is None
+    assert got.cancel_requested is None
+
+
+async def test_cancel_a_waiting_run_makes_it_claimable(store: SQLStore) -> None:
+    await store.create_run(new_run())
+    run = await claim_one(store, "w1")
+    await store.commit(
+        batch(
+            run, steps=[step(run)], run=RunUpdate(status="waiting", available_at=time.time() + 3600)
+        )
+    )
+    assert await store.claim_runs("w2", [TARGET], 10, 30) == []
+    requested = await store.cancel_run(run.id, "stop", "alice")
+    assert requested.status == "queued" and requested.cancel_requested == "stop"
+    assert requested.available_at is not None and requested.available_at <= time.time()
+    (claimed,) = await store.claim_runs("w2", [TARGET], 10, 30)
+    assert claimed.id == run.id and claimed.cancel_requested == "stop"
+    assert claimed.lease_epoch == run.lease_epoch + 1
+
+
+async def test_cancel_a_released_run_that_started_is_only_a_request(store: SQLStore) -> None:
+    await store.create_run(new_run())
+    run = await claim_one(store, "w1")
+    await store.commit(batch(run, steps=[step(run, status="started", output=None)]))
+    assert await store.release_run(run.id, run.lease_epoch, "w1")
+    requested = await store.cancel_run(run.id, "stop", "alice")
+    # A step may have reached a provider: a worker resolves it and compensates.
+    assert requested.status == "queued" and requested.cancel_requested == "stop"
+
+
 async def test_cancel_a_queued_run(store: SQLStore) -> None:
     run = await store.create_run(new_run())
-    assert (await store.cancel_run(run.id, "not needed", "alice")).status == "cancelled"
+    cancelled = await store.cancel_run(run.id, "not needed", "alice")
+    assert cancelled.status == "cancelled" and cancelled.error == "not needed"
+    assert cancelled.lease_epoch == 0
     assert await store.claim_runs("w1", [TARGET], 10, 30) == []
+    assert "run.cancelled" in [e.type for e in await store.list_events(run.id)]
 
 
 async def test_expire_leases_of_dead_owner(store: SQLStore) -> None:
@@ -513,3 +578,292 @@ async def test_store_must_be_opened(store_url: str) -> None:
     store = open_store(store_url)
     with pytest.raises(StoreError, match="not open"):
         await store.get_run("x")
+
+
+# one approval decision wins --------------------------------------------------------
+
+
+async def park_for_approval(store: SQLStore, approval_id: str) -> Run:
+    await store.create_run(new_run(version=approval_id))
+    (run,) = await store.claim_runs("w1", [f"agent@{approval_id}"], 1, 30)
+    now = time.time()
+    approval = Approval(
+        id=approval_id,
+        run_id=run.id,
+        step_no=1,
+        tool="refund",
+        arguments={"amount": 5},
+        required_role="manager",
+        requested_at=now,
+        expires_at=now,
+        default_decision="reject",
+    )
+    await store.commit(
+        batch(run, approvals=[approval], run=RunUpdate(status="waiting", available_at=None))
+    )
+    return run
+
+
+async def test_concurrent_deciders_exactly_one_wins(store: SQLStore) -> None:
+    # A human approving at the very moment the expiry applies its default: two
+    # connections deciding at once. One wins; the other is told who won.
+    other = open_store(store.url)
+    await other.open()
+    try:
+        for i in range(8):
+            run = await park_for_approval(store, f"ap{i}")
+            outcomes = await asyncio.gather(
+                store.decide_approval(f"ap{i}", "approve", "alice"),
+                other.decide_approval(f"ap{i}", "reject", "system:expired"),
+                return_exceptions=True,
+            )
+            won = [o for o in outcomes if isinstance(o, Approval)]
+            lost = [o for o in outcomes if isinstance(o, BaseException)]
+            assert len(won) == 1 and len(lost) == 1, outcomes
+            assert isinstance(lost[0], AlreadyDecided)
+            winner = won[0]
+            assert f"already decided by {winner.decided_by}" in str(lost[0])
+            assert lost[0].approval.decision == winner.decision
+            (stored,) = await store.get_approvals(run_id=run.id)
+            assert (stored.decision, stored.decided_by) == (winner.decision, winner.decided_by)
+            decided = [e for e in await store.list_events(run.id) if e.type == "approval.decided"]
+            assert [e.data["decision"] for e in decided] == [winner.decision]
+    finally:
+        await other.close()
+
+
+async def test_same_decider_repeating_a_decision_gets_success(store: SQLStore) -> None:
+    run = await park_for_approval(store, "ap1")
+    first = await store.decide_approval("ap1", "approve", "alice")
+    again = await store.decide_approval("ap1", "approve", "alice")  # a retry
+    assert (again.decision, again.decided_by, again.decided_at) == (
+        first.decision,
+        first.decided_by,
+        first.decided_at,
+    )
+    with pytest.raises(AlreadyDecided, match="already decided by alice"):
+        await store.decide_approval("ap1", "reject", "alice")
+    with pytest.raises(AlreadyDecided, match="already decided by alice"):
+        await store.decide_approval("ap1", "approve", "bob")
+    decided = [e for e in await store.list_events(run.id) if e.type == "approval.decided"]
+    assert len(decided) == 1
+
+
+# outbox claims and settles are fenced -------------------------------------------------
+
+
+async def test_stale_outbox_claimer_cannot_settle_or_free_a_delivered_row(store: SQLStore) -> None:
+    await store.create_run(new_run())
+    run = await claim_one(store)
+    item = OutboxItem(key="mail:1", run_id=run.id, step_no=1, tool="email", payload={})
+    await store.commit(batch(run, outbox=[item]))
+    (slow,) = await store.claim_outbox("d1", 10, 0.05)  # d1 stalls past its lease
+    await asyncio.sleep(0.1)
+    (fast,) = await store.claim_outbox("d2", 10, 30)
+    assert fast.claim_epoch == slow.claim_epoch + 1 and fast.lease_owner == "d2"
+    fast.attempts, fast.status = 1, "delivered"
+    assert await store.settle_outbox(fast) is True
+    # d1 wakes up and reports a failed attempt to retry: refused, nothing written.
+    slow.attempts, slow.status, slow.last_error = 1, "pending", "timeout"
+    slow.next_attempt_at = time.time() - 1
+    assert await store.settle_outbox(slow) is False
+    (row,) = await store.list_outbox()
+    assert row.status == "delivered" and row.last_error is None
+    assert await store.claim_outbox("d3", 10, 30) == []  # never sent twice
+    # The same settle retried (after a lost reply) is accepted again: idempotent.
+    assert await store.settle_outbox(fast) is True
+
+
+async def test_only_pending_outbox_rows_are_claimed(store: SQLStore) -> None:
+    await store.create_run(new_run())
+    run = await claim_one(store)
+    item = OutboxItem(key="mail:1", run_id=run.id, step_no=1, tool="email", payload={})
+    await store.commit(batch(run, outbox=[item]))
+    (leased,) = await store.claim_outbox("d1", 10, 0.05)
+    leased.attempts, leased.status = 1, "dead"
+    assert await store.settle_outbox(leased) is True
+    await asyncio.sleep(0.1)
+    assert await store.claim_outbox("d2", 10, 30) == []
+
+
+async def test_drop_outbox_drops_pending_unclaimed_rows_of_the_run(store: SQLStore) -> None:
+    await store.create_run(new_run())
+    await store.create_run(new_run())
+    run, other = await store.claim_runs("w1", [TARGET], 2, 30)
+
+    def mail(key: str, r: Run) -> OutboxItem:
+        return OutboxItem(key=key, run_id=r.id, step_no=1, tool="email", payload={"k": key})
+
+    await store.commit(batch(run, outbox=[mail("a:held", run)]))
+    (_held,) = await store.claim_outbox("d1", 10, 30)  # a live claim: mid-delivery
+    await store.commit(batch(run, outbox=[mail("b:sent", run)]))
+    (sent,) = await store.claim_outbox("d1", 10, 30)
+    sent.attempts, sent.status = 1, "delivered"
+    assert await store.settle_outbox(sent)
+    await store.commit(batch(run, outbox=[mail("c:pending", run)]))
+    await store.commit(batch(other, outbox=[mail("d:other", other)]))
+
+    await store.commit(batch(run, steps=[step(run, 2)], drop_outbox=True))
+    status = {o.key: o for o in await store.list_outbox()}
+    assert {k: o.status for k, o in status.items()} == {
+        "a:held": "pending",
+        "b:sent": "delivered",
+        "c:pending": "dropped",
+        "d:other": "pending",
+    }
+    assert "compensation" in str(status["c:pending"].history[-1])
+    (claimable,) = await store.claim_outbox("d2", 10, 30)
+    assert claimable.key == "d:other"
+    # A stale batch's drop writes nothing.
+    await store.commit(batch(run, outbox=[mail("e:late", run)]))
+    stale = batch(run, drop_outbox=True)
+    stale.epoch -= 1
+    with pytest.raises(LeaseLost):
+        await store.commit(stale)
+    assert {o.key: o.status for o in await store.list_outbox()}["e:late"] == "pending"
+
+
+# leases on the database's clock -----------------------------------------------------
+
+
+class SkewedTime:
+    """A stand-in for the ``time`` module whose clock is off by ``offset`` seconds."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def skew(monkeypatch: pytest.MonkeyPatch, offset: float) -> None:
+    """Shift the store's notion of "now" (every store module that reads the clock)."""
+    from agentledger.store import queries
+    from agentledger.store.queries import approvals, common, events, journal, outbox, runs
+    from agentledger.store.queries import workers as worker_queries
+
+    modules = [queries, approvals, common, events, journal, outbox, runs, worker_queries]
+    for module in modules:
+        if hasattr(module, "time"):
+            monkeypatch.setattr(module, "time", SkewedTime(offset))
+
+
+async def test_a_clock_ahead_cannot_steal_a_live_lease(
+    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.create_run(new_run())
+    mine = await claim_one(store, "w1", lease=30)
+    skew(monkeypatch, +60)  # worker 2 runs 60 s ahead
+    assert await store.claim_runs("w2", [TARGET], 10, 30) == []
+    assert await store.lease_owners() == ["w1"]
+    item = OutboxItem(key="m", run_id=mine.id, step_no=1, tool="email", payload={})
+    monkeypatch.undo()
+    await store.commit(batch(mine, outbox=[item]))
+    assert len(await store.claim_outbox("d1", 10, 30)) == 1
+    skew(monkeypatch, +60)
+    assert await store.claim_outbox("d2", 10, 30) == []
+
+
+async def test_a_clock_behind_keeps_its_own_lease(
+    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.create_run(new_run())
+    await store.create_run(new_run())
+    skew(monkeypatch, -60)  # worker 1 runs 60 s behind: claims and renews
+    first = await claim_one(store, "w1", lease=30)
+    assert await store.renew_leases("w1", {first.id: first.lease_epoch}, 30) == set()
+    assert await store.lease_owners() == ["w1"]
+    monkeypatch.undo()
+    (taken,) = await store.claim_runs("w2", [TARGET], 10, 30)
+    assert taken.id != first.id  # only the other, queued run
+    got = await store.get_run(first.id)
+    assert got is not None and got.lease_owner == "w1"
+    assert got.lease_expires_at is not None and got.lease_expires_at > time.time() + 20
+    assert sorted(await store.lease_owners()) == ["w1", "w2"]
+
+
+# poisoned values fail alone -----------------------------------------------------------
+
+POISON = "bad \ud83d text \x00 end"
+
+
+async def test_lone_surrogates_and_nul_are_journaled_sanitized(store: SQLStore) -> None:
+    for _ in range(6):
+        await store.create_run(new_run())
+    runs = await store.claim_runs("w1", [TARGET], 6, 30)
+    batches = []
+    for i, run in enumerate(runs):
+        s = step(run)
+        if i % 2 == 0:  # every other run carries provider garbage, in every place
+            s = step(
+                run,
+                name=f"tool{POISON}",
+                status="failed",
+                output={"text": POISON, POISON: [POISON]},
+                error=POISON,
+                error_class="provider_error",
+            )
+        batches.append(
+            batch(
+                run,
+                steps=[s],
+                run=RunUpdate(step_count=1, error=POISON if i % 2 == 0 else None),
+                events=[NewEvent("step.failed", "w1", {"error": POISON})],
+            )
+        )
+    # One loop turn: the batches are committed as one group.
+    outcomes = await asyncio.gather(*(store.commit(b) for b in batches), return_exceptions=True)
+    assert outcomes == [None] * len(runs)
+    clean = "bad \ufffd text \ufffd end"
+    for i, run in enumerate(runs):
+        (got,) = await store.load_journal(run.id)
+        if i % 2 == 0:
+            assert got.name == f"tool{clean}" and got.error == clean
+            assert got.output == {"text": clean, clean: [clean]}
+            assert (await store.get_run(run.id)).error == clean  # type: ignore[union-attr]
+        events = await store.list_events(run.id)
+        assert events[-1].data == {"error": clean}
+
+
+async def test_an_unstorable_batch_fails_alone(store: SQLStore) -> None:
+    for _ in range(4):
+        await store.create_run(new_run())
+    runs = await store.claim_runs("w1", [TARGET], 4, 30)
+    deep: Any = "leaf"
+    for _ in range(5000):
+        deep = [deep]
+    poisoned = {runs[1].id: step(runs[1], tokens=2**70), runs[2].id: step(runs[2], output=deep)}
+    batches = [
+        batch(r, steps=[poisoned.get(r.id) or step(r)], run=RunUpdate(step_count=1)) for r in runs
+    ]
+    outcomes = await asyncio.gather(*(store.commit(b) for b in batches), return_exceptions=True)
+    assert outcomes[0] is None and outcomes[3] is None
+    assert isinstance(outcomes[1], UnstorableBatch) and "64 bits" in str(outcomes[1])
+    assert isinstance(outcomes[2], UnstorableBatch) and runs[2].id in str(outcomes[2])
+    assert len(await store.load_journal(runs[0].id)) == 1
+    assert len(await store.load_journal(runs[3].id)) == 1
+    assert await store.load_journal(runs[1].id) == []
+
+
+async def test_a_group_the_database_refuses_falls_back_to_one_batch_at_a_time(
+    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch that passes validation and is refused by the database all the same.
+    from agentledger.store import sqlstore
+
+    monkeypatch.setattr(sqlstore.q, "validate_batch", lambda batch: None)
+    for _ in range(5):
+        await store.create_run(new_run())
+    runs = await store.claim_runs("w1", [TARGET], 5, 30)
+    batches = [
+        batch(r, steps=[step(r, tokens=2**70 if i == 2 else 1)], run=RunUpdate(step_count=1))
+        for i, r in enumerate(runs)
+    ]
+    outcomes = await asyncio.gather(*(store.commit(b) for b in batches), return_exceptions=True)
+    assert [o is None for o in outcomes] == [True, True, False, True, True], outcomes
+    assert isinstance(outcomes[2], StoreError)
+    for i, run in enumerate(runs):
+        assert len(await store.load_journal(run.id)) == (0 if i == 2 else 1)

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from agentledger.errors import UsageError
-from agentledger.store.base import Batch, EffectClaimed, NewEvent, NewRun, RunUpdate, Store
+from agentledger.store.base import (
+    AlreadyDecided,
+    Batch,
+    EffectClaimed,
+    NewEvent,
+    NewRun,
+    RunUpdate,
+    Store,
+    UnstorableBatch,
+)
 from agentledger.store.sqlstore import SQLStore
 
 DEFAULT_URL = "sqlite:///agentledger.db"
@@ -35,6 +44,7 @@ def open_store(url: str | None = None) -> SQLStore:
 
 __all__ = [
     "DEFAULT_URL",
+    "AlreadyDecided",
     "Batch",
     "EffectClaimed",
     "NewEvent",
@@ -42,5 +52,6 @@ __all__ = [
     "RunUpdate",
     "SQLStore",
     "Store",
+    "UnstorableBatch",
     "open_store",
 ]

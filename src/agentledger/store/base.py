@@ -14,10 +14,12 @@ and resolve each caller only after that transaction is durable.
 
 from __future__ import annotations
 
+import secrets
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentledger.errors import StoreError
 from agentledger.records import (
     Approval,
     Effect,
@@ -70,6 +72,9 @@ class Batch:
     events: list[NewEvent] = field(default_factory=list)
     # Compensation began: the run's undelivered outbox rows are dropped, not delivered.
     drop_outbox: bool = False
+    # Written with the fence: a commit retried after a lost reply (an ambiguous COMMIT)
+    # reads it back to learn whether the first attempt committed.
+    token: str = field(default_factory=lambda: secrets.token_hex(8))
 
 
 @dataclass
@@ -83,6 +88,25 @@ class NewRun:
     tenant_id: str = "default"
     user_id: str | None = None
     available_at: float | None = None
+    # Identifies this submit: a submit retried (after a lost reply, or by the caller with
+    # the same id) returns the run the first attempt created instead of a second run.
+    # The store generates one when the caller gives none.
+    request_id: str | None = None
+
+
+class AlreadyDecided(StoreError):
+    """Another decision of this approval won (``approval`` holds the winner's)."""
+
+    def __init__(self, approval: Approval) -> None:
+        super().__init__(
+            f"approval {approval.id} was already decided by {approval.decided_by}: "
+            f"{approval.decision}"
+        )
+        self.approval = approval
+
+
+class UnstorableBatch(StoreError):
+    """A batch holds a value the database cannot store; it fails alone, never its group."""
 
 
 class EffectClaimed(Exception):
@@ -153,9 +177,9 @@ class Store(ABC):
         that never started is cancelled at once; any other non-terminal run gets
         ``cancel_requested`` and its worker honours it at the next step boundary."""
 
+    @abstractmethod
     async def cancel_requests(self, run_ids: list[str]) -> dict[str, str]:
         """Which of ``run_ids`` have a cancel request (run id -> reason)."""
-        raise NotImplementedError
 
     # journal -------------------------------------------------------------
     @abstractmethod
@@ -163,7 +187,8 @@ class Store(ABC):
 
     @abstractmethod
     async def commit(self, batch: Batch) -> None:
-        """Commit a fenced batch durably. Raises LeaseLost or EffectClaimed."""
+        """Commit a fenced batch durably. Raises LeaseLost, EffectClaimed, or
+        UnstorableBatch (this batch alone cannot be encoded; nothing was written)."""
 
     # effects, events, approvals, outbox -----------------------------------
     @abstractmethod
@@ -188,7 +213,9 @@ class Store(ABC):
 
     @abstractmethod
     async def decide_approval(self, approval_id: str, decision: str, decided_by: str) -> Approval:
-        """Record a decision and re-queue the run."""
+        """Record a decision and re-queue the run. Exactly one decision wins: a later
+        different one raises :class:`AlreadyDecided`; the same decider repeating the
+        same decision (a retry) gets the recorded approval back."""
 
     @abstractmethod
     async def claim_outbox(
@@ -196,8 +223,10 @@ class Store(ABC):
     ) -> list[OutboxItem]: ...
 
     @abstractmethod
-    async def settle_outbox(self, item: OutboxItem) -> None:
-        """Write back attempts, status, next_attempt_at, last_error, history."""
+    async def settle_outbox(self, item: OutboxItem) -> bool:
+        """Write back attempts, status, next_attempt_at, last_error, history, fenced by
+        the claim ``item`` came from (``lease_owner``, ``claim_epoch``). False when the
+        row was claimed again since (this claimer's lease expired): nothing written."""
 
     @abstractmethod
     async def list_outbox(self, status: str | None = None) -> list[OutboxItem]: ...

@@ -13,7 +13,28 @@ from collections.abc import Callable, MutableSequence
 from importlib import resources
 from typing import Any
 
+from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
+
+
+class WouldBlock(Exception):
+    """A write transaction could not begin without waiting for another process's lock
+    (raised only by a connection in no-wait mode, see :meth:`Dialect.set_nowait`)."""
+
+
+def clean_params(params: dict[str, Any] | None) -> dict[str, Any]:
+    """Statement parameters with every text sanitized (NUL and lone surrogates ->
+    U+FFFD): no driver can refuse a batch for its text, so none poisons a group."""
+    if not params:
+        return {}
+    out = {}
+    for key, value in params.items():
+        if isinstance(value, str):
+            value = clean_text(value)
+        elif isinstance(value, list):
+            value = [clean_text(v) if isinstance(v, str) else v for v in value]
+        out[key] = value
+    return out
 
 
 class Dialect(ABC):
@@ -22,6 +43,10 @@ class Dialect(ABC):
     name: str = "sql"
     skip_locked: str = ""  # appended to a row-locking subquery (" FOR UPDATE SKIP LOCKED")
     inline_commits: bool = False  # commit journal batches on the event loop (local files)
+    # The database's clock as UNIX seconds, in SQL. Every lease decision (claim, renew,
+    # expiry, live owners, due runs and outbox rows) is judged by it, never by the
+    # calling process's clock: a worker whose clock is off cannot steal or lose leases.
+    now_sql: str = ":now"
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -85,6 +110,10 @@ class Dialect(ABC):
         """An object with ``accepts(batch)``, ``commit(batch)`` and ``close()`` that
         commits journal batches from the event loop, or None (the writer thread does)."""
         return None
+
+    def set_nowait(self, conn: Any, nowait: bool) -> None:
+        """No-wait mode: :meth:`begin_write` raises :class:`WouldBlock` instead of
+        waiting for a lock another process holds (a connection used on an event loop)."""
 
     def after_migrate(self, conn: Any) -> None:
         """Hook run once the schema is current."""

@@ -23,7 +23,8 @@ from typing import Any, Protocol
 
 from agentledger.errors import AgentLedgerError, LeaseLost
 from agentledger.store.base import EffectClaimed
-from agentledger.store.dialect import Dialect
+from agentledger.store.dialect import Dialect, WouldBlock
+from agentledger.store.queries import committed
 
 
 class Reply(Protocol):
@@ -61,21 +62,31 @@ class ThreadReply:
 
 
 class LocalReply:
-    """An answer given on the caller's own loop thread."""
+    """An answer given on the caller's own loop thread -- or, once ``loop`` is set (the
+    job was handed to a thread), from that thread through the loop."""
 
-    __slots__ = ("future",)
+    __slots__ = ("_done", "future", "loop")
 
     def __init__(self, future: asyncio.Future[Any]) -> None:
         self.future = future
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._done = False
 
     def done(self) -> bool:
-        return self.future.done()
+        return self._done or self.future.done()
 
     def set_result(self, value: Any) -> None:
-        settle(self.future, value, None)
+        self._answer(value, None)
 
     def set_exception(self, exc: BaseException) -> None:
-        settle(self.future, None, exc)
+        self._answer(None, exc)
+
+    def _answer(self, value: Any, exc: BaseException | None) -> None:
+        self._done = True
+        if self.loop is None:
+            settle(self.future, value, exc)
+        else:
+            self.loop.call_soon_threadsafe(settle, self.future, value, exc)
 
 
 def settle(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
@@ -87,6 +98,10 @@ def settle(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -
         future.set_result(value)
 
 
+NOT_DONE: Any = object()
+"""What a job's ``recover`` returns when the first attempt did not commit."""
+
+
 @dataclass
 class Job:
     """One unit of store work: ``fn(connection)`` and where its answer goes."""
@@ -96,6 +111,11 @@ class Job:
     write: bool
     grouped: bool
     batch: Any = None  # the Batch a grouped job applies, for dialects with plain batches
+    # Before a job runs again after a lost connection (its COMMIT may have committed
+    # with the reply lost): ``recover(conn)`` returns the first attempt's answer if it
+    # committed, else NOT_DONE. Jobs without one are idempotent as they are.
+    recover: Callable[[Any], Any] | None = None
+    retried: bool = False
 
 
 def rollback(dialect: Dialect, conn: Any) -> None:
@@ -110,7 +130,11 @@ def run_single(
     try:
         if job.write:
             dialect.begin_write(conn)
-        result = job.fn(conn)
+        result = NOT_DONE
+        if job.retried and job.recover is not None:
+            result = job.recover(conn)
+        if result is NOT_DONE:
+            result = job.fn(conn)
         dialect.commit(conn)
     except (AgentLedgerError, EffectClaimed) as exc:
         rollback(dialect, conn)
@@ -125,16 +149,28 @@ def run_single(
     job.future.set_result(result)
 
 
-def run_group(dialect: Dialect, conn: Any, jobs: list[Job], sizes: MutableSequence[int]) -> None:
+def run_group(
+    dialect: Dialect,
+    conn: Any,
+    jobs: list[Job],
+    sizes: MutableSequence[int],
+    translate: Callable[[BaseException], BaseException],
+) -> None:
     """Commit every batch of ``jobs`` in one transaction; answer each after COMMIT.
 
-    A driver error fails the whole group: it is rolled back and re-raised.
     Batches are applied in run-id order, the order every multi-row writer uses, so
-    two processes' groups cannot deadlock on each other's rows.
+    two processes' groups cannot deadlock on each other's rows. A lost connection or a
+    deadlock fails the whole group (rolled back, re-raised for the caller to retry);
+    any other error falls back to one transaction per batch, so the one batch the
+    database refuses fails alone and the innocent ones commit.
     """
     jobs = sorted(jobs, key=_run_order)
+    if any(j.retried for j in jobs):
+        jobs = _skip_committed(dialect, conn, jobs)
     if len(jobs) == 1:
         _run_one(dialect, conn, jobs[0], sizes)
+        return
+    if not jobs:
         return
     outcomes: list[tuple[Job, BaseException | None]] = []
     dialect.begin_write(conn)
@@ -151,15 +187,55 @@ def run_group(dialect: Dialect, conn: Any, jobs: list[Job], sizes: MutableSequen
                 dialect.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
                 outcomes.append((job, refused))
         dialect.commit(conn)
-    except Exception:
+    except Exception as exc:
         rollback(dialect, conn)
-        raise
+        if isinstance(exc, WouldBlock) or dialect.is_disconnect(exc) or dialect.is_transient(exc):
+            raise
+        _one_by_one(dialect, conn, jobs, sizes, translate)
+        return
     sizes.append(len(jobs))
     for job, failure in outcomes:  # durable now: acknowledge every batch
         if failure is None:
             job.future.set_result(None)
         else:
             job.future.set_exception(failure)
+
+
+def _one_by_one(
+    dialect: Dialect,
+    conn: Any,
+    jobs: list[Job],
+    sizes: MutableSequence[int],
+    translate: Callable[[BaseException], BaseException],
+) -> None:
+    """The fallback of a failed group: each batch in its own transaction."""
+    for job in jobs:
+        try:
+            _run_one(dialect, conn, job, sizes)
+        except Exception as exc:
+            if isinstance(exc, WouldBlock) or dialect.is_disconnect(exc):
+                raise  # the rest is retried (the ones answered are left out)
+            if dialect.is_transient(exc):
+                raise
+            if not job.future.done():
+                job.future.set_exception(translate(exc))
+
+
+def _skip_committed(dialect: Dialect, conn: Any, jobs: list[Job]) -> list[Job]:
+    """Answer the jobs whose batch already committed (a lost COMMIT reply); return the rest.
+
+    In a group that committed, the batches refused by their fence wrote nothing and are
+    refused again when applied again, so re-applying the rest is exact.
+    """
+    done = committed(dialect, conn, [j.batch for j in jobs if j.batch is not None])
+    dialect.commit(conn)
+    rest = []
+    for job in jobs:
+        if job.batch is not None and job.batch.token in done:
+            job.future.set_result(None)
+        else:
+            rest.append(job)
+    return rest
 
 
 def _run_order(job: Job) -> str:
@@ -186,7 +262,14 @@ def _run_one(dialect: Dialect, conn: Any, job: Job, sizes: MutableSequence[int])
 
 
 class InlineCommitter:
-    """Group commit on the event loop's thread, for a local SQLite file."""
+    """Group commit on the event loop's thread, for a local SQLite file.
+
+    The loop never waits for another process's write lock: its connection begins
+    with no busy timeout, and when the lock is held elsewhere (a second worker on the
+    same file) the group is handed to a thread that waits with the busy timeout.
+    Meanwhile heartbeats, claims and other runs go on; batches submitted during the
+    wait are committed by the next group, after the thread is done.
+    """
 
     def __init__(
         self,
@@ -200,9 +283,20 @@ class InlineCommitter:
         self._conn: Any = None
         self._pending: list[Job] = []
         self._scheduled = False
+        self._waiting: asyncio.Future[None] | None = None  # a group waiting on a thread
 
     def open(self) -> None:
         self._conn = self.dialect.connect()
+        self.dialect.set_nowait(self._conn, True)
+
+    async def drain(self) -> None:
+        """Commit everything submitted so far (waiting for a handed-off group)."""
+        while self._waiting is not None or self._pending:
+            if self._waiting is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._waiting)
+                continue
+            self._flush()
 
     def close(self) -> None:
         if self._conn is not None:
@@ -215,24 +309,53 @@ class InlineCommitter:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append(Job(fn, LocalReply(future), True, True, batch))
-        if not self._scheduled:
-            self._scheduled = True
-            loop.call_soon(self._flush)
+        self._schedule(loop)
         return future
 
-    def flush(self) -> None:
-        """Commit what is pending now (the loop normally calls this itself)."""
-        if self._pending:
-            self._flush()
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._scheduled and self._waiting is None:
+            self._scheduled = True
+            loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        jobs, self._pending, self._scheduled = self._pending, [], False
+        self._scheduled = False
+        if self._waiting is not None:
+            return  # the thread owns the connection; its end schedules the next group
+        jobs, self._pending = self._pending, []
         if not jobs:
             return
         try:
-            run_group(self.dialect, self._conn, jobs, self.sizes)
+            run_group(self.dialect, self._conn, jobs, self.sizes, self.translate)
+        except WouldBlock:
+            self._hand_off([j for j in jobs if not j.future.done()])
         except Exception as exc:
             error = self.translate(exc)
             for job in jobs:
                 if not job.future.done():
                     job.future.set_exception(error)
+
+    def _hand_off(self, jobs: list[Job]) -> None:
+        loop = asyncio.get_running_loop()
+        for job in jobs:  # answered from the thread from now on
+            assert isinstance(job.future, LocalReply)
+            job.future.loop = loop
+        self._waiting = loop.run_in_executor(None, self._commit_waiting, jobs)
+        self._waiting.add_done_callback(lambda _f: self._handed_back(loop))
+
+    def _commit_waiting(self, jobs: list[Job]) -> None:
+        """On a thread: the group again, this time waiting for the lock (busy timeout)."""
+        self.dialect.set_nowait(self._conn, False)
+        try:
+            run_group(self.dialect, self._conn, jobs, self.sizes, self.translate)
+        except Exception as exc:
+            error = self.translate(exc)
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(error)
+        finally:
+            self.dialect.set_nowait(self._conn, True)
+
+    def _handed_back(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._waiting = None
+        if self._pending:
+            self._schedule(loop)

@@ -9,8 +9,15 @@ round trip); a larger group is BEGIN, its statements and COMMIT in one pipeline.
 Callers are answered only after the commit returned.
 
 A lost connection is re-opened with backoff for up to a minute and the group is
-sent again; that is safe because a batch is idempotent (absolute counters, step
-upsert) and a batch that already committed a status change is simply fenced out.
+sent again. Its COMMIT may have committed with the reply lost, so before sending
+again the committer reads back each batch's token (written by the fence on the run
+row): a batch found committed is answered as committed, never applied twice (its
+audit events doubled) nor answered "lease lost" because its own status change
+fenced it out.
+
+A group the server refuses for another reason (one batch's value) falls back to
+one statement per batch, so the innocent batches commit and the poisoned one fails
+alone with its error.
 """
 
 from __future__ import annotations
@@ -87,31 +94,67 @@ class AsyncBatchCommitter:
 
     async def _commit_group(self, group: list[tuple[Batch, asyncio.Future[None]]]) -> None:
         group.sort(key=lambda item: item[0].run_id)  # row locks in run-id order
-        batches = [b for b, _ in group]
         deadline = time.monotonic() + _RECONNECT_WINDOW
         delay = 0.1
         transient_tries = 0
+        retried = False
         while True:
             try:
-                outcomes = await self._apply(batches)
+                if retried:
+                    group = await self._settle_committed(group)
+                    if not group:
+                        return
+                outcomes = await self._apply([b for b, _ in group])
                 break
             except Exception as exc:
                 if self._is_transient(exc) and transient_tries < 5:
                     transient_tries += 1  # a deadlock or serialization failure: rolled back
                     await asyncio.sleep(random.uniform(0.005, 0.05) * transient_tries)
                     continue
-                if not self._is_disconnect(exc) or time.monotonic() > deadline:
+                if not self._is_disconnect(exc):
+                    if len(group) > 1:
+                        await self._one_by_one(group)  # the poisoned batch fails alone
+                        return
+                    settle(group[0][1], None, self._translate(exc))
+                    return
+                if time.monotonic() > deadline:
                     error = self._translate(exc)
                     for _, future in group:
                         settle(future, None, error)
                     return
                 log.warning("journal connection lost (%s); reconnecting", exc)
+                retried = True  # the COMMIT may have committed: look before resending
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 await self._reconnect()
         self._sizes.append(len(group))
         for (_, future), refused in zip(group, outcomes, strict=True):
             settle(future, None, refused)
+
+    async def _one_by_one(self, group: list[tuple[Batch, asyncio.Future[None]]]) -> None:
+        for item in group:
+            await self._commit_group([item])
+
+    async def _settle_committed(
+        self, group: list[tuple[Batch, asyncio.Future[None]]]
+    ) -> list[tuple[Batch, asyncio.Future[None]]]:
+        """Answer the batches that committed before the connection was lost; return the
+        rest. (In a committed group the fenced-out batches wrote nothing: resending them
+        is refused again, exactly as the first time.)"""
+        conn = self._conn
+        if conn is None or conn.closed:
+            raise psycopg.InterfaceError("the journal connection is closed")
+        cursor = await conn.execute(
+            "SELECT write_token FROM runs WHERE id = ANY(%s)", ([b.run_id for b, _ in group],)
+        )
+        tokens = {row["write_token"] for row in await cursor.fetchall()}
+        rest = []
+        for batch, future in group:
+            if batch.token in tokens:
+                settle(future, None, None)
+            else:
+                rest.append((batch, future))
+        return rest
 
     async def _reconnect(self) -> None:
         if self._conn is not None:

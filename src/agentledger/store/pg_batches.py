@@ -15,6 +15,7 @@ from typing import Any
 
 from agentledger.records import dumps
 from agentledger.store.base import Batch
+from agentledger.store.dialect import clean_params
 from agentledger.store.postgres import convert_placeholders
 from agentledger.store.queries import STEP_COLUMNS, STEP_UPSERT, fence_update, step_params
 
@@ -44,7 +45,10 @@ _STEP_VALUES = ", ".join(f":s_{name}::{kind}" for name, kind in _STEP_VALUE_TYPE
 
 def is_plain(batch: Batch) -> bool:
     """True when the batch fits in one statement."""
-    return not (batch.effects or batch.outbox or batch.approvals) and len(batch.steps) <= 1
+    return (
+        not (batch.effects or batch.outbox or batch.approvals or batch.drop_outbox)
+        and len(batch.steps) <= 1
+    )
 
 
 def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
@@ -67,5 +71,6 @@ def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
             "unnest(:ev_type::text[], :ev_actor::text[], :ev_data::text[]) "
             "AS ev(type, actor, data))"
         )
+    params = clean_params(params)  # no text the driver refuses (NUL, lone surrogates)
     sql = "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced FROM fence"
     return convert_placeholders(sql), params

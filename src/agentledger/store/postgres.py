@@ -38,7 +38,7 @@ from psycopg.rows import dict_row
 
 from agentledger.errors import StoreError, StoreUnavailable, UsageError
 from agentledger.records import RunStatus
-from agentledger.store.dialect import Dialect
+from agentledger.store.dialect import Dialect, clean_params
 from agentledger.store.queries import RUN_COLUMNS
 
 log = logging.getLogger(__name__)
@@ -192,6 +192,8 @@ class PostgresDialect(Dialect):
     """PostgreSQL hooks (psycopg 3)."""
 
     name = "postgres"
+    # statement_timestamp(): the server's clock, one value for the whole statement.
+    now_sql = "EXTRACT(EPOCH FROM statement_timestamp())::float8"
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -242,13 +244,13 @@ class PostgresDialect(Dialect):
     # statements -------------------------------------------------------------
 
     def execute(self, conn: Any, sql: str, params: dict[str, Any] | None = None) -> int:
-        cursor = conn.execute(convert_placeholders(sql), params or {})
+        cursor = conn.execute(convert_placeholders(sql), clean_params(params))
         return int(cursor.rowcount)
 
     def fetchall(
         self, conn: Any, sql: str, params: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        cursor = conn.execute(convert_placeholders(sql), params or {})
+        cursor = conn.execute(convert_placeholders(sql), clean_params(params))
         if cursor.description is None:
             return []
         return list(cursor.fetchall())
@@ -289,13 +291,15 @@ class PostgresDialect(Dialect):
     def claim_sql(self, n_targets: int) -> str:
         targets = ", ".join(f":t{i}" for i in range(n_targets))
         returning = ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
+        now = self.now_sql
         return (
             "WITH c AS (SELECT id FROM runs WHERE target IN (" + targets + ") AND ("
-            f"(status IN ('{RunStatus.QUEUED}', '{RunStatus.WAITING}') AND available_at <= :now) "
-            f"OR (status = '{RunStatus.RUNNING}' AND lease_expires_at < :now)) "
+            f"(status IN ('{RunStatus.QUEUED}', '{RunStatus.WAITING}') AND available_at <= {now}) "
+            f"OR (status = '{RunStatus.RUNNING}' AND lease_expires_at < {now})) "
             "ORDER BY available_at LIMIT :limit FOR UPDATE SKIP LOCKED) "
             f"UPDATE runs r SET status = '{RunStatus.RUNNING}', lease_owner = :owner, "
-            "lease_epoch = r.lease_epoch + 1, lease_expires_at = :expires, updated_at = :now, "
+            f"write_token = :token, lease_epoch = r.lease_epoch + 1, "
+            f"lease_expires_at = {now} + :lease, updated_at = {now}, "
             f"resumes = r.resumes + (CASE WHEN r.status = '{RunStatus.RUNNING}' THEN 1 ELSE 0 END) "
             f"FROM c WHERE r.id = c.id RETURNING {returning}"
         )

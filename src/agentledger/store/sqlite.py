@@ -5,6 +5,15 @@ WAL mode with ``synchronous=FULL`` so every acknowledged step is fsynced;
 upgrades a read lock mid-transaction; a busy timeout lets several worker
 processes on one host share the file. ``?synchronous=normal`` in the URL is the
 faster, weaker setting: a power loss may lose the last acknowledged steps.
+
+Several worker processes on one host share the file. The journal connection used on
+the event loop never waits for another process's write lock (busy timeout 0): when
+the lock is held, the group is committed on a thread that waits with the busy timeout,
+so heartbeats and other runs go on. A lock held past the busy timeout is
+:class:`StoreUnavailable`, a transient error to retry.
+
+Clock: every process on the host reads the same clock, so leases are judged by it,
+read in SQL (``julianday('now')``) like PostgreSQL's server clock.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from agentledger.errors import StoreCorrupt, StoreError, StoreUnavailable, UsageError
 from agentledger.records import RunStatus
-from agentledger.store.dialect import Dialect
+from agentledger.store.dialect import Dialect, WouldBlock, clean_params
 from agentledger.store.queries import RUN_COLUMNS
 
 _SYNC_MODES = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
@@ -37,11 +46,25 @@ def sqlite_path(url: str) -> tuple[str, dict[str, str]]:
     return path, options
 
 
+class _Connection(sqlite3.Connection):
+    """A connection that remembers whether it may wait for locks (see set_nowait)."""
+
+    nowait = False
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
 class SQLiteDialect(Dialect):
     """SQLite hooks."""
 
     name = "sqlite"
     inline_commits = True
+    # SQLite serves one host: every process reads the same clock, the host's. It is
+    # still read in SQL so that a store judges leases the same way on both backends.
+    now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -63,6 +86,7 @@ class SQLiteDialect(Dialect):
             isolation_level=None,
             check_same_thread=False,
             timeout=self.busy_timeout_ms / 1000,
+            factory=_Connection,
         )
         conn.row_factory = sqlite3.Row
         try:
@@ -84,16 +108,25 @@ class SQLiteDialect(Dialect):
         return conn
 
     def begin_write(self, conn: Any) -> None:
-        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if getattr(conn, "nowait", False) and _is_busy(exc):
+                raise WouldBlock(str(exc)) from exc
+            raise
+
+    def set_nowait(self, conn: Any, nowait: bool) -> None:
+        conn.nowait = nowait
+        conn.execute(f"PRAGMA busy_timeout = {0 if nowait else self.busy_timeout_ms}")
 
     def execute(self, conn: Any, sql: str, params: dict[str, Any] | None = None) -> int:
-        cursor = conn.execute(sql, params or {})
+        cursor = conn.execute(sql, clean_params(params))
         return int(cursor.rowcount)
 
     def fetchall(
         self, conn: Any, sql: str, params: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        return [dict(row) for row in conn.execute(sql, params or {}).fetchall()]
+        return [dict(row) for row in conn.execute(sql, clean_params(params)).fetchall()]
 
     def commit(self, conn: Any) -> None:
         if conn.in_transaction:
@@ -105,13 +138,15 @@ class SQLiteDialect(Dialect):
 
     def claim_sql(self, n_targets: int) -> str:
         targets = ", ".join(f":t{i}" for i in range(n_targets))
+        now = self.now_sql
         return (
-            "UPDATE runs SET status = 'running', lease_owner = :owner, "
-            "lease_epoch = lease_epoch + 1, lease_expires_at = :expires, updated_at = :now, "
+            "UPDATE runs SET status = 'running', lease_owner = :owner, write_token = :token, "
+            f"lease_epoch = lease_epoch + 1, lease_expires_at = {now} + :lease, "
+            f"updated_at = {now}, "
             "resumes = resumes + (CASE WHEN status = 'running' THEN 1 ELSE 0 END) "
             "WHERE id IN (SELECT id FROM runs WHERE target IN (" + targets + ") AND ("
-            f"(status IN ('{RunStatus.QUEUED}', '{RunStatus.WAITING}') AND available_at <= :now) "
-            f"OR (status = '{RunStatus.RUNNING}' AND lease_expires_at < :now)) "
+            f"(status IN ('{RunStatus.QUEUED}', '{RunStatus.WAITING}') AND available_at <= {now}) "
+            f"OR (status = '{RunStatus.RUNNING}' AND lease_expires_at < {now})) "
             f"ORDER BY available_at LIMIT :limit) RETURNING {RUN_COLUMNS}"
         )
 

@@ -1,14 +1,21 @@
 """A :class:`Store` over any SQL dialect, with group commit (see groupcommit.py).
 
-All database work of a process goes through one writer thread that owns one
-connection. The thread drains its queue and puts every fenced journal batch it
-finds into ONE transaction (group commit): each batch runs under a savepoint, so
-a batch whose fence fails (or whose effect key is taken) is rolled back alone
-while the others commit. Callers are resumed only after COMMIT returned, i.e.
-after the transaction is durable -- no step is acknowledged before that.
+Claims, heartbeats, reads and the other non-journal work go through one writer
+thread that owns one connection, each job in its own transaction. Journal batches
+are committed in groups (many runs' batches in ONE transaction, each under a
+savepoint, so a batch whose fence fails is rolled back alone): on SQLite by the
+:class:`InlineCommitter` on the event loop, on PostgreSQL plain batches by the
+event-loop committer of :mod:`pg_async` and the others by the writer thread.
+Callers are resumed only after COMMIT returned, i.e. after the transaction is
+durable -- no step is acknowledged before that.
 
-Non-journal work (claims, heartbeats, reads) runs as single transactions on the
-same thread, between groups.
+A batch is validated (encoded) before it joins a group, and a group the database
+refuses falls back to one transaction per batch: one poisoned batch fails alone.
+
+Every job is safe to run again after a lost connection, whose COMMIT may have
+committed with the reply lost: submits carry a request id, claims and batches a
+token written with them, and the other operations are idempotent as they are
+(absolute values, fenced or guarded updates, a decision repeated by its decider).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import queue
 import random
@@ -31,6 +39,7 @@ from agentledger.store import queries as q
 from agentledger.store.base import Batch, NewRun, Store
 from agentledger.store.dialect import Dialect
 from agentledger.store.groupcommit import (
+    NOT_DONE,
     InlineCommitter,
     Job,
     ThreadReply,
@@ -87,7 +96,7 @@ class SQLStore(Store):
             await self._batches.close()
             self._batches = None
         if self._inline is not None:
-            self._inline.flush()
+            await self._inline.drain()
             self._inline.close()
             self._inline = None
         self._queue.put(None)
@@ -145,6 +154,9 @@ class SQLStore(Store):
         delay = 0.1
         transient_tries = 0
         while True:
+            jobs = [j for j in jobs if not j.future.done()]  # answered ones are settled
+            if not jobs:
+                return
             try:
                 runner(jobs)
                 return
@@ -162,6 +174,8 @@ class SQLStore(Store):
                     time.sleep(random.uniform(0.005, 0.05) * transient_tries)
                     continue
                 log.warning("store connection lost (%s); reconnecting", exc)
+                for j in jobs:  # their COMMIT may have committed: recover before redoing
+                    j.retried = True
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 with contextlib.suppress(Exception):
@@ -176,7 +190,7 @@ class SQLStore(Store):
         run_single(self.dialect, self._conn, job, self._error)
 
     def _run_group(self, jobs: list[Job]) -> None:
-        run_group(self.dialect, self._conn, jobs, self.group_sizes)
+        run_group(self.dialect, self._conn, jobs, self.group_sizes, self._error)
 
     def _error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, AgentLedgerError):
@@ -190,17 +204,20 @@ class SQLStore(Store):
         write: bool = True,
         grouped: bool = False,
         batch: Batch | None = None,
+        recover: Callable[[Any], Any] | None = None,
     ) -> T:
         if self._thread is None:
             raise StoreUnavailable("the store is not open; call `await store.open()` first")
         reply = ThreadReply(asyncio.get_running_loop())
-        self._queue.put(Job(fn, reply, write, grouped, batch))
+        self._queue.put(Job(fn, reply, write, grouped, batch, recover))
         result: T = await reply.future
         return result
 
     # runs ------------------------------------------------------------------
 
     async def create_run(self, new: NewRun) -> Run:
+        if new.request_id is None:  # fixed before the first attempt, so a retry finds it
+            new = dataclasses.replace(new, request_id=q.new_id("q"))
         return await self._call(lambda c: q.create_run(self.dialect, c, new))
 
     async def get_run(self, run_id: str) -> Run | None:
@@ -219,8 +236,15 @@ class SQLStore(Store):
     async def claim_runs(
         self, owner: str, targets: list[str], limit: int, lease_seconds: float
     ) -> list[Run]:
+        token = q.new_token()
+
+        def recover(c: Any) -> Any:
+            found = q.claimed_with(self.dialect, c, owner, token)
+            return NOT_DONE if found is None else found
+
         return await self._call(
-            lambda c: q.claim_runs(self.dialect, c, owner, targets, limit, lease_seconds)
+            lambda c: q.claim_runs(self.dialect, c, owner, targets, limit, lease_seconds, token),
+            recover=recover,
         )
 
     async def renew_leases(
@@ -242,12 +266,18 @@ class SQLStore(Store):
     async def cancel_run(self, run_id: str, reason: str, actor: str) -> Run:
         return await self._call(lambda c: q.cancel_run(self.dialect, c, run_id, reason, actor))
 
+    async def cancel_requests(self, run_ids: list[str]) -> dict[str, str]:
+        return await self._call(
+            lambda c: q.cancel_requests(self.dialect, c, list(run_ids)), write=False
+        )
+
     # journal ---------------------------------------------------------------
 
     async def load_journal(self, run_id: str) -> list[Step]:
         return await self._call(lambda c: q.load_journal(self.dialect, c, run_id), write=False)
 
     async def commit(self, batch: Batch) -> None:
+        q.validate_batch(batch)  # a batch no database can store fails here, alone
         if self._batches is not None and self._batches.accepts(batch):
             await self._batches.commit(batch)
             return
@@ -291,8 +321,8 @@ class SQLStore(Store):
             lambda c: q.claim_outbox(self.dialect, c, owner, limit, lease_seconds)
         )
 
-    async def settle_outbox(self, item: OutboxItem) -> None:
-        await self._call(lambda c: q.settle_outbox(self.dialect, c, item))
+    async def settle_outbox(self, item: OutboxItem) -> bool:
+        return await self._call(lambda c: q.settle_outbox(self.dialect, c, item))
 
     async def list_outbox(self, status: str | None = None) -> list[OutboxItem]:
         return await self._call(lambda c: q.list_outbox(self.dialect, c, status), write=False)

@@ -13,6 +13,7 @@ from agentledger.store.queries.approvals import (
 from agentledger.store.queries.common import (
     RUN_COLUMNS,
     new_id,
+    new_token,
 )
 from agentledger.store.queries.events import (
     insert_event,
@@ -22,11 +23,13 @@ from agentledger.store.queries.journal import (
     STEP_COLUMNS,
     STEP_UPSERT,
     apply_batch,
+    committed,
     fence_update,
     get_effect,
     load_journal,
     step_params,
     upsert_step,
+    validate_batch,
     write_effect,
 )
 from agentledger.store.queries.migrations import (
@@ -35,16 +38,20 @@ from agentledger.store.queries.migrations import (
 )
 from agentledger.store.queries.outbox import (
     claim_outbox,
+    drop_outbox,
     insert_outbox,
     list_outbox,
     settle_outbox,
 )
 from agentledger.store.queries.runs import (
+    cancel_requests,
     cancel_run,
     claim_runs,
+    claimed_with,
     count_runs,
     create_run,
     expire_leases_of,
+    find_request,
     get_run,
     lease_owners,
     list_runs,
@@ -64,15 +71,20 @@ __all__ = [
     "STEP_COLUMNS",
     "STEP_UPSERT",
     "apply_batch",
+    "cancel_requests",
     "cancel_run",
     "claim_outbox",
     "claim_runs",
+    "claimed_with",
+    "committed",
     "count_runs",
     "create_run",
     "decide_approval",
     "deregister_worker",
+    "drop_outbox",
     "expire_leases_of",
     "fence_update",
+    "find_request",
     "get_approvals",
     "get_effect",
     "get_run",
@@ -89,6 +101,7 @@ __all__ = [
     "load_journal",
     "migrate",
     "new_id",
+    "new_token",
     "register_worker",
     "registrations",
     "release_run",
@@ -96,5 +109,6 @@ __all__ = [
     "settle_outbox",
     "step_params",
     "upsert_step",
+    "validate_batch",
     "write_effect",
 ]

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
 from agentledger.records import (
     Approval,
     dumps,
 )
 from agentledger.store import rows
+from agentledger.store.base import AlreadyDecided
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.events import insert_event
 
@@ -51,25 +52,33 @@ def get_approvals(d: Dialect, conn: Any, run_id: str | None, pending: bool) -> l
 def decide_approval(
     d: Dialect, conn: Any, approval_id: str, decision: str, decided_by: str
 ) -> Approval:
+    """Record a decision: one atomic UPDATE ... WHERE decision IS NULL, row count checked.
+
+    Exactly one decision wins (a human's and the expiry's racing included). A losing
+    different decision raises :class:`AlreadyDecided` naming the winner; the same decider
+    repeating the same decision -- a retry, e.g. after a lost COMMIT reply -- gets the
+    recorded approval back.
+    """
+    changed = d.execute(
+        conn,
+        "UPDATE approvals SET decision = :decision, decided_by = :by, "
+        f"decided_at = {d.now_sql} WHERE id = :id AND decision IS NULL",
+        {"decision": decision, "by": decided_by, "id": approval_id},
+    )
     found = d.fetchall(conn, "SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
     if not found:
         raise StoreError(f"no approval {approval_id}; list them with `agentledger approvals list`")
     approval = rows.approval_from(found[0])
-    if approval.decision is not None:
-        raise StoreError(f"approval {approval_id} was already decided: {approval.decision}")
-    now = time.time()
-    d.execute(
-        conn,
-        "UPDATE approvals SET decision = :decision, decided_by = :by, decided_at = :now "
-        "WHERE id = :id AND decision IS NULL",
-        {"decision": decision, "by": decided_by, "now": now, "id": approval_id},
-    )
+    if changed == 0:
+        if approval.decision == decision and approval.decided_by == clean_text(decided_by):
+            return approval  # this decider's own decision, committed before: a retry
+        raise AlreadyDecided(approval)
     # The decision re-queues the run: a worker picks it up and reads the decision.
     d.execute(
         conn,
-        "UPDATE runs SET available_at = :now, updated_at = :now WHERE id = :run_id "
-        "AND status = 'waiting'",
-        {"now": now, "run_id": approval.run_id},
+        f"UPDATE runs SET available_at = {d.now_sql}, updated_at = {d.now_sql} "
+        "WHERE id = :run_id AND status = 'waiting'",
+        {"run_id": approval.run_id},
     )
     d.notify_runnable(conn)
     insert_event(
@@ -80,5 +89,4 @@ def decide_approval(
         decided_by,
         {"approval_id": approval_id, "decision": decision, "tool": approval.tool},
     )
-    approval.decision, approval.decided_by, approval.decided_at = decision, decided_by, now
     return approval

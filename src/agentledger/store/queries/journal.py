@@ -13,11 +13,11 @@ from agentledger.records import (
     dumps,
 )
 from agentledger.store import rows
-from agentledger.store.base import _UNSET, Batch, EffectClaimed
+from agentledger.store.base import _UNSET, Batch, EffectClaimed, UnstorableBatch
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.approvals import insert_approval
 from agentledger.store.queries.events import insert_event
-from agentledger.store.queries.outbox import insert_outbox
+from agentledger.store.queries.outbox import drop_outbox, insert_outbox
 
 
 def load_journal(d: Dialect, conn: Any, run_id: str) -> list[Step]:
@@ -30,12 +30,13 @@ def load_journal(d: Dialect, conn: Any, run_id: str) -> list[Step]:
 def fence_update(batch: Batch) -> tuple[str, dict[str, Any]]:
     """The fence: an UPDATE of the run row that matches only while the lease epoch
     and owner are the writer's (and the run is still running). Returns SQL, params."""
-    sets = ["updated_at = :now"]
+    sets = ["updated_at = :now", "write_token = :token"]
     params: dict[str, Any] = {
         "now": time.time(),
         "id": batch.run_id,
         "epoch": batch.epoch,
         "owner": batch.owner,
+        "token": batch.token,
     }
     update = batch.run
     if update is not None:
@@ -77,8 +78,62 @@ def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
         insert_outbox(d, conn, item)
     for approval in batch.approvals:
         insert_approval(d, conn, approval)
+    if batch.drop_outbox:
+        drop_outbox(d, conn, batch.run_id, "compensation began")
     for event in batch.events:
         insert_event(d, conn, batch.run_id, event.type, event.actor, event.data)
+
+
+def committed(d: Dialect, conn: Any, batches: list[Batch]) -> set[str]:
+    """The tokens of those ``batches`` that are already committed.
+
+    Asked before a write is retried after a lost connection: the fence writes the
+    batch's token on its run row, so a batch whose COMMIT reply was lost is found
+    here and not applied (nor answered "lease lost") a second time.
+    """
+    if not batches:
+        return set()
+    params = {f"r{i}": b.run_id for i, b in enumerate(batches)}
+    marks = ", ".join(f":{k}" for k in params)
+    found = d.fetchall(conn, f"SELECT write_token FROM runs WHERE id IN ({marks})", params)
+    tokens = {r["write_token"] for r in found}
+    return {b.token for b in batches if b.token in tokens}
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def validate_batch(batch: Batch) -> None:
+    """Encode everything ``batch`` writes, before it joins a group: a batch no database
+    can store (an integer past 64 bits, JSON nested too deep to encode) is refused alone
+    with :class:`UnstorableBatch`, and never fails the batches committed with it.
+    Text needs no check here: every parameter is sanitized on its way to the driver."""
+    try:
+        params: list[Any] = [fence_update(batch)[1]]
+        params += [step_params(s) for s in batch.steps]
+        params += [dumps(e.result) for e in batch.effects]
+        params += [(o.step_no, dumps(o.payload)) for o in batch.outbox]
+        params += [(a.step_no, dumps(a.arguments), a.requested_at) for a in batch.approvals]
+        params += [dumps(e.data) for e in batch.events]
+    except (RecursionError, ValueError, TypeError) as exc:
+        raise UnstorableBatch(
+            f"run {batch.run_id}: a value in this write cannot be encoded ({exc})"
+        ) from exc
+    _check_ints(batch.run_id, params)
+
+
+def _check_ints(run_id: str, value: Any) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise UnstorableBatch(f"run {run_id}: integer {value} does not fit in 64 bits")
+    elif isinstance(value, dict):
+        for v in value.values():
+            _check_ints(run_id, v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _check_ints(run_id, v)
 
 
 STEP_COLUMNS = (

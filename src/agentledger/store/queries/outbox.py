@@ -8,26 +8,26 @@ from typing import Any
 from agentledger.records import (
     OutboxItem,
     dumps,
+    loads,
 )
 from agentledger.store import rows
 from agentledger.store.dialect import Dialect
 
 
 def insert_outbox(d: Dialect, conn: Any, item: OutboxItem) -> None:
-    now = time.time()
+    now = d.now_sql
     d.execute(
         conn,
         "INSERT INTO outbox (key, run_id, step_no, tool, payload, attempts, next_attempt_at, "
         "status, created_at, updated_at) VALUES (:key, :run_id, :step_no, :tool, :payload, 0, "
-        ":next, 'pending', :now, :now) ON CONFLICT (key) DO NOTHING",
+        f"COALESCE(:next, {now}), 'pending', {now}, {now}) ON CONFLICT (key) DO NOTHING",
         {
             "key": item.key,
             "run_id": item.run_id,
             "step_no": item.step_no,
             "tool": item.tool,
             "payload": dumps(item.payload),
-            "next": item.next_attempt_at or now,
-            "now": now,
+            "next": item.next_attempt_at or None,
         },
     )
 
@@ -35,42 +35,80 @@ def insert_outbox(d: Dialect, conn: Any, item: OutboxItem) -> None:
 def claim_outbox(
     d: Dialect, conn: Any, owner: str, limit: int, lease_seconds: float
 ) -> list[OutboxItem]:
-    now = time.time()
+    """Lease up to ``limit`` due rows. Only ``pending`` rows are claimed (a delivered or
+    dropped row never is), each claim bumps the row's ``claim_epoch``, and the lease is
+    judged by the database's clock."""
+    now = d.now_sql
     found = d.fetchall(
         conn,
-        "SELECT key FROM outbox WHERE status = 'pending' AND next_attempt_at <= :now "
-        "AND (lease_expires_at IS NULL OR lease_expires_at < :now) "
-        "ORDER BY next_attempt_at LIMIT :limit",
-        {"now": now, "limit": limit},
+        f"SELECT key FROM outbox WHERE status = 'pending' AND next_attempt_at <= {now} "
+        f"AND (lease_expires_at IS NULL OR lease_expires_at < {now}) "
+        f"ORDER BY next_attempt_at LIMIT :limit{d.skip_locked}",
+        {"limit": limit},
     )
     claimed = []
     for r in found:
         got = d.fetchall(
             conn,
-            "UPDATE outbox SET lease_owner = :owner, lease_expires_at = :exp WHERE key = :key "
-            "AND (lease_expires_at IS NULL OR lease_expires_at < :now) RETURNING *",
-            {"owner": owner, "exp": now + lease_seconds, "key": r["key"], "now": now},
+            f"UPDATE outbox SET lease_owner = :owner, lease_expires_at = {now} + :lease, "
+            f"claim_epoch = claim_epoch + 1, updated_at = {now} WHERE key = :key "
+            f"AND status = 'pending' AND (lease_expires_at IS NULL OR lease_expires_at < {now}) "
+            "RETURNING *",
+            {"owner": owner, "lease": float(lease_seconds), "key": r["key"]},
         )
         claimed += [rows.outbox_from(g) for g in got]
     return claimed
 
 
-def settle_outbox(d: Dialect, conn: Any, item: OutboxItem) -> None:
-    d.execute(
+def settle_outbox(d: Dialect, conn: Any, item: OutboxItem) -> bool:
+    """Write a delivery attempt back, fenced by the claim ``item`` came from.
+
+    The lease is cleared but the claimer's owner and epoch stay on the row, so the same
+    settle retried (after a lost reply) writes the same values again, while a claimer
+    whose row was claimed again since (new epoch) is refused: False, nothing written.
+    """
+    changed = d.execute(
         conn,
         "UPDATE outbox SET attempts = :attempts, status = :status, next_attempt_at = :next, "
-        "last_error = :err, history = :history, lease_owner = NULL, lease_expires_at = NULL, "
-        "updated_at = :now WHERE key = :key",
+        "last_error = :err, history = :history, lease_expires_at = NULL, "
+        f"updated_at = {d.now_sql} WHERE key = :key AND lease_owner = :owner "
+        "AND claim_epoch = :epoch",
         {
             "attempts": item.attempts,
             "status": item.status,
             "next": item.next_attempt_at,
             "err": item.last_error,
             "history": dumps(item.history),
-            "now": time.time(),
             "key": item.key,
+            "owner": item.lease_owner,
+            "epoch": item.claim_epoch,
         },
     )
+    return changed > 0
+
+
+def drop_outbox(d: Dialect, conn: Any, run_id: str, why: str) -> int:
+    """Mark the run's pending rows that no live claim holds ``dropped`` (compensation
+    began: what the run decided to send is no longer true). Returns how many."""
+    now = d.now_sql
+    found = d.fetchall(
+        conn,
+        "SELECT key, history FROM outbox WHERE run_id = :run_id AND status = 'pending' "
+        f"AND (lease_expires_at IS NULL OR lease_expires_at < {now}) ORDER BY key",
+        {"run_id": run_id},
+    )
+    dropped = 0
+    for r in found:
+        history = loads(r["history"]) or []
+        history.append({"at": time.time(), "dropped": why})
+        dropped += d.execute(
+            conn,
+            f"UPDATE outbox SET status = 'dropped', history = :history, updated_at = {now} "
+            "WHERE key = :key AND status = 'pending' "
+            f"AND (lease_expires_at IS NULL OR lease_expires_at < {now})",
+            {"key": r["key"], "history": dumps(history)},
+        )
+    return dropped
 
 
 def list_outbox(d: Dialect, conn: Any, status: str | None) -> list[OutboxItem]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from agentledger.errors import StoreError
@@ -15,12 +14,20 @@ from agentledger.records import (
 from agentledger.store import rows
 from agentledger.store.base import NewRun
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries.common import RUN_COLUMNS, new_id
+from agentledger.store.queries.common import RUN_COLUMNS, new_id, new_token
 from agentledger.store.queries.events import insert_event
 
 
 def create_run(d: Dialect, conn: Any, new: NewRun) -> Run:
-    now = time.time()
+    """Insert a queued run; with a ``request_id`` already used, return that run instead.
+
+    The request id is written in the same transaction with a unique index, so a submit
+    retried after its COMMIT reply was lost finds the run the first attempt made.
+    """
+    if new.request_id is not None:
+        existing = find_request(d, conn, new.request_id)
+        if existing is not None:
+            return existing
     run_id = new_id("r")
     params = {
         "id": run_id,
@@ -32,14 +39,16 @@ def create_run(d: Dialect, conn: Any, new: NewRun) -> Run:
         "target": target_of(new.name, new.version),
         "input": dumps(new.input),
         "status": RunStatus.QUEUED,
-        "now": now,
-        "available_at": new.available_at if new.available_at is not None else now,
+        "available_at": new.available_at,
+        "request_id": new.request_id,
     }
+    now = d.now_sql
     d.execute(
         conn,
         "INSERT INTO runs (id, tenant_id, user_id, kind, name, version, target, input, status, "
-        "created_at, updated_at, available_at) VALUES (:id, :tenant_id, :user_id, :kind, :name, "
-        ":version, :target, :input, :status, :now, :now, :available_at)",
+        "created_at, updated_at, available_at, request_id) VALUES (:id, :tenant_id, :user_id, "
+        f":kind, :name, :version, :target, :input, :status, {now}, {now}, "
+        f"COALESCE(:available_at, {now}), :request_id)",
         params,
     )
     insert_event(d, conn, run_id, "run.submitted", new.user_id or "api", {"input": new.input})
@@ -47,6 +56,14 @@ def create_run(d: Dialect, conn: Any, new: NewRun) -> Run:
     run = get_run(d, conn, run_id)
     assert run is not None
     return run
+
+
+def find_request(d: Dialect, conn: Any, request_id: str) -> Run | None:
+    """The run a submit with this request id created, if any."""
+    found = d.fetchall(
+        conn, f"SELECT {RUN_COLUMNS} FROM runs WHERE request_id = :rid", {"rid": request_id}
+    )
+    return rows.run_from(found[0]) if found else None
 
 
 def get_run(d: Dialect, conn: Any, run_id: str) -> Run | None:
@@ -74,16 +91,22 @@ def count_runs(d: Dialect, conn: Any) -> dict[str, int]:
 
 
 def claim_runs(
-    d: Dialect, conn: Any, owner: str, targets: list[str], limit: int, lease_seconds: float
+    d: Dialect,
+    conn: Any,
+    owner: str,
+    targets: list[str],
+    limit: int,
+    lease_seconds: float,
+    token: str = "",
 ) -> list[Run]:
+    """Claim runnable runs, judged by the database's clock (:attr:`Dialect.now_sql`)."""
     if not targets or limit <= 0:
         return []
-    now = time.time()
     params: dict[str, Any] = {
         "owner": owner,
-        "now": now,
-        "expires": now + lease_seconds,
+        "lease": float(lease_seconds),
         "limit": limit,
+        "token": token or new_token(),
     }
     for i, target in enumerate(targets):
         params[f"t{i}"] = target
@@ -94,17 +117,28 @@ def claim_runs(
     return claimed
 
 
+def claimed_with(d: Dialect, conn: Any, owner: str, token: str) -> list[Run] | None:
+    """The runs a claim with ``token`` took (a claim retried after a lost COMMIT reply),
+    or None when that claim did not commit."""
+    found = d.fetchall(
+        conn,
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE write_token = :token AND lease_owner = :owner "
+        "AND status = 'running'",
+        {"token": token, "owner": owner},
+    )
+    return [rows.run_from(r) for r in found] or None
+
+
 def renew_leases(
     d: Dialect, conn: Any, owner: str, leases: dict[str, int], lease_seconds: float
 ) -> set[str]:
-    expires = time.time() + lease_seconds
     lost = set()
     for run_id, epoch in sorted(leases.items()):  # row locks in id order, like commits
         changed = d.execute(
             conn,
-            "UPDATE runs SET lease_expires_at = :expires WHERE id = :id AND lease_epoch = :epoch "
-            "AND lease_owner = :owner AND status = 'running'",
-            {"expires": expires, "id": run_id, "epoch": epoch, "owner": owner},
+            f"UPDATE runs SET lease_expires_at = {d.now_sql} + :lease WHERE id = :id "
+            "AND lease_epoch = :epoch AND lease_owner = :owner AND status = 'running'",
+            {"lease": float(lease_seconds), "id": run_id, "epoch": epoch, "owner": owner},
         )
         if changed == 0:
             lost.add(run_id)
@@ -112,12 +146,13 @@ def renew_leases(
 
 
 def release_run(d: Dialect, conn: Any, run_id: str, epoch: int, owner: str) -> bool:
+    now = d.now_sql
     changed = d.execute(
         conn,
         "UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, "
-        "available_at = :now, updated_at = :now WHERE id = :id AND lease_epoch = :epoch "
+        f"available_at = {now}, updated_at = {now} WHERE id = :id AND lease_epoch = :epoch "
         "AND lease_owner = :owner AND status = 'running'",
-        {"now": time.time(), "id": run_id, "epoch": epoch, "owner": owner},
+        {"id": run_id, "epoch": epoch, "owner": owner},
     )
     if changed:
         insert_event(d, conn, run_id, "run.released", owner, {"epoch": epoch})
@@ -144,26 +179,69 @@ def lease_owners(d: Dialect, conn: Any) -> list[str]:
     found = d.fetchall(
         conn,
         "SELECT DISTINCT lease_owner FROM runs WHERE status = 'running' "
-        "AND lease_owner IS NOT NULL AND lease_expires_at > :now",
-        {"now": time.time()},
+        f"AND lease_owner IS NOT NULL AND lease_expires_at > {d.now_sql}",
     )
     return [r["lease_owner"] for r in found]
 
 
+_TERMINAL = ", ".join(f"'{s}'" for s in sorted(RunStatus.TERMINAL))
+
+
 def cancel_run(d: Dialect, conn: Any, run_id: str, reason: str, actor: str) -> Run:
+    """Request the cancel of a run (the protocol is in docs/architecture.md, "Cancel").
+
+    Never bumps the lease epoch, and never overwrites a terminal state: every change
+    is one guarded UPDATE whose row count says whether it happened, so a cancel racing
+    the run's final commit leaves ``completed`` as it is.
+    """
     run = get_run(d, conn, run_id)
     if run is None:
         raise StoreError(f"no run {run_id}; list runs with `agentledger runs list`")
     if run.terminal:
         return run
-    d.execute(
+    now = d.now_sql
+    # A queued run that never started: nothing to compensate, cancelled at once.
+    cancelled = d.execute(
         conn,
-        "UPDATE runs SET status = 'cancelled', error = :reason, lease_owner = NULL, "
-        "lease_expires_at = NULL, available_at = NULL, lease_epoch = lease_epoch + 1, "
-        "updated_at = :now WHERE id = :id",
-        {"reason": reason, "now": time.time(), "id": run_id},
+        "UPDATE runs SET status = 'cancelled', error = :reason, cancel_requested = :reason, "
+        "lease_owner = NULL, lease_expires_at = NULL, available_at = NULL, "
+        f"updated_at = {now} WHERE id = :id AND status = 'queued' AND step_count = 0 "
+        "AND lease_owner IS NULL AND NOT EXISTS (SELECT 1 FROM steps WHERE run_id = :id)",
+        {"reason": reason, "id": run_id},
     )
-    insert_event(d, conn, run_id, "run.cancelled", actor, {"reason": reason})
+    if cancelled:
+        insert_event(d, conn, run_id, "run.cancelled", actor, {"reason": reason})
+    elif run.cancel_requested is None or run.status in (RunStatus.QUEUED, RunStatus.WAITING):
+        # Any other live run: a request its worker honours at the next step boundary.
+        # A parked run is made claimable now, so that a worker picks the request up.
+        requested = d.execute(
+            conn,
+            "UPDATE runs SET cancel_requested = COALESCE(cancel_requested, :reason), "
+            "status = CASE WHEN status IN ('queued', 'waiting') THEN 'queued' ELSE status END, "
+            "available_at = CASE WHEN status IN ('queued', 'waiting') "
+            f"THEN {now} ELSE available_at END, updated_at = {now} "
+            f"WHERE id = :id AND status NOT IN ({_TERMINAL})",
+            {"reason": reason, "id": run_id},
+        )
+        if requested and run.cancel_requested is None:
+            insert_event(d, conn, run_id, "run.cancel_requested", actor, {"reason": reason})
+        if requested:
+            d.notify_runnable(conn)
     run = get_run(d, conn, run_id)
     assert run is not None
     return run
+
+
+def cancel_requests(d: Dialect, conn: Any, run_ids: list[str]) -> dict[str, str]:
+    """Run id -> reason, for those of ``run_ids`` that have a cancel request."""
+    if not run_ids:
+        return {}
+    params = {f"r{i}": run_id for i, run_id in enumerate(run_ids)}
+    marks = ", ".join(f":{k}" for k in params)
+    found = d.fetchall(
+        conn,
+        f"SELECT id, cancel_requested FROM runs WHERE id IN ({marks}) "
+        "AND cancel_requested IS NOT NULL",
+        params,
+    )
+    return {r["id"]: r["cancel_requested"] for r in found}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from agentledger.records import (
@@ -14,18 +13,17 @@ from agentledger.store.dialect import Dialect
 
 
 def register_worker(d: Dialect, conn: Any, info: WorkerInfo, kinds: dict[str, str]) -> None:
-    now = time.time()
+    now = d.now_sql  # worker liveness is judged by the database's clock, like leases
     d.execute(
         conn,
         "INSERT INTO workers (id, host, pid, targets, started_at, heartbeat_at) VALUES "
-        "(:id, :host, :pid, :targets, :now, :now) ON CONFLICT (id) DO UPDATE SET "
+        f"(:id, :host, :pid, :targets, {now}, {now}) ON CONFLICT (id) DO UPDATE SET "
         "heartbeat_at = excluded.heartbeat_at",
         {
             "id": info.id,
             "host": info.host,
             "pid": info.pid,
             "targets": dumps(info.targets),
-            "now": now,
         },
     )
     for target, kind in kinds.items():
@@ -33,17 +31,17 @@ def register_worker(d: Dialect, conn: Any, info: WorkerInfo, kinds: dict[str, st
         d.execute(
             conn,
             "INSERT INTO registrations (target, name, version, kind, registered_at) VALUES "
-            "(:target, :name, :version, :kind, :now) ON CONFLICT (target) DO UPDATE SET "
+            f"(:target, :name, :version, :kind, {now}) ON CONFLICT (target) DO UPDATE SET "
             "registered_at = excluded.registered_at",
-            {"target": target, "name": name, "version": version, "kind": kind, "now": now},
+            {"target": target, "name": name, "version": version, "kind": kind},
         )
 
 
 def heartbeat_worker(d: Dialect, conn: Any, worker_id: str) -> None:
     d.execute(
         conn,
-        "UPDATE workers SET heartbeat_at = :now WHERE id = :id",
-        {"now": time.time(), "id": worker_id},
+        f"UPDATE workers SET heartbeat_at = {d.now_sql} WHERE id = :id",
+        {"id": worker_id},
     )
 
 
@@ -57,8 +55,8 @@ def list_workers(d: Dialect, conn: Any, live_within: float | None) -> list[Worke
     else:
         found = d.fetchall(
             conn,
-            "SELECT * FROM workers WHERE heartbeat_at > :t ORDER BY started_at",
-            {"t": time.time() - live_within},
+            f"SELECT * FROM workers WHERE heartbeat_at > {d.now_sql} - :within ORDER BY started_at",
+            {"within": float(live_within)},
         )
     return [rows.worker_from(r) for r in found]
 

@@ -1,0 +1,142 @@
+"""SQLite: another process's write lock never freezes the event loop, and a lock held
+past the busy timeout surfaces as StoreUnavailable (a transient error to retry)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from agentledger.errors import StoreUnavailable
+from agentledger.records import Run, Step
+from agentledger.store import Batch, RunUpdate, SQLStore, open_store
+from agentledger.store.base import NewRun
+
+TARGET = "agent@1"
+
+
+@contextmanager
+def write_lock(path: Path, release: threading.Event) -> Iterator[threading.Event]:
+    """Another connection takes the write lock (BEGIN IMMEDIATE) until ``release``."""
+    locked = threading.Event()
+
+    def hold() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            locked.set()
+            release.wait(30)
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    try:
+        assert locked.wait(10)
+        yield locked
+    finally:
+        release.set()
+        thread.join(10)
+
+
+class LoopLag:
+    """Measures the longest the event loop went without running a 10 ms ticker."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            self.worst = max(self.worst, now - last - 0.01)
+            last = now
+
+    def __enter__(self) -> LoopLag:
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+async def running_runs(store: SQLStore, n: int) -> list[Run]:
+    for _ in range(n):
+        await store.create_run(NewRun(kind="agent", name="agent", version="1", input={}))
+    return await store.claim_runs("w1", [TARGET], n, 60)
+
+
+def journal_batch(run: Run) -> Batch:
+    assert run.lease_owner is not None
+    entry = Step(
+        run_id=run.id,
+        step_no=1,
+        kind="tool",
+        name="t",
+        status="succeeded",
+        output={"ok": True},
+        lease_epoch=run.lease_epoch,
+    )
+    return Batch(
+        run_id=run.id,
+        epoch=run.lease_epoch,
+        owner=run.lease_owner,
+        steps=[entry],
+        run=RunUpdate(step_count=1),
+    )
+
+
+async def test_a_held_write_lock_does_not_freeze_the_event_loop(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    store = open_store(f"sqlite:///{path}")
+    await store.open()
+    try:
+        runs = await running_runs(store, 3)
+        release = threading.Event()
+        with write_lock(path, release), LoopLag() as lag:
+            first = asyncio.ensure_future(store.commit(journal_batch(runs[0])))
+            await asyncio.sleep(0.05)  # let the first group meet the lock
+            later = asyncio.gather(*(store.commit(journal_batch(r)) for r in runs[1:]))
+            # The loop keeps running while the lock is held: this ticker proves it.
+            started = time.monotonic()
+            while time.monotonic() - started < 2.0:
+                await asyncio.sleep(0.05)
+            assert not first.done()  # still waiting for the lock, on a thread
+            release.set()
+            await asyncio.wait_for(first, 10)
+            await asyncio.wait_for(later, 10)
+        # Generous for a shared machine, far below the 2 s the lock was held.
+        assert lag.worst < 0.5, f"event loop stalled {lag.worst:.2f} s"
+        for run in runs:
+            assert [s.step_no for s in await store.load_journal(run.id)] == [1]
+    finally:
+        await store.close()
+
+
+async def test_a_lock_held_past_the_busy_timeout_is_store_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    store = open_store(f"sqlite:///{path}?busy_timeout_ms=300")
+    await store.open()
+    try:
+        (run,) = await running_runs(store, 1)
+        release = threading.Event()
+        with write_lock(path, release):
+            with pytest.raises(StoreUnavailable, match="locked"):
+                await asyncio.wait_for(store.commit(journal_batch(run)), 10)
+            with pytest.raises(StoreUnavailable, match="locked"):
+                await asyncio.wait_for(store.claim_runs("w1", [TARGET], 1, 60), 10)
+        # Once the lock is gone, the same write goes through: the error was transient.
+        await store.commit(journal_batch(run))
+        assert len(await store.load_journal(run.id)) == 1
+    finally:
+        await store.close()
