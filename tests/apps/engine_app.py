@@ -46,11 +46,19 @@ async def hold(flag: str) -> None:
 
 
 def hold_spec(ctx_input: Any, item: str, phase: str) -> str | None:
-    """The flag to hold on when the run input asks to hold ``item`` at ``phase``."""
+    """The flag to hold on when the run input asks to hold ``item`` at ``phase``.
+
+    ``input["hold"]`` is one ``{"item", "phase", "flag"}`` or a list of them (one
+    worker held at one point, its successor at another); a hold whose flag is gone
+    is passed through.
+    """
     spec = ctx_input.get("hold") if isinstance(ctx_input, dict) else None
-    if isinstance(spec, dict) and spec.get("item") == item and spec.get("phase") == phase:
-        flag = str(spec["flag"])
-        return flag if os.path.exists(flag) else None
+    specs = spec if isinstance(spec, list) else [spec]
+    for one in specs:
+        if isinstance(one, dict) and one.get("item") == item and one.get("phase") == phase:
+            flag = str(one["flag"])
+            if os.path.exists(flag):
+                return flag
     return None
 
 
