@@ -50,6 +50,7 @@ class Env:
         self.url = url or f"sqlite:///{self.db_path}"
         self.ledger = str(tmp / "ledger.db")
         self.workers: list[subprocess.Popen[bytes]] = []
+        self._cleanups: list[Callable[[], object]] = []
         self._logs = 0
         os.environ["ENGINE_LEDGER"] = self.ledger  # for in-process ledger reads
 
@@ -124,12 +125,18 @@ class Env:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
 
+    def on_close(self, cleanup: Callable[[], object]) -> None:
+        """Call ``cleanup`` when the world closes (after its workers are killed)."""
+        self._cleanups.append(cleanup)
+
     def close(self) -> None:
         for proc in self.workers:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=30)
+        while self._cleanups:
+            self._cleanups.pop()()
 
     # store ---------------------------------------------------------------------
 

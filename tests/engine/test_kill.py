@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import signal
+from urllib.parse import urlsplit
 
 import pytest
 
 from agentledger.records import RunStatus, StepStatus
 from tests.engine.helpers import Env, tool_steps, wait_for
+from tests.pgrelay import Relay, via
 
 
 @pytest.fixture
@@ -77,6 +79,16 @@ def test_kill_at_every_step_boundary_is_exactly_once(env: Env, phase: str) -> No
     assert env.run(run_id).lease_epoch == 2
 
 
+def _relay_for(env: Env) -> Relay | None:
+    """On PostgreSQL, a relay between the zombie and the server (closed with the test)."""
+    if not env.url.startswith("postgresql"):
+        return None
+    parts = urlsplit(env.url)
+    relay = Relay(("127.0.0.1", 0), (parts.hostname or "127.0.0.1", parts.port or 5432))
+    env.on_close(relay.close)
+    return relay
+
+
 def test_zombie_write_while_the_new_owner_is_mid_run_is_rejected(env: Env) -> None:
     """A stopped worker wakes up inside a write while its successor is mid-run.
 
@@ -93,7 +105,10 @@ def test_zombie_write_while_the_new_owner_is_mid_run_is_rejected(env: Env) -> No
             ]
         },
     )
-    zombie = env.start_worker(lease=3.0, extra=("-v",))
+    relay = _relay_for(env)
+    zombie = env.start_worker(
+        lease=3.0, extra=("-v",), db=relay and via(env.url, "127.0.0.1", relay.port)
+    )
     env.wait_marker(flag_a)
     owner_a = env.run(run_id).lease_owner
     assert owner_a is not None
@@ -107,13 +122,20 @@ def test_zombie_write_while_the_new_owner_is_mid_run_is_rejected(env: Env) -> No
         journal_b = env.journal(run_id)
         by_a_before = [e.id for e in env.events(run_id) if e.actor == owner_a]
         flag_a.unlink()  # the zombie's tool call returns as soon as it runs again
+        if relay is not None:
+            # Its heartbeat is overdue when it wakes, and on PostgreSQL it travels on
+            # another connection than the journal write: hold it back, so the write
+            # reaches the fence first (the heartbeat is advisory; the fence is not).
+            relay.hold(lambda name: not name.endswith(":journal"))
     finally:
         zombie.send_signal(signal.SIGCONT)
     # The successor is held and writes nothing: a changed journal can only be the zombie's.
     wait_for(
         lambda: env.lease_lost_by_fence(1) or env.journal(run_id) != journal_b,
-        what="the zombie to try its late write",
+        what=f"the zombie to try its late write; its log: {env.tmp / 'worker1.log'}",
     )
+    if relay is not None:
+        relay.release()
     assert env.journal(run_id) == journal_b, "the zombie's late write was accepted"
     assert env.lease_lost_by_fence(1), env.worker_log(1)
     assert zombie.poll() is None  # the process lives on; it only stopped that run
