@@ -4,6 +4,7 @@ errors, LISTEN/NOTIFY wake-ups and surviving a terminated backend."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -19,6 +20,7 @@ from agentledger.store import Batch, EffectClaimed, NewRun, RunUpdate, SQLStore,
 from agentledger.store.pg_listen import RunListener, notify_runs
 from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
 from tests import dbutil
+from tests.pgcluster import PrivateCluster
 
 pytestmark = pytest.mark.postgres
 
@@ -252,15 +254,32 @@ def test_run_listener_receives_notifications_and_reconnects(pg_url: str) -> None
     assert not listener.listening
 
 
-def test_run_listener_retries_until_the_server_is_there() -> None:
-    calls: list[str] = []
-    listener = RunListener("postgresql://127.0.0.1:1/x", calls.append, max_backoff=0.2)
+def test_run_listener_retries_until_the_server_is_there(
+    pg_cluster: PrivateCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The listener starts while the server is down, keeps trying, and LISTENs once
+    the server comes up (a private cluster, stopped and started by this test)."""
+    pg_cluster.stop()
+    got: queue.Queue[str] = queue.Queue()
+    listener = RunListener(pg_cluster.admin_url, got.put, max_backoff=0.2, poll_interval=0.1)
+    caplog.set_level(logging.WARNING, logger="agentledger.store.pg_listen")
+
+    def failed_attempts() -> int:
+        return sum("cannot LISTEN" in r.getMessage() for r in caplog.records)
+
     listener.start()
     try:
-        assert not listener.wait_listening(0.5)
+        # It tried, failed, and tries on at its longest backoff while the server stays down.
+        assert wait_for(lambda: failed_attempts() >= 6)
+        assert not listener.listening
+        pg_cluster.start()
+        assert listener.wait_listening(10)
+        with connect(pg_cluster.admin_url, autocommit=True) as sender:
+            notify_runs(sender, "after-start")
+        assert got.get(timeout=5) == "after-start"
     finally:
         listener.stop()
-    assert calls == []
+    assert listener.reconnects == 0  # a first connection, not a lost one
 
 
 async def test_reapers_of_one_dead_owner_do_not_deadlock(pg_url: str) -> None:
