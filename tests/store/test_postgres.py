@@ -64,6 +64,26 @@ def wait_for(predicate: object, timeout: float = 10.0) -> bool:
     return False
 
 
+async def until(predicate: object, timeout: float = 10.0) -> bool:
+    """Poll ``predicate`` from the event loop until it holds (False after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+def lock_waiters(url: str) -> int:
+    """Sessions on ``url``'s database waiting for a lock another session holds."""
+    with connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return int(row["n"]) if row else 0
+
+
 # placeholders and error classification (no server needed) ----------------------
 
 
@@ -167,9 +187,14 @@ async def test_effect_claimed_concurrently_by_another_process(pg_url: str) -> No
             "INSERT INTO effects (key, run_id, step_no, status, result, updated_at) "
             "VALUES ('pay:1', 'r-other', 5, 'claimed', 'null', 0)"
         )
-        gate = threading.Event()
-        blocker = asyncio.ensure_future(store._call(lambda conn: gate.wait(10), write=False))
-        await asyncio.sleep(0.05)
+        gate, busy = threading.Event(), threading.Event()
+
+        def block(conn: object) -> bool:
+            busy.set()
+            return gate.wait(10)
+
+        blocker = asyncio.ensure_future(store._call(block, write=False))
+        assert await asyncio.to_thread(busy.wait, 10)  # the store's thread is taken
         racing = asyncio.ensure_future(
             store.commit(
                 batch(
@@ -180,10 +205,11 @@ async def test_effect_claimed_concurrently_by_another_process(pg_url: str) -> No
             )
         )
         bystander = asyncio.ensure_future(store.commit(batch(second, steps=[step(second, 1)])))
-        await asyncio.sleep(0.05)
+        assert await until(lambda: store._queue.qsize() >= 1)  # queued behind the blocker
         gate.set()
         await blocker
-        await asyncio.sleep(0.3)  # the group now waits on the other process's row
+        # The racing batch now waits on the other process's uncommitted row.
+        assert await until(lambda: lock_waiters(pg_url) >= 1)
         assert not racing.done()
         other.commit()
         other.close()
