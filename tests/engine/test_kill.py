@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import signal
-from urllib.parse import urlsplit
 
 import pytest
 
 from agentledger.records import RunStatus, StepStatus
 from tests.engine.helpers import Env, tool_steps, wait_for
-from tests.pgrelay import Relay, via
+from tests.engine.zombie import zombie_write_is_fenced
 
 
 @pytest.fixture
@@ -79,83 +78,9 @@ def test_kill_at_every_step_boundary_is_exactly_once(env: Env, phase: str) -> No
     assert env.run(run_id).lease_epoch == 2
 
 
-def _relay_for(env: Env) -> Relay | None:
-    """On PostgreSQL, a relay between the zombie and the server (closed with the test)."""
-    if not env.url.startswith("postgresql"):
-        return None
-    parts = urlsplit(env.url)
-    relay = Relay(("127.0.0.1", 0), (parts.hostname or "127.0.0.1", parts.port or 5432))
-    env.on_close(relay.close)
-    return relay
-
-
 def test_zombie_write_while_the_new_owner_is_mid_run_is_rejected(env: Env) -> None:
-    """A stopped worker wakes up inside a write while its successor is mid-run.
-
-    The run is ``running`` under the successor's lease the whole time, so only the
-    epoch/owner comparison of the journal fence can turn the zombie's write away.
-    """
-    flag_a, flag_b = env.hold_flag("zombie"), env.hold_flag("successor")
-    run_id = env.submit(
-        "five_writes",
-        {
-            "hold": [
-                {"item": "i1", "phase": "after_effect", "flag": str(flag_a)},
-                {"item": "i2", "phase": "before_started", "flag": str(flag_b)},
-            ]
-        },
-    )
-    relay = _relay_for(env)
-    zombie = env.start_worker(
-        lease=3.0, extra=("-v",), db=relay and via(env.url, "127.0.0.1", relay.port)
-    )
-    env.wait_marker(flag_a)
-    owner_a = env.run(run_id).lease_owner
-    assert owner_a is not None
-    env.stop_after_heartbeat(zombie, run_id)
-    try:
-        env.start_worker(lease=3.0)
-        env.wait_marker(flag_b)  # the successor owns the run and is held inside step 4
-        taken = env.run(run_id)
-        assert taken.status == RunStatus.RUNNING and taken.lease_epoch == 2
-        assert taken.lease_owner not in (None, owner_a)
-        journal_b = env.journal(run_id)
-        by_a_before = [e.id for e in env.events(run_id) if e.actor == owner_a]
-        flag_a.unlink()  # the zombie's tool call returns as soon as it runs again
-        if relay is not None:
-            # Its heartbeat is overdue when it wakes, and on PostgreSQL it travels on
-            # another connection than the journal write: hold it back, so the write
-            # reaches the fence first (the heartbeat is advisory; the fence is not).
-            relay.hold(lambda name: not name.endswith(":journal"))
-    finally:
-        zombie.send_signal(signal.SIGCONT)
-    # The successor is held and writes nothing: a changed journal can only be the zombie's.
-    wait_for(
-        lambda: env.lease_lost_by_fence(1) or env.journal(run_id) != journal_b,
-        what=f"the zombie to try its late write; its log: {env.tmp / 'worker1.log'}",
-    )
-    if relay is not None:
-        relay.release()
-    assert env.journal(run_id) == journal_b, "the zombie's late write was accepted"
-    assert env.lease_lost_by_fence(1), env.worker_log(1)
-    assert zombie.poll() is None  # the process lives on; it only stopped that run
-    assert [e.id for e in env.events(run_id) if e.actor == owner_a] == by_a_before
-    run = env.run(run_id)
-    assert run.status == RunStatus.RUNNING and run.lease_epoch == 2
-
-    flag_b.unlink()
-    run = env.wait_status(run_id, RunStatus.COMPLETED)
-    assert run.lease_epoch == 2
-    journal = env.journal(run_id)
-    # Step 1 is the local step A journaled before it was stopped; every later
-    # entry (including the write A was inside) is B's.
-    assert journal[0].name == "pre_i1" and journal[0].lease_epoch == 1
-    assert all(s.lease_epoch == 2 for s in journal[1:]), [
-        (s.step_no, s.lease_epoch) for s in journal
-    ]
-    writes = tool_steps(journal, "keyed_write")
-    assert env.effects("keyed") == {s.idempotency_key: 1 for s in writes}
-    assert env.calls("keyed") == {s.idempotency_key: 1 for s in writes}
+    """A stopped worker wakes up inside a write while its successor is mid-run."""
+    zombie_write_is_fenced(env, "after_effect")
 
 
 def test_sigterm_releases_runs_in_flight_and_loses_nothing(env: Env) -> None:
