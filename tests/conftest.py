@@ -7,6 +7,12 @@
 * ``pg_url`` -- PostgreSQL only, for PostgreSQL-specific tests.
 * ``env`` -- an engine test world (database, external ledger, worker processes) on
   SQLite; ``backend_env`` -- the same on each backend.
+* ``pg_cluster`` -- a private PostgreSQL cluster (tests/pgcluster.py), started, for
+  tests that restart, stop or break the server: the machine's shared server is
+  never restarted or reconfigured. Removed after the test, pass or fail.
+
+At the end of the session, no database this session created may be left on the
+shared server (``_no_leftover_databases``).
 
 PostgreSQL comes from ``AGENTLEDGER_TEST_PG`` (see tests/dbutil.py). When it is
 not reachable, postgres tests are skipped -- unless ``CI`` is set (non-empty),
@@ -24,6 +30,7 @@ import pytest
 from agentledger.store import SQLStore, open_store
 from tests import dbutil
 from tests.engine.helpers import Env
+from tests.pgcluster import ClusterUnavailable, PrivateCluster
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -35,13 +42,48 @@ def require_pg() -> None:
     """Skip (locally) or fail (CI) when the test PostgreSQL server is not reachable."""
     if dbutil.pg_available():
         return
-    message = (
+    _skip_or_fail(
         f"PostgreSQL not reachable at {dbutil.admin_url()}; start it or set "
         "AGENTLEDGER_TEST_PG=postgresql://user@host:port/postgres"
     )
+
+
+def _skip_or_fail(message: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leftover_databases() -> Iterator[None]:
+    """Fail the session if any database it created is still on the shared server.
+
+    Set up before (so torn down after) ``_pg_session``, which drops the template.
+    Names carry the session's tag (tests/dbutil.py), so suites running at the same
+    time on the same server do not see each other's databases.
+    """
+    yield
+    if not dbutil.pg_available():
+        return
+    left = dbutil.leftover_databases()
+    for name in left:
+        dbutil.drop_database(name)
+    assert left == [], f"tests left databases behind on the shared server: {left}"
+
+
+@pytest.fixture
+def pg_cluster() -> Iterator[PrivateCluster]:
+    """A private PostgreSQL cluster, started; stopped and removed after the test."""
+    try:
+        cluster = PrivateCluster()
+    except ClusterUnavailable as exc:
+        _skip_or_fail(f"cannot make a private PostgreSQL cluster: {exc}")
+        raise  # not reached
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
 
 
 @pytest.fixture(scope="session")

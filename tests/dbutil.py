@@ -2,9 +2,12 @@
 
 The server comes from ``AGENTLEDGER_TEST_PG`` (an admin URL; default
 ``postgresql://postgres@127.0.0.1:5432/postgres``). Each test gets a fresh
-database ``al_test_<random>``, cloned from a template database that holds the
-migrated schema (``CREATE DATABASE ... TEMPLATE``, a file copy: milliseconds).
-The template is built once per test session and dropped at its end.
+database ``al_test_<session>_<random>``, cloned from a template database
+(``al_template_<session>``) that holds the migrated schema (``CREATE DATABASE ...
+TEMPLATE``, a file copy: milliseconds). The template is built once per test
+session and dropped at its end. Every name carries this session's tag
+(:data:`SESSION`), so :func:`leftover_databases` finds what this session left on a
+server other suites share -- and only that.
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ import psycopg
 from psycopg import sql
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+SESSION = secrets.token_hex(3)
+"""This test session's tag, in the name of every database it creates."""
+TEST_PREFIX = f"al_test_{SESSION}_"
+TEMPLATE_NAME = f"al_template_{SESSION}"
 
 _available: bool | None = None
 _template: str | None = None
@@ -86,7 +94,7 @@ def template_database() -> str:
         from agentledger.store import queries
         from agentledger.store.postgres import PostgresDialect
 
-        name = f"al_template_{secrets.token_hex(4)}"
+        name = TEMPLATE_NAME
         _create(name, None)
         dialect = PostgresDialect(url_for(name))
         conn = dialect.connect()
@@ -116,7 +124,7 @@ def make_pg_database(*, migrated: bool = True) -> str:
     ``migrated=True`` clones the session template (schema in place, as after a
     first ``store.open()``); ``migrated=False`` gives an empty database.
     """
-    name = f"al_test_{secrets.token_hex(6)}"
+    name = f"{TEST_PREFIX}{secrets.token_hex(6)}"
     _create(name, template_database() if migrated else None)
     return url_for(name)
 
@@ -124,6 +132,22 @@ def make_pg_database(*, migrated: bool = True) -> str:
 def drop_pg_database(url: str) -> None:
     """Drop a database made by :func:`make_pg_database`, closing its connections."""
     _drop(dbname_of(url))
+
+
+def leftover_databases() -> list[str]:
+    """Databases of this session still on the server (none once every test cleaned up)."""
+    with _admin() as conn:
+        found = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s OR datname = %s "
+            "ORDER BY datname",
+            [TEST_PREFIX.replace("_", r"\_") + "%", TEMPLATE_NAME],
+        ).fetchall()
+    return [str(row[0]) for row in found]
+
+
+def drop_database(name: str) -> None:
+    """Drop a database by name (closing its connections)."""
+    _drop(name)
 
 
 def terminate_backends(url: str, application_name: str | None = None) -> int:

@@ -36,21 +36,37 @@ app = App("engine-tests")
 HOLD_LIMIT = 120.0  # a hold never outlives a test
 
 
-async def hold(flag: str) -> None:
-    """Block while ``flag`` exists; ``flag.holding`` tells the test we are here."""
-    with open(flag + ".holding", "w") as f:
+async def hold(flag: str, once: bool = False) -> None:
+    """Block while ``flag`` exists; ``flag.holding`` tells the test we are here.
+
+    ``once``: only the first process to get here holds (it creates ``flag.holding``
+    exclusively); a later one -- the worker that took the run over -- passes.
+    """
+    try:
+        fd = os.open(flag + ".holding", os.O_WRONLY | os.O_CREAT | (os.O_EXCL if once else 0))
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
         f.write(str(os.getpid()))
     until = time.monotonic() + HOLD_LIMIT
     while os.path.exists(flag) and time.monotonic() < until:
         await asyncio.sleep(0.02)
 
 
-def hold_spec(ctx_input: Any, item: str, phase: str) -> str | None:
-    """The flag to hold on when the run input asks to hold ``item`` at ``phase``."""
+def hold_spec(ctx_input: Any, item: str, phase: str) -> tuple[str, bool] | None:
+    """The flag to hold on when the run input asks to hold ``item`` at ``phase``.
+
+    ``input["hold"]`` is one ``{"item", "phase", "flag"}`` (plus ``"once": true``,
+    see :func:`hold`) or a list of them (one worker held at one point, its
+    successor at another); a hold whose flag is gone is passed through.
+    """
     spec = ctx_input.get("hold") if isinstance(ctx_input, dict) else None
-    if isinstance(spec, dict) and spec.get("item") == item and spec.get("phase") == phase:
-        flag = str(spec["flag"])
-        return flag if os.path.exists(flag) else None
+    specs = spec if isinstance(spec, list) else [spec]
+    for one in specs:
+        if isinstance(one, dict) and one.get("item") == item and one.get("phase") == phase:
+            flag = str(one["flag"])
+            if os.path.exists(flag):
+                return flag, bool(one.get("once"))
     return None
 
 
@@ -72,13 +88,13 @@ async def read_tool(ctx: ToolContext, x: str) -> dict[str, Any]:
 @app.tool(effect="write", timeout=30, idempotency="provider", status_check=ledger_status)
 async def keyed_write(ctx: ToolContext, item: str) -> dict[str, Any]:
     """A write to a provider that honours keys and answers status checks."""
-    flag = hold_spec(ctx.run_input, item, "after_started")
-    if flag:
-        await hold(flag)
+    spec = hold_spec(ctx.run_input, item, "after_started")
+    if spec:
+        await hold(*spec)
     result = ledger.apply(ctx.idempotency_key, "keyed", dedupe=True, payload=item)
-    flag = hold_spec(ctx.run_input, item, "after_effect")
-    if flag:
-        await hold(flag)
+    spec = hold_spec(ctx.run_input, item, "after_effect")
+    if spec:
+        await hold(*spec)
     return result
 
 
@@ -191,9 +207,9 @@ async def notify(ctx: ToolContext, msg: str) -> dict[str, Any]:
 
 
 async def gate(run_input: Any, item: str, phase: str) -> str:
-    flag = hold_spec(run_input, item, phase)
-    if flag:
-        await hold(flag)
+    spec = hold_spec(run_input, item, phase)
+    if spec:
+        await hold(*spec)
     return f"{item}:{phase}"
 
 

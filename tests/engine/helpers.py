@@ -50,6 +50,7 @@ class Env:
         self.url = url or f"sqlite:///{self.db_path}"
         self.ledger = str(tmp / "ledger.db")
         self.workers: list[subprocess.Popen[bytes]] = []
+        self._cleanups: list[Callable[[], object]] = []
         self._logs = 0
         os.environ["ENGINE_LEDGER"] = self.ledger  # for in-process ledger reads
 
@@ -124,12 +125,18 @@ class Env:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
 
+    def on_close(self, cleanup: Callable[[], object]) -> None:
+        """Call ``cleanup`` when the world closes (after its workers are killed)."""
+        self._cleanups.append(cleanup)
+
     def close(self) -> None:
         for proc in self.workers:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=30)
+        while self._cleanups:
+            self._cleanups.pop()()
 
     # store ---------------------------------------------------------------------
 
@@ -185,6 +192,34 @@ class Env:
     def wait_marker(self, flag: Path, timeout: float = 30.0) -> None:
         marker = Path(str(flag) + ".holding")
         wait_for(marker.exists, timeout, f"the tool to hold on {flag}")
+
+    def hold_flag(self, name: str) -> Path:
+        """A fresh hold flag: a run input naming it holds the step while the file exists."""
+        flag = self.tmp / f"{name}.flag"
+        flag.write_text("hold")
+        Path(str(flag) + ".holding").unlink(missing_ok=True)
+        return flag
+
+    def stop_after_heartbeat(self, proc: subprocess.Popen[bytes], run_id: str) -> None:
+        """SIGSTOP ``proc`` just after it renewed its lease on ``run_id``.
+
+        Its next heartbeat is then a whole interval after anything else it was
+        waiting on (a held step polls every 20 ms): on SIGCONT the held step
+        resumes and writes before the heartbeat can notice the lease is gone, so
+        it is the journal fence, not the heartbeat, that must turn the write away.
+        """
+        first = self.run(run_id).lease_expires_at
+        wait_for(
+            lambda: self.run(run_id).lease_expires_at != first,
+            10,
+            "the worker to renew its lease",
+            0.01,
+        )
+        proc.send_signal(signal.SIGSTOP)
+
+    def lease_lost_by_fence(self, n: int) -> bool:
+        """True when worker ``n`` (started with ``-v``) had a journal write rejected."""
+        return "abandoned: lease lost" in self.worker_log(n)
 
     # ledger -------------------------------------------------------------------
 

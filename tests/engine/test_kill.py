@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
 
 from agentledger.records import RunStatus, StepStatus
 from tests.engine.helpers import Env, tool_steps, wait_for
+from tests.engine.zombie import zombie_write_is_fenced
 
 
 @pytest.fixture
@@ -78,43 +78,9 @@ def test_kill_at_every_step_boundary_is_exactly_once(env: Env, phase: str) -> No
     assert env.run(run_id).lease_epoch == 2
 
 
-def test_zombie_worker_gets_no_write_accepted(env: Env) -> None:
-    flag = env.tmp / "hold.flag"
-    flag.write_text("hold")
-    run_id = env.submit(
-        "five_writes", {"hold": {"item": "i1", "phase": "after_effect", "flag": str(flag)}}
-    )
-    zombie = env.start_worker(lease=1.0)
-    env.wait_marker(flag)
-    owner_a = env.run(run_id).lease_owner
-    assert owner_a is not None
-    zombie.send_signal(signal.SIGSTOP)
-    try:
-        env.start_worker(lease=1.0)
-        assert env.wait_status(run_id, RunStatus.COMPLETED).lease_epoch == 2
-        by_a_before = [e.id for e in env.events(run_id) if e.actor == owner_a]
-    finally:
-        flag.unlink()
-        zombie.send_signal(signal.SIGCONT)
-    # The zombie wakes up inside its tool call, returns, and tries to journal it.
-    time.sleep(2.0)
-    assert zombie.poll() is None  # the process lives on; it only stopped that run
-    run = env.run(run_id)
-    assert run.status == RunStatus.COMPLETED and run.lease_epoch == 2
-    journal = env.journal(run_id)
-    # Step 1 is the local step A journaled before it was stopped; every later
-    # entry (including the write A was inside) is B's.
-    assert journal[0].name == "pre_i1" and journal[0].lease_epoch == 1
-    assert all(s.lease_epoch == 2 for s in journal[1:]), [
-        (s.step_no, s.lease_epoch) for s in journal
-    ]
-    events = env.events(run_id)
-    by_a = [e.id for e in events if e.actor == owner_a]
-    assert by_a == by_a_before
-    by_b = [e.id for e in events if e.actor.count(":") == 3 and e.actor != owner_a]
-    assert by_b and max(by_a) < min(by_b)
-    writes = tool_steps(journal, "keyed_write")
-    assert env.effects("keyed") == {s.idempotency_key: 1 for s in writes}
+def test_zombie_write_while_the_new_owner_is_mid_run_is_rejected(env: Env) -> None:
+    """A stopped worker wakes up inside a write while its successor is mid-run."""
+    zombie_write_is_fenced(env, "after_effect")
 
 
 def test_sigterm_releases_runs_in_flight_and_loses_nothing(env: Env) -> None:

@@ -2,76 +2,33 @@
 
 Worker A runs in a Linux network namespace made by this test and reaches the
 database through a veth pair and a TCP relay on the test's own addresses. The
-test cuts the link while A holds leases: worker B takes the runs over when A's
-leases expire, and when the link comes back A's late journal writes are fenced
-out. Every effect happens once.
+test cuts the link while A is inside a write: worker B takes the run over when
+A's lease expires and is held inside a later step; when the link comes back A's
+late journal write arrives while the run is ``running`` under B's lease, so only
+the fence's epoch/owner comparison can turn it away. Every effect happens once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import secrets
 import shutil
-import socket
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 
 from agentledger.records import RunStatus
 from tests.engine.helpers import Env, tool_steps, wait_for
+from tests.pgrelay import Relay, via
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
-class Relay:
-    """A TCP relay: ``listen`` address -> ``target``, one thread pair per connection."""
-
-    def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
-        self.target = target
-        self.sockets: list[socket.socket] = []
-        self.server = socket.create_server(listen)
-        self.port = self.server.getsockname()[1]
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            self.sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (source, sink):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self.server.close()
-        for s in self.sockets:
-            s.close()
 
 
 @pytest.fixture
@@ -108,58 +65,68 @@ def namespace() -> Iterator[tuple[str, str, str]]:
         subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
 
 
-def _via(url: str, host: str, port: int) -> str:
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)
-    user = f"{netloc[0]}@" if len(netloc) == 2 else ""
-    return urlunsplit(parts._replace(netloc=f"{user}{host}:{port}"))
-
-
-def test_partitioned_worker_is_taken_over_and_its_late_writes_are_fenced(
+def test_partitioned_worker_late_write_is_fenced_while_the_new_owner_is_mid_run(
     pg_url: str, tmp_path: Path, namespace: tuple[str, str, str]
 ) -> None:
     ns, host_if, host_ip = namespace
     pg = urlsplit(pg_url)
     relay = Relay((host_ip, 0), (pg.hostname or "127.0.0.1", pg.port or 5432))
     env = Env(tmp_path, pg_url)
+    env.on_close(relay.close)
     try:
-        ids = [env.submit("slow_writes", {"tag": f"p{n}", "n": 5, "pause": 0.4}) for n in range(4)]
+        flag_a, flag_b = env.hold_flag("partitioned"), env.hold_flag("successor")
+        run_id = env.submit(
+            "five_writes",
+            {
+                "hold": [
+                    {"item": "i1", "phase": "after_effect", "flag": str(flag_a)},
+                    {"item": "i2", "phase": "before_started", "flag": str(flag_b)},
+                ]
+            },
+        )
         worker_a = env.start_worker(
             lease=2.0,
-            db=_via(pg_url, host_ip, relay.port),
+            db=via(pg_url, host_ip, relay.port),
             prefix=("ip", "netns", "exec", ns),
             extra=("-v",),
         )
-        wait_for(
-            lambda: all(env.run(i).step_count >= 2 and env.run(i).lease_epoch == 1 for i in ids),
-            what="worker A (in the namespace) to run every run",
-        )
+        env.wait_marker(flag_a)  # A (in the namespace) is inside its first write
+        owner_a = env.run(run_id).lease_owner
         _ip("link", "set", host_if, "down")  # the partition
-        cut_at = time.time()
         env.start_worker(lease=2.0)  # worker B, on the database's side of the cut
-        for run_id in ids:
-            env.wait_status(run_id, RunStatus.COMPLETED, timeout=90)
-        _ip("link", "set", host_if, "up")  # A comes back with its late writes
+        env.wait_marker(flag_b)  # B took the run over and is held inside step 4
+        taken = env.run(run_id)
+        assert taken.status == RunStatus.RUNNING and taken.lease_epoch == 2
+        assert taken.lease_owner not in (None, owner_a)
+        journal_b = env.journal(run_id)
+        by_a_before = [e.id for e in env.events(run_id) if e.actor == owner_a]
+        # A's write goes out on its journal connection; its heartbeat (another
+        # connection) is held at the relay, so the write reaches the fence first.
+        relay.hold(lambda name: not name.endswith(":journal"))
+        flag_a.unlink()
+        _ip("link", "set", host_if, "up")  # A comes back with its late write
+        # B is held and writes nothing: a changed journal can only be A's.
         wait_for(
-            lambda: re.search(r"lease.{0,40}lost", env.worker_log(1)),
+            lambda: env.lease_lost_by_fence(1) or env.journal(run_id) != journal_b,
             timeout=60,
-            what="worker A to find its late writes fenced",
+            what="worker A to try its late write",
         )
-        assert worker_a.poll() is None, env.worker_log(1)  # A lives on; it dropped the runs
+        relay.release()
+        assert env.journal(run_id) == journal_b, "the partitioned worker's write was accepted"
+        assert env.lease_lost_by_fence(1), env.worker_log(1)
+        assert worker_a.poll() is None, env.worker_log(1)  # A lives on; it dropped the run
+        assert [e.id for e in env.events(run_id) if e.actor == owner_a] == by_a_before
+        flag_b.unlink()
+        run = env.wait_status(run_id, RunStatus.COMPLETED)
     finally:
         env.close()
-        relay.close()
 
-    keys = []
-    for run_id in ids:
-        run = env.run(run_id)
-        assert run.status == RunStatus.COMPLETED and run.lease_epoch == 2, run
-        journal = env.journal(run_id)
-        assert len({s.step_no for s in journal}) == len(journal) == 10
-        epochs = [s.lease_epoch for s in journal]
-        assert epochs == sorted(epochs) and set(epochs) == {1, 2}, epochs
-        late = [s for s in journal if s.lease_epoch == 1 and (s.started_at or 0) > cut_at + 1]
-        assert late == [], late
-        keys += [s.idempotency_key for s in tool_steps(journal, "keyed_write")]
-    assert len(keys) == 20
-    assert env.effects("keyed") == dict.fromkeys(keys, 1)
+    assert run.lease_epoch == 2, run
+    journal = env.journal(run_id)
+    assert journal[0].lease_epoch == 1
+    assert all(s.lease_epoch == 2 for s in journal[1:]), [
+        (s.step_no, s.lease_epoch) for s in journal
+    ]
+    writes = tool_steps(journal, "keyed_write")
+    assert env.effects("keyed") == {s.idempotency_key: 1 for s in writes}
+    assert env.calls("keyed") == {s.idempotency_key: 1 for s in writes}

@@ -211,5 +211,17 @@ async def test_declined_payment_cancels_the_booking(stayhub: StackFactory) -> No
         assert stack.invariants()["ok"]
 
 
-def test_env_is_not_leaking() -> None:
-    assert "STAYHUB_PAYMENT_TIMEOUT" not in os.environ
+async def test_env_is_not_leaking(stayhub: StackFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stack's ``env`` reaches its worker processes and never the test process,
+    where it would change every later test (the app reads it at import)."""
+    name = "STAYHUB_PAYMENT_TIMEOUT"
+    monkeypatch.delenv(name, raising=False)
+    if not os.path.exists(f"/proc/{os.getpid()}/environ"):
+        pytest.skip("needs /proc to read a worker's environment")
+    async with stayhub(env={name: "7.5"}) as stack:
+        assert stack.pool.procs
+        for proc in stack.pool.procs:
+            with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                assert f"{name}=7.5".encode() in f.read().split(b"\0")
+        assert name not in os.environ
+    assert name not in os.environ

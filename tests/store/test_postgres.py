@@ -4,6 +4,7 @@ errors, LISTEN/NOTIFY wake-ups and surviving a terminated backend."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -19,6 +20,7 @@ from agentledger.store import Batch, EffectClaimed, NewRun, RunUpdate, SQLStore,
 from agentledger.store.pg_listen import RunListener, notify_runs
 from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
 from tests import dbutil
+from tests.pgcluster import PrivateCluster
 
 pytestmark = pytest.mark.postgres
 
@@ -60,6 +62,26 @@ def wait_for(predicate: object, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+async def until(predicate: object, timeout: float = 10.0) -> bool:
+    """Poll ``predicate`` from the event loop until it holds (False after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+def lock_waiters(url: str) -> int:
+    """Sessions on ``url``'s database waiting for a lock another session holds."""
+    with connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return int(row["n"]) if row else 0
 
 
 # placeholders and error classification (no server needed) ----------------------
@@ -165,9 +187,14 @@ async def test_effect_claimed_concurrently_by_another_process(pg_url: str) -> No
             "INSERT INTO effects (key, run_id, step_no, status, result, updated_at) "
             "VALUES ('pay:1', 'r-other', 5, 'claimed', 'null', 0)"
         )
-        gate = threading.Event()
-        blocker = asyncio.ensure_future(store._call(lambda conn: gate.wait(10), write=False))
-        await asyncio.sleep(0.05)
+        gate, busy = threading.Event(), threading.Event()
+
+        def block(conn: object) -> bool:
+            busy.set()
+            return gate.wait(10)
+
+        blocker = asyncio.ensure_future(store._call(block, write=False))
+        assert await asyncio.to_thread(busy.wait, 10)  # the store's thread is taken
         racing = asyncio.ensure_future(
             store.commit(
                 batch(
@@ -178,10 +205,11 @@ async def test_effect_claimed_concurrently_by_another_process(pg_url: str) -> No
             )
         )
         bystander = asyncio.ensure_future(store.commit(batch(second, steps=[step(second, 1)])))
-        await asyncio.sleep(0.05)
+        assert await until(lambda: store._queue.qsize() >= 1)  # queued behind the blocker
         gate.set()
         await blocker
-        await asyncio.sleep(0.3)  # the group now waits on the other process's row
+        # The racing batch now waits on the other process's uncommitted row.
+        assert await until(lambda: lock_waiters(pg_url) >= 1)
         assert not racing.done()
         other.commit()
         other.close()
@@ -252,15 +280,32 @@ def test_run_listener_receives_notifications_and_reconnects(pg_url: str) -> None
     assert not listener.listening
 
 
-def test_run_listener_retries_until_the_server_is_there() -> None:
-    calls: list[str] = []
-    listener = RunListener("postgresql://127.0.0.1:1/x", calls.append, max_backoff=0.2)
+def test_run_listener_retries_until_the_server_is_there(
+    pg_cluster: PrivateCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The listener starts while the server is down, keeps trying, and LISTENs once
+    the server comes up (a private cluster, stopped and started by this test)."""
+    pg_cluster.stop()
+    got: queue.Queue[str] = queue.Queue()
+    listener = RunListener(pg_cluster.admin_url, got.put, max_backoff=0.2, poll_interval=0.1)
+    caplog.set_level(logging.WARNING, logger="agentledger.store.pg_listen")
+
+    def failed_attempts() -> int:
+        return sum("cannot LISTEN" in r.getMessage() for r in caplog.records)
+
     listener.start()
     try:
-        assert not listener.wait_listening(0.5)
+        # It tried, failed, and tries on at its longest backoff while the server stays down.
+        assert wait_for(lambda: failed_attempts() >= 6)
+        assert not listener.listening
+        pg_cluster.start()
+        assert listener.wait_listening(10)
+        with connect(pg_cluster.admin_url, autocommit=True) as sender:
+            notify_runs(sender, "after-start")
+        assert got.get(timeout=5) == "after-start"
     finally:
         listener.stop()
-    assert calls == []
+    assert listener.reconnects == 0  # a first connection, not a lost one
 
 
 async def test_reapers_of_one_dead_owner_do_not_deadlock(pg_url: str) -> None:
