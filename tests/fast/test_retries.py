@@ -22,7 +22,8 @@ from agentledger.engine.retries import (
     next_delay,
 )
 from agentledger.engine.signals import Park
-from agentledger.engine.tool_step import run_tool_step, wait_or_park
+from agentledger.engine.steps import wait_or_park
+from agentledger.engine.tool_step import run_tool_step
 from agentledger.errors import (
     BusinessError,
     DeadlineReached,
@@ -153,7 +154,7 @@ def test_unexpected_exceptions_become_classes() -> None:
 
 async def test_wait_or_park_refuses_a_non_finite_delay(world: World) -> None:
     exe = await world.new_execution()
-    from agentledger.engine.tool_step import new_step
+    from agentledger.engine.steps import new_step
 
     step = new_step(exe, 1, "tool", "x", status="")
     with pytest.raises(ValueError):

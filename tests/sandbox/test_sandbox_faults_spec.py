@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentledger.sandbox import FaultConfig, parse_faults
-from agentledger.sandbox.faults import EXAMPLE_SPEC, Fault, FaultInjector
+from agentledger.examples.stayhub.sandbox import FaultConfig, parse_faults
+from agentledger.examples.stayhub.sandbox.faults import EXAMPLE_SPEC, Fault, FaultInjector
 
 
 class FakeClock:

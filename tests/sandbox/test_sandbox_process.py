@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger.sandbox import SandboxServer, serve
+from agentledger.examples.stayhub.sandbox import SandboxServer, serve
 
 STAY: dict[str, Any] = {
     "hotel_id": "h-por-1",
@@ -109,7 +109,15 @@ def test_killed_client_mid_request_still_applies_once(sb: SandboxServer) -> None
 
 def test_cli_rejects_a_bad_fault_spec() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "agentledger.sandbox", "--port", "1", "--faults", "search:boom"],
+        [
+            sys.executable,
+            "-m",
+            "agentledger.examples.stayhub.sandbox",
+            "--port",
+            "1",
+            "--faults",
+            "search:boom",
+        ],
         capture_output=True,
         text=True,
         timeout=30,

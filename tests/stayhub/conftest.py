@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from agentledger.records import Event, Run, Step
-from agentledger.sandbox import SandboxServer, check_invariants
-from agentledger.stayhub.app import app
-from agentledger.stayhub.harness import (
+from agentledger.examples.stayhub.app import app
+from agentledger.examples.stayhub.harness import (
     AGENT,
     WorkerPool,
     approve_as_guests,
     wait_outbox_drained,
     wait_terminal,
 )
+from agentledger.examples.stayhub.sandbox import SandboxServer, check_invariants
+from agentledger.records import Event, Run, Step
 from agentledger.store import SQLStore, open_store
 
 INPUT = {

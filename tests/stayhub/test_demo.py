@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentledger.sandbox import INVARIANTS
+from agentledger.examples.stayhub.sandbox import INVARIANTS
 
 pytestmark = pytest.mark.slow
 

@@ -76,7 +76,7 @@ CANCEL_EVERY = 10
     "--faults",
     default=None,
     help=(
-        "Sandbox fault spec (see python -m agentledger.sandbox --help), e.g. "
+        "Sandbox fault spec (see python -m agentledger.examples.stayhub.sandbox --help), e.g. "
         "'payments.create:error_after_commit@0.1,save=1;email:keyless;seed=7'. "
         "Default: none, or the default chaos mix with --kill-every; '' for none."
     ),
@@ -109,7 +109,7 @@ def demo(
     unwarranted emails, duplicate emails, CRM writes or bookings), a run is not terminal,
     an outbox row ended dead, or a configured fault never fired.
     """
-    from agentledger.sandbox import parse_faults
+    from agentledger.examples.stayhub.sandbox import parse_faults
 
     if faults is None and kill_every > 0:
         faults = DEFAULT_CHAOS
@@ -158,10 +158,8 @@ async def _demo(
     as_json: bool,
     tmp: Path,
 ) -> dict[str, Any]:
-    from agentledger.records import RunStatus
-    from agentledger.sandbox import INVARIANTS, SandboxServer, check_invariants
-    from agentledger.stayhub.app import app
-    from agentledger.stayhub.harness import (
+    from agentledger.examples.stayhub.app import app
+    from agentledger.examples.stayhub.harness import (
         AGENT,
         WorkerPool,
         approve_as_guests,
@@ -169,6 +167,8 @@ async def _demo(
         percentile,
         wait_outbox_drained,
     )
+    from agentledger.examples.stayhub.sandbox import INVARIANTS, SandboxServer, check_invariants
+    from agentledger.records import RunStatus
     from agentledger.store import open_store
 
     rng = random.Random(seed)
@@ -280,8 +280,8 @@ async def _wait(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from agentledger.examples.stayhub.harness import wait_terminal
     from agentledger.records import RunStatus
-    from agentledger.stayhub.harness import wait_terminal
 
     deadline = time.monotonic() + timeout
     next_kill = time.monotonic() + kill_every if kill_every > 0 else float("inf")

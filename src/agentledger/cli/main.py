@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agentledger.cli import ops, runs
+from agentledger.cli import bench, demo, example, ops, runs, sandbox
 from agentledger.cli.common import guarded
 
 
@@ -24,12 +24,11 @@ cli.add_command(ops.migrate)
 cli.add_command(ops.approvals)
 cli.add_command(ops.outbox)
 
-try:  # commands whose modules are optional parts of the package
-    from agentledger.cli import extra
-
-    extra.register(cli)
-except ImportError:  # pragma: no cover
-    pass
+# The example and its tools: part of the package, never optional.
+cli.add_command(sandbox.sandbox)
+cli.add_command(example.example)
+cli.add_command(demo.demo)
+cli.add_command(bench.bench)
 
 
 @guarded

@@ -34,7 +34,7 @@ from agentledger.worker import Worker, WorkerConfig, WorkerFailed
     "app_path",
     envvar="AGENTLEDGER_APP",
     required=True,
-    help="module:attr of the App to run, e.g. agentledger.stayhub.app:app",
+    help="module:attr of the App to run, e.g. agentledger.examples.stayhub.app:app",
 )
 @db_option
 @click.option(

@@ -18,19 +18,17 @@ is told on the first pass and after any resume.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentledger.engine.execution import Execution
 from agentledger.engine.signals import Cancelled, Park
+from agentledger.engine.steps import ToolOutcome, fail_step
 from agentledger.errors import Refused
 from agentledger.policies import Allow, Deny, ProposedCall, RequireApproval, decide
 from agentledger.records import Approval, Step, StepStatus
 from agentledger.store.base import NewEvent
 from agentledger.store.queries import new_id
 from agentledger.tools.contract import Tool
-
-if TYPE_CHECKING:  # tool_step imports this module; the outcome type is only annotated here
-    from agentledger.engine.tool_step import ToolOutcome
 
 EXPIRED_BY = "system:expired"
 CANCELLED_BY = "system:cancelled"
@@ -44,8 +42,6 @@ class NotAllowed(Refused):
 
 async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> ToolOutcome | None:
     """Return None to go ahead, or a failed ToolOutcome; raise Park to wait."""
-    from agentledger.engine.tool_step import fail_step
-
     if step.status == StepStatus.WAITING:
         return await _decided(exe, step, tool)
     call = ProposedCall(
@@ -121,8 +117,6 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> 
 
 
 async def _decided(exe: Execution, step: Step, tool: Tool) -> ToolOutcome | None:
-    from agentledger.engine.tool_step import fail_step
-
     found = [a for a in await exe.store.get_approvals(exe.run.id) if a.step_no == step.step_no]
     if not found:
         return None

@@ -23,7 +23,8 @@ from typing import Any
 
 from agentledger.engine.execution import Execution
 from agentledger.engine.signals import Handover
-from agentledger.engine.tool_step import fail_step, new_step, run_tool_step
+from agentledger.engine.steps import fail_step, new_step
+from agentledger.engine.tool_step import run_tool_step
 from agentledger.errors import ToolError
 from agentledger.records import Step, StepStatus
 from agentledger.store.base import NewEvent

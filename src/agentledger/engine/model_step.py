@@ -10,7 +10,7 @@ from agentledger.canonical import input_hash
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, next_delay
 from agentledger.engine.signals import Handover
-from agentledger.engine.tool_step import close_duration, new_step, wait_or_park
+from agentledger.engine.steps import close_duration, new_step, wait_or_park
 from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolSchema
 from agentledger.records import StepStatus
 from agentledger.store.base import NewEvent

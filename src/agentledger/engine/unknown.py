@@ -29,7 +29,7 @@ from typing import Any
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, run_attempts
 from agentledger.engine.signals import Handover
-from agentledger.engine.tool_step import (
+from agentledger.engine.steps import (
     StepAttempts,
     ToolOutcome,
     claim_effect,

@@ -19,13 +19,8 @@ from typing import Any
 from agentledger.canonical import NotJournalable, input_hash, journal_value
 from agentledger.engine.execution import Execution
 from agentledger.engine.signals import Cancelled, Handover, Park
-from agentledger.engine.tool_step import (
-    ToolOutcome,
-    close_duration,
-    fail_step,
-    new_step,
-    run_tool_step,
-)
+from agentledger.engine.steps import ToolOutcome, close_duration, fail_step, new_step
+from agentledger.engine.tool_step import run_tool_step
 from agentledger.errors import (
     BusinessError,
     InProgress,

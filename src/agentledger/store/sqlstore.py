@@ -5,7 +5,8 @@ thread that owns one connection, each job in its own transaction. Journal batche
 are committed in groups (many runs' batches in ONE transaction, each under a
 savepoint, so a batch whose fence fails is rolled back alone): on SQLite by the
 :class:`InlineCommitter` on the event loop, on PostgreSQL plain batches by the
-event-loop committer of :mod:`pg_async` and the others by the writer thread.
+event-loop committer of :mod:`agentledger.store.postgres.async_commit` and the
+others by the writer thread.
 Callers are resumed only after COMMIT returned, i.e. after the transaction is
 durable -- no step is acknowledged before that.
 

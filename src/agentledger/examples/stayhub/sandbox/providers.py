@@ -2,7 +2,7 @@
 
 Every function runs inside the caller's transaction and returns an :class:`Outcome`: the
 HTTP status, the JSON body and, when something was actually changed, the ledger
-:class:`~agentledger.sandbox.ledger.Effect`. Business errors (sold out, card
+:class:`~agentledger.examples.stayhub.sandbox.ledger.Effect`. Business errors (sold out, card
 declined, contact exists...) carry no effect.
 """
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 
-from agentledger.sandbox import catalog
-from agentledger.sandbox.catalog import money
-from agentledger.sandbox.ledger import Effect, now_iso
+from agentledger.examples.stayhub.sandbox import catalog
+from agentledger.examples.stayhub.sandbox.catalog import money
+from agentledger.examples.stayhub.sandbox.ledger import Effect, now_iso
 
 
 @dataclass(frozen=True)

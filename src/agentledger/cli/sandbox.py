@@ -1,4 +1,4 @@
-"""Commands built on optional parts: sandbox, demo, bench, example."""
+"""``agentledger sandbox``: StayHub's providers as a local HTTP service."""
 
 from __future__ import annotations
 
@@ -16,24 +16,10 @@ import click
 @click.option("--ledger", default=None, help="SQLite file that keeps the ledger across restarts.")
 def sandbox(port: int, host: str, faults: str | None, ledger: str | None) -> None:
     """Run StayHub's providers as a local HTTP service."""
-    from agentledger.sandbox import parse_faults, serve
+    from agentledger.examples.stayhub.sandbox import parse_faults, serve
 
     try:
         config = parse_faults(faults) if faults else None
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     serve(host, port, ledger, config)
-
-
-def register(cli: click.Group) -> None:
-    cli.add_command(sandbox)
-    for module, name in (
-        ("agentledger.cli.example", "example"),
-        ("agentledger.cli.demo", "demo"),
-        ("agentledger.cli.bench", "bench"),
-    ):
-        try:
-            mod = __import__(module, fromlist=[name])
-        except ImportError:
-            continue
-        cli.add_command(getattr(mod, name))

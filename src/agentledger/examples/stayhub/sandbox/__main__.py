@@ -1,18 +1,22 @@
-"""``python -m agentledger.sandbox --port P [--ledger FILE] [--faults SPEC] [--key-ttl S]``."""
+"""Run the sandbox::
+
+python -m agentledger.examples.stayhub.sandbox --port P [--ledger FILE] [--faults SPEC]
+    [--key-ttl S]
+"""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
 
-from agentledger.sandbox.faults import EXAMPLE_SPEC, parse_faults
-from agentledger.sandbox.server import DEFAULT_PORT, serve
+from agentledger.examples.stayhub.sandbox.faults import EXAMPLE_SPEC, parse_faults
+from agentledger.examples.stayhub.sandbox.server import DEFAULT_PORT, serve
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse the command line and run the sandbox until interrupted."""
     parser = argparse.ArgumentParser(
-        prog="python -m agentledger.sandbox",
+        prog="python -m agentledger.examples.stayhub.sandbox",
         description="StayHub sandbox: hotel, booking, payment, CRM and email providers.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind")

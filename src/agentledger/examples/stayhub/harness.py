@@ -23,7 +23,7 @@ import agentledger
 from agentledger.records import RunStatus
 from agentledger.store.base import Store
 
-APP_PATH = "agentledger.stayhub.app:app"
+APP_PATH = "agentledger.examples.stayhub.app:app"
 AGENT = "stayhub_booking"
 
 
@@ -195,7 +195,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def booking_input(rng: random.Random, n: int, script: str = "normal") -> dict[str, Any]:
     """A varied, deterministic run input."""
-    from agentledger.sandbox.catalog import CITIES
+    from agentledger.examples.stayhub.sandbox.catalog import CITIES
 
     day = rng.randrange(0, 300)
     check_in = time.strftime("%Y-%m-%d", time.gmtime(1_798_761_600 + day * 86_400))  # 2027+

@@ -3,7 +3,7 @@
 Hotel search, availability, guests, bookings, payments, CRM and email over HTTP on
 loopback, with Stripe-like idempotency keys, status checks by key, a ledger of every
 applied effect (persisted in SQLite) and seeded fault injection (see
-:mod:`agentledger.sandbox.faults` for the ``--faults`` syntax).
+:mod:`agentledger.examples.stayhub.sandbox.faults` for the ``--faults`` syntax).
 
 Typical use in a test::
 
@@ -12,10 +12,10 @@ Typical use in a test::
         assert check_invariants(sb.ledger())["ok"]
 """
 
-from agentledger.sandbox.app import create_app
-from agentledger.sandbox.faults import Fault, FaultConfig, parse_faults
-from agentledger.sandbox.invariants import INVARIANTS, check_invariants
-from agentledger.sandbox.server import SandboxServer, serve
+from agentledger.examples.stayhub.sandbox.app import create_app
+from agentledger.examples.stayhub.sandbox.faults import Fault, FaultConfig, parse_faults
+from agentledger.examples.stayhub.sandbox.invariants import INVARIANTS, check_invariants
+from agentledger.examples.stayhub.sandbox.server import SandboxServer, serve
 
 __all__ = [
     "INVARIANTS",

@@ -36,8 +36,8 @@ from psycopg.rows import dict_row
 from agentledger.errors import LeaseLost
 from agentledger.store.base import Batch
 from agentledger.store.groupcommit import settle
-from agentledger.store.pg_batches import batch_statement, is_plain
-from agentledger.store.postgres import SESSION_SETUP
+from agentledger.store.postgres.batches import batch_statement, is_plain
+from agentledger.store.postgres.connection import SESSION_SETUP
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agentledger.sandbox import catalog
+from agentledger.examples.stayhub.sandbox import catalog
 
 INVARIANTS: tuple[str, ...] = (
     "double_charges",

@@ -33,8 +33,8 @@ from agentledger.agent import Agent
 from agentledger.app import App
 from agentledger.budget import Budget
 from agentledger.errors import BusinessError, InProgress
+from agentledger.examples.stayhub.script import booking_script
 from agentledger.models.scripted import ScriptedModel
-from agentledger.stayhub.script import booking_script
 from agentledger.tools import Compensation, RetryPolicy, Status, ToolContext
 from agentledger.tools.http import call_provider
 

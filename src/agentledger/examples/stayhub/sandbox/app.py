@@ -25,13 +25,16 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from agentledger.sandbox import catalog, providers
-from agentledger.sandbox.db import Database
-from agentledger.sandbox.faults import WRITE_ENDPOINTS, FaultConfig, FaultInjector
-from agentledger.sandbox.idempotency import DEFAULT_KEY_TTL, abandon_all_in_progress
-from agentledger.sandbox.ledger import list_effects
-from agentledger.sandbox.pipeline import Pipeline, json_response
-from agentledger.sandbox.providers import Outcome
+from agentledger.examples.stayhub.sandbox import catalog, providers
+from agentledger.examples.stayhub.sandbox.db import Database
+from agentledger.examples.stayhub.sandbox.faults import WRITE_ENDPOINTS, FaultConfig, FaultInjector
+from agentledger.examples.stayhub.sandbox.idempotency import (
+    DEFAULT_KEY_TTL,
+    abandon_all_in_progress,
+)
+from agentledger.examples.stayhub.sandbox.ledger import list_effects
+from agentledger.examples.stayhub.sandbox.pipeline import Pipeline, json_response
+from agentledger.examples.stayhub.sandbox.providers import Outcome
 
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
 Nights = Annotated[int, Query(ge=1, le=30)]

@@ -25,167 +25,28 @@ Connection settings in the URL win over the defaults set here, e.g.
 
 from __future__ import annotations
 
-import functools
-import logging
-import re
 from collections.abc import Callable, MutableSequence
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
 
 from agentledger.errors import StoreError, StoreUnavailable, UsageError
 from agentledger.records import RunStatus
 from agentledger.store.dialect import Dialect, clean_params
+from agentledger.store.postgres.connection import (
+    CONNECT_DEFAULTS,
+    DISCONNECT_STATES,
+    MIGRATION_LOCK_KEY,
+    RUNS_CHANNEL,
+    connect,
+    connect_error,
+    convert_placeholders,
+    one_line,
+    parse_url,
+    where_of,
+)
 from agentledger.store.queries import RUN_COLUMNS
-
-log = logging.getLogger(__name__)
-
-RUNS_CHANNEL = "agentledger_runs"
-"""The LISTEN/NOTIFY channel that announces runnable runs."""
-
-STATEMENT_TIMEOUT = "30s"
-IDLE_IN_TRANSACTION_TIMEOUT = "60s"
-
-# Every session of the store, in one round trip: short statements, no transaction
-# left idle, and synchronous_commit never "off" (a stronger server setting stays).
-SESSION_SETUP = (
-    f"SELECT set_config('statement_timeout', '{STATEMENT_TIMEOUT}', false), "
-    f"set_config('idle_in_transaction_session_timeout', '{IDLE_IN_TRANSACTION_TIMEOUT}', false), "
-    "CASE WHEN current_setting('synchronous_commit') = 'off' "
-    "THEN set_config('synchronous_commit', 'on', false) END"
-)
-
-# Libpq settings applied unless the URL sets them itself.
-_CONNECT_DEFAULTS: dict[str, Any] = {
-    "connect_timeout": 5,
-    "application_name": "agentledger",
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-}
-
-# Advisory lock key that serializes schema migrations across processes
-# (the bytes of "agentledg" would overflow; any fixed bigint will do).
-_MIGRATION_LOCK_KEY = 0x61676C6D  # "aglm"
-
-# SQLSTATEs after which the session is gone: class 08 (connection exception) is
-# matched by prefix; these are the server terminating or refusing the backend.
-_DISCONNECT_STATES = frozenset(
-    {
-        "57P01",  # admin_shutdown (pg_terminate_backend, fast shutdown)
-        "57P02",  # crash_shutdown
-        "57P03",  # cannot_connect_now (starting up, recovery)
-        "57P05",  # idle_session_timeout
-        "25P03",  # idle_in_transaction_session_timeout
-    }
-)
-
-# ``:name`` placeholders outside quoted text; ``::`` casts and ``%`` are handled too.
-_TOKENS = re.compile(
-    r"""
-      '(?:[^']|'')*'            # a string literal
-    | "(?:[^"]|"")*"            # a quoted identifier
-    | --[^\n]*                  # a line comment
-    | ::                        # a cast, not a placeholder
-    | :(?P<name>[A-Za-z_]\w*)   # a placeholder
-    | %                         # psycopg's own placeholder marker: escape it
-    """,
-    re.VERBOSE,
-)
-
-
-def _replace_token(match: re.Match[str]) -> str:
-    name = match.group("name")
-    if name is not None:
-        return f"%({name})s"
-    text = match.group(0)
-    # psycopg parses every ``%`` of a query that has parameters, even inside quotes.
-    return text.replace("%", "%%")
-
-
-@functools.lru_cache(maxsize=2048)
-def convert_placeholders(sql: str) -> str:
-    """``:name`` -> ``%(name)s`` for psycopg; quotes, comments and ``::`` casts untouched.
-
-    >>> convert_placeholders("SELECT a::text FROM t WHERE b = :b AND c LIKE 'x:%'")
-    "SELECT a::text FROM t WHERE b = %(b)s AND c LIKE 'x:%%'"
-    """
-    return _TOKENS.sub(_replace_token, sql)
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    """Collapse a (multi-line) driver message into one short line."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def _parse_url(url: str) -> dict[str, Any]:
-    try:
-        return dict(conninfo_to_dict(url))
-    except psycopg.Error as exc:
-        raise StoreUnavailable(
-            f"invalid PostgreSQL URL ({one_line(str(exc))}); "
-            "use postgresql://user:password@host:5432/dbname"
-        ) from exc
-
-
-def _where(params: dict[str, Any]) -> str:
-    """``host:port/dbname`` for messages (never the password)."""
-    host = str(params.get("host") or params.get("hostaddr") or "localhost")
-    port = str(params.get("port") or 5432)
-    dbname = params.get("dbname") or params.get("user") or ""
-    return f"{host}:{port}/{dbname}" if dbname else f"{host}:{port}"
-
-
-def connect(url: str, *, autocommit: bool = False, **overrides: Any) -> psycopg.Connection[Any]:
-    """Open a psycopg connection with agentledger's session settings.
-
-    Settings present in ``url`` win over :data:`_CONNECT_DEFAULTS`; ``overrides``
-    win over both. Raises :class:`StoreUnavailable` with a one-line message that
-    says what to do when the server cannot be reached.
-    """
-    params = _parse_url(url)
-    extra = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in params}
-    extra.update(overrides)
-    try:
-        conn: psycopg.Connection[Any] = psycopg.connect(
-            url, autocommit=autocommit, row_factory=dict_row, **extra
-        )
-    except psycopg.Error as exc:
-        raise connect_error(exc, params) from exc
-    try:
-        conn.execute(SESSION_SETUP)
-        if not autocommit:
-            conn.commit()
-    except psycopg.Error as exc:
-        conn.close()
-        raise connect_error(exc, params) from exc
-    return conn
-
-
-def connect_error(exc: BaseException, params: dict[str, Any]) -> StoreUnavailable:
-    """A one-line, actionable error for a failed connection attempt."""
-    text = one_line(str(exc))
-    where = _where(params)
-    dbname = params.get("dbname") or params.get("user") or "?"
-    if f'database "{dbname}" does not exist' in text:
-        return StoreUnavailable(
-            f"PostgreSQL database {dbname!r} does not exist at {where} ({text}); "
-            f"create it (createdb {dbname}) or check --db"
-        )
-    login = ("authentication failed", "no pg_hba.conf entry", "password", 'role "')
-    if any(marker in text for marker in login):
-        return StoreUnavailable(
-            f"PostgreSQL at {where} rejected the login ({text}); "
-            "check the user and password in --db"
-        )
-    return StoreUnavailable(
-        f"cannot connect to PostgreSQL at {where} ({text}): is the server running? check --db"
-    )
 
 
 class PostgresDialect(Dialect):
@@ -198,10 +59,10 @@ class PostgresDialect(Dialect):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         try:
-            self.params = _parse_url(url)
+            self.params = parse_url(url)
         except StoreUnavailable:
             self.params = {}  # connect() raises it again, from store.open()
-        self.where = _where(self.params)
+        self.where = where_of(self.params)
         # Until the first migration has run, write transactions take an advisory
         # lock so that processes opening a fresh database at once migrate one by
         # one (see begin_write / after_migrate).
@@ -225,7 +86,7 @@ class PostgresDialect(Dialect):
             # every other process migrating the same database, and let a long
             # migration (an index on a big table) outlast the statement timeout.
             conn.execute("SET LOCAL statement_timeout = 0")
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
 
     def after_migrate(self, conn: Any) -> None:
         self._schema_ready = True
@@ -258,12 +119,12 @@ class PostgresDialect(Dialect):
     async def open_batch_committer(
         self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]
     ) -> Any:
-        from agentledger.store.pg_async import AsyncBatchCommitter, connect_async
+        from agentledger.store.postgres.async_commit import AsyncBatchCommitter, connect_async
 
-        params = _parse_url(self.url)
-        settings = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in params}
+        params = parse_url(self.url)
+        settings = {k: v for k, v in CONNECT_DEFAULTS.items() if k not in params}
         # The journal connection is named after the store's, so operators see both.
-        base = params.get("application_name", _CONNECT_DEFAULTS["application_name"])
+        base = params.get("application_name", CONNECT_DEFAULTS["application_name"])
         settings["application_name"] = f"{base}:journal"
 
         async def connect() -> Any:
@@ -282,7 +143,7 @@ class PostgresDialect(Dialect):
         conn.execute(f"NOTIFY {RUNS_CHANNEL}")
 
     def listen(self, callback: Callable[[], None]) -> Callable[[], None] | None:
-        from agentledger.store.pg_listen import RunListener
+        from agentledger.store.postgres.listen import RunListener
 
         listener = RunListener(self.url, lambda _payload: callback())
         listener.start()
@@ -322,7 +183,7 @@ class PostgresDialect(Dialect):
             # Client-side failures (server closed the connection, consuming
             # input failed, connection refused) carry no SQLSTATE.
             return isinstance(exc, psycopg.OperationalError)
-        return state.startswith("08") or state in _DISCONNECT_STATES
+        return state.startswith("08") or state in DISCONNECT_STATES
 
     def translate(self, exc: BaseException) -> StoreError:
         if isinstance(exc, StoreError):
@@ -348,9 +209,4 @@ class PostgresDialect(Dialect):
         return StoreError(f"PostgreSQL error at {self.where}: {text}")
 
 
-__all__ = [
-    "RUNS_CHANNEL",
-    "PostgresDialect",
-    "connect",
-    "convert_placeholders",
-]
+__all__ = ["PostgresDialect"]

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from agentledger.errors import UsageError
-from agentledger.store.postgres import RUNS_CHANNEL, connect
+from agentledger.store.postgres.connection import RUNS_CHANNEL, connect
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 import agentledger
-from agentledger.sandbox.faults import FaultConfig, parse_faults
+from agentledger.examples.stayhub.sandbox.faults import FaultConfig, parse_faults
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 DEFAULT_PORT = 8700
@@ -38,11 +38,11 @@ def serve(
     """Run the sandbox with uvicorn until interrupted. Loopback hosts only."""
     import uvicorn
 
-    from agentledger.sandbox.app import create_app
+    from agentledger.examples.stayhub.sandbox.app import create_app
 
     if host not in LOOPBACK_HOSTS:
         raise ValueError(f"the sandbox listens on loopback only, not {host!r}; use 127.0.0.1")
-    from agentledger.sandbox.idempotency import DEFAULT_KEY_TTL
+    from agentledger.examples.stayhub.sandbox.idempotency import DEFAULT_KEY_TTL
 
     uvicorn.run(
         create_app(ledger_path, faults, DEFAULT_KEY_TTL if key_ttl is None else key_ttl),
@@ -73,7 +73,8 @@ def as_fault_config(faults: FaultsLike) -> FaultConfig:
 
 
 class SandboxServer:
-    """The sandbox in a subprocess (``python -m agentledger.sandbox``) on a loopback port.
+    """The sandbox in a subprocess on a loopback port
+    (``python -m agentledger.examples.stayhub.sandbox``).
 
     Use as a context manager; ``.url`` is stable across :meth:`restart`, which keeps the
     ledger file and the current fault config (the last one set, unless given).
@@ -114,7 +115,7 @@ class SandboxServer:
         return self._faults
 
     def _command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "agentledger.sandbox", "--host", "127.0.0.1"]
+        cmd = [sys.executable, "-m", "agentledger.examples.stayhub.sandbox", "--host", "127.0.0.1"]
         cmd += ["--port", str(self.port), "--ledger", self.ledger_path]
         if self._faults.faults or self._faults.seed:
             cmd += ["--faults", self._faults.to_spec()]

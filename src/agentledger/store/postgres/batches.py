@@ -16,7 +16,7 @@ from typing import Any
 from agentledger.records import dumps
 from agentledger.store.base import Batch
 from agentledger.store.dialect import clean_params
-from agentledger.store.postgres import convert_placeholders
+from agentledger.store.postgres.connection import convert_placeholders
 from agentledger.store.queries import STEP_COLUMNS, STEP_UPSERT, fence_update, step_params
 
 # Parameter name and type of each steps column, in STEP_COLUMNS order. The casts

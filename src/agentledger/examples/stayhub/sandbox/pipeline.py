@@ -31,11 +31,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agentledger.sandbox import idempotency as idem
-from agentledger.sandbox.db import Database
-from agentledger.sandbox.faults import FaultInjector
-from agentledger.sandbox.ledger import append_effect
-from agentledger.sandbox.providers import Outcome
+from agentledger.examples.stayhub.sandbox import idempotency as idem
+from agentledger.examples.stayhub.sandbox.db import Database
+from agentledger.examples.stayhub.sandbox.faults import FaultInjector
+from agentledger.examples.stayhub.sandbox.ledger import append_effect
+from agentledger.examples.stayhub.sandbox.providers import Outcome
 
 Operation = Callable[[sqlite3.Connection], Outcome]
 
