@@ -10,7 +10,7 @@ from agentledger.canonical import clean_text
 
 
 class RunStatus:
-    """Run states (DESIGN.md "Run states")."""
+    """Run states (docs/architecture.md, "Run states")."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -26,8 +26,12 @@ class RunStatus:
 
 
 class StepStatus:
-    """Journal entry states. ``retrying``: parked for a later attempt; ``waiting``: for approval."""
+    """Journal entry states. ``retrying``: parked for a later attempt; ``waiting``: for approval.
 
+    ``NEW`` marks a step built in memory and not journaled yet; it is never stored.
+    """
+
+    NEW = ""
     STARTED = "started"
     SUCCEEDED = "succeeded"
     FAILED = "failed"

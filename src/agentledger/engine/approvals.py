@@ -138,7 +138,7 @@ async def _decided(exe: Execution, step: Step, tool: Tool) -> ToolOutcome | None
         else:
             approval = await _decide(exe, approval, approval.default_decision, EXPIRED_BY)
     if approval.decision == "approve":
-        step.status = ""
+        step.status = StepStatus.NEW
         return None
     return await fail_step(
         exe, step, Refused(f"{tool.name} was rejected by {approval.decided_by}"), events=_take(exe)

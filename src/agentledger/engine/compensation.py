@@ -155,7 +155,7 @@ async def compensate(exe: Execution, decision: Decision) -> list[int]:
                 )
             except Exception as exc:
                 error = f"could not build its arguments: {type(exc).__name__}: {exc}"
-                step = new_step(exe, comp_no, "compensation", comp.tool, status="")
+                step = new_step(exe, comp_no, "compensation", comp.tool, status=StepStatus.NEW)
                 step.input = {"compensates": target_no}
                 await fail_step(exe, step, ToolError(error))
                 failures.append(_failure(target, comp.tool, error))

@@ -25,7 +25,7 @@ async def model_step(
 ) -> Message:
     """Ask the model for the next turn, retrying by failure class, and journal it."""
     prior = exe.journal.get(step_no)
-    step = prior or new_step(exe, step_no, "model", agent.model.name, status="")
+    step = prior or new_step(exe, step_no, "model", agent.model.name, status=StepStatus.NEW)
     retry = step.output.get("retry") if isinstance(step.output, dict) else None
     state = RetryState.from_dict(retry)
     while True:

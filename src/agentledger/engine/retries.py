@@ -1,4 +1,4 @@
-"""Retry by failure class (DESIGN.md), and the one attempt loop that applies it.
+"""Retry by failure class (docs/architecture.md), and the one attempt loop that applies it.
 
 | failure                      | read                     | write                              |
 | rate limited (429)           | up to 3, backoff, R-A    | same (an answer: nothing applied)  |

@@ -1,5 +1,5 @@
-"""One tool step, per the step protocol of DESIGN.md. This is where a tool call
-is journaled.
+"""One tool step, per the step protocol (docs/architecture.md, "One step"): this is
+where a tool call is journaled.
 
 1. The journal says step n succeeded (or failed for good): return that.
 2. Validate the proposed arguments; compute the server's arguments.
@@ -93,7 +93,7 @@ async def _tool_step(
     if prior is not None and prior.status in _REPLAYABLE:
         return _replay(prior)
     key = key or exe.key(step_no)
-    step = prior or new_step(exe, step_no, kind, name, status="")
+    step = prior or new_step(exe, step_no, kind, name, status=StepStatus.NEW)
     tool = exe.tools.get(name)
     if tool is None:
         known = ", ".join(sorted(exe.tools)) or "none"

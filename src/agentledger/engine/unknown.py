@@ -1,4 +1,4 @@
-"""Side-effecting calls and their unknown outcomes (DESIGN.md, "Unknown outcomes").
+"""Side-effecting calls and their unknown outcomes (docs/architecture.md, "Unknown outcomes").
 
 A write that timed out, was answered 5xx, failed in transit, crashed, or a
 ``started`` write found on resume, did *something or nothing*. It is never retried

@@ -122,7 +122,7 @@ class WorkflowContext:
         if prior is not None and prior.status == StepStatus.FAILED:
             raise StepFailed(prior.error or "step failed", failure=prior.error_class)
         exe.between_steps()
-        step = new_step(exe, step_no, "step", name, status="")
+        step = new_step(exe, step_no, "step", name, status=StepStatus.NEW)
         try:
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
@@ -164,7 +164,7 @@ class WorkflowContext:
                 f"step {step_no} ({name}) is in flight but the code now passes: {refusal}",
             )
         if args is None and prior is None:
-            step = new_step(exe, step_no, "tool", name, status="")
+            step = new_step(exe, step_no, "tool", name, status=StepStatus.NEW)
             step.input = {"refused": repr(arguments)[:500]}
             outcome = await fail_step(exe, step, InvalidArguments(refusal))
         else:

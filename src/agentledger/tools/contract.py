@@ -24,7 +24,7 @@ from agentledger.models.base import ToolSchema
 from agentledger.tools.context import ToolContext
 from agentledger.tools.status import Status
 
-Effect = Literal["read", "write", "money", "notify"]
+EffectKind = Literal["read", "write", "money", "notify"]
 Idempotency = Literal["none", "provider", "effects"]
 Delivery = Literal["direct", "outbox"]
 
@@ -35,7 +35,7 @@ ServerArg = Callable[[ToolContext, dict[str, Any]], Awaitable[Any]]
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Retries by failure class (DESIGN.md, "Retry by failure class")."""
+    """Retries by failure class (docs/architecture.md, "Retry by failure class")."""
 
     rate_limited: int = 3
     provider_error: int = 2  # for a write: same-key resends after an unknown 5xx
@@ -63,7 +63,7 @@ class Tool:
     name: str
     fn: ToolFn
     description: str
-    effect: Effect = "read"
+    effect: EffectKind = "read"
     timeout: float = 10.0
     idempotency: Idempotency = "none"
     status_check: StatusCheck | None = None
@@ -161,7 +161,7 @@ def tool(
     fn: ToolFn | None = None,
     *,
     name: str | None = None,
-    effect: Effect = "read",
+    effect: EffectKind = "read",
     timeout: float = 10.0,
     idempotency: Idempotency = "none",
     status_check: StatusCheck | None = None,

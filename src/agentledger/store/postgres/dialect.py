@@ -7,13 +7,13 @@ psycopg 3 connection (non-autocommit, READ COMMITTED, ``dict_row`` rows):
   and an ``idle_in_transaction_session_timeout`` -- a stuck or forgotten
   transaction cannot pin row locks or hold back vacuum;
 * ``synchronous_commit`` is never left ``off``: a step is acknowledged only after
-  COMMIT returned, and that must mean durable (DESIGN.md "Claim, lease, fence");
+  COMMIT returned, and that must mean durable (docs/architecture.md, "Claim, lease, fence");
 * TCP keepalives let a half-open connection (a partitioned network) fail
   instead of hanging, so the store's reconnect loop can take over;
 * the claim is one statement, ``FOR UPDATE SKIP LOCKED``: concurrent claimers
   never wait for each other and never claim the same run twice.
 
-Wake-ups (DESIGN.md "Scale") use LISTEN/NOTIFY on the channel
+Wake-ups (docs/architecture.md, "Scale") use LISTEN/NOTIFY on the channel
 :data:`RUNS_CHANNEL`: :func:`notify_runs` inside a transaction that made a run
 runnable, :class:`RunListener` in a worker. Notifications are only a hint --
 workers keep polling as a fallback, because a notification sent while a
