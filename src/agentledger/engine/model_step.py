@@ -23,6 +23,7 @@ which provider and model answered, every attempt with its failure class, tokens
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -148,7 +149,9 @@ class ModelCall:
         }
 
     async def _journal(self, status: str, *, error: ToolError | None = None, **extra: Any) -> None:
-        step = self.step
+        # A fresh copy per write: the run's totals move by the difference between this
+        # entry and the one journaled before (a reservation settled to the real cost).
+        step = self.step = dataclasses.replace(self.step)
         step.status, step.attempts = status, len(self.attempts)
         step.output = self._output(**extra)
         step.tokens, step.cost_usd = self._spent()

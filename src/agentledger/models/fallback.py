@@ -31,6 +31,13 @@ class FallbackModel(Model):
         """The models in the order they are tried."""
         return list(self.models)
 
+    async def aclose(self) -> None:
+        """Close every model's connections."""
+        for model in self.models:
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Try each model once, in order."""
         last: ToolError | None = None

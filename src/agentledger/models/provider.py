@@ -129,6 +129,12 @@ class ProviderModel(Model):
     def make_client(self) -> Any:
         raise NotImplementedError
 
+    async def aclose(self) -> None:
+        """Close the SDK client's connections (a new one is made on the next call)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """One attempt: send, map the answer; errors raised as failure classes."""
         sdk = self.sdk()
