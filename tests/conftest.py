@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from agentledger.store import SQLStore, open_store
-from tests import dbutil
+from tests import dbutil, netguard
 from tests.engine.helpers import Env
 from tests.pgcluster import ClusterUnavailable, PrivateCluster
 
@@ -52,6 +52,12 @@ def _skip_or_fail(message: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_external_network() -> None:
+    """No test ever reaches a host off this machine (a real model provider included)."""
+    netguard.install()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from agentledger.budget import Budget
 from agentledger.models.base import Model
+from agentledger.models.spec import resolve_model
 from agentledger.policies import Policy
 from agentledger.tools.contract import Tool
 
@@ -17,6 +18,7 @@ class Agent:
 
     >>> Agent(name="concierge", version="1", model=ScriptedModel([...]),
     ...       instructions="Book rooms.", tools=[search_hotels])
+    >>> Agent(name="concierge", model="openai:gpt-4.1-mini", instructions="...")
     """
 
     name: str
@@ -32,6 +34,11 @@ class Agent:
     )
 
     kind = "agent"
+
+    def __post_init__(self) -> None:
+        # A model may be named by a string ("openai:gpt-4.1-mini"); AGENTLEDGER_MODEL,
+        # when set, replaces it (a real model by configuration alone).
+        self.model = resolve_model(self.model)
 
     def tool(self, name: str) -> Tool | None:
         for t in self.tools:

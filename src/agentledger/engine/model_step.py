@@ -1,86 +1,405 @@
-"""One model step: call the model with the conversation so far; journal only the
-new assistant message (the delta), its usage and cost -- never the history."""
+"""One model step: the gateway's call protocol.
+
+The journal keeps only the new assistant message (the delta), never the history, plus
+which provider and model answered, every attempt with its failure class, tokens
+(input, output, cached), latency and cost, and the price source.
+
+1. Replay: a succeeded model step is never sent again (the agent loop reads it back).
+2. The engine is the only retry loop (the SDKs run with ``max_retries=0``): each model
+   of the chain (``primary -> fallback ...``) is tried with :func:`run_attempts`,
+   retrying by failure class; ``Retry-After`` is honoured up to
+   :data:`MODEL_RETRY` ``.max_retry_after``, short waits in the worker, long ones park.
+3. Fallback: the next model is tried after a class in
+   :data:`~agentledger.models.errors.FALLBACK_CLASSES` (retries used up, context window,
+   unusable answer); a rejected request fails at once (handover with the reason), a
+   refusal or content filter fails the run; a model in cooldown is skipped.
+4. Spend reserved before the call: for a priced model, the worst case (estimated input +
+   ``max_tokens``) is checked against the run's budget (over: handover, not sent) and the
+   tenant's period budget (over: park until the next period, not sent), then journaled
+   (``started`` with the reserved cost and tokens) before the request leaves; the answer
+   settles it to the real cost. A call that never answered (worker killed, timeout) stays
+   counted at its reservation: the provider may have billed it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import time
 from typing import Any
 
 from agentledger.agent import Agent
 from agentledger.canonical import input_hash
 from agentledger.engine.execution import Execution
-from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, next_delay
-from agentledger.engine.signals import Handover
-from agentledger.engine.steps import close_duration, new_step, wait_or_park
-from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolSchema
+from agentledger.engine.retries import Attempts, RetryState, call_with_timeout, run_attempts
+from agentledger.engine.signals import Handover, Park, RunFailed
+from agentledger.engine.steps import close_duration, new_step, take_events
+from agentledger.errors import RateLimited, Refused, ToolError, ToolTimeout
+from agentledger.gateway import stream
+from agentledger.gateway.cooldown import COOLDOWNS
+from agentledger.gateway.tenants import TenantBudget, TenantUsage
+from agentledger.models.base import Message, Model, ModelRequest, ModelResponse, ToolSchema
+from agentledger.models.errors import FALLBACK_CLASSES
+from agentledger.models.fallback import chain_of
+from agentledger.models.provider import ProviderModel
 from agentledger.records import StepStatus
 from agentledger.store.base import NewEvent
 from agentledger.tools.contract import RetryPolicy
 
+log = logging.getLogger(__name__)
+
 MODEL_TIMEOUT = 60.0
-_MODEL_RETRY = RetryPolicy()
+#: Retries of one model by class; a Retry-After beyond 60 s falls back (or parks).
+MODEL_RETRY = RetryPolicy(max_retry_after=60.0)
+#: The longest a run parks for a rate limit when no fallback is left.
+MAX_RATE_LIMIT_PARK = 3600.0
+
+
+class ModelAttempts(Attempts["ModelResponse | ToolError"]):
+    """The attempts of one model of the chain within one model step."""
+
+    def __init__(self, call: ModelCall, model: Model) -> None:
+        self.c, self.model = call, model
+        self.policy = MODEL_RETRY
+        self.state = call.state
+        self.reserved: tuple[int, float] | None = None
+
+    async def before_call(self) -> bool:
+        if isinstance(self.model, ProviderModel):
+            self.reserved = await self.c.reserve(self.model)
+        return True
+
+    async def call(self) -> Any:
+        c = self.c
+        timeout = min(getattr(self.model, "timeout", MODEL_TIMEOUT), c.exe.time_left())
+        request = c.request(timeout, self.model)
+        started = time.perf_counter()
+        try:
+            response = await call_with_timeout(lambda: self.model.complete(request), timeout)
+        except Exception as exc:
+            c.settle_failure(self.model, exc, self.reserved, started)
+            raise
+        if not isinstance(response, ModelResponse) or not isinstance(response.message, Message):
+            raise Handover(
+                "model_error",
+                f"model {self.model.name} returned {type(response).__name__}, not a ModelResponse",
+            )
+        c.settle_success(self.model, response, started)
+        return response
+
+    async def succeeded(self, result: Any, how: str) -> ModelResponse | ToolError:
+        response: ModelResponse = result
+        return response
+
+    async def failed(self, error: ToolError) -> ModelResponse | ToolError:
+        return error
+
+    async def give_up(self, why: str) -> ModelResponse | ToolError:  # a read always settles
+        raise AssertionError(f"a model call cannot have an unknown outcome ({why})")
+
+    async def wait(
+        self, delay: float, error: ToolError, *, checking: bool
+    ) -> ModelResponse | ToolError | None:
+        await self.c.wait_or_park(delay, error)
+        return None
+
+
+class ModelCall:
+    """One model step in progress: its journal entry, attempts and spend."""
+
+    def __init__(
+        self,
+        exe: Execution,
+        agent: Agent,
+        step_no: int,
+        messages: list[Message],
+        tools: list[ToolSchema],
+    ) -> None:
+        self.exe, self.agent, self.step_no = exe, agent, step_no
+        self.messages, self.tools = messages, tools
+        prior = exe.journal.get(step_no)
+        self.step = prior or new_step(
+            exe, step_no, "model", agent.model.name, status=StepStatus.NEW
+        )
+        out = self.step.output if isinstance(self.step.output, dict) else {}
+        self.state = RetryState.from_dict(out.get("retry"))
+        self.index = int(out.get("chain_index", 0))
+        self.attempts: list[dict[str, Any]] = [dict(a) for a in out.get("attempts", [])]
+        if self.attempts and self.attempts[-1].get("inflight"):
+            # The worker died during this call: its answer is lost, its spend is not.
+            lost = self.attempts[-1]
+            lost.pop("inflight")
+            lost["error_class"] = "lost"
+            lost["error"] = "no answer journaled (the worker stopped during the call)"
+
+    # the journal entry ----------------------------------------------------------
+
+    def _spent(self) -> tuple[int, float]:
+        """Tokens and USD of the attempts so far (an unanswered call at its reservation)."""
+        tokens = sum(int(a.get("tokens", 0)) for a in self.attempts)
+        cost = sum(float(a.get("cost_usd", 0.0)) for a in self.attempts)
+        return tokens, round(cost, 10)
+
+    def _output(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "retry": self.state.to_dict(),
+            "chain_index": self.index,
+            "attempts": self.attempts,
+            **extra,
+        }
+
+    async def _journal(self, status: str, *, error: ToolError | None = None, **extra: Any) -> None:
+        # A fresh copy per write: the run's totals move by the difference between this
+        # entry and the one journaled before (a reservation settled to the real cost).
+        step = self.step = dataclasses.replace(self.step)
+        step.status, step.attempts = status, len(self.attempts)
+        step.output = self._output(**extra)
+        step.tokens, step.cost_usd = self._spent()
+        step.error_class = error.error_class if error is not None else None
+        step.error = str(error) if error is not None else None
+        await self.exe.record(step, events=take_events(self.exe))
+
+    # spend -----------------------------------------------------------------------
+
+    async def reserve(self, model: ProviderModel) -> tuple[int, float]:
+        """Check the worst case against the run's and the tenant's budgets, then journal
+        it before the request leaves. Over a budget: not sent (handover or park)."""
+        exe = self.exe
+        tokens, usd = model.worst_case(self.request(None, model))
+        budget = exe.budget
+        if exe.cost_usd + usd > budget.max_spend_usd or exe.tokens + tokens > budget.max_tokens:
+            reason = (
+                f"the next call to {model.name} could cost up to ${usd:.4f} / {tokens} tokens; "
+                f"the run has used ${exe.cost_usd:.4f} of ${budget.max_spend_usd:.2f} and "
+                f"{exe.tokens} of {budget.max_tokens} tokens: not sent"
+            )
+            await self._journal(StepStatus.FAILED, error=_budget_error(reason))
+            raise Handover("budget", reason)
+        usage = await _tenant_usage(exe)
+        if usage is not None:
+            refusal = usage.refusal(usd, tokens)
+            if refusal is not None:
+                await self._journal(StepStatus.RETRYING, error=_budget_error(refusal))
+                raise Park(usage.period_end, f"{refusal}; not sent until the next period")
+        self.attempts.append(
+            {
+                "provider": model.provider,
+                "model": model.model,
+                "inflight": True,
+                "reserved_tokens": tokens,
+                "reserved_usd": usd,
+                "tokens": tokens,
+                "cost_usd": usd,
+            }
+        )
+        await self._journal(StepStatus.STARTED)
+        return tokens, usd
+
+    def settle_failure(
+        self,
+        model: Model,
+        exc: BaseException,
+        reserved: tuple[int, float] | None,
+        started: float,
+    ) -> None:
+        """Record a failed attempt; a call that never answered keeps its reservation."""
+        error_class = getattr(exc, "error_class", "tool_error")
+        attempt = self._current(model)
+        attempt.pop("inflight", None)
+        unanswered = isinstance(exc, ToolTimeout)
+        attempt.update(
+            error_class=error_class,
+            error=str(exc)[:300],
+            latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            tokens=reserved[0] if reserved and unanswered else 0,
+            cost_usd=reserved[1] if reserved and unanswered else 0.0,
+        )
+        self._cooldown(model, error_class)
+
+    def settle_success(self, model: Model, response: ModelResponse, started: float) -> None:
+        """Record the answering attempt at its real tokens and cost."""
+        attempt = self._current(model)
+        attempt.pop("inflight", None)
+        latency = response.latency_ms
+        if latency is None:
+            latency = round((time.perf_counter() - started) * 1000, 3)
+        attempt.update(
+            error_class=None,
+            latency_ms=latency,
+            input_tokens=response.usage.input_tokens,
+            output_tokens=response.usage.output_tokens,
+            cached_tokens=response.usage.cached_tokens,
+            tokens=response.usage.total,
+            cost_usd=response.cost_usd,
+        )
+        self._cooldown(model, None)
+
+    def _current(self, model: Model) -> dict[str, Any]:
+        if self.attempts and self.attempts[-1].get("inflight"):
+            return self.attempts[-1]
+        attempt: dict[str, Any] = {
+            "provider": getattr(model, "provider", "") or model.name,
+            "model": getattr(model, "model", "") or model.name,
+        }
+        self.attempts.append(attempt)
+        return attempt
+
+    def _cooldown(self, model: Model, error_class: str | None) -> None:
+        now = self.exe.clock.monotonic()
+        until = COOLDOWNS.record(model.name, now, error_class)
+        if until is not None:
+            log.warning("model %s cooled down for %.0f s", model.name, until - now)
+            self.exe.pending_events.append(
+                NewEvent(
+                    "model.cooldown",
+                    model.name,
+                    {"step_no": self.step_no, "seconds": round(until - now, 3)},
+                )
+            )
+
+    # the call --------------------------------------------------------------------
+
+    def request(self, timeout: float | None, model: Model) -> ModelRequest:
+        run_id, step_no = self.exe.run.id, self.step_no
+
+        def delta(text: str) -> None:
+            stream.publish(run_id, step_no, text)
+
+        return ModelRequest(
+            messages=list(self.messages),
+            tools=self.tools,
+            timeout=timeout,
+            metadata={"run_id": run_id, "input": self.exe.run.input},
+            on_delta=delta,
+        )
+
+    async def wait_or_park(self, delay: float, error: ToolError) -> None:
+        """Sleep a short backoff in the worker; journal and park the run for a long one."""
+        if delay <= self.exe.park_threshold:
+            if delay > 0:
+                await self.exe.clock.sleep(delay)
+            return
+        await self._journal(StepStatus.RETRYING, error=error)
+        raise Park(self.exe.clock.now() + delay, f"{self.step.name} backing off {delay:.1f} s")
+
+    async def run(self) -> Message:
+        """Walk the chain from where the step stands; journal the answer or the failure."""
+        chain = chain_of(self.agent.model)
+        last: ToolError | None = None
+        while self.index < len(chain):
+            model = chain[self.index]
+            cooled = COOLDOWNS.cooled_until(model.name, self.exe.clock.monotonic())
+            if cooled is not None and self.index < len(chain) - 1:
+                self.attempts.append(
+                    {
+                        "provider": getattr(model, "provider", ""),
+                        "model": model.name,
+                        "skipped": "cooldown",
+                        "tokens": 0,
+                        "cost_usd": 0.0,
+                    }
+                )
+                self.index += 1
+                continue
+            result = await run_attempts(ModelAttempts(self, model))
+            if isinstance(result, ModelResponse):
+                return await self._succeeded(model, result)
+            last = result
+            if result.error_class not in FALLBACK_CLASSES:
+                break
+            if self.index == len(chain) - 1:
+                await self._maybe_park_rate_limit(result)
+                break
+            self.index += 1
+            self.state = RetryState()
+        assert last is not None
+        return await self._failed(last)
+
+    async def _maybe_park_rate_limit(self, error: ToolError) -> None:
+        """A Retry-After beyond what a worker waits, with no fallback left: park the run
+        for it (bounded; the rate-limit retries keep counting across parks)."""
+        if not isinstance(error, RateLimited) or error.retry_after is None:
+            return
+        if self.state.rate_limited > MODEL_RETRY.rate_limited:
+            return  # the class's retries are used up
+        if not error.retry_after <= MAX_RATE_LIMIT_PARK:  # also inf / NaN
+            return
+        await self._journal(StepStatus.RETRYING, error=error)
+        raise Park(self.exe.clock.now() + error.retry_after, f"{self.step.name}: {error}")
+
+    async def _succeeded(self, model: Model, response: ModelResponse) -> Message:
+        message = response.message
+        message.role = "assistant"
+        step = self.step
+        step.input = {"history": len(self.messages)}
+        step.input_hash = input_hash(step.input)
+        answering = self.attempts[-1] if self.attempts else {}
+        close_duration(step)
+        tokens, cost = self._spent()
+        self.exe.pending_events.append(
+            NewEvent(
+                "model.proposed",
+                model.name,
+                {
+                    "step_no": self.step_no,
+                    "tool_calls": [
+                        {"tool": c.name, "arguments": c.arguments} for c in message.tool_calls
+                    ],
+                    "text": message.content,
+                    "refusal": message.refusal,
+                    "tokens": tokens,
+                    "cost_usd": cost,
+                    "attempts": len(self.attempts),
+                },
+            )
+        )
+        await self._journal(
+            StepStatus.SUCCEEDED,
+            message=message.to_dict(),
+            finish_reason=response.finish_reason,
+            model=response.model,
+            provider=response.provider or answering.get("provider", ""),
+            usage={
+                "input_tokens": response.usage.input_tokens,
+                "output_tokens": response.usage.output_tokens,
+                "cached_tokens": response.usage.cached_tokens,
+            },
+            prices=response.price_source,
+        )
+        return message
+
+    async def _failed(self, error: ToolError) -> Message:
+        await self._journal(StepStatus.FAILED, error=error)
+        reason = f"model {self.agent.model.name} failed: {error}"
+        if isinstance(error, Refused):
+            raise RunFailed("refused", reason)
+        raise Handover("model_error", reason)
+
+
+def _budget_error(reason: str) -> ToolError:
+    error = ToolError(reason)
+    error.error_class = "budget"
+    return error
+
+
+async def _tenant_usage(exe: Execution) -> TenantUsage | None:
+    try:
+        row = await exe.store.tenant_model_usage(exe.run.tenant_id, exe.clock.now())
+    except NotImplementedError:
+        return None
+    if row is None:
+        return None
+    budget = TenantBudget(
+        exe.run.tenant_id,
+        float(row["period_seconds"]),
+        row["max_spend_usd"],
+        row["max_tokens"],
+    )
+    return TenantUsage(budget, row["period_start"], row["spend_usd"], row["tokens"])
 
 
 async def model_step(
     exe: Execution, agent: Agent, step_no: int, messages: list[Message], tools: list[ToolSchema]
 ) -> Message:
-    """Ask the model for the next turn, retrying by failure class, and journal it."""
-    prior = exe.journal.get(step_no)
-    step = prior or new_step(exe, step_no, "model", agent.model.name, status=StepStatus.NEW)
-    retry = step.output.get("retry") if isinstance(step.output, dict) else None
-    state = RetryState.from_dict(retry)
-    while True:
-        state.attempts += 1
-        timeout = min(MODEL_TIMEOUT, exe.time_left())
-        request = ModelRequest(
-            messages=list(messages),
-            tools=tools,
-            timeout=timeout,
-            metadata={"run_id": exe.run.id, "input": exe.run.input},
-        )
-        try:
-            response: Any = await call_with_timeout(lambda: agent.model.complete(request), timeout)
-        except Exception as exc:
-            error = as_tool_error(exc)
-            delay = next_delay(_MODEL_RETRY, state, error, is_read=True)
-            if delay is None:
-                raise Handover("model_error", f"model {agent.model.name} failed: {error}") from None
-            await wait_or_park(exe, step, state, delay, error)
-            continue
-        break
-    if not isinstance(response, ModelResponse) or not isinstance(response.message, Message):
-        raise Handover(
-            "model_error",
-            f"model {agent.model.name} returned {type(response).__name__}, not a ModelResponse",
-        )
-    message = response.message
-    message.role = "assistant"
-    step.status, step.attempts = StepStatus.SUCCEEDED, state.attempts
-    step.input = {"history": len(messages)}
-    step.input_hash = input_hash(step.input)
-    step.output = {
-        "message": message.to_dict(),
-        "finish_reason": response.finish_reason,
-        "model": response.model,
-    }
-    step.tokens, step.cost_usd = response.usage.total, response.cost_usd
-    step.error_class = step.error = None
-    close_duration(step)
-    proposed = [{"tool": c.name, "arguments": c.arguments} for c in message.tool_calls]
-    await exe.record(
-        step,
-        events=[
-            NewEvent(
-                "model.proposed",
-                agent.model.name,
-                {
-                    "step_no": step_no,
-                    "tool_calls": proposed,
-                    "text": message.content,
-                    "refusal": message.refusal,
-                    "tokens": step.tokens,
-                    "cost_usd": step.cost_usd,
-                },
-            )
-        ],
-    )
-    return message
+    """Ask the model (chain) for the next turn, retrying by failure class, and journal it."""
+    return await ModelCall(exe, agent, step_no, messages, tools).run()

@@ -4,12 +4,18 @@ A model takes the conversation (messages) and the tools it may call (JSON
 schemas) and answers with one assistant message: text, tool calls, or a refusal,
 plus usage in tokens and its cost. Every model implements :class:`Model`; the
 engine never needs to know which one it talks to. The offline
-:class:`~agentledger.models.scripted.ScriptedModel` is the one shipped today.
+:class:`~agentledger.models.scripted.ScriptedModel` is the embedded default;
+:mod:`agentledger.models.openai` and :mod:`agentledger.models.anthropic` talk to real
+providers through their official SDKs (extras ``agentledger[openai]`` and
+``agentledger[anthropic]``), and :class:`~agentledger.models.fallback.FallbackModel`
+chains them. :func:`agentledger.models.spec.model_from_string` builds any of them from a
+string such as ``openai:gpt-4.1-mini``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,8 +86,9 @@ class ToolSchema:
 class Usage:
     """Tokens a call consumed."""
 
-    input_tokens: int = 0
+    input_tokens: int = 0  # all prompt tokens, cached ones included
     output_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens read from the provider's cache
 
     @property
     def total(self) -> int:
@@ -96,6 +103,9 @@ class ModelRequest:
     tools: list[ToolSchema]
     timeout: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Called with each text delta while a streaming model answers (a run event, not
+    # journaled: the journal keeps only the final message).
+    on_delta: Callable[[str], Awaitable[None] | None] | None = None
 
 
 @dataclass
@@ -107,6 +117,9 @@ class ModelResponse:
     cost_usd: float = 0.0
     model: str = ""
     finish_reason: str = "stop"
+    provider: str = ""
+    latency_ms: float | None = None
+    price_source: str | None = None  # e.g. "genai-prices 0.2.3", "override"
 
 
 class Model(ABC):

@@ -190,6 +190,22 @@ class Store(ABC):
         """Commit a fenced batch durably. Raises LeaseLost, EffectClaimed, or
         UnstorableBatch (this batch alone cannot be encoded; nothing was written)."""
 
+    # tenant budgets of model calls ------------------------------------------
+    async def set_tenant_budget(
+        self,
+        tenant_id: str,
+        period_seconds: float,
+        max_spend_usd: float | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        """Create or replace a tenant's model spend/token limits per period."""
+        raise NotImplementedError
+
+    async def tenant_model_usage(self, tenant_id: str, now: float) -> dict[str, Any] | None:
+        """A tenant's limits and its model steps' spend and tokens in the period holding
+        ``now`` (None: no limits)."""
+        raise NotImplementedError
+
     # effects, events, approvals, outbox -----------------------------------
     @abstractmethod
     async def get_effect(self, key: str) -> Effect | None: ...

@@ -47,6 +47,7 @@ from agentledger.store.groupcommit import (
     run_group,
     run_single,
 )
+from agentledger.store.queries import gateway_budgets
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -286,6 +287,27 @@ class SQLStore(Store):
             await self._inline.submit(lambda c: q.apply_batch(self.dialect, c, batch), batch)
             return
         await self._call(lambda c: q.apply_batch(self.dialect, c, batch), grouped=True, batch=batch)
+
+    # tenant budgets of model calls --------------------------------------------
+
+    async def set_tenant_budget(
+        self,
+        tenant_id: str,
+        period_seconds: float,
+        max_spend_usd: float | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        await self._call(
+            lambda c: gateway_budgets.set_tenant_budget(
+                self.dialect, c, tenant_id, period_seconds, max_spend_usd, max_tokens
+            )
+        )
+
+    async def tenant_model_usage(self, tenant_id: str, now: float) -> dict[str, Any] | None:
+        return await self._call(
+            lambda c: gateway_budgets.tenant_model_usage(self.dialect, c, tenant_id, now),
+            write=False,
+        )
 
     # effects, events, approvals, outbox -------------------------------------
 

@@ -1,0 +1,192 @@
+"""OpenAI Chat Completions through the official ``openai`` SDK (``agentledger[openai]``).
+
+Works with OpenAI itself and any compatible server (vLLM, Ollama, llama.cpp's server,
+a LiteLLM proxy): ``openai-compatible:MODEL@BASE_URL``. The SDK reads
+``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``; a compatible server that needs no key gets
+a placeholder one.
+
+Mapping: tools are ``function`` tools; the assistant's ``tool_calls`` (parallel too)
+come back with their raw ``arguments`` text -- malformed JSON included, which the tool
+step then treats as invalid arguments and feeds back to the model; tool results are
+``tool`` messages; ``message.refusal`` is a refusal; ``finish_reason="content_filter"``
+is :class:`~agentledger.errors.Refused`; an answer with no text, no call and no refusal
+is :class:`~agentledger.models.errors.InvalidResponse`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from agentledger.errors import Refused
+from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from agentledger.models.errors import InvalidResponse
+from agentledger.models.provider import ProviderModel, import_sdk, safe_url
+
+
+def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Our conversation as Chat Completions messages."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content or ""})
+        elif m.role == "assistant":
+            item: dict[str, Any] = {"role": "assistant", "content": m.content}
+            if m.refusal is not None and m.content is None:
+                item["content"] = m.refusal
+            if m.tool_calls:
+                item["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }
+                    for c in m.tool_calls
+                ]
+            out.append(item)
+        else:
+            out.append({"role": m.role, "content": m.content or ""})
+    return out
+
+
+def to_openai_tools(request: ModelRequest) -> list[dict[str, Any]]:
+    """Tool schemas as ``function`` tools."""
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in request.tools
+    ]
+
+
+def finish(
+    content: str | None, calls: list[ToolCall], refusal: str | None, reason: str | None, name: str
+) -> tuple[Message, str]:
+    """The assistant message and our finish reason, or the failure class of a bad answer."""
+    if reason == "content_filter":
+        raise Refused(f"{name}: the provider's content filter blocked the answer")
+    if refusal:
+        return Message("assistant", content=None, refusal=refusal), "refusal"
+    if calls:
+        return Message("assistant", content=content or None, tool_calls=calls), "tool_calls"
+    if not content or not content.strip():
+        raise InvalidResponse(f"{name}: empty answer (finish_reason={reason})")
+    return Message("assistant", content=content), "length" if reason == "length" else "stop"
+
+
+class OpenAIModel(ProviderModel):
+    """A Chat Completions model: ``OpenAIModel("gpt-4.1-mini")``."""
+
+    provider = "openai"
+    extra = "openai"
+
+    def sdk(self) -> Any:
+        return import_sdk("openai", self.extra)
+
+    def make_client(self) -> Any:
+        sdk = self.sdk()
+        kwargs: dict[str, Any] = {"max_retries": 0, "timeout": self.timeout}
+        if self.base_url:
+            kwargs["base_url"] = self.base_url
+        if self._api_key:
+            kwargs["api_key"] = self._api_key
+        elif self.provider == "openai-compatible" and not os.environ.get("OPENAI_API_KEY"):
+            kwargs["api_key"] = "not-needed"  # local servers take any key
+        return sdk.AsyncOpenAI(**kwargs)
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_openai_messages(request.messages),
+            "max_completion_tokens": self.max_tokens,
+        }
+        if request.tools:
+            params["tools"] = to_openai_tools(request)
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
+        if request.timeout is not None:
+            params["timeout"] = request.timeout
+        return params
+
+    async def send(self, request: ModelRequest) -> ModelResponse:
+        params = self._params(request)
+        if self.stream:
+            return await self._send_streaming(request, params)
+        completion = await self.client().chat.completions.create(**params)
+        if not completion.choices:
+            raise InvalidResponse(f"{self.name}: an answer with no choices")
+        choice = completion.choices[0]
+        msg = choice.message
+        calls = [
+            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
+            for c in (msg.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        ]
+        message, reason = finish(
+            msg.content, calls, getattr(msg, "refusal", None), choice.finish_reason, self.name
+        )
+        return self._response(message, reason, completion.usage, completion.model)
+
+    async def _send_streaming(self, request: ModelRequest, params: dict[str, Any]) -> ModelResponse:
+        params = {**params, "stream": True, "stream_options": {"include_usage": True}}
+        stream = await self.client().chat.completions.create(**params)
+        text: list[str] = []
+        refusal: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        reason: str | None = None
+        usage: Any = None
+        model = self.model
+        async for chunk in stream:
+            usage = chunk.usage or usage
+            model = chunk.model or model
+            for choice in chunk.choices:
+                delta = choice.delta
+                reason = choice.finish_reason or reason
+                if delta.content:
+                    text.append(delta.content)
+                    if request.on_delta is not None:
+                        maybe = request.on_delta(delta.content)
+                        if maybe is not None:
+                            await maybe
+                if getattr(delta, "refusal", None):
+                    refusal.append(delta.refusal)
+                for c in delta.tool_calls or []:
+                    slot = calls.setdefault(c.index, {"id": "", "name": "", "arguments": ""})
+                    slot["id"] = c.id or slot["id"]
+                    if c.function is not None:
+                        slot["name"] += c.function.name or ""
+                        slot["arguments"] += c.function.arguments or ""
+        tool_calls = [ToolCall(**calls[i]) for i in sorted(calls)]
+        message, reason = finish(
+            "".join(text) or None, tool_calls, "".join(refusal) or None, reason, self.name
+        )
+        return self._response(message, reason, usage, model)
+
+    def _response(self, message: Message, reason: str, usage: Any, model: str) -> ModelResponse:
+        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
+        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        details = getattr(usage, "prompt_tokens_details", None)
+        cached = int(getattr(details, "cached_tokens", 0) or 0)
+        return ModelResponse(
+            message=message,
+            usage=Usage(input_tokens=tokens_in, output_tokens=tokens_out, cached_tokens=cached),
+            cost_usd=self.pricer.cost(tokens_in, tokens_out, cached),
+            model=model or self.model,
+            finish_reason=reason,
+            provider=self.provider,
+            price_source=self.pricer.source,
+        )
+
+
+class OpenAICompatibleModel(OpenAIModel):
+    """Any server speaking Chat Completions: ``openai-compatible:MODEL@BASE_URL``."""
+
+    provider = "openai-compatible"
+
+    def __init__(self, model: str, *, base_url: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("label", f"openai-compatible:{model}@{safe_url(base_url)}")
+        super().__init__(model, base_url=base_url, **kwargs)
+
+    def price_provider(self) -> str | None:
+        return None  # a self-hosted model: priced by override, or by model name if known

@@ -1,0 +1,225 @@
+"""What the OpenAI and Anthropic models share: configuration, lazy SDK clients, the
+mapping of SDK errors to failure classes, token estimates and prices.
+
+The SDKs run with ``max_retries=0``: the engine is the only retry loop, so every
+attempt is journaled and budget-checked (:mod:`agentledger.engine.model_step`). Keys
+come from the SDKs' own environment variables (``OPENAI_API_KEY``,
+``ANTHROPIC_API_KEY``) or ``api_key=``; they are never part of a model's name, its
+journal entries or its error messages.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from agentledger.errors import NotSent, ProviderError, RateLimited, ToolError, ToolTimeout
+from agentledger.models.base import Model, ModelRequest, ModelResponse
+from agentledger.models.errors import (
+    ContextWindowExceeded,
+    InvalidResponse,
+    MissingExtra,
+    ModelRejected,
+)
+from agentledger.models.pricing import Price, Pricer
+
+DEFAULT_MAX_TOKENS = 1024
+DEFAULT_TIMEOUT = 60.0
+#: Phrases providers use for "the prompt does not fit".
+_CONTEXT_HINTS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+    "prompt is too long",
+    "too many tokens",
+)
+
+Delta = Callable[[str], Awaitable[None] | None]
+
+
+def import_sdk(module: str, extra: str) -> Any:
+    """Import a provider SDK, or fail with the one line that says what to install."""
+    try:
+        return __import__(module)
+    except ImportError:
+        raise MissingExtra(
+            f"the {module} SDK is not installed: pip install 'agentledger[{extra}]'"
+        ) from None
+
+
+def safe_url(url: str | None) -> str | None:
+    """A base URL without credentials (user:password@) or query, fit for names and logs."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+
+
+class ProviderModel(Model):
+    """A model behind a provider's HTTP API (subclasses: OpenAI, Anthropic).
+
+    ``max_tokens`` caps each answer and sizes the spend reserved before a call;
+    ``stream=True`` forwards text deltas while the call runs (the journal keeps only the
+    final message); ``prices`` overrides the price table for this model.
+    """
+
+    provider = "provider"
+    extra = ""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        timeout: float = DEFAULT_TIMEOUT,
+        stream: bool = False,
+        temperature: float | None = None,
+        prices: Price | None = None,
+        label: str | None = None,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url
+        self._api_key = api_key  # never journaled, never in repr or errors
+        self.max_tokens = max_tokens
+        self.timeout = timeout
+        self.stream = stream
+        self.temperature = temperature
+        self.name = label or f"{self.provider}:{model}"
+        self.pricer = Pricer(self.name, self.price_provider(), model, prices)
+        self._client: Any = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def price_provider(self) -> str | None:
+        """The provider id in ``genai-prices`` (None: match by model name)."""
+        return self.provider
+
+    # spend -----------------------------------------------------------------
+
+    def estimate_input_tokens(self, request: ModelRequest) -> int:
+        """An upper-leaning estimate of the prompt's tokens (about 3 characters a token)."""
+        chars = sum(len(json.dumps(m.to_dict())) for m in request.messages)
+        chars += sum(len(json.dumps(t.parameters)) + len(t.description) for t in request.tools)
+        return math.ceil(chars / 3) + 16
+
+    def worst_case(self, request: ModelRequest) -> tuple[int, float]:
+        """Tokens and USD the call can cost at most: estimated input + ``max_tokens``."""
+        tokens_in = self.estimate_input_tokens(request)
+        return tokens_in + self.max_tokens, self.pricer.cost(tokens_in, self.max_tokens)
+
+    # the call ----------------------------------------------------------------
+
+    def client(self) -> Any:
+        """The SDK client, made on first use (the SDK is imported only then)."""
+        if self._client is None:
+            self._client = self.make_client()
+        return self._client
+
+    def make_client(self) -> Any:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections (a new one is made on the next call)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """One attempt: send, map the answer; errors raised as failure classes."""
+        sdk = self.sdk()
+        started = time.perf_counter()
+        try:
+            response = await self.send(request)
+        except ToolError:
+            raise
+        except Exception as exc:
+            raise classify(sdk, exc, self.name) from None
+        response.latency_ms = round((time.perf_counter() - started) * 1000, 3)
+        return response
+
+    def sdk(self) -> Any:
+        raise NotImplementedError
+
+    async def send(self, request: ModelRequest) -> ModelResponse:
+        raise NotImplementedError
+
+
+def classify(sdk: Any, exc: BaseException, name: str) -> ToolError:
+    """An SDK exception as a failure class (the engine decides retry or fallback)."""
+    if isinstance(exc, sdk.APITimeoutError):
+        return ToolTimeout(f"{name}: no answer in time")
+    if isinstance(exc, sdk.APIConnectionError):
+        cause = exc.__cause__
+        if cause is not None and "connect" in type(cause).__name__.lower():
+            return NotSent(f"{name}: could not connect ({type(cause).__name__})")
+        return ProviderError(f"{name}: connection failed ({type(cause or exc).__name__})")
+    if isinstance(exc, sdk.APIResponseValidationError):
+        return InvalidResponse(f"{name}: the answer does not parse: {exc}")
+    if isinstance(exc, sdk.APIStatusError):
+        return from_status(exc.status_code, _message(exc), _headers(exc), name)
+    if isinstance(exc, json.JSONDecodeError | ValueError | KeyError | TypeError):
+        return InvalidResponse(f"{name}: unusable answer ({type(exc).__name__}: {exc})")
+    return ProviderError(f"{name}: {type(exc).__name__}: {exc}")
+
+
+def from_status(status: int, message: str, headers: Any, name: str) -> ToolError:
+    """An HTTP error answer as a failure class."""
+    lowered = message.lower()
+    if status == 429:
+        return RateLimited(f"{name}: 429 {message}", retry_after=retry_after(headers))
+    if status in (408,):
+        return ToolTimeout(f"{name}: 408 {message}")
+    if status == 409 or status >= 500:
+        return ProviderError(f"{name}: {status} {message}")
+    if status == 413 or any(hint in lowered for hint in _CONTEXT_HINTS):
+        return ContextWindowExceeded(f"{name}: context window exceeded: {message}")
+    return ModelRejected(f"{name}: rejected with {status}: {message}", status=status)
+
+
+def _message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            parts = [str(err.get(k)) for k in ("code", "type", "message") if err.get(k)]
+            if parts:
+                return " ".join(parts)[:500]
+    return str(getattr(exc, "message", exc))[:500]
+
+
+def _headers(exc: Any) -> Any:
+    response = getattr(exc, "response", None)
+    return getattr(response, "headers", {}) or {}
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds from ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date)."""
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return float(ms) / 1000
+        value = headers.get("retry-after")
+    except Exception:
+        return None
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -1,0 +1,219 @@
+"""Fake OpenAI-compatible and Anthropic servers on a loopback port, scripted per test.
+
+One uvicorn server (in a thread) serves ``POST /v1/chat/completions`` and
+``POST /v1/messages``. Each request takes the next scripted :class:`Reply` (a default
+text answer when the script is empty) and is recorded, so a test counts what the SDKs
+really sent (and that they retried nothing on their own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+
+@dataclass
+class Reply:
+    """One scripted answer: status, JSON body, headers, a delay, or SSE events."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    sse: list[Any] | None = None  # JSON events (dicts) streamed as ``data:`` lines
+    hold: threading.Event | None = None  # answer only once set (a call in flight)
+
+
+def openai_answer(
+    text: str | None = None,
+    calls: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    *,
+    refusal: str | None = None,
+    finish: str | None = None,
+    usage: tuple[int, int, int] = (100, 20, 0),
+    model: str = "gpt-4.1-mini",
+) -> Reply:
+    """A Chat Completions answer: text and/or tool calls (name, raw arguments)."""
+    tool_calls = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+        for i, (n, a) in enumerate(calls)
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": refusal}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    reason = finish or ("tool_calls" if tool_calls else "stop")
+    return Reply(
+        body={
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": reason}],
+            "usage": {
+                "prompt_tokens": usage[0],
+                "completion_tokens": usage[1],
+                "total_tokens": usage[0] + usage[1],
+                "prompt_tokens_details": {"cached_tokens": usage[2]},
+            },
+        }
+    )
+
+
+def openai_stream(text_parts: list[str], usage: tuple[int, int] = (50, 10)) -> Reply:
+    """A streamed Chat Completions answer."""
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4.1-mini"}
+    events: list[Any] = [
+        {
+            **base,
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": p}, "finish_reason": None}
+            ],
+        }
+        for p in text_parts
+    ]
+    events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    events.append(
+        {
+            **base,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": usage[0],
+                "completion_tokens": usage[1],
+                "total_tokens": sum(usage),
+            },
+        }
+    )
+    return Reply(sse=events)
+
+
+def anthropic_answer(
+    text: str | None = None,
+    calls: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+    *,
+    stop: str | None = None,
+    usage: tuple[int, int, int] = (100, 20, 0),
+    model: str = "claude-sonnet-4-5",
+) -> Reply:
+    """A Messages answer: text and/or tool_use blocks (name, input)."""
+    content: list[dict[str, Any]] = []
+    if text is not None:
+        content.append({"type": "text", "text": text})
+    for i, (name, args) in enumerate(calls):
+        content.append({"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": args})
+    return Reply(
+        body={
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop or ("tool_use" if calls else "end_turn"),
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": usage[0],
+                "output_tokens": usage[1],
+                "cache_read_input_tokens": usage[2],
+                "cache_creation_input_tokens": 0,
+            },
+        }
+    )
+
+
+def error(status: int, message: str = "error", *, code: str | None = None, **headers: str) -> Reply:
+    """An error answer in the providers' shape."""
+    body = {"error": {"message": message, "type": "error", "code": code}}
+    return Reply(
+        status=status, body=body, headers={k.replace("_", "-"): v for k, v in headers.items()}
+    )
+
+
+class FakeProviders:
+    """The server: ``script(reply...)``, then read ``requests``."""
+
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.arrived = threading.Condition()
+        self.app = FastAPI()
+        self.app.post("/v1/chat/completions")(self._handle)
+        self.app.post("/v1/messages")(self._handle)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self._sock = sock
+        config = uvicorn.Config(self.app, log_level="error", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [sock]}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeProviders:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("fake provider server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self._sock.close()
+
+    def reset(self) -> None:
+        self.replies.clear()
+        self.requests.clear()
+
+    def script(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def wait_requests(self, n: int, timeout: float = 10.0) -> None:
+        """Block until ``n`` requests arrived (a positive signal, not a sleep)."""
+        with self.arrived:
+            if not self.arrived.wait_for(lambda: len(self.requests) >= n, timeout):
+                raise AssertionError(f"expected {n} requests, got {len(self.requests)}")
+
+    async def _handle(self, request: Request) -> Response:
+        body = await request.json()
+        reply = self.replies.popleft() if self.replies else self._default(request.url.path)
+        with self.arrived:
+            self.requests.append(
+                {"path": request.url.path, "body": body, "headers": dict(request.headers)}
+            )
+            self.arrived.notify_all()
+        if reply.hold is not None:
+            await asyncio.to_thread(reply.hold.wait, 30)
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.sse is not None:
+            events = reply.sse
+
+            async def gen() -> Any:
+                for e in events:
+                    kind = e.get("type") if isinstance(e, dict) else None
+                    prefix = f"event: {kind}\n" if kind and "/messages" in request.url.path else ""
+                    yield f"{prefix}data: {json.dumps(e)}\n\n".encode()
+                if "/chat/" in request.url.path:
+                    yield b"data: [DONE]\n\n"
+
+            return StreamingResponse(gen(), media_type="text/event-stream")
+        return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
+
+    @staticmethod
+    def _default(path: str) -> Reply:
+        return anthropic_answer("Done.") if path.endswith("/messages") else openai_answer("Done.")
