@@ -29,6 +29,7 @@ class Pay:
         self.refunds: list[str] = []
         self.status_answer: Any = None
         self.hang = asyncio.Event()
+        self.refund_faults: list[str] = []
 
 
 def pay_app(p: Pay, h_clock: Any = None) -> App:
@@ -42,6 +43,9 @@ def pay_app(p: Pay, h_clock: Any = None) -> App:
 
     @app.tool(effect="money", idempotency="provider")
     async def refund(ctx: ToolContext, payment_id: str) -> dict[str, Any]:
+        if p.refund_faults:
+            p.refund_faults.pop(0)
+            raise RateLimited("slow down", retry_after=60)
         p.refunds.append(payment_id)
         return {"refunded": payment_id}
 
@@ -82,6 +86,11 @@ def pay_app(p: Pay, h_clock: Any = None) -> App:
         except TimeoutError:
             return "gave up waiting"
         return "paid"
+
+    @app.workflow(name="pay_then_fail")
+    async def pay_then_fail(ctx: Any, input: Any) -> Any:
+        await ctx.tool("charge", amount=40)
+        raise RuntimeError("no room after all")
 
     @app.workflow(name="look")
     async def look(ctx: Any, input: Any) -> Any:
@@ -248,3 +257,43 @@ async def test_an_outbox_row_dropped_mid_delivery_is_not_resurrected(world: Worl
 
 
 __all__ += ["Fault"]
+
+
+# -- a cancel arriving while the run compensates ------------------------------------------
+
+
+async def test_a_cancel_while_a_refund_waits_out_a_backoff_still_refunds(tmp_path: Path) -> None:
+    """The run already decided (failed) and is compensating: a cancel changes nothing;
+    the parked refund is made, and the run ends as decided."""
+    p = Pay()
+    p.refund_faults = ["429"]
+    async with Harness(tmp_path, pay_app(p)) as h:
+        run_id = await h.submit("pay_then_fail")
+        assert await h.execute(run_id) == RunStatus.WAITING
+        h.cancels[run_id] = "guest cancelled"
+        run = await h.drive(run_id)
+    assert run.status == RunStatus.FAILED and p.refunds == ["pay_40"]
+
+
+# -- hostile Retry-After values -----------------------------------------------------------
+
+
+def test_hostile_retry_after_values_are_never_a_negative_nan_or_endless_wait() -> None:
+    from agentledger.engine.retries import backoff
+    from agentledger.tools.contract import RetryPolicy
+    from agentledger.tools.http import retry_after_seconds
+
+    policy = RetryPolicy()
+    for text in (
+        "-1",
+        "nan",
+        "1e400",
+        "inf",
+        "Wed, 21 Oct 2015 07:28:00 GMT",
+        "Mon",
+        " ",
+        "Fri, 31 Dec 9999 23:59:59 GMT",
+        "99999999999999999999999",
+    ):
+        delay = backoff(policy, 1, retry_after_seconds(text))
+        assert delay is None or 0 < delay <= policy.max_retry_after, (text, delay)
