@@ -29,6 +29,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
+import os
 from typing import Any
 
 from agentledger.app import App
@@ -41,7 +43,7 @@ from agentledger.engine.retries import (
     call_with_timeout,
     run_attempts,
 )
-from agentledger.errors import ToolError
+from agentledger.errors import ToolError, UsageError
 from agentledger.records import Effect, OutboxItem, Run
 from agentledger.store.base import Store
 from agentledger.tools.context import ToolContext
@@ -52,6 +54,9 @@ log = logging.getLogger(__name__)
 
 BASE_DELAY = 1.0
 MAX_DELAY = 300.0
+#: Overrides :data:`BASE_DELAY` for dispatchers built without one (a worker's): the
+#: first backoff of a delivery, doubled per retry or pending status check, in seconds.
+BASE_DELAY_ENV = "AGENTLEDGER_OUTBOX_BASE_DELAY"
 PENDING, DELIVERED, DEAD = "pending", "delivered", "dead"
 UNKNOWN_OUTCOME = "outcome unknown, check with the provider"
 
@@ -68,7 +73,7 @@ class OutboxDispatcher:
         batch: int = 20,
         poll: float = 0.25,
         lease_seconds: float = 60.0,
-        base_delay: float = BASE_DELAY,
+        base_delay: float | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
@@ -77,7 +82,7 @@ class OutboxDispatcher:
         self.batch = batch
         self.poll = poll
         self.lease_seconds = lease_seconds
-        self.base_delay = base_delay
+        self.base_delay = base_delay if base_delay is not None else default_base_delay()
         self.clock = clock
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -131,6 +136,20 @@ class OutboxDispatcher:
                 ops.state.maybe_applied, checking = True, True
             ops.claim_status = None if effect is None else effect.status
         return await run_attempts(ops, checking=checking)
+
+
+def default_base_delay() -> float:
+    """The outbox's first backoff: ``$AGENTLEDGER_OUTBOX_BASE_DELAY`` or 1 s."""
+    text = os.environ.get(BASE_DELAY_ENV)
+    if text is None:
+        return BASE_DELAY
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{BASE_DELAY_ENV} must be a positive number of seconds, got {text!r}")
+    return value
 
 
 class Delivery(Attempts[str]):

@@ -236,16 +236,20 @@ def test_outbox_row_commits_with_the_step_and_is_delivered_once(env: Env) -> Non
     assert step.status == StepStatus.SUCCEEDED and step.output["queued"] is True
     (row,) = env.outbox()
     assert (row.run_id, row.step_no, row.key) == (run_id, step.step_no, step.output["outbox_key"])
-    wait_for(lambda: env.effects("notify"), what="outbox delivery")
-    time.sleep(1.0)
-    assert env.effects("notify") == {step.output["outbox_key"]: 1}
+    # Once the row is settled ``delivered`` no dispatcher takes it again: count then.
     wait_for(lambda: env.outbox("delivered"), what="outbox row delivered")
+    assert env.effects("notify") == {step.output["outbox_key"]: 1}
 
 
 def test_versions(env: Env) -> None:
+    from tests.apps.engine_app_v2 import app as app_v2
+
     run_id = env.submit("versioned", {}, version="1")
+    # A version-2 run queued after it: once the v2 worker has completed that one, it
+    # has polled the queue with the v1 run in it (older, so first in line) and left it.
+    v2_id = str(env._store(lambda s: app_v2.submit(s, "versioned", {}, version="2")))
     env.start_worker(app="tests.apps.engine_app_v2:app")
-    time.sleep(2.0)
+    assert env.wait_status(v2_id, RunStatus.COMPLETED).result == {"version": "2"}
     assert env.run(run_id).status == RunStatus.QUEUED
     listed = env.cli("runs", "list", "--json", "--db", env.url)
     assert listed.returncode == 0, listed.stderr

@@ -11,7 +11,8 @@ import pytest
 
 from agentledger.engine import inflight
 from agentledger.engine.tool_step import run_tool_step
-from agentledger.outbox import UNKNOWN_OUTCOME
+from agentledger.errors import UsageError
+from agentledger.outbox import BASE_DELAY_ENV, UNKNOWN_OUTCOME, default_base_delay
 from agentledger.records import Effect, OutboxItem
 from tests.fast.writes_harness import Fault, Provider, World, make_tool, world
 
@@ -225,3 +226,16 @@ async def test_the_dispatcher_loop_delivers_and_stops(world: World) -> None:
     stopping.set()
     await task
     assert len(mail.calls) == 1
+
+
+def test_the_outbox_backoff_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's dispatcher reads its first backoff from the environment (the slow
+    provider tests use a short one); nonsense is refused, never a zero or NaN delay."""
+    monkeypatch.delenv(BASE_DELAY_ENV, raising=False)
+    assert default_base_delay() == 1.0
+    monkeypatch.setenv(BASE_DELAY_ENV, "0.02")
+    assert default_base_delay() == 0.02
+    for bad in ("0", "-1", "nan", "inf", "soon"):
+        monkeypatch.setenv(BASE_DELAY_ENV, bad)
+        with pytest.raises(UsageError):
+            default_base_delay()

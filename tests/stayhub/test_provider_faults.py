@@ -98,11 +98,14 @@ async def test_keyless_email_with_a_lost_answer_is_never_sent_twice(
     whether the email went out. Sent once (the effects table) or handed to a human (a dead
     outbox row), never twice."""
     faults = "email:keyless;email:timeout_after_commit,hold=4,count=1"
-    async with stayhub(faults=faults, env={"STAYHUB_NOTIFY_TIMEOUT": "1.5"}) as s:
+    # A short outbox backoff: the status checks that find nothing run in seconds, not in
+    # the minutes of the default exponential backoff; the path taken is the same.
+    env = {"STAYHUB_NOTIFY_TIMEOUT": "1.5", "AGENTLEDGER_OUTBOX_BASE_DELAY": "0.02"}
+    async with stayhub(faults=faults, env=env) as s:
         run_id = await s.submit()
         run = await s.wait(run_id)
         assert run.status == "completed", run.error
-        status = await settled_outbox(s, "send_email", 120)
+        status = await settled_outbox(s, "send_email", 60)
         emails = [e for e in s.ledger() if e["kind"] == "email"]
         assert len(emails) == 1, f"{len(emails)} emails sent; outbox row {status}"
         assert status in ("delivered", "dead")

@@ -58,6 +58,8 @@ MAX_STATUS_CHECKS = 8
 #: Same-key resends of an unknown write with no status check (provider-keyed tools).
 MAX_SAME_KEY_RETRIES = 3
 
+_STATES = ("succeeded", "failed", "not_found", "pending")
+
 # Decisions after a failed attempt.
 RETRY = "retry"  # call again with the same key after ``delay``
 CHECK = "check"  # the outcome is unknown: resolve it (status check) after ``delay``
@@ -355,6 +357,10 @@ async def _resolve(ops: Attempts[T]) -> Decision | T:
         return _bounded(ops, resend_same_key(ops.policy, ops.state, ops.keyed))
     ops.state.checks += 1
     status = await ops.check()
+    if not isinstance(status, Status) or status.state not in _STATES:
+        # A status check that answers nonsense could not tell: ask again later.
+        ops.state.history.append("status_check:not_a_status")
+        status = Status.pending()
     if status.state == "succeeded":
         ops.state.maybe_applied, ops.state.doubt = False, None
         return await ops.succeeded(status.result, "status_resolved")

@@ -28,7 +28,7 @@ from agentledger.engine.execution import Execution
 from agentledger.engine.signals import Abandon, Cancelled, Handover, Park, RunFailed
 from agentledger.engine.workflow_runner import run_workflow
 from agentledger.errors import StoreError
-from agentledger.records import Run, RunStatus
+from agentledger.records import Run, RunStatus, StepStatus
 from agentledger.store.base import NewEvent, Store
 
 log = logging.getLogger(__name__)
@@ -132,12 +132,18 @@ async def _drive(exe: Execution, definition: Any) -> str:
             message = f"{type(exc).__name__}: {exc}"
             decision = Decision(RunStatus.FAILED, error=message, data={"error": message})
         else:
+            stuck = in_flight(exe)
+            if stuck is not None:
+                return await _hand_over(exe, definition, "unknown_outcome", stuck)
             await exe.finish(
                 RunStatus.COMPLETED,
                 result=result,
                 events=[NewEvent("run.completed", exe.owner, {"steps": exe.step_count})],
             )
             return RunStatus.COMPLETED
+        stuck = in_flight(exe)
+        if stuck is not None:  # never decide past a write nobody settled
+            return await _hand_over(exe, definition, "unknown_outcome", stuck)
         decision = await decide(exe, decision)
     try:
         await compensate(exe, decision)
@@ -156,6 +162,31 @@ async def _drive(exe: Execution, definition: Any) -> str:
         events=[NewEvent(decision.event, exe.owner, decision.data)],
     )
     return decision.status
+
+
+def in_flight(exe: Execution) -> str | None:
+    """Why the run cannot end yet, if a tool step in its journal is still in flight.
+
+    Workflow code can walk away from a call (``asyncio.wait_for`` around ``ctx.tool``,
+    a ``gather`` whose sibling failed) and still return or raise: a write left
+    ``started`` or ``unknown`` may have been applied, so the run goes to a human
+    instead of a terminal state that would hide it.
+    """
+    for step in sorted(exe.journal.values(), key=lambda s: s.step_no):
+        if step.kind not in ("tool", "compensation"):
+            continue
+        retry = step.output.get("retry") if isinstance(step.output, dict) else None
+        doubt = (
+            step.status == StepStatus.RETRYING
+            and isinstance(retry, dict)
+            and retry.get("maybe_applied")
+        )
+        if step.status in (StepStatus.STARTED, StepStatus.UNKNOWN) or doubt:
+            return (
+                f"step {step.step_no} ({step.name}, key {step.idempotency_key}) is still in "
+                "flight: its outcome is unknown; check with the provider, then resolve the run"
+            )
+    return None
 
 
 async def _park(exe: Execution, park: Park) -> str:

@@ -157,8 +157,15 @@ async def wait_or_park(
     step.status, step.attempts = status, state.attempts
     step.output = {"retry": state.to_dict()}
     step.error_class, step.error = error.error_class, str(error)
-    await exe.record(step, events=take_events(exe))
-    raise Park(exe.clock.now() + delay, f"{step.name} backing off {delay:.1f} s")
+    until, why = exe.clock.now() + delay, f"{step.name} backing off {delay:.1f} s"
+    # The entry and the run's ``waiting`` state commit together: a worker killed right
+    # after the entry must not leave the run to be resumed before ``until``.
+    await exe.record(
+        step,
+        park_until=until,
+        events=[*take_events(exe), NewEvent("run.parked", exe.owner, {"why": why, "until": until})],
+    )
+    raise Park(until, why, committed=True)
 
 
 async def claim_effect(exe: Execution, step: Step, key: str) -> Effect | None:

@@ -22,10 +22,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentledger.canonical import NotJournalable, journal_value
 from agentledger.engine import approvals as approval_gate
 from agentledger.engine import inflight
 from agentledger.engine.execution import Execution
-from agentledger.engine.retries import as_tool_error, call_with_timeout, run_attempts
+from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, run_attempts
+from agentledger.engine.signals import Cancelled
 from agentledger.engine.steps import (
     StepAttempts,
     ToolOutcome,
@@ -36,7 +38,7 @@ from agentledger.engine.steps import (
     tool_context,
 )
 from agentledger.engine.unknown import drive_write
-from agentledger.errors import InvalidArguments
+from agentledger.errors import InvalidArguments, Refused
 from agentledger.records import OutboxItem, Step, StepStatus
 from agentledger.store.base import NewEvent
 from agentledger.tools.contract import Tool
@@ -102,6 +104,8 @@ async def _tool_step(
         )
     if prior is not None and prior.status in _IN_FLIGHT | {StepStatus.WAITING}:
         args = prior.input["args"]
+        if prior.status == StepStatus.RETRYING and kind != "compensation":
+            await _cancel_before_retry(exe, prior, tool)
     else:
         prepared = await _prepare(exe, step, tool, raw_args, key)
         if isinstance(prepared, ToolOutcome):
@@ -121,13 +125,30 @@ async def _tool_step(
     return await drive_write(exe, step, tool, args, key)
 
 
+async def _cancel_before_retry(exe: Execution, step: Step, tool: Tool) -> None:
+    """A cancel found while a step waits out a backoff is honoured before calling again
+    when no earlier attempt may have applied (the step is settled as not run)."""
+    cancel = exe.cancel_reason()
+    retry = step.output.get("retry") if isinstance(step.output, dict) else None
+    if cancel is None or RetryState.from_dict(retry).maybe_applied:
+        return  # no cancel, or a same-key resend is owed to settle an unknown outcome
+    step.attempts = RetryState.from_dict(retry).attempts
+    await fail_step(
+        exe,
+        step,
+        Refused(f"{tool.name} was not called again: the run was cancelled ({cancel})"),
+        events=take_events(exe),
+    )
+    raise Cancelled(cancel)
+
+
 async def _prepare(
     exe: Execution, step: Step, tool: Tool, raw_args: dict[str, Any] | str, key: str
 ) -> dict[str, Any] | ToolOutcome:
     """Parse and validate the model's arguments; fill the server's."""
     if isinstance(raw_args, str):
         try:
-            raw_args = json.loads(raw_args) if raw_args.strip() else {}
+            raw_args = json.loads(raw_args, parse_constant=_no_constant) if raw_args.strip() else {}
         except json.JSONDecodeError as exc:
             step.input = {"raw": raw_args}
             return await fail_step(
@@ -165,11 +186,24 @@ async def _prepare(
         except Exception as exc:
             step.input = {"args": args, "ignored_model_args": ignored}
             return await fail_step(exe, step, as_tool_error(exc), events=events)
+    try:
+        # What is called is what the journal holds (and what a resume calls again with).
+        args = journal_value(args)
+    except NotJournalable as exc:
+        step.input = {"refused": repr(args)[:500]}
+        return await fail_step(
+            exe, step, InvalidArguments(f"arguments for {tool.name} are not JSON: {exc}")
+        )
     step.input = {"args": args}
     if ignored:
         step.input["ignored_model_args"] = ignored
     exe.pending_events.extend(events)
     return args
+
+
+def _no_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity; JSON (and the journal) has neither.
+    raise json.JSONDecodeError(f"{name} is not JSON", name, 0)
 
 
 async def _enqueue(

@@ -66,13 +66,16 @@ def settle_outbox(d: Dialect, conn: Any, item: OutboxItem) -> bool:
     The lease is cleared but the claimer's owner and epoch stay on the row, so the same
     settle retried (after a lost reply) writes the same values again, while a claimer
     whose row was claimed again since (new epoch) is refused: False, nothing written.
+    A row dropped meanwhile (its run began compensating after the claim's lease ran
+    out) stays dropped unless this delivery reached the provider (``delivered``): a
+    "retry later" must never bring it back to ``pending``.
     """
     changed = d.execute(
         conn,
         "UPDATE outbox SET attempts = :attempts, status = :status, next_attempt_at = :next, "
         "last_error = :err, history = :history, lease_expires_at = NULL, "
         f"updated_at = {d.now_sql} WHERE key = :key AND lease_owner = :owner "
-        "AND claim_epoch = :epoch",
+        "AND claim_epoch = :epoch AND (status = 'pending' OR CAST(:status AS TEXT) = 'delivered')",
         {
             "attempts": item.attempts,
             "status": item.status,
