@@ -84,3 +84,18 @@ async def test_remove_deletes_the_rows_and_the_index(store: SQLStore, store_url:
         )
         assert left == globex_matches
     assert [d.tenant_id for d in await store.list_documents()] == ["globex"]
+
+
+async def test_the_retrieval_bench_runs_and_cleans_up(tmp_path: Path) -> None:
+    from agentledger.bench.retrieval import measure
+    from agentledger.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'bench.db'}"
+    result = await measure(url, n=120, queries=20, k=3, chars=300)
+    assert result["chunks"] == 120 and result["mean_hits"] > 0 and result["p95_ms"] > 0
+    store = open_store(url)
+    await store.open()
+    try:
+        assert await store.list_documents() == []
+    finally:
+        await store.close()

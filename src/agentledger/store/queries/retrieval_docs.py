@@ -267,16 +267,31 @@ def remove_document(d: Dialect, conn: Any, tenant_id: str, ref: str, actor: str)
 def search_chunks(d: Dialect, conn: Any, tenant_id: str, query: str, k: int) -> list[ChunkHit]:
     """The ``k`` chunks of the tenant's documents that best match ``query``.
 
-    A chunk matches when it holds any of the query's words (stemmed); more and rarer
-    words rank higher (SQLite: bm25; PostgreSQL: ts_rank_cd). No words: no hits.
+    Chunks holding every word of the query (stemmed) come first; when they are fewer
+    than ``k``, chunks holding any word follow. Within each group rarer words and more
+    of them rank higher (SQLite: bm25; PostgreSQL: ts_rank). Asking for every word
+    first is also what keeps a search fast: a question's common words alone would match
+    most chunks, and each match must be ranked. No words: no hits.
     """
     terms = query_terms(query)
     if not terms or k <= 0:
         return []
+    hits = _search(d, conn, tenant_id, terms, k, every=True)
+    if len(hits) < k and len(terms) > 1:
+        seen = {h.chunk_id for h in hits}
+        more = _search(d, conn, tenant_id, terms, k + len(hits), every=False)
+        hits += [h for h in more if h.chunk_id not in seen][: k - len(hits)]
+    return hits
+
+
+def _search(
+    d: Dialect, conn: Any, tenant_id: str, terms: list[str], k: int, every: bool
+) -> list[ChunkHit]:
     params: dict[str, Any] = {"tenant": tenant_id, "k": k}
     columns = "c.id AS chunk_id, c.document_id, doc.source, doc.title, c.heading, c.text"
     if d.name == "sqlite":
-        params["q"] = " OR ".join('"' + t.replace('"', "") + '"' for t in terms)
+        quoted = ['"' + t.replace('"', "") + '"' for t in terms]
+        params["q"] = (" AND " if every else " OR ").join(quoted)
         # bm25 is lower for better matches; the heading column weighs more.
         sql = (
             f"SELECT {columns}, -bm25(doc_chunks_fts, 2.0, 1.0) AS score "
@@ -286,10 +301,10 @@ def search_chunks(d: Dialect, conn: Any, tenant_id: str, query: str, k: int) -> 
             "ORDER BY score DESC, c.seq LIMIT :k"
         )
     else:
-        # websearch_to_tsquery never fails on user text; " or " asks for any word.
-        params["q"] = " or ".join(terms)
+        # websearch_to_tsquery never fails on user text; words are ANDed, " or " ORs them.
+        params["q"] = (" " if every else " or ").join(terms)
         sql = (
-            f"SELECT {columns}, ts_rank_cd(c.tsv, query) AS score "
+            f"SELECT {columns}, ts_rank(c.tsv, query) AS score "
             "FROM doc_chunks c JOIN documents doc ON doc.id = c.document_id, "
             "websearch_to_tsquery('english', :q) query "
             "WHERE c.tenant_id = :tenant AND c.tsv @@ query "
