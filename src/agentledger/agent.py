@@ -29,6 +29,9 @@ class Agent:
     policy: Policy | None = None
     budget: Budget = field(default_factory=Budget)
     max_invalid_calls: int = 1  # invalid arguments fed back to the model this many times
+    # Put what is remembered about the run's user (agentledger.memory) into the model's
+    # context as a system message; add memory_tools() to let the agent remember more.
+    memory: bool = False
     end_user_message: str = (
         "We could not finish this automatically; a member of our team will follow up."
     )

@@ -22,6 +22,7 @@ from agentledger.engine.model_step import model_step
 from agentledger.engine.signals import Handover, RunFailed
 from agentledger.engine.tool_step import run_tool_step
 from agentledger.engine.workflow_runner import hash_of, journaled_outcome
+from agentledger.memory.context import memory_note
 from agentledger.models.base import Message
 from agentledger.records import StepStatus
 
@@ -38,6 +39,8 @@ def user_message(run_input: Any) -> str:
 async def run_agent(exe: Execution, agent: Agent) -> Any:
     """Drive the agent until it answers; return ``{"answer": text}``."""
     messages = [Message("system", agent.instructions), Message("user", user_message(exe.run.input))]
+    if agent.memory:  # the user's facts, read for the run's own tenant and user only
+        messages.insert(1, Message("system", await memory_note(exe.store, exe.run)))
     schemas = [t.schema() for t in agent.tools]
     step_no = 1
     invalid_streak = 0

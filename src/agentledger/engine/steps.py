@@ -92,6 +92,7 @@ def tool_context(exe: Execution, step_no: int, key: str, tool: Tool, attempt: in
         run_input=exe.run.input,
         resources=exe.resources,
         clock=exe.clock,
+        store=exe.store,
     )
 
 

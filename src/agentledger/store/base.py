@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentledger.errors import StoreError
 from agentledger.records import (
@@ -29,6 +29,10 @@ from agentledger.records import (
     Step,
     WorkerInfo,
 )
+
+if TYPE_CHECKING:
+    from agentledger.store.queries.memory_facts import Fact
+    from agentledger.store.queries.retrieval_docs import ChunkHit, Document, NewChunk
 
 _UNSET: Any = object()
 
@@ -263,3 +267,60 @@ class Store(ABC):
     @abstractmethod
     async def registrations(self) -> list[dict[str, Any]]:
         """Every (name, version, kind) a worker ever registered."""
+
+    # memory and retrieval (see agentledger.memory, agentledger.retrieval) ------
+    # Backends without them raise NotImplementedError.
+    async def remember_fact(
+        self,
+        tenant_id: str,
+        user_id: str,
+        fact_key: str,
+        fact: str,
+        source_run: str | None = None,
+        source_key: str | None = None,
+    ) -> Fact:
+        """Remember a fact about a user in a tenant (same key again: updated in place)."""
+        raise NotImplementedError
+
+    async def list_facts(
+        self,
+        tenant_id: str | None,
+        user_id: str,
+        created_before: float | None = None,
+    ) -> list[Fact]:
+        """A user's facts in a tenant (None: every tenant), newest first."""
+        raise NotImplementedError
+
+    async def fact_by_source(self, tenant_id: str, user_id: str, source_key: str) -> Fact | None:
+        """The fact the step with idempotency key ``source_key`` wrote, if any."""
+        raise NotImplementedError
+
+    async def forget_facts(
+        self, tenant_id: str, user_id: str, fact_key: str | None, actor: str
+    ) -> int:
+        """Delete a user's facts (one key or all) and audit it; returns rows deleted."""
+        raise NotImplementedError
+
+    async def add_document(
+        self,
+        tenant_id: str,
+        source: str,
+        title: str,
+        kind: str,
+        sha256: str,
+        chunks: list[NewChunk],
+        actor: str,
+    ) -> tuple[Document, bool]:
+        """Index a document's chunks for full-text search; (document, changed)."""
+        raise NotImplementedError
+
+    async def list_documents(self, tenant_id: str | None = None) -> list[Document]:
+        raise NotImplementedError
+
+    async def remove_document(self, tenant_id: str, ref: str, actor: str) -> int:
+        """Remove a tenant's document (by id or source); returns documents removed."""
+        raise NotImplementedError
+
+    async def search_chunks(self, tenant_id: str, query: str, k: int = 5) -> list[ChunkHit]:
+        """Full-text search over one tenant's chunks, best first."""
+        raise NotImplementedError

@@ -47,7 +47,9 @@ from agentledger.store.groupcommit import (
     run_group,
     run_single,
 )
-from agentledger.store.queries import gateway_budgets
+from agentledger.store.queries import gateway_budgets, memory_facts, retrieval_docs
+from agentledger.store.queries.memory_facts import Fact
+from agentledger.store.queries.retrieval_docs import ChunkHit, Document, NewChunk
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -366,6 +368,84 @@ class SQLStore(Store):
 
     async def registrations(self) -> list[dict[str, Any]]:
         return await self._call(lambda c: q.registrations(self.dialect, c), write=False)
+
+    # memory and retrieval ----------------------------------------------------
+
+    async def remember_fact(
+        self,
+        tenant_id: str,
+        user_id: str,
+        fact_key: str,
+        fact: str,
+        source_run: str | None = None,
+        source_key: str | None = None,
+    ) -> Fact:
+        return await self._call(
+            lambda c: memory_facts.upsert_fact(
+                self.dialect, c, tenant_id, user_id, fact_key, fact, source_run, source_key
+            )
+        )
+
+    async def list_facts(
+        self, tenant_id: str | None, user_id: str, created_before: float | None = None
+    ) -> list[Fact]:
+        if tenant_id is None:
+            return await self._call(
+                lambda c: memory_facts.all_facts(self.dialect, c, None, user_id), write=False
+            )
+        return await self._call(
+            lambda c: memory_facts.list_facts(
+                self.dialect, c, tenant_id, user_id, created_before=created_before
+            ),
+            write=False,
+        )
+
+    async def fact_by_source(self, tenant_id: str, user_id: str, source_key: str) -> Fact | None:
+        return await self._call(
+            lambda c: memory_facts.fact_by_source(self.dialect, c, tenant_id, user_id, source_key),
+            write=False,
+        )
+
+    async def forget_facts(
+        self, tenant_id: str, user_id: str, fact_key: str | None, actor: str
+    ) -> int:
+        return await self._call(
+            lambda c: memory_facts.forget_facts(
+                self.dialect, c, tenant_id, user_id, fact_key, actor
+            )
+        )
+
+    async def add_document(
+        self,
+        tenant_id: str,
+        source: str,
+        title: str,
+        kind: str,
+        sha256: str,
+        chunks: list[NewChunk],
+        actor: str,
+    ) -> tuple[Document, bool]:
+        return await self._call(
+            lambda c: retrieval_docs.add_document(
+                self.dialect, c, tenant_id, source, title, kind, sha256, chunks, actor
+            )
+        )
+
+    async def list_documents(self, tenant_id: str | None = None) -> list[Document]:
+        return await self._call(
+            lambda c: retrieval_docs.list_documents(self.dialect, c, tenant_id), write=False
+        )
+
+    async def remove_document(self, tenant_id: str, ref: str, actor: str) -> int:
+        return await self._call(
+            lambda c: retrieval_docs.remove_document(self.dialect, c, tenant_id, ref, actor)
+        )
+
+    async def search_chunks(self, tenant_id: str, query: str, k: int = 5) -> list[ChunkHit]:
+        return await self._call(
+            lambda c: retrieval_docs.search_chunks(self.dialect, c, tenant_id, query, k),
+            write=False,
+        )
 
 
 __all__ = ["SQLStore", "StoreError"]

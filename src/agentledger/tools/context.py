@@ -27,6 +27,9 @@ class ToolContext:
     run_input: Any = None
     resources: dict[str, Any] = field(default_factory=dict)
     clock: Clock = field(default=SYSTEM, repr=False)
+    # The worker's store (an agentledger.store.Store): memory and retrieval tools read
+    # and write the run's tenant's rows through it. None outside a worker.
+    store: Any = field(default=None, repr=False)
 
     def time_left(self) -> float:
         """Seconds left before this call's deadline."""

@@ -366,3 +366,8 @@ agent = app.add_agent(
         end_user_message="We could not finish your booking automatically; our team will follow up.",
     )
 )
+
+# The help agent (policy answers from documents, guest memory): knowledge.py.
+from agentledger.examples.stayhub.knowledge import register_knowledge  # noqa: E402
+
+register_knowledge(app)

@@ -1,0 +1,135 @@
+"""``agentledger docs``: documents indexed for retrieval (add, list, remove, search)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+from rich import box
+from rich.table import Table
+
+from agentledger.cli.common import (
+    check_text,
+    db_option,
+    json_option,
+    print_json,
+    run_async,
+    with_store,
+)
+from agentledger.cli.memory import default_actor
+from agentledger.cli.text import cell, console
+from agentledger.retrieval.ingest import index_path, load_document
+from agentledger.store import SQLStore
+
+tenant_option = click.option("--tenant", "tenant_id", default="default", show_default=True)
+
+
+@click.group("docs")
+def docs() -> None:
+    """Documents agents search (policies, FAQs): Markdown, text and HTML."""
+
+
+@docs.command("add")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@tenant_option
+@db_option
+@run_async
+async def add(paths: tuple[Path, ...], tenant_id: str, db: str) -> None:
+    """Chunk and index files for a tenant (the same file again: updated in place)."""
+    check_text(tenant_id, "--tenant")
+    for path in paths:  # read every file first: a bad one fails before anything is written
+        load_document(path)
+    actor = default_actor()
+
+    async def go(store: SQLStore) -> None:
+        for path in paths:
+            doc, changed = await index_path(store, path, tenant_id, actor=actor)
+            state = "indexed" if changed else "unchanged"
+            click.echo(f"{state} {doc.id} {doc.title!r}: {doc.chunks} chunks ({doc.source})")
+
+    await with_store(db, go, create=True)
+
+
+@docs.command("list")
+@click.option("--tenant", "tenant_id", default=None, help="Only this tenant [default: all].")
+@db_option
+@json_option
+@run_async
+async def list_docs(tenant_id: str | None, db: str, as_json: bool) -> None:
+    """List indexed documents."""
+    check_text(tenant_id, "--tenant")
+    found = await with_store(db, lambda s: s.list_documents(tenant_id))
+    if as_json:
+        print_json([d.__dict__ for d in found])
+        return
+    if not found:
+        click.echo("no documents")
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("document", no_wrap=True)
+    for header in ("tenant", "title", "kind", "chunks", "added", "source"):
+        table.add_column(header, overflow="fold")
+    for d in found:
+        table.add_row(
+            cell(d.id),
+            cell(d.tenant_id),
+            cell(d.title),
+            d.kind,
+            str(d.chunks),
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(d.created_at)),
+            cell(d.source),
+        )
+    console().print(table)
+
+
+@docs.command("remove")
+@click.argument("refs", nargs=-1, required=True)
+@tenant_option
+@db_option
+@run_async
+async def remove(refs: tuple[str, ...], tenant_id: str, db: str) -> None:
+    """Remove documents (by id, or by source: the path they were added from)."""
+    check_text(tenant_id, "--tenant")
+    actor = default_actor()
+
+    async def go(store: SQLStore) -> list[tuple[str, int]]:
+        out = []
+        for ref in refs:
+            removed = await store.remove_document(tenant_id, ref, actor)
+            if not removed and Path(ref).exists():  # a path given as typed: try it resolved
+                removed = await store.remove_document(tenant_id, str(Path(ref).resolve()), actor)
+            out.append((ref, removed))
+        return out
+
+    missing = []
+    for ref, removed in await with_store(db, go):
+        if removed:
+            click.echo(f"removed {ref}")
+        else:
+            missing.append(ref)
+    if missing:
+        raise click.ClickException(
+            f"no document {', '.join(missing)} in tenant {tenant_id}; see `agentledger docs list`"
+        )
+
+
+@docs.command("search")
+@click.argument("query")
+@tenant_option
+@click.option("-k", "k", default=4, show_default=True, help="How many chunks.")
+@db_option
+@json_option
+@run_async
+async def search(query: str, tenant_id: str, k: int, db: str, as_json: bool) -> None:
+    """Search a tenant's documents as an agent's search_docs tool would."""
+    check_text(tenant_id, "--tenant")
+    hits = await with_store(db, lambda s: s.search_chunks(tenant_id, query, k))
+    if as_json:
+        print_json([h.to_dict() for h in hits])
+        return
+    if not hits:
+        click.echo("no match")
+    for h in hits:
+        click.echo(f"[{h.chunk_id}] {h.title} > {h.heading}  (score {h.score:.3f})")
+        click.echo("    " + h.text[:300].replace("\n", " "))

@@ -1,0 +1,23 @@
+"""Retrieval: documents (Markdown, text, HTML) chunked and indexed in the store, found
+by full-text search (SQLite FTS5, PostgreSQL tsvector + GIN), exposed to agents as the
+read tool :data:`search_docs` whose results carry document and chunk ids to cite.
+
+Embeddings are not used: no embedding model that ships inside a PyPI package and loads
+offline is a dependency of this package (see docs/architecture.md).
+"""
+
+from agentledger.retrieval.chunking import Chunk, chunk_markdown, chunk_text
+from agentledger.retrieval.html import html_to_markdown
+from agentledger.retrieval.ingest import LoadedDocument, index_path, load_document
+from agentledger.retrieval.tools import search_docs
+
+__all__ = [
+    "Chunk",
+    "LoadedDocument",
+    "chunk_markdown",
+    "chunk_text",
+    "html_to_markdown",
+    "index_path",
+    "load_document",
+    "search_docs",
+]
