@@ -12,6 +12,7 @@ from agentledger.store.base import (
     RunUpdate,
     Store,
     UnstorableBatch,
+    UnstorableValue,
 )
 from agentledger.store.sqlstore import SQLStore
 
@@ -53,5 +54,6 @@ __all__ = [
     "SQLStore",
     "Store",
     "UnstorableBatch",
+    "UnstorableValue",
     "open_store",
 ]

@@ -109,7 +109,14 @@ class AlreadyDecided(StoreError):
         self.approval = approval
 
 
-class UnstorableBatch(StoreError):
+class UnstorableValue(StoreError):
+    """A value no database column can hold faithfully (NaN or an infinity where a time,
+    a lease or an amount goes, JSON that cannot be encoded, an integer past 64 bits).
+    Refused before anything is written: stored, it would park a run forever, pin a
+    lease that never expires, or fail the group it was committed with."""
+
+
+class UnstorableBatch(UnstorableValue):
     """A batch holds a value the database cannot store; it fails alone, never its group."""
 
 

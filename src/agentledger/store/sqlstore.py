@@ -14,9 +14,11 @@ A batch is validated (encoded) before it joins a group, and a group the database
 refuses falls back to one transaction per batch: one poisoned batch fails alone.
 
 Every job is safe to run again after a lost connection, whose COMMIT may have
-committed with the reply lost: submits carry a request id, claims and batches a
-token written with them, and the other operations are idempotent as they are
-(absolute values, fenced or guarded updates, a decision repeated by its decider).
+committed with the reply lost: submits carry a request id (and meet a concurrent
+submit of the same id on its unique index), claims of runs and outbox rows, journal
+batches, releases and appended events a token written with them, and the other
+operations are idempotent as they are (absolute values, fenced or guarded updates, a
+decision repeated by its decider, an effect swap that recognises its own row).
 """
 
 from __future__ import annotations
@@ -259,7 +261,15 @@ class SQLStore(Store):
         )
 
     async def release_run(self, run_id: str, epoch: int, owner: str) -> bool:
-        return await self._call(lambda c: q.release_run(self.dialect, c, run_id, epoch, owner))
+        token = q.new_token()
+
+        def recover(c: Any) -> Any:  # released before the reply was lost: say so
+            return True if q.has_event(self.dialect, c, run_id, token) else NOT_DONE
+
+        return await self._call(
+            lambda c: q.release_run(self.dialect, c, run_id, epoch, owner, token),
+            recover=recover,
+        )
 
     async def expire_leases_of(self, owners: list[str]) -> int:
         return await self._call(lambda c: q.expire_leases_of(self.dialect, c, owners))
@@ -327,7 +337,15 @@ class SQLStore(Store):
         )
 
     async def append_event(self, run_id: str, type: str, actor: str, data: Any) -> None:
-        await self._call(lambda c: q.insert_event(self.dialect, c, run_id, type, actor, data))
+        token = q.new_token()
+
+        def recover(c: Any) -> Any:  # appended before the reply was lost: not again
+            return None if q.has_event(self.dialect, c, run_id, token) else NOT_DONE
+
+        await self._call(
+            lambda c: q.insert_event(self.dialect, c, run_id, type, actor, data, token),
+            recover=recover,
+        )
 
     async def get_approvals(
         self, run_id: str | None = None, pending: bool = False
@@ -342,8 +360,15 @@ class SQLStore(Store):
         )
 
     async def claim_outbox(self, owner: str, limit: int, lease_seconds: float) -> list[OutboxItem]:
+        token = q.new_token()
+
+        def recover(c: Any) -> Any:  # leased before the reply was lost: those rows
+            found = q.claimed_outbox(self.dialect, c, owner, token)
+            return NOT_DONE if found is None else found
+
         return await self._call(
-            lambda c: q.claim_outbox(self.dialect, c, owner, limit, lease_seconds)
+            lambda c: q.claim_outbox(self.dialect, c, owner, limit, lease_seconds, token),
+            recover=recover,
         )
 
     async def settle_outbox(self, item: OutboxItem) -> bool:

@@ -107,14 +107,21 @@ def make_owner_id() -> str:
     return str(me())
 
 
+def _ascii_digits(text: str) -> bool:
+    # str.isdigit() accepts other scripts' digits, and int() reads them: "\u0663" is 3.
+    return text.isascii() and text.isdigit()
+
+
 def parse_owner(owner: str) -> ProcessId | None:
-    """The identity in an owner id; None for an old-format or malformed id (never reaped)."""
-    parts = owner.split(":")
+    """The identity in an owner id; None for an old-format or malformed id (never reaped).
+
+    Parsed from the right: a hostname may hold colons (an IPv6 literal)."""
+    parts = owner.rsplit(":", 3)
     if len(parts) != 4 or parts[3].count(".") != 2:
         return None
     host, pid_text, start, tail = parts
     nonce, boot_id, pid_ns = tail.split(".")
-    if not pid_text.isdigit() or not start.isdigit() or not pid_ns.isdigit():
+    if not (_ascii_digits(pid_text) and _ascii_digits(start) and _ascii_digits(pid_ns)):
         return None
     if not boot_id or not all(c in "0123456789abcdef" for c in boot_id):
         return None
@@ -144,12 +151,16 @@ def owner_is_dead(
 
 
 def _start_in_our_namespace(pid: int) -> str | None:
+    if pid <= 0:
+        return ""  # 0 and below name process groups, not a process: prove nothing
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return None
     except PermissionError:
         pass  # it exists, owned by someone else
+    except (OverflowError, ValueError):
+        return ""  # a pid no kernel has: an id we did not write, prove nothing
     return process_start(pid)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from agentledger.records import dumps
 from agentledger.store.base import Batch
 from agentledger.store.dialect import clean_params
-from agentledger.store.postgres.connection import convert_placeholders
+from agentledger.store.postgres.connection import NOW_SQL, convert_placeholders
 from agentledger.store.queries import STEP_COLUMNS, STEP_UPSERT, fence_update, step_params
 
 # Parameter name and type of each steps column, in STEP_COLUMNS order. The casts
@@ -53,7 +53,7 @@ def is_plain(batch: Batch) -> bool:
 
 def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
     """One statement for a plain batch; it returns the number of fenced rows (0 or 1)."""
-    fence_sql, params = fence_update(batch)
+    fence_sql, params = fence_update(batch, NOW_SQL)
     parts = [f"fence AS ({fence_sql} RETURNING id)"]
     if batch.steps:
         params.update({f"s_{k}": v for k, v in step_params(batch.steps[0]).items()})

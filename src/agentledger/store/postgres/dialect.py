@@ -38,6 +38,7 @@ from agentledger.store.postgres.connection import (
     CONNECT_DEFAULTS,
     DISCONNECT_STATES,
     MIGRATION_LOCK_KEY,
+    NOW_SQL,
     RUNS_CHANNEL,
     connect,
     connect_error,
@@ -53,8 +54,7 @@ class PostgresDialect(Dialect):
     """PostgreSQL hooks (psycopg 3)."""
 
     name = "postgres"
-    # statement_timestamp(): the server's clock, one value for the whole statement.
-    now_sql = "EXTRACT(EPOCH FROM statement_timestamp())::float8"
+    now_sql = NOW_SQL  # statement_timestamp(): the server's clock, one value per statement
 
     def __init__(self, url: str) -> None:
         super().__init__(url)

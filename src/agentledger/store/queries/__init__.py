@@ -16,6 +16,7 @@ from agentledger.store.queries.common import (
     new_token,
 )
 from agentledger.store.queries.events import (
+    has_event,
     insert_event,
     list_events,
 )
@@ -38,6 +39,7 @@ from agentledger.store.queries.migrations import (
 )
 from agentledger.store.queries.outbox import (
     claim_outbox,
+    claimed_outbox,
     drop_outbox,
     insert_outbox,
     list_outbox,
@@ -75,6 +77,7 @@ __all__ = [
     "cancel_run",
     "claim_outbox",
     "claim_runs",
+    "claimed_outbox",
     "claimed_with",
     "committed",
     "count_runs",
@@ -88,6 +91,7 @@ __all__ = [
     "get_approvals",
     "get_effect",
     "get_run",
+    "has_event",
     "heartbeat_worker",
     "insert_approval",
     "insert_event",

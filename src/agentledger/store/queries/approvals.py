@@ -67,7 +67,9 @@ def decide_approval(
     )
     found = d.fetchall(conn, "SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
     if not found:
-        raise StoreError(f"no approval {approval_id}; list them with `agentledger approvals list`")
+        raise StoreError(
+            f"no approval {clean_text(approval_id)!r}; list them with `agentledger approvals list`"
+        )
     approval = rows.approval_from(found[0])
     if changed == 0:
         if approval.decision == decision and approval.decided_by == clean_text(decided_by):

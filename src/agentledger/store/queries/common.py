@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
 import secrets
 import time
+from typing import Any
+
+from agentledger.records import dumps
+from agentledger.store.base import UnstorableValue
 
 RUN_COLUMNS = (
     "id, tenant_id, user_id, kind, name, version, input, status, step_count, tokens, "
@@ -21,3 +27,46 @@ def new_token() -> str:
 def new_id(prefix: str = "") -> str:
     """A time-ordered id: milliseconds then randomness, so ids sort by creation."""
     return f"{prefix}{int(time.time() * 1000):011x}{secrets.token_hex(5)}"
+
+
+def check_finite(name: str, value: float | None) -> None:
+    """Refuse NaN and the infinities (None passes): a time or an amount that no
+    comparison can order would park a run forever or pin a lease that never expires."""
+    if value is None or isinstance(value, int):
+        return
+    if not isinstance(value, float) or not math.isfinite(value):
+        raise UnstorableValue(f"{name} must be a finite number (got {value!r})")
+
+
+def check_time(name: str, value: float | None) -> None:
+    """A point in time given by a caller: None or finite."""
+    check_finite(name, value)
+
+
+def check_lease(seconds: float) -> None:
+    """A lease length: finite (a lease that never expires strands its run). A worker's
+    own lower bound is its configuration's (worker/config.py); a lease already expired
+    (0 or less) is allowed, tests use it to hand a run over at once."""
+    check_finite("lease_seconds", seconds)
+
+
+def delay_of(at: float | None) -> float | None:
+    """A time read on the caller's clock, as a delay from now on that same clock.
+
+    Written as ``<database now> + delay``: the offset between the caller's clock and the
+    database's cancels out, so a worker whose clock is a minute off parks a run for as
+    long as it meant, never a minute too long or too short (docs/architecture.md).
+    """
+    return None if at is None else at - time.time()
+
+
+def json_text(name: str, value: Any) -> str:
+    """``value`` as the JSON text of a column; NaN and the infinities are refused (JSON
+    cannot carry them: stored, they would make every reader of the column fail)."""
+    text = dumps(value)
+    if "NaN" in text or "Infinity" in text:  # cheap screen; the strict encode decides
+        try:
+            json.dumps(value, allow_nan=False, default=str)
+        except ValueError as exc:
+            raise UnstorableValue(f"{name} holds a value JSON cannot carry ({exc})") from exc
+    return text

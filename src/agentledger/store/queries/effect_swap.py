@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agentledger.records import Effect, dumps
+from agentledger.canonical import clean_text
+from agentledger.records import Effect, loads
 from agentledger.store import rows
 from agentledger.store.dialect import Dialect
+from agentledger.store.queries.common import json_text
 
 
 def swap_effect(
@@ -19,12 +21,13 @@ def swap_effect(
     Returns (written, the row as it is now). Idempotent: a retry after a lost reply
     finds its own write and reports it written.
     """
-    params = {
+    result = json_text("effect result", effect.result)
+    params: dict[str, Any] = {
         "key": effect.key,
         "run_id": effect.run_id,
         "step_no": effect.step_no,
         "status": effect.status,
-        "result": dumps(effect.result),
+        "result": result,
         "now": time.time(),
         "expected": expected,
     }
@@ -47,10 +50,12 @@ def swap_effect(
     current = rows.effect_from(found[0]) if found else None
     if changed:
         return True, current
-    mine = current is not None and (
-        current.run_id,
-        current.step_no,
-        current.status,
-        current.result,
-    ) == (effect.run_id, effect.step_no, effect.status, effect.result)
+    # Compared as stored: text sanitized, the result through its JSON round trip, so a
+    # retry of a write holding a NUL or a lone surrogate still recognises itself.
+    wanted = (clean_text(effect.run_id), effect.step_no, clean_text(effect.status))
+    mine = (
+        current is not None
+        and (current.run_id, current.step_no, current.status) == wanted
+        and current.result == loads(result)
+    )
     return mine, current

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agentledger.canonical import clean_text
 from agentledger.errors import LeaseLost
 from agentledger.records import (
     Effect,
@@ -13,9 +14,16 @@ from agentledger.records import (
     dumps,
 )
 from agentledger.store import rows
-from agentledger.store.base import _UNSET, Batch, EffectClaimed, UnstorableBatch
+from agentledger.store.base import (
+    _UNSET,
+    Batch,
+    EffectClaimed,
+    UnstorableBatch,
+    UnstorableValue,
+)
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.approvals import insert_approval
+from agentledger.store.queries.common import check_finite, check_time, delay_of, json_text
 from agentledger.store.queries.events import insert_event
 from agentledger.store.queries.outbox import drop_outbox, insert_outbox
 
@@ -27,10 +35,13 @@ def load_journal(d: Dialect, conn: Any, run_id: str) -> list[Step]:
     return [rows.step_from(r) for r in found]
 
 
-def fence_update(batch: Batch) -> tuple[str, dict[str, Any]]:
+def fence_update(batch: Batch, now_sql: str = ":now") -> tuple[str, dict[str, Any]]:
     """The fence: an UPDATE of the run row that matches only while the lease epoch
-    and owner are the writer's (and the run is still running). Returns SQL, params."""
-    sets = ["updated_at = :now", "write_token = :token"]
+    and owner are the writer's (and the run is still running). Returns SQL, params.
+
+    ``now_sql`` is the dialect's clock (:attr:`Dialect.now_sql`): a park time is written
+    as the database's now plus the delay the writer meant (see ``common.delay_of``)."""
+    sets = [f"updated_at = {now_sql}", "write_token = :token"]
     params: dict[str, Any] = {
         "now": time.time(),
         "id": batch.run_id,
@@ -52,12 +63,12 @@ def fence_update(batch: Batch) -> tuple[str, dict[str, Any]]:
                 params[name] = value
         if update.result is not _UNSET:
             sets.append("result = :result")
-            params["result"] = dumps(update.result)
+            params["result"] = json_text("result", update.result)
         if update.status is not None and update.status != RunStatus.RUNNING:
             sets += ["status = :status", "lease_owner = NULL", "lease_expires_at = NULL"]
-            sets.append("available_at = :available_at")
+            sets.append(f"available_at = {now_sql} + :available_in")
             params["status"] = update.status
-            params["available_at"] = update.available_at
+            params["available_in"] = delay_of(update.available_at)
     sql = (
         f"UPDATE runs SET {', '.join(sets)} WHERE id = :id AND lease_epoch = :epoch "
         "AND lease_owner = :owner AND status = 'running'"
@@ -67,7 +78,7 @@ def fence_update(batch: Batch) -> tuple[str, dict[str, Any]]:
 
 def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
     """Apply one fenced batch: the fence first, then the batch's writes."""
-    sql, params = fence_update(batch)
+    sql, params = fence_update(batch, d.now_sql)
     if d.execute(conn, sql, params) == 0:
         raise LeaseLost(batch.run_id, batch.epoch)
     for step in batch.steps:
@@ -109,31 +120,46 @@ def validate_batch(batch: Batch) -> None:
     with :class:`UnstorableBatch`, and never fails the batches committed with it.
     Text needs no check here: every parameter is sanitized on its way to the driver."""
     try:
+        update = batch.run
+        if update is not None:
+            check_time("available_at", update.available_at)
         params: list[Any] = [fence_update(batch)[1]]
         params += [step_params(s) for s in batch.steps]
-        params += [dumps(e.result) for e in batch.effects]
-        params += [(o.step_no, dumps(o.payload)) for o in batch.outbox]
-        params += [(a.step_no, dumps(a.arguments), a.requested_at) for a in batch.approvals]
-        params += [dumps(e.data) for e in batch.events]
+        params += [json_text("effect result", e.result) for e in batch.effects]
+        params += [e.step_no for e in batch.effects]
+        params += [(o.step_no, json_text("outbox payload", o.payload)) for o in batch.outbox]
+        params += [o.next_attempt_at for o in batch.outbox]
+        params += [
+            (a.step_no, json_text("approval arguments", a.arguments), a.requested_at)
+            for a in batch.approvals
+        ]
+        params += [a.expires_at for a in batch.approvals]
+        params += [json_text("event data", e.data) for e in batch.events]
+        _check_numbers(params)
+    except UnstorableValue as exc:
+        raise UnstorableBatch(f"run {clean_text(batch.run_id)}: {exc}") from exc
     except (RecursionError, ValueError, TypeError) as exc:
         raise UnstorableBatch(
-            f"run {batch.run_id}: a value in this write cannot be encoded ({exc})"
+            f"run {clean_text(batch.run_id)}: a value in this write cannot be encoded ({exc})"
         ) from exc
-    _check_ints(batch.run_id, params)
 
 
-def _check_ints(run_id: str, value: Any) -> None:
+def _check_numbers(value: Any) -> None:
+    """Every integer fits in 64 bits and every float is finite (SQLite stores NaN as
+    NULL, PostgreSQL sorts it above every time: a run parked "until NaN" never wakes)."""
     if isinstance(value, bool):
         return
     if isinstance(value, int):
         if not _INT64[0] <= value <= _INT64[1]:
-            raise UnstorableBatch(f"run {run_id}: integer {value} does not fit in 64 bits")
+            raise UnstorableValue(f"integer {value} does not fit in 64 bits")
+    elif isinstance(value, float):
+        check_finite("a number", value)
     elif isinstance(value, dict):
         for v in value.values():
-            _check_ints(run_id, v)
+            _check_numbers(v)
     elif isinstance(value, list | tuple):
         for v in value:
-            _check_ints(run_id, v)
+            _check_numbers(v)
 
 
 STEP_COLUMNS = (
@@ -159,9 +185,9 @@ def step_params(step: Step) -> dict[str, Any]:
         "kind": step.kind,
         "name": step.name,
         "status": step.status,
-        "input": None if step.input is None else dumps(step.input),
+        "input": None if step.input is None else json_text("step input", step.input),
         "input_hash": step.input_hash,
-        "output": None if step.output is None else dumps(step.output),
+        "output": None if step.output is None else json_text("step output", step.output),
         "attempts": step.attempts,
         "key": step.idempotency_key,
         "started_at": step.started_at,

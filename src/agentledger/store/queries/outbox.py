@@ -12,6 +12,7 @@ from agentledger.records import (
 )
 from agentledger.store import rows
 from agentledger.store.dialect import Dialect
+from agentledger.store.queries.common import check_lease, check_time, delay_of, json_text
 
 
 def insert_outbox(d: Dialect, conn: Any, item: OutboxItem) -> None:
@@ -20,24 +21,32 @@ def insert_outbox(d: Dialect, conn: Any, item: OutboxItem) -> None:
         conn,
         "INSERT INTO outbox (key, run_id, step_no, tool, payload, attempts, next_attempt_at, "
         "status, created_at, updated_at) VALUES (:key, :run_id, :step_no, :tool, :payload, 0, "
-        f"COALESCE(:next, {now}), 'pending', {now}, {now}) ON CONFLICT (key) DO NOTHING",
+        f"{now} + COALESCE(:next_in, 0), 'pending', {now}, {now}) ON CONFLICT (key) DO NOTHING",
         {
             "key": item.key,
             "run_id": item.run_id,
             "step_no": item.step_no,
             "tool": item.tool,
             "payload": dumps(item.payload),
-            "next": item.next_attempt_at or None,
+            # A time on the writer's clock, written as a delay on the database's.
+            "next_in": delay_of(item.next_attempt_at or None),
         },
     )
 
 
 def claim_outbox(
-    d: Dialect, conn: Any, owner: str, limit: int, lease_seconds: float
+    d: Dialect,
+    conn: Any,
+    owner: str,
+    limit: int,
+    lease_seconds: float,
+    token: str | None = None,
 ) -> list[OutboxItem]:
     """Lease up to ``limit`` due rows. Only ``pending`` rows are claimed (a delivered or
     dropped row never is), each claim bumps the row's ``claim_epoch``, and the lease is
-    judged by the database's clock."""
+    judged by the database's clock. ``token`` marks the rows of this claim (see
+    :func:`claimed_outbox`)."""
+    check_lease(lease_seconds)
     now = d.now_sql
     found = d.fetchall(
         conn,
@@ -51,13 +60,26 @@ def claim_outbox(
         got = d.fetchall(
             conn,
             f"UPDATE outbox SET lease_owner = :owner, lease_expires_at = {now} + :lease, "
+            "claim_token = :token, "
             f"claim_epoch = claim_epoch + 1, updated_at = {now} WHERE key = :key "
             f"AND status = 'pending' AND (lease_expires_at IS NULL OR lease_expires_at < {now}) "
             "RETURNING *",
-            {"owner": owner, "lease": float(lease_seconds), "key": r["key"]},
+            {"owner": owner, "lease": float(lease_seconds), "key": r["key"], "token": token},
         )
         claimed += [rows.outbox_from(g) for g in got]
     return claimed
+
+
+def claimed_outbox(d: Dialect, conn: Any, owner: str, token: str) -> list[OutboxItem] | None:
+    """The rows a claim with ``token`` leased and still holds (a claim retried after a
+    lost COMMIT reply), or None when that claim leased nothing."""
+    found = d.fetchall(
+        conn,
+        "SELECT * FROM outbox WHERE claim_token = :token AND lease_owner = :owner "
+        "AND status = 'pending' ORDER BY next_attempt_at",
+        {"token": token, "owner": owner},
+    )
+    return [rows.outbox_from(r) for r in found] or None
 
 
 def settle_outbox(d: Dialect, conn: Any, item: OutboxItem) -> bool:
@@ -70,18 +92,20 @@ def settle_outbox(d: Dialect, conn: Any, item: OutboxItem) -> bool:
     out) stays dropped unless this delivery reached the provider (``delivered``): a
     "retry later" must never bring it back to ``pending``.
     """
+    check_time("next_attempt_at", item.next_attempt_at)
     changed = d.execute(
         conn,
-        "UPDATE outbox SET attempts = :attempts, status = :status, next_attempt_at = :next, "
+        f"UPDATE outbox SET attempts = :attempts, status = :status, "
+        f"next_attempt_at = {d.now_sql} + :next_in, "
         "last_error = :err, history = :history, lease_expires_at = NULL, "
         f"updated_at = {d.now_sql} WHERE key = :key AND lease_owner = :owner "
         "AND claim_epoch = :epoch AND (status = 'pending' OR CAST(:status AS TEXT) = 'delivered')",
         {
             "attempts": item.attempts,
             "status": item.status,
-            "next": item.next_attempt_at,
+            "next_in": delay_of(item.next_attempt_at),
             "err": item.last_error,
-            "history": dumps(item.history),
+            "history": json_text("outbox history", item.history),
             "key": item.key,
             "owner": item.lease_owner,
             "epoch": item.claim_epoch,

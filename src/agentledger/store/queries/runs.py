@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
 from agentledger.records import (
     Run,
     RunStatus,
-    dumps,
     target_of,
 )
 from agentledger.store import rows
 from agentledger.store.base import NewRun
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries.common import RUN_COLUMNS, new_id, new_token
+from agentledger.store.queries.common import (
+    RUN_COLUMNS,
+    check_lease,
+    check_time,
+    delay_of,
+    json_text,
+    new_id,
+    new_token,
+)
 from agentledger.store.queries.events import insert_event
 
 
@@ -28,6 +36,7 @@ def create_run(d: Dialect, conn: Any, new: NewRun) -> Run:
         existing = find_request(d, conn, new.request_id)
         if existing is not None:
             return existing
+    check_time("available_at", new.available_at)
     run_id = new_id("r")
     params = {
         "id": run_id,
@@ -37,20 +46,29 @@ def create_run(d: Dialect, conn: Any, new: NewRun) -> Run:
         "name": new.name,
         "version": new.version,
         "target": target_of(new.name, new.version),
-        "input": dumps(new.input),
+        "input": json_text("input", new.input),
         "status": RunStatus.QUEUED,
-        "available_at": new.available_at,
+        "available_in": delay_of(new.available_at),
         "request_id": new.request_id,
     }
     now = d.now_sql
-    d.execute(
+    # ON CONFLICT: a second submitter with the same request id whose INSERT meets ours
+    # in flight waits for it, then inserts nothing and returns the run ours made.
+    inserted = d.execute(
         conn,
         "INSERT INTO runs (id, tenant_id, user_id, kind, name, version, target, input, status, "
         "created_at, updated_at, available_at, request_id) VALUES (:id, :tenant_id, :user_id, "
         f":kind, :name, :version, :target, :input, :status, {now}, {now}, "
-        f"COALESCE(:available_at, {now}), :request_id)",
+        f"{now} + COALESCE(:available_in, 0), :request_id) "
+        "ON CONFLICT (request_id) DO NOTHING",
         params,
     )
+    if inserted == 0:
+        assert new.request_id is not None
+        existing = find_request(d, conn, new.request_id)
+        if existing is None:
+            raise StoreError(f"submit {clean_text(new.request_id)!r} conflicted and vanished")
+        return existing
     insert_event(d, conn, run_id, "run.submitted", new.user_id or "api", {"input": new.input})
     d.notify_runnable(conn)
     run = get_run(d, conn, run_id)
@@ -100,6 +118,7 @@ def claim_runs(
     token: str = "",
 ) -> list[Run]:
     """Claim runnable runs, judged by the database's clock (:attr:`Dialect.now_sql`)."""
+    check_lease(lease_seconds)
     if not targets or limit <= 0:
         return []
     params: dict[str, Any] = {
@@ -132,6 +151,7 @@ def claimed_with(d: Dialect, conn: Any, owner: str, token: str) -> list[Run] | N
 def renew_leases(
     d: Dialect, conn: Any, owner: str, leases: dict[str, int], lease_seconds: float
 ) -> set[str]:
+    check_lease(lease_seconds)
     lost = set()
     for run_id, epoch in sorted(leases.items()):  # row locks in id order, like commits
         changed = d.execute(
@@ -145,7 +165,12 @@ def renew_leases(
     return lost
 
 
-def release_run(d: Dialect, conn: Any, run_id: str, epoch: int, owner: str) -> bool:
+def release_run(
+    d: Dialect, conn: Any, run_id: str, epoch: int, owner: str, token: str | None = None
+) -> bool:
+    """Give the run back (queued, lease cleared), fenced by epoch and owner. ``token``
+    marks its ``run.released`` event: a release retried after a lost reply finds it
+    (see :func:`agentledger.store.queries.events.has_event`) and answers True."""
     now = d.now_sql
     changed = d.execute(
         conn,
@@ -155,7 +180,7 @@ def release_run(d: Dialect, conn: Any, run_id: str, epoch: int, owner: str) -> b
         {"id": run_id, "epoch": epoch, "owner": owner},
     )
     if changed:
-        insert_event(d, conn, run_id, "run.released", owner, {"epoch": epoch})
+        insert_event(d, conn, run_id, "run.released", owner, {"epoch": epoch}, token)
         d.notify_runnable(conn)
     return changed > 0
 
@@ -196,7 +221,7 @@ def cancel_run(d: Dialect, conn: Any, run_id: str, reason: str, actor: str) -> R
     """
     run = get_run(d, conn, run_id)
     if run is None:
-        raise StoreError(f"no run {run_id}; list runs with `agentledger runs list`")
+        raise StoreError(f"no run {clean_text(run_id)!r}; list runs with `agentledger runs list`")
     if run.terminal:
         return run
     now = d.now_sql
