@@ -50,14 +50,19 @@ def check_lease(seconds: float) -> None:
     check_finite("lease_seconds", seconds)
 
 
+CLOCK_RESOLUTION = 0.001  # seconds: the coarsest database clock (SQLite julianday)
+
+
 def delay_of(at: float | None) -> float | None:
     """A time read on the caller's clock, as a delay from now on that same clock.
 
     Written as ``<database now> + delay``: the offset between the caller's clock and the
     database's cancels out, so a worker whose clock is a minute off parks a run for as
     long as it meant, never a minute too long or too short (docs/architecture.md).
+    SQLite reads its clock in whole milliseconds, so the delay is rounded up by one: a
+    park never ends before the time meant (a Retry-After is honoured, not shaved).
     """
-    return None if at is None else at - time.time()
+    return None if at is None else at - time.time() + CLOCK_RESOLUTION
 
 
 def json_text(name: str, value: Any) -> str:
