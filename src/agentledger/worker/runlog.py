@@ -11,26 +11,11 @@ import json
 import logging
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from agentledger.records import Run, RunStatus
 from agentledger.store.base import Store
 
 log = logging.getLogger("agentledger.worker")
-
-
-def redacted_url(url: str) -> str:
-    """A database URL fit for a log line: the password replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
 
 
 async def waiting_for(store: Store, run: Run) -> str:

@@ -46,9 +46,10 @@ from agentledger.engine.runner import RELEASED, execute_run
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
 from agentledger.records import Run, WorkerInfo
 from agentledger.store.base import Store
+from agentledger.store.sqlstore import redacted_url
 from agentledger.worker.config import WorkerConfig
 from agentledger.worker.liveness import is_dead_local_owner, me
-from agentledger.worker.runlog import log_outcome, redacted_url
+from agentledger.worker.runlog import log_outcome
 
 log = logging.getLogger("agentledger.worker")
 
