@@ -200,7 +200,13 @@ approvals.command("reject")(_decide("reject"))
 
 
 @click.group("outbox", invoke_without_command=True)
-@click.option("--app", "app_path", envvar="AGENTLEDGER_APP", default=None)
+@click.option(
+    "--app",
+    "app_path",
+    envvar="AGENTLEDGER_APP",
+    default=None,
+    help="module:attr of the App whose tools deliver the rows (needed to deliver).",
+)
 @db_option
 @click.pass_context
 def outbox(ctx: click.Context, app_path: str | None, db: str) -> None:

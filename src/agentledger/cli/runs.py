@@ -297,7 +297,8 @@ async def show_run(run_id: str, db: str, as_json: bool) -> None:
         )
         out.print(
             f"  decide: agentledger approvals approve {markup_safe(a.id)} --by NAME{db_flag}"
-            f"   (or: approvals reject)"
+            f"   (or: approvals reject)",
+            soft_wrap=True,  # a command to copy: never broken across lines
         )
     out.print(journal_view(steps, out.width))
     rows = []
