@@ -71,9 +71,8 @@ async def submit(
     """Queue a run of agent or workflow NAME and print its id.
 
     Without --version it runs the newest version a live worker has. When no live
-    worker has any version of NAME: with --app, the app's newest version is queued
-    for the first worker that starts; without, nothing is queued and the reason is
-    printed.
+    worker has any version of NAME: with --app, the app's newest version is queued for
+    the next worker (with a note); without, nothing is queued and the reason is printed.
     """
     for value, option in ((name, "NAME"), (version, "--version"), (tenant, "--tenant"),
                           (user, "--user")):  # fmt: skip
@@ -99,8 +98,9 @@ async def submit(
         }
         wanted = version
         if wanted is None and app is not None and known and not live & set(known):
-            # The app names what exists: queue its newest version for the first worker
-            # that starts (submit, then `worker --burst`, is the usual first use).
+            # --app names the code to run: queue its newest version for the next worker
+            # (submit, then `worker --burst`). Without --app, a version no live worker has
+            # is refused: the newest one ever registered may be a stopped canary.
             wanted = max(known, key=version_key)
         chosen, kind, served = choose_version(name, wanted, known, live, where)
         if app is not None:
