@@ -70,7 +70,8 @@ async def test_kill_worker_mid_payment(stayhub: StackFactory) -> None:
         # Resumed by another worker under a later epoch (more than one if it parked while
         # the provider still said "pending").
         assert journal["create_payment"].lease_epoch > started_epoch
-        assert journal["create_booking"].lease_epoch == started_epoch
+        # The booking was written before the payment's approval parked the run.
+        assert journal["create_booking"].lease_epoch < started_epoch
         events = [e.type for e in await stack.events(run_id)]
         assert "tool.resumed_unknown" in events
         assert "tool.status_resolved" in events

@@ -327,9 +327,9 @@ class Worker:
         log.info(
             "run %s (%s) claimed, epoch %d%s",
             run.id,
-            run.target,
+            getattr(run, "target", "?"),
             run.lease_epoch,
-            f" (resume {run.resumes})" if run.resumes else "",
+            f" (resume {run.resumes})" if getattr(run, "resumes", 0) else "",
         )
         task = asyncio.create_task(self._execute(run, previous), name=f"run:{run.id}")
         self.active[run.id] = (task, run.lease_epoch)
