@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentledger.budget import Budget
+from agentledger.inputs import (
+    AGENT_DEFAULT_SCHEMA,
+    InputModel,
+    check_declaration,
+    input_schema,
+    validate_agent_input,
+)
 from agentledger.models.base import Model
 from agentledger.models.spec import resolve_model
 from agentledger.policies import Policy
@@ -16,9 +24,13 @@ class Agent:
     """An agent definition. Runs record ``name`` and ``version``; a worker only
     resumes runs whose version it has loaded.
 
-    >>> Agent(name="concierge", version="1", model=ScriptedModel([...]),
+    >>> Agent(name="concierge", version="1", model=ScriptedModel(turns),
     ...       instructions="Book rooms.", tools=[search_hotels])
     >>> Agent(name="concierge", model="openai:gpt-4.1-mini", instructions="...")
+
+    ``input_model`` (a pydantic model class or a JSON schema dict) declares the run
+    input, checked at submit; without it an agent takes a string or an object with a
+    string ``"message"``.
     """
 
     name: str
@@ -35,6 +47,7 @@ class Agent:
     end_user_message: str = (
         "We could not finish this automatically; a member of our team will follow up."
     )
+    input_model: InputModel = None
 
     kind = "agent"
 
@@ -42,6 +55,15 @@ class Agent:
         # A model may be named by a string ("openai:gpt-4.1-mini"); AGENTLEDGER_MODEL,
         # when set, replaces it (a real model by configuration alone).
         self.model = resolve_model(self.model)
+        check_declaration(self.input_model, f"agent {self.name}")
+
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON schema of the input this agent accepts."""
+        return input_schema(self.input_model) or AGENT_DEFAULT_SCHEMA
+
+    def validate_input(self, value: Any) -> None:
+        """Raise :class:`~agentledger.inputs.InvalidInput` when ``value`` does not fit."""
+        validate_agent_input(value, self.input_model, f"{self.name}@{self.version}")
 
     def tool(self, name: str) -> Tool | None:
         for t in self.tools:

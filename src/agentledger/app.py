@@ -74,7 +74,11 @@ class App:
         version: str = "1",
         **options: Any,
     ) -> Any:
-        """Register an async function as a workflow."""
+        """Register an async function as a workflow.
+
+        ``input_model`` (a pydantic model class or a JSON schema dict) declares its
+        input, checked at submit.
+        """
 
         def wrap(f: WorkflowFn) -> Workflow:
             wf = Workflow(name=name or f.__name__, fn=f, version=version, **options)
@@ -136,8 +140,13 @@ class App:
         tenant_id: str = "default",
         user_id: str | None = None,
     ) -> str:
-        """Queue a run and return its id at once; nothing executes in the caller."""
+        """Queue a run and return its id at once; nothing executes in the caller.
+
+        Raises :class:`~agentledger.inputs.InvalidInput` (one line naming the field)
+        when ``input`` does not fit what the agent or workflow declares.
+        """
         definition = self.resolve(name, version)
+        definition.validate_input(input)
         run = await store.create_run(
             NewRun(
                 kind=definition.kind,

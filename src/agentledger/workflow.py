@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger.budget import Budget
+from agentledger.inputs import InputModel, check_declaration, input_schema, validate_input
 from agentledger.policies import Policy
 
 WorkflowFn = Callable[..., Awaitable[Any]]
@@ -25,7 +26,11 @@ WorkflowFn = Callable[..., Awaitable[Any]]
 
 @dataclass
 class Workflow:
-    """A workflow definition (name, version, function, budget, policy)."""
+    """A workflow definition (name, version, function, budget, policy, input).
+
+    ``input_model`` (a pydantic model class or a JSON schema dict) declares the run
+    input, checked at submit; without it any JSON value is accepted.
+    """
 
     name: str
     fn: WorkflowFn
@@ -39,5 +44,17 @@ class Workflow:
     end_user_message: str = (
         "We could not finish this automatically; a member of our team will follow up."
     )
+    input_model: InputModel = None
 
     kind = "workflow"
+
+    def __post_init__(self) -> None:
+        check_declaration(self.input_model, f"workflow {self.name}")
+
+    def input_schema(self) -> dict[str, Any] | None:
+        """The JSON schema of the declared input (None: any JSON value)."""
+        return input_schema(self.input_model)
+
+    def validate_input(self, value: Any) -> None:
+        """Raise :class:`~agentledger.inputs.InvalidInput` when ``value`` does not fit."""
+        validate_input(value, self.input_model, f"{self.name}@{self.version}")

@@ -335,5 +335,6 @@ for agent_name, budget in (
             tools=list(TOOLS),
             policy=input_policy,
             budget=budget,
+            input_model={"type": "object"},  # the scripted turns come in the input
         )
     )

@@ -73,16 +73,21 @@ def test_plain_submit_with_no_live_worker_is_refused_and_writes_nothing(env: Env
     wait_for(lambda: "versioned@1" in _live_targets(env), what="the worker")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
-    for extra in ((), ("--app", APP)):
-        refused = env.cli("submit", "versioned", *extra, "--db", env.url)
-        last = _clean_error(refused, "no live worker", "--version")
-        assert "agentledger worker" in last
+    refused = env.cli("submit", "versioned", "--db", env.url)
+    last = _clean_error(refused, "no live worker", "--version")
+    assert "agentledger worker" in last
     assert _runs(env) == []
+    # --app names the code to run: its newest version is queued for the next worker.
+    named = env.cli("submit", "versioned", "--app", APP, "--db", env.url)
+    assert named.returncode == 0, named.stderr
+    assert "no live worker has versioned@1" in named.stderr
+    env.cli("runs", "cancel", named.stdout.strip(), "--db", env.url)
+    assert [r["status"] for r in _runs(env)] == ["cancelled"]
     # Explicitly versioned: queued anyway, with a note on stderr.
     queued = env.cli("submit", "versioned", "--version", "1", "--db", env.url)
     assert queued.returncode == 0, queued.stderr
     assert "no live worker has versioned@1" in queued.stderr
-    assert [r["version"] for r in _runs(env)] == ["1"]
+    assert [r["version"] for r in _runs(env)] == ["1", "1"]
 
 
 # bad input ---------------------------------------------------------------------------------

@@ -68,7 +68,9 @@ async def with_store(
                 f"`agentledger migrate --db {url}` (a worker or submit also creates it)"
             )
     store = open_store(url)
-    await store.open()
+    # Only `worker`, `submit` and `migrate` create a schema: anything else on a database
+    # without one (a server's `postgres` database, a typo) says so and changes nothing.
+    await store.open(migrate=create)
     try:
         return await fn(store)
     finally:

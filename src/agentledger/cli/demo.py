@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from agentledger.cli.tables import journal_entry, journal_table
+from agentledger.cli.tables import journal_entry, journal_view
 
 DEFAULT_CHAOS = (
     "payments.create:error_after_commit@0.1,status=500,save=1;"
@@ -60,8 +60,21 @@ CANCEL_EVERY = 10
 
 
 @click.command("demo")
-@click.option("--runs", "n_runs", default=20, show_default=True, help="Booking runs to submit.")
-@click.option("--workers", default=2, show_default=True, help="Worker processes.")
+@click.option(
+    "--runs",
+    "n_runs",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Booking runs to submit (at least 1).",
+)
+@click.option(
+    "--workers",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Worker processes (at least 1).",
+)
 @click.option(
     "--kill-every",
     default=0.0,
@@ -82,7 +95,10 @@ CANCEL_EVERY = 10
     ),
 )
 @click.option(
-    "--db", default=None, help="Database URL (default: a fresh SQLite file in a temp dir)."
+    "--db",
+    default=None,
+    help="Database URL to keep the runs in, e.g. sqlite:///demo.db "
+    "(default: a fresh SQLite file in a temporary folder, deleted at the end).",
 )
 @click.option("--seed", default=7, show_default=True, help="Seed for guests, cities and kills.")
 @click.option(
@@ -102,7 +118,12 @@ def demo(
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Book N StayHub stays on W workers while killing them; check the ledger.
+    """Book StayHub stays on worker processes and check the providers' ledger.
+
+    By default: 20 booking runs on 2 workers, against a local sandbox with no faults and
+    no kills, on a temporary SQLite database. --kill-every S SIGKILLs a random worker
+    every S seconds (and, without --faults, installs the default chaos mix); --faults
+    injects provider faults. A scripted guest approves each booking and each payment.
 
     Every tenth guest cancels after paying. The verdict fails when a ledger invariant
     breaks (double, orphan or wrong-amount charges, unpaid bookings, misaddressed or
@@ -118,8 +139,6 @@ def demo(
             parse_faults(faults)
         except ValueError as exc:
             raise click.UsageError(f"--faults: {exc}") from None
-    if workers < 1:
-        raise click.UsageError("--workers must be at least 1")
     tmp = Path(tempfile.mkdtemp(prefix="agentledger-demo-"))
     url = db or f"sqlite:///{tmp / 'demo.db'}"
     previous = signal.getsignal(signal.SIGTERM)
@@ -139,6 +158,7 @@ def demo(
         signal.signal(signal.SIGTERM, previous)
         if db is None and not os.environ.get("AGENTLEDGER_DEMO_KEEP"):
             shutil.rmtree(tmp, ignore_errors=True)
+    report["db_kept"] = db is not None or bool(os.environ.get("AGENTLEDGER_DEMO_KEEP"))
     if as_json:
         click.echo(json.dumps(report, default=str))
     else:
@@ -348,11 +368,17 @@ def _print_tables(report: dict[str, Any]) -> None:
     console.print(ledger)
     sample = report.get("sample_run")
     if sample:
-        title = (
-            f"journal of run {sample['id']} ({sample['status']}, resumed {sample['resumes']}x; "
-            f"`agentledger runs show {sample['id']} --db ...`)"
-        )
-        console.print(journal_table(sample["journal"], title=title))
+        title = f"journal of run {sample['id']} ({sample['status']}, resumed {sample['resumes']}x)"
+        console.print(journal_view(sample["journal"], console.width, title=title))
+        if report.get("db_kept"):
+            console.print(
+                f"read it again: agentledger runs show {sample['id']} --db {report['db']}"
+            )
+        else:
+            console.print(
+                "(the demo's temporary database is deleted; run it with --db sqlite:///demo.db "
+                "to keep the runs and read them with `agentledger runs show`)"
+            )
     if report["faults_fired"]:
         fired = Table("fault", "fired", title="faults fired (answers dropped: see JSON)")
         for row in report["faults_fired"]:

@@ -9,21 +9,32 @@ import tempfile
 import click
 
 from agentledger.cli.common import db_option
-from agentledger.cli.tables import journal_table
+from agentledger.cli.tables import journal_view
 from agentledger.records import RunStatus
 
 
 @click.command("example")
 @db_option
-@click.option("--fresh/--keep", default=True, help="Start from an empty temporary database.")
-def example(db: str, fresh: bool) -> None:
+@click.option(
+    "--fresh/--keep",
+    default=True,
+    help="--fresh (default): an empty temporary database, unless --db names one; "
+    "--keep: the --db database (default sqlite:///agentledger.db).",
+)
+@click.pass_context
+def example(ctx: click.Context, db: str, fresh: bool) -> None:
     """Submit a workflow and an agent run, execute them with a worker, print the journals."""
     from rich.console import Console
 
     from agentledger import Worker, WorkerConfig, open_store
     from agentledger.examples.quickstart import app
 
-    if fresh:
+    given = ctx.get_parameter_source("db") not in (
+        click.core.ParameterSource.DEFAULT,
+        click.core.ParameterSource.DEFAULT_MAP,
+        None,
+    )
+    if fresh and not given:  # a --db (or AGENTLEDGER_DB) the user named is used as given
         db = "sqlite:///" + os.path.join(tempfile.mkdtemp(prefix="agentledger-"), "example.db")
 
     async def main() -> None:
@@ -49,8 +60,9 @@ def example(db: str, fresh: bool) -> None:
                 console.print(
                     f"\n[bold]{run.target}[/] {run.id} -> [bold]{run.status}[/] result={run.result}"
                 )
-                console.print(journal_table(await store.load_journal(run.id)))
-            console.print(f"\ndatabase: {db}")
+                steps = await store.load_journal(run.id)
+                console.print(journal_view(steps, console.width))
+            click.echo(f"\ndatabase: {db}")  # not wrapped: it is copied into commands
         finally:
             await store.close()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agentledger.cli import bench, demo, docs, example, memory, ops, runs, sandbox
+from agentledger.cli import bench, demo, describe, docs, example, memory, ops, runs, sandbox
 from agentledger.cli.common import guarded
 
 
@@ -25,6 +25,7 @@ cli.add_command(ops.approvals)
 cli.add_command(ops.outbox)
 cli.add_command(memory.memory)
 cli.add_command(docs.docs)
+cli.add_command(describe.describe)
 
 # The example and its tools: part of the package, never optional.
 cli.add_command(sandbox.sandbox)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 from typing import Any
 
 import click
@@ -26,6 +25,7 @@ from agentledger.cli.text import cell, console, json_safe, visible
 from agentledger.errors import UsageError
 from agentledger.store import SQLStore, open_store
 from agentledger.worker import Worker, WorkerConfig, WorkerFailed
+from agentledger.worker.runlog import configure_logging
 
 
 @click.command("worker")
@@ -71,7 +71,22 @@ from agentledger.worker import Worker, WorkerConfig, WorkerFailed
     is_flag=True,
     help="Do not expire leases of dead workers on this host at once (wait for expiry).",
 )
-@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+@click.option(
+    "--burst",
+    is_flag=True,
+    help="Exit 0 once nothing is left to run now (no due run of its targets, no dead "
+    "worker's run to take over, no due outbox row); runs parked until later are left.",
+)
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Also log every step (default: one line per run state)."
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line, for log collectors.",
+)
 def worker(
     app_path: str,
     db: str,
@@ -82,7 +97,9 @@ def worker(
     shutdown_grace: float,
     no_outbox: bool,
     no_reap: bool,
+    burst: bool,
     verbose: bool,
+    log_format: str,
 ) -> None:
     """Claim and execute runs until SIGTERM (then release them and exit 0).
 
@@ -102,17 +119,14 @@ def worker(
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(verbose=int(verbose), fmt=log_format)
     app = load_app(app_path)
 
     async def main() -> None:
         store = open_store(db)
         await store.open()
         try:
-            await Worker(store, app, config).run()
+            await Worker(store, app, config, burst=burst).run()
         finally:
             with contextlib.suppress(Exception):  # the reason to stop is already raised
                 await store.close()
@@ -186,7 +200,13 @@ approvals.command("reject")(_decide("reject"))
 
 
 @click.group("outbox", invoke_without_command=True)
-@click.option("--app", "app_path", envvar="AGENTLEDGER_APP", default=None)
+@click.option(
+    "--app",
+    "app_path",
+    envvar="AGENTLEDGER_APP",
+    default=None,
+    help="module:attr of the App whose tools deliver the rows (needed to deliver).",
+)
 @db_option
 @click.pass_context
 def outbox(ctx: click.Context, app_path: str | None, db: str) -> None:

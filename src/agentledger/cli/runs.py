@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -20,12 +21,13 @@ from agentledger.cli.common import (
     run_async,
     with_store,
 )
-from agentledger.cli.routing import LIVE_WITHIN, choose_version
+from agentledger.cli.routing import LIVE_WITHIN, choose_version, version_key
 from agentledger.cli.tables import audit_view, journal_view
 from agentledger.cli.text import cell, console, json_safe, markup_safe
 from agentledger.errors import UsageError
-from agentledger.records import Run, RunStatus
-from agentledger.store import NewRun, SQLStore
+from agentledger.records import Approval, Run, RunStatus, WorkerInfo
+from agentledger.store import DEFAULT_URL, NewRun, SQLStore
+from agentledger.worker.liveness import is_dead_local_owner
 
 
 def run_dict(run: Run, serving: set[str] | None = None) -> dict[str, Any]:
@@ -68,8 +70,9 @@ async def submit(
 ) -> None:
     """Queue a run of agent or workflow NAME and print its id.
 
-    Without --version it runs the newest version a live worker has; when no live
-    worker has any version of NAME, nothing is queued and the reason is printed.
+    Without --version it runs the newest version a live worker has. When no live
+    worker has any version of NAME: with --app, the app's newest version is queued for
+    the next worker (with a note); without, nothing is queued and the reason is printed.
     """
     for value, option in ((name, "NAME"), (version, "--version"), (tenant, "--tenant"),
                           (user, "--user")):  # fmt: skip
@@ -93,7 +96,13 @@ async def submit(
         live = {
             t.rpartition("@")[2] for w in workers for t in w.targets if t.rpartition("@")[0] == name
         }
-        chosen, kind, served = choose_version(name, version, known, live, where)
+        wanted = version
+        if wanted is None and app is not None and known and not live & set(known):
+            # --app names the code to run: queue its newest version for the next worker
+            # (submit, then `worker --burst`). Without --app, a version no live worker has
+            # is refused: the newest one ever registered may be a stopped canary.
+            wanted = max(known, key=version_key)
+        chosen, kind, served = choose_version(name, wanted, known, live, where)
         if app is not None:
             run_id = await app.submit(
                 store, name, payload, version=chosen, tenant_id=tenant, user_id=user
@@ -143,14 +152,20 @@ async def list_runs(
 ) -> None:
     """Runs, newest first. Non-terminal runs show whether a live worker has their version."""
 
-    async def go(store: SQLStore) -> tuple[list[Run], set[str]]:
+    async def go(store: SQLStore) -> tuple[list[Run], list[WorkerInfo], list[Approval]]:
         found = await store.list_runs(status=status, name=name, limit=limit)
-        workers = await store.list_workers(live_within=LIVE_WITHIN)
-        return found, {t for w in workers for t in w.targets}
+        return found, await store.list_workers(), await store.get_approvals(pending=True)
 
-    found, serving = await with_store(db, go)
+    found, workers, pending = await with_store(db, go)
+    now = time.time()
+    serving = {t for w in workers if now - w.heartbeat_at <= LIVE_WITHIN for t in w.targets}
     if as_json:
-        print_json([run_dict(r, serving) for r in found])
+        print_json(
+            [
+                {**run_dict(r, serving), "note": run_note(r, serving, workers, pending, now)}
+                for r in found
+            ]
+        )
         return
     out = console()
     wide = out.width >= 110  # narrower: tokens, cost and resumes are in `runs show`
@@ -162,17 +177,7 @@ async def list_runs(
     for header in numbers:
         table.add_column(header, justify="right", no_wrap=True, overflow="fold")
     table.add_column("note", overflow="fold")
-    now = time.time()
     for r in found:
-        note = r.handover_reason or ""
-        if r.status == RunStatus.WAITING and r.available_at:
-            note = "waits until " + time.strftime(
-                "%Y-%m-%d %H:%M:%S", time.localtime(r.available_at)
-            )
-        if r.cancel_requested and not r.terminal:
-            note = f"cancel requested: {r.cancel_requested}"
-        if not r.terminal and r.target not in serving:
-            note = f"no live worker has {r.target}"
         figures = {
             "steps": str(r.step_count),
             "tokens": str(r.tokens),
@@ -180,10 +185,64 @@ async def list_runs(
             "resumes": str(r.resumes),
             "age": f"{now - r.created_at:.0f}s",
         }
+        note = run_note(r, serving, workers, pending, now)
         table.add_row(
             cell(r.id), cell(r.target), cell(r.status), *(figures[h] for h in numbers), cell(note)
         )
     out.print(table)
+
+
+def owner_note(run: Run, workers: list[WorkerInfo], now: float) -> str:
+    """What the liveness data says about the worker holding a running run's lease.
+
+    Said as soon as it is known: the owner's process has ended (same host), its lease
+    has expired, or its heartbeats stopped (two heartbeat intervals missed; a worker
+    renews its leases and its heartbeat together, every third of its lease).
+    """
+    owner = run.lease_owner
+    if run.status != RunStatus.RUNNING or not owner:
+        return ""
+    short = owner.split(".")[0]  # host:pid:start:nonce; the rest is the boot and namespace
+    if is_dead_local_owner(owner):
+        return f"worker {short} is gone (its process ended); the next claim resumes the run"
+    if run.lease_expires_at is not None and run.lease_expires_at <= now:
+        ago = now - run.lease_expires_at
+        return f"lease expired {ago:.0f} s ago (worker {short}); the next claim resumes the run"
+    info = next((w for w in workers if w.id == owner), None)
+    if info is None:
+        return ""
+    silent = now - info.heartbeat_at
+    lease = (run.lease_expires_at or now) - info.heartbeat_at
+    if lease > 0 and silent > 2 * lease / 3 + 0.5:
+        left = (run.lease_expires_at or now) - now
+        return (
+            f"worker {short} is gone (no heartbeat for {silent:.0f} s); "
+            f"its lease expires in {left:.0f} s"
+        )
+    return ""
+
+
+def run_note(
+    run: Run, serving: set[str], workers: list[WorkerInfo], pending: list[Approval], now: float
+) -> str:
+    """The note column of ``runs list``: why a run is where it is."""
+    note = run.handover_reason or ""
+    if run.status == RunStatus.WAITING:
+        waits = [a for a in pending if a.run_id == run.id]
+        if waits:
+            a = waits[-1]
+            note = f"waiting for approval {a.id} (role {a.required_role}) on {a.tool}"
+        elif run.available_at:
+            note = "waits until " + time.strftime(
+                "%Y-%m-%d %H:%M:%S", time.localtime(run.available_at)
+            )
+    note = owner_note(run, workers, now) or note
+    if run.cancel_requested and not run.terminal:
+        note = f"cancel requested: {run.cancel_requested}"
+    if not run.terminal and run.target not in serving:
+        lack = f"no live worker has {run.target}"
+        note = f"{note}; {lack}" if note else lack
+    return note
 
 
 @runs.command("show")
@@ -194,13 +253,18 @@ async def list_runs(
 async def show_run(run_id: str, db: str, as_json: bool) -> None:
     """A run and its journal (with the lease epoch that wrote each step)."""
 
-    async def go(store: SQLStore) -> tuple[Run | None, list[Any], list[Any]]:
+    async def go(store: SQLStore) -> tuple[Run | None, list[Any], list[Any], list[Approval]]:
         run = await store.get_run(run_id)
         if run is None:
-            return None, [], []
-        return run, await store.load_journal(run_id), await store.list_events(run_id)
+            return None, [], [], []
+        return (
+            run,
+            await store.load_journal(run_id),
+            await store.list_events(run_id),
+            await store.get_approvals(run_id=run_id, pending=True),
+        )
 
-    run, steps, events = await with_store(db, go)
+    run, steps, events, pending = await with_store(db, go)
     if run is None:
         raise UsageError(f"no run {run_id!r}; list runs with `agentledger runs list`")
     if as_json:
@@ -224,6 +288,18 @@ async def show_run(run_id: str, db: str, as_json: bool) -> None:
         out.print(f"reason: {markup_safe(run.handover_reason)}")
     if getattr(run, "cancel_requested", None) and not run.terminal:
         out.print(f"cancel requested: {markup_safe(run.cancel_requested)}")
+    db_flag = "" if db in (DEFAULT_URL, os.environ.get("AGENTLEDGER_DB")) else f" --db {db}"
+    for a in pending:
+        args = json.dumps(json_safe(a.arguments), ensure_ascii=False, default=str)
+        out.print(
+            f"waiting for approval {markup_safe(a.id)} (role {markup_safe(a.required_role)}) "
+            f"on {markup_safe(a.tool)} {markup_safe(args)}"
+        )
+        out.print(
+            f"  decide: agentledger approvals approve {markup_safe(a.id)} --by NAME{db_flag}"
+            f"   (or: approvals reject)",
+            soft_wrap=True,  # a command to copy: never broken across lines
+        )
     out.print(journal_view(steps, out.width))
     rows = []
     for e in events:

@@ -2,24 +2,67 @@
 
 from __future__ import annotations
 
+import errno
+import socket
+
 import click
+
+from agentledger.errors import UsageError
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse, in one line, a port another process listens on (before uvicorn says it
+    in a traceback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UsageError(
+                    f"port {port} on {host} is in use; stop what listens there or pick "
+                    "another with --port"
+                ) from None
+            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 @click.command("sandbox")
-@click.option("--port", default=8700, show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--port",
+    default=8700,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="TCP port to listen on.",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Loopback address to listen on (the sandbox refuses any other).",
+)
 @click.option(
     "--faults",
     default=None,
-    help="Fault spec, e.g. 'payments.create:timeout_after_commit@0.1;seed=7'.",
+    help="Fault spec, e.g. 'payments.create:timeout_after_commit@0.1;seed=7' "
+    "(grammar: docs/guide.md, 'The sandbox's fault grammar').",
 )
 @click.option("--ledger", default=None, help="SQLite file that keeps the ledger across restarts.")
 def sandbox(port: int, host: str, faults: str | None, ledger: str | None) -> None:
-    """Run StayHub's providers as a local HTTP service."""
+    """Run StayHub's providers (hotels, bookings, payments, CRM, email) as a local HTTP
+    service, with injected faults; Ctrl-C stops it."""
     from agentledger.examples.stayhub.sandbox import parse_faults, serve
+    from agentledger.examples.stayhub.sandbox.server import LOOPBACK_HOSTS
 
     try:
         config = parse_faults(faults) if faults else None
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(f"--faults: {exc}") from None
+    if host not in LOOPBACK_HOSTS:
+        raise click.UsageError(f"--host: the sandbox listens on loopback only, not {host!r}")
+    check_port_free(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(
+        f"StayHub sandbox on http://{shown}:{port} (faults: {faults or 'none'}); "
+        f"GET /faults shows them, Ctrl-C stops it"
+    )
     serve(host, port, ledger, config)

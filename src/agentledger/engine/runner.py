@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -129,8 +130,14 @@ async def _drive(exe: Execution, definition: Any) -> str:
             # The database failed, not the run: leave it to be resumed.
             raise Abandon(f"store error: {exc}") from None
         except Exception as exc:  # the workflow raised: the run fails, its effects are undone
+            # The traceback is kept with the error: a bare "KeyError: 'day'" names no line.
             message = f"{type(exc).__name__}: {exc}"
-            decision = Decision(RunStatus.FAILED, error=message, data={"error": message})
+            trace = "".join(traceback.format_exception(exc)).rstrip()
+            decision = Decision(
+                RunStatus.FAILED,
+                error=f"{message}\n{trace}",
+                data={"error": message, "traceback": trace},
+            )
         else:
             stuck = in_flight(exe)
             if stuck is not None:

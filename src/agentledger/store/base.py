@@ -135,8 +135,8 @@ class Store(ABC):
 
     # lifecycle -----------------------------------------------------------
     @abstractmethod
-    async def open(self) -> None:
-        """Connect, create or migrate the schema."""
+    async def open(self, *, migrate: bool = True) -> None:
+        """Connect, create or migrate the schema (``migrate=False``: only check it)."""
 
     @abstractmethod
     async def close(self) -> None:

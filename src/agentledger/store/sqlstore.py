@@ -35,8 +35,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
-from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
+from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable, UsageError
 from agentledger.records import Approval, Effect, Event, OutboxItem, Run, Step, WorkerInfo
 from agentledger.store import queries as q
 from agentledger.store.base import Batch, NewRun, Store
@@ -60,6 +61,24 @@ _RECONNECT_WINDOW = 60.0  # seconds to keep trying a lost connection before fail
 _TRANSIENT_TRIES = 5  # deadlocks / serialization failures retried this many times
 
 
+def redacted_url(url: str) -> str:
+    """A database URL fit for a message or a log line: its password shown as ``***``."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if password is None:
+        return url
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}{port}"))
+
+
+class SchemaMissing(UsageError):
+    """A store opened without migrating found no current agentledger schema."""
+
+
 class SQLStore(Store):
     """The shared SQL store; a backend supplies a :class:`Dialect`."""
 
@@ -76,9 +95,12 @@ class SQLStore(Store):
 
     # lifecycle ------------------------------------------------------------
 
-    async def open(self) -> None:
+    async def open(self, *, migrate: bool = True) -> None:
+        """Connect; create or upgrade the schema unless ``migrate`` is False (read-only
+        commands), which raises :class:`SchemaMissing` when the schema is not current."""
         if self._thread is not None:
             return
+        self._migrate = migrate
         started: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(
             target=self._serve, args=(started,), name="agentledger-store", daemon=True
@@ -122,7 +144,14 @@ class SQLStore(Store):
     def _serve(self, started: concurrent.futures.Future[None]) -> None:
         try:
             self._conn = self.dialect.connect()
-            q.migrate(self.dialect, self._conn)
+            if getattr(self, "_migrate", True):
+                q.migrate(self.dialect, self._conn)
+            elif not q.is_current(self.dialect, self._conn):
+                raise SchemaMissing(
+                    f"no agentledger schema (or an older one) in {redacted_url(self.url)}; "
+                    f"create it with `agentledger migrate --db {redacted_url(self.url)}` "
+                    "(a worker or submit also creates it)"
+                )
             self.dialect.after_migrate(self._conn)
         except BaseException as exc:  # surfaced to open()'s caller
             started.set_exception(self._error(exc))

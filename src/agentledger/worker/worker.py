@@ -12,6 +12,15 @@ period are cancelled and released -- a write left ``started`` is resolved by the
 owner through the unknown-outcome path. Heartbeats go on until the drain is over, so a
 run still executing is never stolen while the grace lasts. Exit code 0.
 
+Burst mode (``agentledger worker --burst``): the worker stops by itself, exit code 0,
+once nothing is left that it could run now: its own runs rested, a claim finds no due
+queued or waiting run of its targets and no lease of a dead or expired owner to take
+over, and no outbox row is due. Runs parked until later are left for later.
+
+Logging (the ``agentledger.worker`` logger): a startup line, then one line per change of
+a run's state (claimed, completed, failed with its error and traceback, needs_human with
+the reason, waiting with why, released); at DEBUG, each step the execution journaled.
+
 Leases are renewed per (run, lease epoch): a renewal that reports a lost lease only
 stops the execution that held that epoch, never a newer execution of the same run
 this worker claimed since. And one process never executes one run twice at once: a
@@ -37,10 +46,12 @@ from agentledger.engine.runner import RELEASED, execute_run
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
 from agentledger.records import Run, WorkerInfo
 from agentledger.store.base import Store
+from agentledger.store.sqlstore import redacted_url
 from agentledger.worker.config import WorkerConfig
 from agentledger.worker.liveness import is_dead_local_owner, me
+from agentledger.worker.runlog import log_outcome
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agentledger.worker")
 
 # Does the engine take the live cancel-request mapping? (Older engines do not.)
 _ACCEPTS_CANCEL = "cancel_requests" in inspect.signature(execute_run).parameters
@@ -75,10 +86,18 @@ class _Backoff:
 class Worker:
     """Runs many runs concurrently on one asyncio loop."""
 
-    def __init__(self, store: Store, app: App, config: WorkerConfig | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        app: App,
+        config: WorkerConfig | None = None,
+        *,
+        burst: bool = False,
+    ) -> None:
         self.store = store
         self.app = app
         self.config = config or WorkerConfig()
+        self.burst = burst  # stop once nothing is left to run now (see the module docstring)
         self.identity = me()
         self.owner = str(self.identity)
         self.stopping = asyncio.Event()  # stop claiming; runs stop at a step boundary
@@ -130,6 +149,16 @@ class Worker:
             )
             await self._retrying(
                 "register", lambda: self.store.register_worker(info, self.app.targets())
+            )
+            log.info(
+                "worker %s started: app %s, database %s, targets %s, concurrency %d, lease %g s%s",
+                self.owner,
+                self.app.name,
+                redacted_url(str(getattr(self.store, "url", "?"))),
+                ", ".join(self.targets) or "none",
+                self.config.concurrency,
+                self.config.lease_seconds,
+                ", burst" if self.burst else "",
             )
             side = [
                 asyncio.create_task(self._supervise("claim", self._claim_once), name="claim"),
@@ -258,9 +287,34 @@ class Worker:
                 self._start(run)
             if runs and len(runs) == free:
                 return
+            if self.burst and not runs and not self.active and await self._nothing_left():
+                log.info("worker %s: nothing left to run now (burst); stopping", self.owner)
+                self.stop()
+                return
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), self.config.poll_seconds)
+
+    async def _nothing_left(self) -> bool:
+        """Burst mode: True when no run or outbox row is left that this worker could
+        take now. Leases of dead local owners are expired first, so their runs are
+        claimable; a claim then finds every due run, expired leases included."""
+        if self.config.reap_dead_local_owners:
+            await self._reap_dead_local_owners()
+        runs = await self.store.claim_runs(
+            self.owner, self.targets, self.config.concurrency, self.config.lease_seconds
+        )
+        for run in runs:
+            self._start(run)
+        if runs:
+            return False
+        if self.config.outbox:
+            from agentledger.outbox import OutboxDispatcher
+
+            dispatcher = OutboxDispatcher(self.store, self.app, owner=self.owner)
+            if await dispatcher.drain():
+                return False  # a delivery may have re-queued a run: look again
+        return True
 
     async def _reap_dead_local_owners(self) -> None:
         dead = [o for o in await self.store.lease_owners() if is_dead_local_owner(o, self.identity)]
@@ -270,6 +324,13 @@ class Worker:
 
     def _start(self, run: Run) -> None:
         previous = self._tasks.get(run.id)
+        log.info(
+            "run %s (%s) claimed, epoch %d%s",
+            run.id,
+            getattr(run, "target", "?"),
+            run.lease_epoch,
+            f" (resume {run.resumes})" if getattr(run, "resumes", 0) else "",
+        )
         task = asyncio.create_task(self._execute(run, previous), name=f"run:{run.id}")
         self.active[run.id] = (task, run.lease_epoch)
         self._tasks[run.id] = task
@@ -301,6 +362,7 @@ class Worker:
                     f"release of run {run.id}",
                     lambda: self.store.release_run(run.id, run.lease_epoch, self.owner),
                 )
+            await log_outcome(self.store, run, outcome)
             return outcome
         except asyncio.CancelledError:
             outcome = "cancelled"
@@ -316,6 +378,7 @@ class Worker:
                         lambda: self.store.release_run(run.id, run.lease_epoch, self.owner),
                     )
                 outcome = RELEASED
+                log.info("run %s released", run.id)
             else:
                 log.exception("run %s crashed the engine; its lease will expire", run.id)
             return outcome

@@ -28,6 +28,7 @@ import os
 from typing import Any
 
 import httpx
+from pydantic import BaseModel, Field
 
 from agentledger.agent import Agent
 from agentledger.app import App
@@ -247,6 +248,7 @@ async def refund_payment(ctx: ToolContext, payment_id: str) -> dict[str, Any]:
     idempotency="provider",
     status_check=payment_status,
     server_args={"amount": price_of_booking},
+    approval="guest",  # the guest approves the server-computed amount
     compensation=Compensation(
         "refund_payment", arguments=lambda args, result: {"payment_id": result["payment_id"]}
     ),
@@ -254,7 +256,8 @@ async def refund_payment(ctx: ToolContext, payment_id: str) -> dict[str, Any]:
 async def create_payment(
     ctx: ToolContext, booking_id: str, guest_id: str, amount: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Charge the guest for a booking. The amount is computed by the server."""
+    """Charge the guest for a booking (the guest approves the amount, computed by the
+    server, first)."""
     result: dict[str, Any] = await _post(
         ctx, "/payments", {"booking_id": booking_id, "guest_id": guest_id, "amount": amount}
     )
@@ -338,6 +341,21 @@ async def send_email(
     return result
 
 
+class BookingRequest(BaseModel):
+    """A booking run's input (checked at submit)."""
+
+    guest_id: str = Field(description="The guest, e.g. g-1")
+    city: str = Field(description="Where to stay, e.g. Lisbon")
+    check_in: str = Field(description="Arrival day, YYYY-MM-DD")
+    nights: int = Field(1, ge=1, le=30)
+    script: str = Field(
+        "normal",
+        description="The scripted model's behaviour: normal, guest_cancels, inject_amount, "
+        "loop, loop_after_payment",
+    )
+    message: str | None = None
+
+
 TOOLS = [
     search_hotels,
     get_availability,
@@ -364,6 +382,7 @@ agent = app.add_agent(
         tools=TOOLS,
         budget=Budget(max_steps=20, active_seconds=120.0),
         end_user_message="We could not finish your booking automatically; our team will follow up.",
+        input_model=BookingRequest,
     )
 )
 
