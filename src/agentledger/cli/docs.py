@@ -22,7 +22,13 @@ from agentledger.cli.text import cell, console
 from agentledger.retrieval.ingest import index_path, load_document
 from agentledger.store import SQLStore
 
-tenant_option = click.option("--tenant", "tenant_id", default="default", show_default=True)
+tenant_option = click.option(
+    "--tenant",
+    "tenant_id",
+    default="default",
+    show_default=True,
+    help="The tenant the documents belong to.",
+)
 
 
 @click.group("docs")

@@ -67,7 +67,9 @@ async def list_memory(user_id: str, tenant_id: str | None, db: str, as_json: boo
 @memory.command("forget")
 @click.option("--user", "user_id", required=True, help="The user whose facts to delete.")
 @click.option("--key", "fact_key", default=None, help="Only this fact [default: all of them].")
-@click.option("--tenant", "tenant_id", default="default", show_default=True)
+@click.option(
+    "--tenant", "tenant_id", default="default", show_default=True, help="The tenant of the user."
+)
 @click.option("--by", "actor", default=None, help="Who asks (audited) [default: cli:$USER].")
 @db_option
 @run_async

@@ -98,6 +98,15 @@ def help_agent() -> Agent:
         memory=True,
         budget=Budget(max_steps=10, active_seconds=60.0),
         end_user_message="We could not answer automatically; our team will follow up.",
+        # The guest's question, or a fact to remember / a topic to recall (scripted demo).
+        input_model={
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "remember": {"type": "string"},
+                "recall": {"type": "string"},
+            },
+        },
     )
 
 
