@@ -24,6 +24,7 @@ from agentledger.cli.common import (
 )
 from agentledger.cli.text import cell, console, json_safe, visible
 from agentledger.errors import UsageError
+from agentledger.observe.metrics import start_metrics
 from agentledger.store import SQLStore, open_store
 from agentledger.worker import Worker, WorkerConfig, WorkerFailed
 
@@ -71,6 +72,8 @@ from agentledger.worker import Worker, WorkerConfig, WorkerFailed
     is_flag=True,
     help="Do not expire leases of dead workers on this host at once (wait for expiry).",
 )
+@click.option("--metrics-port", type=int, default=None,
+              help="Serve Prometheus /metrics on this port (0: any free port).")  # fmt: skip
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 def worker(
     app_path: str,
@@ -83,6 +86,7 @@ def worker(
     no_outbox: bool,
     no_reap: bool,
     verbose: bool,
+    metrics_port: int | None = None,
 ) -> None:
     """Claim and execute runs until SIGTERM (then release them and exit 0).
 
@@ -111,9 +115,12 @@ def worker(
     async def main() -> None:
         store = open_store(db)
         await store.open()
+        metrics = start_metrics(store, metrics_port)  # observe/metrics.py
         try:
             await Worker(store, app, config).run()
         finally:
+            if metrics is not None:
+                metrics.stop()
             with contextlib.suppress(Exception):  # the reason to stop is already raised
                 await store.close()
 

@@ -24,6 +24,7 @@ from agentledger.cli.routing import LIVE_WITHIN, choose_version
 from agentledger.cli.tables import audit_view, journal_view
 from agentledger.cli.text import cell, console, json_safe, markup_safe
 from agentledger.errors import UsageError
+from agentledger.observe.stuck import stuck_runs
 from agentledger.records import Run, RunStatus
 from agentledger.store import NewRun, SQLStore
 
@@ -135,16 +136,19 @@ def runs() -> None:
 )
 @click.option("--name", default=None, help="Only runs of this agent or workflow.")
 @click.option("--limit", default=50, show_default=True, help="At most this many runs.")
+@click.option("--stuck", is_flag=True, help="Only stuck runs (no progress, crash loop, no worker).")
 @db_option
 @json_option
 @run_async
 async def list_runs(
-    status: str | None, name: str | None, limit: int, db: str, as_json: bool
+    status: str | None, name: str | None, limit: int, db: str, as_json: bool, stuck: bool = False
 ) -> None:
     """Runs, newest first. Non-terminal runs show whether a live worker has their version."""
 
     async def go(store: SQLStore) -> tuple[list[Run], set[str]]:
         found = await store.list_runs(status=status, name=name, limit=limit)
+        if stuck:  # observe/stuck.py decides what is stuck
+            found = [r for r in await stuck_runs(store, name, limit) if status in (None, r.status)]
         workers = await store.list_workers(live_within=LIVE_WITHIN)
         return found, {t for w in workers for t in w.targets}
 
