@@ -55,6 +55,9 @@ async def test_a_killed_worker_leaves_a_run_reported_stuck_once(tmp_path: Path) 
             (run_id, "no_progress", RunStatus.RUNNING)
         ]
         assert await detector.check_once() == []  # once per episode
+        # Another worker that found the same episode before the mark was written: its
+        # guarded UPDATE changes nothing, so it appends no second event.
+        assert not await h.store.mark_stuck(reported[0], "w-other")
         events = [e for e in await h.events(run_id) if e.type == "run.stuck"]
         assert len(events) == 1 and events[0].data["reason"] == "no_progress"
         after = samples(await render_metrics(h.store, policy))
