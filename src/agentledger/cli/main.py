@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from agentledger.cli import bench, demo, describe, docs, example, memory, ops, runs, sandbox
+from agentledger.cli import bench, demo, describe, docs, example, memory, ops, resume, runs, sandbox
+from agentledger.cli import stats as stats_cli
 from agentledger.cli.common import guarded
 
 
@@ -26,6 +27,9 @@ cli.add_command(ops.outbox)
 cli.add_command(memory.memory)
 cli.add_command(docs.docs)
 cli.add_command(describe.describe)
+cli.add_command(stats_cli.stats_command)
+runs.runs.add_command(resume.resume)
+ops.outbox.add_command(resume.outbox_retry)
 
 # The example and its tools: part of the package, never optional.
 cli.add_command(sandbox.sandbox)

@@ -23,6 +23,7 @@ from agentledger.cli.common import (
 )
 from agentledger.cli.text import cell, console, json_safe, visible
 from agentledger.errors import UsageError
+from agentledger.observe.metrics import start_metrics
 from agentledger.store import SQLStore, open_store
 from agentledger.worker import Worker, WorkerConfig, WorkerFailed
 from agentledger.worker.runlog import configure_logging
@@ -87,6 +88,12 @@ from agentledger.worker.runlog import configure_logging
     show_default=True,
     help="json: one JSON object per line, for log collectors.",
 )
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve Prometheus /metrics on this port (0: any free port).",
+)
 def worker(
     app_path: str,
     db: str,
@@ -100,6 +107,7 @@ def worker(
     burst: bool,
     verbose: bool,
     log_format: str,
+    metrics_port: int | None = None,
 ) -> None:
     """Claim and execute runs until SIGTERM (then release them and exit 0).
 
@@ -125,9 +133,12 @@ def worker(
     async def main() -> None:
         store = open_store(db)
         await store.open()
+        metrics = start_metrics(store, metrics_port)  # observe/metrics.py
         try:
             await Worker(store, app, config, burst=burst).run()
         finally:
+            if metrics is not None:
+                metrics.stop()
             with contextlib.suppress(Exception):  # the reason to stop is already raised
                 await store.close()
 

@@ -25,6 +25,7 @@ from agentledger.cli.routing import LIVE_WITHIN, choose_version, version_key
 from agentledger.cli.tables import audit_view, journal_view
 from agentledger.cli.text import cell, console, json_safe, markup_safe
 from agentledger.errors import UsageError
+from agentledger.observe.stuck import stuck_runs
 from agentledger.records import Approval, Run, RunStatus, WorkerInfo
 from agentledger.store import DEFAULT_URL, NewRun, SQLStore
 from agentledger.worker.liveness import is_dead_local_owner
@@ -144,16 +145,19 @@ def runs() -> None:
 )
 @click.option("--name", default=None, help="Only runs of this agent or workflow.")
 @click.option("--limit", default=50, show_default=True, help="At most this many runs.")
+@click.option("--stuck", is_flag=True, help="Only stuck runs (no progress, crash loop, no worker).")
 @db_option
 @json_option
 @run_async
 async def list_runs(
-    status: str | None, name: str | None, limit: int, db: str, as_json: bool
+    status: str | None, name: str | None, limit: int, db: str, as_json: bool, stuck: bool = False
 ) -> None:
     """Runs, newest first. Non-terminal runs show whether a live worker has their version."""
 
     async def go(store: SQLStore) -> tuple[list[Run], list[WorkerInfo], list[Approval]]:
         found = await store.list_runs(status=status, name=name, limit=limit)
+        if stuck:  # observe/stuck.py decides what is stuck
+            found = [r for r in await stuck_runs(store, name, limit) if status in (None, r.status)]
         return found, await store.list_workers(), await store.get_approvals(pending=True)
 
     found, workers, pending = await with_store(db, go)

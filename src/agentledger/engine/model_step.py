@@ -42,6 +42,7 @@ from agentledger.models.base import Message, Model, ModelRequest, ModelResponse,
 from agentledger.models.errors import FALLBACK_CLASSES
 from agentledger.models.fallback import chain_of
 from agentledger.models.provider import ProviderModel
+from agentledger.observe import tracing
 from agentledger.records import StepStatus
 from agentledger.store.base import NewEvent
 from agentledger.tools.contract import RetryPolicy
@@ -75,7 +76,9 @@ class ModelAttempts(Attempts["ModelResponse | ToolError"]):
         request = c.request(timeout, self.model)
         started = time.perf_counter()
         try:
-            response = await call_with_timeout(lambda: self.model.complete(request), timeout)
+            with tracing.model_attempt(c.exe, self.model) as traced:  # observe/tracing.py
+                response = await call_with_timeout(lambda: self.model.complete(request), timeout)
+                traced.response = response if isinstance(response, ModelResponse) else None
         except Exception as exc:
             c.settle_failure(self.model, exc, self.reserved, started)
             raise

@@ -29,6 +29,7 @@ from agentledger.engine.execution import Execution
 from agentledger.engine.signals import Abandon, Cancelled, Handover, Park, RunFailed
 from agentledger.engine.workflow_runner import run_workflow
 from agentledger.errors import StoreError
+from agentledger.observe import tracing
 from agentledger.records import Run, RunStatus, StepStatus
 from agentledger.store.base import NewEvent, Store
 
@@ -73,6 +74,14 @@ async def execute_run(
         clock=clock,
         cancel_requests=cancel_requests,
     )
+    async with tracing.run_span(store, run, run.kind):  # observe/tracing.py: a run's span
+        outcome = await _execute(exe, definition, max_resumes)
+        tracing.set_outcome(outcome)
+        return outcome
+
+
+async def _execute(exe: Execution, definition: Any, max_resumes: int) -> str:
+    run, owner = exe.run, exe.owner
     try:
         await exe.load()
         if run.resumes > max_resumes:

@@ -19,6 +19,7 @@ from agentledger.engine.execution import Execution
 from agentledger.engine.retries import Attempts, RetryState, call_with_timeout
 from agentledger.engine.signals import Park
 from agentledger.errors import ToolError
+from agentledger.observe import tracing
 from agentledger.records import Effect, Step, StepStatus
 from agentledger.store.base import EffectClaimed, NewEvent
 from agentledger.tools.context import ToolContext
@@ -116,7 +117,9 @@ class StepAttempts(Attempts[ToolOutcome]):
 
     async def call(self) -> Any:
         ctx = tool_context(self.exe, self.step.step_no, self.key, self.tool, self.state.attempts)
-        return await call_with_timeout(lambda: self.tool.call(ctx, self.args), ctx.time_left())
+        # observe/tracing.py: the execute_tool span and the step duration histogram
+        with tracing.tool_attempt(self.exe, self.step, self.tool, self.key, self.state.attempts):
+            return await call_with_timeout(lambda: self.tool.call(ctx, self.args), ctx.time_left())
 
     async def succeeded(self, result: Any, how: str) -> ToolOutcome:
         step = self.step

@@ -39,6 +39,7 @@ from agentledger.engine.steps import (
 )
 from agentledger.engine.unknown import drive_write
 from agentledger.errors import InvalidArguments, Refused
+from agentledger.observe import tracing
 from agentledger.records import OutboxItem, Step, StepStatus
 from agentledger.store.base import NewEvent
 from agentledger.tools.contract import Tool
@@ -93,6 +94,7 @@ async def _tool_step(
 ) -> ToolOutcome:
     prior = exe.prior(step_no, name)
     if prior is not None and prior.status in _REPLAYABLE:
+        tracing.replayed_step(exe, prior)  # observe/tracing.py: marked replayed, no usage
         return _replay(prior)
     key = key or exe.key(step_no)
     step = prior or new_step(exe, step_no, kind, name, status=StepStatus.NEW)

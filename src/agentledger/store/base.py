@@ -32,6 +32,8 @@ from agentledger.records import (
 
 if TYPE_CHECKING:
     from agentledger.store.queries.memory_facts import Fact
+    from agentledger.store.queries.observe_resume import ResumePlan
+    from agentledger.store.queries.observe_stuck import StuckRun
     from agentledger.store.queries.retrieval_docs import ChunkHit, Document, NewChunk
 
 _UNSET: Any = object()
@@ -330,4 +332,60 @@ class Store(ABC):
 
     async def search_chunks(self, tenant_id: str, query: str, k: int = 5) -> list[ChunkHit]:
         """Full-text search over one tenant's chunks, best first."""
+        raise NotImplementedError
+
+    # observability (see agentledger.observe) ------------------------------------
+    # Backends without them raise NotImplementedError.
+    async def observe_snapshot(self) -> dict[str, Any]:
+        """The store-derived metric values at this moment (observe/metrics.py renders them)."""
+        raise NotImplementedError
+
+    async def run_stats(self, since: float | None, agent: str | None) -> dict[str, Any]:
+        """Runs created since ``since``: by status, totals, duration percentiles and the
+        failing-step distribution (observe/stats.py)."""
+        raise NotImplementedError
+
+    async def find_stuck(
+        self,
+        default_after: float,
+        per_agent: dict[str, float],
+        takeovers: int,
+        live_within: float,
+    ) -> list[StuckRun]:
+        """Stuck runs now, judged on the database's clock (observe/stuck.py)."""
+        raise NotImplementedError
+
+    async def mark_stuck(self, run: StuckRun, actor: str) -> bool:
+        """Report ``run``'s stuck episode once (a ``run.stuck`` event); False if done."""
+        raise NotImplementedError
+
+    async def plan_resume(self, run_id: str, from_step: int | None) -> ResumePlan:
+        """What ``resume_run`` would do (a dry run)."""
+        raise NotImplementedError
+
+    async def resume_run(
+        self,
+        run_id: str,
+        from_step: int | None,
+        actor: str,
+        reason: str | None = None,
+        force: bool = False,
+    ) -> ResumePlan:
+        """Queue a failed or needs_human run again from its failed step (or ``from_step``)."""
+        raise NotImplementedError
+
+    async def resume_candidates(self, status: str, agent: str | None, limit: int) -> list[str]:
+        """Run ids in ``status`` (failed or needs_human), optionally of one agent."""
+        raise NotImplementedError
+
+    async def retry_outbox(self, key: str, actor: str) -> bool:
+        """Redeliver a dead letter (dead -> pending); False when ``key`` is not dead."""
+        raise NotImplementedError
+
+    async def trace_context(self, run_id: str) -> str | None:
+        """The run's stored trace context (W3C traceparent), if any."""
+        raise NotImplementedError
+
+    async def claim_trace_context(self, run_id: str, context: str) -> str | None:
+        """Store the run's trace context unless it has one; return the stored one."""
         raise NotImplementedError

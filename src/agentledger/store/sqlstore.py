@@ -50,8 +50,19 @@ from agentledger.store.groupcommit import (
     run_group,
     run_single,
 )
-from agentledger.store.queries import gateway_budgets, memory_facts, retrieval_docs
+from agentledger.store.queries import (
+    gateway_budgets,
+    memory_facts,
+    observe_metrics,
+    observe_resume,
+    observe_stats,
+    observe_stuck,
+    observe_trace,
+    retrieval_docs,
+)
 from agentledger.store.queries.memory_facts import Fact
+from agentledger.store.queries.observe_resume import ResumePlan
+from agentledger.store.queries.observe_stuck import StuckRun
 from agentledger.store.queries.retrieval_docs import ChunkHit, Document, NewChunk
 
 log = logging.getLogger(__name__)
@@ -499,6 +510,67 @@ class SQLStore(Store):
         return await self._call(
             lambda c: retrieval_docs.search_chunks(self.dialect, c, tenant_id, query, k),
             write=False,
+        )
+
+    # observability -------------------------------------------------------------
+
+    async def observe_snapshot(self) -> dict[str, Any]:
+        return await self._call(lambda c: observe_metrics.snapshot(self.dialect, c), write=False)
+
+    async def run_stats(self, since: float | None, agent: str | None) -> dict[str, Any]:
+        return await self._call(
+            lambda c: observe_stats.run_stats(self.dialect, c, since, agent), write=False
+        )
+
+    async def find_stuck(
+        self, default_after: float, per_agent: dict[str, float], takeovers: int, live_within: float
+    ) -> list[StuckRun]:
+        return await self._call(
+            lambda c: observe_stuck.find_stuck(
+                self.dialect, c, default_after, per_agent, takeovers, live_within
+            ),
+            write=False,
+        )
+
+    async def mark_stuck(self, run: StuckRun, actor: str) -> bool:
+        return await self._call(lambda c: observe_stuck.mark_stuck(self.dialect, c, run, actor))
+
+    async def plan_resume(self, run_id: str, from_step: int | None) -> ResumePlan:
+        return await self._call(
+            lambda c: observe_resume.plan_resume(self.dialect, c, run_id, from_step), write=False
+        )
+
+    async def resume_run(
+        self,
+        run_id: str,
+        from_step: int | None,
+        actor: str,
+        reason: str | None = None,
+        force: bool = False,
+    ) -> ResumePlan:
+        return await self._call(
+            lambda c: observe_resume.resume_run(
+                self.dialect, c, run_id, from_step, actor, reason, force
+            )
+        )
+
+    async def resume_candidates(self, status: str, agent: str | None, limit: int) -> list[str]:
+        return await self._call(
+            lambda c: observe_resume.candidates(self.dialect, c, status, agent, limit),
+            write=False,
+        )
+
+    async def retry_outbox(self, key: str, actor: str) -> bool:
+        return await self._call(lambda c: observe_resume.retry_outbox(self.dialect, c, key, actor))
+
+    async def trace_context(self, run_id: str) -> str | None:
+        return await self._call(
+            lambda c: observe_trace.get_trace_context(self.dialect, c, run_id), write=False
+        )
+
+    async def claim_trace_context(self, run_id: str, context: str) -> str | None:
+        return await self._call(
+            lambda c: observe_trace.claim_trace_context(self.dialect, c, run_id, context)
         )
 
 

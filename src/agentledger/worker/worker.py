@@ -166,6 +166,7 @@ class Worker:
             ]
             if self.config.outbox:
                 side.append(asyncio.create_task(self._outbox_loop(), name="outbox"))
+            side.append(asyncio.create_task(self._stuck_loop(), name="stuck"))  # observe/stuck.py
             for task in side:
                 task.add_done_callback(self._side_task_done)
             # PostgreSQL wakes us on NOTIFY; polling stays as the fallback.
@@ -264,6 +265,13 @@ class Worker:
             self.store, self.app, owner=self.owner, lease_seconds=outbox_lease
         )
         await self._supervise("outbox", lambda: dispatcher.run(self.stopping))
+
+    async def _stuck_loop(self) -> None:
+        """Report stuck runs now and then (observe/stuck.py: one query, database clock)."""
+        from agentledger.observe.stuck import StuckDetector, StuckPolicy
+
+        detector = StuckDetector(self.store, StuckPolicy.from_env(self.app), self.owner)
+        await self._supervise("stuck", lambda: detector.run(self.stopping))
 
     # claiming -------------------------------------------------------------
 

@@ -1,0 +1,204 @@
+"""Prometheus metrics: store gauges computed at scrape time, process histograms.
+
+Two sources, one text:
+
+- the **store** (the truth shared by every worker): runs by state, agent, version and
+  tenant; queued runs and queue wait; tokens, cost and lease takeovers per agent; budget
+  hits by kind; unknown outcomes by resolution; outbox backlog and dead letters; stuck
+  runs. The same figures whichever process is scraped.
+- this **process** (a worker): step duration histograms by tool, model call durations
+  and token usage (``gen_ai.client.*``), stuck episodes it reported.
+
+:func:`render_metrics` is what ``/metrics`` serves (the worker's ``--metrics-port`` and
+the HTTP service alike).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from agentledger.observe.instruments import PROCESS
+from agentledger.observe.stuck import StuckPolicy
+from agentledger.store.base import Store
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _Snapshot(Collector):
+    """The store's figures as metric families (one scrape's worth)."""
+
+    def __init__(self, data: dict[str, Any], stuck: list[Any]) -> None:
+        self.data, self.stuck = data, stuck
+
+    def collect(self) -> Iterator[Metric]:
+        data = self.data
+        runs = GaugeMetricFamily(
+            "agentledger_runs", "Runs by state, agent, version and tenant.",
+            labels=("status", "agent", "version", "tenant"),
+        )  # fmt: skip
+        tokens = CounterMetricFamily(
+            "agentledger_run_tokens", "Tokens spent by runs, per agent.", labels=("agent",)
+        )
+        cost = CounterMetricFamily(
+            "agentledger_run_cost_usd", "Spend of runs in USD, per agent.", labels=("agent",)
+        )
+        takeovers = CounterMetricFamily(
+            "agentledger_lease_takeovers",
+            "Leases taken over from a worker that stopped renewing them, per agent.",
+            labels=("agent",),
+        )
+        per_agent: dict[str, list[float]] = {}
+        for row in data["runs"]:
+            runs.add_metric(
+                [row["status"], row["name"], row["version"], row["tenant_id"]], float(row["n"])
+            )
+            acc = per_agent.setdefault(row["name"], [0.0, 0.0, 0.0])
+            acc[0] += float(row["tokens"] or 0)
+            acc[1] += float(row["cost"] or 0)
+            acc[2] += float(row["resumes"] or 0)
+        for agent, (t, c, r) in sorted(per_agent.items()):
+            tokens.add_metric([agent], t)
+            cost.add_metric([agent], c)
+            takeovers.add_metric([agent], r)
+        yield from (runs, tokens, cost, takeovers)
+        queued = GaugeMetricFamily(
+            "agentledger_queued_runs", "Runs due and waiting for a worker (autoscale on this).",
+            labels=("agent", "version"),
+        )  # fmt: skip
+        wait = GaugeMetricFamily(
+            "agentledger_queue_wait_seconds", "How long the oldest due run has waited.",
+            labels=("agent", "version"),
+        )  # fmt: skip
+        for row in data["queued"]:
+            queued.add_metric([row["name"], row["version"]], float(row["n"]))
+            wait.add_metric([row["name"], row["version"]], max(0.0, float(row["wait"] or 0)))
+        yield from (queued, wait)
+        budget = CounterMetricFamily(
+            "agentledger_budget_hits", "Runs handed over on a budget, by kind.", labels=("kind",)
+        )
+        for kind, n in sorted(data["budget_hits"].items()):
+            budget.add_metric([kind], float(n))
+        yield budget
+        unknown = CounterMetricFamily(
+            "agentledger_unknown_outcomes",
+            "Unknown outcomes settled, by resolution.",
+            labels=("resolution",),
+        )
+        for res, n in sorted(data["unknown_resolutions"].items()):
+            unknown.add_metric([res], float(n))
+        yield unknown
+        yield CounterMetricFamily(
+            "agentledger_unknown_outcomes_seen",
+            "Writes whose outcome was unknown (timed out, or found in flight on resume).",
+            value=float(data["unknown_seen"]),
+        )
+        backlog = GaugeMetricFamily(
+            "agentledger_outbox", "Outbox rows by status.", labels=("status",)
+        )
+        dead = 0.0
+        oldest = 0.0
+        for row in data["outbox"]:
+            backlog.add_metric([row["status"]], float(row["n"]))
+            if row["status"] == "dead":
+                dead = float(row["n"])
+            if row["status"] == "pending":
+                oldest = max(0.0, float(row["age"] or 0))
+        yield backlog
+        yield GaugeMetricFamily("agentledger_outbox_dead_letters", "Dead letters.", value=dead)
+        yield GaugeMetricFamily(
+            "agentledger_outbox_oldest_pending_seconds",
+            "Age of the oldest pending row.",
+            value=oldest,
+        )
+        stuck = GaugeMetricFamily(
+            "agentledger_stuck_runs", "Runs stuck now, by agent and reason.",
+            labels=("agent", "reason"),
+        )  # fmt: skip
+        counts: dict[tuple[str, str], int] = {}
+        for run in self.stuck:
+            counts[(run.name, run.reason)] = counts.get((run.name, run.reason), 0) + 1
+        for (agent, reason), n in sorted(counts.items()):
+            stuck.add_metric([agent, reason], float(n))
+        yield stuck
+
+
+async def render_metrics(
+    store: Store, policy: StuckPolicy | None = None, *, process: bool = True
+) -> str:
+    """The Prometheus text of ``/metrics``: the store's figures now (and, with
+    ``process``, this process's histograms). Mount this in the HTTP service."""
+    policy = policy or StuckPolicy.from_env()
+    data = await store.observe_snapshot()
+    stuck = await policy.find(store)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(data, stuck))
+    text = generate_latest(registry).decode()
+    if process:
+        text += generate_latest(PROCESS).decode()
+    return text
+
+
+class MetricsServer:
+    """``GET /metrics`` on a port, served from a thread; the figures are computed on the
+    event loop that owns the store (the worker's)."""
+
+    def __init__(self, store: Store, port: int, loop: asyncio.AbstractEventLoop,
+                 host: str = "0.0.0.0", policy: StuckPolicy | None = None) -> None:  # fmt: skip
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?", 1)[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                future = asyncio.run_coroutine_threadsafe(
+                    render_metrics(outer.store, outer.policy), outer.loop
+                )
+                try:
+                    body = future.result(timeout=30).encode()
+                except Exception as exc:  # the store is unavailable: say so, do not die
+                    self.send_error(503, str(exc).splitlines()[0][:200] if str(exc) else None)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # scrapes are not worth a log line each
+
+        self.store, self.loop, self.policy = store, loop, policy
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.port = int(self.server.server_address[1])
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, name="agentledger-metrics", daemon=True
+        )
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_metrics(store: Store, port: int | None) -> MetricsServer | None:
+    """Serve ``/metrics`` on ``port`` from the running event loop (None: not served);
+    prints the port to stderr so that ``--metrics-port 0`` can be found."""
+    if port is None:
+        return None
+    server = MetricsServer(store, port, asyncio.get_running_loop()).start()
+    import sys
+
+    print(f"metrics on http://0.0.0.0:{server.port}/metrics", file=sys.stderr, flush=True)
+    return server

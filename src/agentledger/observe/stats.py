@@ -1,0 +1,83 @@
+"""The five numbers: completion rate, p50/p95 duration, cost per run, which step fails
+(with the average cost and seconds of each failure), and stuck runs.
+
+:func:`stats` is what ``agentledger stats`` prints and what ``GET /v1/stats`` returns
+(``Stats.to_dict()``). Figures come from SQL on the store (observe_stats.py).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentledger.observe.stuck import StuckPolicy
+from agentledger.store.base import Store
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+FINISHED = ("completed", "failed", "cancelled", "expired", "needs_human")
+
+
+def parse_since(text: str | None) -> float | None:
+    """``7d``, ``12h``, ``30m``, ``90s``, ``2w`` (or a plain number of seconds) as a
+    number of seconds; None or ``all`` for no window."""
+    if text is None or text.strip().lower() in ("", "all"):
+        return None
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text.lower())
+    if not found:
+        raise ValueError(f"--since {text!r}: use a number and a unit, e.g. 7d, 12h, 30m")
+    return float(found.group(1)) * _UNITS[found.group(2) or "s"]
+
+
+@dataclass
+class Stats:
+    """The five numbers over a window of runs."""
+
+    since: float | None  # UNIX seconds; None: every run
+    agent: str | None
+    runs: int
+    by_status: dict[str, int]
+    completion_rate: float | None  # completed / finished
+    p50_seconds: float | None
+    p95_seconds: float | None
+    cost_per_run_usd: float | None
+    cost_usd: float
+    tokens: int
+    failing_steps: list[dict[str, Any]] = field(default_factory=list)
+    stuck: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["stuck_runs"] = len(self.stuck)
+        return data
+
+
+async def stats(
+    store: Store,
+    since: float | None = None,
+    agent: str | None = None,
+    policy: StuckPolicy | None = None,
+) -> Stats:
+    """The five numbers for runs created in the last ``since`` seconds (None: all),
+    optionally of one agent or workflow. Mount this at ``GET /v1/stats``."""
+    start = None if since is None else time.time() - since
+    raw = await store.run_stats(start, agent)
+    finished = sum(n for s, n in raw["by_status"].items() if s in FINISHED)
+    stuck = await (policy or StuckPolicy.from_env()).find(store)
+    if agent is not None:
+        stuck = [s for s in stuck if s.name == agent]
+    return Stats(
+        since=start,
+        agent=agent,
+        runs=raw["runs"],
+        by_status=raw["by_status"],
+        completion_rate=(raw["by_status"].get("completed", 0) / finished) if finished else None,
+        p50_seconds=raw["duration"]["p50"],
+        p95_seconds=raw["duration"]["p95"],
+        cost_per_run_usd=(raw["cost_usd"] / raw["runs"]) if raw["runs"] else None,
+        cost_usd=raw["cost_usd"],
+        tokens=raw["tokens"],
+        failing_steps=raw["failing_steps"],
+        stuck=[s.to_dict() for s in stuck],
+    )

@@ -1,0 +1,124 @@
+"""The stuck-run alarm: workers look for stuck runs now and then and report each
+episode once (a ``run.stuck`` event, which the webhook layer forwards, and the
+``agentledger_stuck_reported`` counter); ``/metrics`` shows the stuck runs now.
+
+What "stuck" means is in :mod:`agentledger.store.queries.observe_stuck` (the SQL, on the
+database's clock). The threshold is per agent: an agent or workflow definition may carry
+``stuck_after`` (seconds); otherwise ``AGENTLEDGER_STUCK_AFTER`` (default 900 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentledger.observe.instruments import STUCK_REPORTED
+from agentledger.store.base import Store
+from agentledger.store.queries.observe_stuck import STUCK_EVENT, StuckRun
+
+log = logging.getLogger(__name__)
+
+DEFAULT_AFTER = 900.0  # 15 minutes without progress
+DEFAULT_TAKEOVERS = 3  # leases taken over this often: a crash loop
+DEFAULT_CHECK = 60.0
+LIVE_WITHIN = 60.0  # a worker is live if it heartbeat within this (cli/routing.py's)
+
+__all__ = ["STUCK_EVENT", "StuckDetector", "StuckPolicy", "StuckRun"]
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    value = float(raw)
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds (got {raw!r})")
+    return value
+
+
+@dataclass
+class StuckPolicy:
+    """When a run counts as stuck, and how often workers look."""
+
+    after: float = DEFAULT_AFTER
+    per_agent: dict[str, float] = field(default_factory=dict)
+    takeovers: int = DEFAULT_TAKEOVERS
+    live_within: float = LIVE_WITHIN
+    check_seconds: float = DEFAULT_CHECK
+
+    @classmethod
+    def from_env(cls, app: Any = None) -> StuckPolicy:
+        """From ``AGENTLEDGER_STUCK_AFTER``, ``AGENTLEDGER_STUCK_TAKEOVERS``,
+        ``AGENTLEDGER_STUCK_CHECK`` and, with an app, its definitions' ``stuck_after``."""
+        after = _env_float("AGENTLEDGER_STUCK_AFTER", DEFAULT_AFTER)
+        policy = cls(
+            after=after,
+            takeovers=int(_env_float("AGENTLEDGER_STUCK_TAKEOVERS", DEFAULT_TAKEOVERS)),
+            check_seconds=_env_float("AGENTLEDGER_STUCK_CHECK", min(DEFAULT_CHECK, after / 3)),
+        )
+        for definition in _definitions(app):
+            seconds = getattr(definition, "stuck_after", None)
+            if isinstance(seconds, int | float) and seconds > 0:
+                policy.per_agent[definition.name] = float(seconds)
+        return policy
+
+    async def find(self, store: Store) -> list[StuckRun]:
+        """The stuck runs now."""
+        return await store.find_stuck(self.after, self.per_agent, self.takeovers, self.live_within)
+
+
+def _definitions(app: Any) -> list[Any]:
+    if app is None:
+        return []
+    found = getattr(app, "definitions", None)
+    if callable(found):
+        found = found()
+    if isinstance(found, dict):
+        return list(found.values())
+    return list(found or [])
+
+
+class StuckDetector:
+    """The periodic check a worker runs (cheap: one indexed query on the database clock)."""
+
+    def __init__(self, store: Store, policy: StuckPolicy, actor: str) -> None:
+        self.store, self.policy, self.actor = store, policy, actor
+
+    async def check_once(self) -> list[StuckRun]:
+        """Report every stuck episode not reported yet; return those this call reported."""
+        reported = []
+        for run in await self.policy.find(self.store):
+            if run.reported:
+                continue
+            if await self.store.mark_stuck(run, self.actor):
+                STUCK_REPORTED.labels(run.reason).inc()
+                log.warning(
+                    "run %s (%s@%s) is stuck: %s for %.0f s",
+                    run.run_id, run.name, run.version, run.reason, run.idle_seconds,
+                )  # fmt: skip
+                reported.append(run)
+        return reported
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Check every ``check_seconds`` until ``stopping``."""
+        while not stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), self.policy.check_seconds)
+            if stopping.is_set():
+                return
+            try:
+                await self.check_once()
+            except NotImplementedError:
+                return  # a store without the query: nothing to watch
+
+
+async def stuck_runs(store: Store, name: str | None = None, limit: int = 100) -> list[Any]:
+    """The stuck runs now as run records (``runs list --stuck``), newest first."""
+    found = [s for s in await StuckPolicy.from_env().find(store) if name in (None, s.name)]
+    runs = [await store.get_run(s.run_id) for s in found]
+    live = [r for r in runs if r is not None]
+    return sorted(live, key=lambda r: r.created_at, reverse=True)[:limit]

@@ -1,0 +1,233 @@
+"""OpenTelemetry spans of runs, model attempts and tool attempts (GenAI conventions;
+every name is in :mod:`agentledger.observe.semconv`).
+
+Nothing is exported unless a tracer provider is configured (the OpenTelemetry SDK, e.g.
+:func:`configure_otlp`); without one every hook is a no-op costing a type check. The
+process histograms (:mod:`agentledger.observe.instruments`) are recorded either way.
+
+A run's trace context is stored with the run by its first execution (a guarded UPDATE:
+the first one wins), and every later execution -- a resume on another worker -- starts
+its ``invoke_agent``/``invoke_workflow`` span as a child of it: one trace per run. A step
+replayed from the journal gets a span marked ``agentledger.step.replayed`` with no usage
+attributes, so its tokens are never counted twice. Message content is attached only
+when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from agentledger.observe import semconv as sc
+from agentledger.observe.instruments import OPERATION_DURATION, STEP_DURATION, TOKEN_USAGE
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_TRACER_NAME = "agentledger"
+
+
+def enabled() -> bool:
+    """True when a real tracer provider is configured (spans are recorded)."""
+    provider = trace.get_tracer_provider()
+    return type(provider).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider")
+
+
+def capture_content() -> bool:
+    return os.environ.get(sc.ENV_CAPTURE_CONTENT, "").lower() in ("1", "true", "yes")
+
+
+def _tracer() -> trace.Tracer:
+    return trace.get_tracer(_TRACER_NAME)
+
+
+def configure_otlp(endpoint: str | None = None) -> None:
+    """Export spans with OTLP over HTTP (the ``agentledger[otel]`` extra)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider()
+    exporter = OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+
+
+@contextlib.asynccontextmanager
+async def run_span(store: Any, run: Any, kind: str) -> AsyncIterator[None]:
+    """The span of one execution of ``run``, joined to the run's stored trace."""
+    if not enabled():
+        yield
+        return
+    parent = None
+    stored = await _stored_context(store, run.id)
+    if stored:
+        parent = _PROPAGATOR.extract({"traceparent": stored})
+    op = sc.OP_INVOKE_AGENT if kind == "agent" else sc.OP_INVOKE_WORKFLOW
+    span = _tracer().start_span(
+        f"{op} {run.name}",
+        context=parent,
+        kind=SpanKind.INTERNAL,
+        attributes={
+            sc.GEN_AI_OPERATION_NAME: op,
+            sc.GEN_AI_AGENT_NAME: run.name,
+            sc.GEN_AI_CONVERSATION_ID: run.id,
+            sc.RUN_ID: run.id,
+            sc.RUN_VERSION: run.version,
+            sc.RUN_TENANT: run.tenant_id,
+            sc.RUN_EXECUTION: run.lease_epoch,
+        },
+    )
+    if not stored:
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        with contextlib.suppress(NotImplementedError):
+            await store.claim_trace_context(run.id, carrier["traceparent"])
+    with trace.use_span(span, end_on_exit=True, record_exception=True):
+        yield
+
+
+async def _stored_context(store: Any, run_id: str) -> str | None:
+    try:
+        found: str | None = await store.trace_context(run_id)
+        return found
+    except (NotImplementedError, AttributeError):
+        return None
+
+
+def set_outcome(outcome: str) -> None:
+    """Record where the current run execution ended."""
+    span = trace.get_current_span()
+    if not isinstance(span, NonRecordingSpan):
+        span.set_attribute(sc.RUN_OUTCOME, outcome)
+
+
+@dataclass
+class Attempt:
+    """What a hook learns while an attempt runs (set by the caller)."""
+
+    response: Any = None
+    resolution: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _effect(tool: Any) -> str:
+    if getattr(tool, "delivery", None) == "outbox":
+        return "outbox"
+    return "write" if getattr(tool, "writes", False) else "read"
+
+
+@contextlib.contextmanager
+def tool_attempt(exe: Any, step: Any, tool: Any, key: str, attempt: int) -> Iterator[Attempt]:
+    """One tool attempt: the ``execute_tool {tool}`` span and the duration histogram."""
+    rec = Attempt()
+    effect = _effect(tool)
+    started = time.perf_counter()
+    span = None
+    if enabled():
+        span = _tracer().start_span(
+            f"{sc.OP_EXECUTE_TOOL} {tool.name}",
+            attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL,
+                sc.GEN_AI_TOOL_NAME: tool.name,
+                sc.GEN_AI_TOOL_CALL_ID: key,
+                sc.GEN_AI_TOOL_TYPE: "function",
+                sc.RUN_ID: exe.run.id,
+                sc.STEP_NO: step.step_no,
+                sc.TOOL_EFFECT: effect,
+                sc.IDEMPOTENCY_KEY: key,
+                sc.STEP_ATTEMPT: attempt,
+                sc.STEP_REPLAYED: False,
+            },
+        )
+    outcome = "ok"
+    try:
+        yield rec
+    except BaseException as exc:
+        outcome = str(getattr(exc, "error_class", None) or type(exc).__name__)
+        if span is not None:
+            span.set_attribute(sc.ERROR_TYPE, outcome)
+            span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+        raise
+    finally:
+        STEP_DURATION.labels(tool.name, effect, outcome).observe(time.perf_counter() - started)
+        if span is not None:
+            span.set_attribute(sc.STEP_OUTCOME, outcome)
+            if rec.resolution:
+                span.set_attribute(sc.UNKNOWN_RESOLUTION, rec.resolution)
+            span.end()
+
+
+def replayed_step(exe: Any, step: Any) -> None:
+    """A step answered from the journal: a span marked replayed, with no usage."""
+    if not enabled():
+        return
+    kind = getattr(step, "kind", "tool")
+    op = sc.OP_CHAT if kind == "model" else sc.OP_EXECUTE_TOOL
+    attributes: dict[str, Any] = {
+        sc.GEN_AI_OPERATION_NAME: op,
+        sc.RUN_ID: exe.run.id,
+        sc.STEP_NO: step.step_no,
+        sc.STEP_REPLAYED: True,
+        sc.STEP_OUTCOME: step.status,
+    }
+    if op == sc.OP_EXECUTE_TOOL:
+        attributes[sc.GEN_AI_TOOL_NAME] = step.name
+        if step.idempotency_key:
+            attributes[sc.GEN_AI_TOOL_CALL_ID] = step.idempotency_key
+            attributes[sc.IDEMPOTENCY_KEY] = step.idempotency_key
+    _tracer().start_span(f"{op} {step.name}", attributes=attributes).end()
+
+
+@contextlib.contextmanager
+def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
+    """One model attempt: the ``chat {model}`` span and the ``gen_ai.client.*`` metrics."""
+    rec = Attempt()
+    provider = str(getattr(model, "provider", "") or model.name)
+    requested = str(getattr(model, "model", "") or model.name)
+    started = time.perf_counter()
+    span = None
+    if enabled():
+        span = _tracer().start_span(
+            f"{sc.OP_CHAT} {requested}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OP_CHAT,
+                sc.GEN_AI_PROVIDER_NAME: provider,
+                sc.GEN_AI_REQUEST_MODEL: requested,
+                sc.RUN_ID: exe.run.id,
+                sc.STEP_REPLAYED: False,
+            },
+        )
+    error: str | None = None
+    try:
+        yield rec
+    except BaseException as exc:
+        error = str(getattr(exc, "error_class", None) or type(exc).__name__)
+        if span is not None:
+            span.set_attribute(sc.ERROR_TYPE, error)
+            span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+        raise
+    finally:
+        labels = (sc.OP_CHAT, provider, requested)
+        OPERATION_DURATION.labels(*labels, error or "").observe(time.perf_counter() - started)
+        response = rec.response
+        if response is not None:
+            usage = response.usage
+            TOKEN_USAGE.labels(*labels, sc.TOKEN_TYPE_INPUT).observe(usage.input_tokens)
+            TOKEN_USAGE.labels(*labels, sc.TOKEN_TYPE_OUTPUT).observe(usage.output_tokens)
+            if span is not None:
+                span.set_attribute(sc.GEN_AI_RESPONSE_MODEL, response.model or requested)
+                span.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, usage.input_tokens)
+                span.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, usage.output_tokens)
+                span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, [response.finish_reason])
+                if capture_content():
+                    span.set_attribute(sc.GEN_AI_OUTPUT_MESSAGES, str(response.message)[:10000])
+        if span is not None:
+            span.end()

@@ -1,0 +1,79 @@
+"""The figures ``/metrics`` computes from the store at scrape time.
+
+The store is the truth shared by every worker, so gauges (runs by state, queue depth and
+wait, outbox backlog, dead letters) and the totals that only grow (tokens, cost, lease
+takeovers, budget hits, unknown outcomes) are read here, on the database's clock, and are
+the same whichever process is scraped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentledger.records import loads
+from agentledger.store.dialect import Dialect
+
+# Audit event types that settle an unknown outcome, by the resolution they record.
+UNKNOWN_RESOLUTIONS = {
+    "tool.status_resolved": "status_check",
+    "tool.effect_found": "effects_table",
+}
+UNKNOWN_SEEN = ("tool.unknown_outcome", "tool.resumed_unknown")
+
+
+def snapshot(d: Dialect, conn: Any) -> dict[str, Any]:
+    """Every store-derived metric value, as plain rows (see observe/metrics.py)."""
+    now = d.now_sql
+    runs = d.fetchall(
+        conn,
+        "SELECT status, name, version, tenant_id, COUNT(*) AS n, SUM(tokens) AS tokens, "
+        "SUM(cost_usd) AS cost, SUM(resumes) AS resumes FROM runs "
+        "GROUP BY status, name, version, tenant_id",
+    )
+    queued = d.fetchall(
+        conn,
+        f"SELECT name, version, COUNT(*) AS n, MAX({now} - available_at) AS wait FROM runs "
+        f"WHERE status IN ('queued', 'waiting') AND available_at <= {now} "
+        "GROUP BY name, version",
+    )
+    outbox = d.fetchall(
+        conn,
+        f"SELECT status, COUNT(*) AS n, MAX({now} - created_at) AS age FROM outbox GROUP BY status",
+    )
+    types = (*UNKNOWN_SEEN, *UNKNOWN_RESOLUTIONS)
+    params = {f"t{i}": t for i, t in enumerate(types)}
+    marks = ", ".join(f":{k}" for k in params)
+    counted = d.fetchall(
+        conn,
+        f"SELECT type, COUNT(*) AS n FROM events WHERE type IN ({marks}) GROUP BY type",
+        params,
+    )
+    # Handovers are few; their reason and detail are JSON, so they are classified here.
+    handovers = d.fetchall(conn, "SELECT data FROM events WHERE type = 'run.handover'")
+    budget: dict[str, int] = {}
+    handed_over_unknown = 0
+    for row in handovers:
+        data = loads(row["data"]) or {}
+        if not isinstance(data, dict):
+            continue
+        if data.get("reason") == "budget":
+            kind = str(data.get("detail") or "other").split(" ", 1)[0]
+            budget[kind] = budget.get(kind, 0) + 1
+        elif data.get("reason") == "unknown_outcome":
+            handed_over_unknown += 1
+    unknown: dict[str, int] = {"handed_over": handed_over_unknown}
+    seen = 0
+    for row in counted:
+        if row["type"] in UNKNOWN_RESOLUTIONS:
+            res = UNKNOWN_RESOLUTIONS[row["type"]]
+            unknown[res] = unknown.get(res, 0) + int(row["n"])
+        else:
+            seen += int(row["n"])
+    return {
+        "runs": runs,
+        "queued": queued,
+        "outbox": outbox,
+        "budget_hits": budget,
+        "unknown_resolutions": unknown,
+        "unknown_seen": seen,
+    }

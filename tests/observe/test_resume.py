@@ -1,0 +1,97 @@
+"""`runs resume` continues a failed run from its failed step after a fix; a confirmed
+payment is never executed again without --force and a reason (issue 11, item 5)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agentledger.cli.main import cli
+from agentledger.records import RunStatus, StepStatus
+from agentledger.store.queries.observe_resume import ResumeRefused
+from tests.fast.lifecycle_harness import Harness
+from tests.observe.apps import BUG_FLAG, Payments, booking_app
+
+
+async def _failed_run(h: Harness, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(BUG_FLAG, "1")
+    run_id = await h.submit("booking")
+    run = await h.drive(run_id)
+    assert run.status == RunStatus.FAILED, run
+    steps = {s.step_no: s for s in await h.journal(run_id)}
+    assert steps[2].status == StepStatus.SUCCEEDED and steps[3].status == StepStatus.FAILED
+    return run_id
+
+
+async def test_resume_after_a_fix_continues_from_the_failed_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payments = Payments()
+    async with Harness(tmp_path, booking_app(payments)) as h:
+        run_id = await _failed_run(h, monkeypatch)
+        assert len(payments.calls) == 1
+        monkeypatch.delenv(BUG_FLAG)  # the fix is deployed (same version)
+        plan = await h.store.resume_run(run_id, None, "ops:alice", "confirm bug fixed")
+        assert plan.from_step == 3 and not plan.confirmed
+        assert (await h.run(run_id)).status == RunStatus.QUEUED
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.COMPLETED, run
+        assert run.result == {"confirmed": "Paris-1", "charge": "ch_1"}
+        assert len(payments.calls) == 1  # the payment was replayed, not executed again
+        resumed = [e for e in await h.events(run_id) if e.type == "run.resumed"]
+        assert len(resumed) == 1 and resumed[0].actor == "ops:alice"
+        assert resumed[0].data["from_step"] == 3 and resumed[0].data["forced"] is False
+        assert [s["name"] for s in resumed[0].data["archived_steps"]] == ["confirm"]
+        # A completed run is not resumed again.
+        with pytest.raises(ResumeRefused):
+            await h.store.resume_run(run_id, None, "ops:alice")
+
+
+async def test_a_confirmed_payment_is_not_executed_again_without_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payments = Payments()
+    async with Harness(tmp_path, booking_app(payments)) as h:
+        run_id = await _failed_run(h, monkeypatch)
+        monkeypatch.delenv(BUG_FLAG)
+        with pytest.raises(ResumeRefused, match="confirmed side effect"):
+            await h.store.resume_run(run_id, 2, "ops:alice")
+        with pytest.raises(ResumeRefused):  # --force alone is not enough: a reason too
+            await h.store.resume_run(run_id, 2, "ops:alice", None, force=True)
+        assert (await h.run(run_id)).status == RunStatus.FAILED  # untouched
+        assert len(await h.journal(run_id)) == 3
+        plan = await h.store.resume_run(run_id, 2, "ops:bob", "provider refunded", force=True)
+        assert [c["name"] for c in plan.confirmed] == ["pay"]
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.COMPLETED
+        assert len(payments.calls) == 2  # forced: called again (with the same key)
+        assert len(payments.charges) == 1
+        event = next(e for e in await h.events(run_id) if e.type == "run.resumed")
+        assert event.data["forced"] is True and event.data["reason"] == "provider refunded"
+
+
+def test_cli_dry_run_and_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    payments = Payments()
+    h = Harness(tmp_path, booking_app(payments))
+
+    async def seed() -> str:
+        async with h:
+            return await _failed_run(h, monkeypatch)
+
+    run_id = asyncio.run(seed())
+    db = f"sqlite:///{h.path}"
+    runner = CliRunner()
+    out = runner.invoke(
+        cli, ["runs", "resume", "--status", "failed", "--agent", "booking", "--dry-run", "--db", db]
+    )
+    assert out.exit_code == 0, out.output
+    assert f"would resume {run_id} (failed) from step 3" in out.output
+    out = runner.invoke(cli, ["runs", "resume", run_id, "--from-step", "1", "--db", db])
+    assert out.exit_code == 1 and "confirmed side effect" in out.output
+    out = runner.invoke(cli, ["runs", "resume", run_id, "--force", "--db", db])
+    assert out.exit_code != 0 and "--reason" in str(out.exception)
+    out = runner.invoke(cli, ["runs", "resume", run_id, "--db", db])
+    assert out.exit_code == 0 and f"resumed {run_id}" in out.output
