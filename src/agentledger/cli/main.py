@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agentledger.cli import bench, demo, example, ops, runs, sandbox
+from agentledger.cli import audit, bench, demo, example, keys, ops, runs, sandbox, serve
 from agentledger.cli.common import guarded
 
 
@@ -23,6 +23,9 @@ cli.add_command(ops.worker)
 cli.add_command(ops.migrate)
 cli.add_command(ops.approvals)
 cli.add_command(ops.outbox)
+cli.add_command(serve.serve)
+cli.add_command(keys.keys)
+cli.add_command(audit.audit)
 
 # The example and its tools: part of the package, never optional.
 cli.add_command(sandbox.sandbox)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import secrets
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentledger.errors import StoreError
 from agentledger.records import (
@@ -30,6 +31,10 @@ from agentledger.records import (
     WorkerInfo,
 )
 
+if TYPE_CHECKING:
+    from agentledger.store.dialect import Dialect
+
+T = TypeVar("T")
 _UNSET: Any = object()
 
 
@@ -247,3 +252,10 @@ class Store(ABC):
     @abstractmethod
     async def registrations(self) -> list[dict[str, Any]]:
         """Every (name, version, kind) a worker ever registered."""
+
+    # the service's queries ---------------------------------------------------
+    async def transact(self, fn: Callable[[Dialect, Any], T], *, write: bool = True) -> T:
+        """Run ``fn(dialect, conn)`` in ONE transaction of this store and return its result
+        (the HTTP service's query modules, ``store/queries/service_*.py``, run this way).
+        An :class:`~agentledger.errors.AgentLedgerError` raised by ``fn`` rolls back."""
+        raise NotImplementedError

@@ -345,5 +345,8 @@ class SQLStore(Store):
     async def registrations(self) -> list[dict[str, Any]]:
         return await self._call(lambda c: q.registrations(self.dialect, c), write=False)
 
+    async def transact(self, fn: Callable[[Dialect, Any], T], *, write: bool = True) -> T:
+        return await self._call(lambda c: fn(self.dialect, c), write=write)
+
 
 __all__ = ["SQLStore", "StoreError"]

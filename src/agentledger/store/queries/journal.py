@@ -16,7 +16,7 @@ from agentledger.store import rows
 from agentledger.store.base import _UNSET, Batch, EffectClaimed, UnstorableBatch
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.approvals import insert_approval
-from agentledger.store.queries.events import insert_event
+from agentledger.store.queries.events import batch_events, insert_event
 from agentledger.store.queries.outbox import drop_outbox, insert_outbox
 
 
@@ -38,6 +38,10 @@ def fence_update(batch: Batch) -> tuple[str, dict[str, Any]]:
         "owner": batch.owner,
         "token": batch.token,
     }
+    n_events = len(batch_events(batch))
+    if n_events:  # the batch's events take the run's next seqs, under the fence
+        sets.append("event_seq = event_seq + :n_events")
+        params["n_events"] = n_events
     update = batch.run
     if update is not None:
         for name in ("step_count", "tokens", "cost_usd", "active_seconds"):
@@ -80,8 +84,12 @@ def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
         insert_approval(d, conn, approval)
     if batch.drop_outbox:
         drop_outbox(d, conn, batch.run_id, "compensation began")
-    for event in batch.events:
-        insert_event(d, conn, batch.run_id, event.type, event.actor, event.data)
+    events = batch_events(batch)
+    if events:
+        found = d.fetchall(conn, "SELECT event_seq FROM runs WHERE id = :id", {"id": batch.run_id})
+        first = int(found[0]["event_seq"]) - len(events) + 1
+        for i, event in enumerate(events):
+            insert_event(d, conn, batch.run_id, event.type, event.actor, event.data, first + i)
 
 
 def committed(d: Dialect, conn: Any, batches: list[Batch]) -> set[str]:
@@ -114,7 +122,7 @@ def validate_batch(batch: Batch) -> None:
         params += [dumps(e.result) for e in batch.effects]
         params += [(o.step_no, dumps(o.payload)) for o in batch.outbox]
         params += [(a.step_no, dumps(a.arguments), a.requested_at) for a in batch.approvals]
-        params += [dumps(e.data) for e in batch.events]
+        params += [dumps(e.data) for e in batch_events(batch)]
     except (RecursionError, ValueError, TypeError) as exc:
         raise UnstorableBatch(
             f"run {batch.run_id}: a value in this write cannot be encoded ({exc})"

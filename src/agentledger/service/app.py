@@ -1,0 +1,104 @@
+"""The app factory: ``create_app(settings, agent_app)`` -> a FastAPI ASGI app."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+
+from agentledger.app import App
+from agentledger.service import problems
+from agentledger.service.auth import KeyCache
+from agentledger.service.hub import EventHub
+from agentledger.service.idempotency import InFlight
+from agentledger.service.routers import events, health, runs
+from agentledger.service.settings import ServiceSettings
+from agentledger.store import Store, open_store
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = None) -> FastAPI:
+    """The service over ``settings.db_url`` (or an already open ``store``, which the
+    caller then owns), serving the agents and workflows ``agent_app`` declares."""
+    own_store = store is None
+    the_store: Store = store if store is not None else open_store(settings.db_url)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+        if own_store:
+            await the_store.open()
+        hub = EventHub(the_store, settings.event_poll)
+        hub.start()
+        api.state.hub = hub
+        workers = await _start_workers(the_store, agent_app, settings.workers_inline)
+        try:
+            yield
+        finally:
+            await _stop_workers(workers)
+            await hub.stop()
+            if own_store:
+                await the_store.close()
+
+    api = FastAPI(
+        title="agentledger",
+        version="1",
+        summary="Durable runs of AI agents: submit, watch, approve, audit.",
+        lifespan=lifespan,
+    )
+    api.state.settings = settings
+    api.state.store = the_store
+    api.state.agent_app = agent_app
+    api.state.keys = KeyCache(settings.key_cache_seconds)
+    api.state.in_flight = InFlight()
+    problems.install(api)
+
+    @api.middleware("http")
+    async def request_id(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        given = request.headers.get("x-request-id", "")
+        rid = given if _REQUEST_ID.match(given) else "req_" + secrets.token_hex(8)
+        request.state.request_id = rid
+        response = await call_next(request)
+        response.headers["X-Request-Id"] = rid
+        return response
+
+    for module in (health, runs, events):
+        api.include_router(module.router)
+    _include_optional(api)
+    return api
+
+
+def _include_optional(api: FastAPI) -> None:
+    """Routers of later features, when present."""
+    from agentledger.service.routers import approvals, audit
+
+    api.include_router(approvals.router)
+    api.include_router(audit.router)
+
+
+async def _start_workers(store: Store, app: App, n: int) -> list[tuple[Any, asyncio.Task[None]]]:
+    if n <= 0:
+        return []
+    from agentledger.worker.worker import Worker
+
+    started = []
+    for _ in range(n):
+        worker = Worker(store, app)
+        task = asyncio.create_task(worker.run(install_signals=False), name="inline-worker")
+        started.append((worker, task))
+    return started
+
+
+async def _stop_workers(workers: list[tuple[Any, asyncio.Task[None]]]) -> None:
+    for worker, _ in workers:
+        worker.stop()
+    for _, task in workers:
+        with contextlib.suppress(Exception):
+            await task
