@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentledger import App, WorkflowContext
+from agentledger import Allow, App, RequireApproval, ToolContext, WorkflowContext
+from agentledger.policies import ProposedCall
 
 app = App("service-tests")
 
@@ -46,3 +47,23 @@ echo.input_model = EchoInput  # type: ignore[attr-defined]
 async def free(ctx: WorkflowContext, input: Any) -> Any:
     """Any input, returned as it is."""
     return input
+
+
+@app.tool(effect="write", idempotency="effects")
+async def pay(ctx: ToolContext, amount: int) -> dict[str, Any]:
+    """A payment (guarded by the effects table: at most once per key)."""
+    return {"paid": amount, "key": ctx.idempotency_key}
+
+
+def approval_policy(call: ProposedCall) -> Any:
+    """``input["approval"] = {"role": R, "expires_in": S}`` puts ``pay`` behind approval."""
+    spec = call.run_input.get("approval") if isinstance(call.run_input, dict) else None
+    if spec and call.tool == "pay":
+        return RequireApproval(role=spec["role"], expires_in=float(spec.get("expires_in", 3600)))
+    return Allow()
+
+
+@app.workflow(name="payout", version="1", policy=approval_policy)
+async def payout(ctx: WorkflowContext, input: dict[str, Any]) -> Any:
+    """One payment, behind an approval when the input asks for one."""
+    return await ctx.tool("pay", amount=int(input["amount"]))

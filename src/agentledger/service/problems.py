@@ -27,6 +27,7 @@ KINDS: dict[str, tuple[int, str]] = {
     "idempotency-in-flight": (409, "A request with this Idempotency-Key is in flight"),
     "already-decided": (409, "Already decided"),
     "conflict": (409, "Conflict"),
+    "arguments-changed": (409, "The approval's arguments are not the ones decided on"),
     "expired": (410, "Expired"),
     "validation-error": (422, "Invalid request"),
     "idempotency-key-reused": (422, "Idempotency-Key reused with a different body"),
