@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -19,6 +21,9 @@ from agentledger.service.idempotency import InFlight
 from agentledger.service.routers import events, health, runs
 from agentledger.service.settings import ServiceSettings
 from agentledger.store import Store, open_store
+from agentledger.store.queries import service_audit, service_runs
+
+log = logging.getLogger(__name__)
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -37,9 +42,13 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
         hub.start()
         api.state.hub = hub
         workers = await _start_workers(the_store, agent_app, settings.workers_inline)
+        sealer = asyncio.create_task(_seal_forever(the_store, settings.audit_seal_every))
         try:
             yield
         finally:
+            sealer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sealer
             await _stop_workers(workers)
             await hub.stop()
             if own_store:
@@ -81,6 +90,19 @@ def _include_optional(api: FastAPI) -> None:
 
     api.include_router(approvals.router)
     api.include_router(audit.router)
+
+
+async def _seal_forever(store: Store, period: float) -> None:
+    """Seal new audit events into their tenants' chains, every ``period`` seconds."""
+    while True:
+        try:
+            await store.transact(lambda d, c: service_audit.seal(d, c))
+            await store.transact(
+                lambda d, c: service_runs.purge_idempotency_keys(d, c, time.time())
+            )
+        except Exception as exc:  # retried next period; the chain catches up
+            log.warning("audit sealing failed: %s", exc)
+        await asyncio.sleep(period)
 
 
 async def _start_workers(store: Store, app: App, n: int) -> list[tuple[Any, asyncio.Task[None]]]:

@@ -46,6 +46,8 @@ class ServiceSettings:
     event_poll: float = 0.02
     # The longest ``?wait=`` of a result long-poll.
     max_wait: float = 60.0
+    # New audit events are sealed into the tenant's hash chain this often.
+    audit_seal_every: float = 1.0
     # Workers run inside the service process (the embedded SQLite case).
     workers_inline: int = 0
     extra: dict[str, str] = field(default_factory=dict)

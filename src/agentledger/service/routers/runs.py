@@ -122,7 +122,15 @@ async def submit_run(
     async def submit() -> service_runs.Submitted:
         def go(d: Any, c: Any) -> service_runs.Submitted:
             return service_runs.submit_run(
-                d, c, new, principal.as_dict(), body.webhook, idem, quota, respond
+                d,
+                c,
+                new,
+                principal.as_dict(),
+                body.webhook,
+                idem,
+                quota,
+                respond,
+                getattr(request.state, "request_id", None),
             )
 
         try:

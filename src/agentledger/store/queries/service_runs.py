@@ -17,6 +17,7 @@ from agentledger.store import rows
 from agentledger.store.base import NewRun
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import RUN_COLUMNS
+from agentledger.store.queries.events import insert_event
 from agentledger.store.queries.runs import create_run, get_run
 
 SERVICE_RUN_COLUMNS = RUN_COLUMNS + ", principal, webhook, idempotency_key, event_seq"
@@ -143,6 +144,7 @@ def submit_run(
     idem: IdempotencyRequest | None,
     quota: Quota,
     respond: Any,
+    request_id: str | None = None,
 ) -> Submitted:
     """Create a run (one transaction: quota, run row, key row); replay a known key.
 
@@ -160,6 +162,21 @@ def submit_run(
         conn,
         "UPDATE runs SET principal = :p, webhook = :w, idempotency_key = :k WHERE id = :id",
         {"p": dumps(principal), "w": webhook, "k": idem.key if idem else None, "id": run.id},
+    )
+    # Who started the run, in the audit trail with it.
+    insert_event(
+        d,
+        conn,
+        run.id,
+        "run.accepted",
+        str(principal.get("user_id")),
+        {
+            "key_id": principal.get("key_id"),
+            "roles": principal.get("roles"),
+            "request_id": request_id,
+            "idempotency_key": idem.key if idem else None,
+            "webhook": webhook,
+        },
     )
     body = respond(run)
     if idem is not None:
