@@ -100,3 +100,18 @@ async def revoke(key_id: str, db: str) -> None:
     if not await with_store(db, go):
         raise UsageError(f"no key {key_id}; see `agentledger keys list`")
     click.echo(f"revoked {key_id}")
+
+
+@keys.command("webhook-secret")
+@click.option("--tenant", required=True, help="The tenant whose webhooks are signed with it.")
+@db_option
+@run_async
+async def webhook_secret(tenant: str, db: str) -> None:
+    """Print the tenant's webhook signing secret (made on first use); receivers verify
+    `AgentLedger-Signature` with it (see agentledger.service.webhooks.verify)."""
+    from agentledger.store.queries import service_webhooks
+
+    async def go(store: SQLStore) -> str:
+        return await store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, tenant))
+
+    click.echo(await with_store(db, go, create=True))

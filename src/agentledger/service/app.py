@@ -20,6 +20,7 @@ from agentledger.service.hub import EventHub
 from agentledger.service.idempotency import InFlight
 from agentledger.service.routers import events, health, runs
 from agentledger.service.settings import ServiceSettings
+from agentledger.service.webhooks import Dispatcher
 from agentledger.store import Store, open_store
 from agentledger.store.queries import service_audit, service_runs
 
@@ -42,13 +43,21 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
         hub.start()
         api.state.hub = hub
         workers = await _start_workers(the_store, agent_app, settings.workers_inline)
-        sealer = asyncio.create_task(_seal_forever(the_store, settings.audit_seal_every))
+        dispatcher = Dispatcher(
+            the_store, period=settings.webhook_poll, backoff=settings.webhook_backoff
+        )
+        background = [
+            asyncio.create_task(_seal_forever(the_store, settings.audit_seal_every)),
+            asyncio.create_task(dispatcher.run_forever()),
+        ]
         try:
             yield
         finally:
-            sealer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sealer
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await _stop_workers(workers)
             await hub.stop()
             if own_store:

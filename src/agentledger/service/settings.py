@@ -48,6 +48,9 @@ class ServiceSettings:
     max_wait: float = 60.0
     # New audit events are sealed into the tenant's hash chain this often.
     audit_seal_every: float = 1.0
+    # Webhooks: how often due deliveries are looked for; the first retry's delay (doubling).
+    webhook_poll: float = 0.5
+    webhook_backoff: float = 2.0
     # Workers run inside the service process (the embedded SQLite case).
     workers_inline: int = 0
     extra: dict[str, str] = field(default_factory=dict)

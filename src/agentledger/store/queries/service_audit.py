@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentledger.store.dialect import Dialect
+from agentledger.store.queries import service_webhooks
 
 GENESIS = "0" * 64
 
@@ -90,6 +91,8 @@ def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, limit: int) -> int:
             {"t": tenant_id, "n": chain_no, "p": prev, "h": digest, "id": row["id"]},
         )
         prev = digest
+        # The event's webhook, enqueued once: sealing happens once per event.
+        service_webhooks.enqueue_for_event(d, conn, tenant_id, row)
     if found:
         d.execute(
             conn,
