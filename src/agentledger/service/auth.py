@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from agentledger.service.problems import Problem
 from agentledger.store import Store
@@ -116,8 +117,15 @@ class KeyCache:
 _UNAUTHENTICATED = {"WWW-Authenticate": 'Bearer realm="agentledger"'}
 
 
-async def authenticate(request: Request) -> Principal:
-    """The caller's principal, from its bearer key; 401 problem otherwise."""
+_BEARER = HTTPBearer(auto_error=False, description="An API key: `Bearer al_<id>_<secret>`")
+
+
+async def authenticate(
+    request: Request,
+    _documented: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)] = None,
+) -> Principal:
+    """The caller's principal, from its bearer key; 401 problem otherwise.
+    (``_documented`` only declares the scheme in the OpenAPI document.)"""
     state = request.app.state
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
