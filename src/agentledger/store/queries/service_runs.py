@@ -180,13 +180,13 @@ def submit_run(
     )
     body = respond(run)
     if idem is not None:
-        # An expired row of the same key is replaced; a live one cannot exist here
-        # (found above in this transaction; on PostgreSQL a concurrent insert of the
-        # same key waits for ours and then conflicts, and the caller replays).
+        # An expired row of the same key is replaced. Only an expired one: a live row
+        # committed by another process since our read above must make our INSERT fail
+        # (unique violation; the caller retries and replays it), never be deleted.
         d.execute(
             conn,
-            "DELETE FROM idempotency_keys WHERE tenant_id = :t AND key = :k",
-            {"t": new.tenant_id, "k": idem.key},
+            "DELETE FROM idempotency_keys WHERE tenant_id = :t AND key = :k AND expires_at <= :now",
+            {"t": new.tenant_id, "k": idem.key, "now": now},
         )
         d.execute(
             conn,
