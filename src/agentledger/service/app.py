@@ -8,13 +8,14 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 
 from agentledger.app import App
 from agentledger.service import problems
+from agentledger.service.accepts import AcceptBatcher
 from agentledger.service.auth import KeyCache
 from agentledger.service.hub import EventHub
 from agentledger.service.idempotency import InFlight
@@ -42,6 +43,9 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
         hub = EventHub(the_store, settings.event_poll)
         hub.start()
         api.state.hub = hub
+        accepts = AcceptBatcher(the_store)
+        accepts.start()
+        api.state.accepts = accepts
         workers = await _start_workers(the_store, agent_app, settings.workers_inline)
         dispatcher = Dispatcher(
             the_store, period=settings.webhook_poll, backoff=settings.webhook_backoff
@@ -59,6 +63,7 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await _stop_workers(workers)
+            await accepts.stop()
             await hub.stop()
             if own_store:
                 await the_store.close()
@@ -76,16 +81,7 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
     api.state.in_flight = InFlight()
     problems.install(api)
 
-    @api.middleware("http")
-    async def request_id(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        given = request.headers.get("x-request-id", "")
-        rid = given if _REQUEST_ID.match(given) else "req_" + secrets.token_hex(8)
-        request.state.request_id = rid
-        response = await call_next(request)
-        response.headers["X-Request-Id"] = rid
-        return response
+    api.add_middleware(RequestIdMiddleware)
 
     for module in (health, runs, events):
         api.include_router(module.router)
@@ -101,11 +97,39 @@ def _include_optional(api: FastAPI) -> None:
     api.include_router(audit.router)
 
 
+class RequestIdMiddleware:
+    """Gives every request an id (``X-Request-Id``: the caller's if well formed) and
+    echoes it on the response; a plain ASGI middleware (no per-request task)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = ""
+        for name, value in scope.get("headers", ()):
+            if name == b"x-request-id":
+                given = value.decode("latin-1")
+        rid = given if _REQUEST_ID.match(given) else "req_" + secrets.token_hex(8)
+        scope.setdefault("state", {})["request_id"] = rid
+
+        async def send_with_id(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0] != b"x-request-id"]
+                headers.append((b"x-request-id", rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
 async def _seal_forever(store: Store, period: float) -> None:
     """Seal new audit events into their tenants' chains, every ``period`` seconds."""
     while True:
         try:
-            await store.transact(lambda d, c: service_audit.seal(d, c))
+            await store.transact(lambda d, c: service_audit.seal(d, c, 500))
             await store.transact(
                 lambda d, c: service_runs.purge_idempotency_keys(d, c, time.time())
             )

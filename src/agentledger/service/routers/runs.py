@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from agentledger.errors import StoreError, UnknownTargetError
+from agentledger.errors import UnknownTargetError
 from agentledger.service.auth import ADMIN, OPERATOR, VIEWER, Caller
 from agentledger.service.deps import run_or_404
 from agentledger.service.idempotency import fingerprint, parse_key
@@ -119,22 +119,21 @@ async def submit_run(
     def respond(run: Any) -> dict[str, Any]:
         return run_view({"run": run, "principal": principal.as_dict()})
 
-    async def submit() -> service_runs.Submitted:
-        def go(d: Any, c: Any) -> service_runs.Submitted:
-            return service_runs.submit_run(
-                d,
-                c,
-                new,
-                principal.as_dict(),
-                body.webhook,
-                idem,
-                quota,
-                respond,
-                getattr(request.state, "request_id", None),
-            )
+    submit_request = service_runs.SubmitRequest(
+        new, principal.as_dict(), body.webhook, idem, quota, respond,
+        getattr(request.state, "request_id", None),
+    )  # fmt: skip
 
+    async def submit(grouped: bool) -> service_runs.Submitted:
         try:
-            return await state.store.transact(go)
+            if grouped:  # committed with the other accepts waiting now (one fsync)
+                return await state.accepts.submit(submit_request)
+            r = submit_request
+            return await state.store.transact(
+                lambda d, c: service_runs.submit_run(
+                    d, c, r.new, r.principal, r.webhook, r.idem, r.quota, r.respond, r.request_id
+                )
+            )
         except service_runs.IdempotencyMismatch as exc:
             raise Problem("idempotency-key-reused", str(exc)) from None
         except service_runs.QuotaExceeded as exc:
@@ -142,16 +141,22 @@ async def submit_run(
                 "quota-exceeded", str(exc), headers={"Retry-After": str(exc.retry_after)}
             ) from None
 
+    async def submit_once() -> service_runs.Submitted:
+        try:
+            return await submit(grouped=True)
+        except Problem:
+            raise
+        except Exception:
+            # E.g. another process committed the same Idempotency-Key between our read and
+            # our insert (a unique violation): alone, the retry replays that key's run.
+            # Safe to repeat: the request id makes a committed submit answer itself.
+            return await submit(grouped=False)
+
     if idem is None:
-        done = await submit()
+        done = await submit_once()
     else:
         async with state.in_flight.hold(principal.tenant_id, idem.key, settings.idempotency_wait):
-            try:
-                done = await submit()
-            except StoreError:
-                # Another process committed the same key between our read and our insert
-                # (PostgreSQL unique violation): the retry finds its row and replays it.
-                done = await submit()
+            done = await submit_once()
     headers = {"Location": f"/v1/runs/{done.run.id}", "Retry-After": "1"}
     if done.replayed:
         headers["Idempotent-Replayed"] = "true"

@@ -18,7 +18,7 @@ from agentledger.store.base import NewRun
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import RUN_COLUMNS
 from agentledger.store.queries.events import insert_event
-from agentledger.store.queries.runs import create_run, get_run
+from agentledger.store.queries.runs import create_run, find_request, get_run
 
 SERVICE_RUN_COLUMNS = RUN_COLUMNS + ", principal, webhook, idempotency_key, event_seq"
 _TERMINAL = ", ".join(f"'{s}'" for s in sorted(RunStatus.TERMINAL))
@@ -156,6 +156,12 @@ def submit_run(
         earlier = find_idempotent(d, conn, new.tenant_id, idem, now)
         if earlier is not None:
             return earlier
+    if new.request_id is not None:
+        # This very submit, committed before its reply was lost: answer it again, and
+        # write nothing twice (a store retries a job after a lost connection).
+        done = find_request(d, conn, new.request_id)
+        if done is not None:
+            return Submitted(done, False, respond(done))
     check_quota(d, conn, new.tenant_id, tenant_quota(d, conn, new.tenant_id, quota), now)
     run = create_run(d, conn, new)
     d.execute(
@@ -294,3 +300,42 @@ def run_steps(d: Dialect, conn: Any, run_id: str) -> list[dict[str, Any]]:
 def is_terminal(status: str) -> bool:
     """True for a status no transition leaves."""
     return status in RunStatus.TERMINAL
+
+
+@dataclass
+class SubmitRequest:
+    """One submit of a group (see :func:`submit_group`)."""
+
+    new: NewRun
+    principal: dict[str, Any]
+    webhook: str | None
+    idem: IdempotencyRequest | None
+    quota: Quota
+    respond: Any
+    request_id: str | None = None
+
+
+def submit_group(
+    d: Dialect, conn: Any, requests: list[SubmitRequest]
+) -> list[Submitted | BaseException]:
+    """Many submits in ONE transaction (one fsync for the group), each under its own
+    savepoint: a submit refused (quota, a reused key, a unique violation) is rolled back
+    alone and its error returned in its place; the others commit."""
+    out: list[Submitted | BaseException] = []
+    for i, r in enumerate(requests):
+        savepoint = f"submit{i}"
+        d.execute(conn, f"SAVEPOINT {savepoint}")
+        try:
+            done = submit_run(
+                d, conn, r.new, r.principal, r.webhook, r.idem, r.quota, r.respond, r.request_id
+            )
+        except Exception as exc:
+            if d.is_disconnect(exc) or d.is_transient(exc):
+                raise  # the whole group is retried by the store
+            d.execute(conn, f"ROLLBACK TO SAVEPOINT {savepoint}")
+            d.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
+            out.append(exc)
+            continue
+        d.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
+        out.append(done)
+    return out
