@@ -116,8 +116,18 @@ def render(report: dict[str, Any], console: Console) -> None:
     "current directory, i.e. on the same disk as the default database).",
 )
 @click.option("--quick", is_flag=True, help="Small sizes: a smoke test of a few seconds.")
-def bench(as_json: bool, db: str | None, quick: bool) -> None:
+@click.option(
+    "--api", is_flag=True,
+    help="Benchmark the HTTP service instead: POST /v1/runs accepted/s, p50/p99, SSE lag.",
+)  # fmt: skip
+def bench(as_json: bool, db: str | None, quick: bool, api: bool) -> None:
     """Measure per-step overhead against raw INSERT+COMMIT, throughput and bytes stored."""
+    if api:
+        from agentledger.service.bench import run_api_bench
+
+        sizes = {"requests": 300, "streams": 20} if quick else {}
+        click.echo(json.dumps(asyncio.run(run_api_bench(db, **sizes)), indent=2))
+        return
     from agentledger.bench import BenchConfig, run_bench
 
     console = Console(stderr=True)

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import click
 
-from agentledger.cli import bench, demo, describe, docs, example, memory, ops, resume, runs, sandbox
+from agentledger.cli import (
+    audit,
+    bench,
+    demo,
+    describe,
+    docs,
+    example,
+    keys,
+    memory,
+    ops,
+    resume,
+    runs,
+    sandbox,
+    serve,
+)
 from agentledger.cli import stats as stats_cli
 from agentledger.cli.common import guarded
 
@@ -30,6 +44,9 @@ cli.add_command(describe.describe)
 cli.add_command(stats_cli.stats_command)
 runs.runs.add_command(resume.resume)
 ops.outbox.add_command(resume.outbox_retry)
+cli.add_command(serve.serve)
+cli.add_command(keys.keys)
+cli.add_command(audit.audit)
 
 # The example and its tools: part of the package, never optional.
 cli.add_command(sandbox.sandbox)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentledger.canonical import NotJournalable, canonical_json
 from agentledger.engine.execution import Execution
 from agentledger.engine.signals import Cancelled, Park
 from agentledger.engine.steps import ToolOutcome, fail_step
@@ -43,7 +44,7 @@ class NotAllowed(Refused):
 async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> ToolOutcome | None:
     """Return None to go ahead, or a failed ToolOutcome; raise Park to wait."""
     if step.status == StepStatus.WAITING:
-        return await _decided(exe, step, tool)
+        return await _decided(exe, step, tool, args)
     call = ProposedCall(
         run_id=exe.run.id,
         step_no=step.step_no,
@@ -116,7 +117,9 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> 
     return None
 
 
-async def _decided(exe: Execution, step: Step, tool: Tool) -> ToolOutcome | None:
+async def _decided(
+    exe: Execution, step: Step, tool: Tool, args: dict[str, Any]
+) -> ToolOutcome | None:
     found = [a for a in await exe.store.get_approvals(exe.run.id) if a.step_no == step.step_no]
     if not found:
         return None
@@ -138,6 +141,15 @@ async def _decided(exe: Execution, step: Step, tool: Tool) -> ToolOutcome | None
         else:
             approval = await _decide(exe, approval, approval.default_decision, EXPIRED_BY)
     if approval.decision == "approve":
+        # The decision covers the arguments the approver was shown (the approval row);
+        # the call runs with the journaled ones: they must be the same call.
+        if _digest(approval.arguments) != _digest(args):
+            return await fail_step(
+                exe,
+                step,
+                Refused(f"{tool.name} was not run: its arguments differ from the approved ones"),
+                events=_take(exe),
+            )
         step.status = StepStatus.NEW
         return None
     return await fail_step(
@@ -158,6 +170,13 @@ async def _decide(exe: Execution, approval: Approval, decision: str, by: str) ->
             if current.id == approval.id and current.decision is not None:
                 return current
         raise  # not decided by anyone: the store itself failed (the run is resumed)
+
+
+def _digest(value: Any) -> str:
+    try:
+        return canonical_json(value)
+    except NotJournalable:
+        return repr(value)
 
 
 def _take(exe: Execution) -> list[NewEvent]:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import secrets
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentledger.errors import StoreError
 from agentledger.records import (
@@ -31,11 +32,13 @@ from agentledger.records import (
 )
 
 if TYPE_CHECKING:
+    from agentledger.store.dialect import Dialect
     from agentledger.store.queries.memory_facts import Fact
     from agentledger.store.queries.observe_resume import ResumePlan
     from agentledger.store.queries.observe_stuck import StuckRun
     from agentledger.store.queries.retrieval_docs import ChunkHit, Document, NewChunk
 
+T = TypeVar("T")
 _UNSET: Any = object()
 
 
@@ -388,4 +391,11 @@ class Store(ABC):
 
     async def claim_trace_context(self, run_id: str, context: str) -> str | None:
         """Store the run's trace context unless it has one; return the stored one."""
+        raise NotImplementedError
+
+    # the service's queries ---------------------------------------------------
+    async def transact(self, fn: Callable[[Dialect, Any], T], *, write: bool = True) -> T:
+        """Run ``fn(dialect, conn)`` in ONE transaction of this store and return its result
+        (the HTTP service's query modules, ``store/queries/service_*.py``, run this way).
+        An :class:`~agentledger.errors.AgentLedgerError` raised by ``fn`` rolls back."""
         raise NotImplementedError

@@ -383,7 +383,7 @@ class SQLStore(Store):
             return None if q.has_event(self.dialect, c, run_id, token) else NOT_DONE
 
         await self._call(
-            lambda c: q.insert_event(self.dialect, c, run_id, type, actor, data, token),
+            lambda c: q.insert_event(self.dialect, c, run_id, type, actor, data, token=token),
             recover=recover,
         )
 
@@ -572,6 +572,9 @@ class SQLStore(Store):
         return await self._call(
             lambda c: observe_trace.claim_trace_context(self.dialect, c, run_id, context)
         )
+
+    async def transact(self, fn: Callable[[Dialect, Any], T], *, write: bool = True) -> T:
+        return await self._call(lambda c: fn(self.dialect, c), write=write)
 
 
 __all__ = ["SQLStore", "StoreError"]

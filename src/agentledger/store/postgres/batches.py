@@ -18,6 +18,7 @@ from agentledger.store.base import Batch
 from agentledger.store.dialect import clean_params
 from agentledger.store.postgres.connection import NOW_SQL, convert_placeholders
 from agentledger.store.queries import STEP_COLUMNS, STEP_UPSERT, fence_update, step_params
+from agentledger.store.queries.events import batch_events
 
 # Parameter name and type of each steps column, in STEP_COLUMNS order. The casts
 # are needed because INSERT ... SELECT does not infer types from the target.
@@ -54,22 +55,24 @@ def is_plain(batch: Batch) -> bool:
 def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
     """One statement for a plain batch; it returns the number of fenced rows (0 or 1)."""
     fence_sql, params = fence_update(batch, NOW_SQL)
-    parts = [f"fence AS ({fence_sql} RETURNING id)"]
+    parts = [f"fence AS ({fence_sql} RETURNING id, event_seq)"]
     if batch.steps:
         params.update({f"s_{k}": v for k, v in step_params(batch.steps[0]).items()})
         parts.append(
             f"s AS (INSERT INTO steps ({STEP_COLUMNS}) SELECT {_STEP_VALUES} FROM fence "
             f"{STEP_UPSERT})"
         )
-    if batch.events:
-        params["ev_type"] = [e.type for e in batch.events]
-        params["ev_actor"] = [e.actor for e in batch.events]
-        params["ev_data"] = [dumps(e.data) for e in batch.events]
+    events = batch_events(batch)
+    if events:
+        params["ev_type"] = [e.type for e in events]
+        params["ev_actor"] = [e.actor for e in events]
+        params["ev_data"] = [dumps(e.data) for e in events]
         parts.append(
-            "e AS (INSERT INTO events (run_id, at, type, actor, data) "
-            "SELECT fence.id, :now::float8, ev.type, ev.actor, ev.data FROM fence, "
+            "e AS (INSERT INTO events (run_id, at, type, actor, data, seq) "
+            "SELECT fence.id, :now::float8, ev.type, ev.actor, ev.data, "
+            "fence.event_seq - :n_events::bigint + ev.n FROM fence, "
             "unnest(:ev_type::text[], :ev_actor::text[], :ev_data::text[]) "
-            "AS ev(type, actor, data))"
+            "WITH ORDINALITY AS ev(type, actor, data, n))"
         )
     params = clean_params(params)  # no text the driver refuses (NUL, lone surrogates)
     sql = "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced FROM fence"

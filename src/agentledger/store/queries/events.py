@@ -10,7 +10,30 @@ from agentledger.records import (
     dumps,
 )
 from agentledger.store import rows
+from agentledger.store.base import Batch, NewEvent
 from agentledger.store.dialect import Dialect
+
+
+def batch_events(batch: Batch) -> list[NewEvent]:
+    """The events a batch appends: one ``step.<status>`` per journal entry it writes
+    (so a run's event stream describes its journal, in the same transaction), then the
+    batch's own events."""
+    described = [
+        NewEvent(
+            f"step.{step.status}",
+            batch.owner,
+            {
+                "step_no": step.step_no,
+                "kind": step.kind,
+                "name": step.name,
+                "status": step.status,
+                "attempts": step.attempts,
+                "error_class": step.error_class,
+            },
+        )
+        for step in batch.steps
+    ]
+    return described + list(batch.events)
 
 
 def insert_event(
@@ -20,21 +43,27 @@ def insert_event(
     type: str,
     actor: str,
     data: Any,
+    seq: int | None = None,
     token: str | None = None,
 ) -> None:
-    """Append an event; ``token`` marks the job that wrote it (see :func:`has_event`)."""
+    """Append an event. Its per-run ``seq`` comes from ``runs.event_seq``, bumped here under
+    the run row's lock (or by the fence, which passes ``seq``): a run's events commit in
+    seq order with no gaps, so a reader resuming after seq N misses none. ``token`` marks
+    the job that wrote it (see :func:`has_event`)."""
+    params = {"run_id": run_id, "at": time.time(), "type": type, "actor": actor}
+    params["data"] = dumps(data)
+    params["token"] = token
+    if seq is None:
+        d.execute(conn, "UPDATE runs SET event_seq = event_seq + 1 WHERE id = :run_id", params)
+        seq_sql = "(SELECT event_seq FROM runs WHERE id = :run_id)"
+    else:
+        params["seq"] = seq
+        seq_sql = ":seq"
     d.execute(
         conn,
-        "INSERT INTO events (run_id, at, type, actor, data, token) VALUES (:run_id, :at, "
-        ":type, :actor, :data, :token)",
-        {
-            "run_id": run_id,
-            "at": time.time(),
-            "type": type,
-            "actor": actor,
-            "data": dumps(data),
-            "token": token,
-        },
+        "INSERT INTO events (run_id, at, type, actor, data, seq, token) VALUES (:run_id, :at, "
+        f":type, :actor, :data, {seq_sql}, :token)",
+        params,
     )
 
 

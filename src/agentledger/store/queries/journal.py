@@ -24,7 +24,7 @@ from agentledger.store.base import (
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.approvals import insert_approval
 from agentledger.store.queries.common import check_finite, check_time, delay_of, json_text
-from agentledger.store.queries.events import insert_event
+from agentledger.store.queries.events import batch_events, insert_event
 from agentledger.store.queries.outbox import drop_outbox, insert_outbox
 
 
@@ -49,6 +49,10 @@ def fence_update(batch: Batch, now_sql: str = ":now") -> tuple[str, dict[str, An
         "owner": batch.owner,
         "token": batch.token,
     }
+    n_events = len(batch_events(batch))
+    if n_events:  # the batch's events take the run's next seqs, under the fence
+        sets.append("event_seq = event_seq + :n_events")
+        params["n_events"] = n_events
     update = batch.run
     if update is not None:
         for name in ("step_count", "tokens", "cost_usd", "active_seconds"):
@@ -91,8 +95,12 @@ def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
         insert_approval(d, conn, approval)
     if batch.drop_outbox:
         drop_outbox(d, conn, batch.run_id, "compensation began")
-    for event in batch.events:
-        insert_event(d, conn, batch.run_id, event.type, event.actor, event.data)
+    events = batch_events(batch)
+    if events:
+        found = d.fetchall(conn, "SELECT event_seq FROM runs WHERE id = :id", {"id": batch.run_id})
+        first = int(found[0]["event_seq"]) - len(events) + 1
+        for i, event in enumerate(events):
+            insert_event(d, conn, batch.run_id, event.type, event.actor, event.data, first + i)
 
 
 def committed(d: Dialect, conn: Any, batches: list[Batch]) -> set[str]:
@@ -134,7 +142,7 @@ def validate_batch(batch: Batch) -> None:
             for a in batch.approvals
         ]
         params += [a.expires_at for a in batch.approvals]
-        params += [json_text("event data", e.data) for e in batch.events]
+        params += [json_text("event data", e.data) for e in batch_events(batch)]
         _check_numbers(params)
     except UnstorableValue as exc:
         raise UnstorableBatch(f"run {clean_text(batch.run_id)}: {exc}") from exc

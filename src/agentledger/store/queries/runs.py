@@ -180,7 +180,7 @@ def release_run(
         {"id": run_id, "epoch": epoch, "owner": owner},
     )
     if changed:
-        insert_event(d, conn, run_id, "run.released", owner, {"epoch": epoch}, token)
+        insert_event(d, conn, run_id, "run.released", owner, {"epoch": epoch}, token=token)
         d.notify_runnable(conn)
     return changed > 0
 

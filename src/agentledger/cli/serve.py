@@ -1,0 +1,69 @@
+"""`agentledger serve`: the HTTP API (FastAPI + uvicorn)."""
+
+from __future__ import annotations
+
+import click
+
+from agentledger.app import load_app
+from agentledger.cli.common import db_option
+from agentledger.service.settings import pepper_from_env
+
+
+@click.command("serve")
+@click.option(
+    "--app", "app_path", envvar="AGENTLEDGER_APP", required=True,
+    help="module:attr of the App whose agents the API accepts runs for.",
+)  # fmt: skip
+@db_option
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--workers-inline", default=0, show_default=True, type=click.IntRange(0, 64),
+    help="Also run this many workers in this process (the embedded SQLite case).",
+)  # fmt: skip
+@click.option(
+    "--idempotency-ttl", default=24 * 3600.0, show_default=True, type=click.FloatRange(1),
+    help="Seconds an Idempotency-Key is kept.",
+)  # fmt: skip
+@click.option(
+    "--require-idempotency-key", is_flag=True,
+    help="Refuse (428) submits without Idempotency-Key for agents with side-effecting tools.",
+)  # fmt: skip
+@click.option("--runs-per-minute", type=click.IntRange(1), default=None,
+              help="Default per-tenant quota of runs started per minute.")  # fmt: skip
+@click.option("--max-in-flight", type=click.IntRange(1), default=None,
+              help="Default per-tenant quota of runs in flight.")  # fmt: skip
+@click.option("--log-level", default="info", show_default=True)
+def serve(
+    app_path: str,
+    db: str,
+    host: str,
+    port: int,
+    workers_inline: int,
+    idempotency_ttl: float,
+    require_idempotency_key: bool,
+    runs_per_minute: int | None,
+    max_in_flight: int | None,
+    log_level: str,
+) -> None:
+    """Serve the HTTP API: POST /v1/runs, events, approvals, audit (docs at /docs).
+
+    API keys are HMACed under AGENTLEDGER_KEY_PEPPER (the same value as for
+    `agentledger keys`). The process is stateless: run several behind a load
+    balancer on one PostgreSQL database to scale out.
+    """
+    import uvicorn
+
+    from agentledger.service import ServiceSettings, create_app
+
+    settings = ServiceSettings(
+        db_url=db,
+        pepper=pepper_from_env(),
+        idempotency_ttl=idempotency_ttl,
+        require_idempotency_for_writes=require_idempotency_key,
+        runs_per_minute=runs_per_minute,
+        max_in_flight=max_in_flight,
+        workers_inline=workers_inline,
+    )
+    api = create_app(settings, load_app(app_path))
+    uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)

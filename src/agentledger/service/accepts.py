@@ -1,0 +1,76 @@
+"""Group commit of accepted runs: concurrent submits share one transaction.
+
+Each ``POST /v1/runs`` hands its submit to the :class:`AcceptBatcher`; while one group
+commits, the next fills up, so under load many accepts cost one fsync. Nothing is
+acknowledged before the transaction holding it committed. A submit refused inside a
+group (quota, a reused Idempotency-Key) fails alone under its savepoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from agentledger.store import Store
+from agentledger.store.queries import service_runs
+
+log = logging.getLogger(__name__)
+
+_MAX_GROUP = 256
+
+
+class AcceptBatcher:
+    """Collects submits and commits them in groups."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._queue: asyncio.Queue[
+            tuple[service_runs.SubmitRequest, asyncio.Future[service_runs.Submitted]]
+        ] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self.group_sizes: list[int] = []
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="accept-batcher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def submit(self, request: service_runs.SubmitRequest) -> service_runs.Submitted:
+        """Commit ``request`` with whatever else is waiting; raise its own error."""
+        future: asyncio.Future[service_runs.Submitted] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((request, future))
+        return await future
+
+    async def _loop(self) -> None:
+        while True:
+            group = [await self._queue.get()]
+            while len(group) < _MAX_GROUP and not self._queue.empty():
+                group.append(self._queue.get_nowait())
+            live = [(r, f) for r, f in group if not f.done()]
+            if not live:
+                continue
+            requests = [r for r, _ in live]
+            try:
+                outcomes = await self.store.transact(
+                    lambda d, c: service_runs.submit_group(d, c, requests)
+                )
+            except Exception as exc:  # the whole group failed: every caller sees it
+                for _, future in live:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            if len(self.group_sizes) < 100_000:
+                self.group_sizes.append(len(live))
+            for (_, future), outcome in zip(live, outcomes, strict=True):
+                if future.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)

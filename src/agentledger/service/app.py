@@ -1,0 +1,159 @@
+"""The app factory: ``create_app(settings, agent_app)`` -> a FastAPI ASGI app."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+
+from agentledger.app import App
+from agentledger.service import problems
+from agentledger.service.accepts import AcceptBatcher
+from agentledger.service.auth import KeyCache
+from agentledger.service.hub import EventHub
+from agentledger.service.idempotency import InFlight
+from agentledger.service.routers import events, health, runs
+from agentledger.service.settings import ServiceSettings
+from agentledger.service.webhooks import Dispatcher
+from agentledger.store import Store, open_store
+from agentledger.store.queries import service_audit, service_runs
+
+log = logging.getLogger(__name__)
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = None) -> FastAPI:
+    """The service over ``settings.db_url`` (or an already open ``store``, which the
+    caller then owns), serving the agents and workflows ``agent_app`` declares."""
+    own_store = store is None
+    the_store: Store = store if store is not None else open_store(settings.db_url)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+        if own_store:
+            await the_store.open()
+        hub = EventHub(the_store, settings.event_poll)
+        hub.start()
+        api.state.hub = hub
+        accepts = AcceptBatcher(the_store)
+        accepts.start()
+        api.state.accepts = accepts
+        workers = await _start_workers(the_store, agent_app, settings.workers_inline)
+        dispatcher = Dispatcher(
+            the_store, period=settings.webhook_poll, backoff=settings.webhook_backoff
+        )
+        background = [
+            asyncio.create_task(_seal_forever(the_store, settings.audit_seal_every)),
+            asyncio.create_task(dispatcher.run_forever()),
+        ]
+        try:
+            yield
+        finally:
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await _stop_workers(workers)
+            await accepts.stop()
+            await hub.stop()
+            if own_store:
+                await the_store.close()
+
+    api = FastAPI(
+        title="agentledger",
+        version="1",
+        summary="Durable runs of AI agents: submit, watch, approve, audit.",
+        lifespan=lifespan,
+    )
+    api.state.settings = settings
+    api.state.store = the_store
+    api.state.agent_app = agent_app
+    api.state.keys = KeyCache(settings.key_cache_seconds)
+    api.state.in_flight = InFlight()
+    problems.install(api)
+
+    api.add_middleware(RequestIdMiddleware)
+
+    for module in (health, runs, events):
+        api.include_router(module.router)
+    _include_optional(api)
+    return api
+
+
+def _include_optional(api: FastAPI) -> None:
+    """Routers of later features, when present."""
+    from agentledger.service.routers import approvals, audit
+
+    api.include_router(approvals.router)
+    api.include_router(audit.router)
+
+
+class RequestIdMiddleware:
+    """Gives every request an id (``X-Request-Id``: the caller's if well formed) and
+    echoes it on the response; a plain ASGI middleware (no per-request task)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = ""
+        for name, value in scope.get("headers", ()):
+            if name == b"x-request-id":
+                given = value.decode("latin-1")
+        rid = given if _REQUEST_ID.match(given) else "req_" + secrets.token_hex(8)
+        scope.setdefault("state", {})["request_id"] = rid
+
+        async def send_with_id(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0] != b"x-request-id"]
+                headers.append((b"x-request-id", rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+async def _seal_forever(store: Store, period: float) -> None:
+    """Seal new audit events into their tenants' chains, every ``period`` seconds."""
+    while True:
+        try:
+            await store.transact(lambda d, c: service_audit.seal(d, c, 500))
+            await store.transact(
+                lambda d, c: service_runs.purge_idempotency_keys(d, c, time.time())
+            )
+        except Exception as exc:  # retried next period; the chain catches up
+            log.warning("audit sealing failed: %s", exc)
+        await asyncio.sleep(period)
+
+
+async def _start_workers(store: Store, app: App, n: int) -> list[tuple[Any, asyncio.Task[None]]]:
+    if n <= 0:
+        return []
+    from agentledger.worker.worker import Worker
+
+    started = []
+    for _ in range(n):
+        worker = Worker(store, app)
+        task = asyncio.create_task(worker.run(install_signals=False), name="inline-worker")
+        started.append((worker, task))
+    return started
+
+
+async def _stop_workers(workers: list[tuple[Any, asyncio.Task[None]]]) -> None:
+    for worker, _ in workers:
+        worker.stop()
+    for _, task in workers:
+        with contextlib.suppress(Exception):
+            await task

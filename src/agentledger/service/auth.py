@@ -1,0 +1,168 @@
+"""API keys and principals.
+
+A key is ``al_<id>_<secret>``, sent as ``Authorization: Bearer <key>``. Only
+HMAC-SHA256(pepper, id:secret) is stored; the pepper is the server's (env), so a copy
+of the database alone cannot mint or check keys. Comparison is constant-time. Every
+key has an expiry; a revoke takes effect within ``key_cache_seconds``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from agentledger.service.problems import Problem
+from agentledger.store import Store
+from agentledger.store.queries import service_keys
+
+VIEWER, OPERATOR, APPROVER, ADMIN = "viewer", "operator", "approver", "admin"
+BUILTIN_ROLES = (VIEWER, OPERATOR, APPROVER, ADMIN)
+_KEY = re.compile(r"^al_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")
+_ROLE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the key, its tenant, user and roles."""
+
+    key_id: str
+    tenant_id: str
+    user_id: str
+    roles: frozenset[str] = field(default_factory=frozenset)
+
+    def has(self, *roles: str) -> bool:
+        """True when the principal holds any of ``roles`` (admin holds every built-in one)."""
+        return bool(self.roles & set(roles)) or ADMIN in self.roles
+
+    def as_dict(self) -> dict[str, Any]:
+        """What a run records about the principal that started it."""
+        return {
+            "key_id": self.key_id,
+            "tenant_id": self.tenant_id,
+            "user_id": self.user_id,
+            "roles": sorted(self.roles),
+        }
+
+
+def hash_secret(pepper: bytes, key_id: str, secret: str) -> str:
+    """The stored form of a key's secret."""
+    return hmac.new(pepper, f"{key_id}:{secret}".encode(), hashlib.sha256).hexdigest()
+
+
+def check_roles(roles: list[str]) -> list[str]:
+    """Role names, validated (lowercase words); raises ValueError naming a bad one."""
+    out = []
+    for role in roles:
+        role = role.strip()
+        if not _ROLE.match(role):
+            raise ValueError(f"{role!r} is not a role name (lowercase letters, digits, _.-)")
+        out.append(role)
+    if not out:
+        raise ValueError("give at least one role, e.g. --roles operator")
+    return out
+
+
+async def create_key(
+    store: Store,
+    pepper: bytes,
+    tenant_id: str,
+    user_id: str,
+    roles: list[str],
+    expires_in: float,
+) -> tuple[str, dict[str, Any]]:
+    """Mint a key; returns (the full key, shown once; its listing row)."""
+    key_id = secrets.token_hex(6)
+    secret = secrets.token_urlsafe(30)
+    roles = check_roles(roles)
+    expires_at = time.time() + expires_in
+    await store.transact(
+        lambda d, c: service_keys.insert_key(
+            d, c, key_id, tenant_id, user_id, roles, hash_secret(pepper, key_id, secret),
+            secret[-4:], expires_at,
+        )
+    )  # fmt: skip
+    row = await store.transact(lambda d, c: service_keys.get_key(d, c, key_id), write=False)
+    assert row is not None
+    row.pop("secret_hash", None)
+    return f"al_{key_id}_{secret}", row
+
+
+class KeyCache:
+    """Key rows by id, each kept ``ttl`` seconds (a revoke is seen within ``ttl``)."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._rows: dict[str, tuple[float, dict[str, Any] | None]] = {}
+
+    async def get(self, store: Store, key_id: str) -> dict[str, Any] | None:
+        now = time.monotonic()
+        cached = self._rows.get(key_id)
+        if cached is not None and now - cached[0] < self.ttl:
+            return cached[1]
+        row = await store.transact(lambda d, c: service_keys.get_key(d, c, key_id), write=False)
+        if len(self._rows) > 10_000:
+            self._rows.clear()
+        self._rows[key_id] = (now, row)
+        return row
+
+
+_UNAUTHENTICATED = {"WWW-Authenticate": 'Bearer realm="agentledger"'}
+
+
+_BEARER = HTTPBearer(auto_error=False, description="An API key: `Bearer al_<id>_<secret>`")
+
+
+async def authenticate(
+    request: Request,
+    _documented: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)] = None,
+) -> Principal:
+    """The caller's principal, from its bearer key; 401 problem otherwise.
+    (``_documented`` only declares the scheme in the OpenAPI document.)"""
+    state = request.app.state
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Problem(
+            "unauthenticated",
+            "send an API key as `Authorization: Bearer al_...`; create one with "
+            "`agentledger keys create`",
+            headers=_UNAUTHENTICATED,
+        )
+    match = _KEY.match(token.strip())
+    if match is None:
+        raise Problem("unauthenticated", "malformed API key", headers=_UNAUTHENTICATED)
+    key_id, secret = match.groups()
+    row = await state.keys.get(state.store, key_id)
+    expected = row["secret_hash"] if row else hash_secret(state.settings.pepper, "x", "y")
+    given = hash_secret(state.settings.pepper, key_id, secret)
+    valid = hmac.compare_digest(expected, given)
+    if row is None or not valid:
+        raise Problem("unauthenticated", "unknown API key", headers=_UNAUTHENTICATED)
+    if row["revoked_at"] is not None:
+        raise Problem("unauthenticated", "this API key was revoked", headers=_UNAUTHENTICATED)
+    if row["expires_at"] <= time.time():
+        raise Problem("unauthenticated", "this API key has expired", headers=_UNAUTHENTICATED)
+    principal = Principal(key_id, row["tenant_id"], row["user_id"], frozenset(row["roles"]))
+    request.state.principal = principal
+    return principal
+
+
+Caller = Annotated[Principal, Depends(authenticate)]
+
+
+def require(principal: Principal, *roles: str, action: str) -> None:
+    """403 unless the principal holds one of ``roles``."""
+    if not principal.has(*roles):
+        raise Problem(
+            "forbidden",
+            f"{action} needs one of the roles {', '.join(roles)}; this key has "
+            f"{', '.join(sorted(principal.roles)) or 'none'}",
+        )

@@ -1,0 +1,77 @@
+"""Wake-ups for streams and long polls: ONE poll of the watched runs' heads per tick.
+
+Each waiter holds an :class:`asyncio.Event`; the hub reads (last event seq, status) of
+every watched run in one query and sets the events of the runs that moved. A waiter
+clears its event *before* reading the database, so a change is never missed between
+its read and its wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from agentledger.store import Store
+from agentledger.store.queries import service_events
+
+log = logging.getLogger(__name__)
+
+
+class EventHub:
+    """Polls the heads of watched runs and wakes their waiters."""
+
+    def __init__(self, store: Store, period: float) -> None:
+        self.store = store
+        self.period = period
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._heads: dict[str, tuple[int, str]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="event-hub")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    @contextlib.asynccontextmanager
+    async def watch(self, run_id: str) -> AsyncIterator[asyncio.Event]:
+        """An event set whenever ``run_id`` gets a new event or status."""
+        event = asyncio.Event()
+        self._waiters.setdefault(run_id, set()).add(event)
+        self._wake.set()
+        try:
+            yield event
+        finally:
+            waiters = self._waiters.get(run_id)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[run_id]
+                    self._heads.pop(run_id, None)
+
+    async def _loop(self) -> None:
+        while True:
+            if not self._waiters:
+                self._wake.clear()
+                await self._wake.wait()
+            ids = list(self._waiters)
+            try:
+                heads = await self.store.transact(
+                    lambda d, c: service_events.event_heads(d, c, ids), write=False
+                )
+            except Exception as exc:  # a store hiccup must not end every stream
+                log.warning("event hub poll failed: %s", exc)
+                heads = {}
+            for run_id, head in heads.items():
+                if self._heads.get(run_id) != head:
+                    self._heads[run_id] = head
+                    for event in self._waiters.get(run_id, ()):
+                        event.set()
+            await asyncio.sleep(self.period)

@@ -1,0 +1,147 @@
+"""RFC 9457 problem details: every error answer is ``application/problem+json`` with a
+stable ``type`` URI per kind of error and the request id."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+TYPE_BASE = "https://agentledger.dev/problems/"
+MEDIA_TYPE = "application/problem+json"
+
+# kind -> (status, title). The kind is the last segment of the type URI and never changes.
+KINDS: dict[str, tuple[int, str]] = {
+    "bad-request": (400, "Bad request"),
+    "invalid-idempotency-key": (400, "Malformed Idempotency-Key"),
+    "unauthenticated": (401, "Missing or invalid API key"),
+    "forbidden": (403, "Not allowed"),
+    "not-found": (404, "Not found"),
+    "method-not-allowed": (405, "Method not allowed"),
+    "idempotency-in-flight": (409, "A request with this Idempotency-Key is in flight"),
+    "already-decided": (409, "Already decided"),
+    "conflict": (409, "Conflict"),
+    "arguments-changed": (409, "The approval's arguments are not the ones decided on"),
+    "expired": (410, "Expired"),
+    "validation-error": (422, "Invalid request"),
+    "idempotency-key-reused": (422, "Idempotency-Key reused with a different body"),
+    "idempotency-key-required": (428, "Idempotency-Key required"),
+    "quota-exceeded": (429, "Quota exceeded"),
+    "internal": (500, "Internal error"),
+    "unavailable": (503, "Service unavailable"),
+}
+_BY_STATUS = {
+    400: "bad-request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    409: "conflict",
+    422: "validation-error",
+}
+
+
+class Problem(Exception):
+    """Raise to answer with a problem document."""
+
+    def __init__(
+        self,
+        kind: str,
+        detail: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.status, self.title = KINDS[kind]
+        self.detail = detail
+        self.headers = headers or {}
+        self.extra = extra
+
+
+def problem_response(
+    request: Request,
+    kind: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    status: int | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    """The problem+json answer for ``kind``."""
+    default_status, title = KINDS[kind]
+    status = status or default_status
+    request_id = getattr(request.state, "request_id", None)
+    body = {
+        "type": TYPE_BASE + kind,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": request.url.path,
+        "request_id": request_id,
+        **extra,
+    }
+    out = dict(headers or {})
+    if request_id:
+        out["X-Request-Id"] = request_id
+    return JSONResponse(body, status_code=status, headers=out, media_type=MEDIA_TYPE)
+
+
+def install(app: FastAPI) -> None:
+    """Route every error -- ours, FastAPI's validation, Starlette's 404/405, crashes --
+    through :func:`problem_response`."""
+
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, exc: Problem) -> JSONResponse:
+        return problem_response(request, exc.kind, exc.detail, exc.headers, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+            for e in exc.errors()
+        ]
+        first = ".".join(errors[0]["loc"]) if errors else "request"
+        return problem_response(
+            request, "validation-error", f"{first}: {errors[0]['msg'] if errors else ''}",
+            errors=errors,
+        )  # fmt: skip
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = _BY_STATUS.get(exc.status_code, "bad-request")
+        return problem_response(
+            request, kind, str(exc.detail), dict(exc.headers or {}), status=exc.status_code
+        )
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return problem_response(request, "internal", "internal error; see the server log")
+
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "description": "An RFC 9457 problem document",
+    "content": {
+        MEDIA_TYPE: {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string"},
+                    "title": {"type": "string"},
+                    "status": {"type": "integer"},
+                    "detail": {"type": "string"},
+                    "instance": {"type": "string"},
+                    "request_id": {"type": "string"},
+                },
+                "required": ["type", "title", "status"],
+            }
+        }
+    },
+}

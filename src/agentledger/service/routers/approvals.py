@@ -1,0 +1,153 @@
+"""``/v1/approvals``: what the caller may decide, and decisions by role.
+
+A decision names the hash of the exact arguments it was shown (``arguments_hash``, as
+listed); a decision on other arguments is refused (409), and execution re-checks the
+hash against the journaled call (engine/approvals.py). 403 without the role, 404 for
+another tenant's approval, 409 already decided (by whom), 410 expired.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentledger.canonical import NotJournalable, canonical_json
+from agentledger.service.auth import APPROVER, Caller, Principal
+from agentledger.service.problems import PROBLEM_SCHEMA, Problem
+from agentledger.service.views import approval_view
+from agentledger.store import AlreadyDecided
+from agentledger.store.queries import service_approvals
+
+router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: PROBLEM_SCHEMA for code in (401, 403, 404, 409, 410, 422)
+}
+EXPIRED_BY = "system:expired"  # engine/approvals.py: the expiry default's decider
+
+
+def arguments_hash(arguments: Any) -> str:
+    """SHA-256 of the canonical JSON of an approval's arguments (what a decider saw)."""
+    import hashlib
+
+    try:
+        text = canonical_json(arguments)
+    except NotJournalable:
+        text = repr(arguments)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def may_decide(p: Principal, required_role: str, run_user: str | None) -> bool:
+    """The role the approval names (or ``approver``/``admin``); a ``guest`` approval is
+    decided by the run's own user."""
+    if p.has(APPROVER):
+        return True
+    if required_role not in p.roles:
+        return False
+    return required_role != "guest" or p.user_id == run_user
+
+
+def _view(item: dict[str, Any]) -> dict[str, Any]:
+    a = item["approval"]
+    view = approval_view(a) or {}
+    view["arguments_hash"] = arguments_hash(a.arguments)
+    view["agent"] = item["agent"]
+    view["run_user"] = item["run_user"]
+    view["expired"] = a.decision is None and a.expires_at <= time.time()
+    return view
+
+
+class Decision(BaseModel):
+    """``POST /v1/approvals/{id}/decision``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "reject"]
+    arguments_hash: str = Field(
+        min_length=64, max_length=64, description="arguments_hash of the approval as listed"
+    )
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+@router.get("", responses=ERRORS)
+async def list_approvals(
+    request: Request,
+    principal: Caller,
+    status: Literal["pending", "all"] = "pending",
+    limit: int = Query(100, ge=1, le=500),
+) -> dict[str, Any]:
+    """The approvals the caller may decide, with the proposed action and its
+    server-computed arguments."""
+    found = await request.app.state.store.transact(
+        lambda d, c: service_approvals.tenant_approvals(
+            d, c, principal.tenant_id, status == "pending", limit
+        ),
+        write=False,
+    )
+    mine = [
+        _view(i) for i in found if may_decide(principal, i["approval"].required_role, i["run_user"])
+    ]
+    return {"approvals": mine}
+
+
+@router.post("/{approval_id}/decision", responses=ERRORS)
+async def decide(
+    approval_id: str, body: Decision, request: Request, principal: Caller
+) -> dict[str, Any]:
+    """Approve or reject. Exactly one decision wins."""
+    store = request.app.state.store
+    item = await store.transact(
+        lambda d, c: service_approvals.tenant_approval(d, c, approval_id, principal.tenant_id),
+        write=False,
+    )
+    if item is None:
+        raise Problem("not-found", f"no approval {approval_id}")
+    a = item["approval"]
+    if not may_decide(principal, a.required_role, item["run_user"]):
+        raise Problem(
+            "forbidden", f"approval {approval_id} needs the role {a.required_role}"
+            + (" and the run's own user" if a.required_role == "guest" else ""),
+        )  # fmt: skip
+    _check_open(a)
+    if body.arguments_hash != arguments_hash(a.arguments):
+        raise Problem(
+            "arguments-changed",
+            "arguments_hash does not match the approval's arguments; list it again",
+        )
+    try:
+        decided = await store.decide_approval(approval_id, body.decision, principal.user_id)
+    except AlreadyDecided as exc:
+        _check_open(exc.approval)
+        raise AssertionError("unreachable") from exc
+    await store.append_event(
+        a.run_id,
+        "approval.decision_context",
+        principal.user_id,
+        {
+            "approval_id": approval_id,
+            "key_id": principal.key_id,
+            "roles": sorted(principal.roles),
+            "arguments_hash": body.arguments_hash,
+            "reason": body.reason,
+            "request_id": getattr(request.state, "request_id", None),
+        },
+    )
+    return _view({**item, "approval": decided})
+
+
+def _check_open(a: Any) -> None:
+    if a.decision is not None:
+        if a.decided_by == EXPIRED_BY:
+            raise Problem(
+                "expired", f"approval {a.id} expired; the default ({a.decision}) was applied"
+            )
+        raise Problem(
+            "already-decided",
+            f"approval {a.id} was already decided by {a.decided_by}: {a.decision}",
+            decided_by=a.decided_by,
+            decision=a.decision,
+        )
+    if a.expires_at <= time.time():
+        raise Problem("expired", f"approval {a.id} expired at {a.expires_at}")

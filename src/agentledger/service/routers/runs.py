@@ -1,0 +1,285 @@
+"""``/v1/runs``: submit (202), read, result long-poll, journal, list, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from agentledger.errors import UnknownTargetError
+from agentledger.service.auth import ADMIN, OPERATOR, VIEWER, Caller
+from agentledger.service.deps import run_or_404
+from agentledger.service.idempotency import fingerprint, parse_key
+from agentledger.service.problems import PROBLEM_SCHEMA, Problem
+from agentledger.service.views import run_view
+from agentledger.store import NewRun
+from agentledger.store.queries import service_runs
+from agentledger.store.queries.common import new_id
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: PROBLEM_SCHEMA for code in (400, 401, 403, 404, 409, 422, 429)
+}
+
+
+class SubmitRun(BaseModel):
+    """``POST /v1/runs``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1, max_length=200, description="Agent or workflow name")
+    version: str | None = Field(default=None, min_length=1, max_length=100)
+    input: Any = Field(default_factory=dict, description="The run's input (JSON)")
+    webhook: str | None = Field(
+        default=None, max_length=2000, pattern=r"^https?://", description="Webhook URL"
+    )
+
+
+class CancelRun(BaseModel):
+    """``POST /v1/runs/{id}/cancel``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="cancelled through the API", max_length=1000)
+
+
+def _validate_input(definition: Any, value: Any) -> None:
+    """Check the input against the agent's declared schema (``input_model``), if any."""
+    model = getattr(definition, "input_model", None)
+    if model is None:
+        return
+    try:
+        TypeAdapter(model).validate_python(value)
+    except ValidationError as exc:
+        errors = [
+            {"loc": ["body", "input", *[str(p) for p in e["loc"]]], "msg": e["msg"]}
+            for e in exc.errors()
+        ]
+        first = ".".join(errors[0]["loc"][1:]) if errors else "input"
+        raise Problem(
+            "validation-error", f"{first}: {errors[0]['msg'] if errors else 'invalid'}",
+            errors=errors,
+        ) from None  # fmt: skip
+
+
+def _has_writes(definition: Any) -> bool:
+    return any(getattr(t, "effect", "read") != "read" for t in getattr(definition, "tools", ()))
+
+
+@router.post("", status_code=202, responses=ERRORS)
+async def submit_run(
+    body: SubmitRun,
+    request: Request,
+    principal: Caller,
+) -> JSONResponse:
+    """Queue a run; nothing executes in the request. Answers 202, ``Location`` and
+    ``Retry-After``. With ``Idempotency-Key``, a retry gets the first answer again."""
+    state = request.app.state
+    if not (principal.roles - {VIEWER}):
+        raise Problem("forbidden", "a viewer key cannot start runs")
+    key = parse_key(request.headers.get("idempotency-key"))
+    try:
+        definition = state.agent_app.resolve(body.agent, body.version)
+    except UnknownTargetError as exc:
+        raise Problem(
+            "validation-error",
+            f"agent: {exc}",
+            errors=[{"loc": ["body", "agent"], "msg": str(exc)}],
+        ) from None
+    _validate_input(definition, body.input)
+    settings = state.settings
+    if key is None and settings.require_idempotency_for_writes and _has_writes(definition):
+        raise Problem(
+            "idempotency-key-required",
+            f"{definition.name} has side-effecting tools: send an Idempotency-Key header",
+        )
+    idem = None
+    if key is not None:
+        idem = service_runs.IdempotencyRequest(
+            key, fingerprint(body.model_dump(mode="json")), settings.idempotency_ttl
+        )
+    new = NewRun(
+        kind=definition.kind,
+        name=definition.name,
+        version=definition.version,
+        input=body.input,
+        tenant_id=principal.tenant_id,
+        user_id=principal.user_id,
+        request_id=new_id("q"),
+    )
+    quota = service_runs.Quota(settings.runs_per_minute, settings.max_in_flight)
+
+    def respond(run: Any) -> dict[str, Any]:
+        return run_view({"run": run, "principal": principal.as_dict()})
+
+    submit_request = service_runs.SubmitRequest(
+        new, principal.as_dict(), body.webhook, idem, quota, respond,
+        getattr(request.state, "request_id", None),
+    )  # fmt: skip
+
+    async def submit(grouped: bool) -> service_runs.Submitted:
+        try:
+            if grouped:  # committed with the other accepts waiting now (one fsync)
+                return await state.accepts.submit(submit_request)
+            r = submit_request
+            return await state.store.transact(
+                lambda d, c: service_runs.submit_run(
+                    d, c, r.new, r.principal, r.webhook, r.idem, r.quota, r.respond, r.request_id
+                )
+            )
+        except service_runs.IdempotencyMismatch as exc:
+            raise Problem("idempotency-key-reused", str(exc)) from None
+        except service_runs.QuotaExceeded as exc:
+            raise Problem(
+                "quota-exceeded", str(exc), headers={"Retry-After": str(exc.retry_after)}
+            ) from None
+
+    async def submit_once() -> service_runs.Submitted:
+        try:
+            return await submit(grouped=True)
+        except Problem:
+            raise
+        except Exception:
+            # E.g. another process committed the same Idempotency-Key between our read and
+            # our insert (a unique violation): alone, the retry replays that key's run.
+            # Safe to repeat: the request id makes a committed submit answer itself.
+            return await submit(grouped=False)
+
+    if idem is None:
+        done = await submit_once()
+    else:
+        async with state.in_flight.hold(principal.tenant_id, idem.key, settings.idempotency_wait):
+            done = await submit_once()
+    headers = {"Location": f"/v1/runs/{done.run.id}", "Retry-After": "1"}
+    if done.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return JSONResponse(done.response, status_code=202, headers=headers)
+
+
+@router.get("/{run_id}", responses=ERRORS)
+async def get_run(run_id: str, request: Request, principal: Caller) -> dict[str, Any]:
+    """Status, step count, result, tokens, cost, the pending approval, the handover reason."""
+    return run_view(await run_or_404(request, run_id, principal.tenant_id))
+
+
+@router.get("/{run_id}/result", responses={**ERRORS, 202: {"description": "Not finished yet"}})
+async def get_result(
+    run_id: str,
+    request: Request,
+    principal: Caller,
+    wait: float = Query(0, ge=0, le=60, description="Seconds to wait for the end"),
+) -> JSONResponse:
+    """200 with the result once the run is terminal; otherwise waits up to ``wait`` s and
+    answers 202 + ``Retry-After``."""
+    state = request.app.state
+    deadline = time.monotonic() + min(wait, state.settings.max_wait)
+    async with state.hub.watch(run_id) as changed:
+        while True:
+            changed.clear()
+            row = await run_or_404(request, run_id, principal.tenant_id)
+            view = run_view(row)
+            if row["run"].terminal:
+                return JSONResponse(view, status_code=200)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return JSONResponse(view, status_code=202, headers={"Retry-After": "1"})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), timeout=left)
+
+
+@router.get("/{run_id}/steps", responses=ERRORS)
+async def get_steps(run_id: str, request: Request, principal: Caller) -> dict[str, Any]:
+    """The run's journal, one entry per step."""
+    await run_or_404(request, run_id, principal.tenant_id)
+    steps = await request.app.state.store.transact(
+        lambda d, c: service_runs.run_steps(d, c, run_id), write=False
+    )
+    return {"run_id": run_id, "steps": steps}
+
+
+def _cursor(token: str | None) -> tuple[float, str] | None:
+    if not token:
+        return None
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(token.encode() + b"==").decode())
+        return float(raw[0]), str(raw[1])
+    except (ValueError, TypeError, IndexError, UnicodeDecodeError):
+        raise Problem("bad-request", "cursor: not a cursor this API returned") from None
+
+
+def _next_cursor(created_at: float, run_id: str) -> str:
+    raw = json.dumps([created_at, run_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+Status = Literal[
+    "queued", "running", "waiting", "completed", "failed", "cancelled", "expired", "needs_human"
+]
+
+
+@router.get("", responses=ERRORS)
+async def list_runs(
+    request: Request,
+    principal: Caller,
+    status: Status | None = None,
+    agent: str | None = Query(None, max_length=200),
+    version: str | None = Query(None, max_length=100),
+    user: str | None = Query(None, max_length=200),
+    created_after: float | None = Query(None, ge=0, le=1e11),
+    created_before: float | None = Query(None, ge=0, le=1e11),
+    waiting_approval: bool | None = None,
+    needs_human: bool | None = None,
+    cursor: str | None = Query(None, max_length=500),
+    limit: int = Query(50, ge=1, le=500),
+) -> dict[str, Any]:
+    """The tenant's runs, newest first; pass ``next_cursor`` back as ``cursor``."""
+    f = service_runs.RunFilter(
+        tenant_id=principal.tenant_id,
+        status=status,
+        agent=agent,
+        version=version,
+        user=user,
+        created_after=created_after,
+        created_before=created_before,
+        waiting_approval=waiting_approval,
+        needs_human=needs_human,
+        cursor=_cursor(cursor),
+        limit=limit,
+    )
+    found = await request.app.state.store.transact(
+        lambda d, c: service_runs.list_service_runs(d, c, f), write=False
+    )
+    nxt = None
+    if len(found) == limit:
+        last = found[-1]["run"]
+        nxt = _next_cursor(last.created_at, last.id)
+    return {"runs": [run_view(r) for r in found], "next_cursor": nxt}
+
+
+@router.post("/{run_id}/cancel", status_code=202, responses={**ERRORS, 200: {}})
+async def cancel_run(
+    run_id: str,
+    request: Request,
+    principal: Caller,
+    body: CancelRun | None = None,
+) -> JSONResponse:
+    """Request the cancel (idempotent): 202, or 200 when the run is already terminal.
+    The worker stops at the next step boundary and compensates."""
+    row = await run_or_404(request, run_id, principal.tenant_id)
+    own = row["run"].user_id == principal.user_id and bool(principal.roles - {VIEWER})
+    if not (principal.has(OPERATOR, ADMIN) or own):
+        raise Problem("forbidden", "cancelling another user's run needs the role operator")
+    if row["run"].terminal:
+        return JSONResponse(run_view(row), status_code=200)
+    reason = (body or CancelRun()).reason
+    actor = f"{principal.user_id} (key {principal.key_id})"
+    await request.app.state.store.cancel_run(run_id, reason, actor)
+    row = await run_or_404(request, run_id, principal.tenant_id)
+    return JSONResponse(run_view(row), status_code=202)

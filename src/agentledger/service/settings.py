@@ -1,0 +1,56 @@
+"""The service's settings, from arguments or ``AGENTLEDGER_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from agentledger.errors import UsageError
+
+PEPPER_ENV = "AGENTLEDGER_KEY_PEPPER"
+
+
+def pepper_from_env() -> bytes:
+    """The server pepper API key secrets are HMACed under (env ``AGENTLEDGER_KEY_PEPPER``)."""
+    value = os.environ.get(PEPPER_ENV, "")
+    if len(value) < 16:
+        raise UsageError(
+            f"set {PEPPER_ENV} to a secret of at least 16 characters (the same value for "
+            "`agentledger keys` and every `agentledger serve`), e.g. "
+            f"export {PEPPER_ENV}=$(python -c 'import secrets; print(secrets.token_hex(32))')"
+        )
+    return value.encode()
+
+
+@dataclass
+class ServiceSettings:
+    """What one service process needs; every field has a working default but the pepper."""
+
+    db_url: str
+    pepper: bytes
+    # Idempotency-Key rows are kept this long (the IETF draft suggests 24 h).
+    idempotency_ttl: float = 24 * 3600.0
+    # A request whose key is in flight in this process waits this long for the first one
+    # to commit, then gets 409.
+    idempotency_wait: float = 10.0
+    # Require an Idempotency-Key for agents that have side-effecting tools.
+    require_idempotency_for_writes: bool = False
+    # Default per-tenant quotas (a tenant's row may override): None = unlimited.
+    runs_per_minute: int | None = None
+    max_in_flight: int | None = None
+    # A key lookup is cached this long: a revoke takes effect within this many seconds.
+    key_cache_seconds: float = 2.0
+    # Server-sent events: reconnect hint, heartbeat comment period, poll period.
+    sse_retry_ms: int = 2000
+    sse_heartbeat: float = 15.0
+    event_poll: float = 0.02
+    # The longest ``?wait=`` of a result long-poll.
+    max_wait: float = 60.0
+    # New audit events are sealed into the tenant's hash chain this often.
+    audit_seal_every: float = 1.0
+    # Webhooks: how often due deliveries are looked for; the first retry's delay (doubling).
+    webhook_poll: float = 0.5
+    webhook_backoff: float = 2.0
+    # Workers run inside the service process (the embedded SQLite case).
+    workers_inline: int = 0
+    extra: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,126 @@
+"""Signed webhooks: delivery with retries, and the receiver's verification recipe.
+
+Each POST carries:
+
+* ``AgentLedger-Event-Id``: the event id -- the same on every retry; deduplicate on it.
+* ``AgentLedger-Event``: ``run.completed``, ``run.failed``, ``run.needs_human``,
+  ``approval.needed`` or ``approval.expiring``.
+* ``AgentLedger-Signature: t=<unix seconds>,v1=<hex>`` where
+  ``hex = HMAC-SHA256(tenant secret, "<t>." + raw body)``.
+
+A receiver verifies it like this (:func:`verify` does exactly this)::
+
+    t, v1 = (dict(p.split("=", 1) for p in header.split(",")) [k] for k in ("t", "v1"))
+    expected = hmac.new(secret.encode(), f"{t}.".encode() + raw_body, sha256).hexdigest()
+    ok = hmac.compare_digest(expected, v1) and abs(time.time() - int(t)) <= 300
+
+Failed deliveries (non-2xx, timeouts) are retried with exponential backoff
+(``base * 2**attempts``, capped), then kept as ``dead`` rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import time
+from typing import Any
+
+import httpx
+
+from agentledger.store import Store
+from agentledger.store.queries import service_webhooks
+
+log = logging.getLogger(__name__)
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The ``AgentLedger-Signature`` header value."""
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return f"t={timestamp},v1={mac.hexdigest()}"
+
+
+def verify(secret: str, header: str, body: bytes, tolerance: float = 300.0) -> bool:
+    """True when ``header`` signs ``body`` under ``secret`` within ``tolerance`` seconds."""
+    try:
+        parts = dict(p.split("=", 1) for p in header.split(","))
+        timestamp = int(parts["t"])
+        given = parts["v1"]
+    except (KeyError, ValueError):
+        return False
+    expected = sign(secret, timestamp, body).split("v1=", 1)[1]
+    return hmac.compare_digest(expected, given) and abs(time.time() - timestamp) <= tolerance
+
+
+class Dispatcher:
+    """Delivers due webhooks from this service process (several processes may run one:
+    each delivery is leased to one of them at a time)."""
+
+    def __init__(
+        self,
+        store: Store,
+        period: float = 0.5,
+        backoff: float = 2.0,
+        max_backoff: float = 600.0,
+        max_attempts: int = 10,
+        timeout: float = 10.0,
+    ) -> None:
+        self.store = store
+        self.period = period
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.max_attempts = max_attempts
+        self.timeout = timeout
+        self._secrets: dict[str, str] = {}
+
+    async def run_forever(self) -> None:
+        async with httpx.AsyncClient(timeout=self.timeout) as client:
+            while True:
+                try:
+                    await self.once(client)
+                except Exception as exc:  # retried next period
+                    log.warning("webhook dispatch failed: %s", exc)
+                await asyncio.sleep(self.period)
+
+    async def once(self, client: httpx.AsyncClient) -> int:
+        """Enqueue expiring-approval warnings, deliver what is due; return deliveries tried."""
+        now = time.time()
+        await self.store.transact(lambda d, c: service_webhooks.enqueue_expiring(d, c, now))
+        due = await self.store.transact(
+            lambda d, c: service_webhooks.claim_due(d, c, now, 50, self.timeout * 3)
+        )
+        await asyncio.gather(*(self._deliver(client, row) for row in due))
+        return len(due)
+
+    async def _secret(self, tenant_id: str) -> str:
+        if tenant_id not in self._secrets:
+            self._secrets[tenant_id] = await self.store.transact(
+                lambda d, c: service_webhooks.webhook_secret(d, c, tenant_id)
+            )
+        return self._secrets[tenant_id]
+
+    async def _deliver(self, client: httpx.AsyncClient, row: dict[str, Any]) -> None:
+        body = str(row["body"]).encode()
+        secret = await self._secret(row["tenant_id"])
+        headers = {
+            "Content-Type": "application/json",
+            "AgentLedger-Event-Id": row["id"],
+            "AgentLedger-Event": row["type"],
+            "AgentLedger-Signature": sign(secret, int(time.time()), body),
+        }
+        error = None
+        try:
+            reply = await client.post(row["url"], content=body, headers=headers)
+            if not 200 <= reply.status_code < 300:
+                error = f"HTTP {reply.status_code}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        attempts = int(row["attempts"]) + 1
+        delay = min(self.backoff * 2 ** (attempts - 1), self.max_backoff)
+        dead = error is not None and attempts >= self.max_attempts
+        await self.store.transact(
+            lambda d, c: service_webhooks.settle(
+                d, c, row["id"], error is None, error, time.time() + delay, dead
+            )
+        )

@@ -1,0 +1,186 @@
+"""The audit chain: events sealed, per tenant, into a hash chain.
+
+Events are appended by many processes whose transactions commit in any order, so the
+chain is not built at insert time (that would serialize every journal write of a tenant
+behind one row). A sealer -- the service, every second, or ``agentledger audit verify``
+-- takes the tenant's head row lock, then gives each committed, unsealed event of the
+tenant the next ``chain_no``, the previous record's hash and its own hash:
+
+    hash = SHA-256(prev_hash || canonical JSON of [tenant, chain_no, run_id, seq, type,
+                                                   actor, at, data as stored])
+
+Editing, deleting or reordering a sealed record breaks the chain at that record, and
+:func:`verify_chain` names it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agentledger.store.dialect import Dialect
+from agentledger.store.queries import service_webhooks
+
+GENESIS = "0" * 64
+
+
+def record_hash(prev_hash: str, tenant_id: str, row: dict[str, Any], chain_no: int) -> str:
+    """The hash of one audit record chained to ``prev_hash``."""
+    at = row["at"]
+    body = [
+        tenant_id,
+        chain_no,
+        row["run_id"],
+        row["seq"],
+        row["type"],
+        row["actor"],
+        repr(float(at)) if at is not None else None,
+        row["data"],
+    ]
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256((prev_hash + "\n" + text).encode()).hexdigest()
+
+
+def seal(d: Dialect, conn: Any, limit: int = 5000) -> int:
+    """Seal up to ``limit`` committed events into their tenants' chains; return how many."""
+    tenants = d.fetchall(
+        conn,
+        "SELECT DISTINCT r.tenant_id FROM events e JOIN runs r ON r.id = e.run_id "
+        "WHERE e.hash IS NULL",
+    )
+    sealed = 0
+    for t in sorted(r["tenant_id"] for r in tenants):
+        if sealed >= limit:
+            break
+        sealed += _seal_tenant(d, conn, t, limit - sealed)
+    return sealed
+
+
+def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, limit: int) -> int:
+    d.execute(
+        conn,
+        "INSERT INTO audit_heads (tenant_id, chain_no, hash) VALUES (:t, 0, :g) "
+        "ON CONFLICT (tenant_id) DO NOTHING",
+        {"t": tenant_id, "g": GENESIS},
+    )
+    # The head row's lock serializes sealers of one tenant (PostgreSQL; SQLite has one
+    # writer); the events are read after it is taken, so no two sealers chain one event.
+    d.execute(
+        conn, "UPDATE audit_heads SET chain_no = chain_no WHERE tenant_id = :t", {"t": tenant_id}
+    )
+    head = d.fetchall(
+        conn, "SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t", {"t": tenant_id}
+    )[0]
+    chain_no, prev = int(head["chain_no"]), str(head["hash"])
+    found = d.fetchall(
+        conn,
+        "SELECT e.id, e.run_id, e.seq, e.type, e.actor, e.at, e.data FROM events e "
+        "JOIN runs r ON r.id = e.run_id WHERE e.hash IS NULL AND r.tenant_id = :t "
+        "ORDER BY e.id LIMIT :limit",
+        {"t": tenant_id, "limit": limit},
+    )
+    for row in found:
+        chain_no += 1
+        digest = record_hash(prev, tenant_id, row, chain_no)
+        d.execute(
+            conn,
+            "UPDATE events SET tenant_id = :t, chain_no = :n, prev_hash = :p, hash = :h "
+            "WHERE id = :id AND hash IS NULL",
+            {"t": tenant_id, "n": chain_no, "p": prev, "h": digest, "id": row["id"]},
+        )
+        prev = digest
+        # The event's webhook, enqueued once: sealing happens once per event.
+        service_webhooks.enqueue_for_event(d, conn, tenant_id, row)
+    if found:
+        d.execute(
+            conn,
+            "UPDATE audit_heads SET chain_no = :n, hash = :h WHERE tenant_id = :t",
+            {"n": chain_no, "h": prev, "t": tenant_id},
+        )
+    return len(found)
+
+
+@dataclass
+class Broken:
+    """Where a tenant's chain breaks."""
+
+    tenant_id: str
+    chain_no: int
+    event_id: int | None
+    run_id: str | None
+    seq: int | None
+    reason: str
+
+
+def verify_chain(d: Dialect, conn: Any, tenant_id: str | None = None) -> tuple[int, list[Broken]]:
+    """Recompute every tenant's chain; return (records checked, the first break of each
+    tenant whose chain is broken)."""
+    heads = d.fetchall(conn, "SELECT tenant_id, chain_no, hash FROM audit_heads ORDER BY tenant_id")
+    checked = 0
+    broken: list[Broken] = []
+    for head in heads:
+        t = head["tenant_id"]
+        if tenant_id is not None and t != tenant_id:
+            continue
+        rows = d.fetchall(
+            conn,
+            "SELECT id, run_id, seq, type, actor, at, data, chain_no, prev_hash, hash "
+            "FROM events WHERE tenant_id = :t AND chain_no IS NOT NULL ORDER BY chain_no",
+            {"t": t},
+        )
+        prev, expected_no = GENESIS, 1
+        problem = None
+        for row in rows:
+            checked += 1
+            no = int(row["chain_no"])
+            if no != expected_no:
+                problem = Broken(
+                    t, expected_no, None, None, None, f"record {expected_no} is missing"
+                )
+                break
+            if row["prev_hash"] != prev or record_hash(prev, t, row, no) != row["hash"]:
+                problem = Broken(
+                    t, no, int(row["id"]), row["run_id"], row["seq"],
+                    "record does not match its hash (edited)" if row["prev_hash"] == prev
+                    else "record's previous hash does not match (reordered or edited)",
+                )  # fmt: skip
+                break
+            prev, expected_no = row["hash"], no + 1
+        if problem is None and (expected_no - 1 != int(head["chain_no"]) or prev != head["hash"]):
+            problem = Broken(
+                t, expected_no, None, None, None,
+                f"the chain ends at {expected_no - 1} but its head says {head['chain_no']} "
+                "(records deleted)",
+            )  # fmt: skip
+        if problem is not None:
+            broken.append(problem)
+    return checked, broken
+
+
+def audit_records(
+    d: Dialect, conn: Any, tenant_id: str, run_id: str | None, after: int, limit: int
+) -> list[dict[str, Any]]:
+    """Audit records of a tenant (or of one of its runs): by chain position for the
+    tenant, by seq for a run (unsealed records included, with ``hash`` null)."""
+    if run_id is not None:
+        sql = (
+            "SELECT e.id, e.run_id, e.seq, e.type, e.actor, e.at, e.data, e.chain_no, "
+            "e.prev_hash, e.hash FROM events e JOIN runs r ON r.id = e.run_id "
+            "WHERE e.run_id = :run AND r.tenant_id = :t AND e.seq > :after "
+            "ORDER BY e.seq LIMIT :limit"
+        )
+    else:
+        sql = (
+            "SELECT id, run_id, seq, type, actor, at, data, chain_no, prev_hash, hash "
+            "FROM events WHERE tenant_id = :t AND chain_no > :after "
+            "ORDER BY chain_no LIMIT :limit"
+        )
+    found = d.fetchall(conn, sql, {"t": tenant_id, "run": run_id, "after": after, "limit": limit})
+    out = []
+    for r in found:
+        row = dict(r)
+        row["data"] = json.loads(row["data"]) if row["data"] is not None else None
+        out.append(row)
+    return out

@@ -1,0 +1,341 @@
+"""The service's runs: submit with an Idempotency-Key and quotas, tenant-scoped reads.
+
+A submit is ONE transaction: the quota check, the run row (via :func:`create_run`) and
+the Idempotency-Key row, so a key never exists without its run nor a run without its key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from agentledger.errors import StoreError
+from agentledger.records import Run, RunStatus, dumps
+from agentledger.store import rows
+from agentledger.store.base import NewRun
+from agentledger.store.dialect import Dialect
+from agentledger.store.queries.common import RUN_COLUMNS
+from agentledger.store.queries.events import insert_event
+from agentledger.store.queries.runs import create_run, find_request, get_run
+
+SERVICE_RUN_COLUMNS = RUN_COLUMNS + ", principal, webhook, idempotency_key, event_seq"
+_TERMINAL = ", ".join(f"'{s}'" for s in sorted(RunStatus.TERMINAL))
+
+
+class IdempotencyMismatch(StoreError):
+    """The Idempotency-Key was used before with a different request body."""
+
+
+class QuotaExceeded(StoreError):
+    """The tenant's quota refuses a new run now; ``retry_after`` in seconds."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass
+class Quota:
+    """A tenant's limits (None: unlimited)."""
+
+    runs_per_minute: int | None = None
+    max_in_flight: int | None = None
+
+
+@dataclass
+class IdempotencyRequest:
+    """The key, the request's fingerprint, how long the key is kept."""
+
+    key: str
+    fingerprint: str
+    ttl_seconds: float
+
+
+@dataclass
+class Submitted:
+    """The run a submit created or found, and the response body recorded with it."""
+
+    run: Run
+    replayed: bool
+    response: Any = None
+
+
+def tenant_quota(d: Dialect, conn: Any, tenant_id: str, default: Quota) -> Quota:
+    """The tenant's own limits where set, else ``default``'s."""
+    found = d.fetchall(
+        conn,
+        "SELECT runs_per_minute, max_in_flight FROM tenants WHERE id = :id",
+        {"id": tenant_id},
+    )
+    if not found:
+        return default
+    row = found[0]
+    return Quota(
+        runs_per_minute=row["runs_per_minute"]
+        if row["runs_per_minute"] is not None
+        else default.runs_per_minute,
+        max_in_flight=row["max_in_flight"]
+        if row["max_in_flight"] is not None
+        else default.max_in_flight,
+    )
+
+
+def check_quota(d: Dialect, conn: Any, tenant_id: str, quota: Quota, now: float) -> None:
+    """Raise :class:`QuotaExceeded` when the tenant may not start a run now."""
+    if quota.runs_per_minute is not None:
+        found = d.fetchall(
+            conn,
+            "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM runs "
+            "WHERE tenant_id = :t AND created_at > :since",
+            {"t": tenant_id, "since": now - 60.0},
+        )
+        n = int(found[0]["n"])
+        if n >= quota.runs_per_minute:
+            oldest = float(found[0]["oldest"] or now)
+            wait = max(1, int(oldest + 60.0 - now + 0.999))
+            raise QuotaExceeded(
+                f"tenant {tenant_id} started {n} runs in the last minute "
+                f"(limit {quota.runs_per_minute})",
+                wait,
+            )
+    if quota.max_in_flight is not None:
+        found = d.fetchall(
+            conn,
+            f"SELECT COUNT(*) AS n FROM runs WHERE tenant_id = :t AND status NOT IN ({_TERMINAL})",
+            {"t": tenant_id},
+        )
+        n = int(found[0]["n"])
+        if n >= quota.max_in_flight:
+            raise QuotaExceeded(
+                f"tenant {tenant_id} has {n} runs in flight (limit {quota.max_in_flight})", 5
+            )
+
+
+def find_idempotent(
+    d: Dialect, conn: Any, tenant_id: str, idem: IdempotencyRequest, now: float
+) -> Submitted | None:
+    """The run an earlier request with this key created (raises on a different body)."""
+    found = d.fetchall(
+        conn,
+        "SELECT * FROM idempotency_keys WHERE tenant_id = :t AND key = :k AND expires_at > :now",
+        {"t": tenant_id, "k": idem.key, "now": now},
+    )
+    if not found:
+        return None
+    row = found[0]
+    if row["fingerprint"] != idem.fingerprint:
+        raise IdempotencyMismatch(
+            f"Idempotency-Key {idem.key!r} was used with a different request body"
+        )
+    run = get_run(d, conn, row["run_id"])
+    if run is None:  # pragma: no cover - the key commits with its run
+        raise StoreError(f"Idempotency-Key {idem.key!r} names a missing run")
+    return Submitted(run, True, json.loads(row["response"]))
+
+
+def submit_run(
+    d: Dialect,
+    conn: Any,
+    new: NewRun,
+    principal: dict[str, Any],
+    webhook: str | None,
+    idem: IdempotencyRequest | None,
+    quota: Quota,
+    respond: Any,
+    request_id: str | None = None,
+) -> Submitted:
+    """Create a run (one transaction: quota, run row, key row); replay a known key.
+
+    ``respond(run)`` builds the response body recorded with the key, so a replay
+    answers exactly what the first request answered.
+    """
+    now = time.time()
+    if idem is not None:
+        earlier = find_idempotent(d, conn, new.tenant_id, idem, now)
+        if earlier is not None:
+            return earlier
+    if new.request_id is not None:
+        # This very submit, committed before its reply was lost: answer it again, and
+        # write nothing twice (a store retries a job after a lost connection).
+        done = find_request(d, conn, new.request_id)
+        if done is not None:
+            return Submitted(done, False, respond(done))
+    check_quota(d, conn, new.tenant_id, tenant_quota(d, conn, new.tenant_id, quota), now)
+    run = create_run(d, conn, new)
+    d.execute(
+        conn,
+        "UPDATE runs SET principal = :p, webhook = :w, idempotency_key = :k WHERE id = :id",
+        {"p": dumps(principal), "w": webhook, "k": idem.key if idem else None, "id": run.id},
+    )
+    # Who started the run, in the audit trail with it.
+    insert_event(
+        d,
+        conn,
+        run.id,
+        "run.accepted",
+        str(principal.get("user_id")),
+        {
+            "key_id": principal.get("key_id"),
+            "roles": principal.get("roles"),
+            "request_id": request_id,
+            "idempotency_key": idem.key if idem else None,
+            "webhook": webhook,
+        },
+    )
+    body = respond(run)
+    if idem is not None:
+        # An expired row of the same key is replaced. Only an expired one: a live row
+        # committed by another process since our read above must make our INSERT fail
+        # (unique violation; the caller retries and replays it), never be deleted.
+        d.execute(
+            conn,
+            "DELETE FROM idempotency_keys WHERE tenant_id = :t AND key = :k AND expires_at <= :now",
+            {"t": new.tenant_id, "k": idem.key, "now": now},
+        )
+        d.execute(
+            conn,
+            "INSERT INTO idempotency_keys (tenant_id, key, fingerprint, run_id, status_code, "
+            "response, created_at, expires_at) VALUES (:t, :k, :f, :run, 202, :body, :now, "
+            ":exp)",
+            {
+                "t": new.tenant_id,
+                "k": idem.key,
+                "f": idem.fingerprint,
+                "run": run.id,
+                "body": dumps(body),
+                "now": now,
+                "exp": now + idem.ttl_seconds,
+            },
+        )
+    return Submitted(run, False, body)
+
+
+def purge_idempotency_keys(d: Dialect, conn: Any, now: float) -> int:
+    """Delete expired Idempotency-Key rows."""
+    return d.execute(conn, "DELETE FROM idempotency_keys WHERE expires_at <= :now", {"now": now})
+
+
+def service_run(d: Dialect, conn: Any, run_id: str, tenant_id: str) -> dict[str, Any] | None:
+    """The run row with its service columns and pending approval, in ``tenant_id`` only."""
+    found = d.fetchall(
+        conn,
+        f"SELECT {SERVICE_RUN_COLUMNS} FROM runs WHERE id = :id AND tenant_id = :t",
+        {"id": run_id, "t": tenant_id},
+    )
+    if not found:
+        return None
+    return _with_approval(d, conn, found[0])
+
+
+def _with_approval(d: Dialect, conn: Any, row: dict[str, Any]) -> dict[str, Any]:
+    data = dict(row)
+    data["run"] = rows.run_from(row)
+    data["principal"] = json.loads(row["principal"]) if row.get("principal") else None
+    pending = d.fetchall(
+        conn,
+        "SELECT * FROM approvals WHERE run_id = :id AND decision IS NULL ORDER BY step_no",
+        {"id": row["id"]},
+    )
+    data["pending_approval"] = rows.approval_from(pending[0]) if pending else None
+    return data
+
+
+@dataclass
+class RunFilter:
+    """``GET /v1/runs`` filters; ``cursor`` is (created_at, id) of the last row seen."""
+
+    tenant_id: str
+    status: str | None = None
+    agent: str | None = None
+    version: str | None = None
+    user: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+    waiting_approval: bool | None = None
+    needs_human: bool | None = None
+    cursor: tuple[float, str] | None = None
+    limit: int = 50
+
+
+def list_service_runs(d: Dialect, conn: Any, f: RunFilter) -> list[dict[str, Any]]:
+    """Runs of one tenant, newest first, after ``f.cursor``."""
+    where = ["tenant_id = :tenant"]
+    params: dict[str, Any] = {"tenant": f.tenant_id, "limit": f.limit}
+    for column, value in (("status", f.status), ("name", f.agent), ("version", f.version),
+                          ("user_id", f.user)):  # fmt: skip
+        if value is not None:
+            where.append(f"{column} = :{column}")
+            params[column] = value
+    if f.created_after is not None:
+        where.append("created_at >= :after")
+        params["after"] = f.created_after
+    if f.created_before is not None:
+        where.append("created_at < :before")
+        params["before"] = f.created_before
+    pending = "EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.id AND a.decision IS NULL)"
+    if f.waiting_approval is not None:
+        where.append(pending if f.waiting_approval else f"NOT {pending}")
+    if f.needs_human is not None:
+        where.append("status = 'needs_human'" if f.needs_human else "status <> 'needs_human'")
+    if f.cursor is not None:
+        where.append("(created_at < :c_at OR (created_at = :c_at AND id < :c_id))")
+        params["c_at"], params["c_id"] = f.cursor
+    sql = (
+        f"SELECT {SERVICE_RUN_COLUMNS} FROM runs WHERE {' AND '.join(where)} "
+        "ORDER BY created_at DESC, id DESC LIMIT :limit"
+    )
+    return [_with_approval(d, conn, r) for r in d.fetchall(conn, sql, params)]
+
+
+def run_steps(d: Dialect, conn: Any, run_id: str) -> list[dict[str, Any]]:
+    """The journal of a run as rows (JSON columns decoded)."""
+    found = d.fetchall(
+        conn, "SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id}
+    )
+    return [rows.step_from(r).to_dict() for r in found]
+
+
+def is_terminal(status: str) -> bool:
+    """True for a status no transition leaves."""
+    return status in RunStatus.TERMINAL
+
+
+@dataclass
+class SubmitRequest:
+    """One submit of a group (see :func:`submit_group`)."""
+
+    new: NewRun
+    principal: dict[str, Any]
+    webhook: str | None
+    idem: IdempotencyRequest | None
+    quota: Quota
+    respond: Any
+    request_id: str | None = None
+
+
+def submit_group(
+    d: Dialect, conn: Any, requests: list[SubmitRequest]
+) -> list[Submitted | BaseException]:
+    """Many submits in ONE transaction (one fsync for the group), each under its own
+    savepoint: a submit refused (quota, a reused key, a unique violation) is rolled back
+    alone and its error returned in its place; the others commit."""
+    out: list[Submitted | BaseException] = []
+    for i, r in enumerate(requests):
+        savepoint = f"submit{i}"
+        d.execute(conn, f"SAVEPOINT {savepoint}")
+        try:
+            done = submit_run(
+                d, conn, r.new, r.principal, r.webhook, r.idem, r.quota, r.respond, r.request_id
+            )
+        except Exception as exc:
+            if d.is_disconnect(exc) or d.is_transient(exc):
+                raise  # the whole group is retried by the store
+            d.execute(conn, f"ROLLBACK TO SAVEPOINT {savepoint}")
+            d.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
+            out.append(exc)
+            continue
+        d.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
+        out.append(done)
+    return out

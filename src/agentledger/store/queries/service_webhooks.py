@@ -1,0 +1,177 @@
+"""Webhook deliveries: enqueued once per reported event, claimed with a lease, settled.
+
+A delivery row is written in the transaction that seals its event into the audit chain
+(:func:`agentledger.store.queries.service_audit.seal`), which happens exactly once per
+event, so each event is enqueued once; its id (``evt_<run>_<seq>``) is what receivers
+deduplicate on, the same on every retry.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+from agentledger.records import dumps
+from agentledger.store.dialect import Dialect
+
+# Event type in the journal -> webhook event type.
+REPORTED = {
+    "run.completed": "run.completed",
+    "run.failed": "run.failed",
+    "run.handover": "run.needs_human",
+    "approval.requested": "approval.needed",
+}
+
+
+def enqueue_for_event(d: Dialect, conn: Any, tenant_id: str, row: dict[str, Any]) -> None:
+    """Enqueue the webhook of one event, if its type is reported and its run has a URL."""
+    kind = REPORTED.get(row["type"])
+    if kind is None:
+        return
+    found = d.fetchall(
+        conn,
+        "SELECT webhook, name, version, status, result, error, handover_reason, user_id "
+        "FROM runs WHERE id = :id",
+        {"id": row["run_id"]},
+    )
+    if not found or not found[0]["webhook"]:
+        return
+    run = found[0]
+    event_id = f"evt_{row['run_id']}_{row['seq']}"
+    body = {
+        "id": event_id,
+        "type": kind,
+        "tenant": tenant_id,
+        "run_id": row["run_id"],
+        "agent": run["name"],
+        "version": run["version"],
+        "user": run["user_id"],
+        "occurred_at": row["at"],
+        "data": json.loads(row["data"]) if row["data"] is not None else None,
+    }
+    if kind != "approval.needed":
+        body["run"] = {
+            "status": run["status"],
+            "result": json.loads(run["result"]) if run["result"] is not None else None,
+            "error": run["error"],
+            "handover_reason": run["handover_reason"],
+        }
+    _insert(d, conn, event_id, tenant_id, row["run_id"], run["webhook"], kind, body)
+
+
+def _insert(
+    d: Dialect, conn: Any, event_id: str, tenant_id: str, run_id: str, url: str, kind: str,
+    body: dict[str, Any],
+) -> None:  # fmt: skip
+    now = time.time()
+    d.execute(
+        conn,
+        "INSERT INTO webhook_deliveries (id, tenant_id, run_id, url, type, body, "
+        "next_attempt_at, created_at) VALUES (:id, :t, :run, :url, :type, :body, :now, :now) "
+        "ON CONFLICT (id) DO NOTHING",
+        {
+            "id": event_id,
+            "t": tenant_id,
+            "run": run_id,
+            "url": url,
+            "type": kind,
+            "body": dumps(body),
+            "now": now,
+        },
+    )
+
+
+def enqueue_expiring(d: Dialect, conn: Any, now: float, fraction: float = 0.8) -> int:
+    """Enqueue ``approval.expiring`` for pending approvals past ``fraction`` of their time
+    to live (once each: the delivery id is derived from the approval)."""
+    found = d.fetchall(
+        conn,
+        "SELECT a.id, a.run_id, a.tool, a.required_role, a.expires_at, a.requested_at, "
+        "r.tenant_id, r.webhook, r.name FROM approvals a JOIN runs r ON r.id = a.run_id "
+        "WHERE a.decision IS NULL AND r.webhook IS NOT NULL AND a.expires_at > :now "
+        "AND a.requested_at + (a.expires_at - a.requested_at) * :f <= :now",
+        {"now": now, "f": fraction},
+    )
+    for a in found:
+        event_id = f"evt_{a['id']}_expiring"
+        body = {
+            "id": event_id,
+            "type": "approval.expiring",
+            "tenant": a["tenant_id"],
+            "run_id": a["run_id"],
+            "agent": a["name"],
+            "occurred_at": now,
+            "data": {
+                "approval_id": a["id"],
+                "tool": a["tool"],
+                "role": a["required_role"],
+                "expires_at": a["expires_at"],
+            },
+        }
+        _insert(d, conn, event_id, a["tenant_id"], a["run_id"], a["webhook"], body["type"], body)
+    return len(found)
+
+
+def claim_due(d: Dialect, conn: Any, now: float, limit: int, lease: float) -> list[dict[str, Any]]:
+    """Due pending deliveries, each leased to the caller (one claimer at a time)."""
+    found = d.fetchall(
+        conn,
+        "SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= :now "
+        "AND (lease_until IS NULL OR lease_until <= :now) ORDER BY next_attempt_at LIMIT :limit",
+        {"now": now, "limit": limit},
+    )
+    claimed = []
+    for r in found:
+        got = d.execute(
+            conn,
+            "UPDATE webhook_deliveries SET lease_until = :until WHERE id = :id "
+            "AND status = 'pending' AND (lease_until IS NULL OR lease_until <= :now)",
+            {"id": r["id"], "until": now + lease, "now": now},
+        )
+        if got:
+            row = d.fetchall(
+                conn, "SELECT * FROM webhook_deliveries WHERE id = :id", {"id": r["id"]}
+            )
+            claimed.append(dict(row[0]))
+    return claimed
+
+
+def settle(
+    d: Dialect, conn: Any, delivery_id: str, delivered: bool, error: str | None,
+    next_attempt_at: float, dead: bool,
+) -> None:  # fmt: skip
+    """Record one attempt's outcome."""
+    status = "delivered" if delivered else ("dead" if dead else "pending")
+    d.execute(
+        conn,
+        "UPDATE webhook_deliveries SET status = :s, attempts = attempts + 1, last_error = :e, "
+        "next_attempt_at = :n, lease_until = NULL, "
+        "delivered_at = CASE WHEN :s = 'delivered' THEN :now ELSE NULL END WHERE id = :id",
+        {"s": status, "e": error, "n": next_attempt_at, "id": delivery_id, "now": time.time()},
+    )
+
+
+def webhook_secret(d: Dialect, conn: Any, tenant_id: str) -> str:
+    """The tenant's webhook signing secret (made on first use)."""
+    d.execute(
+        conn,
+        "INSERT INTO tenants (id, created_at) VALUES (:id, :now) ON CONFLICT (id) DO NOTHING",
+        {"id": tenant_id, "now": time.time()},
+    )
+    d.execute(
+        conn,
+        "UPDATE tenants SET webhook_secret = :s WHERE id = :id AND webhook_secret IS NULL",
+        {"id": tenant_id, "s": "whsec_" + secrets.token_urlsafe(32)},
+    )
+    found = d.fetchall(conn, "SELECT webhook_secret FROM tenants WHERE id = :id", {"id": tenant_id})
+    return str(found[0]["webhook_secret"])
+
+
+def deliveries(d: Dialect, conn: Any, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Delivery rows (for operators and tests)."""
+    where = "WHERE run_id = :run" if run_id else ""
+    return [dict(r) for r in d.fetchall(
+        conn, f"SELECT * FROM webhook_deliveries {where} ORDER BY created_at", {"run": run_id}
+    )]  # fmt: skip

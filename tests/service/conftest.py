@@ -1,0 +1,135 @@
+"""Service fixtures: the ASGI app in process (fast) and under uvicorn (real HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from agentledger.service import ServiceSettings, create_app
+from agentledger.service.auth import create_key
+from agentledger.store import Store
+from tests.service import service_app
+
+PEPPER = b"service-test-pepper-0123456789"
+
+
+def settings_for(url: str, **overrides: Any) -> ServiceSettings:
+    """Fast settings for tests (short polls and heartbeats)."""
+    values: dict[str, Any] = {
+        "db_url": url,
+        "pepper": PEPPER,
+        "event_poll": 0.01,
+        "sse_heartbeat": 0.5,
+        "key_cache_seconds": 0.2,
+    }
+    values.update(overrides)
+    return ServiceSettings(**values)
+
+
+@dataclass
+class Api:
+    """An app, a client on it, and helpers to mint keys."""
+
+    app: FastAPI
+    client: httpx.AsyncClient
+    keys: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def store(self) -> Store:
+        store: Store = self.app.state.store
+        return store
+
+    async def key(
+        self, tenant: str = "t1", user: str = "alice", roles: tuple[str, ...] = ("operator",),
+        expires_in: float = 3600,
+    ) -> dict[str, str]:  # fmt: skip
+        """Authorization headers of a new key."""
+        full, _ = await create_key(self.store, PEPPER, tenant, user, list(roles), expires_in)
+        return {"Authorization": f"Bearer {full}"}
+
+
+@contextlib.asynccontextmanager
+async def in_process(settings: ServiceSettings) -> AsyncIterator[Api]:
+    """The app with its lifespan, and an httpx client over ASGI (no sockets)."""
+    api = create_app(settings, service_app.app)
+    async with api.router.lifespan_context(api):
+        transport = httpx.ASGITransport(app=api)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            yield Api(api, client)
+
+
+@pytest.fixture
+async def api(store_url: str) -> AsyncIterator[Api]:
+    """The service in process on each backend, no workers."""
+    async with in_process(settings_for(store_url)) as a:
+        yield a
+
+
+@pytest.fixture
+async def sqlite_api(tmp_path: Any) -> AsyncIterator[Api]:
+    """The service in process on SQLite only, no workers."""
+    async with in_process(settings_for(f"sqlite:///{tmp_path / 'svc.db'}")) as a:
+        yield a
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Served:
+    """A uvicorn server on a loopback port, in a thread of this process."""
+
+    base_url: str
+    app: FastAPI
+    server: uvicorn.Server
+
+
+@contextlib.contextmanager
+def served(settings: ServiceSettings) -> Iterator[Served]:
+    """Serve the app under uvicorn on 127.0.0.1 (real HTTP); stopped on exit."""
+    api = create_app(settings, service_app.app)
+    port = free_port()
+    config = uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    started = threading.Event()
+
+    def wait_started() -> None:
+        while not server.started and thread.is_alive():
+            started.wait(0.01)
+
+    wait_started()
+    try:
+        yield Served(f"http://127.0.0.1:{port}", api, server)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+async def mint(app: FastAPI, *args: Any, **kwargs: Any) -> dict[str, str]:
+    """A key on a served app's store (runs on the app's own loop via the store thread)."""
+    full, _ = await create_key(app.state.store, PEPPER, *args, **kwargs)
+    return {"Authorization": f"Bearer {full}"}
+
+
+async def until(predicate: Any, timeout: float = 20.0) -> None:
+    """Poll an async predicate until true (each check is a positive signal)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)

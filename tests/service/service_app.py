@@ -1,0 +1,69 @@
+"""The App the service tests submit runs of (and their inline workers run)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentledger import Allow, App, RequireApproval, ToolContext, WorkflowContext
+from agentledger.policies import ProposedCall
+
+app = App("service-tests")
+
+
+class EchoInput(BaseModel):
+    """The declared input of ``echo``."""
+
+    text: str
+    steps: int = 0
+    pause: float = 0.0
+
+
+async def _pause(seconds: float, flag: str | None) -> str:
+    """Sleep; while ``flag`` (a file) exists, hold here (bounded)."""
+    await asyncio.sleep(seconds)
+    until = time.monotonic() + 60
+    while flag and os.path.exists(flag) and time.monotonic() < until:
+        await asyncio.sleep(0.01)
+    return "ok"
+
+
+@app.workflow(name="echo", version="1")
+async def echo(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:
+    """``steps`` journaled steps of ``pause`` seconds, then the text back."""
+    for i in range(int(input.get("steps", 0))):
+        await ctx.step(f"pause_{i}", _pause, float(input.get("pause", 0)), input.get("flag"))
+    return {"text": input["text"]}
+
+
+echo.input_model = EchoInput  # type: ignore[attr-defined]
+
+
+@app.workflow(name="free", version="1")
+async def free(ctx: WorkflowContext, input: Any) -> Any:
+    """Any input, returned as it is."""
+    return input
+
+
+@app.tool(effect="write", idempotency="effects")
+async def pay(ctx: ToolContext, amount: int) -> dict[str, Any]:
+    """A payment (guarded by the effects table: at most once per key)."""
+    return {"paid": amount, "key": ctx.idempotency_key}
+
+
+def approval_policy(call: ProposedCall) -> Any:
+    """``input["approval"] = {"role": R, "expires_in": S}`` puts ``pay`` behind approval."""
+    spec = call.run_input.get("approval") if isinstance(call.run_input, dict) else None
+    if spec and call.tool == "pay":
+        return RequireApproval(role=spec["role"], expires_in=float(spec.get("expires_in", 3600)))
+    return Allow()
+
+
+@app.workflow(name="payout", version="1", policy=approval_policy)
+async def payout(ctx: WorkflowContext, input: dict[str, Any]) -> Any:
+    """One payment, behind an approval when the input asks for one."""
+    return await ctx.tool("pay", amount=int(input["amount"]))

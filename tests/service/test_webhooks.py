@@ -1,0 +1,113 @@
+"""Signed webhooks through a loopback receiver that fails its first two deliveries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentledger.service.webhooks import verify
+from agentledger.store.queries import service_webhooks
+from tests.service.conftest import in_process, settings_for, until
+
+
+class Receiver:
+    """Records every delivery; answers 500 to the first ``fail_first`` of each event id."""
+
+    def __init__(self, fail_first: int) -> None:
+        self.fail_first = fail_first
+        self.attempts: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def handle(self, headers: dict[str, str], body: bytes) -> int:
+        with self.lock:
+            event_id = headers.get("AgentLedger-Event-Id", "")
+            tries = sum(1 for a in self.attempts if a["id"] == event_id)
+            status = 500 if tries < self.fail_first else 200
+            self.attempts.append(
+                {"id": event_id, "headers": headers, "body": body, "status": status}
+            )
+            return status
+
+    def delivered(self) -> dict[str, dict[str, Any]]:
+        with self.lock:
+            return {a["id"]: a for a in self.attempts if a["status"] == 200}
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Receiver, str]]:
+    rec = Receiver(fail_first=2)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            status = rec.handle(dict(self.headers.items()), body)
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield rec, f"http://127.0.0.1:{server.server_address[1]}/hook"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+FAST = {"workers_inline": 1, "audit_seal_every": 0.05, "webhook_poll": 0.05,
+        "webhook_backoff": 0.05}  # fmt: skip
+
+
+async def test_each_event_arrives_signed_despite_two_failed_deliveries(
+    receiver: tuple[Receiver, str], tmp_path: Path
+) -> None:
+    rec, url = receiver
+    db = f"sqlite:///{tmp_path / 'hooks.db'}"
+    async with in_process(settings_for(db, **FAST)) as api:
+        h = await api.key("t1", "gina", ("guest",))
+        secret = await api.store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, "t1"))
+        done = await api.client.post(
+            "/v1/runs", json={"agent": "free", "input": {"x": 1}, "webhook": url}, headers=h
+        )
+        approval = {"role": "guest", "expires_in": 1.0}
+        body = {"agent": "payout", "webhook": url, "input": {"amount": 5, "approval": approval}}
+        expiring = await api.client.post("/v1/runs", json=body, headers=h)
+        run_a, run_b = done.json()["id"], expiring.json()["id"]
+
+        async def all_in() -> bool:
+            return len(rec.delivered()) >= 4
+
+        await until(all_in, 30)
+        got = rec.delivered()
+        types = {json.loads(a["body"])["run_id"] + ":" + a["headers"]["AgentLedger-Event"]
+                 for a in got.values()}  # fmt: skip
+        assert types == {
+            f"{run_a}:run.completed",
+            f"{run_b}:approval.needed",
+            f"{run_b}:approval.expiring",
+            f"{run_b}:run.failed",  # rejected by default on expiry, the run ends cleanly
+        }
+        for event_id, ok in got.items():
+            tries = [a for a in rec.attempts if a["id"] == event_id]
+            assert [a["status"] for a in tries] == [500, 500, 200]  # retried, same event id
+            assert len({a["body"] for a in tries}) == 1
+            assert verify(secret, ok["headers"]["AgentLedger-Signature"], ok["body"])
+            assert not verify("whsec_wrong", ok["headers"]["AgentLedger-Signature"], ok["body"])
+            assert json.loads(ok["body"])["id"] == event_id
+        completed = next(json.loads(a["body"]) for a in got.values()
+                         if json.loads(a["body"])["type"] == "run.completed")  # fmt: skip
+        assert completed["run"]["result"] == {"x": 1}
+        rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+        assert {r["status"] for r in rows} == {"delivered"} and len(rows) == 4
+        await asyncio.sleep(0)
