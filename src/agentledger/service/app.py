@@ -91,10 +91,11 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
 
 def _include_optional(api: FastAPI) -> None:
     """Routers of later features, when present."""
-    from agentledger.service.routers import approvals, audit
+    from agentledger.service.routers import approvals, audit, observe
 
     api.include_router(approvals.router)
     api.include_router(audit.router)
+    api.include_router(observe.router)
 
 
 class RequestIdMiddleware:
