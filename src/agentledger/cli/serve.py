@@ -6,7 +6,6 @@ import click
 
 from agentledger.app import load_app
 from agentledger.cli.common import db_option
-from agentledger.service.settings import pepper_from_env
 
 
 @click.command("serve")
@@ -58,7 +57,7 @@ def serve(
 
     settings = ServiceSettings(
         db_url=db,
-        pepper=pepper_from_env(),
+        pepper=_pepper(),
         idempotency_ttl=idempotency_ttl,
         require_idempotency_for_writes=require_idempotency_key,
         runs_per_minute=runs_per_minute,
@@ -67,3 +66,10 @@ def serve(
     )
     api = create_app(settings, load_app(app_path))
     uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def _pepper() -> bytes:
+    # Imported here: the service (FastAPI) loads only for the commands that need it.
+    from agentledger.service.settings import pepper_from_env
+
+    return pepper_from_env()
