@@ -14,8 +14,14 @@ from agentledger.cli.common import db_option
     help="module:attr of the App whose agents the API accepts runs for.",
 )  # fmt: skip
 @db_option
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on (0: any free port).",
+)
 @click.option(
     "--workers-inline", default=0, show_default=True, type=click.IntRange(0, 64),
     help="Also run this many workers in this process (the embedded SQLite case).",
@@ -32,7 +38,12 @@ from agentledger.cli.common import db_option
               help="Default per-tenant quota of runs started per minute.")  # fmt: skip
 @click.option("--max-in-flight", type=click.IntRange(1), default=None,
               help="Default per-tenant quota of runs in flight.")  # fmt: skip
-@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    help="uvicorn's log level (debug, info, warning).",
+)
 def serve(
     app_path: str,
     db: str,
