@@ -121,6 +121,10 @@ def test_an_unrecoverable_store_error_exits_non_zero_with_its_reason(env: Env, d
         with sqlite3.connect(env.db_path) as conn:
             conn.execute("DROP TABLE runs")
     else:
+        # Everything into the main file first (WAL mode): with pages left in the WAL the
+        # worker could go on reading them and notice the damage only at random later.
+        with sqlite3.connect(env.db_path) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         size = env.db_path.stat().st_size
         with open(env.db_path, "r+b") as f:  # in place: the worker's open file changes
             f.write(b"this is not a database" * (size // 22 + 1))
