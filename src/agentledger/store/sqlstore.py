@@ -29,7 +29,6 @@ import contextlib
 import dataclasses
 import logging
 import queue
-import random
 import threading
 import time
 from collections import deque
@@ -64,12 +63,10 @@ from agentledger.store.queries.memory_facts import Fact
 from agentledger.store.queries.observe_resume import ResumePlan
 from agentledger.store.queries.observe_stuck import StuckRun
 from agentledger.store.queries.retrieval_docs import ChunkHit, Document, NewChunk
+from agentledger.store.retrying import Reconnect
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-_RECONNECT_WINDOW = 60.0  # seconds to keep trying a lost connection before failing jobs
-_TRANSIENT_TRIES = 5  # deadlocks / serialization failures retried this many times
 
 
 def redacted_url(url: str) -> str:
@@ -196,9 +193,7 @@ class SQLStore(Store):
 
     def _with_reconnect(self, jobs: list[Job], runner: Callable[[list[Job]], None]) -> None:
         """Run ``jobs``; reconnect after a lost connection, retry after a deadlock."""
-        deadline = time.monotonic() + _RECONNECT_WINDOW
-        delay = 0.1
-        transient_tries = 0
+        retry = Reconnect()
         while True:
             jobs = [j for j in jobs if not j.future.done()]  # answered ones are settled
             if not jobs:
@@ -207,23 +202,21 @@ class SQLStore(Store):
                 runner(jobs)
                 return
             except Exception as exc:
-                transient = self.dialect.is_transient(exc) and transient_tries < _TRANSIENT_TRIES
-                lost = self.dialect.is_disconnect(exc) and time.monotonic() <= deadline
+                transient = self.dialect.is_transient(exc) and retry.may_retry_transient()
+                lost = self.dialect.is_disconnect(exc) and retry.within_window()
                 if not (transient or lost):
                     for j in jobs:
                         if not j.future.done():
                             j.future.set_exception(self._error(exc))
                     return
                 if transient:
-                    transient_tries += 1
                     log.info("store transaction rolled back (%s); retrying", exc)
-                    time.sleep(random.uniform(0.005, 0.05) * transient_tries)
+                    time.sleep(retry.transient_pause())
                     continue
                 log.warning("store connection lost (%s); reconnecting", exc)
                 for j in jobs:  # their COMMIT may have committed: recover before redoing
                     j.retried = True
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                time.sleep(retry.next_pause())
                 with contextlib.suppress(Exception):
                     self.dialect.close(self._conn)
                 try:

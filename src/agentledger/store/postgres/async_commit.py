@@ -25,8 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
-import time
 from collections.abc import Callable, MutableSequence
 from typing import Any
 
@@ -38,10 +36,9 @@ from agentledger.store.base import Batch
 from agentledger.store.groupcommit import settle
 from agentledger.store.postgres.batches import batch_statement, is_plain
 from agentledger.store.postgres.connection import SESSION_SETUP
+from agentledger.store.retrying import Reconnect
 
 log = logging.getLogger(__name__)
-
-_RECONNECT_WINDOW = 60.0
 
 
 class AsyncBatchCommitter:
@@ -94,9 +91,7 @@ class AsyncBatchCommitter:
 
     async def _commit_group(self, group: list[tuple[Batch, asyncio.Future[None]]]) -> None:
         group.sort(key=lambda item: item[0].run_id)  # row locks in run-id order
-        deadline = time.monotonic() + _RECONNECT_WINDOW
-        delay = 0.1
-        transient_tries = 0
+        retry = Reconnect()
         retried = False
         while True:
             try:
@@ -107,9 +102,9 @@ class AsyncBatchCommitter:
                 outcomes = await self._apply([b for b, _ in group])
                 break
             except Exception as exc:
-                if self._is_transient(exc) and transient_tries < 5:
-                    transient_tries += 1  # a deadlock or serialization failure: rolled back
-                    await asyncio.sleep(random.uniform(0.005, 0.05) * transient_tries)
+                if self._is_transient(exc) and retry.may_retry_transient():
+                    # A deadlock or serialization failure: rolled back, try again.
+                    await asyncio.sleep(retry.transient_pause())
                     continue
                 if not self._is_disconnect(exc):
                     if len(group) > 1:
@@ -117,15 +112,14 @@ class AsyncBatchCommitter:
                         return
                     settle(group[0][1], None, self._translate(exc))
                     return
-                if time.monotonic() > deadline:
+                if not retry.within_window():
                     error = self._translate(exc)
                     for _, future in group:
                         settle(future, None, error)
                     return
                 log.warning("journal connection lost (%s); reconnecting", exc)
                 retried = True  # the COMMIT may have committed: look before resending
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                await asyncio.sleep(retry.next_pause())
                 await self._reconnect()
         self._sizes.append(len(group))
         for (_, future), refused in zip(group, outcomes, strict=True):

@@ -14,6 +14,7 @@ import psycopg
 
 from agentledger.errors import UsageError
 from agentledger.store.postgres.connection import RUNS_CHANNEL, connect
+from agentledger.store.retrying import Reconnect
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class RunListener:
     # the thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        delay = 0.1
+        retry = Reconnect(cap=self.max_backoff, window=float("inf"))
         lost = False
         while not self._stop.is_set():
             try:
@@ -117,10 +118,9 @@ class RunListener:
             except Exception as exc:
                 self._close()
                 log.warning("listener cannot LISTEN on %s (%s); retrying", self.channel, exc)
-                self._stop.wait(delay)
-                delay = min(delay * 2, self.max_backoff)
+                self._stop.wait(retry.next_pause())
                 continue
-            delay = 0.1
+            retry.reset()
             self._listening.set()
             if lost:
                 self.reconnects += 1
