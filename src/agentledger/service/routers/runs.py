@@ -197,6 +197,7 @@ async def get_result(
     answers 202 + ``Retry-After``."""
     state = request.app.state
     deadline = time.monotonic() + min(wait, state.settings.max_wait)
+    await run_or_404(request, run_id, principal.tenant_id)  # watch only a run we may see
     async with state.hub.watch(run_id) as changed:
         while True:
             changed.clear()
