@@ -18,6 +18,8 @@ from agentledger.store.queries import service_events
 
 log = logging.getLogger(__name__)
 
+_CHUNK = 500  # runs per poll query
+
 
 class EventHub:
     """Polls the heads of watched runs and wakes their waiters."""
@@ -56,19 +58,26 @@ class EventHub:
                     del self._waiters[run_id]
                     self._heads.pop(run_id, None)
 
+    async def _heads_of(self, ids: list[str]) -> dict[str, tuple[int, str]]:
+        return await self.store.transact(
+            lambda d, c: service_events.event_heads(d, c, ids), write=False
+        )
+
     async def _loop(self) -> None:
         while True:
             if not self._waiters:
                 self._wake.clear()
                 await self._wake.wait()
             ids = list(self._waiters)
-            try:
-                heads = await self.store.transact(
-                    lambda d, c: service_events.event_heads(d, c, ids), write=False
-                )
-            except Exception as exc:  # a store hiccup must not end every stream
-                log.warning("event hub poll failed: %s", exc)
-                heads = {}
+            heads: dict[str, tuple[int, str]] = {}
+            # In chunks: one query naming every watched run would pass the database's
+            # limit of bound parameters under a reconnect storm and blind every stream.
+            for start in range(0, len(ids), _CHUNK):
+                chunk = ids[start : start + _CHUNK]
+                try:
+                    heads.update(await self._heads_of(chunk))
+                except Exception as exc:  # a store hiccup must not end every stream
+                    log.warning("event hub poll failed: %s", exc)
             for run_id, head in heads.items():
                 if self._heads.get(run_id) != head:
                     self._heads[run_id] = head

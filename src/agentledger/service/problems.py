@@ -31,6 +31,7 @@ KINDS: dict[str, tuple[int, str]] = {
     "expired": (410, "Expired"),
     "validation-error": (422, "Invalid request"),
     "idempotency-key-reused": (422, "Idempotency-Key reused with a different body"),
+    "payload-too-large": (413, "Request body too large"),
     "idempotency-key-required": (428, "Idempotency-Key required"),
     "quota-exceeded": (429, "Quota exceeded"),
     "internal": (500, "Internal error"),
@@ -43,8 +44,14 @@ _BY_STATUS = {
     404: "not-found",
     405: "method-not-allowed",
     409: "conflict",
+    413: "payload-too-large",
     422: "validation-error",
 }
+
+# The largest request body accepted (a run's input is a request, not a file upload);
+# larger ones get 413 before they are buffered. A ServiceSettings may carry its own
+# ``max_body_bytes``.
+MAX_BODY_BYTES = 1024 * 1024
 
 
 class Problem(Exception):
@@ -93,9 +100,53 @@ def problem_response(
     return JSONResponse(body, status_code=status, headers=out, media_type=MEDIA_TYPE)
 
 
+class BodyLimit:
+    """Refuses request bodies over ``limit`` bytes with 413: by their Content-Length
+    at once, else as soon as the streamed chunks pass it (nothing larger is buffered).
+    It raises from ``receive``, inside the route, so the answer is a problem document."""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit
+        declared = 0
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+        seen = 0
+
+        def too_large() -> StarletteHTTPException:
+            return StarletteHTTPException(
+                413, f"request body larger than {limit} bytes", {"Connection": "close"}
+            )
+
+        async def limited() -> Any:
+            nonlocal seen
+            if declared > limit:
+                raise too_large()
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise too_large()
+            return message
+
+        await self.app(scope, limited, send)
+
+
 def install(app: FastAPI) -> None:
     """Route every error -- ours, FastAPI's validation, Starlette's 404/405, crashes --
-    through :func:`problem_response`."""
+    through :func:`problem_response`; refuse bodies over the size limit (413)."""
+    limit = getattr(getattr(app.state, "settings", None), "max_body_bytes", MAX_BODY_BYTES)
+    app.add_middleware(BodyLimit, limit=int(limit))
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:

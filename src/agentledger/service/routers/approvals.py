@@ -116,24 +116,23 @@ async def decide(
             "arguments-changed",
             "arguments_hash does not match the approval's arguments; list it again",
         )
+    context = {
+        "approval_id": approval_id,
+        "key_id": principal.key_id,
+        "roles": sorted(principal.roles),
+        "arguments_hash": body.arguments_hash,
+        "reason": body.reason,
+        "request_id": getattr(request.state, "request_id", None),
+    }
     try:
-        decided = await store.decide_approval(approval_id, body.decision, principal.user_id)
+        decided, _ = await store.transact(
+            lambda d, c: service_approvals.decide_with_context(
+                d, c, approval_id, body.decision, principal.user_id, context
+            )
+        )
     except AlreadyDecided as exc:
         _check_open(exc.approval)
         raise AssertionError("unreachable") from exc
-    await store.append_event(
-        a.run_id,
-        "approval.decision_context",
-        principal.user_id,
-        {
-            "approval_id": approval_id,
-            "key_id": principal.key_id,
-            "roles": sorted(principal.roles),
-            "arguments_hash": body.arguments_hash,
-            "reason": body.reason,
-            "request_id": getattr(request.state, "request_id", None),
-        },
-    )
     return _view({**item, "approval": decided})
 
 

@@ -6,6 +6,8 @@ import asyncio
 import base64
 import contextlib
 import json
+import math
+import re
 import time
 from typing import Any, Literal
 
@@ -13,6 +15,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from agentledger.canonical import NotJournalable, journal_value
 from agentledger.errors import UnknownTargetError
 from agentledger.service.auth import ADMIN, OPERATOR, VIEWER, Caller
 from agentledger.service.deps import run_or_404
@@ -24,6 +27,7 @@ from agentledger.store.queries import service_runs
 from agentledger.store.queries.common import new_id
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
+_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: PROBLEM_SCHEMA for code in (400, 401, 403, 404, 409, 422, 429)
 }
@@ -38,7 +42,10 @@ class SubmitRun(BaseModel):
     version: str | None = Field(default=None, min_length=1, max_length=100)
     input: Any = Field(default_factory=dict, description="The run's input (JSON)")
     webhook: str | None = Field(
-        default=None, max_length=2000, pattern=r"^https?://", description="Webhook URL"
+        default=None,
+        max_length=2000,
+        pattern=r"^https?://[^\s\x00-\x1f\x7f]+$",
+        description="Webhook URL",
     )
 
 
@@ -94,6 +101,16 @@ async def submit_run(
             errors=[{"loc": ["body", "agent"], "msg": str(exc)}],
         ) from None
     _validate_input(definition, body.input)
+    try:
+        # What the store will journal: NaN, the infinities, nesting past the journal's
+        # depth are refused here (422), not by the commit (which would be a 500).
+        journal_value(body.input)
+    except NotJournalable as exc:
+        raise Problem(
+            "validation-error",
+            f"input: {exc}",
+            errors=[{"loc": ["body", "input"], "msg": str(exc)}],
+        ) from None
     settings = state.settings
     if key is None and settings.require_idempotency_for_writes and _has_writes(definition):
         raise Problem(
@@ -180,6 +197,7 @@ async def get_result(
     answers 202 + ``Retry-After``."""
     state = request.app.state
     deadline = time.monotonic() + min(wait, state.settings.max_wait)
+    await run_or_404(request, run_id, principal.tenant_id)  # watch only a run we may see
     async with state.hub.watch(run_id) as changed:
         while True:
             changed.clear()
@@ -209,8 +227,15 @@ def _cursor(token: str | None) -> tuple[float, str] | None:
         return None
     try:
         raw = json.loads(base64.urlsafe_b64decode(token.encode() + b"==").decode())
-        return float(raw[0]), str(raw[1])
-    except (ValueError, TypeError, IndexError, UnicodeDecodeError):
+        # Only what _next_cursor writes: [finite number, run id]; anything else (an
+        # object, NaN, a NUL PostgreSQL refuses) is a forged cursor.
+        if not (isinstance(raw, list) and len(raw) == 2 and isinstance(raw[1], str)):
+            raise ValueError(raw)
+        at = float(raw[0])
+        if not math.isfinite(at) or not _ID.match(raw[1]):
+            raise ValueError(raw)
+        return at, raw[1]
+    except (ValueError, TypeError, UnicodeDecodeError):
         raise Problem("bad-request", "cursor: not a cursor this API returned") from None
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentledger.records import Approval
 from agentledger.store import rows
 from agentledger.store.dialect import Dialect
+from agentledger.store.queries.approvals import decide_approval
+from agentledger.store.queries.events import insert_event
 
 
 def tenant_approvals(
@@ -40,3 +43,30 @@ def tenant_approval(
         return None
     r = found[0]
     return {"approval": rows.approval_from(r), "run_user": r["run_user"], "agent": r["agent"]}
+
+
+def decide_with_context(
+    d: Dialect,
+    conn: Any,
+    approval_id: str,
+    decision: str,
+    decided_by: str,
+    context: dict[str, Any],
+) -> tuple[Approval, bool]:
+    """Decide (see :func:`approvals.decide_approval`) and, only when this call made the
+    decision, append its ``approval.decision_context`` event (key, roles, hash, request)
+    in the same transaction. Returns (the approval, whether this call decided it).
+
+    The same decider repeating the decision (a retry, or concurrent duplicates) gets
+    the approval back without a second context record, so the audit trail names the
+    key that actually decided, once.
+    """
+    # Lock the row first (PostgreSQL; SQLite has one writer), then read: two concurrent
+    # callers cannot both see it undecided.
+    d.execute(conn, "UPDATE approvals SET decision = decision WHERE id = :id", {"id": approval_id})
+    before = d.fetchall(conn, "SELECT decision FROM approvals WHERE id = :id", {"id": approval_id})
+    first = bool(before) and before[0]["decision"] is None
+    approval = decide_approval(d, conn, approval_id, decision, decided_by)
+    if first:
+        insert_event(d, conn, approval.run_id, "approval.decision_context", decided_by, context)
+    return approval, first
