@@ -37,9 +37,21 @@ _TRACER_NAME = "agentledger"
 _MODEL_STEP: ContextVar[int | None] = ContextVar("agentledger_model_step", default=None)
 
 
+# A provider used instead of the global one (set_provider): lets a process switch
+# tracing on and off (the global provider can be set only once).
+_PROVIDER: trace.TracerProvider | None = None
+
+
+def set_provider(provider: trace.TracerProvider | None) -> None:
+    """Trace agentledger's spans with ``provider`` instead of the global provider
+    (``None``: back to the global one; a ``NoOpTracerProvider`` switches tracing off)."""
+    global _PROVIDER
+    _PROVIDER = provider
+
+
 def enabled() -> bool:
     """True when a real tracer provider is configured (spans are recorded)."""
-    provider = trace.get_tracer_provider()
+    provider = _PROVIDER if _PROVIDER is not None else trace.get_tracer_provider()
     return type(provider).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider")
 
 
@@ -47,8 +59,15 @@ def capture_content() -> bool:
     return os.environ.get(sc.ENV_CAPTURE_CONTENT, "").lower() in ("1", "true", "yes")
 
 
+_CACHED: tuple[Any, trace.Tracer] | None = None
+
+
 def _tracer() -> trace.Tracer:
-    return trace.get_tracer(_TRACER_NAME)
+    global _CACHED
+    provider = _PROVIDER if _PROVIDER is not None else trace.get_tracer_provider()
+    if _CACHED is None or _CACHED[0] is not provider:  # one tracer per provider, not per span
+        _CACHED = (provider, provider.get_tracer(_TRACER_NAME))
+    return _CACHED[1]
 
 
 def configure_otlp(endpoint: str | None = None) -> None:
