@@ -20,7 +20,7 @@ def test_observe_overhead_quick(capsys: pytest.CaptureFixture[str]) -> None:
             assert report[f"{figure}_us_{name}"] > 0
         assert report[f"{figure}_ratio_otlp"] > 0 and report[f"{figure}_ratio_memory"] > 0
     assert report["otlp_exports"]["requests"] >= 1 and report["otlp_exports"]["bytes"] > 0
-    assert report["scrapes"] >= 1
+    assert report["scrapes"] >= 1 and report["scrape_errors"] == 0
     assert report["histogram_observe_us"] > 0
     assert isinstance(report["target_met"], bool)
     tracing.set_provider(None)

@@ -86,15 +86,19 @@ class Scraper:
         self.on = threading.Event()
         self.stop = threading.Event()
         self.scrapes = 0
+        self.errors = 0
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
         while not self.stop.wait(self.every):
             if self.on.is_set():
-                with urllib.request.urlopen(self.url, timeout=30) as reply:
-                    reply.read()
-                self.scrapes += 1
+                try:
+                    with urllib.request.urlopen(self.url, timeout=30) as reply:
+                        reply.read()
+                    self.scrapes += 1
+                except OSError:
+                    self.errors += 1
 
     def close(self) -> None:
         self.stop.set()
@@ -165,7 +169,8 @@ async def measure(url: str, reps: int, steps: int, scrape_every: float) -> dict[
                     read[name].append(await per_step_us(store, "bench_read_tool", steps))
                     step[name].append(await per_step_us(store, "bench_step", steps))
     finally:
-        scraper.close()
+        # The scraper's last request is answered on this loop: never block it to wait.
+        await asyncio.to_thread(scraper.close)
         metrics.stop()
         for name in ("memory", "otlp"):
             providers[name].shutdown()
@@ -177,6 +182,7 @@ async def measure(url: str, reps: int, steps: int, scrape_every: float) -> dict[
         "steps": steps,
         "scrape_every_s": scrape_every,
         "scrapes": scraper.scrapes,
+        "scrape_errors": scraper.errors,
         "otlp_exports": {"requests": collector.requests, "bytes": collector.bytes},
         "histogram_observe_us": round(histogram_observe_us(), 3),
     }
