@@ -16,7 +16,9 @@ read tools (``read_step_us``, timed inside the run as ``agentledger bench`` does
 no-op ``ctx.step`` calls (``ctx_step_us``), and their ratio to ``none`` (a ratio of
 medians, and the median of the per-repetition ratios). The process histograms (step
 duration, ``gen_ai.client.*``) are recorded in every condition; their own cost per
-observation is ``histogram_observe_us``. Target: ``otlp`` read-step overhead <= 10 %.
+observation is ``histogram_observe_us``. ``read_step_cpu_us``: the process's CPU time per
+read step (all threads, run start and end included), steadier than wall time on a
+loaded machine. Target: ``otlp`` read-step overhead <= 10 %.
 """
 
 from __future__ import annotations
@@ -158,6 +160,7 @@ async def measure(url: str, reps: int, steps: int, scrape_every: float) -> dict[
     providers = _providers(collector)
     read: dict[str, list[float]] = {c: [] for c in CONDITIONS}
     step: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    read_cpu: dict[str, list[float]] = {c: [] for c in CONDITIONS}
     try:
         for name in CONDITIONS:  # warm up: imports, schema, page cache, the first spans
             with _condition(name, providers, scraper):
@@ -166,7 +169,9 @@ async def measure(url: str, reps: int, steps: int, scrape_every: float) -> dict[
             order = CONDITIONS[rep % 3 :] + CONDITIONS[: rep % 3]
             for name in order:
                 with _condition(name, providers, scraper):
+                    cpu = time.process_time()  # every thread: the exporter's too
                     read[name].append(await per_step_us(store, "bench_read_tool", steps))
+                    read_cpu[name].append((time.process_time() - cpu) / steps * 1e6)
                     step[name].append(await per_step_us(store, "bench_step", steps))
     finally:
         # The scraper's last request is answered on this loop: never block it to wait.
@@ -186,7 +191,8 @@ async def measure(url: str, reps: int, steps: int, scrape_every: float) -> dict[
         "otlp_exports": {"requests": collector.requests, "bytes": collector.bytes},
         "histogram_observe_us": round(histogram_observe_us(), 3),
     }
-    for figure, samples in (("read_step", read), ("ctx_step", step)):
+    figures = (("read_step", read), ("ctx_step", step), ("read_step_cpu", read_cpu))
+    for figure, samples in figures:
         base = _median(samples["none"])
         for name in CONDITIONS:
             report[f"{figure}_us_{name}"] = round(_median(samples[name]), 1)
