@@ -69,3 +69,42 @@ def booking_app(payments: Payments, *, approval: bool = False) -> App:
         return await ctx.step("confirm", confirm)
 
     return app
+
+
+def booking_agent_app(payments: Payments) -> App:
+    """The booking as an agent: the model asks for a search, then the payment, then
+    answers; ``payments.kill_after_apply`` kills the worker during the payment."""
+    from agentledger import Agent, ScriptedModel, Turn
+
+    app = booking_app(payments)
+    model = ScriptedModel(
+        [
+            Turn(calls=[("search", {"city": "Paris"})]),
+            Turn(calls=[("pay", {"amount": 120})]),
+            Turn(text="Booked."),
+        ],
+        name="scripted-booker",
+    )
+    tools = [app.tools["search"], app.tools["pay"]]
+    app.add_agent(Agent(name="booker", model=model, instructions="Book.", tools=tools))
+    return app
+
+
+def journal_app() -> App:
+    """A workflow of plain ``ctx.step`` calls; the second one kills the worker once."""
+    app = App("observe-steps")
+    state = {"kill": True}
+
+    @app.workflow(name="steps")
+    async def steps(ctx: Any, input: Any) -> Any:
+        first = await ctx.step("first", lambda: 1)
+
+        def second() -> int:
+            if state["kill"]:
+                state["kill"] = False
+                raise Killed("worker killed in the second step")
+            return 2
+
+        return {"sum": first + await ctx.step("second", second)}
+
+    return app

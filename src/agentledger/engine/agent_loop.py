@@ -24,6 +24,7 @@ from agentledger.engine.tool_step import run_tool_step
 from agentledger.engine.workflow_runner import hash_of, journaled_outcome
 from agentledger.memory.context import memory_note
 from agentledger.models.base import Message
+from agentledger.observe import tracing
 from agentledger.records import StepStatus
 
 
@@ -53,11 +54,14 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
         if prior is None or prior.status != StepStatus.SUCCEEDED:
             if prior is None:
                 exe.between_steps()
-            await model_step(exe, agent, step_no, messages, schemas)
+            with tracing.model_step_scope(step_no):  # observe/tracing.py: the chat spans
+                await model_step(exe, agent, step_no, messages, schemas)
             entry = exe.journal[step_no]
             if entry.status != StepStatus.SUCCEEDED:
                 raise Handover("model_error", f"model step {step_no} failed: {entry.error}")
             prior = entry
+        else:  # answered from the journal: a span marked replayed, its tokens not counted
+            tracing.replayed_step(exe, prior)
         # The message as journaled, on the first pass as on replay.
         message = Message.from_dict(prior.output["message"])
         messages.append(message)

@@ -31,6 +31,7 @@ from agentledger.errors import (
     ToolError,
     ToolTimeout,
 )
+from agentledger.observe import tracing
 from agentledger.records import StepStatus
 from agentledger.tools.contract import Tool
 from agentledger.workflow import Workflow
@@ -117,26 +118,30 @@ class WorkflowContext:
         exe = self._exe
         digest = hash_of({"args": list(args), "kwargs": kwargs})
         prior = exe.prior(step_no, name, digest)
-        if prior is not None and prior.status == StepStatus.SUCCEEDED:
-            return prior.output
-        if prior is not None and prior.status == StepStatus.FAILED:
+        if prior is not None and prior.status in _DONE:
+            tracing.replayed_step(exe, prior)  # observe/tracing.py: marked replayed
+            if prior.status == StepStatus.SUCCEEDED:
+                return prior.output
             raise StepFailed(prior.error or "step failed", failure=prior.error_class)
         exe.between_steps()
         step = new_step(exe, step_no, "step", name, status=StepStatus.NEW)
-        try:
-            result = fn(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            result = journal_value(result)
-        except Exception as exc:
-            failure = exc.error_class if isinstance(exc, NotJournalable) else type(exc).__name__
-            step.status, step.error_class, step.error = StepStatus.FAILED, failure, str(exc)
+        with tracing.workflow_step(exe, step_no, name) as traced:
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                result = journal_value(result)
+            except Exception as exc:
+                failure = exc.error_class if isinstance(exc, NotJournalable) else type(exc).__name__
+                step.status, step.error_class, step.error = StepStatus.FAILED, failure, str(exc)
+                close_duration(step)
+                await exe.record(step)
+                traced.resolution, traced.extra["error_class"] = "failed", failure
+                raise StepFailed(step.error or "step failed", failure=failure) from exc
+            step.status, step.output, step.attempts = StepStatus.SUCCEEDED, result, 1
             close_duration(step)
             await exe.record(step)
-            raise StepFailed(step.error or "step failed", failure=failure) from exc
-        step.status, step.output, step.attempts = StepStatus.SUCCEEDED, result, 1
-        close_duration(step)
-        await exe.record(step)
+            traced.resolution = "succeeded"
         return step.output
 
     async def tool(self, tool: str | Tool, /, **arguments: Any) -> Any:

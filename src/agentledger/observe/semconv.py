@@ -11,6 +11,8 @@ OP_CHAT = "chat"
 OP_EXECUTE_TOOL = "execute_tool"
 OP_INVOKE_AGENT = "invoke_agent"
 OP_INVOKE_WORKFLOW = "invoke_workflow"
+# Ours: a workflow's ``ctx.step`` (plain code, no GenAI operation), span "step {name}".
+SPAN_STEP = "step"
 
 # Span attributes.
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
@@ -67,6 +69,7 @@ STEP_NO = "agentledger.step.no"
 STEP_REPLAYED = "agentledger.step.replayed"
 STEP_OUTCOME = "agentledger.step.outcome"
 STEP_ATTEMPT = "agentledger.step.attempt"
+STEP_KIND = "agentledger.step.kind"  # model | tool | step | compensation ...
 TOOL_EFFECT = "agentledger.tool.effect"  # read | write | outbox
 IDEMPOTENCY_KEY = "agentledger.idempotency_key"
 UNKNOWN_RESOLUTION = "agentledger.unknown_outcome.resolution"

@@ -19,6 +19,7 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,11 +32,26 @@ from agentledger.observe.instruments import OPERATION_DURATION, STEP_DURATION, T
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TRACER_NAME = "agentledger"
+# The model step being attempted: set by the agent loop, read by model_attempt (the
+# gateway's call protocol does not pass it down).
+_MODEL_STEP: ContextVar[int | None] = ContextVar("agentledger_model_step", default=None)
+
+
+# A provider used instead of the global one (set_provider): lets a process switch
+# tracing on and off (the global provider can be set only once).
+_PROVIDER: trace.TracerProvider | None = None
+
+
+def set_provider(provider: trace.TracerProvider | None) -> None:
+    """Trace agentledger's spans with ``provider`` instead of the global provider
+    (``None``: back to the global one; a ``NoOpTracerProvider`` switches tracing off)."""
+    global _PROVIDER
+    _PROVIDER = provider
 
 
 def enabled() -> bool:
     """True when a real tracer provider is configured (spans are recorded)."""
-    provider = trace.get_tracer_provider()
+    provider = _PROVIDER if _PROVIDER is not None else trace.get_tracer_provider()
     return type(provider).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider")
 
 
@@ -43,8 +59,15 @@ def capture_content() -> bool:
     return os.environ.get(sc.ENV_CAPTURE_CONTENT, "").lower() in ("1", "true", "yes")
 
 
+_CACHED: tuple[Any, trace.Tracer] | None = None
+
+
 def _tracer() -> trace.Tracer:
-    return trace.get_tracer(_TRACER_NAME)
+    global _CACHED
+    provider = _PROVIDER if _PROVIDER is not None else trace.get_tracer_provider()
+    if _CACHED is None or _CACHED[0] is not provider:  # one tracer per provider, not per span
+        _CACHED = (provider, provider.get_tracer(_TRACER_NAME))
+    return _CACHED[1]
 
 
 def configure_otlp(endpoint: str | None = None) -> None:
@@ -165,24 +188,89 @@ def tool_attempt(exe: Any, step: Any, tool: Any, key: str, attempt: int) -> Iter
 
 
 def replayed_step(exe: Any, step: Any) -> None:
-    """A step answered from the journal: a span marked replayed, with no usage."""
+    """A step answered from the journal: a span marked replayed, with no usage.
+
+    A model step keeps its GenAI attributes (provider, models, finish reason) from the
+    journal but never its token counts, so usage summed over spans counts each call once.
+    """
     if not enabled():
         return
     kind = getattr(step, "kind", "tool")
-    op = sc.OP_CHAT if kind == "model" else sc.OP_EXECUTE_TOOL
     attributes: dict[str, Any] = {
-        sc.GEN_AI_OPERATION_NAME: op,
         sc.RUN_ID: exe.run.id,
         sc.STEP_NO: step.step_no,
+        sc.STEP_KIND: kind,
         sc.STEP_REPLAYED: True,
         sc.STEP_OUTCOME: step.status,
     }
-    if op == sc.OP_EXECUTE_TOOL:
+    if kind == "model":
+        name = _replayed_model(step, attributes)
+    elif kind == "step":
+        name = f"{sc.SPAN_STEP} {step.name}"
+    else:
+        name = f"{sc.OP_EXECUTE_TOOL} {step.name}"
+        attributes[sc.GEN_AI_OPERATION_NAME] = sc.OP_EXECUTE_TOOL
         attributes[sc.GEN_AI_TOOL_NAME] = step.name
         if step.idempotency_key:
             attributes[sc.GEN_AI_TOOL_CALL_ID] = step.idempotency_key
             attributes[sc.IDEMPOTENCY_KEY] = step.idempotency_key
-    _tracer().start_span(f"{op} {step.name}", attributes=attributes).end()
+    _tracer().start_span(name, attributes=attributes).end()
+
+
+def _replayed_model(step: Any, attributes: dict[str, Any]) -> str:
+    """The GenAI attributes of a journaled model step (its answering attempt)."""
+    out = step.output if isinstance(step.output, dict) else {}
+    attempts = [a for a in out.get("attempts", []) if isinstance(a, dict) and "skipped" not in a]
+    answering = attempts[-1] if attempts else {}
+    requested = str(answering.get("model") or step.name)
+    attributes[sc.GEN_AI_OPERATION_NAME] = sc.OP_CHAT
+    attributes[sc.GEN_AI_PROVIDER_NAME] = str(
+        out.get("provider") or answering.get("provider") or step.name
+    )
+    attributes[sc.GEN_AI_REQUEST_MODEL] = requested
+    if out.get("model"):
+        attributes[sc.GEN_AI_RESPONSE_MODEL] = str(out["model"])
+    if out.get("finish_reason"):
+        attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [str(out["finish_reason"])]
+    return f"{sc.OP_CHAT} {requested}"
+
+
+@contextlib.contextmanager
+def model_step_scope(step_no: int) -> Iterator[None]:
+    """Attempts made inside are attempts of model step ``step_no`` (for their spans)."""
+    token = _MODEL_STEP.set(step_no)
+    try:
+        yield
+    finally:
+        _MODEL_STEP.reset(token)
+
+
+@contextlib.contextmanager
+def workflow_step(exe: Any, step_no: int, name: str) -> Iterator[Attempt]:
+    """The first pass of a workflow's ``ctx.step``: a ``step {name}`` span."""
+    rec = Attempt()
+    if not enabled():
+        yield rec
+        return
+    span = _tracer().start_span(
+        f"{sc.SPAN_STEP} {name}",
+        attributes={
+            sc.RUN_ID: exe.run.id,
+            sc.STEP_NO: step_no,
+            sc.STEP_KIND: "step",
+            sc.STEP_REPLAYED: False,
+        },
+    )
+    try:
+        with trace.use_span(span, end_on_exit=False, record_exception=False):
+            yield rec
+    finally:
+        outcome = rec.resolution or "interrupted"  # the caller sets succeeded / failed
+        span.set_attribute(sc.STEP_OUTCOME, outcome)
+        if outcome != "succeeded":
+            span.set_attribute(sc.ERROR_TYPE, str(rec.extra.get("error_class") or outcome))
+            span.set_status(Status(StatusCode.ERROR))
+        span.end()
 
 
 @contextlib.contextmanager
@@ -202,9 +290,13 @@ def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
                 sc.GEN_AI_PROVIDER_NAME: provider,
                 sc.GEN_AI_REQUEST_MODEL: requested,
                 sc.RUN_ID: exe.run.id,
+                sc.STEP_KIND: "model",
                 sc.STEP_REPLAYED: False,
             },
         )
+        step_no = _MODEL_STEP.get()
+        if step_no is not None:
+            span.set_attribute(sc.STEP_NO, step_no)
     error: str | None = None
     try:
         yield rec

@@ -4,7 +4,7 @@ Each POST carries:
 
 * ``AgentLedger-Event-Id``: the event id -- the same on every retry; deduplicate on it.
 * ``AgentLedger-Event``: ``run.completed``, ``run.failed``, ``run.needs_human``,
-  ``approval.needed`` or ``approval.expiring``.
+  ``run.stuck``, ``approval.needed`` or ``approval.expiring``.
 * ``AgentLedger-Signature: t=<unix seconds>,v1=<hex>`` where
   ``hex = HMAC-SHA256(tenant secret, "<t>." + raw body)``.
 

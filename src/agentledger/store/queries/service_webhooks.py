@@ -22,6 +22,7 @@ REPORTED = {
     "run.failed": "run.failed",
     "run.handover": "run.needs_human",
     "approval.requested": "approval.needed",
+    "run.stuck": "run.stuck",  # observe/stuck.py: once per stuck episode
 }
 
 

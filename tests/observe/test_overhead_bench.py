@@ -1,0 +1,26 @@
+"""``python -m agentledger.bench.observe_overhead``: every figure is there, the OTLP
+condition really exported spans and scraped /metrics, and tracing is off afterwards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentledger.bench import observe_overhead
+from agentledger.observe import tracing
+
+
+def test_observe_overhead_quick(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--reps", "1", "--steps", "10", "--scrape-every", "0.01"]
+    assert observe_overhead.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    for figure in ("read_step", "ctx_step"):
+        for name in observe_overhead.CONDITIONS:
+            assert report[f"{figure}_us_{name}"] > 0
+        assert report[f"{figure}_ratio_otlp"] > 0 and report[f"{figure}_ratio_memory"] > 0
+    assert report["otlp_exports"]["requests"] >= 1 and report["otlp_exports"]["bytes"] > 0
+    assert report["scrapes"] >= 1 and report["scrape_errors"] == 0
+    assert report["histogram_observe_us"] > 0
+    assert isinstance(report["target_met"], bool)
+    tracing.set_provider(None)
