@@ -73,6 +73,8 @@ class Run:
     handover_reason: str | None = None
     cancel_requested: str | None = None  # reason; honoured at the next step boundary
     request_id: str | None = None  # the submit's request id (a retried submit finds its run)
+    # Who started the run through the API: {"key_id", "tenant_id", "user_id", "roles"}.
+    principal: dict[str, Any] | None = None
 
     @property
     def target(self) -> str:

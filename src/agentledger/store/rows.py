@@ -30,7 +30,7 @@ def _record(cls: type[R], row: dict[str, Any], *json_columns: str) -> R:
 
 
 def run_from(row: dict[str, Any]) -> Run:
-    return _record(Run, row, "input", "result")
+    return _record(Run, row, "input", "result", "principal")
 
 
 def step_from(row: dict[str, Any]) -> Step:
