@@ -158,6 +158,13 @@ class Approval:
     decision: str | None = None
     decided_by: str | None = None
     decided_at: float | None = None
+    # The policy's conditions (policies.RequireApproval): the user who started the run,
+    # whether that user is barred from deciding, how many distinct approvers it takes,
+    # and who approved so far.
+    requested_by: str | None = None
+    not_requester: bool = False
+    approvals_needed: int = 1
+    approvers: list[str] = field(default_factory=list)
 
 
 @dataclass
