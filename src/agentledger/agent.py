@@ -48,6 +48,8 @@ class Agent:
         "We could not finish this automatically; a member of our team will follow up."
     )
     input_model: InputModel = None
+    # Where the service posts this agent's run events when a run names no webhook.
+    webhook: str | None = None
 
     kind = "agent"
 

@@ -28,11 +28,24 @@ class Deny:
 
 @dataclass(frozen=True)
 class RequireApproval:
-    """Park the run until someone with ``role`` decides."""
+    """Park the run until someone with ``role`` decides.
+
+    ``not_requester``: the user who started the run may not decide it (four eyes).
+    ``approvals_needed``: that many distinct approvers must approve (one reject
+    decides); a policy asks for 2 above its threshold, e.g.
+    ``RequireApproval("manager", approvals_needed=2 if amount > 1000 else 1)``.
+    Both are enforced by the store, whoever decides (API, CLI).
+    """
 
     role: str
     expires_in: float = 3600.0
     default: str = "reject"  # applied on expiry
+    not_requester: bool = False
+    approvals_needed: int = 1
+
+    def __post_init__(self) -> None:
+        if self.approvals_needed < 1:
+            raise ValueError(f"approvals_needed must be at least 1, not {self.approvals_needed}")
 
 
 Decision = Allow | Deny | RequireApproval

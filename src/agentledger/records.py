@@ -73,6 +73,8 @@ class Run:
     handover_reason: str | None = None
     cancel_requested: str | None = None  # reason; honoured at the next step boundary
     request_id: str | None = None  # the submit's request id (a retried submit finds its run)
+    # Who started the run through the API: {"key_id", "tenant_id", "user_id", "roles"}.
+    principal: dict[str, Any] | None = None
 
     @property
     def target(self) -> str:
@@ -156,6 +158,13 @@ class Approval:
     decision: str | None = None
     decided_by: str | None = None
     decided_at: float | None = None
+    # The policy's conditions (policies.RequireApproval): the user who started the run,
+    # whether that user is barred from deciding, how many distinct approvers it takes,
+    # and who approved so far.
+    requested_by: str | None = None
+    not_requester: bool = False
+    approvals_needed: int = 1
+    approvers: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -45,6 +45,8 @@ class Workflow:
         "We could not finish this automatically; a member of our team will follow up."
     )
     input_model: InputModel = None
+    # Where the service posts this workflow's run events when a run names no webhook.
+    webhook: str | None = None
 
     kind = "workflow"
 

@@ -39,6 +39,10 @@ from agentledger.cli.common import db_option
 @click.option("--max-in-flight", type=click.IntRange(1), default=None,
               help="Default per-tenant quota of runs in flight.")  # fmt: skip
 @click.option(
+    "--agent-webhook", "agent_webhooks", multiple=True, metavar="AGENT=URL",
+    help="Post the events of AGENT's runs that name no webhook to URL (repeatable).",
+)  # fmt: skip
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -54,6 +58,7 @@ def serve(
     require_idempotency_key: bool,
     runs_per_minute: int | None,
     max_in_flight: int | None,
+    agent_webhooks: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Serve the HTTP API: POST /v1/runs, events, approvals, audit (docs at /docs).
@@ -74,9 +79,20 @@ def serve(
         runs_per_minute=runs_per_minute,
         max_in_flight=max_in_flight,
         workers_inline=workers_inline,
+        agent_webhooks=_agent_webhooks(agent_webhooks),
     )
     api = create_app(settings, load_app(app_path))
     uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def _agent_webhooks(given: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in given:
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url.startswith(("http://", "https://")):
+            raise click.BadParameter(f"{item!r}: give AGENT=URL (http or https)")
+        out[name] = url
+    return out
 
 
 def _pepper() -> bytes:

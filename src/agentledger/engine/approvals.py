@@ -88,6 +88,9 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> 
             requested_at=now,
             expires_at=now + decision.expires_in,
             default_decision=decision.default,
+            requested_by=exe.run.user_id,
+            not_requester=decision.not_requester,
+            approvals_needed=decision.approvals_needed,
         )
         step.status = StepStatus.WAITING
         why = f"approval {approval.id} by {decision.role}"
@@ -109,6 +112,8 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> 
                         "role": decision.role,
                         "arguments": args,
                         "expires_at": approval.expires_at,
+                        "not_requester": decision.not_requester,
+                        "approvals_needed": decision.approvals_needed,
                     },
                 ),
             ],

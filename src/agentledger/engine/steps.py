@@ -22,7 +22,7 @@ from agentledger.errors import ToolError
 from agentledger.observe import tracing
 from agentledger.records import Effect, Step, StepStatus
 from agentledger.store.base import EffectClaimed, NewEvent
-from agentledger.tools.context import ToolContext
+from agentledger.tools.context import Principal, ToolContext
 from agentledger.tools.contract import Tool
 
 
@@ -94,6 +94,7 @@ def tool_context(exe: Execution, step_no: int, key: str, tool: Tool, attempt: in
         resources=exe.resources,
         clock=exe.clock,
         store=exe.store,
+        principal=Principal.of_run(exe.run.tenant_id, exe.run.user_id, exe.run.principal),
     )
 
 

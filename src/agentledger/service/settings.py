@@ -53,4 +53,7 @@ class ServiceSettings:
     webhook_backoff: float = 2.0
     # Workers run inside the service process (the embedded SQLite case).
     workers_inline: int = 0
+    # Per-agent webhooks set at deployment (agent name -> URL); they override the
+    # agent's own ``webhook`` attribute (see service/webhooks.py: webhook_for).
+    agent_webhooks: dict[str, str] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)

@@ -26,6 +26,9 @@ def approval_view(a: Approval | None) -> dict[str, Any] | None:
         "decision": a.decision,
         "decided_by": a.decided_by,
         "decided_at": a.decided_at,
+        "not_requester": a.not_requester,
+        "approvals_needed": a.approvals_needed,
+        "approvers": a.approvers,
     }
 
 

@@ -16,6 +16,12 @@ A receiver verifies it like this (:func:`verify` does exactly this)::
 
 Failed deliveries (non-2xx, timeouts) are retried with exponential backoff
 (``base * 2**attempts``, capped), then kept as ``dead`` rows.
+
+Where a run's events go: the URL the run was started with, else its agent's (the
+deployment's ``agent_webhooks`` setting, else the Agent/Workflow ``webhook``
+attribute). The URL is fixed on the run row when the run is accepted, so per-agent
+webhooks are delivered exactly like per-run ones, and a later redeploy does not
+redirect the events of runs already started.
 """
 
 from __future__ import annotations
@@ -33,6 +39,13 @@ from agentledger.store import Store
 from agentledger.store.queries import service_webhooks
 
 log = logging.getLogger(__name__)
+
+
+def webhook_for(definition: Any, agent_webhooks: dict[str, str], given: str | None) -> str | None:
+    """The URL a new run's events go to: ``given``, else its agent's (setting, attribute)."""
+    if given:
+        return given
+    return agent_webhooks.get(definition.name) or getattr(definition, "webhook", None)
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:

@@ -30,7 +30,7 @@ def _record(cls: type[R], row: dict[str, Any], *json_columns: str) -> R:
 
 
 def run_from(row: dict[str, Any]) -> Run:
-    return _record(Run, row, "input", "result")
+    return _record(Run, row, "input", "result", "principal")
 
 
 def step_from(row: dict[str, Any]) -> Step:
@@ -48,7 +48,11 @@ def outbox_from(row: dict[str, Any]) -> OutboxItem:
 
 
 def approval_from(row: dict[str, Any]) -> Approval:
-    return _record(Approval, row, "arguments")
+    approval = _record(Approval, row, "arguments", "approvers")
+    approval.approvers = approval.approvers or []
+    approval.not_requester = bool(approval.not_requester)
+    approval.approvals_needed = int(approval.approvals_needed or 1)
+    return approval
 
 
 def event_from(row: dict[str, Any]) -> Event:

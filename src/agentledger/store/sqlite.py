@@ -144,10 +144,16 @@ class SQLiteDialect(Dialect):
             f"lease_epoch = lease_epoch + 1, lease_expires_at = {now} + :lease, "
             f"updated_at = {now}, "
             "resumes = resumes + (CASE WHEN status = 'running' THEN 1 ELSE 0 END) "
-            "WHERE id IN (SELECT id FROM runs WHERE target IN (" + targets + ") AND ("
+            # Fair across tenants: each tenant's due runs are ranked by available_at and
+            # the claim takes rank 1 of every tenant, then rank 2, ... (round-robin), so
+            # one tenant's backlog never starves another's runs.
+            "WHERE id IN (SELECT id FROM (SELECT id, available_at, ROW_NUMBER() OVER "
+            "(PARTITION BY tenant_id ORDER BY available_at) AS fair_rank FROM runs "
+            "WHERE target IN (" + targets + ") AND ("
             f"(status IN ('{RunStatus.QUEUED}', '{RunStatus.WAITING}') AND available_at <= {now}) "
-            f"OR (status = '{RunStatus.RUNNING}' AND lease_expires_at < {now})) "
-            f"ORDER BY available_at LIMIT :limit) RETURNING {RUN_COLUMNS}"
+            f"OR (status = '{RunStatus.RUNNING}' AND lease_expires_at < {now}))) "
+            "WHERE fair_rank <= :limit "
+            f"ORDER BY fair_rank, available_at LIMIT :limit) RETURNING {RUN_COLUMNS}"
         )
 
     def is_disconnect(self, exc: BaseException) -> bool:

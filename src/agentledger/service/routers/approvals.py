@@ -20,6 +20,7 @@ from agentledger.service.problems import PROBLEM_SCHEMA, Problem
 from agentledger.service.views import approval_view
 from agentledger.store import AlreadyDecided
 from agentledger.store.queries import service_approvals
+from agentledger.store.queries.approvals import NotPermitted
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -133,6 +134,8 @@ async def decide(
     except AlreadyDecided as exc:
         _check_open(exc.approval)
         raise AssertionError("unreachable") from exc
+    except NotPermitted as exc:  # the policy's conditions (e.g. not the requester)
+        raise Problem("forbidden", str(exc)) from exc
     return _view({**item, "approval": decided})
 
 

@@ -22,6 +22,7 @@ from agentledger.service.deps import run_or_404
 from agentledger.service.idempotency import fingerprint, parse_key
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
 from agentledger.service.views import run_view
+from agentledger.service.webhooks import webhook_for
 from agentledger.store import NewRun
 from agentledger.store.queries import service_runs
 from agentledger.store.queries.common import new_id
@@ -137,7 +138,8 @@ async def submit_run(
         return run_view({"run": run, "principal": principal.as_dict()})
 
     submit_request = service_runs.SubmitRequest(
-        new, principal.as_dict(), body.webhook, idem, quota, respond,
+        new, principal.as_dict(),
+        webhook_for(definition, settings.agent_webhooks, body.webhook), idem, quota, respond,
         getattr(request.state, "request_id", None),
     )  # fmt: skip
 

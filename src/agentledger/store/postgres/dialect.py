@@ -153,11 +153,27 @@ class PostgresDialect(Dialect):
         targets = ", ".join(f":t{i}" for i in range(n_targets))
         returning = ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
         now = self.now_sql
+
+        def due(r: str) -> str:
+            return (
+                f"{r}target IN ({targets}) AND (({r}status IN ('{RunStatus.QUEUED}', "
+                f"'{RunStatus.WAITING}') AND {r}available_at <= {now}) OR "
+                f"({r}status = '{RunStatus.RUNNING}' AND {r}lease_expires_at < {now}))"
+            )
+
+        # Fair across tenants: ``k`` ranks each tenant's due runs by available_at (no
+        # locks); ``c`` locks in rank order (rank 1 of every tenant, then rank 2, ...),
+        # skipping rows another claimer holds, and re-checks ``due`` on the locked row.
+        # (No rank cut-off here: when a concurrent claimer holds a tenant's first rows,
+        # its later ones must still be claimable.)
+        # A window function cannot sit at the level that says FOR UPDATE, hence the join.
         return (
-            "WITH c AS (SELECT id FROM runs WHERE target IN (" + targets + ") AND ("
-            f"(status IN ('{RunStatus.QUEUED}', '{RunStatus.WAITING}') AND available_at <= {now}) "
-            f"OR (status = '{RunStatus.RUNNING}' AND lease_expires_at < {now})) "
-            "ORDER BY available_at LIMIT :limit FOR UPDATE SKIP LOCKED) "
+            "WITH k AS (SELECT id, available_at, ROW_NUMBER() OVER "
+            f"(PARTITION BY tenant_id ORDER BY available_at) AS fair_rank FROM runs "
+            f"WHERE {due('')}), "
+            "c AS (SELECT runs.id FROM runs JOIN k ON k.id = runs.id "
+            f"WHERE {due('runs.')} "
+            "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED) "
             f"UPDATE runs r SET status = '{RunStatus.RUNNING}', lease_owner = :owner, "
             f"write_token = :token, lease_epoch = r.lease_epoch + 1, "
             f"lease_expires_at = {now} + :lease, updated_at = {now}, "

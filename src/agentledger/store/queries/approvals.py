@@ -9,19 +9,64 @@ from agentledger.errors import StoreError
 from agentledger.records import (
     Approval,
     dumps,
+    loads,
 )
 from agentledger.store import rows
 from agentledger.store.base import AlreadyDecided
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.events import insert_event
 
+SYSTEM_PREFIX = "system:"
+
+
+class NotPermitted(StoreError):
+    """The approval's policy refuses this decider (e.g. the run's own user)."""
+
+
+def _conditions(d: Dialect, conn: Any, approval_id: str, decision: str, by: str) -> Approval | None:
+    """Check the policy's conditions; None when this decision is the deciding one,
+    else the approval with ``by`` added to its approvers (still undecided)."""
+    for _ in range(20):  # optimistic: re-read when another approver got in between
+        found = d.fetchall(conn, "SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
+        if not found:
+            return None  # the UPDATE path reports the missing approval
+        a = rows.approval_from(found[0])
+        if a.decision is not None:
+            return None  # the UPDATE path reports who decided (or a retry's own decision)
+        if a.not_requester and a.requested_by is not None and by == a.requested_by:
+            raise NotPermitted(
+                f"approval {a.id} may not be decided by {by}, the user who started the run"
+            )
+        if decision != "approve" or a.approvals_needed <= 1:
+            return None
+        if by in a.approvers:
+            return a  # this approver's approval is recorded already (a retry)
+        if len(a.approvers) + 1 >= a.approvals_needed:
+            return None  # the last approver needed: the decision is recorded
+        old = dumps(a.approvers) if a.approvers else None
+        changed = d.execute(
+            conn,
+            "UPDATE approvals SET approvers = :new WHERE id = :id AND decision IS NULL "
+            "AND COALESCE(approvers, '') = COALESCE(:old, '')",
+            {"new": dumps([*a.approvers, by]), "id": a.id, "old": old},
+        )
+        if changed:
+            a.approvers = [*a.approvers, by]
+            insert_event(
+                d, conn, a.run_id, "approval.approved_by", by,
+                {"approval_id": a.id, "approvers": a.approvers, "needed": a.approvals_needed},
+            )  # fmt: skip
+            return a
+    raise StoreError(f"approval {approval_id}: too many concurrent approvers, retry")
+
 
 def insert_approval(d: Dialect, conn: Any, a: Approval) -> None:
     d.execute(
         conn,
         "INSERT INTO approvals (id, run_id, step_no, tool, arguments, required_role, "
-        "requested_at, expires_at, default_decision) VALUES (:id, :run_id, :step_no, :tool, "
-        ":arguments, :role, :requested_at, :expires_at, :default) "
+        "requested_at, expires_at, default_decision, requested_by, not_requester, "
+        "approvals_needed) VALUES (:id, :run_id, :step_no, :tool, :arguments, :role, "
+        ":requested_at, :expires_at, :default, :requested_by, :not_requester, :needed) "
         "ON CONFLICT (run_id, step_no) DO NOTHING",
         {
             "id": a.id,
@@ -33,6 +78,9 @@ def insert_approval(d: Dialect, conn: Any, a: Approval) -> None:
             "requested_at": a.requested_at,
             "expires_at": a.expires_at,
             "default": a.default_decision,
+            "requested_by": a.requested_by,
+            "not_requester": int(a.not_requester),
+            "needed": max(1, int(a.approvals_needed)),
         },
     )
 
@@ -58,12 +106,29 @@ def decide_approval(
     different decision raises :class:`AlreadyDecided` naming the winner; the same decider
     repeating the same decision -- a retry, e.g. after a lost COMMIT reply -- gets the
     recorded approval back.
+
+    The policy's conditions are enforced here, where every decider passes: a
+    ``not_requester`` approval refuses the run's own user (:class:`NotPermitted`), and an
+    approval needing N approvers records each distinct one and is decided ``approve``
+    only by the N-th (one reject decides at once). System deciders (``system:...``, the
+    expiry default and cancel) are not subject to them.
     """
+    if not decided_by.startswith(SYSTEM_PREFIX):
+        pending = _conditions(d, conn, approval_id, decision, clean_text(decided_by))
+        if pending is not None:
+            return pending  # approved by this decider; more approvers are needed
     changed = d.execute(
         conn,
         "UPDATE approvals SET decision = :decision, decided_by = :by, "
-        f"decided_at = {d.now_sql} WHERE id = :id AND decision IS NULL",
-        {"decision": decision, "by": decided_by, "id": approval_id},
+        f"decided_at = {d.now_sql}, approvers = CASE WHEN :decision = 'approve' AND "
+        ":system = 0 THEN :approvers ELSE approvers END WHERE id = :id AND decision IS NULL",
+        {
+            "decision": decision,
+            "by": decided_by,
+            "id": approval_id,
+            "system": int(decided_by.startswith(SYSTEM_PREFIX)),
+            "approvers": _with_approver(d, conn, approval_id, clean_text(decided_by)),
+        },
     )
     found = d.fetchall(conn, "SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
     if not found:
@@ -92,3 +157,10 @@ def decide_approval(
         {"approval_id": approval_id, "decision": decision, "tool": approval.tool},
     )
     return approval
+
+
+def _with_approver(d: Dialect, conn: Any, approval_id: str, by: str) -> str:
+    """The approvers list with the deciding approver appended (JSON)."""
+    found = d.fetchall(conn, "SELECT approvers FROM approvals WHERE id = :id", {"id": approval_id})
+    earlier = loads(found[0]["approvers"]) if found and found[0]["approvers"] else []
+    return dumps(earlier if by in earlier else [*earlier, by])

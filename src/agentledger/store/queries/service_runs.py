@@ -20,7 +20,7 @@ from agentledger.store.queries.common import RUN_COLUMNS
 from agentledger.store.queries.events import insert_event
 from agentledger.store.queries.runs import create_run, find_request, get_run
 
-SERVICE_RUN_COLUMNS = RUN_COLUMNS + ", principal, webhook, idempotency_key, event_seq"
+SERVICE_RUN_COLUMNS = RUN_COLUMNS + ", webhook, idempotency_key, event_seq"
 _TERMINAL = ", ".join(f"'{s}'" for s in sorted(RunStatus.TERMINAL))
 
 
