@@ -326,6 +326,10 @@ async def test_a_tenant_period_limit_parks_the_run_with_the_reason(
         await h.drive(run_id)
         assert (await h.run(run_id)).status == RunStatus.COMPLETED
         assert len(fake.requests) == 1
+        # The period's row was settled from the reservation to the real cost.
+        row = await h.store.reserve_tenant_usage("default", h.clock.now(), 0.0, 0)
+        assert row is not None
+        assert row["spend_usd"] == pytest.approx((await h.run(run_id)).cost_usd)
         await close(h)
 
 

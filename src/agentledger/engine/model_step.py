@@ -17,8 +17,11 @@ which provider and model answered, every attempt with its failure class, tokens
    ``max_tokens``) is checked against the run's budget (over: handover, not sent) and the
    tenant's period budget (over: park until the next period, not sent), then journaled
    (``started`` with the reserved cost and tokens) before the request leaves; the answer
-   settles it to the real cost. A call that never answered (worker killed, timeout) stays
-   counted at its reservation: the provider may have billed it.
+   settles it to the real cost. The tenant's reservation is one guarded update of its
+   period row in the store (taken only if it fits, row count checked), so workers
+   running at once cannot overshoot the period's limit together. A call that never
+   answered (worker killed, timeout) stays counted at its reservation: the provider may
+   have billed it.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class ModelAttempts(Attempts["ModelResponse | ToolError"]):
                 traced.response = response if isinstance(response, ModelResponse) else None
         except Exception as exc:
             c.settle_failure(self.model, exc, self.reserved, started)
+            await c.settle_tenant()
             raise
         if not isinstance(response, ModelResponse) or not isinstance(response.message, Message):
             raise Handover(
@@ -88,6 +92,7 @@ class ModelAttempts(Attempts["ModelResponse | ToolError"]):
                 f"model {self.model.name} returned {type(response).__name__}, not a ModelResponse",
             )
         c.settle_success(self.model, response, started)
+        await c.settle_tenant()
         return response
 
     async def succeeded(self, result: Any, how: str) -> ModelResponse | ToolError:
@@ -178,23 +183,23 @@ class ModelCall:
             )
             await self._journal(StepStatus.FAILED, error=_budget_error(reason))
             raise Handover("budget", reason)
-        usage = await _tenant_usage(exe)
-        if usage is not None:
-            refusal = usage.refusal(usd, tokens)
-            if refusal is not None:
-                await self._journal(StepStatus.RETRYING, error=_budget_error(refusal))
-                raise Park(usage.period_end, f"{refusal}; not sent until the next period")
-        self.attempts.append(
-            {
-                "provider": model.provider,
-                "model": model.model,
-                "inflight": True,
-                "reserved_tokens": tokens,
-                "reserved_usd": usd,
-                "tokens": tokens,
-                "cost_usd": usd,
-            }
-        )
+        usage = await _reserve_tenant(exe, usd, tokens)
+        if usage is not None and not usage[1]:
+            refusal = usage[0].refusal(usd, tokens) or "tenant limit for the period"
+            await self._journal(StepStatus.RETRYING, error=_budget_error(refusal))
+            raise Park(usage[0].period_end, f"{refusal}; not sent until the next period")
+        attempt: dict[str, Any] = {
+            "provider": model.provider,
+            "model": model.model,
+            "inflight": True,
+            "reserved_tokens": tokens,
+            "reserved_usd": usd,
+            "tokens": tokens,
+            "cost_usd": usd,
+        }
+        if usage is not None:  # taken from the tenant's period row: settled after the call
+            attempt["tenant_period"] = usage[0].period_start
+        self.attempts.append(attempt)
         await self._journal(StepStatus.STARTED)
         return tokens, usd
 
@@ -236,6 +241,18 @@ class ModelCall:
             cost_usd=response.cost_usd,
         )
         self._cooldown(model, None)
+
+    async def settle_tenant(self) -> None:
+        """Move the tenant's period row from the reservation to the settled attempt's
+        spend (at once, before the journal: the row says what the provider billed)."""
+        attempt = self.attempts[-1] if self.attempts else {}
+        period = attempt.pop("tenant_period", None)
+        if period is None:
+            return
+        usd = float(attempt.get("cost_usd", 0.0)) - float(attempt.get("reserved_usd", 0.0))
+        tokens = int(attempt.get("tokens", 0)) - int(attempt.get("reserved_tokens", 0))
+        if usd or tokens:
+            await self.exe.store.settle_tenant_usage(self.exe.run.tenant_id, period, usd, tokens)
 
     def _current(self, model: Model) -> dict[str, Any]:
         if self.attempts and self.attempts[-1].get("inflight"):
@@ -385,9 +402,14 @@ def _budget_error(reason: str) -> ToolError:
     return error
 
 
-async def _tenant_usage(exe: Execution) -> TenantUsage | None:
+async def _reserve_tenant(
+    exe: Execution, usd: float, tokens: int
+) -> tuple[TenantUsage, bool] | None:
+    """Reserve the call against the tenant's period budget in the store (one guarded
+    update, so concurrent workers cannot overshoot): the usage and whether it was taken,
+    or None when the tenant has no limits."""
     try:
-        row = await exe.store.tenant_model_usage(exe.run.tenant_id, exe.clock.now())
+        row = await exe.store.reserve_tenant_usage(exe.run.tenant_id, exe.clock.now(), usd, tokens)
     except NotImplementedError:
         return None
     if row is None:
@@ -398,7 +420,11 @@ async def _tenant_usage(exe: Execution) -> TenantUsage | None:
         row["max_spend_usd"],
         row["max_tokens"],
     )
-    return TenantUsage(budget, row["period_start"], row["spend_usd"], row["tokens"])
+    taken = bool(row["reserved"])
+    spend, used = row["spend_usd"], row["tokens"]
+    if taken:  # the row includes this call; the usage reported is what was there before
+        spend, used = spend - usd, used - tokens
+    return TenantUsage(budget, row["period_start"], spend, used), taken
 
 
 async def model_step(

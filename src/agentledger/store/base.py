@@ -222,6 +222,19 @@ class Store(ABC):
         ``now`` (None: no limits)."""
         raise NotImplementedError
 
+    async def reserve_tenant_usage(
+        self, tenant_id: str, now: float, usd: float, tokens: int
+    ) -> dict[str, Any] | None:
+        """Reserve a model call's worst case against the tenant's period budget in one
+        guarded update (``reserved`` False: over a limit, nothing taken). None: no limits."""
+        raise NotImplementedError
+
+    async def settle_tenant_usage(
+        self, tenant_id: str, period_start: float, usd: float, tokens: int
+    ) -> None:
+        """Move a period's usage by a settled call's difference (real minus reserved)."""
+        raise NotImplementedError
+
     # effects, events, approvals, outbox -----------------------------------
     @abstractmethod
     async def get_effect(self, key: str) -> Effect | None: ...

@@ -361,6 +361,24 @@ class SQLStore(Store):
             write=False,
         )
 
+    async def reserve_tenant_usage(
+        self, tenant_id: str, now: float, usd: float, tokens: int
+    ) -> dict[str, Any] | None:
+        return await self._call(
+            lambda c: gateway_budgets.reserve_tenant_usage(
+                self.dialect, c, tenant_id, now, usd, tokens
+            )
+        )
+
+    async def settle_tenant_usage(
+        self, tenant_id: str, period_start: float, usd: float, tokens: int
+    ) -> None:
+        await self._call(
+            lambda c: gateway_budgets.settle_tenant_usage(
+                self.dialect, c, tenant_id, period_start, usd, tokens
+            )
+        )
+
     # effects, events, approvals, outbox -------------------------------------
 
     async def get_effect(self, key: str) -> Effect | None:

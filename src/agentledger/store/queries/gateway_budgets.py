@@ -60,3 +60,76 @@ def tenant_model_usage(d: Dialect, conn: Any, tenant_id: str, now: float) -> dic
         "spend_usd": float(used[0]["spend"]),
         "tokens": int(used[0]["tokens"]),
     }
+
+
+def reserve_tenant_usage(
+    d: Dialect, conn: Any, tenant_id: str, now: float, usd: float, tokens: int
+) -> dict[str, Any] | None:
+    """Reserve ``usd`` and ``tokens`` against the tenant's period budget, atomically.
+
+    One guarded UPDATE of the period's usage row takes the reservation only while the
+    row plus this call stays within the limits; its row count says whether it was taken,
+    so two workers can never both pass a check that only one of them fits. Returns None
+    when the tenant has no limits, else the limits, the row (after the reservation when
+    ``reserved``) and ``reserved``.
+    """
+    rows = d.fetchall(
+        conn,
+        "SELECT period_seconds, max_spend_usd, max_tokens, max_rps FROM tenant_budgets "
+        "WHERE tenant_id = :t",
+        {"t": tenant_id},
+    )
+    if not rows:
+        return None
+    budget = dict(rows[0])
+    period = float(budget["period_seconds"])
+    since = math.floor(now / period) * period
+    params = {"t": tenant_id, "p": since, "usd": usd, "k": tokens}
+    # The period's row starts from what the journal already holds (a budget set mid-period
+    # counts the spend before it); later calls move it by reservation and settlement only.
+    d.execute(
+        conn,
+        "INSERT INTO tenant_usage (tenant_id, period_start, spend_usd, tokens) "
+        "SELECT :t, :p, COALESCE(SUM(s.cost_usd), 0), COALESCE(SUM(s.tokens), 0) "
+        "FROM runs r JOIN steps s ON s.run_id = r.id "
+        "WHERE r.tenant_id = :t AND s.kind = 'model' AND s.started_at >= :p "
+        "ON CONFLICT (tenant_id, period_start) DO NOTHING",
+        params,
+    )
+    guards = []
+    if budget["max_spend_usd"] is not None:
+        guards.append(" AND spend_usd + :usd <= :max_s")
+        params["max_s"] = float(budget["max_spend_usd"])
+    if budget["max_tokens"] is not None:
+        guards.append(" AND tokens + :k <= :max_k")
+        params["max_k"] = int(budget["max_tokens"])
+    taken = d.execute(
+        conn,
+        "UPDATE tenant_usage SET spend_usd = spend_usd + :usd, tokens = tokens + :k "
+        "WHERE tenant_id = :t AND period_start = :p" + "".join(guards),
+        params,
+    )
+    row = d.fetchall(
+        conn,
+        "SELECT spend_usd, tokens FROM tenant_usage WHERE tenant_id = :t AND period_start = :p",
+        params,
+    )[0]
+    return {
+        **budget,
+        "period_start": since,
+        "spend_usd": float(row["spend_usd"]),
+        "tokens": int(row["tokens"]),
+        "reserved": taken == 1,
+    }
+
+
+def settle_tenant_usage(
+    d: Dialect, conn: Any, tenant_id: str, period_start: float, usd: float, tokens: int
+) -> None:
+    """Move a period's usage by a settled call's difference (real minus reserved)."""
+    d.execute(
+        conn,
+        "UPDATE tenant_usage SET spend_usd = spend_usd + :usd, tokens = tokens + :k "
+        "WHERE tenant_id = :t AND period_start = :p",
+        {"t": tenant_id, "p": period_start, "usd": usd, "k": tokens},
+    )
