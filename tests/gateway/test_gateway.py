@@ -373,3 +373,34 @@ async def test_replay_sends_nothing_and_a_lost_call_is_counted(
         assert step3.cost_usd == pytest.approx(reserved + answered)
         assert run.cost_usd == pytest.approx(sum(s.cost_usd for s in await h.journal(run_id)))
         await close(h)
+
+
+async def test_a_tenant_request_rate_waits_briefly_or_parks_with_the_reason(
+    fake: FakeProviders, tmp_path: Path
+) -> None:
+    """Two model calls at one instant. At 1 request/s the second waits a second in the
+    worker; at one per 1000 s it parks with the reason, then goes on when due."""
+    two_calls = (openai_answer(calls=[("lookup", '{"city": "Lisbon"}')]), openai_answer("3."))
+    h = Harness(tmp_path, make_app("openai:gpt-4.1-mini"))
+    async with h:
+        await h.store.set_tenant_budget("default", 86_400, max_rps=1.0)
+        fake.script(*two_calls)
+        run_id = await h.submit("concierge", {"message": "Hotels?"})
+        await h.execute(run_id)
+        assert (await h.run(run_id)).status == RunStatus.COMPLETED
+        assert h.clock.slept and h.clock.slept[-1] == pytest.approx(1.0, abs=0.01)
+
+        await h.store.set_tenant_budget("default", 86_400, max_rps=0.001)
+        fake.reset()
+        fake.script(*two_calls)
+        run_id = await h.submit("concierge", {"message": "Hotels?"})
+        await h.execute(run_id)
+        run = await h.run(run_id)
+        assert run.status == RunStatus.WAITING
+        assert len(fake.requests) == 1  # the second call was not sent
+        parked = [e for e in await h.events(run_id) if e.type == "run.parked"]
+        assert "tenant default request rate limit (0.001/s)" in parked[-1].data["why"]
+        await h.drive(run_id)
+        assert (await h.run(run_id)).status == RunStatus.COMPLETED
+        assert len(fake.requests) == 2
+        await close(h)

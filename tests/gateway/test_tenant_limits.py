@@ -54,3 +54,31 @@ async def test_a_token_limit_is_reserved_the_same_way(store_url: str) -> None:
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_the_request_rate_bucket_is_shared_by_every_store(store_url: str) -> None:
+    """5 requests per second: of 20 at one instant across three stores, 5 go; the rest
+    are told how long to wait; a second later 5 more go."""
+    stores = [open_store(store_url) for _ in range(3)]
+    for s in stores:
+        await s.open()
+    try:
+        await stores[0].set_tenant_budget("acme", 86_400, max_rps=5.0)
+        now = time.time()
+        rows = await asyncio.gather(
+            *(stores[i % 3].reserve_tenant_usage("acme", now, 0.0, 10) for i in range(20))
+        )
+        assert all(r is not None for r in rows)
+        taken = [r for r in rows if r and r["reserved"]]
+        refused = [r for r in rows if r and not r["reserved"]]
+        assert len(taken) == 5
+        assert all(r["refused"] == "rate" and 0 < r["retry_in"] <= 0.2 + 1e-9 for r in refused)
+        # A request refused by the rate reserves nothing of the period budget.
+        assert refused[-1]["tokens"] == 50
+        later = await asyncio.gather(
+            *(stores[i % 3].reserve_tenant_usage("acme", now + 1.0, 0.0, 10) for i in range(8))
+        )
+        assert sum(1 for r in later if r and r["reserved"]) == 5
+    finally:
+        for s in stores:
+            await s.close()

@@ -183,11 +183,7 @@ class ModelCall:
             )
             await self._journal(StepStatus.FAILED, error=_budget_error(reason))
             raise Handover("budget", reason)
-        usage = await _reserve_tenant(exe, usd, tokens)
-        if usage is not None and not usage[1]:
-            refusal = usage[0].refusal(usd, tokens) or "tenant limit for the period"
-            await self._journal(StepStatus.RETRYING, error=_budget_error(refusal))
-            raise Park(usage[0].period_end, f"{refusal}; not sent until the next period")
+        usage = await self._reserve_tenant(usd, tokens)
         attempt: dict[str, Any] = {
             "provider": model.provider,
             "model": model.model,
@@ -202,6 +198,32 @@ class ModelCall:
         self.attempts.append(attempt)
         await self._journal(StepStatus.STARTED)
         return tokens, usd
+
+    async def _reserve_tenant(
+        self, usd: float, tokens: int
+    ) -> tuple[TenantUsage, bool, str | None, float] | None:
+        """Reserve against the tenant's period budget and take one request of its rate;
+        over the rate, wait a short while in the worker (then try again) or park; over
+        the budget, park until the next period."""
+        exe = self.exe
+        while True:
+            usage = await _reserve_tenant(exe, usd, tokens)
+            if usage is None or usage[1]:
+                return usage
+            if usage[2] == "rate":
+                delay, rps = usage[3], usage[0].budget.max_rps
+                reason = (
+                    f"tenant {exe.run.tenant_id} request rate limit ({rps:g}/s): "
+                    f"next model call in {delay:.3f} s"
+                )
+                if delay <= exe.park_threshold:
+                    await exe.clock.sleep(delay)
+                    continue
+                await self._journal(StepStatus.RETRYING, error=_budget_error(reason, "rate"))
+                raise Park(exe.clock.now() + delay, f"{reason}; not sent")
+            refusal = usage[0].refusal(usd, tokens) or "tenant limit for the period"
+            await self._journal(StepStatus.RETRYING, error=_budget_error(refusal))
+            raise Park(usage[0].period_end, f"{refusal}; not sent until the next period")
 
     def settle_failure(
         self,
@@ -396,15 +418,15 @@ class ModelCall:
         raise Handover("model_error", reason)
 
 
-def _budget_error(reason: str) -> ToolError:
+def _budget_error(reason: str, error_class: str = "budget") -> ToolError:
     error = ToolError(reason)
-    error.error_class = "budget"
+    error.error_class = error_class
     return error
 
 
 async def _reserve_tenant(
     exe: Execution, usd: float, tokens: int
-) -> tuple[TenantUsage, bool] | None:
+) -> tuple[TenantUsage, bool, str | None, float] | None:
     """Reserve the call against the tenant's period budget in the store (one guarded
     update, so concurrent workers cannot overshoot): the usage and whether it was taken,
     or None when the tenant has no limits."""
@@ -419,12 +441,14 @@ async def _reserve_tenant(
         float(row["period_seconds"]),
         row["max_spend_usd"],
         row["max_tokens"],
+        row.get("max_rps"),
     )
     taken = bool(row["reserved"])
     spend, used = row["spend_usd"], row["tokens"]
     if taken:  # the row includes this call; the usage reported is what was there before
         spend, used = spend - usd, used - tokens
-    return TenantUsage(budget, row["period_start"], spend, used), taken
+    usage = TenantUsage(budget, row["period_start"], spend, used)
+    return usage, taken, row.get("refused"), float(row.get("retry_in") or 0.0)
 
 
 async def model_step(

@@ -21,6 +21,7 @@ class TenantBudget:
     period_seconds: float = 86_400.0
     max_spend_usd: float | None = None
     max_tokens: int | None = None
+    max_rps: float | None = None
 
 
 @dataclass(frozen=True)

@@ -213,8 +213,10 @@ class Store(ABC):
         period_seconds: float,
         max_spend_usd: float | None = None,
         max_tokens: int | None = None,
+        max_rps: float | None = None,
     ) -> None:
-        """Create or replace a tenant's model spend/token limits per period."""
+        """Create or replace a tenant's model spend/token limits per period and its model
+        requests per second (a token bucket shared by every worker of the store)."""
         raise NotImplementedError
 
     async def tenant_model_usage(self, tenant_id: str, now: float) -> dict[str, Any] | None:
@@ -226,7 +228,8 @@ class Store(ABC):
         self, tenant_id: str, now: float, usd: float, tokens: int
     ) -> dict[str, Any] | None:
         """Reserve a model call's worst case against the tenant's period budget in one
-        guarded update (``reserved`` False: over a limit, nothing taken). None: no limits."""
+        guarded update (``reserved`` False: over a limit, nothing taken; ``refused`` says
+        which: ``budget`` or ``rate`` with ``retry_in`` seconds). None: no limits."""
         raise NotImplementedError
 
     async def settle_tenant_usage(

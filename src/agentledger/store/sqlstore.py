@@ -348,10 +348,11 @@ class SQLStore(Store):
         period_seconds: float,
         max_spend_usd: float | None = None,
         max_tokens: int | None = None,
+        max_rps: float | None = None,
     ) -> None:
         await self._call(
             lambda c: gateway_budgets.set_tenant_budget(
-                self.dialect, c, tenant_id, period_seconds, max_spend_usd, max_tokens
+                self.dialect, c, tenant_id, period_seconds, max_spend_usd, max_tokens, max_rps
             )
         )
 

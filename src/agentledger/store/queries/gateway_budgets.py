@@ -16,6 +16,7 @@ def set_tenant_budget(
     period_seconds: float,
     max_spend_usd: float | None,
     max_tokens: int | None,
+    max_rps: float | None = None,
 ) -> None:
     """Create or replace a tenant's limits."""
     params = {
@@ -23,13 +24,15 @@ def set_tenant_budget(
         "p": period_seconds,
         "s": max_spend_usd,
         "k": max_tokens,
+        "r": max_rps,
         "at": time.time(),
     }
     d.execute(conn, "DELETE FROM tenant_budgets WHERE tenant_id = :t", params)
+    d.execute(conn, "DELETE FROM tenant_rate WHERE tenant_id = :t", params)  # a new bucket
     d.execute(
         conn,
         "INSERT INTO tenant_budgets (tenant_id, period_seconds, max_spend_usd, max_tokens, "
-        "updated_at) VALUES (:t, :p, :s, :k, :at)",
+        "max_rps, updated_at) VALUES (:t, :p, :s, :k, :r, :at)",
         params,
     )
 
@@ -109,6 +112,17 @@ def reserve_tenant_usage(
         "WHERE tenant_id = :t AND period_start = :p" + "".join(guards),
         params,
     )
+    refused, retry_in = (None if taken == 1 else "budget"), 0.0
+    if refused is None and budget["max_rps"] is not None:
+        retry_in = take_request(d, conn, tenant_id, now, float(budget["max_rps"]))
+        if retry_in > 0:  # no request left this instant: give the reservation back
+            refused = "rate"
+            d.execute(
+                conn,
+                "UPDATE tenant_usage SET spend_usd = spend_usd - :usd, tokens = tokens - :k "
+                "WHERE tenant_id = :t AND period_start = :p",
+                params,
+            )
     row = d.fetchall(
         conn,
         "SELECT spend_usd, tokens FROM tenant_usage WHERE tenant_id = :t AND period_start = :p",
@@ -119,8 +133,48 @@ def reserve_tenant_usage(
         "period_start": since,
         "spend_usd": float(row["spend_usd"]),
         "tokens": int(row["tokens"]),
-        "reserved": taken == 1,
+        "reserved": refused is None,
+        "refused": refused,
+        "retry_in": retry_in,
     }
+
+
+# The bucket's level at :now: refilled at :rate per second since ``at``, capped at
+# :burst (a clock that went back refills nothing). Portable SQL (CASE, not MIN/LEAST).
+_ELAPSED = "(CASE WHEN :now > at THEN :now - at ELSE 0 END)"
+_FILLED = (
+    f"(CASE WHEN level + {_ELAPSED} * :rate > :burst THEN :burst "
+    f"ELSE level + {_ELAPSED} * :rate END)"
+)
+
+
+def take_request(d: Dialect, conn: Any, tenant_id: str, now: float, rate: float) -> float:
+    """Take one request from the tenant's token bucket (``rate`` per second, bursts of
+    one second's worth): 0.0 when taken, else the seconds until one is available.
+
+    One guarded UPDATE, taken only if the refilled level holds a whole request, so
+    workers sharing the store share the limit.
+    """
+    burst = max(1.0, rate)
+    params: dict[str, Any] = {"t": tenant_id, "now": now, "rate": rate, "burst": burst}
+    d.execute(
+        conn,
+        "INSERT INTO tenant_rate (tenant_id, level, at) VALUES (:t, :burst, :now) "
+        "ON CONFLICT (tenant_id) DO NOTHING",
+        params,
+    )
+    taken = d.execute(
+        conn,
+        f"UPDATE tenant_rate SET level = {_FILLED} - 1, "
+        "at = CASE WHEN :now > at THEN :now ELSE at END "
+        f"WHERE tenant_id = :t AND {_FILLED} >= 1",
+        params,
+    )
+    if taken == 1:
+        return 0.0
+    row = d.fetchall(conn, "SELECT level, at FROM tenant_rate WHERE tenant_id = :t", params)[0]
+    level = min(burst, float(row["level"]) + max(0.0, now - float(row["at"])) * rate)
+    return max((1.0 - level) / rate, 1e-3)
 
 
 def settle_tenant_usage(
