@@ -20,6 +20,7 @@ from tests.fast.lifecycle_harness import Harness
 from tests.gateway.fakes import (
     FakeProviders,
     anthropic_answer,
+    anthropic_stream,
     error,
     openai_answer,
     openai_stream,
@@ -269,6 +270,47 @@ async def test_streaming_forwards_deltas_and_journals_the_final_message(
         assert step.output["message"]["content"] == "Three hotels."
         assert step.output["usage"]["input_tokens"] == 50
     finally:
+        await close(h)
+
+
+async def test_anthropic_streaming_forwards_deltas_and_journals_only_the_final_message(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deltas reach a listener of the run (the in-process stream) as they arrive; the
+    journal and the run's events hold the final message only, never a delta."""
+    import asyncio
+
+    from agentledger.gateway import stream
+
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    fake.script(anthropic_stream(["Free ", "cancellation ", "until noon."]))
+    h = Harness(tmp_path, make_app("anthropic:claude-sonnet-4-5"))
+    async with h:
+        run_id = await h.submit("concierge", {"message": "Can I cancel?"})
+        queue = stream.subscribe(run_id)
+        try:
+            await h.drive(run_id)
+            deltas = []
+            while not queue.empty():
+                deltas.append(queue.get_nowait())
+        finally:
+            stream.unsubscribe(run_id, queue)
+        assert isinstance(queue, asyncio.Queue)
+        assert [d["text"] for d in deltas] == ["Free ", "cancellation ", "until noon."]
+        assert {d["type"] for d in deltas} == {"model.delta"}
+        run = await h.run(run_id)
+        assert run.result == {"answer": "Free cancellation until noon."}
+        assert fake.requests[0]["path"] == "/v1/messages"
+        assert fake.requests[0]["body"]["stream"] is True
+        (step,) = model_steps(await h.journal(run_id))
+        assert step.output["message"]["content"] == "Free cancellation until noon."
+        assert step.output["usage"]["input_tokens"] == 60
+        assert step.output["usage"]["output_tokens"] == 12
+        journaled = json.dumps([s.output for s in await h.journal(run_id)])
+        journaled += json.dumps([e.data for e in await h.events(run_id)])
+        assert "model.delta" not in journaled
+        assert journaled.count("Free cancellation until noon.") >= 1
+        assert '"Free "' not in journaled and 'cancellation "' not in journaled
         await close(h)
 
 
