@@ -129,6 +129,38 @@ def anthropic_answer(
     )
 
 
+def anthropic_stream(text_parts: list[str], usage: tuple[int, int] = (60, 12)) -> Reply:
+    """A streamed Messages answer: one text block, its deltas, then the usage."""
+    message = {
+        "id": "msg_s",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage[0], "output_tokens": 1},
+    }
+    events: list[Any] = [
+        {"type": "message_start", "message": message},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    ]
+    events += [
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
+        for p in text_parts
+    ]
+    events += [
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": usage[1]},
+        },
+        {"type": "message_stop"},
+    ]
+    return Reply(sse=events)
+
+
 def error(status: int, message: str = "error", *, code: str | None = None, **headers: str) -> Reply:
     """An error answer in the providers' shape."""
     body = {"error": {"message": message, "type": "error", "code": code}}

@@ -20,6 +20,7 @@ from tests.fast.lifecycle_harness import Harness
 from tests.gateway.fakes import (
     FakeProviders,
     anthropic_answer,
+    anthropic_stream,
     error,
     openai_answer,
     openai_stream,
@@ -272,6 +273,47 @@ async def test_streaming_forwards_deltas_and_journals_the_final_message(
         await close(h)
 
 
+async def test_anthropic_streaming_forwards_deltas_and_journals_only_the_final_message(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deltas reach a listener of the run (the in-process stream) as they arrive; the
+    journal and the run's events hold the final message only, never a delta."""
+    import asyncio
+
+    from agentledger.gateway import stream
+
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    fake.script(anthropic_stream(["Free ", "cancellation ", "until noon."]))
+    h = Harness(tmp_path, make_app("anthropic:claude-sonnet-4-5"))
+    async with h:
+        run_id = await h.submit("concierge", {"message": "Can I cancel?"})
+        queue = stream.subscribe(run_id)
+        try:
+            await h.drive(run_id)
+            deltas = []
+            while not queue.empty():
+                deltas.append(queue.get_nowait())
+        finally:
+            stream.unsubscribe(run_id, queue)
+        assert isinstance(queue, asyncio.Queue)
+        assert [d["text"] for d in deltas] == ["Free ", "cancellation ", "until noon."]
+        assert {d["type"] for d in deltas} == {"model.delta"}
+        run = await h.run(run_id)
+        assert run.result == {"answer": "Free cancellation until noon."}
+        assert fake.requests[0]["path"] == "/v1/messages"
+        assert fake.requests[0]["body"]["stream"] is True
+        (step,) = model_steps(await h.journal(run_id))
+        assert step.output["message"]["content"] == "Free cancellation until noon."
+        assert step.output["usage"]["input_tokens"] == 60
+        assert step.output["usage"]["output_tokens"] == 12
+        journaled = json.dumps([s.output for s in await h.journal(run_id)])
+        journaled += json.dumps([e.data for e in await h.events(run_id)])
+        assert "model.delta" not in journaled
+        assert journaled.count("Free cancellation until noon.") >= 1
+        assert '"Free "' not in journaled and 'cancellation "' not in journaled
+        await close(h)
+
+
 async def test_a_model_failing_repeatedly_is_cooled_down_and_skipped(
     fake: FakeProviders, tmp_path: Path
 ) -> None:
@@ -326,6 +368,10 @@ async def test_a_tenant_period_limit_parks_the_run_with_the_reason(
         await h.drive(run_id)
         assert (await h.run(run_id)).status == RunStatus.COMPLETED
         assert len(fake.requests) == 1
+        # The period's row was settled from the reservation to the real cost.
+        row = await h.store.reserve_tenant_usage("default", h.clock.now(), 0.0, 0)
+        assert row is not None
+        assert row["spend_usd"] == pytest.approx((await h.run(run_id)).cost_usd)
         await close(h)
 
 
@@ -368,4 +414,35 @@ async def test_replay_sends_nothing_and_a_lost_call_is_counted(
         answered = step3.output["attempts"][-1]["cost_usd"]
         assert step3.cost_usd == pytest.approx(reserved + answered)
         assert run.cost_usd == pytest.approx(sum(s.cost_usd for s in await h.journal(run_id)))
+        await close(h)
+
+
+async def test_a_tenant_request_rate_waits_briefly_or_parks_with_the_reason(
+    fake: FakeProviders, tmp_path: Path
+) -> None:
+    """Two model calls at one instant. At 1 request/s the second waits a second in the
+    worker; at one per 1000 s it parks with the reason, then goes on when due."""
+    two_calls = (openai_answer(calls=[("lookup", '{"city": "Lisbon"}')]), openai_answer("3."))
+    h = Harness(tmp_path, make_app("openai:gpt-4.1-mini"))
+    async with h:
+        await h.store.set_tenant_budget("default", 86_400, max_rps=1.0)
+        fake.script(*two_calls)
+        run_id = await h.submit("concierge", {"message": "Hotels?"})
+        await h.execute(run_id)
+        assert (await h.run(run_id)).status == RunStatus.COMPLETED
+        assert h.clock.slept and h.clock.slept[-1] == pytest.approx(1.0, abs=0.01)
+
+        await h.store.set_tenant_budget("default", 86_400, max_rps=0.001)
+        fake.reset()
+        fake.script(*two_calls)
+        run_id = await h.submit("concierge", {"message": "Hotels?"})
+        await h.execute(run_id)
+        run = await h.run(run_id)
+        assert run.status == RunStatus.WAITING
+        assert len(fake.requests) == 1  # the second call was not sent
+        parked = [e for e in await h.events(run_id) if e.type == "run.parked"]
+        assert "tenant default request rate limit (0.001/s)" in parked[-1].data["why"]
+        await h.drive(run_id)
+        assert (await h.run(run_id)).status == RunStatus.COMPLETED
+        assert len(fake.requests) == 2
         await close(h)

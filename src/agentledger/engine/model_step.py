@@ -17,8 +17,11 @@ which provider and model answered, every attempt with its failure class, tokens
    ``max_tokens``) is checked against the run's budget (over: handover, not sent) and the
    tenant's period budget (over: park until the next period, not sent), then journaled
    (``started`` with the reserved cost and tokens) before the request leaves; the answer
-   settles it to the real cost. A call that never answered (worker killed, timeout) stays
-   counted at its reservation: the provider may have billed it.
+   settles it to the real cost. The tenant's reservation is one guarded update of its
+   period row in the store (taken only if it fits, row count checked), so workers
+   running at once cannot overshoot the period's limit together. A call that never
+   answered (worker killed, timeout) stays counted at its reservation: the provider may
+   have billed it.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class ModelAttempts(Attempts["ModelResponse | ToolError"]):
                 traced.response = response if isinstance(response, ModelResponse) else None
         except Exception as exc:
             c.settle_failure(self.model, exc, self.reserved, started)
+            await c.settle_tenant()
             raise
         if not isinstance(response, ModelResponse) or not isinstance(response.message, Message):
             raise Handover(
@@ -88,6 +92,7 @@ class ModelAttempts(Attempts["ModelResponse | ToolError"]):
                 f"model {self.model.name} returned {type(response).__name__}, not a ModelResponse",
             )
         c.settle_success(self.model, response, started)
+        await c.settle_tenant()
         return response
 
     async def succeeded(self, result: Any, how: str) -> ModelResponse | ToolError:
@@ -178,25 +183,47 @@ class ModelCall:
             )
             await self._journal(StepStatus.FAILED, error=_budget_error(reason))
             raise Handover("budget", reason)
-        usage = await _tenant_usage(exe)
-        if usage is not None:
-            refusal = usage.refusal(usd, tokens)
-            if refusal is not None:
-                await self._journal(StepStatus.RETRYING, error=_budget_error(refusal))
-                raise Park(usage.period_end, f"{refusal}; not sent until the next period")
-        self.attempts.append(
-            {
-                "provider": model.provider,
-                "model": model.model,
-                "inflight": True,
-                "reserved_tokens": tokens,
-                "reserved_usd": usd,
-                "tokens": tokens,
-                "cost_usd": usd,
-            }
-        )
+        usage = await self._reserve_tenant(usd, tokens)
+        attempt: dict[str, Any] = {
+            "provider": model.provider,
+            "model": model.model,
+            "inflight": True,
+            "reserved_tokens": tokens,
+            "reserved_usd": usd,
+            "tokens": tokens,
+            "cost_usd": usd,
+        }
+        if usage is not None:  # taken from the tenant's period row: settled after the call
+            attempt["tenant_period"] = usage[0].period_start
+        self.attempts.append(attempt)
         await self._journal(StepStatus.STARTED)
         return tokens, usd
+
+    async def _reserve_tenant(
+        self, usd: float, tokens: int
+    ) -> tuple[TenantUsage, bool, str | None, float] | None:
+        """Reserve against the tenant's period budget and take one request of its rate;
+        over the rate, wait a short while in the worker (then try again) or park; over
+        the budget, park until the next period."""
+        exe = self.exe
+        while True:
+            usage = await _reserve_tenant(exe, usd, tokens)
+            if usage is None or usage[1]:
+                return usage
+            if usage[2] == "rate":
+                delay, rps = usage[3], usage[0].budget.max_rps
+                reason = (
+                    f"tenant {exe.run.tenant_id} request rate limit ({rps:g}/s): "
+                    f"next model call in {delay:.3f} s"
+                )
+                if delay <= exe.park_threshold:
+                    await exe.clock.sleep(delay)
+                    continue
+                await self._journal(StepStatus.RETRYING, error=_budget_error(reason, "rate"))
+                raise Park(exe.clock.now() + delay, f"{reason}; not sent")
+            refusal = usage[0].refusal(usd, tokens) or "tenant limit for the period"
+            await self._journal(StepStatus.RETRYING, error=_budget_error(refusal))
+            raise Park(usage[0].period_end, f"{refusal}; not sent until the next period")
 
     def settle_failure(
         self,
@@ -236,6 +263,18 @@ class ModelCall:
             cost_usd=response.cost_usd,
         )
         self._cooldown(model, None)
+
+    async def settle_tenant(self) -> None:
+        """Move the tenant's period row from the reservation to the settled attempt's
+        spend (at once, before the journal: the row says what the provider billed)."""
+        attempt = self.attempts[-1] if self.attempts else {}
+        period = attempt.pop("tenant_period", None)
+        if period is None:
+            return
+        usd = float(attempt.get("cost_usd", 0.0)) - float(attempt.get("reserved_usd", 0.0))
+        tokens = int(attempt.get("tokens", 0)) - int(attempt.get("reserved_tokens", 0))
+        if usd or tokens:
+            await self.exe.store.settle_tenant_usage(self.exe.run.tenant_id, period, usd, tokens)
 
     def _current(self, model: Model) -> dict[str, Any]:
         if self.attempts and self.attempts[-1].get("inflight"):
@@ -379,15 +418,20 @@ class ModelCall:
         raise Handover("model_error", reason)
 
 
-def _budget_error(reason: str) -> ToolError:
+def _budget_error(reason: str, error_class: str = "budget") -> ToolError:
     error = ToolError(reason)
-    error.error_class = "budget"
+    error.error_class = error_class
     return error
 
 
-async def _tenant_usage(exe: Execution) -> TenantUsage | None:
+async def _reserve_tenant(
+    exe: Execution, usd: float, tokens: int
+) -> tuple[TenantUsage, bool, str | None, float] | None:
+    """Reserve the call against the tenant's period budget in the store (one guarded
+    update, so concurrent workers cannot overshoot): the usage and whether it was taken,
+    or None when the tenant has no limits."""
     try:
-        row = await exe.store.tenant_model_usage(exe.run.tenant_id, exe.clock.now())
+        row = await exe.store.reserve_tenant_usage(exe.run.tenant_id, exe.clock.now(), usd, tokens)
     except NotImplementedError:
         return None
     if row is None:
@@ -397,8 +441,14 @@ async def _tenant_usage(exe: Execution) -> TenantUsage | None:
         float(row["period_seconds"]),
         row["max_spend_usd"],
         row["max_tokens"],
+        row.get("max_rps"),
     )
-    return TenantUsage(budget, row["period_start"], row["spend_usd"], row["tokens"])
+    taken = bool(row["reserved"])
+    spend, used = row["spend_usd"], row["tokens"]
+    if taken:  # the row includes this call; the usage reported is what was there before
+        spend, used = spend - usd, used - tokens
+    usage = TenantUsage(budget, row["period_start"], spend, used)
+    return usage, taken, row.get("refused"), float(row.get("retry_in") or 0.0)
 
 
 async def model_step(

@@ -3,6 +3,11 @@
 Deltas are published here while a streaming model answers; they are not journaled (the
 journal records only the final message), so a listener that drops loses nothing the run
 needs. Per process: a listener subscribes in the process that runs the worker.
+
+Not yet on the service's SSE stream: ``service/routers/events.py`` streams journaled
+events only. Merging deltas there reaches only workers run inside the service process
+(``workers_inline``); workers in other processes would need a cross-process channel
+(PostgreSQL NOTIFY, or a delta table outside the journal), which is left open.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""Tenant period budgets: spend and tokens per tenant per period, checked before a call.
+"""Tenant period budgets: spend and tokens per tenant per period, reserved before a call.
 
-A budget row (``tenant_budgets``, set with :func:`set_budget`) gives a period in seconds
-and limits; the period's usage is the sum of the journal's model-step costs and tokens of
-the tenant's runs since the period began (reservations of calls in flight included), so
-it needs no counter of its own to keep in step with the journal.
+A budget row (``tenant_budgets``, set with ``store.set_tenant_budget``) gives a period in
+seconds and limits. The period's usage is a row in the store (``tenant_usage``), started
+from the journal's model steps of the period and then moved only by reservations (one
+guarded update: taken only if it fits) and settlements (real minus reserved), so workers
+reserving at once cannot overshoot the limit together.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class TenantBudget:
     period_seconds: float = 86_400.0
     max_spend_usd: float | None = None
     max_tokens: int | None = None
+    max_rps: float | None = None
 
 
 @dataclass(frozen=True)

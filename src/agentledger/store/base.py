@@ -213,13 +213,29 @@ class Store(ABC):
         period_seconds: float,
         max_spend_usd: float | None = None,
         max_tokens: int | None = None,
+        max_rps: float | None = None,
     ) -> None:
-        """Create or replace a tenant's model spend/token limits per period."""
+        """Create or replace a tenant's model spend/token limits per period and its model
+        requests per second (a token bucket shared by every worker of the store)."""
         raise NotImplementedError
 
     async def tenant_model_usage(self, tenant_id: str, now: float) -> dict[str, Any] | None:
         """A tenant's limits and its model steps' spend and tokens in the period holding
         ``now`` (None: no limits)."""
+        raise NotImplementedError
+
+    async def reserve_tenant_usage(
+        self, tenant_id: str, now: float, usd: float, tokens: int
+    ) -> dict[str, Any] | None:
+        """Reserve a model call's worst case against the tenant's period budget in one
+        guarded update (``reserved`` False: over a limit, nothing taken; ``refused`` says
+        which: ``budget`` or ``rate`` with ``retry_in`` seconds). None: no limits."""
+        raise NotImplementedError
+
+    async def settle_tenant_usage(
+        self, tenant_id: str, period_start: float, usd: float, tokens: int
+    ) -> None:
+        """Move a period's usage by a settled call's difference (real minus reserved)."""
         raise NotImplementedError
 
     # effects, events, approvals, outbox -----------------------------------

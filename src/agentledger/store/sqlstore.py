@@ -341,10 +341,11 @@ class SQLStore(Store):
         period_seconds: float,
         max_spend_usd: float | None = None,
         max_tokens: int | None = None,
+        max_rps: float | None = None,
     ) -> None:
         await self._call(
             lambda c: gateway_budgets.set_tenant_budget(
-                self.dialect, c, tenant_id, period_seconds, max_spend_usd, max_tokens
+                self.dialect, c, tenant_id, period_seconds, max_spend_usd, max_tokens, max_rps
             )
         )
 
@@ -352,6 +353,24 @@ class SQLStore(Store):
         return await self._call(
             lambda c: gateway_budgets.tenant_model_usage(self.dialect, c, tenant_id, now),
             write=False,
+        )
+
+    async def reserve_tenant_usage(
+        self, tenant_id: str, now: float, usd: float, tokens: int
+    ) -> dict[str, Any] | None:
+        return await self._call(
+            lambda c: gateway_budgets.reserve_tenant_usage(
+                self.dialect, c, tenant_id, now, usd, tokens
+            )
+        )
+
+    async def settle_tenant_usage(
+        self, tenant_id: str, period_start: float, usd: float, tokens: int
+    ) -> None:
+        await self._call(
+            lambda c: gateway_budgets.settle_tenant_usage(
+                self.dialect, c, tenant_id, period_start, usd, tokens
+            )
         )
 
     # effects, events, approvals, outbox -------------------------------------

@@ -1,0 +1,2 @@
+-- Version 56 (SQLite): nothing to do. PostgreSQL puts the tenant into its full-text GIN
+-- index here; SQLite's FTS5 table is searched by MATCH and joined on the tenant.
