@@ -10,6 +10,7 @@ journal entries or its error messages.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import math
@@ -97,6 +98,11 @@ class ProviderModel(Model):
         self.name = label or f"{self.provider}:{model}"
         self.pricer = Pricer(self.name, self.price_provider(), model, prices)
         self._client: Any = None
+        # Import the SDK now, when the app is loaded: importing it on the first call would
+        # block the worker's event loop for a second (the anthropic SDK takes ~1 s), eating
+        # the timeouts of every step in flight. A missing extra still fails at the call.
+        with contextlib.suppress(MissingExtra):
+            self.sdk()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
