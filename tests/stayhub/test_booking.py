@@ -74,7 +74,9 @@ async def test_kill_worker_mid_payment(stayhub: StackFactory) -> None:
         assert journal["create_booking"].lease_epoch < started_epoch
         events = [e.type for e in await stack.events(run_id)]
         assert "tool.resumed_unknown" in events
-        assert "tool.status_resolved" in events
+        # Resolved by asking the provider: found (status_resolved), or not found and sent
+        # again with the same key (executed on a later attempt) -- both charge once.
+        assert "tool.status_resolved" in events or "tool.executed" in events, events
         assert stack.invariants()["ok"]
 
 
