@@ -39,6 +39,7 @@ class Stack:
     pool: WorkerPool
     store: SQLStore
     log_dir: Path
+    db: str
 
     async def submit(self, **overrides: Any) -> str:
         return await app.submit(self.store, AGENT, {**INPUT, **overrides})
@@ -80,11 +81,18 @@ StackFactory = Callable[..., contextlib.AbstractAsyncContextManager[Stack]]
 
 @pytest.fixture
 def stayhub(tmp_path: Path) -> StackFactory:
-    """``async with stayhub(faults=..., env=..., workers=2) as stack: ...``"""
+    """``async with stayhub(faults=..., env=..., workers=2) as stack: ...``
+
+    ``guest_approver=False`` leaves every approval to the test (the scripted guest
+    approves whatever is pending, whatever its role).
+    """
 
     @contextlib.asynccontextmanager
     async def make(
-        faults: str | None = None, env: dict[str, str] | None = None, workers: int = 2
+        faults: str | None = None,
+        env: dict[str, str] | None = None,
+        workers: int = 2,
+        guest_approver: bool = True,
     ) -> AsyncIterator[Stack]:
         db = f"sqlite:///{tmp_path / 'agentledger.db'}"
         store = open_store(db)
@@ -92,10 +100,12 @@ def stayhub(tmp_path: Path) -> StackFactory:
         stop = asyncio.Event()
         with SandboxServer(faults=faults) as sandbox:
             pool = WorkerPool(db, sandbox.url, size=workers, env=dict(env or {}), log_dir=tmp_path)
-            approver = asyncio.create_task(approve_as_guests(store, stop, poll=0.02))
+            approver = asyncio.create_task(
+                approve_as_guests(store, stop, poll=0.02) if guest_approver else stop.wait()
+            )
             try:
                 with pool:
-                    yield Stack(sandbox, pool, store, tmp_path)
+                    yield Stack(sandbox, pool, store, tmp_path, db)
             finally:
                 stop.set()
                 await approver

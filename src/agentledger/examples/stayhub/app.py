@@ -6,6 +6,14 @@ Environment (read when the module is imported, so a worker process picks it up):
 - ``STAYHUB_SEARCH_TIMEOUT`` (default 2), ``STAYHUB_BOOKING_TIMEOUT`` (5),
   ``STAYHUB_PAYMENT_TIMEOUT`` (10), ``STAYHUB_NOTIFY_TIMEOUT`` (3): tool timeouts in
   seconds. Tests shorten them so a ``timeout_after_commit`` hold costs less wall time.
+- ``STAYHUB_MANAGER_APPROVAL_SECONDS`` (default 86400): how long a corporate booking waits
+  for a manager before the default (reject) applies.
+
+Corporate bookings (input ``company_id``): the policy puts ``create_booking`` behind a
+``manager`` approval instead of the guest's own (a tool's declared approval applies only
+when the policy allows the call); the payment stays behind the guest's approval. A
+booking the manager rejects, or that nobody approves in time, ends the run with one email
+telling the guest.
 
 Every request carries the run's id in ``X-Run-Id`` (the sandbox ledger groups effects by
 it) and every write its step's ``Idempotency-Key``. A 409 ``request_in_progress`` (the same
@@ -36,6 +44,7 @@ from agentledger.budget import Budget
 from agentledger.errors import BusinessError, InProgress
 from agentledger.examples.stayhub.script import booking_script
 from agentledger.models.scripted import ScriptedModel
+from agentledger.policies import Allow, Decision, ProposedCall, RequireApproval
 from agentledger.tools import Compensation, RetryPolicy, Status, ToolContext
 from agentledger.tools.http import call_provider
 
@@ -53,6 +62,7 @@ SEARCH_TIMEOUT = _seconds("STAYHUB_SEARCH_TIMEOUT", 2.0)
 BOOKING_TIMEOUT = _seconds("STAYHUB_BOOKING_TIMEOUT", 5.0)
 PAYMENT_TIMEOUT = _seconds("STAYHUB_PAYMENT_TIMEOUT", 10.0)
 NOTIFY_TIMEOUT = _seconds("STAYHUB_NOTIFY_TIMEOUT", 3.0)
+MANAGER_APPROVAL_SECONDS = _seconds("STAYHUB_MANAGER_APPROVAL_SECONDS", 86400.0)
 
 app = App("stayhub")
 
@@ -323,12 +333,14 @@ async def email_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     idempotency="effects",  # a mail service may have no idempotency key: claim it here
     status_check=email_status,
     server_args={"to": verified_address},
-    outbox_key=lambda args, ctx: f"email:{args.get('booking_id')}:{args['template']}",
+    # One email per booking and template; an email about no booking (a rejected request),
+    # one per run and template (outbox keys are global).
+    outbox_key=lambda args, ctx: f"email:{args.get('booking_id') or ctx.run_id}:{args['template']}",
 )
 async def send_email(
     ctx: ToolContext,
     guest_id: str,
-    booking_id: str,
+    booking_id: str | None,
     subject: str,
     body: str,
     template: str = "confirmation",
@@ -354,6 +366,20 @@ class BookingRequest(BaseModel):
         "loop, loop_after_payment",
     )
     message: str | None = None
+    company_id: str | None = Field(
+        None, description="A corporate booking: the company's manager approves it first"
+    )
+
+
+def booking_policy(call: ProposedCall) -> Decision:
+    """A corporate booking needs a manager's approval (rejected if nobody decides in
+    time); everything else goes ahead, behind the tools' own guest approvals."""
+    corporate = isinstance(call.run_input, dict) and bool(call.run_input.get("company_id"))
+    if corporate and call.tool == "create_booking":
+        return RequireApproval(
+            role="manager", expires_in=MANAGER_APPROVAL_SECONDS, default="reject"
+        )
+    return Allow()
 
 
 TOOLS = [
@@ -383,6 +409,7 @@ agent = app.add_agent(
         budget=Budget(max_steps=20, active_seconds=120.0),
         end_user_message="We could not finish your booking automatically; our team will follow up.",
         input_model=BookingRequest,
+        policy=booking_policy,
     )
 )
 

@@ -16,7 +16,9 @@ Scripts, chosen by the run input's ``script``:
 
 A failed step is answered like a model would: a declined (or otherwise failed) payment
 makes the script cancel the booking itself with ``cancel_booking`` and give up with a
-final text; any other failure ends the run with a final text that explains it.
+final text; any other failure ends the run with a final text that explains it. A
+corporate booking (input ``company_id``) that its manager rejects (or lets expire) is
+answered with one rejection email to the guest, then a final text.
 """
 
 from __future__ import annotations
@@ -113,6 +115,9 @@ def booking_script(request: ModelRequest) -> Turn:
         error = last.data.get("error") if isinstance(last.data, dict) else "error"
         if last.tool == "create_payment" and booking is not None:
             return Turn(calls=[("cancel_booking", {"booking_id": booking["booking_id"]})])
+        if last.tool == "create_booking" and error == "refused" and data.get("company_id"):
+            # The company's manager rejected the booking (or let it expire): tell the guest.
+            return Turn(calls=[("send_email", _rejection_email(guest_id, city, check_in))])
         if last.tool == "get_availability":
             return _next_hotel(results, check_in, nights) or Turn(
                 text=f"Sorry, I could not check availability in {city} ({error})."
@@ -179,6 +184,11 @@ def booking_script(request: ModelRequest) -> Turn:
         if script == "inject_amount":
             email["to"] = INVENTED_ADDRESS
         return Turn(calls=[("send_email", email)])
+    if last.tool == "send_email" and booking is None:
+        return Turn(
+            text="Your company did not approve this booking, so nothing was booked or "
+            "charged. We have emailed you."
+        )
     if last.tool == "send_email" and booking is not None:
         total = booking.get("total", {})
         return Turn(
@@ -190,6 +200,17 @@ def booking_script(request: ModelRequest) -> Turn:
             )
         )
     return Turn(text="Done.")
+
+
+def _rejection_email(guest_id: str, city: str, check_in: str) -> dict[str, Any]:
+    """The email telling a corporate guest that their booking was not approved."""
+    return {
+        "guest_id": guest_id,
+        "booking_id": None,
+        "subject": f"Your stay in {city} was not approved",
+        "body": f"Your company did not approve the stay from {check_in}; nothing was booked.",
+        "template": "corporate_rejected",
+    }
 
 
 def _next_hotel(results: list[Result], check_in: str, nights: int) -> Turn | None:
