@@ -73,6 +73,19 @@ class Dialect(ABC):
     def claim_sql(self, n_targets: int) -> str:
         """The single statement that claims runnable runs (placeholders t0..tN)."""
 
+    def claimable(self, n_targets: int, alias: str = "") -> str:
+        """The claim condition, written once for every dialect: a run of one of the
+        worker's targets (placeholders t0..tN) that is queued or waiting and due, or
+        running under a lease that expired -- on the database's clock (``now_sql``)."""
+        r = f"{alias}." if alias else ""
+        targets = ", ".join(f":t{i}" for i in range(n_targets))
+        now = self.now_sql
+        return (
+            f"{r}target IN ({targets}) AND (({r}status IN ('queued', 'waiting') "
+            f"AND {r}available_at <= {now}) OR ({r}status = 'running' "
+            f"AND {r}lease_expires_at < {now}))"
+        )
+
     def is_transient(self, exc: BaseException) -> bool:
         """True for a failure that the same work may not meet again (a deadlock)."""
         return False

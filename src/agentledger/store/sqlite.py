@@ -25,7 +25,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from agentledger.errors import StoreCorrupt, StoreError, StoreUnavailable, UsageError
-from agentledger.records import RunStatus
 from agentledger.store.dialect import Dialect, WouldBlock, clean_params
 from agentledger.store.queries import RUN_COLUMNS
 
@@ -137,7 +136,6 @@ class SQLiteDialect(Dialect):
             conn.execute("ROLLBACK")
 
     def claim_sql(self, n_targets: int) -> str:
-        targets = ", ".join(f":t{i}" for i in range(n_targets))
         now = self.now_sql
         return (
             "UPDATE runs SET status = 'running', lease_owner = :owner, write_token = :token, "
@@ -149,9 +147,7 @@ class SQLiteDialect(Dialect):
             # one tenant's backlog never starves another's runs.
             "WHERE id IN (SELECT id FROM (SELECT id, available_at, ROW_NUMBER() OVER "
             "(PARTITION BY tenant_id ORDER BY available_at) AS fair_rank FROM runs "
-            "WHERE target IN (" + targets + ") AND ("
-            f"(status IN ('{RunStatus.QUEUED}', '{RunStatus.WAITING}') AND available_at <= {now}) "
-            f"OR (status = '{RunStatus.RUNNING}' AND lease_expires_at < {now}))) "
+            f"WHERE {self.claimable(n_targets)}) "
             "WHERE fair_rank <= :limit "
             f"ORDER BY fair_rank, available_at LIMIT :limit) RETURNING {RUN_COLUMNS}"
         )

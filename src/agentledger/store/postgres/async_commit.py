@@ -1,7 +1,7 @@
 """PostgreSQL: plain journal batches committed from the event loop itself.
 
 Every other store job runs on the writer thread; the journal batches that fit
-in one statement (see :mod:`agentledger.store.pg_batches`) go through an
+in one statement (see :mod:`agentledger.store.postgres.batches`) go through an
 ``AsyncConnection`` instead, which spares each step two thread hand-offs. While
 one group is on the wire the next accumulates, so concurrent runs still share
 commits (group commit). A group of one is a single autocommitted statement (one

@@ -150,16 +150,8 @@ class PostgresDialect(Dialect):
         return listener.stop
 
     def claim_sql(self, n_targets: int) -> str:
-        targets = ", ".join(f":t{i}" for i in range(n_targets))
         returning = ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
         now = self.now_sql
-
-        def due(r: str) -> str:
-            return (
-                f"{r}target IN ({targets}) AND (({r}status IN ('{RunStatus.QUEUED}', "
-                f"'{RunStatus.WAITING}') AND {r}available_at <= {now}) OR "
-                f"({r}status = '{RunStatus.RUNNING}' AND {r}lease_expires_at < {now}))"
-            )
 
         # Fair across tenants: ``k`` ranks each tenant's due runs by available_at (no
         # locks); ``c`` locks in rank order (rank 1 of every tenant, then rank 2, ...),
@@ -170,9 +162,9 @@ class PostgresDialect(Dialect):
         return (
             "WITH k AS (SELECT id, available_at, ROW_NUMBER() OVER "
             f"(PARTITION BY tenant_id ORDER BY available_at) AS fair_rank FROM runs "
-            f"WHERE {due('')}), "
+            f"WHERE {self.claimable(n_targets)}), "
             "c AS (SELECT runs.id FROM runs JOIN k ON k.id = runs.id "
-            f"WHERE {due('runs.')} "
+            f"WHERE {self.claimable(n_targets, 'runs')} "
             "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED) "
             f"UPDATE runs r SET status = '{RunStatus.RUNNING}', lease_owner = :owner, "
             f"write_token = :token, lease_epoch = r.lease_epoch + 1, "
