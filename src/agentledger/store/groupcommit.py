@@ -22,25 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agentledger.errors import AgentLedgerError, LeaseLost
-from agentledger.store.base import Batch, EffectClaimed
+from agentledger.store.base import EffectClaimed
 from agentledger.store.dialect import Dialect, WouldBlock
-from agentledger.store.queries import apply_batch, committed
-
-
-class JournalCommitter(Protocol):
-    """Where fenced journal batches are group-committed. The store holds its committers
-    in order and gives each batch to the first that ``accepts`` it: PostgreSQL's
-    event-loop committer (plain batches, :mod:`agentledger.store.postgres.async_commit`),
-    SQLite's :class:`InlineCommitter` (every batch), and the writer thread (the rest)."""
-
-    def accepts(self, batch: Batch) -> bool: ...
-
-    async def commit(self, batch: Batch) -> None:
-        """Commit ``batch`` durably with whatever else is ready; raise LeaseLost or
-        EffectClaimed for this batch alone."""
-        ...
-
-    async def close(self) -> None: ...
+from agentledger.store.queries import committed
 
 
 class Reply(Protocol):
@@ -311,22 +295,17 @@ class InlineCommitter:
             if self._waiting is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._waiting)
+                # Awaiting a done future does not yield; its done callback (which clears
+                # ``_waiting``) runs only once the loop gets a turn: give it one.
+                await asyncio.sleep(0)
                 continue
             self._flush()
 
-    async def close(self) -> None:
-        """Commit what was submitted, then close the connection."""
-        await self.drain()
+    def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 self.dialect.close(self._conn)
             self._conn = None
-
-    def accepts(self, batch: Batch) -> bool:
-        return True  # every batch of a SQLite store
-
-    async def commit(self, batch: Batch) -> None:
-        await self.submit(lambda c: apply_batch(self.dialect, c, batch), batch)
 
     def submit(self, fn: Callable[[Any], Any], batch: Any = None) -> asyncio.Future[Any]:
         """Queue a fenced batch; it commits with the others ready in this loop turn."""

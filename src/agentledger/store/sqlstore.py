@@ -45,7 +45,6 @@ from agentledger.store.groupcommit import (
     NOT_DONE,
     InlineCommitter,
     Job,
-    JournalCommitter,
     ThreadReply,
     run_group,
     run_single,
@@ -99,8 +98,8 @@ class SQLStore(Store):
         self._conn: Any = None
         # Batches per committed group, the latest ones only (benchmarks read them).
         self.group_sizes: deque[int] = deque(maxlen=10_000)
-        # Journal committers, first that accepts a batch wins; the writer thread last.
-        self._committers: list[JournalCommitter] = []
+        self._inline: InlineCommitter | None = None
+        self._batches: Any = None  # a dialect's event-loop batch committer, if any
 
     # lifecycle ------------------------------------------------------------
 
@@ -121,21 +120,21 @@ class SQLStore(Store):
             self._thread.join()
             self._thread = None
             raise
-        on_loop = await self.dialect.open_batch_committer(self.group_sizes, self._error)
-        if on_loop is not None:
-            self._committers.append(on_loop)
+        self._batches = await self.dialect.open_batch_committer(self.group_sizes, self._error)
         if self.dialect.inline_commits:
-            inline = InlineCommitter(self.dialect, self.group_sizes, self._error)
-            await asyncio.to_thread(inline.open)
-            self._committers.append(inline)
-        self._committers.append(_ThreadCommitter(self))
+            self._inline = InlineCommitter(self.dialect, self.group_sizes, self._error)
+            await asyncio.to_thread(self._inline.open)
 
     async def close(self) -> None:
         if self._thread is None:
             return
-        committers, self._committers = self._committers, []
-        for committer in committers:
-            await committer.close()
+        if self._batches is not None:
+            await self._batches.close()
+            self._batches = None
+        if self._inline is not None:
+            await self._inline.drain()
+            self._inline.close()
+            self._inline = None
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
@@ -326,11 +325,13 @@ class SQLStore(Store):
 
     async def commit(self, batch: Batch) -> None:
         q.validate_batch(batch)  # a batch no database can store fails here, alone
-        for committer in self._committers:
-            if committer.accepts(batch):
-                await committer.commit(batch)
-                return
-        raise StoreError("the store is not open; call open() first")
+        if self._batches is not None and self._batches.accepts(batch):
+            await self._batches.commit(batch)
+            return
+        if self._inline is not None:
+            await self._inline.submit(lambda c: q.apply_batch(self.dialect, c, batch), batch)
+            return
+        await self._call(lambda c: q.apply_batch(self.dialect, c, batch), grouped=True, batch=batch)
 
     # tenant budgets of model calls --------------------------------------------
 
@@ -589,23 +590,3 @@ class SQLStore(Store):
 
 
 __all__ = ["SQLStore", "StoreError"]
-
-
-class _ThreadCommitter:
-    """The writer thread as a journal committer: groups what is queued, in one
-    transaction per group (every backend; the last resort of :meth:`SQLStore.commit`)."""
-
-    def __init__(self, store: SQLStore) -> None:
-        self._store = store
-
-    def accepts(self, batch: Batch) -> bool:
-        return True
-
-    async def commit(self, batch: Batch) -> None:
-        store = self._store
-        await store._call(
-            lambda c: q.apply_batch(store.dialect, c, batch), grouped=True, batch=batch
-        )
-
-    async def close(self) -> None:
-        return None  # the thread is stopped by SQLStore.close
