@@ -136,8 +136,9 @@ class WriteAttempts(StepAttempts):
             effects.append(self._effect("done", result))
         events = take_events(exe)
         event = "tool.executed" if how == "executed" else f"tool.{how}"
-        if event != "tool.executed" or state.attempts > 1:
-            # A plain first-attempt success is recorded by its journal entry alone.
+        if event != "tool.executed" or state.attempts > 1 or state.checks > 0:
+            # A plain first-attempt success is recorded by its journal entry alone; one
+            # that followed a status check (sent again after "not found") is audited.
             events.append(
                 NewEvent(
                     event,
