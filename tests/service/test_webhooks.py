@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from collections.abc import Iterator
@@ -108,6 +107,10 @@ async def test_each_event_arrives_signed_despite_two_failed_deliveries(
         completed = next(json.loads(a["body"]) for a in got.values()
                          if json.loads(a["body"])["type"] == "run.completed")  # fmt: skip
         assert completed["run"]["result"] == {"x": 1}
-        rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
-        assert {r["status"] for r in rows} == {"delivered"} and len(rows) == 4
-        await asyncio.sleep(0)
+
+        # The receiver has answered 200; the dispatcher records it right after.
+        async def all_recorded() -> bool:
+            rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+            return {r["status"] for r in rows} == {"delivered"} and len(rows) == 4
+
+        await until(all_recorded, 30)
