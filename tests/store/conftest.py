@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from agentledger.store import SQLStore, open_store
 from tests import dbutil
+from tests.store.pgproxy import LossyProxy
 
 
 @pytest.fixture
@@ -22,3 +24,24 @@ def empty_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> I
         yield url
     finally:
         dbutil.drop_pg_database(url)
+
+
+@pytest.fixture
+def proxy(pg_url: str) -> Iterator[LossyProxy]:
+    """A loopback proxy in front of a fresh PostgreSQL database that can lose a reply."""
+    lossy = LossyProxy(pg_url)
+    try:
+        yield lossy
+    finally:
+        lossy.close()
+
+
+@pytest.fixture
+async def proxied_store(proxy: LossyProxy) -> AsyncIterator[SQLStore]:
+    """A store that talks to PostgreSQL through ``proxy``."""
+    opened = open_store(proxy.url)
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()

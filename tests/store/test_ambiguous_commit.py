@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from agentledger.records import Approval, OutboxItem, Run, Step
-from agentledger.store import Batch, NewEvent, NewRun, RunUpdate, SQLStore, open_store
+from agentledger.store import Batch, NewEvent, NewRun, RunUpdate, SQLStore
 from tests.store.pgproxy import COMMIT, READY_FOR_QUERY, LossyProxy
 
 pytestmark = pytest.mark.postgres
@@ -20,22 +19,9 @@ TARGET = "agent@1"
 
 
 @pytest.fixture
-def proxy(pg_url: str) -> Iterator[LossyProxy]:
-    lossy = LossyProxy(pg_url)
-    try:
-        yield lossy
-    finally:
-        lossy.close()
-
-
-@pytest.fixture
-async def store(proxy: LossyProxy) -> AsyncIterator[SQLStore]:
-    opened = open_store(proxy.url)
-    await opened.open()
-    try:
-        yield opened
-    finally:
-        await opened.close()
+def store(proxied_store: SQLStore) -> SQLStore:
+    """Every test here talks to PostgreSQL through the lossy proxy."""
+    return proxied_store
 
 
 def new_run() -> NewRun:

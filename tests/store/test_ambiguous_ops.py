@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
 
 from agentledger.records import Effect, OutboxItem, Run, WorkerInfo
-from agentledger.store import Batch, NewRun, SQLStore, open_store
+from agentledger.store import Batch, NewRun, SQLStore
 from tests.store.pgproxy import COMMIT, LossyProxy
 
 pytestmark = pytest.mark.postgres
@@ -23,22 +22,9 @@ TARGET = "agent@1"
 
 
 @pytest.fixture
-def proxy(pg_url: str) -> Iterator[LossyProxy]:
-    lossy = LossyProxy(pg_url)
-    try:
-        yield lossy
-    finally:
-        lossy.close()
-
-
-@pytest.fixture
-async def store(proxy: LossyProxy) -> AsyncIterator[SQLStore]:
-    opened = open_store(proxy.url)
-    await opened.open()
-    try:
-        yield opened
-    finally:
-        await opened.close()
+def store(proxied_store: SQLStore) -> SQLStore:
+    """Every test here talks to PostgreSQL through the lossy proxy."""
+    return proxied_store
 
 
 def new_run(**kw: object) -> NewRun:

@@ -19,7 +19,7 @@ from agentledger.service.accepts import AcceptBatcher
 from agentledger.service.auth import KeyCache
 from agentledger.service.hub import EventHub
 from agentledger.service.idempotency import InFlight
-from agentledger.service.routers import events, health, runs
+from agentledger.service.routers import approvals, audit, events, health, observe, runs
 from agentledger.service.settings import ServiceSettings
 from agentledger.service.webhooks import Dispatcher
 from agentledger.store import Store, open_store
@@ -83,19 +83,9 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
 
     api.add_middleware(RequestIdMiddleware)
 
-    for module in (health, runs, events):
+    for module in (health, runs, events, approvals, audit, observe):
         api.include_router(module.router)
-    _include_optional(api)
     return api
-
-
-def _include_optional(api: FastAPI) -> None:
-    """Routers of later features, when present."""
-    from agentledger.service.routers import approvals, audit, observe
-
-    api.include_router(approvals.router)
-    api.include_router(audit.router)
-    api.include_router(observe.router)
 
 
 class RequestIdMiddleware:

@@ -219,11 +219,6 @@ class Store(ABC):
         requests per second (a token bucket shared by every worker of the store)."""
         raise NotImplementedError
 
-    async def tenant_model_usage(self, tenant_id: str, now: float) -> dict[str, Any] | None:
-        """A tenant's limits and its model steps' spend and tokens in the period holding
-        ``now`` (None: no limits)."""
-        raise NotImplementedError
-
     async def reserve_tenant_usage(
         self, tenant_id: str, now: float, usd: float, tokens: int
     ) -> dict[str, Any] | None:

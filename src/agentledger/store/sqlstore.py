@@ -349,12 +349,6 @@ class SQLStore(Store):
             )
         )
 
-    async def tenant_model_usage(self, tenant_id: str, now: float) -> dict[str, Any] | None:
-        return await self._call(
-            lambda c: gateway_budgets.tenant_model_usage(self.dialect, c, tenant_id, now),
-            write=False,
-        )
-
     async def reserve_tenant_usage(
         self, tenant_id: str, now: float, usd: float, tokens: int
     ) -> dict[str, Any] | None:
