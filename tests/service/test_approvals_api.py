@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agentledger.service.routers import approvals as approvals_router
 from tests.service.conftest import Api, in_process, settings_for, until
 from tests.service.test_runs_api import assert_problem
 
@@ -134,3 +135,22 @@ async def test_execution_refuses_arguments_that_differ_from_the_approved_ones(
         steps = (await api.client.get(f"/v1/runs/{run['id']}/steps", headers=gina)).json()
         pay = [s for s in steps["steps"] if s["name"] == "pay"]
         assert pay and pay[-1]["status"] == "failed" and "differ" in (pay[-1]["error"] or "")
+
+
+async def test_the_list_shows_what_the_caller_may_decide_past_others_approvals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The oldest approval needs a manager; a guest listing one approval still gets their
+    own (the store is paged until the caller's are found), and the manager theirs."""
+    monkeypatch.setattr(approvals_router, "_PAGE", 1)  # one approval per store read
+    url = f"sqlite:///{tmp_path / 'page.db'}"
+    async with in_process(settings_for(url, workers_inline=1)) as api:
+        gina = await api.key("t1", "gina", ("guest",))
+        mona = await api.key("t1", "mona", ("manager",))
+        for_manager = await parked(api, gina, {"role": "manager"})
+        for_guest = await parked(api, gina, {"role": "guest"})
+        mine = (await api.client.get("/v1/approvals?limit=1", headers=gina)).json()
+        assert [a["id"] for a in mine["approvals"]] == [for_guest["pending_approval"]["id"]]
+        assert mine["approvals"][0]["arguments"] == {"amount": 120}
+        theirs = (await api.client.get("/v1/approvals?limit=1", headers=mona)).json()
+        assert [a["id"] for a in theirs["approvals"]] == [for_manager["pending_approval"]["id"]]

@@ -14,7 +14,8 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentledger.canonical import NotJournalable, canonical_json
+from agentledger.canonical import NotJournalable, canonical_json, clean_text
+from agentledger.records import Approval
 from agentledger.service.auth import APPROVER, Caller, Principal
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
 from agentledger.service.views import approval_view
@@ -27,6 +28,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     code: PROBLEM_SCHEMA for code in (401, 403, 404, 409, 410, 422)
 }
 EXPIRED_BY = "system:expired"  # engine/approvals.py: the expiry default's decider
+_PAGE = 200  # approvals read per store round trip while listing
 
 
 def arguments_hash(arguments: Any) -> str:
@@ -48,6 +50,18 @@ def may_decide(p: Principal, required_role: str, run_user: str | None) -> bool:
     if required_role not in p.roles:
         return False
     return required_role != "guest" or p.user_id == run_user
+
+
+def awaits(p: Principal, a: Approval, now: float) -> bool:
+    """True when ``a`` still waits for a decision ``p`` may make: undecided and not
+    expired, ``p`` is not the requester where the policy bars them (``not_requester``),
+    and ``p`` has not approved it already (an approval needing several approvers)."""
+    if a.decision is not None or a.expires_at <= now:
+        return False
+    user = clean_text(p.user_id)
+    if a.not_requester and a.requested_by is not None and user == a.requested_by:
+        return False
+    return user not in a.approvers
 
 
 def _view(item: dict[str, Any]) -> dict[str, Any]:
@@ -79,18 +93,38 @@ async def list_approvals(
     status: Literal["pending", "all"] = "pending",
     limit: int = Query(100, ge=1, le=500),
 ) -> dict[str, Any]:
-    """The approvals the caller may decide, with the proposed action and its
-    server-computed arguments."""
-    found = await request.app.state.store.transact(
-        lambda d, c: service_approvals.tenant_approvals(
-            d, c, principal.tenant_id, status == "pending", limit
-        ),
-        write=False,
-    )
-    mine = [
-        _view(i) for i in found if may_decide(principal, i["approval"].required_role, i["run_user"])
-    ]
-    return {"approvals": mine}
+    """What the caller may decide: approvals of the caller's tenant needing a role the
+    caller holds (a ``guest`` approval: the run's own user), not expired, not the
+    caller's own run where the policy requires another approver, not approved by the
+    caller already; each with the proposed action (``tool``) and its server-computed
+    ``arguments`` (e.g. the amount). ``status=all``: every approval of those roles,
+    decided ones included."""
+    store = request.app.state.store
+    pending, now = status == "pending", time.time()
+    shown: list[dict[str, Any]] = []
+    after: tuple[float, str] | None = None
+    # Filtered here (one rule with the decision endpoint), so the store is paged by
+    # keyset until ``limit`` are shown: a page of others' approvals hides nothing.
+    while len(shown) < limit:
+        batch = await store.transact(
+            lambda d, c, after=after: service_approvals.tenant_approvals(
+                d, c, principal.tenant_id, pending, _PAGE, after
+            ),
+            write=False,
+        )
+        for item in batch:
+            a = item["approval"]
+            if not may_decide(principal, a.required_role, item["run_user"]):
+                continue
+            if pending and not awaits(principal, a, now):
+                continue
+            shown.append(_view(item))
+            if len(shown) == limit:
+                break
+        if len(batch) < _PAGE:
+            break
+        after = (batch[-1]["approval"].requested_at, batch[-1]["approval"].id)
+    return {"approvals": shown}
 
 
 @router.post("/{approval_id}/decision", responses=ERRORS)
