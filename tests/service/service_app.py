@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentledger import Allow, App, RequireApproval, ToolContext, WorkflowContext
+from agentledger.budget import Budget
 from agentledger.policies import ProposedCall
 from agentledger.tools.contract import Compensation
 
@@ -93,3 +94,11 @@ async def charge_then_wait(ctx: WorkflowContext, input: dict[str, Any]) -> Any:
     await ctx.sleep(3600)
     await ctx.step("after", _pause, 0.0, None)
     return {"done": True}
+
+
+@app.workflow(name="over_budget", version="1", budget=Budget(max_steps=1))
+async def over_budget(ctx: WorkflowContext, input: Any) -> Any:
+    """Two steps on a one-step budget: handed to a human (``needs_human``)."""
+    await ctx.step("first", _pause, 0.0, None)
+    await ctx.step("second", _pause, 0.0, None)
+    return "unreachable"

@@ -206,3 +206,28 @@ async def test_the_expiring_warning_is_enqueued_once_only_for_open_approvals_pas
         r = await api.client.post(f"/v1/approvals/{a['id']}/decision", json=body, headers=h)
         assert r.status_code == 200
         assert await enqueue(start + 0.95 * ttl) == 0  # decided: nothing to warn about
+
+
+async def test_a_run_handed_to_a_human_is_reported_as_needs_human(
+    receiver: tuple[Receiver, str], tmp_path: Path
+) -> None:
+    rec, url = receiver
+    async with in_process(settings_for(f"sqlite:///{tmp_path / 'nh.db'}", **FAST)) as api:
+        h = await api.key("t1", "olga", ("operator",))
+        secret = await api.store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, "t1"))
+        body = {"agent": "over_budget", "input": {}, "webhook": url}
+        run_id = (await api.client.post("/v1/runs", json=body, headers=h)).json()["id"]
+
+        async def reported() -> bool:
+            return any(a["headers"]["AgentLedger-Event"] == "run.needs_human"
+                       for a in rec.delivered().values())  # fmt: skip
+
+        await until(reported, 30)
+        (ok,) = [a for a in rec.delivered().values()
+                 if a["headers"]["AgentLedger-Event"] == "run.needs_human"]  # fmt: skip
+        assert verify(secret, ok["headers"]["AgentLedger-Signature"], ok["body"])
+        event = json.loads(ok["body"])
+        assert event["run_id"] == run_id and event["run"]["status"] == "needs_human"
+        assert event["run"]["handover_reason"]
+        tries = [a for a in rec.attempts if a["id"] == ok["id"]]
+        assert [a["status"] for a in tries] == [500, 500, 200]
