@@ -46,6 +46,11 @@ async def test_a_manager_approves_through_the_api_and_the_run_completes(live: Ap
     shown = listed[0]
     assert shown["arguments"] == {"amount": 120} and shown["required_role"] == "manager"
     assert (await live.client.get("/v1/approvals", headers=operator)).json()["approvals"] == []
+    # The built-in approver and admin roles may decide any role's approval of the tenant.
+    for role in ("approver", "admin"):
+        anyone = await live.key("t1", f"{role}-user", (role,))
+        seen = (await live.client.get("/v1/approvals", headers=anyone)).json()["approvals"]
+        assert [a["id"] for a in seen] == [approval_id]
     assert (await live.client.get("/v1/approvals", headers=foreign)).json()["approvals"] == []
     decision = {"decision": "approve", "arguments_hash": shown["arguments_hash"]}
     url = f"/v1/approvals/{approval_id}/decision"
