@@ -12,8 +12,9 @@ the previous record's hash and its own hash:
 
 Editing, deleting or reordering a sealed record breaks the chain at that record, and
 :func:`verify_chain` names it. Concurrent sealers cannot fork or skip the chain: the head
-lock serializes them (PostgreSQL: the events are read after it is taken, under READ
-COMMITTED; SQLite: one writer), a record is chained only if still unsealed (else the
+lock serializes them (PostgreSQL: ``FOR UPDATE SKIP LOCKED`` -- a sealer skips a tenant
+another is sealing -- and the events are read after it is taken, under READ COMMITTED;
+SQLite: one writer), a record is chained only if still unsealed (else the
 whole seal rolls back), and ``(tenant_id, chain_no)`` is unique. Until it is sealed, a
 record is unprotected: :func:`unsealed_tail` measures that window.
 """
@@ -73,12 +74,16 @@ def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, limit: int) -> int:
     )
     # The head row's lock serializes sealers of one tenant (PostgreSQL; SQLite has one
     # writer); the events are read after it is taken, so no two sealers chain one event.
-    d.execute(
-        conn, "UPDATE audit_heads SET chain_no = chain_no WHERE tenant_id = :t", {"t": tenant_id}
+    # A sealer finding it held skips the tenant (SKIP LOCKED) instead of waiting: the
+    # holder is sealing those records, and a waiting sealer would hold a connection.
+    heads = d.fetchall(
+        conn,
+        f"SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t{d.skip_locked}",
+        {"t": tenant_id},
     )
-    head = d.fetchall(
-        conn, "SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t", {"t": tenant_id}
-    )[0]
+    if not heads:
+        return 0
+    head = heads[0]
     chain_no, prev = int(head["chain_no"]), str(head["hash"])
     found = d.fetchall(
         conn,
