@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 
 from agentledger.store import Store
 from agentledger.store.queries import service_audit
@@ -73,7 +74,12 @@ async def seal_before_exit(store: Store, timeout: float = 5.0) -> int:
 
 
 async def seal_forever(store: Store, period: float) -> None:
-    """Seal every ``period`` seconds until cancelled."""
+    """Seal about every ``period`` seconds until cancelled.
+
+    The rounds are jittered (0.5-1.5 periods, the first one too): a seal takes the
+    write lock on SQLite, and in phase with the worker's other periodic writes (its
+    heartbeats start at the same moment) it would always follow one of them.
+    """
     while True:
+        await asyncio.sleep(period * random.uniform(0.5, 1.5))
         await seal_quietly(store)
-        await asyncio.sleep(period)
