@@ -101,7 +101,8 @@ async def test_a_guest_approval_is_decided_by_the_runs_own_user(tmp_path: Path) 
         run = await parked(api, gina, {"role": "guest"})
         approval = (await api.client.get("/v1/approvals", headers=gina)).json()["approvals"][0]
         assert (await api.client.get("/v1/approvals", headers=other_guest)).json() == {
-            "approvals": []
+            "approvals": [],
+            "next_cursor": None,
         }
         body = {"decision": "approve", "arguments_hash": approval["arguments_hash"]}
         url_ = f"/v1/approvals/{approval['id']}/decision"
@@ -159,3 +160,21 @@ async def test_the_list_shows_what_the_caller_may_decide_past_others_approvals(
         assert mine["approvals"][0]["arguments"] == {"amount": 120}
         theirs = (await api.client.get("/v1/approvals?limit=1", headers=mona)).json()
         assert [a["id"] for a in theirs["approvals"]] == [for_manager["pending_approval"]["id"]]
+        # The next page goes on after it: nothing more for the manager.
+        rest = await api.client.get(
+            "/v1/approvals", params={"limit": 1, "cursor": theirs["next_cursor"]}, headers=mona
+        )
+        assert rest.json() == {"approvals": [], "next_cursor": None}
+        # A scan that stops at its bound says where to go on.
+        monkeypatch.setattr(approvals_router, "_MAX_PAGES", 1)
+        first = (await api.client.get("/v1/approvals", headers=gina)).json()
+        assert first["approvals"] == [] and first["next_cursor"]
+        more = await api.client.get(
+            "/v1/approvals", params={"cursor": first["next_cursor"]}, headers=gina
+        )
+        assert [a["id"] for a in more.json()["approvals"]] == [for_guest["pending_approval"]["id"]]
+        for bad in ("zz", "W10", "WzEsICJcdTAwMDAiXQ"):
+            assert_problem(
+                await api.client.get(f"/v1/approvals?cursor={bad}", headers=gina),
+                400, "bad-request",
+            )  # fmt: skip
