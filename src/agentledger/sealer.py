@@ -16,6 +16,7 @@ import logging
 import os
 import random
 
+from agentledger.errors import UsageError
 from agentledger.store import Store
 from agentledger.store.queries import service_audit
 
@@ -28,13 +29,22 @@ MAX_BATCHES = 20  # per round, so one round's backlog cannot hold a process's lo
 
 
 def period_from_env() -> float:
-    """Seconds between seals (env ``AGENTLEDGER_AUDIT_SEAL_EVERY``, default 1; 0.01-3600)."""
-    raw = os.environ.get(PERIOD_ENV, "")
+    """Seconds between seals (env ``AGENTLEDGER_AUDIT_SEAL_EVERY``, default 1; 0.01-3600).
+
+    Raises :class:`UsageError` naming the variable when it is set to anything else."""
+    raw = os.environ.get(PERIOD_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PERIOD
     try:
-        value = float(raw) if raw else DEFAULT_PERIOD
+        value = float(raw)
     except ValueError:
-        value = DEFAULT_PERIOD
-    return value if 0.01 <= value <= 3600 else DEFAULT_PERIOD
+        value = float("nan")
+    if not 0.01 <= value <= 3600:  # NaN fails too
+        raise UsageError(
+            f"{PERIOD_ENV} must be a number of seconds from 0.01 to 3600 (got {raw!r}); "
+            "unset it for the default (1)"
+        )
+    return value
 
 
 async def seal_once(store: Store) -> int:

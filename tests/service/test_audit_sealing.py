@@ -191,3 +191,20 @@ async def test_two_processes_sealing_at_once_never_fork_or_skip_the_chain(
         assert {r["tenant_id"] for r in per_tenant} == set(TENANTS)
     finally:
         await store.close()
+
+
+def test_a_bad_seal_period_stops_the_worker_with_a_one_line_reason(tmp_path: Path) -> None:
+    env = Env(tmp_path)
+    try:
+        child = env.child_env()
+        child[sealer.PERIOD_ENV] = "soon"
+        done = subprocess.run(
+            [sys.executable, "-m", "agentledger.cli.main", "worker", "--app", APP,
+             "--db", env.url, "--burst"],
+            cwd=ROOT, env=child, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode != 0
+        last = done.stderr.strip().splitlines()[-1]
+        assert sealer.PERIOD_ENV in last and "0.01 to 3600" in last, done.stderr
+    finally:
+        env.close()
