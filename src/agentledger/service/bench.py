@@ -217,6 +217,11 @@ async def run_api_bench(
         from agentledger.service.auth import create_key
 
         key, _ = await create_key(store, pepper.encode(), "bench", "bench", ["operator"], 3600)
+        # The streamed runs belong to another tenant: claims are fair across tenants, so
+        # the worker reaches them without first draining the load phases' queued runs.
+        sse_key, _ = await create_key(
+            store, pepper.encode(), "bench-sse", "bench", ["operator"], 3600
+        )
     finally:
         await store.close()
     port = _port()
@@ -232,7 +237,8 @@ async def run_api_bench(
         await _load(base, headers, min(200, requests), concurrency, False)  # warm-up
         plain = await _load(base, headers, requests, concurrency, False, serve.pid)
         keyed = await _load(base, headers, requests, concurrency, True, serve.pid)
-        lag = await _sse_lag(base, headers, streams, env, db)
+        sse_headers = {"Authorization": f"Bearer {sse_key}"}
+        lag = await _sse_lag(base, sse_headers, streams, env, db)
     finally:
         serve.terminate()
         serve.wait(30)

@@ -6,6 +6,7 @@ the Idempotency-Key row, so a key never exists without its run nor a run without
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -89,25 +90,38 @@ def submit_run(
     own.
     """
     now = time.time() if book is None else book.now
+    if new.request_id is not None:
+        # This very submit, committed before its reply was lost: answer it again, and
+        # write nothing twice (a store retries a job after a lost connection). First:
+        # its own Idempotency-Key row would answer it as a replay of another request.
+        done = find_request(d, conn, new.request_id)
+        if done is not None:
+            return Submitted(done, False, respond(done))
     if idem is not None:
         earlier = find_idempotent(d, conn, new.tenant_id, idem, now)
         if earlier is not None:
             return earlier
-    if new.request_id is not None:
-        # This very submit, committed before its reply was lost: answer it again, and
-        # write nothing twice (a store retries a job after a lost connection).
-        done = find_request(d, conn, new.request_id)
-        if done is not None:
-            return Submitted(done, False, respond(done))
     if book is None:
         book = QuotaBook(quota, now)
     book.check(d, conn, new.tenant_id)
-    run = create_run(d, conn, new)
-    d.execute(
+    # The request id is not given to create_run: it was looked for just above, in this
+    # transaction, and create_run would look again. It is written with the service
+    # columns below, in the same transaction, under the same unique index.
+    run = create_run(d, conn, dataclasses.replace(new, request_id=None))
+    run = dataclasses.replace(run, request_id=new.request_id)
+    # The service columns and the seq of the run.accepted event in one statement.
+    seq = d.fetchall(
         conn,
-        "UPDATE runs SET principal = :p, webhook = :w, idempotency_key = :k WHERE id = :id",
-        {"p": dumps(principal), "w": webhook, "k": idem.key if idem else None, "id": run.id},
-    )
+        "UPDATE runs SET principal = :p, webhook = :w, idempotency_key = :k, "
+        "request_id = :rid, event_seq = event_seq + 1 WHERE id = :id RETURNING event_seq",
+        {
+            "p": dumps(principal),
+            "w": webhook,
+            "k": idem.key if idem else None,
+            "rid": new.request_id,
+            "id": run.id,
+        },
+    )[0]["event_seq"]
     # Who started the run, in the audit trail with it.
     insert_event(
         d,
@@ -122,6 +136,7 @@ def submit_run(
             "idempotency_key": idem.key if idem else None,
             "webhook": webhook,
         },
+        seq=int(seq),
     )
     body = respond(run)
     if idem is not None:
