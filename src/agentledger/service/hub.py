@@ -4,6 +4,12 @@ Each waiter holds an :class:`asyncio.Event`; the hub reads (last event seq, stat
 every watched run in one query and sets the events of the runs that moved. A waiter
 clears its event *before* reading the database, so a change is never missed between
 its read and its wait.
+
+The heads the hub read are kept (:meth:`EventHub.head`): a stream woken by the hub reads
+the head from there instead of asking the database again -- with 100 open streams that
+is 100 queries fewer per change, all on the store's one connection. A kept head is
+never newer than the database, and the hub wakes the waiters whenever it moves, so a
+stream that reads a kept head misses nothing: it is woken again by the next poll.
 """
 
 from __future__ import annotations
@@ -57,6 +63,11 @@ class EventHub:
                 if not waiters:
                     del self._waiters[run_id]
                     self._heads.pop(run_id, None)
+
+    def head(self, run_id: str) -> tuple[int, str] | None:
+        """(last event seq, status) of a watched run as the last poll read it; None
+        before the first poll that saw it."""
+        return self._heads.get(run_id)
 
     async def _heads_of(self, ids: list[str]) -> dict[str, tuple[int, str]]:
         return await self.store.transact(

@@ -89,10 +89,13 @@ async def _stream(request: Request, run_id: str, after: int) -> AsyncIterator[st
     async with state.hub.watch(run_id) as changed:
         while True:
             changed.clear()
-            heads = await store.transact(
-                lambda d, c: service_events.event_heads(d, c, [run_id]), write=False
-            )
-            head_seq, status = heads.get(run_id, (0, RunStatus.QUEUED))
+            head = state.hub.head(run_id)  # what woke us (see service/hub.py)
+            if head is None:
+                heads = await store.transact(
+                    lambda d, c: service_events.event_heads(d, c, [run_id]), write=False
+                )
+                head = heads.get(run_id, (0, RunStatus.QUEUED))
+            head_seq, status = head
             while last < head_seq:
                 page = await store.transact(
                     lambda d, c: service_events.run_events(d, c, run_id, last, _PAGE),

@@ -6,6 +6,7 @@ the Idempotency-Key row, so a key never exists without its run nor a run without
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -19,29 +20,14 @@ from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import RUN_COLUMNS
 from agentledger.store.queries.events import insert_event
 from agentledger.store.queries.runs import create_run, find_request, get_run
+from agentledger.store.queries.service_quota import Quota, QuotaBook, QuotaExceeded
 
 SERVICE_RUN_COLUMNS = RUN_COLUMNS + ", webhook, idempotency_key, event_seq"
-_TERMINAL = ", ".join(f"'{s}'" for s in sorted(RunStatus.TERMINAL))
+__all__ = ["Quota", "QuotaExceeded"]  # re-exported: the quota is part of a submit
 
 
 class IdempotencyMismatch(StoreError):
     """The Idempotency-Key was used before with a different request body."""
-
-
-class QuotaExceeded(StoreError):
-    """The tenant's quota refuses a new run now; ``retry_after`` in seconds."""
-
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-@dataclass
-class Quota:
-    """A tenant's limits (None: unlimited)."""
-
-    runs_per_minute: int | None = None
-    max_in_flight: int | None = None
 
 
 @dataclass
@@ -60,57 +46,6 @@ class Submitted:
     run: Run
     replayed: bool
     response: Any = None
-
-
-def tenant_quota(d: Dialect, conn: Any, tenant_id: str, default: Quota) -> Quota:
-    """The tenant's own limits where set, else ``default``'s."""
-    found = d.fetchall(
-        conn,
-        "SELECT runs_per_minute, max_in_flight FROM tenants WHERE id = :id",
-        {"id": tenant_id},
-    )
-    if not found:
-        return default
-    row = found[0]
-    return Quota(
-        runs_per_minute=row["runs_per_minute"]
-        if row["runs_per_minute"] is not None
-        else default.runs_per_minute,
-        max_in_flight=row["max_in_flight"]
-        if row["max_in_flight"] is not None
-        else default.max_in_flight,
-    )
-
-
-def check_quota(d: Dialect, conn: Any, tenant_id: str, quota: Quota, now: float) -> None:
-    """Raise :class:`QuotaExceeded` when the tenant may not start a run now."""
-    if quota.runs_per_minute is not None:
-        found = d.fetchall(
-            conn,
-            "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM runs "
-            "WHERE tenant_id = :t AND created_at > :since",
-            {"t": tenant_id, "since": now - 60.0},
-        )
-        n = int(found[0]["n"])
-        if n >= quota.runs_per_minute:
-            oldest = float(found[0]["oldest"] or now)
-            wait = max(1, int(oldest + 60.0 - now + 0.999))
-            raise QuotaExceeded(
-                f"tenant {tenant_id} started {n} runs in the last minute "
-                f"(limit {quota.runs_per_minute})",
-                wait,
-            )
-    if quota.max_in_flight is not None:
-        found = d.fetchall(
-            conn,
-            f"SELECT COUNT(*) AS n FROM runs WHERE tenant_id = :t AND status NOT IN ({_TERMINAL})",
-            {"t": tenant_id},
-        )
-        n = int(found[0]["n"])
-        if n >= quota.max_in_flight:
-            raise QuotaExceeded(
-                f"tenant {tenant_id} has {n} runs in flight (limit {quota.max_in_flight})", 5
-            )
 
 
 def find_idempotent(
@@ -145,30 +80,48 @@ def submit_run(
     quota: Quota,
     respond: Any,
     request_id: str | None = None,
+    book: QuotaBook | None = None,
 ) -> Submitted:
     """Create a run (one transaction: quota, run row, key row); replay a known key.
 
     ``respond(run)`` builds the response body recorded with the key, so a replay
-    answers exactly what the first request answered.
+    answers exactly what the first request answered. ``book`` is the quota state of a
+    group commit (its tenants already locked and counted); alone, the submit makes its
+    own.
     """
-    now = time.time()
+    now = time.time() if book is None else book.now
+    if new.request_id is not None:
+        # This very submit, committed before its reply was lost: answer it again, and
+        # write nothing twice (a store retries a job after a lost connection). First:
+        # its own Idempotency-Key row would answer it as a replay of another request.
+        done = find_request(d, conn, new.request_id)
+        if done is not None:
+            return Submitted(done, False, respond(done))
     if idem is not None:
         earlier = find_idempotent(d, conn, new.tenant_id, idem, now)
         if earlier is not None:
             return earlier
-    if new.request_id is not None:
-        # This very submit, committed before its reply was lost: answer it again, and
-        # write nothing twice (a store retries a job after a lost connection).
-        done = find_request(d, conn, new.request_id)
-        if done is not None:
-            return Submitted(done, False, respond(done))
-    check_quota(d, conn, new.tenant_id, tenant_quota(d, conn, new.tenant_id, quota), now)
-    run = create_run(d, conn, new)
-    d.execute(
+    if book is None:
+        book = QuotaBook(quota, now)
+    book.check(d, conn, new.tenant_id)
+    # The request id is not given to create_run: it was looked for just above, in this
+    # transaction, and create_run would look again. It is written with the service
+    # columns below, in the same transaction, under the same unique index.
+    run = create_run(d, conn, dataclasses.replace(new, request_id=None))
+    run = dataclasses.replace(run, request_id=new.request_id)
+    # The service columns and the seq of the run.accepted event in one statement.
+    seq = d.fetchall(
         conn,
-        "UPDATE runs SET principal = :p, webhook = :w, idempotency_key = :k WHERE id = :id",
-        {"p": dumps(principal), "w": webhook, "k": idem.key if idem else None, "id": run.id},
-    )
+        "UPDATE runs SET principal = :p, webhook = :w, idempotency_key = :k, "
+        "request_id = :rid, event_seq = event_seq + 1 WHERE id = :id RETURNING event_seq",
+        {
+            "p": dumps(principal),
+            "w": webhook,
+            "k": idem.key if idem else None,
+            "rid": new.request_id,
+            "id": run.id,
+        },
+    )[0]["event_seq"]
     # Who started the run, in the audit trail with it.
     insert_event(
         d,
@@ -183,6 +136,7 @@ def submit_run(
             "idempotency_key": idem.key if idem else None,
             "webhook": webhook,
         },
+        seq=int(seq),
     )
     body = respond(run)
     if idem is not None:
@@ -209,6 +163,7 @@ def submit_run(
                 "exp": now + idem.ttl_seconds,
             },
         )
+    book.accepted(new.tenant_id)
     return Submitted(run, False, body)
 
 
@@ -320,15 +275,25 @@ def submit_group(
 ) -> list[Submitted | BaseException]:
     """Many submits in ONE transaction (one fsync for the group), each under its own
     savepoint: a submit refused (quota, a reused key, a unique violation) is rolled back
-    alone and its error returned in its place; the others commit."""
+    alone and its error returned in its place; the others commit.
+
+    The quota locks of the group's tenants are taken first, in tenant order, outside
+    any savepoint (a savepoint rolled back would release a lock taken inside it).
+    """
     out: list[Submitted | BaseException] = []
+    if not requests:
+        return out
+    # One default quota per serve process: every request of a group carries the same.
+    book = QuotaBook(requests[0].quota, time.time())
+    book.prepare(d, conn, [r.new.tenant_id for r in requests])
     for i, r in enumerate(requests):
         savepoint = f"submit{i}"
         d.execute(conn, f"SAVEPOINT {savepoint}")
         try:
             done = submit_run(
-                d, conn, r.new, r.principal, r.webhook, r.idem, r.quota, r.respond, r.request_id
-            )
+                d, conn, r.new, r.principal, r.webhook, r.idem, r.quota, r.respond,
+                r.request_id, book,
+            )  # fmt: skip
         except Exception as exc:
             if d.is_disconnect(exc) or d.is_transient(exc):
                 raise  # the whole group is retried by the store
