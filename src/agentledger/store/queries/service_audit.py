@@ -52,10 +52,13 @@ def record_hash(prev_hash: str, tenant_id: str, row: dict[str, Any], chain_no: i
 
 def seal(d: Dialect, conn: Any, limit: int = 5000) -> int:
     """Seal up to ``limit`` committed events into their tenants' chains; return how many."""
+    # The tenants of the oldest ``limit`` unsealed events only (a partial-index range):
+    # a scan of every unsealed event grows with the backlog and holds the connection.
     tenants = d.fetchall(
         conn,
-        "SELECT DISTINCT r.tenant_id FROM events e JOIN runs r ON r.id = e.run_id "
-        "WHERE e.hash IS NULL",
+        "SELECT DISTINCT r.tenant_id FROM runs r JOIN (SELECT run_id FROM events "
+        "WHERE hash IS NULL ORDER BY id LIMIT :limit) e ON r.id = e.run_id",
+        {"limit": limit},
     )
     sealed = 0
     for t in sorted(r["tenant_id"] for r in tenants):
