@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agentledger.errors import AgentLedgerError, LeaseLost
-from agentledger.store.base import EffectClaimed
+from agentledger.store.base import KeyHeld
 from agentledger.store.dialect import Dialect, WouldBlock
 from agentledger.store.queries import committed
 
@@ -136,7 +136,7 @@ def run_single(
         if result is NOT_DONE:
             result = job.fn(conn)
         dialect.commit(conn)
-    except (AgentLedgerError, EffectClaimed) as exc:
+    except (AgentLedgerError, KeyHeld) as exc:
         rollback(dialect, conn)
         job.future.set_exception(exc)
         return
@@ -182,7 +182,7 @@ def run_group(
                 job.fn(conn)
                 dialect.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
                 outcomes.append((job, None))
-            except (LeaseLost, EffectClaimed) as refused:
+            except (LeaseLost, KeyHeld) as refused:
                 dialect.execute(conn, f"ROLLBACK TO SAVEPOINT {savepoint}")
                 dialect.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
                 outcomes.append((job, refused))
@@ -249,7 +249,7 @@ def _run_one(dialect: Dialect, conn: Any, job: Job, sizes: MutableSequence[int])
     try:
         job.fn(conn)
         dialect.commit(conn)
-    except (LeaseLost, EffectClaimed) as exc:
+    except (LeaseLost, KeyHeld) as exc:
         rollback(dialect, conn)
         sizes.append(1)
         job.future.set_exception(exc)
