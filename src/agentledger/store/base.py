@@ -370,8 +370,10 @@ class Store(ABC):
 
     # observability (see agentledger.observe) ------------------------------------
     # Backends without them raise NotImplementedError.
-    async def observe_snapshot(self) -> dict[str, Any]:
-        """The store-derived metric values at this moment (observe/metrics.py renders them)."""
+    async def observe_snapshot(self, *, live: bool = True, settled: bool = True) -> dict[str, Any]:
+        """The store-derived metric values at this moment (observe/metrics.py renders
+        them): the ``live`` part (unfinished runs, queue, outbox backlog; cheap at any
+        volume) and the ``settled`` history (finished runs, audit counts)."""
         raise NotImplementedError
 
     async def run_stats(self, since: float | None, agent: str | None) -> dict[str, Any]:
