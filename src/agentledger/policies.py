@@ -34,11 +34,13 @@ class RequireApproval:
     ``approvals_needed``: that many distinct approvers must approve (one reject
     decides); a policy asks for 2 above its threshold, e.g.
     ``RequireApproval("manager", approvals_needed=2 if amount > 1000 else 1)``.
-    Both are enforced by the store, whoever decides (API, CLI).
+    Both are enforced by the store, whoever decides (API, CLI). Unless given,
+    an approval expires after 24 hours and is then rejected (``default``), by the
+    workers, whether or not anyone looks.
     """
 
     role: str
-    expires_in: float = 3600.0
+    expires_in: float = 24 * 3600.0
     default: str = "reject"  # applied on expiry
     not_requester: bool = False
     approvals_needed: int = 1

@@ -75,6 +75,9 @@ async def test_an_approved_call_runs_once(tmp_path: Path) -> None:
         assert await h.execute(run_id) == RunStatus.WAITING  # still pending: parks again
         approval = await _pending(h, run_id)
         assert approval.required_role == "guest"
+        # A tool's ``approval=`` role: the defaults, 24 h then rejected.
+        assert approval.expires_at - approval.requested_at == 24 * 3600
+        assert approval.default_decision == "reject"
         await h.store.decide_approval(approval.id, "approve", "guest:ann")
         run = await h.drive(run_id)
     assert run.status == RunStatus.COMPLETED and run.result == {"booked": "h1"}
@@ -129,7 +132,7 @@ async def test_a_human_decision_at_expiry_time_wins_approve(tmp_path: Path) -> N
         LateDecider(h, "approve")
         run_id = await h.submit("book_it")  # default on expiry: reject
         await h.execute(run_id)
-        h.clock.advance(3601)
+        h.clock.advance(24 * 3600 + 1)
         assert await h.execute(run_id) == RunStatus.COMPLETED  # in this pass, not a retry
         run = await h.run(run_id)
         (decided,) = await h.store.get_approvals(run_id)
@@ -156,7 +159,7 @@ async def test_a_store_failure_while_deciding_leaves_the_run_for_resume(tmp_path
     async with Harness(tmp_path, make_app(calls)) as h:
         run_id = await h.submit("book_it")
         await h.execute(run_id)
-        h.clock.advance(3601)
+        h.clock.advance(24 * 3600 + 1)
         original = h.store.decide_approval
 
         async def broken(*args: Any) -> Any:

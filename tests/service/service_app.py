@@ -10,7 +10,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentledger import Allow, App, RequireApproval, ToolContext, WorkflowContext
+from agentledger.budget import Budget
 from agentledger.policies import ProposedCall
+from agentledger.tools.contract import Compensation
 
 app = App("service-tests")
 
@@ -67,3 +69,36 @@ def approval_policy(call: ProposedCall) -> Any:
 async def payout(ctx: WorkflowContext, input: dict[str, Any]) -> Any:
     """One payment, behind an approval when the input asks for one."""
     return await ctx.tool("pay", amount=int(input["amount"]))
+
+
+@app.tool(effect="write", idempotency="effects")
+async def refund(ctx: ToolContext, charge: str) -> dict[str, Any]:
+    """Undo a ``charge``."""
+    return {"refunded": charge}
+
+
+@app.tool(
+    effect="write",
+    idempotency="effects",
+    compensation=Compensation("refund", lambda args, result: {"charge": result["charge"]}),
+)
+async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
+    """A charge, undone by ``refund`` when the run is cancelled later."""
+    return {"charge": f"ch_{amount}"}
+
+
+@app.workflow(name="charge_then_wait", version="1")
+async def charge_then_wait(ctx: WorkflowContext, input: dict[str, Any]) -> Any:
+    """Charge, then wait an hour (the run parks), then one more step."""
+    await ctx.tool("charge", amount=int(input.get("amount", 10)))
+    await ctx.sleep(3600)
+    await ctx.step("after", _pause, 0.0, None)
+    return {"done": True}
+
+
+@app.workflow(name="over_budget", version="1", budget=Budget(max_steps=1))
+async def over_budget(ctx: WorkflowContext, input: Any) -> Any:
+    """Two steps on a one-step budget: handed to a human (``needs_human``)."""
+    await ctx.step("first", _pause, 0.0, None)
+    await ctx.step("second", _pause, 0.0, None)
+    return "unreachable"

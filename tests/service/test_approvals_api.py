@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agentledger.service.routers import approvals as approvals_router
 from tests.service.conftest import Api, in_process, settings_for, until
 from tests.service.test_runs_api import assert_problem
 
@@ -45,6 +46,11 @@ async def test_a_manager_approves_through_the_api_and_the_run_completes(live: Ap
     shown = listed[0]
     assert shown["arguments"] == {"amount": 120} and shown["required_role"] == "manager"
     assert (await live.client.get("/v1/approvals", headers=operator)).json()["approvals"] == []
+    # The built-in approver and admin roles may decide any role's approval of the tenant.
+    for role in ("approver", "admin"):
+        anyone = await live.key("t1", f"{role}-user", (role,))
+        seen = (await live.client.get("/v1/approvals", headers=anyone)).json()["approvals"]
+        assert [a["id"] for a in seen] == [approval_id]
     assert (await live.client.get("/v1/approvals", headers=foreign)).json()["approvals"] == []
     decision = {"decision": "approve", "arguments_hash": shown["arguments_hash"]}
     url = f"/v1/approvals/{approval_id}/decision"
@@ -95,7 +101,8 @@ async def test_a_guest_approval_is_decided_by_the_runs_own_user(tmp_path: Path) 
         run = await parked(api, gina, {"role": "guest"})
         approval = (await api.client.get("/v1/approvals", headers=gina)).json()["approvals"][0]
         assert (await api.client.get("/v1/approvals", headers=other_guest)).json() == {
-            "approvals": []
+            "approvals": [],
+            "next_cursor": None,
         }
         body = {"decision": "approve", "arguments_hash": approval["arguments_hash"]}
         url_ = f"/v1/approvals/{approval['id']}/decision"
@@ -134,3 +141,40 @@ async def test_execution_refuses_arguments_that_differ_from_the_approved_ones(
         steps = (await api.client.get(f"/v1/runs/{run['id']}/steps", headers=gina)).json()
         pay = [s for s in steps["steps"] if s["name"] == "pay"]
         assert pay and pay[-1]["status"] == "failed" and "differ" in (pay[-1]["error"] or "")
+
+
+async def test_the_list_shows_what_the_caller_may_decide_past_others_approvals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The oldest approval needs a manager; a guest listing one approval still gets their
+    own (the store is paged until the caller's are found), and the manager theirs."""
+    monkeypatch.setattr(approvals_router, "_PAGE", 1)  # one approval per store read
+    url = f"sqlite:///{tmp_path / 'page.db'}"
+    async with in_process(settings_for(url, workers_inline=1)) as api:
+        gina = await api.key("t1", "gina", ("guest",))
+        mona = await api.key("t1", "mona", ("manager",))
+        for_manager = await parked(api, gina, {"role": "manager"})
+        for_guest = await parked(api, gina, {"role": "guest"})
+        mine = (await api.client.get("/v1/approvals?limit=1", headers=gina)).json()
+        assert [a["id"] for a in mine["approvals"]] == [for_guest["pending_approval"]["id"]]
+        assert mine["approvals"][0]["arguments"] == {"amount": 120}
+        theirs = (await api.client.get("/v1/approvals?limit=1", headers=mona)).json()
+        assert [a["id"] for a in theirs["approvals"]] == [for_manager["pending_approval"]["id"]]
+        # The next page goes on after it: nothing more for the manager.
+        rest = await api.client.get(
+            "/v1/approvals", params={"limit": 1, "cursor": theirs["next_cursor"]}, headers=mona
+        )
+        assert rest.json() == {"approvals": [], "next_cursor": None}
+        # A scan that stops at its bound says where to go on.
+        monkeypatch.setattr(approvals_router, "_MAX_PAGES", 1)
+        first = (await api.client.get("/v1/approvals", headers=gina)).json()
+        assert first["approvals"] == [] and first["next_cursor"]
+        more = await api.client.get(
+            "/v1/approvals", params={"cursor": first["next_cursor"]}, headers=gina
+        )
+        assert [a["id"] for a in more.json()["approvals"]] == [for_guest["pending_approval"]["id"]]
+        for bad in ("zz", "W10", "WzEsICJcdTAwMDAiXQ"):
+            assert_problem(
+                await api.client.get(f"/v1/approvals?cursor={bad}", headers=gina),
+                400, "bad-request",
+            )  # fmt: skip

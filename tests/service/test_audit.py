@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
 from agentledger.cli.main import cli
-from tests.service.conftest import Api, in_process, settings_for
+from tests.service.conftest import Api, in_process, settings_for, until
 from tests.service.test_runs_api import assert_problem
 
 
@@ -78,3 +79,90 @@ async def test_audit_of_a_run_in_the_cli(sqlite_api: Api) -> None:
     url = sqlite_api.app.state.settings.db_url
     shown = await asyncio.to_thread(audit_cli, run["id"], "--db", url)
     assert shown.exit_code == 0 and "run.accepted" in shown.output  # type: ignore[attr-defined]
+
+
+async def test_the_audit_trail_names_who_started_proposed_decided_and_ran_what(
+    tmp_path: Path,
+) -> None:
+    """An approved payment's records, through the API: the starter (key, user, request,
+    Idempotency-Key), the policy's decision, the proposed call with its arguments, the
+    approver with their key and request, the call executed; all of it sealed."""
+    url = f"sqlite:///{tmp_path / 'trail.db'}"
+    async with in_process(settings_for(url, workers_inline=1, audit_seal_every=0.05)) as api:
+        gina = await api.key("t1", "gina", ("guest",))
+        mona = await api.key("t1", "mona", ("manager",))
+        body = {"agent": "payout", "input": {"amount": 120, "approval": {"role": "manager"}}}
+        started = await api.client.post(
+            "/v1/runs", json=body, headers={**gina, "Idempotency-Key": "pay-120",
+                                            "X-Request-Id": "req-start-1"},
+        )  # fmt: skip
+        run_id = started.json()["id"]
+        starter_key = started.json()["principal"]["key_id"]
+
+        async def listed() -> bool:
+            return bool((await api.client.get("/v1/approvals", headers=mona)).json()["approvals"])
+
+        await until(listed)
+        (a,) = (await api.client.get("/v1/approvals", headers=mona)).json()["approvals"]
+        decided = await api.client.post(
+            f"/v1/approvals/{a['id']}/decision",
+            json={"decision": "approve", "arguments_hash": a["arguments_hash"], "reason": "ok"},
+            headers={**mona, "X-Request-Id": "req-approve-1"},
+        )
+        assert decided.status_code == 200
+        done = await api.client.get(f"/v1/runs/{run_id}/result?wait=30", headers=gina)
+        assert done.json()["status"] == "completed"
+
+        async def all_sealed() -> bool:
+            got = (await api.client.get(f"/v1/runs/{run_id}/audit", headers=gina)).json()
+            return all(r["hash"] for r in got["records"])
+
+        await until(all_sealed)
+        records = (await api.client.get(f"/v1/runs/{run_id}/audit", headers=gina)).json()
+        by_type: dict[str, list[dict[str, Any]]] = {}
+        for r in records["records"]:
+            by_type.setdefault(r["type"], []).append(r)
+        (accepted,) = by_type["run.accepted"]
+        assert accepted["actor"] == "gina" and accepted["data"]["key_id"] == starter_key
+        assert accepted["data"]["request_id"] == "req-start-1"
+        assert accepted["data"]["idempotency_key"] == "pay-120"
+        (policy,) = by_type["policy.decision"]
+        assert policy["data"]["decision"] == "RequireApproval" and policy["data"]["tool"] == "pay"
+        (requested,) = by_type["approval.requested"]
+        assert requested["data"]["arguments"] == {"amount": 120}
+        (decision,) = by_type["approval.decided"]
+        assert (decision["actor"], decision["data"]["decision"]) == ("mona", "approve")
+        (context,) = by_type["approval.decision_context"]
+        assert context["data"]["key_id"] == mona["Authorization"].split("_")[1] != starter_key
+        assert context["data"]["request_id"] == "req-approve-1"
+        assert context["data"]["arguments_hash"] == a["arguments_hash"]
+        executed = [r for r in by_type["step.succeeded"] if r["data"]["name"] == "pay"]
+        assert len(executed) == 1
+        assert by_type["run.completed"]
+
+
+async def test_nothing_in_the_api_edits_or_deletes_audit_records(api: Api) -> None:
+    """Every route that reads the audit trail is a GET, and no route changes events."""
+    spec = (await api.client.get("/openapi.json")).json()
+    audit_routes = {p: set(m) for p, m in spec["paths"].items() if "audit" in p}
+    assert audit_routes == {"/v1/runs/{run_id}/audit": {"get"}, "/v1/audit": {"get"}}
+    admin = await api.key("t1", "ada", ("admin",))
+    for method in ("PUT", "PATCH", "DELETE", "POST"):
+        r = await api.client.request(method, "/v1/audit", headers=admin)
+        assert_problem(r, 405, "method-not-allowed")
+
+
+async def test_readyz_is_503_while_migrations_are_pending(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ready.db'}"
+    async with in_process(settings_for(url)) as api:
+        assert (await api.client.get("/readyz")).status_code == 200
+        await api.store.transact(
+            lambda d, c: d.execute(
+                c, "DELETE FROM schema_migrations WHERE version = "
+                "(SELECT MAX(version) FROM schema_migrations)",
+            )
+        )  # fmt: skip
+        r = await api.client.get("/readyz")
+        body = assert_problem(r, 503, "unavailable")
+        assert "agentledger migrate" in body["detail"]
+        assert (await api.client.get("/healthz")).json() == {"status": "ok"}

@@ -84,7 +84,13 @@ async def test_the_requester_may_not_approve_their_own_run(store_url: str) -> No
         max_ = await key(api, "max", "manager")
         run = await parked(client, mona, 50)
         approval_id = run["pending_approval"]["id"]
-        listed = (await client.get("/v1/approvals", headers=mona)).json()["approvals"]
+        # Listed to another manager, with the proposed action and its amount, but not to
+        # the requester, who may not decide it.
+        listed = (await client.get("/v1/approvals", headers=max_)).json()["approvals"]
+        assert [(a["id"], a["tool"], a["arguments"]) for a in listed] == [
+            (approval_id, "transfer", {"amount": 50})
+        ]
+        assert (await client.get("/v1/approvals", headers=mona)).json()["approvals"] == []
         url = f"/v1/approvals/{approval_id}/decision"
         body = decision_for(listed, approval_id, "approve")
         own = await client.post(url, json=body, headers=mona)
@@ -114,6 +120,10 @@ async def test_above_the_threshold_two_distinct_approvers_are_needed(store_url: 
         # The same approver again does not count twice.
         again = await client.post(url, json=body, headers=mona)
         assert again.status_code == 200 and again.json()["decision"] is None
+        # Having approved, mona has nothing left to decide there; max still has.
+        assert (await client.get("/v1/approvals", headers=mona)).json()["approvals"] == []
+        still = (await client.get("/v1/approvals", headers=max_)).json()["approvals"]
+        assert [(a["id"], a["approvers"]) for a in still] == [(approval_id, ["mona"])]
         state = (await client.get(f"/v1/runs/{run['id']}", headers=gina)).json()
         assert state["status"] == "waiting" and state["pending_approval"]["id"] == approval_id
         second = await client.post(url, json=body, headers=max_)

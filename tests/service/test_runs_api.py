@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.service.conftest import Api
+from tests.service.conftest import Api, in_process, settings_for, until
 
 PROBLEM = "application/problem+json"
 
@@ -154,3 +156,30 @@ async def test_a_viewer_cannot_start_runs(sqlite_api: Api, roles: tuple[str, ...
     h = await sqlite_api.key(roles=roles)
     r = await sqlite_api.client.post("/v1/runs", json={"agent": "free"}, headers=h)
     assert_problem(r, 403, "forbidden")
+
+
+async def test_cancel_of_a_started_run_stops_it_and_compensates(tmp_path: Path) -> None:
+    """Through the API, a run a worker has started (charged, then parked): 202 at once;
+    the worker takes it up, runs no further step, refunds the charge; the run ends
+    ``cancelled``; a second cancel answers 200."""
+    url = f"sqlite:///{tmp_path / 'cancel.db'}"
+    async with in_process(settings_for(url, workers_inline=1)) as api:
+        h = await api.key("t1", "olga", ("operator",))
+        body = {"agent": "charge_then_wait", "input": {"amount": 30}}
+        run_id = (await api.client.post("/v1/runs", json=body, headers=h)).json()["id"]
+
+        async def parked() -> bool:
+            run = (await api.client.get(f"/v1/runs/{run_id}", headers=h)).json()
+            return bool(run["status"] == "waiting")
+
+        await until(parked)
+        r = await api.client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "x"}, headers=h)
+        assert r.status_code == 202 and r.json()["cancel_requested"]
+        done = await api.client.get(f"/v1/runs/{run_id}/result?wait=30", headers=h)
+        assert done.status_code == 200 and done.json()["status"] == "cancelled"
+        steps = (await api.client.get(f"/v1/runs/{run_id}/steps", headers=h)).json()["steps"]
+        names = [(s["name"], s["status"]) for s in steps]
+        assert ("charge", "succeeded") in names and ("refund", "succeeded") in names
+        assert all(n != "after" for n, _ in names)
+        again = await api.client.post(f"/v1/runs/{run_id}/cancel", headers=h)
+        assert again.status_code == 200 and again.json()["status"] == "cancelled"

@@ -114,3 +114,120 @@ async def test_each_event_arrives_signed_despite_two_failed_deliveries(
             return {r["status"] for r in rows} == {"delivered"} and len(rows) == 4
 
         await until(all_recorded, 30)
+
+
+async def parked_payout(api: Any, headers: dict[str, str], url: str | None, ttl: float) -> Any:
+    """A payout run waiting for its guest approval (time to live ``ttl`` seconds)."""
+    body: dict[str, Any] = {
+        "agent": "payout",
+        "input": {"amount": 7, "approval": {"role": "guest", "expires_in": ttl}},
+    }
+    if url:
+        body["webhook"] = url
+    run = (await api.client.post("/v1/runs", json=body, headers=headers)).json()
+
+    async def waiting() -> bool:
+        r = (await api.client.get(f"/v1/runs/{run['id']}", headers=headers)).json()
+        return bool(r["pending_approval"])
+
+    await until(waiting, 30)
+    return (await api.client.get(f"/v1/runs/{run['id']}", headers=headers)).json()
+
+
+async def test_the_expiring_warning_arrives_at_80_percent_of_the_ttl_signed_and_retried(
+    receiver: tuple[Receiver, str], tmp_path: Path
+) -> None:
+    """A short time to live: the warning is sent once, between 80 % of it and the expiry
+    (by the service's own clock), over HTTP to a receiver failing twice, the same event
+    id and body on every attempt, signed; then the default (reject) ends the run."""
+    rec, url = receiver
+    ttl = 3.0
+    async with in_process(settings_for(f"sqlite:///{tmp_path / 'warn.db'}", **FAST)) as api:
+        h = await api.key("t1", "gina", ("guest",))
+        secret = await api.store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, "t1"))
+        run = await parked_payout(api, h, url, ttl)
+        approval = run["pending_approval"]
+
+        def of(kind: str) -> list[dict[str, Any]]:
+            return [a for a in rec.attempts if a["headers"]["AgentLedger-Event"] == kind]
+
+        async def failed_and_reported() -> bool:
+            return any(a["status"] == 200 for a in of("run.failed"))
+
+        await until(failed_and_reported, 60)
+        tries = of("approval.expiring")
+        assert [a["status"] for a in tries] == [500, 500, 200]
+        assert {a["id"] for a in tries} == {f"evt_{approval['id']}_expiring"}
+        assert len({a["body"] for a in tries}) == 1  # the same event, retried
+        ok = tries[-1]
+        assert verify(secret, ok["headers"]["AgentLedger-Signature"], ok["body"])
+        warning = json.loads(ok["body"])
+        assert warning["id"] == ok["id"] and warning["run_id"] == run["id"]
+        assert warning["data"]["approval_id"] == approval["id"]
+        assert warning["data"]["expires_at"] == approval["expires_at"]
+        requested, expires = approval["requested_at"], approval["expires_at"]
+        assert requested + 0.8 * (expires - requested) <= warning["occurred_at"] < expires
+        done = (await api.client.get(f"/v1/runs/{run['id']}", headers=h)).json()
+        assert done["status"] == "failed"
+
+
+async def test_the_expiring_warning_is_enqueued_once_only_for_open_approvals_past_80_percent(
+    tmp_path: Path,
+) -> None:
+    """The rule, on the store's clock argument: not before 80 % of the time to live, once
+    from then on, not after the expiry, not once decided, not without a webhook."""
+    async with in_process(settings_for(f"sqlite:///{tmp_path / 'rule.db'}", **FAST)) as api:
+        h = await api.key("t1", "gina", ("guest",))
+        ttl = 1000.0
+        run = await parked_payout(api, h, "http://127.0.0.1:9/hook", ttl)
+        silent = await parked_payout(api, h, None, ttl)
+        a = run["pending_approval"]
+        start = a["requested_at"]
+
+        async def enqueue(at: float) -> int:
+            n: int = await api.store.transact(
+                lambda d, c: service_webhooks.enqueue_expiring(d, c, at)
+            )
+            return n
+
+        async def warnings() -> list[str]:
+            rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+            return [r["id"] for r in rows if r["type"] == "approval.expiring"]
+
+        assert await enqueue(start + 0.79 * ttl) == 0
+        assert await enqueue(a["expires_at"]) == 0  # expired: too late to warn
+        assert await enqueue(start + 0.8 * ttl) == 1
+        assert await enqueue(start + 0.9 * ttl) == 1  # looked at again ...
+        assert await warnings() == [f"evt_{a['id']}_expiring"]  # ... enqueued once
+        assert silent["pending_approval"]["id"] not in str(await warnings())
+        body = {"decision": "reject", "arguments_hash": "0" * 64}
+        listed = (await api.client.get("/v1/approvals", headers=h)).json()["approvals"]
+        body["arguments_hash"] = next(x for x in listed if x["id"] == a["id"])["arguments_hash"]
+        r = await api.client.post(f"/v1/approvals/{a['id']}/decision", json=body, headers=h)
+        assert r.status_code == 200
+        assert await enqueue(start + 0.95 * ttl) == 0  # decided: nothing to warn about
+
+
+async def test_a_run_handed_to_a_human_is_reported_as_needs_human(
+    receiver: tuple[Receiver, str], tmp_path: Path
+) -> None:
+    rec, url = receiver
+    async with in_process(settings_for(f"sqlite:///{tmp_path / 'nh.db'}", **FAST)) as api:
+        h = await api.key("t1", "olga", ("operator",))
+        secret = await api.store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, "t1"))
+        body = {"agent": "over_budget", "input": {}, "webhook": url}
+        run_id = (await api.client.post("/v1/runs", json=body, headers=h)).json()["id"]
+
+        async def reported() -> bool:
+            return any(a["headers"]["AgentLedger-Event"] == "run.needs_human"
+                       for a in rec.delivered().values())  # fmt: skip
+
+        await until(reported, 30)
+        (ok,) = [a for a in rec.delivered().values()
+                 if a["headers"]["AgentLedger-Event"] == "run.needs_human"]  # fmt: skip
+        assert verify(secret, ok["headers"]["AgentLedger-Signature"], ok["body"])
+        event = json.loads(ok["body"])
+        assert event["run_id"] == run_id and event["run"]["status"] == "needs_human"
+        assert event["run"]["handover_reason"]
+        tries = [a for a in rec.attempts if a["id"] == ok["id"]]
+        assert [a["status"] for a in tries] == [500, 500, 200]

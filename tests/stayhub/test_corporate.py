@@ -1,5 +1,6 @@
-"""Corporate StayHub bookings end to end through the HTTP service (uvicorn on loopback),
-with worker subprocesses and the sandbox: the manager approves through the API, or
+"""StayHub bookings end to end through the HTTP service (uvicorn on loopback), with
+worker subprocesses and the sandbox: the guest approves their own booking and payment
+through the API; for a corporate booking the manager approves through the API, or
 nobody does and the expiry default (reject) applies."""
 
 from __future__ import annotations
@@ -189,4 +190,35 @@ async def test_an_expired_manager_approval_is_rejected_and_the_guest_told_once(
             ]
             assert email["recipient"] == f"{GUEST}@{GUEST_EMAIL_DOMAIN}"
             assert "not approved" in email["subject"]
+        assert stack.invariants()["ok"]
+
+
+async def test_the_guest_approves_their_own_booking_and_payment_through_the_api(
+    stayhub: StackFactory,
+) -> None:
+    async with stayhub(guest_approver=False) as stack, client(stack) as http:
+        guest = await key(stack, GUEST, "guest")
+        other_guest = await key(stack, "g-999", "guest")
+        r = await http.post("/v1/runs", json={"agent": AGENT, "input": INPUT}, headers=guest)
+        assert r.status_code == 202, r.text
+        run_id = str(r.json()["id"])
+        booking = await pending(http, guest, run_id, "create_booking")
+        assert booking["required_role"] == "guest"
+        assert booking["arguments"]["guest_id"] == GUEST
+        # Another guest neither sees nor decides it.
+        theirs = (await http.get("/v1/approvals", headers=other_guest)).json()["approvals"]
+        assert [a for a in theirs if a["run_id"] == run_id] == []
+        assert (await decide(http, other_guest, booking, "approve")).status_code == 403
+        assert (await decide(http, guest, booking, "approve")).status_code == 200
+        payment = await pending(http, guest, run_id, "create_payment")
+        assert payment["arguments"]["amount"]["amount"] > 0  # computed by the server
+        ok = await decide(http, guest, payment, "approve")
+        assert ok.status_code == 200 and ok.json()["decided_by"] == GUEST
+        result = await http.get(f"/v1/runs/{run_id}/result?wait=40", headers=guest)
+        assert result.status_code == 200 and result.json()["status"] == "completed", stack.logs()
+        await stack.drain()
+        assert [k for k in kinds(stack, run_id) if k in ("booking", "charge")] == [
+            "booking",
+            "charge",
+        ]
         assert stack.invariants()["ok"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from agentledger import sealer
 from agentledger.app import App
 from agentledger.service import problems
 from agentledger.service.accepts import AcceptBatcher
@@ -23,7 +24,7 @@ from agentledger.service.routers import approvals, audit, events, health, observ
 from agentledger.service.settings import ServiceSettings
 from agentledger.service.webhooks import Dispatcher
 from agentledger.store import Store, open_store
-from agentledger.store.queries import service_audit, service_runs
+from agentledger.store.queries import service_runs
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ async def _seal_forever(store: Store, period: float) -> None:
     """Seal new audit events into their tenants' chains, every ``period`` seconds."""
     while True:
         try:
-            await store.transact(lambda d, c: service_audit.seal(d, c, 500))
+            await sealer.seal_once(store)  # workers seal too (agentledger/sealer.py)
             await store.transact(
                 lambda d, c: service_runs.purge_idempotency_keys(d, c, time.time())
             )

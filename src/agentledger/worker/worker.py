@@ -41,6 +41,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agentledger import sealer
 from agentledger.app import App
 from agentledger.engine.runner import RELEASED, execute_run
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
@@ -170,6 +171,11 @@ class Worker:
             if self.config.outbox:
                 side.append(asyncio.create_task(self._outbox_loop(), name="outbox"))
             side.append(asyncio.create_task(self._stuck_loop(), name="stuck"))  # observe/stuck.py
+            # The audit chain is sealed where its records are written (agentledger/sealer.py).
+            seal_every = sealer.period_from_env()
+            side.append(
+                asyncio.create_task(sealer.seal_forever(self.store, seal_every), name="seal")
+            )
             for task in side:
                 task.add_done_callback(self._side_task_done)
             # PostgreSQL wakes us on NOTIFY; polling stays as the fallback.
@@ -179,6 +185,7 @@ class Worker:
             )
             await self.stopping.wait()
             await self._drain()
+            await sealer.seal_before_exit(self.store)  # what its last runs wrote
         finally:
             self._drained.set()
             for task in side:

@@ -8,13 +8,18 @@ another tenant's approval, 409 already decided (by whom), 410 expired.
 
 from __future__ import annotations
 
+import base64
+import json
+import math
+import re
 import time
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentledger.canonical import NotJournalable, canonical_json
+from agentledger.canonical import NotJournalable, canonical_json, clean_text
+from agentledger.records import Approval
 from agentledger.service.auth import APPROVER, Caller, Principal
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
 from agentledger.service.views import approval_view
@@ -27,6 +32,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     code: PROBLEM_SCHEMA for code in (401, 403, 404, 409, 410, 422)
 }
 EXPIRED_BY = "system:expired"  # engine/approvals.py: the expiry default's decider
+_PAGE = 200  # approvals read per store round trip while listing
+_MAX_PAGES = 25  # store reads per listing request at most (then next_cursor goes on)
+_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 
 
 def arguments_hash(arguments: Any) -> str:
@@ -48,6 +56,18 @@ def may_decide(p: Principal, required_role: str, run_user: str | None) -> bool:
     if required_role not in p.roles:
         return False
     return required_role != "guest" or p.user_id == run_user
+
+
+def awaits(p: Principal, a: Approval, now: float) -> bool:
+    """True when ``a`` still waits for a decision ``p`` may make: undecided and not
+    expired, ``p`` is not the requester where the policy bars them (``not_requester``),
+    and ``p`` has not approved it already (an approval needing several approvers)."""
+    if a.decision is not None or a.expires_at <= now:
+        return False
+    user = clean_text(p.user_id)
+    if a.not_requester and a.requested_by is not None and user == a.requested_by:
+        return False
+    return user not in a.approvers
 
 
 def _view(item: dict[str, Any]) -> dict[str, Any]:
@@ -72,25 +92,68 @@ class Decision(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
 
 
-@router.get("", responses=ERRORS)
+@router.get("", responses={**ERRORS, 400: PROBLEM_SCHEMA})
 async def list_approvals(
     request: Request,
     principal: Caller,
     status: Literal["pending", "all"] = "pending",
     limit: int = Query(100, ge=1, le=500),
+    cursor: str | None = Query(None, max_length=400, description="next_cursor of a page"),
 ) -> dict[str, Any]:
-    """The approvals the caller may decide, with the proposed action and its
-    server-computed arguments."""
-    found = await request.app.state.store.transact(
-        lambda d, c: service_approvals.tenant_approvals(
-            d, c, principal.tenant_id, status == "pending", limit
-        ),
-        write=False,
-    )
-    mine = [
-        _view(i) for i in found if may_decide(principal, i["approval"].required_role, i["run_user"])
-    ]
-    return {"approvals": mine}
+    """What the caller may decide: approvals of the caller's tenant needing a role the
+    caller holds (a ``guest`` approval: the run's own user), not expired, not the
+    caller's own run where the policy requires another approver, not approved by the
+    caller already; each with the proposed action (``tool``) and its server-computed
+    ``arguments`` (e.g. the amount). ``status=all``: every approval of those roles,
+    decided ones included. Oldest first; ``next_cursor`` (when not null) continues."""
+    store = request.app.state.store
+    pending, now = status == "pending", time.time()
+    shown: list[dict[str, Any]] = []
+    after = _parse_cursor(cursor)
+    # Filtered here (one rule with the decision endpoint), so the store is paged by
+    # keyset until ``limit`` are shown: a page of others' approvals hides nothing. The
+    # scan is bounded; where it stops, ``next_cursor`` says where to go on.
+    for _ in range(_MAX_PAGES):
+        batch = await store.transact(
+            lambda d, c, after=after: service_approvals.tenant_approvals(
+                d, c, principal.tenant_id, pending, _PAGE, after
+            ),
+            write=False,
+        )
+        for item in batch:
+            a = item["approval"]
+            after = (a.requested_at, a.id)
+            if not may_decide(principal, a.required_role, item["run_user"]):
+                continue
+            if pending and not awaits(principal, a, now):
+                continue
+            shown.append(_view(item))
+            if len(shown) == limit:
+                return {"approvals": shown, "next_cursor": _make_cursor(after)}
+        if len(batch) < _PAGE:
+            return {"approvals": shown, "next_cursor": None}
+    return {"approvals": shown, "next_cursor": _make_cursor(after) if after else None}
+
+
+def _make_cursor(after: tuple[float, str]) -> str:
+    raw = json.dumps([after[0], after[1]]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _parse_cursor(token: str | None) -> tuple[float, str] | None:
+    """Only what :func:`_make_cursor` writes: [a finite number, an approval id]."""
+    if not token:
+        return None
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(token.encode() + b"==").decode())
+        if not (isinstance(raw, list) and len(raw) == 2 and isinstance(raw[1], str)):
+            raise ValueError(raw)
+        at = float(raw[0])
+        if not math.isfinite(at) or not _ID.match(raw[1]):
+            raise ValueError(raw)
+        return at, raw[1]
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise Problem("bad-request", "cursor: not a cursor this API returned") from None
 
 
 @router.post("/{approval_id}/decision", responses=ERRORS)

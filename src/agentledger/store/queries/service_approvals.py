@@ -12,16 +12,30 @@ from agentledger.store.queries.events import insert_event
 
 
 def tenant_approvals(
-    d: Dialect, conn: Any, tenant_id: str, pending: bool, limit: int
+    d: Dialect,
+    conn: Any,
+    tenant_id: str,
+    pending: bool,
+    limit: int,
+    after: tuple[float, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Approvals of the tenant's runs (pending ones only when ``pending``), oldest first,
+    """Approvals of the tenant's runs (pending ones only when ``pending``), oldest first
+    (by ``requested_at``, then id), after the ``(requested_at, id)`` keyset ``after``;
     each with ``approval`` (the record), ``run_user``, ``agent``."""
     where = "r.tenant_id = :t" + (" AND a.decision IS NULL" if pending else "")
+    if after is not None:
+        where += " AND (a.requested_at > :at OR (a.requested_at = :at AND a.id > :id))"
     found = d.fetchall(
         conn,
         "SELECT a.*, r.user_id AS run_user, r.name AS agent FROM approvals a "
-        f"JOIN runs r ON r.id = a.run_id WHERE {where} ORDER BY a.requested_at LIMIT :limit",
-        {"t": tenant_id, "limit": limit},
+        f"JOIN runs r ON r.id = a.run_id WHERE {where} ORDER BY a.requested_at, a.id "
+        "LIMIT :limit",
+        {
+            "t": tenant_id,
+            "limit": limit,
+            "at": after[0] if after else None,
+            "id": after[1] if after else None,
+        },
     )
     return [
         {"approval": rows.approval_from(r), "run_user": r["run_user"], "agent": r["agent"]}

@@ -2,15 +2,21 @@
 
 Events are appended by many processes whose transactions commit in any order, so the
 chain is not built at insert time (that would serialize every journal write of a tenant
-behind one row). A sealer -- the service, every second, or ``agentledger audit verify``
--- takes the tenant's head row lock, then gives each committed, unsealed event of the
-tenant the next ``chain_no``, the previous record's hash and its own hash:
+behind one row). A sealer -- every ``serve`` process and every worker, each second
+(``agentledger/sealer.py``), and ``agentledger audit verify`` -- takes the tenant's head
+row lock, then gives each committed, unsealed event of the tenant the next ``chain_no``,
+the previous record's hash and its own hash:
 
     hash = SHA-256(prev_hash || canonical JSON of [tenant, chain_no, run_id, seq, type,
                                                    actor, at, data as stored])
 
 Editing, deleting or reordering a sealed record breaks the chain at that record, and
-:func:`verify_chain` names it.
+:func:`verify_chain` names it. Concurrent sealers cannot fork or skip the chain: the head
+lock serializes them (PostgreSQL: ``FOR UPDATE SKIP LOCKED`` -- a sealer skips a tenant
+another is sealing -- and the events are read after it is taken, under READ COMMITTED;
+SQLite: one writer), a record is chained only if still unsealed (else the
+whole seal rolls back), and ``(tenant_id, chain_no)`` is unique. Until it is sealed, a
+record is unprotected: :func:`unsealed_tail` measures that window.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentledger.errors import StoreError
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries import service_webhooks
 
@@ -67,12 +74,16 @@ def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, limit: int) -> int:
     )
     # The head row's lock serializes sealers of one tenant (PostgreSQL; SQLite has one
     # writer); the events are read after it is taken, so no two sealers chain one event.
-    d.execute(
-        conn, "UPDATE audit_heads SET chain_no = chain_no WHERE tenant_id = :t", {"t": tenant_id}
+    # A sealer finding it held skips the tenant (SKIP LOCKED) instead of waiting: the
+    # holder is sealing those records, and a waiting sealer would hold a connection.
+    heads = d.fetchall(
+        conn,
+        f"SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t{d.skip_locked}",
+        {"t": tenant_id},
     )
-    head = d.fetchall(
-        conn, "SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t", {"t": tenant_id}
-    )[0]
+    if not heads:
+        return 0
+    head = heads[0]
     chain_no, prev = int(head["chain_no"]), str(head["hash"])
     found = d.fetchall(
         conn,
@@ -84,12 +95,19 @@ def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, limit: int) -> int:
     for row in found:
         chain_no += 1
         digest = record_hash(prev, tenant_id, row, chain_no)
-        d.execute(
+        changed = d.execute(
             conn,
             "UPDATE events SET tenant_id = :t, chain_no = :n, prev_hash = :p, hash = :h "
             "WHERE id = :id AND hash IS NULL",
             {"t": tenant_id, "n": chain_no, "p": prev, "h": digest, "id": row["id"]},
         )
+        if changed != 1:
+            # Another sealer chained it: going on would leave a gap at ``chain_no``.
+            # Roll everything back; the next seal starts from the head again.
+            raise StoreError(
+                f"audit event {row['id']} of tenant {tenant_id} was sealed concurrently; "
+                "sealing is retried"
+            )
         prev = digest
         # The event's webhook, enqueued once: sealing happens once per event.
         service_webhooks.enqueue_for_event(d, conn, tenant_id, row)
@@ -100,6 +118,28 @@ def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, limit: int) -> int:
             {"n": chain_no, "h": prev, "t": tenant_id},
         )
     return len(found)
+
+
+def has_unsealed(d: Dialect, conn: Any) -> bool:
+    """True when some committed event is not sealed yet (one partial-index probe)."""
+    return bool(d.fetchall(conn, "SELECT id FROM events WHERE hash IS NULL LIMIT 1"))
+
+
+def unsealed_tail(d: Dialect, conn: Any, tenant_id: str | None = None) -> tuple[int, float | None]:
+    """The committed events not sealed yet (of ``tenant_id``'s runs, or all): how many,
+    and when the oldest was written (None when there are none)."""
+    if tenant_id is None:
+        found = d.fetchall(conn, "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM events "
+                           "WHERE hash IS NULL")  # fmt: skip
+    else:
+        found = d.fetchall(
+            conn,
+            "SELECT COUNT(*) AS n, MIN(e.at) AS oldest FROM events e "
+            "JOIN runs r ON r.id = e.run_id WHERE e.hash IS NULL AND r.tenant_id = :t",
+            {"t": tenant_id},
+        )
+    n, oldest = int(found[0]["n"] or 0), found[0]["oldest"]
+    return n, float(oldest) if oldest is not None else None
 
 
 @dataclass

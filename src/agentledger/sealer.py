@@ -1,0 +1,95 @@
+"""The audit sealer: chains new events into their tenants' audit chains, in every process
+that produces them.
+
+Events are committed unsealed by whoever writes them (the journal's hot path stays free
+of a per-tenant chain head, see ``store/queries/service_audit.py``); a sealer run by each
+``serve`` process and each worker seals them shortly after, and a stopping worker seals
+once more after its last run is released, so nothing it wrote is left unsealed.
+Sealers may run in many processes at once: each tenant's head row lock serializes them
+and a record is chained once (:func:`service_audit.seal`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+
+from agentledger.errors import UsageError
+from agentledger.store import Store
+from agentledger.store.queries import service_audit
+
+log = logging.getLogger(__name__)
+
+PERIOD_ENV = "AGENTLEDGER_AUDIT_SEAL_EVERY"
+DEFAULT_PERIOD = 1.0
+BATCH = 500  # records per transaction (a backlog is sealed in several)
+MAX_BATCHES = 20  # per round, so one round's backlog cannot hold a process's loop
+
+
+def period_from_env() -> float:
+    """Seconds between seals (env ``AGENTLEDGER_AUDIT_SEAL_EVERY``, default 1; 0.01-3600).
+
+    Raises :class:`UsageError` naming the variable when it is set to anything else."""
+    raw = os.environ.get(PERIOD_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PERIOD
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0.01 <= value <= 3600:  # NaN fails too
+        raise UsageError(
+            f"{PERIOD_ENV} must be a number of seconds from 0.01 to 3600 (got {raw!r}); "
+            "unset it for the default (1)"
+        )
+    return value
+
+
+async def seal_once(store: Store) -> int:
+    """Seal what is committed and unsealed now (up to ``BATCH * MAX_BATCHES`` records);
+    return how many records were sealed."""
+    # A read first: an idle process does not take SQLite's write lock every period.
+    if not await store.transact(service_audit.has_unsealed, write=False):
+        return 0
+    total = 0
+    for _ in range(MAX_BATCHES):
+        sealed = await store.transact(lambda d, c: service_audit.seal(d, c, BATCH))
+        total += sealed
+        if sealed < BATCH:
+            break
+    return total
+
+
+async def seal_quietly(store: Store) -> int:
+    """:func:`seal_once`, logging instead of raising (the next seal catches up)."""
+    try:
+        return await seal_once(store)
+    except NotImplementedError:
+        return 0  # a store without the service's tables: nothing to seal
+    except Exception as exc:
+        log.warning("audit sealing failed (%s); retried at the next seal", exc)
+        return 0
+
+
+async def seal_before_exit(store: Store, timeout: float = 5.0) -> int:
+    """A last :func:`seal_quietly`, bounded: a process stopping because its database is
+    gone must not hang on it."""
+    try:
+        return await asyncio.wait_for(seal_quietly(store), timeout)
+    except TimeoutError:
+        log.warning("audit sealing did not finish within %g s; the next sealer will", timeout)
+        return 0
+
+
+async def seal_forever(store: Store, period: float) -> None:
+    """Seal about every ``period`` seconds until cancelled.
+
+    The rounds are jittered (0.5-1.5 periods, the first one too): a seal takes the
+    write lock on SQLite, and in phase with the worker's other periodic writes (its
+    heartbeats start at the same moment) it would always follow one of them.
+    """
+    while True:
+        await asyncio.sleep(period * random.uniform(0.5, 1.5))
+        await seal_quietly(store)

@@ -1,0 +1,34 @@
+"""A sealer process for the concurrent-sealing test: seals in small batches until told to
+stop and nothing is left; prints how many records it sealed. Any error exits non-zero."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from agentledger.store import open_store
+from agentledger.store.queries import service_audit
+
+
+async def main(url: str, ready: Path, stop: Path) -> None:
+    store = open_store(url)
+    await store.open()
+    total = 0
+    try:
+        ready.touch()
+        while True:
+            # Read the flag first: a seal that finds nothing after it was set saw every
+            # event committed before it.
+            stopping = stop.exists()
+            sealed = await store.transact(lambda d, c: service_audit.seal(d, c, 7))
+            total += sealed
+            if stopping and sealed == 0:
+                break
+    finally:
+        await store.close()
+    print(total)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))
