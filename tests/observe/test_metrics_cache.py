@@ -8,10 +8,12 @@ than the refresh interval; a counter never goes backwards meanwhile.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentledger.bench.metrics_scrape import measure
 from agentledger.observe.metrics import REFRESH_ENV, figures_of, refresh_seconds, render_metrics
 from agentledger.observe.stuck import StuckPolicy
 from agentledger.records import Run, RunStatus
@@ -106,3 +108,10 @@ def test_the_refresh_interval_comes_from_the_environment(monkeypatch: pytest.Mon
         monkeypatch.setenv(REFRESH_ENV, bad)
         with pytest.raises(Exception, match=REFRESH_ENV):
             refresh_seconds()
+
+
+async def test_the_scrape_benchmark_runs_and_reports_both_conditions(tmp_path: Path) -> None:
+    report = await measure(f"sqlite:///{tmp_path / 'bench.db'}", runs=300, scrapes=2)
+    assert report["runs"] == 300 and report["first_ms"] > 0
+    for condition in ("every_scrape", "cached"):
+        assert report[condition]["median_ms"] > 0

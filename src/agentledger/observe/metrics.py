@@ -240,12 +240,17 @@ class _Snapshot(Collector):
 
 
 async def render_metrics(
-    store: Store, policy: StuckPolicy | None = None, *, process: bool = True
+    store: Store,
+    policy: StuckPolicy | None = None,
+    *,
+    process: bool = True,
+    figures: StoreFigures | None = None,
 ) -> str:
     """The Prometheus text of ``/metrics``: the store's figures now (and, with
-    ``process``, this process's histograms). Mount this in the HTTP service."""
+    ``process``, this process's histograms). Mount this in the HTTP service.
+    ``figures``: the cache of the store's history to use (default: this process's)."""
     policy = policy or StuckPolicy.from_env()
-    figures = figures_of(store)
+    figures = figures or figures_of(store)
     data = await figures.read(store)
     stuck = await policy.find(store)
     registry = CollectorRegistry(auto_describe=False)
