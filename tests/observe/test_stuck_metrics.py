@@ -7,10 +7,11 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentledger.clock import FakeClock
-from agentledger.observe.metrics import render_metrics
+from agentledger.observe.metrics import REFRESH_ENV, render_metrics
 from agentledger.observe.stuck import StuckDetector, StuckPolicy, StuckRun
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import KILLED, Harness
@@ -89,7 +90,12 @@ async def test_a_run_waiting_for_an_unexpired_approval_is_not_stuck(tmp_path: Pa
         assert [(s.run_id, s.reason) for s in found] == [(other, "no_worker")]
 
 
-async def test_metrics_move_as_runs_progress(tmp_path: Path) -> None:
+async def test_metrics_move_as_runs_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every scrape reads the settled history too (see test_metrics_cache.py for the
+    # cached history a scrape reads by default).
+    monkeypatch.setenv(REFRESH_ENV, "0")
     async with Harness(tmp_path, booking_app(Payments())) as h:
         policy = StuckPolicy(after=3600)
         first = await h.submit("booking")

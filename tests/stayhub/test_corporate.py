@@ -83,6 +83,17 @@ async def pending(
     return found[0]
 
 
+async def all_up(stack: Stack) -> None:
+    """Wait until every worker of the pool has registered: its start is over, so a
+    SIGTERM is a drain (exit 0), never a start cut short."""
+
+    async def registered() -> bool:
+        live = {w.pid for w in await stack.store.list_workers(live_within=60)}
+        return {p.pid for p in stack.pool.procs} <= live
+
+    await until(registered, timeout=60)
+
+
 async def decide(
     http: httpx.AsyncClient, headers: dict[str, str], approval: dict[str, Any], decision: str
 ) -> httpx.Response:
@@ -110,6 +121,9 @@ async def test_manager_approves_through_the_api_across_a_worker_restart(
         assert (await decide(http, guest, booking, "approve")).status_code == 403
 
         # A deploy while the run waits: every worker stops (SIGTERM), new ones start.
+        # One worker ran the run; the other may still be starting (a SIGTERM then ends
+        # it before its handlers exist): wait until every one is up first.
+        await all_up(stack)
         old = list(stack.pool.procs)
         stack.pool.stop(timeout=15)
         assert [p.returncode for p in old] == [0] * len(old), stack.logs()

@@ -37,6 +37,11 @@ class FakeStore:
     async def release_run(self, run_id: str, epoch: int, owner: str) -> bool:
         return True
 
+    async def get_run(self, run_id: str) -> Any:
+        # Taken over: a newer epoch (a run that gave its lease back is tested on real
+        # stores in test_lease_renewal.py).
+        return SimpleNamespace(id=run_id, lease_epoch=1_000, status="running")
+
 
 def _worker(store: FakeStore) -> Worker:
     return Worker(store, App("heartbeat-tests"), WorkerConfig())  # type: ignore[arg-type]

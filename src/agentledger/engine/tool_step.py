@@ -27,7 +27,7 @@ from agentledger.engine import approvals as approval_gate
 from agentledger.engine import inflight
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, run_attempts
-from agentledger.engine.signals import Cancelled
+from agentledger.engine.signals import Cancelled, Handover
 from agentledger.engine.steps import (
     StepAttempts,
     ToolOutcome,
@@ -41,7 +41,7 @@ from agentledger.engine.unknown import drive_write
 from agentledger.errors import InvalidArguments, Refused
 from agentledger.observe import tracing
 from agentledger.records import OutboxItem, Step, StepStatus
-from agentledger.store.base import NewEvent
+from agentledger.store.base import NewEvent, OutboxKeyTaken
 from agentledger.tools.contract import Tool
 
 _REPLAYABLE = {StepStatus.SUCCEEDED, StepStatus.FAILED}
@@ -224,14 +224,20 @@ async def _enqueue(
     step.status, step.idempotency_key = StepStatus.SUCCEEDED, key
     step.output = {"queued": True, "outbox_key": outbox_key}
     close_duration(step, exe.clock.now())
-    await exe.record(
-        step,
-        outbox=[item],
-        events=[
-            *take_events(exe),
-            NewEvent("outbox.enqueued", exe.owner, {"tool": tool.name, "key": outbox_key}),
-        ],
-    )
+    try:
+        await exe.record(
+            step,
+            outbox=[item],
+            events=[
+                *take_events(exe),
+                NewEvent("outbox.enqueued", exe.owner, {"tool": tool.name, "key": outbox_key}),
+            ],
+        )
+    except OutboxKeyTaken as taken:
+        # The tool's key is not unique per run: a fault of its definition, not of this
+        # run. Nothing was written; a human fixes ``outbox_key`` and resumes the run
+        # (this step is then decided again), or cancels it.
+        raise Handover("outbox_key", str(taken)) from None
     return ToolOutcome(True, result=step.output)
 
 

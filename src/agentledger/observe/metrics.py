@@ -5,7 +5,9 @@ Two sources, one text:
 - the **store** (the truth shared by every worker): runs by state, agent, version and
   tenant; queued runs and queue wait; tokens, cost and lease takeovers per agent; budget
   hits by kind; unknown outcomes by resolution; outbox backlog and dead letters; stuck
-  runs. The same figures whichever process is scraped.
+  runs. The same figures whichever process is scraped. A scrape reads the live part
+  (unfinished runs, the queue, the backlog) and reuses the settled history (finished
+  runs, audit counts) read at most :data:`REFRESH` seconds ago (:class:`StoreFigures`).
 - this **process** (a worker): step duration histograms by tool, model call durations
   and token usage (``gen_ai.client.*``), stuck episodes it reported.
 
@@ -16,7 +18,12 @@ the HTTP service alike).
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
+import os
 import threading
+import time
+import weakref
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -25,18 +32,117 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agentledger.errors import UsageError
 from agentledger.observe.instruments import PROCESS
 from agentledger.observe.stuck import StuckPolicy
 from agentledger.store.base import Store
 
+log = logging.getLogger(__name__)
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+#: How often a process reads the store's settled history again (seconds), overridden by
+#: ``$AGENTLEDGER_METRICS_REFRESH``; in between, scrapes read only the live part.
+REFRESH = 60.0
+REFRESH_ENV = "AGENTLEDGER_METRICS_REFRESH"
+
+
+def refresh_seconds() -> float:
+    """``$AGENTLEDGER_METRICS_REFRESH`` or :data:`REFRESH`."""
+    text = os.environ.get(REFRESH_ENV)
+    if text is None:
+        return REFRESH
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise UsageError(f"{REFRESH_ENV} must be a number of seconds (0 or more), got {text!r}")
+    return value
+
+
+class StoreFigures:
+    """One process's view of a store's figures, kept cheap at any volume.
+
+    Each scrape reads the live part (unfinished runs, the queue, the outbox backlog:
+    indexed, small at any volume). The settled history (finished runs, delivered
+    outbox rows, audit counts) is a scan that grows with the store: it is read again
+    only when older than ``refresh`` seconds, in the background, so finished-run counts
+    and the counters lag by about that much. A counter never goes backwards: a run whose tokens move
+    from the live part to a settled part not yet read again is held at its last value.
+    """
+
+    def __init__(self, refresh: float | None = None) -> None:
+        self.refresh = refresh_seconds() if refresh is None else refresh
+        self.settled: dict[str, Any] | None = None
+        self.read_at = -math.inf
+        self.last: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._reading: asyncio.Task[None] | None = None
+
+    async def read(self, store: Store) -> dict[str, Any]:
+        """The figures now: the live part merged with the history read last.
+
+        The first read (and every read with ``refresh`` 0) reads the history too; later
+        ones start reading it again in the background once it is older than
+        ``refresh``, so no scrape but a process's first waits for that scan."""
+        if self.settled is None or self.refresh <= 0:
+            data = await store.observe_snapshot(live=True, settled=True)
+            self._keep(data)
+        else:
+            data = await store.observe_snapshot(live=True, settled=False)
+            stale = time.monotonic() - self.read_at >= self.refresh
+            if stale and (self._reading is None or self._reading.done()):
+                self._reading = asyncio.create_task(self._read_settled(store))
+        settled = self.settled
+        assert settled is not None
+        merged = {**data, **settled}
+        merged["runs"] = [*data["live_runs"], *settled["settled_runs"]]
+        merged["outbox"] = [*data["live_outbox"], *settled["settled_outbox"]]
+        return merged
+
+    def _keep(self, data: dict[str, Any]) -> None:
+        self.settled = {k: data[k] for k in _SETTLED_KEYS}
+        self.read_at = time.monotonic()
+
+    async def _read_settled(self, store: Store) -> None:
+        try:
+            self._keep(await store.observe_snapshot(live=False, settled=True))
+        except Exception as exc:  # the next stale scrape tries again
+            log.warning("metrics: reading the store's history failed: %s", exc)
+
+    def reported(self, name: str) -> list[tuple[str, ...]]:
+        """The label values counter ``name`` was reported with (a counter, once shown,
+        stays in the text)."""
+        return [labels for (n, labels) in self.last if n == name]
+
+    def counter(self, name: str, labels: tuple[str, ...], value: float) -> float:
+        """``value``, or the last value reported for this counter when higher."""
+        key = (name, labels)
+        value = max(value, self.last.get(key, value))
+        self.last[key] = value
+        return value
+
+
+_SETTLED_KEYS = (
+    "settled_runs", "settled_outbox", "budget_hits", "unknown_resolutions", "unknown_seen",
+)  # fmt: skip
+_FIGURES: weakref.WeakKeyDictionary[Store, StoreFigures] = weakref.WeakKeyDictionary()
+
+
+def figures_of(store: Store) -> StoreFigures:
+    """This process's :class:`StoreFigures` of ``store`` (one per store object)."""
+    found = _FIGURES.get(store)
+    if found is None:
+        found = _FIGURES[store] = StoreFigures()
+    return found
 
 
 class _Snapshot(Collector):
     """The store's figures as metric families (one scrape's worth)."""
 
-    def __init__(self, data: dict[str, Any], stuck: list[Any]) -> None:
-        self.data, self.stuck = data, stuck
+    def __init__(self, data: dict[str, Any], stuck: list[Any], figures: StoreFigures) -> None:
+        self.data, self.stuck, self.figures = data, stuck, figures
 
     def collect(self) -> Iterator[Metric]:
         data = self.data
@@ -64,10 +170,13 @@ class _Snapshot(Collector):
             acc[0] += float(row["tokens"] or 0)
             acc[1] += float(row["cost"] or 0)
             acc[2] += float(row["resumes"] or 0)
+        up = self.figures.counter
+        for (agent,) in self.figures.reported("tokens"):  # its runs moved out of view
+            per_agent.setdefault(agent, [0.0, 0.0, 0.0])
         for agent, (t, c, r) in sorted(per_agent.items()):
-            tokens.add_metric([agent], t)
-            cost.add_metric([agent], c)
-            takeovers.add_metric([agent], r)
+            tokens.add_metric([agent], up("tokens", (agent,), t))
+            cost.add_metric([agent], up("cost", (agent,), c))
+            takeovers.add_metric([agent], up("takeovers", (agent,), r))
         yield from (runs, tokens, cost, takeovers)
         queued = GaugeMetricFamily(
             "agentledger_queued_runs", "Runs due and waiting for a worker (autoscale on this).",
@@ -85,7 +194,7 @@ class _Snapshot(Collector):
             "agentledger_budget_hits", "Runs handed over on a budget, by kind.", labels=("kind",)
         )
         for kind, n in sorted(data["budget_hits"].items()):
-            budget.add_metric([kind], float(n))
+            budget.add_metric([kind], up("budget", (kind,), float(n)))
         yield budget
         unknown = CounterMetricFamily(
             "agentledger_unknown_outcomes",
@@ -93,12 +202,12 @@ class _Snapshot(Collector):
             labels=("resolution",),
         )
         for res, n in sorted(data["unknown_resolutions"].items()):
-            unknown.add_metric([res], float(n))
+            unknown.add_metric([res], up("unknown", (res,), float(n)))
         yield unknown
         yield CounterMetricFamily(
             "agentledger_unknown_outcomes_seen",
             "Writes whose outcome was unknown (timed out, or found in flight on resume).",
-            value=float(data["unknown_seen"]),
+            value=up("unknown_seen", (), float(data["unknown_seen"])),
         )
         backlog = GaugeMetricFamily(
             "agentledger_outbox", "Outbox rows by status.", labels=("status",)
@@ -131,15 +240,21 @@ class _Snapshot(Collector):
 
 
 async def render_metrics(
-    store: Store, policy: StuckPolicy | None = None, *, process: bool = True
+    store: Store,
+    policy: StuckPolicy | None = None,
+    *,
+    process: bool = True,
+    figures: StoreFigures | None = None,
 ) -> str:
     """The Prometheus text of ``/metrics``: the store's figures now (and, with
-    ``process``, this process's histograms). Mount this in the HTTP service."""
+    ``process``, this process's histograms). Mount this in the HTTP service.
+    ``figures``: the cache of the store's history to use (default: this process's)."""
     policy = policy or StuckPolicy.from_env()
-    data = await store.observe_snapshot()
+    figures = figures or figures_of(store)
+    data = await figures.read(store)
     stuck = await policy.find(store)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(data, stuck))
+    registry.register(_Snapshot(data, stuck, figures))
     text = generate_latest(registry).decode()
     if process:
         text += generate_latest(PROCESS).decode()

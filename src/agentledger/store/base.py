@@ -125,12 +125,32 @@ class UnstorableBatch(UnstorableValue):
     """A batch holds a value the database cannot store; it fails alone, never its group."""
 
 
-class EffectClaimed(Exception):
+class KeyHeld(Exception):
+    """A batch's unique key is held by another run: the batch is refused, nothing written."""
+
+
+class EffectClaimed(KeyHeld):
     """An effect key is already claimed by another run or step."""
 
     def __init__(self, effect: Effect) -> None:
         super().__init__(f"effect {effect.key} already claimed by {effect.run_id}:{effect.step_no}")
         self.effect = effect
+
+
+class OutboxKeyTaken(KeyHeld):
+    """An outbox key is already held by another run's row.
+
+    Outbox keys are unique across runs: a tool's ``outbox_key`` that leaves out
+    the run (``ctx.run_id`` or ``ctx.idempotency_key``) makes a later run's row
+    collide with an earlier one's. The row is refused, never dropped in silence.
+    """
+
+    def __init__(self, key: str, run_id: str, step_no: int) -> None:
+        super().__init__(
+            f"outbox key {key!r} is already held by run {run_id} (step {step_no}); "
+            "make the tool's outbox_key unique per run (include ctx.idempotency_key)"
+        )
+        self.key, self.run_id, self.step_no = key, run_id, step_no
 
 
 class Store(ABC):
@@ -350,8 +370,10 @@ class Store(ABC):
 
     # observability (see agentledger.observe) ------------------------------------
     # Backends without them raise NotImplementedError.
-    async def observe_snapshot(self) -> dict[str, Any]:
-        """The store-derived metric values at this moment (observe/metrics.py renders them)."""
+    async def observe_snapshot(self, *, live: bool = True, settled: bool = True) -> dict[str, Any]:
+        """The store-derived metric values at this moment (observe/metrics.py renders
+        them): the ``live`` part (unfinished runs, queue, outbox backlog; cheap at any
+        volume) and the ``settled`` history (finished runs, audit counts)."""
         raise NotImplementedError
 
     async def run_stats(self, since: float | None, agent: str | None) -> dict[str, Any]:

@@ -92,6 +92,11 @@ class Dialect(ABC):
         """True for a failure that the same work may not meet again (a deadlock)."""
         return False
 
+    def is_locked(self, exc: BaseException) -> bool:
+        """True when another process holds a lock this work waited for past the
+        busy timeout, or a deadlock rolled it back: the same work may succeed later."""
+        return self.is_transient(exc)
+
     @abstractmethod
     def is_disconnect(self, exc: BaseException) -> bool:
         """True when the connection is gone and a reconnect may help."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agentledger.errors import AgentLedgerError, LeaseLost
-from agentledger.store.base import Batch, EffectClaimed
+from agentledger.store.base import Batch, KeyHeld
 from agentledger.store.dialect import Dialect, WouldBlock
 from agentledger.store.queries import apply_batch, committed
 
@@ -43,9 +43,9 @@ class JournalCommitter(Protocol):
     async def commit(self, batch: Batch) -> None:
         """Commit ``batch`` with whatever else is ready; return once it is durable.
 
-        Raises :class:`LeaseLost` when the batch's fence fails, :class:`EffectClaimed`
-        when its effect key is taken, and the store's error for anything else; a
-        refused batch wrote nothing.
+        Raises :class:`LeaseLost` when the batch's fence fails, :class:`KeyHeld`
+        (:class:`EffectClaimed`, :class:`OutboxKeyTaken`) when a key it writes is
+        taken, and the store's error for anything else; a refused batch wrote nothing.
         """
         ...
 
@@ -163,7 +163,7 @@ def run_single(
         if result is NOT_DONE:
             result = job.fn(conn)
         dialect.commit(conn)
-    except (AgentLedgerError, EffectClaimed) as exc:
+    except (AgentLedgerError, KeyHeld) as exc:
         rollback(dialect, conn)
         job.future.set_exception(exc)
         return
@@ -209,7 +209,7 @@ def run_group(
                 job.fn(conn)
                 dialect.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
                 outcomes.append((job, None))
-            except (LeaseLost, EffectClaimed) as refused:
+            except (LeaseLost, KeyHeld) as refused:
                 dialect.execute(conn, f"ROLLBACK TO SAVEPOINT {savepoint}")
                 dialect.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
                 outcomes.append((job, refused))
@@ -276,7 +276,7 @@ def _run_one(dialect: Dialect, conn: Any, job: Job, sizes: MutableSequence[int])
     try:
         job.fn(conn)
         dialect.commit(conn)
-    except (LeaseLost, EffectClaimed) as exc:
+    except (LeaseLost, KeyHeld) as exc:
         rollback(dialect, conn)
         sizes.append(1)
         job.future.set_exception(exc)

@@ -30,6 +30,7 @@ from agentledger.errors import StoreCorrupt, StoreError, StoreUnavailable, Usage
 from agentledger.store.dialect import Dialect, WouldBlock, clean_params
 from agentledger.store.groupcommit import InlineCommitter, JournalCommitter
 from agentledger.store.queries import RUN_COLUMNS
+from agentledger.store.queries.migrations import MIGRATION_WAIT
 
 _SYNC_MODES = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
 
@@ -100,8 +101,10 @@ class SQLiteDialect(Dialect):
         conn.row_factory = sqlite3.Row
         try:
             conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-            deadline = time.monotonic() + self.busy_timeout_ms / 1000
-            while True:  # switching a new file to WAL does not wait on busy_timeout
+            # Switching a new file to WAL does not wait on busy_timeout, and waits for
+            # another process's first migration: as long as a migration may wait.
+            deadline = time.monotonic() + max(self.busy_timeout_ms / 1000, MIGRATION_WAIT)
+            while True:
                 try:
                     conn.execute("PRAGMA journal_mode = WAL")
                     break
@@ -161,6 +164,9 @@ class SQLiteDialect(Dialect):
             "WHERE fair_rank <= :limit "
             f"ORDER BY fair_rank, available_at LIMIT :limit) RETURNING {RUN_COLUMNS}"
         )
+
+    def is_locked(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError) and _is_busy(exc)
 
     def is_disconnect(self, exc: BaseException) -> bool:
         return False  # a file does not disconnect

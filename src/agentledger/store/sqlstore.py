@@ -532,8 +532,11 @@ class SQLStore(Store):
 
     # observability -------------------------------------------------------------
 
-    async def observe_snapshot(self) -> dict[str, Any]:
-        return await self._call(lambda c: observe_metrics.snapshot(self.dialect, c), write=False)
+    async def observe_snapshot(self, *, live: bool = True, settled: bool = True) -> dict[str, Any]:
+        return await self._call(
+            lambda c: observe_metrics.snapshot(self.dialect, c, live=live, settled=settled),
+            write=False,
+        )
 
     async def run_stats(self, since: float | None, agent: str | None) -> dict[str, Any]:
         return await self._call(

@@ -45,7 +45,7 @@ from agentledger import sealer
 from agentledger.app import App
 from agentledger.engine.runner import RELEASED, execute_run
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
-from agentledger.records import Run, WorkerInfo
+from agentledger.records import Run, RunStatus, WorkerInfo
 from agentledger.store.base import Store
 from agentledger.store.sqlstore import redacted_url
 from agentledger.worker.config import WorkerConfig
@@ -113,6 +113,9 @@ class Worker:
         # The latest execution task of each run, also while it unwinds after its lease
         # was lost (it is then no longer in ``active``).
         self._tasks: dict[str, asyncio.Task[str]] = {}
+        # (run id, epoch) of executions the engine has returned from: their lease was
+        # given back (or is about to be), so a renewal that misses it is no loss.
+        self._ended: set[tuple[str, int]] = set()
         self.on_finished: Callable[[str, str], None] | None = None
 
     @property
@@ -372,6 +375,7 @@ class Worker:
                 max_resumes=self.config.max_resumes,
                 **kwargs,
             )
+            self._ended.add((run.id, run.lease_epoch))
             if outcome == RELEASED:
                 await self._retrying(
                     f"release of run {run.id}",
@@ -410,6 +414,7 @@ class Worker:
                 self.cancel_requests.pop(run.id, None)
             if self._tasks.get(run.id) is asyncio.current_task():
                 del self._tasks[run.id]
+            self._ended.discard((run.id, run.lease_epoch))
             if self.on_finished is not None:
                 self.on_finished(run.id, outcome)
             self._wake.set()
@@ -446,12 +451,26 @@ class Worker:
                 entry = self.active.get(run_id)
                 # Only the execution that held the lost epoch: a newer one of the same
                 # run (re-claimed while this renewal was in flight) keeps running.
-                if entry is not None and entry[1] == leases[run_id]:
+                if entry is None or entry[1] != leases[run_id]:
+                    continue
+                if (run_id, entry[1]) in self._ended or not await self._lost(run_id, entry[1]):
+                    continue  # the execution gave the lease back itself: it is finishing
+                if self.active.get(run_id) == entry:
                     del self.active[run_id]
                     log.warning("lease on run %s (epoch %d) lost; stopping it", run_id, entry[1])
                     entry[0].cancel()
             await self._refresh_cancel_requests([r for r in leases if r not in lost])
         await self.store.heartbeat_worker(self.owner)
+
+    async def _lost(self, run_id: str, epoch: int) -> bool:
+        """Was the lease of ``epoch`` taken from us, rather than given back by the run?
+
+        A renewal that races the run's own last write (finish, park or release, which
+        clear the lease under the fence) misses it. Only that write moves a run out of
+        ``running`` without a new epoch; any other miss is a real loss: the lease was
+        taken over (a newer epoch) or the run was deleted."""
+        run = await self.store.get_run(run_id)
+        return run is None or run.lease_epoch != epoch or run.status == RunStatus.RUNNING
 
     async def _refresh_cancel_requests(self, run_ids: list[str]) -> None:
         if not run_ids or not self._cancel_supported:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from agentledger.store.dialect import Dialect
+
+log = logging.getLogger("agentledger.store")
+
+#: How long opening a store waits, in all, for a lock another process holds on the
+#: database before migrating (each wait is bounded by the busy timeout).
+MIGRATION_WAIT = 120.0
 
 
 def is_current(d: Dialect, conn: Any) -> bool:
@@ -23,8 +30,33 @@ def is_current(d: Dialect, conn: Any) -> bool:
     return all(version in done for version, _ in d.migrations())
 
 
-def migrate(d: Dialect, conn: Any) -> list[int]:
-    """Apply every migration not yet applied; return the versions applied."""
+def migrate(d: Dialect, conn: Any, *, wait: float | None = None) -> list[int]:
+    """Apply every migration not yet applied; return the versions applied.
+
+    Safe when several processes open one database at once (workers started together
+    on a fresh file): the migrations run inside one write transaction that holds the
+    database's exclusive lock (SQLite ``BEGIN IMMEDIATE``; PostgreSQL an advisory lock,
+    see :meth:`PostgresDialect.begin_write`), and the applied versions are read again
+    inside it, so the process that waited finds the schema made and applies nothing.
+    A lock held elsewhere past the busy timeout (a slow first migration under load) is
+    waited out for up to ``wait`` seconds (:data:`MIGRATION_WAIT`), never a failed start.
+    """
+    deadline = time.monotonic() + (MIGRATION_WAIT if wait is None else wait)
+    delay = 0.05
+    while True:
+        try:
+            return _migrate_locked(d, conn)
+        except Exception as exc:
+            d.rollback(conn)
+            if not d.is_locked(exc) or time.monotonic() >= deadline:
+                raise
+            log.warning("schema migration: the database is locked by another process (%s); "
+                        "waiting", exc)  # fmt: skip
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 1.0)
+
+
+def _migrate_locked(d: Dialect, conn: Any) -> list[int]:
     if is_current(d, conn):
         return []
     d.begin_write(conn)

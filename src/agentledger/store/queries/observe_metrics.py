@@ -3,7 +3,8 @@
 The store is the truth shared by every worker, so gauges (runs by state, queue depth and
 wait, outbox backlog, dead letters) and the totals that only grow (tokens, cost, lease
 takeovers, budget hits, unknown outcomes) are read here, on the database's clock, and are
-the same whichever process is scraped.
+the same whichever process is scraped. Two parts: the live one, cheap at any volume, and
+the settled history, which grows with every run (see :func:`snapshot`).
 """
 
 from __future__ import annotations
@@ -21,13 +22,33 @@ UNKNOWN_RESOLUTIONS = {
 UNKNOWN_SEEN = ("tool.unknown_outcome", "tool.resumed_unknown")
 
 
-def snapshot(d: Dialect, conn: Any) -> dict[str, Any]:
-    """Every store-derived metric value, as plain rows (see observe/metrics.py)."""
+LIVE_STATUSES = ("queued", "running", "waiting")
+_LIVE = "status IN ('queued', 'running', 'waiting')"  # the runs_live partial index's
+
+
+def snapshot(d: Dialect, conn: Any, *, live: bool = True, settled: bool = True) -> dict[str, Any]:
+    """Store-derived metric values, as plain rows (see observe/metrics.py).
+
+    ``live``: what changes by the second and stays small at any volume, read through
+    indexes -- runs not yet finished (by state, with their totals so far), the due
+    queue, pending and dead outbox rows. ``settled``: what only grows with the store's
+    history -- finished runs, delivered and dropped outbox rows, the audit-event counts;
+    a scan of the history, which observe/metrics.py reads now and then, not per scrape.
+    """
+    data: dict[str, Any] = {}
+    if live:
+        data.update(_live(d, conn))
+    if settled:
+        data.update(_settled(d, conn))
+    return data
+
+
+def _live(d: Dialect, conn: Any) -> dict[str, Any]:
     now = d.now_sql
     runs = d.fetchall(
         conn,
         "SELECT status, name, version, tenant_id, COUNT(*) AS n, SUM(tokens) AS tokens, "
-        "SUM(cost_usd) AS cost, SUM(resumes) AS resumes FROM runs "
+        f"SUM(cost_usd) AS cost, SUM(resumes) AS resumes FROM runs WHERE {_LIVE} "
         "GROUP BY status, name, version, tenant_id",
     )
     queued = d.fetchall(
@@ -38,7 +59,24 @@ def snapshot(d: Dialect, conn: Any) -> dict[str, Any]:
     )
     outbox = d.fetchall(
         conn,
-        f"SELECT status, COUNT(*) AS n, MAX({now} - created_at) AS age FROM outbox GROUP BY status",
+        f"SELECT status, COUNT(*) AS n, MAX({now} - created_at) AS age FROM outbox "
+        "WHERE status IN ('pending', 'dead') GROUP BY status",
+    )
+    return {"live_runs": runs, "queued": queued, "live_outbox": outbox}
+
+
+def _settled(d: Dialect, conn: Any) -> dict[str, Any]:
+    now = d.now_sql
+    runs = d.fetchall(
+        conn,
+        "SELECT status, name, version, tenant_id, COUNT(*) AS n, SUM(tokens) AS tokens, "
+        f"SUM(cost_usd) AS cost, SUM(resumes) AS resumes FROM runs WHERE NOT ({_LIVE}) "
+        "GROUP BY status, name, version, tenant_id",
+    )
+    outbox = d.fetchall(
+        conn,
+        f"SELECT status, COUNT(*) AS n, MAX({now} - created_at) AS age FROM outbox "
+        "WHERE status NOT IN ('pending', 'dead') GROUP BY status",
     )
     types = (*UNKNOWN_SEEN, *UNKNOWN_RESOLUTIONS)
     params = {f"t{i}": t for i, t in enumerate(types)}
@@ -70,9 +108,8 @@ def snapshot(d: Dialect, conn: Any) -> dict[str, Any]:
         else:
             seen += int(row["n"])
     return {
-        "runs": runs,
-        "queued": queued,
-        "outbox": outbox,
+        "settled_runs": runs,
+        "settled_outbox": outbox,
         "budget_hits": budget,
         "unknown_resolutions": unknown,
         "unknown_seen": seen,

@@ -11,13 +11,17 @@ from agentledger.records import (
     loads,
 )
 from agentledger.store import rows
+from agentledger.store.base import OutboxKeyTaken
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import check_lease, check_time, delay_of, json_text
 
 
 def insert_outbox(d: Dialect, conn: Any, item: OutboxItem) -> None:
+    """Insert a decided row. The same run writing its key again (a replayed step) is a
+    no-op; a key another run holds raises :class:`OutboxKeyTaken` (the batch is refused:
+    a later run's row must never be lost in silence)."""
     now = d.now_sql
-    d.execute(
+    inserted = d.execute(
         conn,
         "INSERT INTO outbox (key, run_id, step_no, tool, payload, attempts, next_attempt_at, "
         "status, created_at, updated_at) VALUES (:key, :run_id, :step_no, :tool, :payload, 0, "
@@ -32,6 +36,14 @@ def insert_outbox(d: Dialect, conn: Any, item: OutboxItem) -> None:
             "next_in": delay_of(item.next_attempt_at or None),
         },
     )
+    if inserted:
+        return
+    # PostgreSQL: a concurrent insert of the key was waited for, so its row is visible.
+    found = d.fetchall(
+        conn, "SELECT run_id, step_no FROM outbox WHERE key = :key", {"key": item.key}
+    )
+    if found and found[0]["run_id"] != item.run_id:
+        raise OutboxKeyTaken(item.key, found[0]["run_id"], int(found[0]["step_no"]))
 
 
 def claim_outbox(
