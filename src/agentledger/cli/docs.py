@@ -20,6 +20,7 @@ from agentledger.cli.common import (
 from agentledger.cli.memory import default_actor
 from agentledger.cli.text import cell, console
 from agentledger.retrieval.ingest import index_path, load_document
+from agentledger.retrieval.search import search as search_chunks
 from agentledger.store import SQLStore
 
 tenant_option = click.option(
@@ -130,7 +131,7 @@ async def remove(refs: tuple[str, ...], tenant_id: str, db: str) -> None:
 async def search(query: str, tenant_id: str, k: int, db: str, as_json: bool) -> None:
     """Search a tenant's documents as an agent's search_docs tool would."""
     check_text(tenant_id, "--tenant")
-    hits = await with_store(db, lambda s: s.search_chunks(tenant_id, query, k))
+    hits = await with_store(db, lambda s: search_chunks(s, tenant_id, query, k))
     if as_json:
         print_json([h.to_dict() for h in hits])
         return
