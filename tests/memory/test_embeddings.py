@@ -104,9 +104,8 @@ async def test_a_tenants_vectors_never_reach_another_tenants_search(
     store: SQLStore, tmp_path: Path
 ) -> None:
     await index_path(store, write(tmp_path, "policy.md", POLICY), "acme")
-    await index_path(
-        store, write(tmp_path, "other.md", "# Parking\n\nThe garage closes at midnight.\n"), "globex"
-    )
+    parking = "# Parking\n\nThe garage closes at midnight.\n"
+    await index_path(store, write(tmp_path, "other.md", parking), "globex")
     for query in ("free cancellation", "can I bring my dog", "garage"):
         hits = await search(store, "globex", query, 5)
         assert {h.text for h in hits} <= {"The garage closes at midnight."}, query
