@@ -72,7 +72,8 @@ async def _bridged(url: str) -> AsyncIterator[None]:
     try:
         # Wait (bounded) until LISTEN is in place, so the stream's first frame means
         # "deltas from now on reach you"; a database that does not answer only costs them.
-        await asyncio.to_thread(bridge.listener.wait_listening, LISTEN_WAIT)
+        if not bridge.listener.listening:
+            await asyncio.to_thread(bridge.listener.wait_listening, LISTEN_WAIT)
         yield
     finally:
         bridge.users -= 1
