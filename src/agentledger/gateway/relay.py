@@ -1,4 +1,4 @@
-"""Deltas to other processes on PostgreSQL: NOTIFY on :data:`~.stream.DELTA_CHANNEL`.
+"""Deltas to other processes on PostgreSQL: NOTIFY on :data:`DELTA_CHANNEL`.
 
 One relay per process and database: a thread with its own autocommit connection, apart
 from the store's connections, so streaming tokens never queues behind journal writes.
@@ -18,12 +18,17 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import secrets
 import threading
 from typing import Any
 
-from agentledger.gateway.stream import DELTA_CHANNEL, ORIGIN
-
 log = logging.getLogger(__name__)
+
+DELTA_EVENT = "model.delta"
+#: The LISTEN/NOTIFY channel of deltas (one for all runs; the payload names the run).
+DELTA_CHANNEL = "agentledger_deltas"
+#: This process's mark on the deltas it sends to others (a process ignores its own).
+ORIGIN = secrets.token_hex(8)
 
 CHUNK_CHARS = 1000
 IDLE_SECONDS = 5.0
@@ -57,7 +62,7 @@ def parse(payload: str) -> dict[str, Any] | None:
         if data["o"] == ORIGIN:
             return None
         return {
-            "type": "model.delta",
+            "type": DELTA_EVENT,
             "run_id": str(data["r"]),
             "step_no": int(data["s"]),
             "text": str(data["t"]),

@@ -18,14 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 from typing import Any
 
-DELTA_EVENT = "model.delta"
-#: The LISTEN/NOTIFY channel of deltas (one for all runs; the payload names the run).
-DELTA_CHANNEL = "agentledger_deltas"
-#: This process's mark on the deltas it sends to others.
-ORIGIN = secrets.token_hex(8)
+from agentledger.gateway.relay import DELTA_CHANNEL, DELTA_EVENT, ORIGIN, relay_for
 
 _listeners: dict[str, list[asyncio.Queue[dict[str, Any]]]] = {}
 
@@ -71,6 +66,17 @@ def publish(run_id: str, step_no: int, text: str, store: Any = None) -> None:
     deliver(event)
     url = getattr(store, "url", None)
     if isinstance(url, str) and url.startswith(("postgresql:", "postgres:")):
-        from agentledger.gateway.relay import relay_for
-
         relay_for(url).send(event)
+
+
+__all__ = [
+    "DELTA_CHANNEL",
+    "DELTA_EVENT",
+    "ORIGIN",
+    "deliver",
+    "delta",
+    "listened",
+    "publish",
+    "subscribe",
+    "unsubscribe",
+]
