@@ -19,6 +19,7 @@ from agentledger.cli.common import (
 )
 from agentledger.cli.memory import default_actor
 from agentledger.cli.text import cell, console
+from agentledger.retrieval.embeddings import embedder
 from agentledger.retrieval.ingest import index_path, load_document
 from agentledger.retrieval.search import search as search_chunks
 from agentledger.store import SQLStore
@@ -49,11 +50,16 @@ async def add(paths: tuple[Path, ...], tenant_id: str, db: str) -> None:
         load_document(path)
     actor = default_actor()
 
+    model = embedder()  # the embeddings extra, when installed: chunks get vectors too
+    vectors = f", embedded by {model.name}" if model is not None else ""
+
     async def go(store: SQLStore) -> None:
         for path in paths:
             doc, changed = await index_path(store, path, tenant_id, actor=actor)
             state = "indexed" if changed else "unchanged"
-            click.echo(f"{state} {doc.id} {doc.title!r}: {doc.chunks} chunks ({doc.source})")
+            click.echo(
+                f"{state} {doc.id} {doc.title!r}: {doc.chunks} chunks{vectors} ({doc.source})"
+            )
 
     await with_store(db, go, create=True)
 
