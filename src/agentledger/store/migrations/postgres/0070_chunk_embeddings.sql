@@ -1,4 +1,4 @@
--- Version 60 (PostgreSQL): optional embeddings of document chunks, for hybrid ranking.
+-- Version 70 (PostgreSQL): optional embeddings of document chunks, for hybrid ranking.
 -- ``embedding`` holds a chunk's unit vector as little-endian float32 bytes (bytea, so
 -- no extension is needed); NULL when the document was indexed without an embedding
 -- model. ``documents.embedder`` names the model that made its vectors: a search only
