@@ -30,7 +30,9 @@ class Reply:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
-    sse: list[Any] | None = None  # JSON events (dicts) streamed as ``data:`` lines
+    # JSON events (dicts) streamed as ``data:`` lines; a threading.Event among them holds
+    # the stream there until it is set (tokens sent, the rest of the answer pending).
+    sse: list[Any] | None = None
     hold: threading.Event | None = None  # answer only once set (a call in flight)
 
 
@@ -237,6 +239,9 @@ class FakeProviders:
 
             async def gen() -> Any:
                 for e in events:
+                    if isinstance(e, threading.Event):
+                        await asyncio.to_thread(e.wait, 30)
+                        continue
                     kind = e.get("type") if isinstance(e, dict) else None
                     prefix = f"event: {kind}\n" if kind and "/messages" in request.url.path else ""
                     yield f"{prefix}data: {json.dumps(e)}\n\n".encode()

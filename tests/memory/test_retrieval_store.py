@@ -88,11 +88,14 @@ async def test_remove_deletes_the_rows_and_the_index(store: SQLStore, store_url:
 
 async def test_the_retrieval_bench_runs_and_cleans_up(tmp_path: Path) -> None:
     from agentledger.bench.retrieval import measure
+    from agentledger.retrieval.embeddings import embedder
     from agentledger.store import open_store
 
     url = f"sqlite:///{tmp_path / 'bench.db'}"
     result = await measure(url, n=120, queries=20, k=3, chars=300)
     assert result["chunks"] == 120 and result["mean_hits"] > 0 and result["p95_ms"] > 0
+    if embedder() is not None:  # the embeddings extra: the hybrid figures too
+        assert result["hybrid_p95_ms"] > 0 and result["embedder"] == embedder().name  # type: ignore[union-attr]
     store = open_store(url)
     await store.open()
     try:

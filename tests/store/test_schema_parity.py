@@ -39,6 +39,8 @@ _FAMILY = {
     "smallint": "integer",
     "real": "real",
     "double precision": "real",
+    "blob": "bytes",
+    "bytea": "bytes",
 }
 
 

@@ -8,6 +8,13 @@ query words are common and some rare) for one tenant, plus the same number of ch
 a second tenant that every search must filter out, then times ``store.search_chunks``
 end to end (through the store's thread and driver) and prints p50/p95/p99 in ms. The
 database should be empty: the bench's tenants are removed at the end.
+
+With the embeddings extra installed (and ``--hybrid``, the default then), the chunks are
+embedded too and the same queries are also timed through the hybrid search
+(:func:`agentledger.retrieval.search.hybrid_search`: full text and cosine fused by
+reciprocal rank), reported as ``hybrid_p50_ms`` ... side by side with the full-text
+figures of the same run. The first hybrid query reads the tenant's vectors into the
+in-process cache (``hybrid_first_ms``); the percentiles are of the queries after it.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import statistics
 import time
 from typing import Any
 
+from agentledger.retrieval.embeddings import Embedder, embedder
+from agentledger.retrieval.search import hybrid_search
 from agentledger.store import SQLStore, open_store
 from agentledger.store.queries.retrieval_docs import NewChunk
 
@@ -64,7 +73,9 @@ def chunk_text(words: list[str], cum: list[float], rng: random.Random, chars: in
     return " ".join(out)[:chars].rsplit(" ", 1)[0]
 
 
-async def fill(store: SQLStore, tenant: str, n: int, seed: int, chars: int) -> None:
+async def fill(
+    store: SQLStore, tenant: str, n: int, seed: int, chars: int, model: Embedder | None = None
+) -> None:
     rng = random.Random(seed)
     words = vocabulary(5000, random.Random(1))  # most frequent first
     cum = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(len(words))))
@@ -73,6 +84,9 @@ async def fill(store: SQLStore, tenant: str, n: int, seed: int, chars: int) -> N
         chunks = [
             NewChunk(f"Section {i}", chunk_text(words, cum, rng, chars)) for i in range(count)
         ]
+        if model is not None:
+            for chunk, vector in zip(chunks, model.embed([c.text for c in chunks]), strict=True):
+                chunk.embedding, chunk.embedder = vector, model.name
         await store.add_document(
             tenant,
             f"bench:{tenant}:{doc_no}",
@@ -85,17 +99,19 @@ async def fill(store: SQLStore, tenant: str, n: int, seed: int, chars: int) -> N
 
 
 async def measure(
-    url: str, n: int, queries: int, k: int, chars: int, skip: int = 50
+    url: str, n: int, queries: int, k: int, chars: int, skip: int = 50, hybrid: bool = True
 ) -> dict[str, Any]:
+    model = embedder() if hybrid else None
     store = open_store(url)
     await store.open()
+    hybrid_ms: list[float] = []
     try:
         for tenant in (TENANT, OTHER):
             for doc in await store.list_documents(tenant):
                 await store.remove_document(tenant, doc.id, "bench")
         started = time.perf_counter()
-        await fill(store, TENANT, n, seed=7, chars=chars)
-        await fill(store, OTHER, n, seed=8, chars=chars)
+        await fill(store, TENANT, n, seed=7, chars=chars, model=model)
+        await fill(store, OTHER, n, seed=8, chars=chars, model=model)
         index_seconds = time.perf_counter() - started
         words = vocabulary(5000, random.Random(1))
         rng = random.Random(3)
@@ -116,6 +132,10 @@ async def measure(
             if i >= 20:  # the first queries warm caches and prepared plans
                 latencies.append(elapsed)
                 hits += len(found)
+            if model is not None:  # the same query, hybrid, right after (A/B in one run)
+                t0 = time.perf_counter()
+                await hybrid_search(store, model, TENANT, query, k)
+                hybrid_ms.append((time.perf_counter() - t0) * 1000)
         for tenant in (TENANT, OTHER):
             for doc in await store.list_documents(tenant):
                 await store.remove_document(tenant, doc.id, "bench")
@@ -123,9 +143,19 @@ async def measure(
         await store.close()
     latencies.sort()
 
-    def pct(p: float) -> float:
-        return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))], 3)
+    def pct(p: float, values: list[float] = latencies) -> float:
+        return round(values[min(len(values) - 1, int(p * len(values)))], 3)
 
+    extra: dict[str, Any] = {}
+    if model is not None:
+        first, timed = hybrid_ms[0], sorted(hybrid_ms[20:])
+        extra = {
+            "embedder": model.name,
+            "hybrid_first_ms": round(first, 3),
+            "hybrid_p50_ms": pct(0.50, timed),
+            "hybrid_p95_ms": pct(0.95, timed),
+            "hybrid_p99_ms": pct(0.99, timed),
+        }
     return {
         "backend": url.split(":", 1)[0],
         "chunks": n,
@@ -140,6 +170,7 @@ async def measure(
         "p95_ms": pct(0.95),
         "p99_ms": pct(0.99),
         "mean_ms": round(statistics.fmean(latencies), 3),
+        **extra,
     }
 
 
@@ -156,9 +187,23 @@ def main(argv: list[str] | None = None) -> None:
         default=50,
         help="leave the N most frequent words out of queries (stop words) [50]",
     )
+    parser.add_argument(
+        "--hybrid",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time hybrid search (needs the embeddings extra) [on]",
+    )
     args = parser.parse_args(argv)
     result = asyncio.run(
-        measure(args.db, args.chunks, args.queries, args.k, args.chunk_chars, args.common_words)
+        measure(
+            args.db,
+            args.chunks,
+            args.queries,
+            args.k,
+            args.chunk_chars,
+            args.common_words,
+            args.hybrid,
+        )
     )
     print(json.dumps(result, indent=2))
 

@@ -19,7 +19,9 @@ from agentledger.cli.common import (
 )
 from agentledger.cli.memory import default_actor
 from agentledger.cli.text import cell, console
+from agentledger.retrieval.embeddings import embedder
 from agentledger.retrieval.ingest import index_path, load_document
+from agentledger.retrieval.search import search as search_chunks
 from agentledger.store import SQLStore
 
 tenant_option = click.option(
@@ -48,11 +50,16 @@ async def add(paths: tuple[Path, ...], tenant_id: str, db: str) -> None:
         load_document(path)
     actor = default_actor()
 
+    model = embedder()  # the embeddings extra, when installed: chunks get vectors too
+    vectors = f", embedded by {model.name}" if model is not None else ""
+
     async def go(store: SQLStore) -> None:
         for path in paths:
             doc, changed = await index_path(store, path, tenant_id, actor=actor)
             state = "indexed" if changed else "unchanged"
-            click.echo(f"{state} {doc.id} {doc.title!r}: {doc.chunks} chunks ({doc.source})")
+            click.echo(
+                f"{state} {doc.id} {doc.title!r}: {doc.chunks} chunks{vectors} ({doc.source})"
+            )
 
     await with_store(db, go, create=True)
 
@@ -130,7 +137,7 @@ async def remove(refs: tuple[str, ...], tenant_id: str, db: str) -> None:
 async def search(query: str, tenant_id: str, k: int, db: str, as_json: bool) -> None:
     """Search a tenant's documents as an agent's search_docs tool would."""
     check_text(tenant_id, "--tenant")
-    hits = await with_store(db, lambda s: s.search_chunks(tenant_id, query, k))
+    hits = await with_store(db, lambda s: search_chunks(s, tenant_id, query, k))
     if as_json:
         print_json([h.to_dict() for h in hits])
         return

@@ -305,7 +305,7 @@ class ModelCall:
         run_id, step_no = self.exe.run.id, self.step_no
 
         def delta(text: str) -> None:
-            stream.publish(run_id, step_no, text)
+            stream.publish(run_id, step_no, text, self.exe.store)  # also to other processes
 
         return ModelRequest(
             messages=list(self.messages),

@@ -1,13 +1,17 @@
 """Live model tokens of running runs, for whoever listens (the service's SSE stream).
 
-Deltas are published here while a streaming model answers; they are not journaled (the
+Deltas are published here while a streaming model answers. They are not journaled (the
 journal records only the final message), so a listener that drops loses nothing the run
-needs. Per process: a listener subscribes in the process that runs the worker.
+needs: a client that reconnects reads the final message from the journal's events.
 
-Not yet on the service's SSE stream: ``service/routers/events.py`` streams journaled
-events only. Merging deltas there reaches only workers run inside the service process
-(``workers_inline``); workers in other processes would need a cross-process channel
-(PostgreSQL NOTIFY, or a delta table outside the journal), which is left open.
+Two ways a delta travels:
+
+* in the process that runs the worker, straight to the queues of :func:`subscribe`
+  (the service with ``serve --workers-inline N`` reads them there);
+* on PostgreSQL, also to every other process, as a NOTIFY on :data:`DELTA_CHANNEL`
+  (:mod:`agentledger.gateway.relay`), so a service fed by separate worker processes
+  streams them too. Each payload names the process that sent it (:data:`ORIGIN`), so a
+  process that receives its own deltas back ignores them.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from typing import Any
+
+from agentledger.gateway.relay import DELTA_CHANNEL, DELTA_EVENT, ORIGIN, relay_for
 
 _listeners: dict[str, list[asyncio.Queue[dict[str, Any]]]] = {}
 
@@ -35,10 +41,42 @@ def unsubscribe(run_id: str, queue: asyncio.Queue[dict[str, Any]]) -> None:
         _listeners.pop(run_id, None)
 
 
-def publish(run_id: str, step_no: int, text: str) -> None:
-    """Hand a delta to every listener of the run; a full queue drops it (never blocks)."""
-    for queue in _listeners.get(run_id, ()):
+def listened(run_id: str) -> bool:
+    """Whether anyone in this process listens to ``run_id``."""
+    return run_id in _listeners
+
+
+def delta(run_id: str, step_no: int, text: str) -> dict[str, Any]:
+    """The event of one delta."""
+    return {"type": DELTA_EVENT, "run_id": run_id, "step_no": step_no, "text": text}
+
+
+def deliver(event: dict[str, Any]) -> None:
+    """Hand a delta to this process's listeners of its run; a full queue drops it (a slow
+    reader must never hold up the model call)."""
+    for queue in _listeners.get(event["run_id"], ()):
         with contextlib.suppress(asyncio.QueueFull):
-            queue.put_nowait(
-                {"type": "model.delta", "run_id": run_id, "step_no": step_no, "text": text}
-            )
+            queue.put_nowait(event)
+
+
+def publish(run_id: str, step_no: int, text: str, store: Any = None) -> None:
+    """Hand a delta to this process's listeners and, when ``store`` is PostgreSQL, to the
+    other processes on it. Never blocks and never raises into the model call."""
+    event = delta(run_id, step_no, text)
+    deliver(event)
+    url = getattr(store, "url", None)
+    if isinstance(url, str) and url.startswith(("postgresql:", "postgres:")):
+        relay_for(url).send(event)
+
+
+__all__ = [
+    "DELTA_CHANNEL",
+    "DELTA_EVENT",
+    "ORIGIN",
+    "deliver",
+    "delta",
+    "listened",
+    "publish",
+    "subscribe",
+    "unsubscribe",
+]

@@ -2,13 +2,15 @@
 by full-text search (SQLite FTS5, PostgreSQL tsvector + GIN), exposed to agents as the
 read tool :data:`search_docs` whose results carry document and chunk ids to cite.
 
-Embeddings are not used: no embedding model that ships inside a PyPI package and loads
-offline is a dependency of this package (see docs/architecture.md).
+With the embeddings extra (``pip install 'agentledger[embeddings]'``: a small model whose
+weights ship inside its wheel and load offline) chunks are also embedded, and searches
+fuse full text with cosine similarity (:mod:`agentledger.retrieval.search`).
 """
 
 from agentledger.retrieval.chunking import Chunk, chunk_markdown, chunk_text
 from agentledger.retrieval.html import html_to_markdown
 from agentledger.retrieval.ingest import LoadedDocument, index_path, load_document
+from agentledger.retrieval.search import search
 from agentledger.retrieval.tools import search_docs
 
 __all__ = [
@@ -19,5 +21,6 @@ __all__ = [
     "html_to_markdown",
     "index_path",
     "load_document",
+    "search",
     "search_docs",
 ]

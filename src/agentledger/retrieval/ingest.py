@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agentledger.errors import UsageError
 from agentledger.retrieval.chunking import MAX_CHARS, OVERLAP, Chunk, chunk_markdown, chunk_text
+from agentledger.retrieval.embeddings import embedder
 from agentledger.retrieval.html import html_to_markdown
 from agentledger.store.base import Store
 from agentledger.store.queries.retrieval_docs import Document, NewChunk
@@ -97,11 +98,18 @@ async def index_path(
     same content again changes nothing; new content under the same source replaces it."""
     doc = load_document(path, source=source)
     return await store.add_document(
-        tenant_id,
-        doc.source,
-        doc.title,
-        doc.kind,
-        doc.sha256,
-        [NewChunk(c.heading, c.text) for c in doc.chunks],
-        actor,
+        tenant_id, doc.source, doc.title, doc.kind, doc.sha256, new_chunks(doc.chunks), actor
     )
+
+
+def new_chunks(chunks: list[Chunk]) -> list[NewChunk]:
+    """Chunks to index, embedded when the embeddings extra is installed (the heading
+    path goes into the vector too: it often names what the chunk is about)."""
+    model = embedder()
+    if model is None:
+        return [NewChunk(c.heading, c.text) for c in chunks]
+    vectors = model.embed([f"{c.heading}\n{c.text}" if c.heading else c.text for c in chunks])
+    return [
+        NewChunk(c.heading, c.text, vector, model.name)
+        for c, vector in zip(chunks, vectors, strict=True)
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentledger.retrieval.search import search
 from agentledger.store.base import Store
 from agentledger.tools.context import ToolContext
 from agentledger.tools.contract import tool
@@ -23,5 +24,5 @@ async def search_docs(ctx: ToolContext, query: str, k: int = 4) -> dict[str, Any
     store = ctx.store
     if not isinstance(store, Store):
         raise RuntimeError("no store in the tool context: search_docs runs inside a worker")
-    hits = await store.search_chunks(ctx.tenant_id, query, max(1, min(k, MAX_K)))
+    hits = await search(store, ctx.tenant_id, query, max(1, min(k, MAX_K)))
     return {"query": query, "results": [h.to_dict() for h in hits]}

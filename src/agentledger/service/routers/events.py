@@ -9,7 +9,6 @@ the stream only reads.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from agentledger.records import RunStatus
+from agentledger.service import deltas
 from agentledger.service.auth import Caller
 from agentledger.service.deps import run_or_404
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
@@ -86,7 +86,8 @@ async def _stream(request: Request, run_id: str, after: int) -> AsyncIterator[st
     yield f"retry: {settings.sse_retry_ms}\n\n"
     last = after
     sent_terminal = False
-    async with state.hub.watch(run_id) as changed:
+    # Model deltas (ephemeral, no id) go out between journaled events: service/deltas.py.
+    async with state.hub.watch(run_id) as changed, deltas.follow(state, run_id) as feed:
         while True:
             changed.clear()
             head = state.hub.head(run_id)  # what woke us (see service/hub.py)
@@ -117,10 +118,8 @@ async def _stream(request: Request, run_id: str, after: int) -> AsyncIterator[st
                     )
                     yield _sse(final or _synthetic_end(run_id, status, head_seq))
                 return
-            try:
-                await asyncio.wait_for(changed.wait(), timeout=settings.sse_heartbeat)
-            except TimeoutError:
-                yield ": keep-alive\n\n"
+            async for frame in feed.until(changed, settings.sse_heartbeat):
+                yield frame
 
 
 def _synthetic_end(run_id: str, status: str, seq: int) -> dict[str, Any]:

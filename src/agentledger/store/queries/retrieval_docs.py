@@ -96,10 +96,13 @@ class Document:
 
 @dataclass
 class NewChunk:
-    """A chunk to index: the heading path it sits under, and its text."""
+    """A chunk to index: the heading path it sits under, and its text; optionally its
+    embedding (unit float32 bytes) and the name of the model that made it."""
 
     heading: str
     text: str
+    embedding: bytes | None = None
+    embedder: str | None = None
 
 
 @dataclass
@@ -164,10 +167,14 @@ def add_document(
     params = {"tenant": tenant_id, "source": source}
     found = d.fetchall(
         conn,
-        f"SELECT {DOC_COLUMNS} FROM documents WHERE tenant_id = :tenant AND source = :source",
+        f"SELECT {DOC_COLUMNS}, embedder FROM documents "
+        "WHERE tenant_id = :tenant AND source = :source",
         params,
     )
-    if found and found[0]["sha256"] == sha256:
+    embedded = all(c.embedding is not None for c in chunks)
+    embedder = chunks[0].embedder if chunks and embedded else None
+    # The same content is left alone, unless it can now be embedded (or by another model).
+    if found and found[0]["sha256"] == sha256 and embedder in (None, found[0]["embedder"]):
         return _document(found[0]), False
     if found:
         _delete_document(d, conn, found[0]["id"])
@@ -184,15 +191,15 @@ def add_document(
     )
     d.execute(
         conn,
-        f"INSERT INTO documents ({DOC_COLUMNS}) VALUES (:id, :tenant_id, :source, :title, "
-        ":kind, :sha256, :chunks, :chars, :created_at)",
-        doc.__dict__,
+        f"INSERT INTO documents ({DOC_COLUMNS}, embedder) VALUES (:id, :tenant_id, :source, "
+        ":title, :kind, :sha256, :chunks, :chars, :created_at, :embedder)",
+        {**doc.__dict__, "embedder": embedder},
     )
     for no, chunk in enumerate(chunks):
         d.execute(
             conn,
-            "INSERT INTO doc_chunks (id, document_id, tenant_id, chunk_no, heading, text) "
-            "VALUES (:id, :doc, :tenant, :no, :heading, :text)",
+            "INSERT INTO doc_chunks (id, document_id, tenant_id, chunk_no, heading, text, "
+            "embedding) VALUES (:id, :doc, :tenant, :no, :heading, :text, :embedding)",
             {
                 "id": f"{doc.id}#{no}",
                 "doc": doc.id,
@@ -200,6 +207,7 @@ def add_document(
                 "no": no,
                 "heading": chunk.heading,
                 "text": chunk.text,
+                "embedding": chunk.embedding if embedder else None,
             },
         )
     if d.name == "sqlite":
@@ -310,15 +318,64 @@ def _search(
             "WHERE c.tenant_id = :tenant AND c.tsv @@ query "
             "ORDER BY score DESC, c.seq LIMIT :k"
         )
-    return [
-        ChunkHit(
-            chunk_id=r["chunk_id"],
-            document_id=r["document_id"],
-            source=r["source"],
-            title=r["title"],
-            heading=r["heading"],
-            text=r["text"],
-            score=float(r["score"]),
-        )
-        for r in d.fetchall(conn, sql, params)
-    ]
+    return [_hit(r) for r in d.fetchall(conn, sql, params)]
+
+
+def _hit(r: dict[str, Any]) -> ChunkHit:
+    return ChunkHit(
+        chunk_id=r["chunk_id"],
+        document_id=r["document_id"],
+        source=r["source"],
+        title=r["title"],
+        heading=r["heading"],
+        text=r["text"],
+        score=float(r.get("score") or 0.0),
+    )
+
+
+# embeddings (optional: retrieval/search.py) ----------------------------------------
+
+
+def embedding_stamp(d: Dialect, conn: Any, tenant_id: str, embedder: str) -> str | None:
+    """What changes whenever the tenant's vectors of ``embedder`` change (a cache key);
+    None when the tenant has no document embedded by it."""
+    rows = d.fetchall(
+        conn,
+        "SELECT COUNT(*) AS n, MAX(created_at) AS latest, SUM(chunks) AS chunks "
+        "FROM documents WHERE tenant_id = :tenant AND embedder = :embedder",
+        {"tenant": tenant_id, "embedder": embedder},
+    )
+    row = rows[0]
+    if not row["n"]:
+        return None
+    return f"{row['n']}:{row['latest']!r}:{row['chunks']}"
+
+
+def embedded_chunks(
+    d: Dialect, conn: Any, tenant_id: str, embedder: str
+) -> list[tuple[str, bytes]]:
+    """(chunk id, vector bytes) of every chunk of the tenant embedded by ``embedder``."""
+    rows = d.fetchall(
+        conn,
+        "SELECT c.id, c.embedding FROM doc_chunks c JOIN documents doc ON doc.id = c.document_id "
+        "WHERE doc.tenant_id = :tenant AND doc.embedder = :embedder "
+        "AND c.embedding IS NOT NULL ORDER BY c.seq",
+        {"tenant": tenant_id, "embedder": embedder},
+    )
+    return [(r["id"], bytes(r["embedding"])) for r in rows]
+
+
+def chunks_by_id(d: Dialect, conn: Any, tenant_id: str, ids: list[str]) -> list[ChunkHit]:
+    """The tenant's chunks of these ids (others' never, whatever the ids)."""
+    if not ids:
+        return []
+    names = [f"id{i}" for i in range(len(ids))]
+    params: dict[str, Any] = dict(zip(names, ids, strict=True))
+    params["tenant"] = tenant_id
+    marks = ", ".join(f":{n}" for n in names)
+    sql = (
+        "SELECT c.id AS chunk_id, c.document_id, doc.source, doc.title, c.heading, c.text "
+        "FROM doc_chunks c JOIN documents doc ON doc.id = c.document_id "
+        f"WHERE c.tenant_id = :tenant AND c.id IN ({marks})"
+    )
+    return [_hit(r) for r in d.fetchall(conn, sql, params)]
