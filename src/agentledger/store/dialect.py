@@ -49,6 +49,9 @@ class Dialect(ABC):
     # expiry, live owners, due runs and outbox rows) is judged by it, never by the
     # calling process's clock: a worker whose clock is off cannot steal or lose leases.
     now_sql: str = ":now"
+    # A second connection sees the same database, so a store may serve its read-only
+    # transactions on a read connection of their own (not so for an in-memory file).
+    separate_reads: bool = True
 
     def __init__(self, url: str) -> None:
         self.url = url

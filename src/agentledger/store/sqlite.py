@@ -76,6 +76,7 @@ class SQLiteDialect(Dialect):
             raise UsageError(f"unknown synchronous={sync!r} in {url!r}; use full or normal")
         self.synchronous = _SYNC_MODES[sync]
         self.busy_timeout_ms = int(options.get("busy_timeout_ms", "10000"))
+        self.separate_reads = self.path != ":memory:" and "mode=memory" not in url
 
     async def open_batch_committer(
         self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]

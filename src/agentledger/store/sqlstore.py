@@ -1,7 +1,12 @@
 """A :class:`Store` over any SQL dialect, with group commit (see groupcommit.py).
 
 Claims, heartbeats, reads and the other non-journal work go through one writer
-thread that owns one connection, each job in its own transaction. Journal batches
+thread that owns one connection, each job in its own transaction. The read-only
+transactions of :meth:`SQLStore.transact` (``write=False``: the HTTP service's GETs, key
+lookups, event-stream polls) go through a second thread with its own read connection,
+so writes never queue behind them nor they behind writes (SQLite in WAL mode reads while
+another connection writes; PostgreSQL reads what is committed). Every write a caller
+awaited committed before its next read begins, so that read sees it. Journal batches
 go through the store's :class:`~agentledger.store.groupcommit.JournalCommitter`
 list: the dialect's event-loop committer first (SQLite: every batch; PostgreSQL:
 the batches that fit in one statement), then the writer thread, which takes the
@@ -120,6 +125,9 @@ class SQLStore(Store):
         self.group_sizes: deque[int] = deque(maxlen=10_000)
         # Where journal batches go, asked in order (the writer thread's takes all).
         self._committers: list[JournalCommitter] = []
+        # The read connection's thread (None: reads share the writer thread's).
+        self._reads: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._reader: threading.Thread | None = None
 
     # lifecycle ------------------------------------------------------------
 
@@ -142,6 +150,11 @@ class SQLStore(Store):
             raise
         on_loop = await self.dialect.open_batch_committer(self.group_sizes, self._error)
         self._committers = [c for c in (on_loop, _WriterThreadCommitter(self)) if c is not None]
+        if self.dialect.separate_reads:
+            self._reader = threading.Thread(
+                target=self._serve_reads, name="agentledger-store-read", daemon=True
+            )
+            self._reader.start()
 
     async def close(self) -> None:
         if self._thread is None:
@@ -149,6 +162,10 @@ class SQLStore(Store):
         committers, self._committers = self._committers, []
         for committer in committers:  # each commits what it holds before the thread stops
             await committer.close()
+        if self._reader is not None:
+            self._reads.put(None)
+            await asyncio.to_thread(self._reader.join)
+            self._reader = None
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
@@ -204,6 +221,38 @@ class SQLStore(Store):
                 break
         with contextlib.suppress(Exception):  # closing a broken connection is not worth an error
             self.dialect.close(self._conn)
+
+    def _serve_reads(self) -> None:
+        """The read connection's thread: one read-only job at a time, each in its own
+        transaction. The connection is opened by the first job and reopened after a
+        loss; a read is safe to run again."""
+        conn: Any = None
+        while True:
+            job = self._reads.get()
+            if job is None:
+                break
+            retry = Reconnect()
+            while not job.future.done():
+                try:
+                    if conn is None:
+                        conn = self.dialect.connect()
+                    run_single(self.dialect, conn, job, self._error)
+                except Exception as exc:
+                    transient = self.dialect.is_transient(exc) and retry.may_retry_transient()
+                    lost = self.dialect.is_disconnect(exc) and retry.within_window()
+                    if not transient:  # lost, or failing to open: a new one next time
+                        with contextlib.suppress(Exception):
+                            if conn is not None:
+                                self.dialect.close(conn)
+                        conn = None
+                    if not (transient or lost):
+                        job.future.set_exception(self._error(exc))
+                        break
+                    log.warning("store read failed (%s); retrying", exc)
+                    time.sleep(retry.transient_pause() if transient else retry.next_pause())
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                self.dialect.close(conn)
 
     def _with_reconnect(self, jobs: list[Job], runner: Callable[[list[Job]], None]) -> None:
         """Run ``jobs``; reconnect after a lost connection, retry after a deadlock."""
@@ -595,7 +644,13 @@ class SQLStore(Store):
         )
 
     async def transact(self, fn: Callable[[Dialect, Any], T], *, write: bool = True) -> T:
-        return await self._call(lambda c: fn(self.dialect, c), write=write)
+        if write or self._reader is None:
+            return await self._call(lambda c: fn(self.dialect, c), write=write)
+        # Read-only: on the read connection (see the module doc).
+        reply = ThreadReply(asyncio.get_running_loop())
+        self._reads.put(Job(lambda c: fn(self.dialect, c), reply, False, False))
+        result: T = await reply.future
+        return result
 
 
 __all__ = ["SQLStore", "StoreError"]

@@ -1,0 +1,48 @@
+"""Read-only transactions (``transact(write=False)``: the service's GETs, key lookups and
+stream polls) run on the store's read connection: they neither queue behind a write in
+progress nor see it before it commits, and they see every write awaited before them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from agentledger.store import SQLStore
+from agentledger.store.base import NewRun
+from agentledger.store.dialect import Dialect
+from agentledger.store.queries import create_run
+
+
+def _names(d: Dialect, conn: Any) -> set[str]:
+    return {r["name"] for r in d.fetchall(conn, "SELECT name FROM runs")}
+
+
+async def test_a_read_does_not_wait_for_a_write_in_progress(store: SQLStore) -> None:
+    inserted, release = threading.Event(), threading.Event()
+
+    def slow_write(d: Dialect, conn: Any) -> None:
+        create_run(d, conn, NewRun("workflow", "uncommitted", "1", {}))
+        inserted.set()
+        release.wait()  # holds the writer connection, its transaction open
+
+    writing = asyncio.ensure_future(store.transact(slow_write))
+    try:
+        await asyncio.to_thread(inserted.wait)
+        # Answered while the write holds the writer (on the writer's queue it would wait
+        # for ever), and without the run that write has not committed.
+        seen = await asyncio.wait_for(store.transact(_names, write=False), 60)
+        assert "uncommitted" not in seen
+        assert not writing.done()
+    finally:
+        release.set()
+        await writing
+    assert "uncommitted" in await store.transact(_names, write=False)
+
+
+async def test_a_read_sees_every_write_awaited_before_it(store: SQLStore) -> None:
+    for i in range(50):
+        await store.transact(
+            lambda d, c, i=i: create_run(d, c, NewRun("workflow", f"r{i}", "1", {}))
+        )
+        assert f"r{i}" in await store.transact(_names, write=False)
