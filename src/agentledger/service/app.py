@@ -8,7 +8,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -23,7 +23,7 @@ from agentledger.service.idempotency import InFlight
 from agentledger.service.routers import approvals, audit, events, health, observe, runs
 from agentledger.service.settings import ServiceSettings
 from agentledger.service.webhooks import Dispatcher
-from agentledger.store import Store, open_store
+from agentledger.store import SQLStore, Store, open_store
 from agentledger.store.queries import service_runs
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
         hub = EventHub(the_store, settings.event_poll)
         hub.start()
         api.state.hub = hub
+        unhooks = _wake_hub_on_commits(the_store, hub)
         accepts = AcceptBatcher(the_store)
         accepts.start()
         api.state.accepts = accepts
@@ -65,6 +66,8 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
                     await task
             await _stop_workers(workers)
             await accepts.stop()
+            for unhook in unhooks:
+                await asyncio.to_thread(unhook)  # a listener's stop joins its thread
             await hub.stop()
             if own_store:
                 await the_store.close()
@@ -115,6 +118,19 @@ class RequestIdMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
+
+
+def _wake_hub_on_commits(store: Store, hub: EventHub) -> list[Callable[[], None]]:
+    """Poke the hub after journal commits: this process's (inline workers) directly, any
+    process's through the database's notifications where it has them (PostgreSQL).
+    Returns the functions that undo it."""
+    undo: list[Callable[[], None]] = []
+    if isinstance(store, SQLStore):
+        undo.append(store.on_journal_commit(hub.poke))
+        stop = store.listen_events(hub.poke_threadsafe)
+        if stop is not None:
+            undo.append(stop)
+    return undo
 
 
 async def _seal_forever(store: Store, period: float) -> None:

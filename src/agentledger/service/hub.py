@@ -10,6 +10,13 @@ the head from there instead of asking the database again -- with 100 open stream
 is 100 queries fewer per change, all on the store's one connection. A kept head is
 never newer than the database, and the hub wakes the waiters whenever it moves, so a
 stream that reads a kept head misses nothing: it is woken again by the next poll.
+
+A poll runs every ``period`` seconds, and at once (at most every ``MIN_GAP``) when
+:meth:`EventHub.poke` says events were committed: the store calls it after each journal
+commit of this process (``serve --workers-inline``), and on PostgreSQL every journal
+group commit notifies a channel the hub listens on (other processes' workers). A poke
+only starts a poll -- what a stream sends still comes from the database by ``seq`` --
+so a lost notification costs one poll period, never an event.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from agentledger.store.queries import service_events
 log = logging.getLogger(__name__)
 
 _CHUNK = 500  # runs per poll query
+MIN_GAP = 0.005  # seconds between polls started by pokes: a burst of commits, one poll
 
 
 class EventHub:
@@ -36,10 +44,30 @@ class EventHub:
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._heads: dict[str, tuple[int, str]] = {}
         self._wake = asyncio.Event()
+        self._poked = asyncio.Event()
+        self._loop_ref: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        self._loop_ref = asyncio.get_running_loop()
         self._task = asyncio.create_task(self._loop(), name="event-hub")
+
+    def poke(self) -> None:
+        """Events were committed: poll now rather than at the end of the period."""
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is self._loop_ref:
+            self._poked.set()
+        else:  # a commit on another loop or thread
+            self.poke_threadsafe()
+
+    def poke_threadsafe(self) -> None:
+        """:meth:`poke` from another thread (a database notification listener)."""
+        loop = self._loop_ref
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._poked.set)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -94,4 +122,13 @@ class EventHub:
                     self._heads[run_id] = head
                     for event in self._waiters.get(run_id, ()):
                         event.set()
-            await asyncio.sleep(self.period)
+            await self._pause()
+
+    async def _pause(self) -> None:
+        """Until the next poll: the period, or a poke (after at least ``MIN_GAP``)."""
+        await asyncio.sleep(min(MIN_GAP, self.period))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._poked.wait(), max(0.0, self.period - MIN_GAP))
+        # Cleared only now, before the poll: a commit poked during the poll above or the
+        # pause is seen by the poll that follows.
+        self._poked.clear()

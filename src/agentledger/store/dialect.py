@@ -127,6 +127,11 @@ class Dialect(ABC):
         """
         return None
 
+    def listen_events(self, callback: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``callback`` when any process committed journal events; return a function
+        that stops listening. None when the database has no notifications."""
+        return None
+
     async def open_batch_committer(
         self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]
     ) -> JournalCommitter | None:

@@ -125,6 +125,8 @@ class SQLStore(Store):
         self.group_sizes: deque[int] = deque(maxlen=10_000)
         # Where journal batches go, asked in order (the writer thread's takes all).
         self._committers: list[JournalCommitter] = []
+        # Called after each journal commit (the HTTP service's event hub).
+        self._journal_hooks: list[Callable[[], None]] = []
         # The read connection's thread (None: reads share the writer thread's).
         self._reads: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._reader: threading.Thread | None = None
@@ -173,6 +175,18 @@ class SQLStore(Store):
     def listen(self, callback: Callable[[], None]) -> Callable[[], None] | None:
         """Wake-up hints from the database (PostgreSQL LISTEN/NOTIFY); None if unsupported."""
         return self.dialect.listen(callback)
+
+    def listen_events(self, callback: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``callback`` (on another thread) when any process committed journal
+        events; return a function that stops listening. None if unsupported. A hint:
+        notifications sent while the listener reconnects are lost."""
+        return self.dialect.listen_events(callback)
+
+    def on_journal_commit(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call ``hook()`` on the event loop after each journal batch this store commits;
+        return a function that removes it."""
+        self._journal_hooks.append(hook)
+        return lambda: self._journal_hooks.remove(hook)
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied."""
@@ -391,6 +405,8 @@ class SQLStore(Store):
         for committer in self._committers:
             if committer.accepts(batch):
                 await committer.commit(batch)
+                for hook in self._journal_hooks:  # committed: durable, now others may look
+                    hook()
                 return
         raise StoreUnavailable("the store is not open; call `await store.open()` first")
 

@@ -16,7 +16,7 @@ from typing import Any
 from agentledger.records import dumps
 from agentledger.store.base import Batch
 from agentledger.store.dialect import clean_params
-from agentledger.store.postgres.connection import NOW_SQL, convert_placeholders
+from agentledger.store.postgres.connection import EVENTS_CHANNEL, NOW_SQL, convert_placeholders
 from agentledger.store.queries import STEP_COLUMNS, STEP_UPSERT, fence_update, step_params
 from agentledger.store.queries.events import batch_events
 
@@ -75,5 +75,10 @@ def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
             "WITH ORDINALITY AS ev(type, actor, data, n))"
         )
     params = clean_params(params)  # no text the driver refuses (NUL, lone surrogates)
-    sql = "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced FROM fence"
+    # The notification rides in the statement (no round trip of its own); identical
+    # notifications of one transaction are delivered once, at its commit: one per group.
+    sql = (
+        "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced, "
+        f"pg_notify('{EVENTS_CHANNEL}', '')::text AS notified FROM fence"
+    )
     return convert_placeholders(sql), params

@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 RUNS_CHANNEL = "agentledger_runs"
 """The LISTEN/NOTIFY channel that announces runnable runs."""
 
+EVENTS_CHANNEL = "agentledger_events"
+"""The channel on which every journal commit announces new events (no payload, so the
+notifications of one transaction are delivered as one)."""
+
 # The server's clock as UNIX seconds, one value for the whole statement: every lease
 # and park decision is judged by it (Dialect.now_sql).
 NOW_SQL = "EXTRACT(EPOCH FROM statement_timestamp())::float8"

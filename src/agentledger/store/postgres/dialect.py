@@ -39,6 +39,7 @@ from agentledger.store.postgres.async_commit import AsyncBatchCommitter, connect
 from agentledger.store.postgres.connection import (
     CONNECT_DEFAULTS,
     DISCONNECT_STATES,
+    EVENTS_CHANNEL,
     MIGRATION_LOCK_KEY,
     NOW_SQL,
     RUNS_CHANNEL,
@@ -148,6 +149,18 @@ class PostgresDialect(Dialect):
         from agentledger.store.postgres.listen import RunListener
 
         listener = RunListener(self.url, lambda _payload: callback())
+        listener.start()
+        return listener.stop
+
+    def listen_events(self, callback: Callable[[], None]) -> Callable[[], None] | None:
+        from agentledger.store.postgres.listen import RunListener
+
+        listener = RunListener(
+            self.url,
+            lambda _payload: callback(),
+            channel=EVENTS_CHANNEL,
+            application_name="agentledger-events",
+        )
         listener.start()
         return listener.stop
 
