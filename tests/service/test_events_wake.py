@@ -53,4 +53,3 @@ async def test_postgres_notifications_wake_the_streams(pg_url: str, tmp_path: Pa
         assert ids == list(range(1, len(stored) + 1))
     finally:
         env.close()
-
