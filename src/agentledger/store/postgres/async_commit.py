@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, MutableSequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from agentledger.store.postgres.connection import SESSION_SETUP
 from agentledger.store.retrying import Reconnect
 
 log = logging.getLogger(__name__)
+NOTIFY_GAP = 0.005  # seconds between two events notifications of one committer
 
 
 class AsyncBatchCommitter:
@@ -61,6 +63,7 @@ class AsyncBatchCommitter:
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._pending: list[tuple[Batch, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
+        self._notify_after = 0.0  # monotonic time the next events notification is due
 
     async def open(self) -> None:
         self._conn = await self._connect()
@@ -163,7 +166,15 @@ class AsyncBatchCommitter:
         conn = self._conn
         if conn is None or conn.closed:
             raise psycopg.InterfaceError("the journal connection is closed")
-        statements = [batch_statement(b) for b in batches]
+        # At most one events notification per NOTIFY_GAP, in the first statement of the
+        # group then due: notifying commits serialize on the server's notification queue,
+        # so their number is bounded however many groups a worker commits. The events of
+        # the groups in between are read by the poll the next notification (or the
+        # service's poll period) starts.
+        notify = time.monotonic() >= self._notify_after
+        if notify:
+            self._notify_after = time.monotonic() + NOTIFY_GAP
+        statements = [batch_statement(b, notify and i == 0) for i, b in enumerate(batches)]
         if len(statements) == 1:
             cursors = [await conn.execute(*statements[0])]
         else:

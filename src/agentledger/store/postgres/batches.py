@@ -52,8 +52,10 @@ def is_plain(batch: Batch) -> bool:
     )
 
 
-def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
-    """One statement for a plain batch; it returns the number of fenced rows (0 or 1)."""
+def batch_statement(batch: Batch, notify: bool = False) -> tuple[str, dict[str, Any]]:
+    """One statement for a plain batch; it returns the number of fenced rows (0 or 1).
+    With ``notify`` it also announces new events on :data:`EVENTS_CHANNEL` (delivered at
+    its transaction's commit)."""
     fence_sql, params = fence_update(batch, NOW_SQL)
     parts = [f"fence AS ({fence_sql} RETURNING id, event_seq)"]
     if batch.steps:
@@ -75,10 +77,8 @@ def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
             "WITH ORDINALITY AS ev(type, actor, data, n))"
         )
     params = clean_params(params)  # no text the driver refuses (NUL, lone surrogates)
-    # The notification rides in the statement (no round trip of its own); identical
-    # notifications of one transaction are delivered once, at its commit: one per group.
-    sql = (
-        "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced, "
-        f"pg_notify('{EVENTS_CHANNEL}', '')::text AS notified FROM fence"
-    )
+    sql = "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced"
+    if notify:  # rides in the statement: no round trip of its own
+        sql += f", pg_notify('{EVENTS_CHANNEL}', '')::text AS notified"
+    sql += " FROM fence"
     return convert_placeholders(sql), params
