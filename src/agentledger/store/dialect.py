@@ -52,6 +52,8 @@ class Dialect(ABC):
     # A second connection sees the same database, so a store may serve its read-only
     # transactions on a read connection of their own (not so for an in-memory file).
     separate_reads: bool = True
+    # Read connections a store may open while all it has are busy (each a thread).
+    read_connections: int = 1
 
     def __init__(self, url: str) -> None:
         self.url = url

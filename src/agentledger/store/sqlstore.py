@@ -3,7 +3,8 @@
 Claims, heartbeats, reads and the other non-journal work go through one writer
 thread that owns one connection, each job in its own transaction. The read-only
 transactions of :meth:`SQLStore.transact` (``write=False``: the HTTP service's GETs, key
-lookups, event-stream polls) go through a second thread with its own read connection,
+lookups, event-stream polls) go through read threads with a connection each -- one to
+start with, more (up to the dialect's ``read_connections``) while every one is busy --
 so writes never queue behind them nor they behind writes (SQLite in WAL mode reads while
 another connection writes; PostgreSQL reads what is committed). Every write a caller
 awaited committed before its next read begins, so that read sees it. Journal batches
@@ -127,9 +128,11 @@ class SQLStore(Store):
         self._committers: list[JournalCommitter] = []
         # Called after each journal commit (the HTTP service's event hub).
         self._journal_hooks: list[Callable[[], None]] = []
-        # The read connection's thread (None: reads share the writer thread's).
+        # The read threads (none: reads share the writer thread), how many wait for work.
         self._reads: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-        self._reader: threading.Thread | None = None
+        self._readers: list[threading.Thread] = []
+        self._idle_readers = 0
+        self._readers_lock = threading.Lock()
 
     # lifecycle ------------------------------------------------------------
 
@@ -153,10 +156,7 @@ class SQLStore(Store):
         on_loop = await self.dialect.open_batch_committer(self.group_sizes, self._error)
         self._committers = [c for c in (on_loop, _WriterThreadCommitter(self)) if c is not None]
         if self.dialect.separate_reads:
-            self._reader = threading.Thread(
-                target=self._serve_reads, name="agentledger-store-read", daemon=True
-            )
-            self._reader.start()
+            self._add_reader()
 
     async def close(self) -> None:
         if self._thread is None:
@@ -164,10 +164,12 @@ class SQLStore(Store):
         committers, self._committers = self._committers, []
         for committer in committers:  # each commits what it holds before the thread stops
             await committer.close()
-        if self._reader is not None:
+        with self._readers_lock:
+            readers, self._readers = self._readers, []
+        for _ in readers:
             self._reads.put(None)
-            await asyncio.to_thread(self._reader.join)
-            self._reader = None
+        for reader in readers:
+            await asyncio.to_thread(reader.join)
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
@@ -236,13 +238,25 @@ class SQLStore(Store):
         with contextlib.suppress(Exception):  # closing a broken connection is not worth an error
             self.dialect.close(self._conn)
 
+    def _add_reader(self) -> None:
+        with self._readers_lock:
+            thread = threading.Thread(
+                target=self._serve_reads, name="agentledger-store-read", daemon=True
+            )
+            self._readers.append(thread)
+        thread.start()
+
     def _serve_reads(self) -> None:
         """The read connection's thread: one read-only job at a time, each in its own
         transaction. The connection is opened by the first job and reopened after a
         loss; a read is safe to run again."""
         conn: Any = None
         while True:
+            with self._readers_lock:
+                self._idle_readers += 1
             job = self._reads.get()
+            with self._readers_lock:
+                self._idle_readers -= 1
             if job is None:
                 break
             retry = Reconnect()
@@ -660,11 +674,13 @@ class SQLStore(Store):
         )
 
     async def transact(self, fn: Callable[[Dialect, Any], T], *, write: bool = True) -> T:
-        if write or self._reader is None:
+        if write or not self._readers:
             return await self._call(lambda c: fn(self.dialect, c), write=write)
         # Read-only: on the read connection (see the module doc).
         reply = ThreadReply(asyncio.get_running_loop())
         self._reads.put(Job(lambda c: fn(self.dialect, c), reply, False, False))
+        if not self._idle_readers and len(self._readers) < self.dialect.read_connections:
+            self._add_reader()  # every read connection busy: one more
         result: T = await reply.future
         return result
 

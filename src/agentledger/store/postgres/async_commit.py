@@ -36,7 +36,7 @@ from agentledger.errors import LeaseLost
 from agentledger.store.base import Batch
 from agentledger.store.groupcommit import settle
 from agentledger.store.postgres.batches import batch_statement, is_plain
-from agentledger.store.postgres.connection import SESSION_SETUP
+from agentledger.store.postgres.connection import EVENTS_CHANNEL, SESSION_SETUP
 from agentledger.store.retrying import Reconnect
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,8 @@ class AsyncBatchCommitter:
         self._pending: list[tuple[Batch, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
         self._notify_after = 0.0  # monotonic time the next events notification is due
+        self._owed = False  # a commit since the last notification went unannounced
+        self._closed = False
 
     async def open(self) -> None:
         self._conn = await self._connect()
@@ -72,6 +74,7 @@ class AsyncBatchCommitter:
         return is_plain(batch)
 
     async def close(self) -> None:
+        self._closed = True
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
@@ -88,9 +91,35 @@ class AsyncBatchCommitter:
         await future
 
     async def _drain(self) -> None:
-        while self._pending:
-            group, self._pending = self._pending, []
-            await self._commit_group(group)
+        while True:
+            while self._pending:
+                group, self._pending = self._pending, []
+                await self._commit_group(group)
+            if not self._owed or self._closed:
+                return
+            # The last groups went unannounced: one notification for them once due, so
+            # the end of a burst is not left to the service's poll.
+            wait = self._notify_after - time.monotonic()
+            if wait > 0:
+                asyncio.get_running_loop().call_later(wait, self._kick)
+                return
+            await self._notify()
+
+    def _kick(self) -> None:
+        """A notification owed is due: send it unless a drain will (it is running)."""
+        if self._owed and not self._closed and (self._task is None or self._task.done()):
+            self._task = asyncio.create_task(self._drain(), name="agentledger-pg-commit")
+
+    async def _notify(self) -> None:
+        self._owed = False
+        self._notify_after = time.monotonic() + NOTIFY_GAP
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        try:
+            await conn.execute("SELECT pg_notify(%s, '')", (EVENTS_CHANNEL,))
+        except Exception as exc:  # a hint: lost, it costs the listener one poll period
+            log.debug("events notification failed: %s", exc)
 
     async def _commit_group(self, group: list[tuple[Batch, asyncio.Future[None]]]) -> None:
         group.sort(key=lambda item: item[0].run_id)  # row locks in run-id order
@@ -174,6 +203,7 @@ class AsyncBatchCommitter:
         notify = time.monotonic() >= self._notify_after
         if notify:
             self._notify_after = time.monotonic() + NOTIFY_GAP
+        self._owed = not notify
         statements = [batch_statement(b, notify and i == 0) for i, b in enumerate(batches)]
         if len(statements) == 1:
             cursors = [await conn.execute(*statements[0])]

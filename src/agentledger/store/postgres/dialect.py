@@ -58,6 +58,9 @@ class PostgresDialect(Dialect):
 
     name = "postgres"
     now_sql = NOW_SQL  # statement_timestamp(): the server's clock, one value per statement
+    # A read waits mostly on the network: a few in flight at once (100 streams woken by
+    # one commit read their pages), each connection opened only when the others are busy.
+    read_connections = 4
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
