@@ -33,6 +33,8 @@ class NotJournalable(ToolError):
 
 def clean_text(text: str) -> str:
     """``text`` with NUL and lone surrogates replaced by U+FFFD."""
+    if text.isascii():  # known to the str object itself: no scan, no encode
+        return text.replace("\x00", REPLACEMENT) if "\x00" in text else text
     if "\x00" in text:
         text = text.replace("\x00", REPLACEMENT)
     try:

@@ -24,17 +24,27 @@ class WouldBlock(Exception):
 
 def clean_params(params: dict[str, Any] | None) -> dict[str, Any]:
     """Statement parameters with every text sanitized (NUL and lone surrogates ->
-    U+FFFD): no driver can refuse a batch for its text, so none poisons a group."""
+    U+FFFD): no driver can refuse a batch for its text, so none poisons a group.
+
+    Returns ``params`` itself when nothing needed a change (the common case: the journal
+    encodes its text clean), so a statement costs no copy of its parameters."""
     if not params:
         return {}
-    out = {}
+    out: dict[str, Any] | None = None
     for key, value in params.items():
         if isinstance(value, str):
-            value = clean_text(value)
+            cleaned: Any = clean_text(value)
         elif isinstance(value, list):
-            value = [clean_text(v) if isinstance(v, str) else v for v in value]
-        out[key] = value
-    return out
+            cleaned = [clean_text(v) if isinstance(v, str) else v for v in value]
+            if cleaned == value:
+                continue
+        else:
+            continue
+        if cleaned is not value:
+            if out is None:
+                out = dict(params)
+            out[key] = cleaned
+    return params if out is None else out
 
 
 class Dialect(ABC):
