@@ -23,7 +23,7 @@ from agentledger.store.base import (
     UnstorableBatch,
     UnstorableValue,
 )
-from agentledger.store.dialect import Dialect
+from agentledger.store.dialect import CleanParams, Dialect
 from agentledger.store.queries.approvals import insert_approval
 from agentledger.store.queries.common import check_finite, check_time, delay_of, json_text
 from agentledger.store.queries.events import batch_events
@@ -59,7 +59,7 @@ class EncodedBatch:
 
     def fence(self, now_sql: str) -> tuple[str, dict[str, Any]]:
         """The fence's SQL on a dialect's clock, and its parameters as of now."""
-        params = dict(self.fence_params)
+        params = CleanParams(self.fence_params)
         params["now"] = time.time()
         if "available_in" in params:
             params["available_in"] = delay_of(self.available_at)
@@ -169,7 +169,7 @@ def insert_events(
     """A batch's encoded events (type, actor, data JSON) as ONE multi-row INSERT, with
     the seqs ``first``, ``first + 1``, ... that the fence took for them (one statement
     instead of one per event)."""
-    params: dict[str, Any] = {"run_id": run_id, "at": time.time()}
+    params = CleanParams(run_id=clean_text(run_id), at=time.time())
     for i, (type_, actor, data) in enumerate(events):
         params[f"t{i}"], params[f"a{i}"], params[f"d{i}"] = type_, actor, data
         params[f"s{i}"] = first + i
@@ -286,25 +286,27 @@ STEP_UPSERT = (
 def step_params(step: Step) -> dict[str, Any]:
     """A journal entry as the parameters of its row (JSON columns encoded, text
     sanitized)."""
-    return {
-        "run_id": _clean(step.run_id),
-        "step_no": step.step_no,
-        "kind": _clean(step.kind),
-        "name": _clean(step.name),
-        "status": _clean(step.status),
-        "input": None if step.input is None else json_text("step input", step.input),
-        "input_hash": _clean(step.input_hash),
-        "output": None if step.output is None else json_text("step output", step.output),
-        "attempts": step.attempts,
-        "key": _clean(step.idempotency_key),
-        "started_at": step.started_at,
-        "duration_ms": step.duration_ms,
-        "tokens": step.tokens,
-        "cost_usd": step.cost_usd,
-        "error_class": _clean(step.error_class),
-        "error": _clean(step.error),
-        "lease_epoch": step.lease_epoch,
-    }
+    return CleanParams(
+        {
+            "run_id": _clean(step.run_id),
+            "step_no": step.step_no,
+            "kind": _clean(step.kind),
+            "name": _clean(step.name),
+            "status": _clean(step.status),
+            "input": None if step.input is None else json_text("step input", step.input),
+            "input_hash": _clean(step.input_hash),
+            "output": None if step.output is None else json_text("step output", step.output),
+            "attempts": step.attempts,
+            "key": _clean(step.idempotency_key),
+            "started_at": step.started_at,
+            "duration_ms": step.duration_ms,
+            "tokens": step.tokens,
+            "cost_usd": step.cost_usd,
+            "error_class": _clean(step.error_class),
+            "error": _clean(step.error),
+            "lease_epoch": step.lease_epoch,
+        }
+    )
 
 
 def _clean(value: Any) -> Any:
