@@ -87,6 +87,7 @@ def list_events(d: Dialect, conn: Any, run_id: str | None, after_id: int) -> lis
     if run_id is None:
         sql = "SELECT * FROM events WHERE id > :after ORDER BY id LIMIT 1000"
     else:
-        sql = "SELECT * FROM events WHERE run_id = :run_id AND id > :after ORDER BY id"
+        # events_run_seq finds the run's events; within a run seq and id grow together.
+        sql = "SELECT * FROM events WHERE run_id = :run_id AND id > :after ORDER BY seq, id"
     found = d.fetchall(conn, sql, {"run_id": run_id, "after": after_id})
     return [rows.event_from(r) for r in found]

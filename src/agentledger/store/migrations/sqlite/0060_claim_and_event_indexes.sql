@@ -14,3 +14,7 @@ DROP INDEX events_chain;
 CREATE UNIQUE INDEX events_chain ON events (tenant_id, chain_no) WHERE chain_no IS NOT NULL;
 DROP INDEX events_type;
 CREATE INDEX events_type ON events (type) WHERE type NOT LIKE 'step.%';
+-- A run's events are found by (run_id, seq), the unique index every reader of a run's
+-- events uses; the older (run_id, id) index duplicated it (within a run, id and seq
+-- grow together: both are taken under the run row's lock).
+DROP INDEX events_run;
