@@ -79,16 +79,16 @@ def journal_value(value: Any) -> Any:
     return _check(value, 0, "$")
 
 
+# Built once (json.dumps with arguments builds an encoder per call).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> str:
     """Sorted keys, no spaces, UTF-8 text: equal values give equal strings, in every
     process (no ``default=str``, whose output can differ between processes)."""
-    return json.dumps(
-        journal_value(value),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+    return _CANONICAL.encode(journal_value(value))
 
 
 def input_hash(value: Any) -> str:
