@@ -17,12 +17,15 @@ def test_every_batch_gets_its_own_token() -> None:
 
 def test_two_processes_never_share_a_token() -> None:
     code = "from agentledger.store.base import batch_token; print(batch_token())"
-    mine = batch_token()
-    other = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    # A fresh process starts its counter where this one started: the prefix tells them apart.
-    assert other and other != mine
+
+    def first_token() -> str:
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    # Both processes hand out their first token: only the prefix can tell them apart.
+    one, two = first_token(), first_token()
+    assert one and two and one != two
 
 
 def test_a_forked_child_does_not_repeat_its_parents_tokens() -> None:
