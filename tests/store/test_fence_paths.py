@@ -18,6 +18,7 @@ import pytest
 from agentledger.errors import LeaseLost, StoreError
 from agentledger.records import Approval, Effect, OutboxItem, Run, Step
 from agentledger.store import Batch, NewEvent, NewRun, RunUpdate, SQLStore, open_store
+from agentledger.store.groupcommit import InlineCommitter
 
 TARGET = "agent@1"
 BAD_KINDS = ("stale_epoch", "other_owner", "terminal")
@@ -232,7 +233,8 @@ async def test_sqlite_a_fenced_out_batch_writes_nothing_when_handed_to_a_thread(
         ]
         await asyncio.sleep(0)  # the group runs in this loop turn and meets the lock
         await asyncio.sleep(0)
-        assert store._inline is not None and store._inline._waiting is not None  # handed off
+        inline = store._committers[0]
+        assert isinstance(inline, InlineCommitter) and inline._waiting is not None  # handed off
         assert not any(c.done() for c in commits)
     finally:
         holder.execute("ROLLBACK")

@@ -11,10 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, MutableSequence
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
+
+if TYPE_CHECKING:
+    from agentledger.store.groupcommit import JournalCommitter
 
 
 class WouldBlock(Exception):
@@ -59,7 +62,6 @@ class Dialect(ABC):
 
     name: str = "sql"
     skip_locked: str = ""  # appended to a row-locking subquery (" FOR UPDATE SKIP LOCKED")
-    inline_commits: bool = False  # commit journal batches on the event loop (local files)
     # The database's clock as UNIX seconds, in SQL. Every lease decision (claim, renew,
     # expiry, live owners, due runs and outbox rows) is judged by it, never by the
     # calling process's clock: a worker whose clock is off cannot steal or lose leases.
@@ -136,9 +138,10 @@ class Dialect(ABC):
 
     async def open_batch_committer(
         self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]
-    ) -> Any:
-        """An object with ``accepts(batch)``, ``commit(batch)`` and ``close()`` that
-        commits journal batches from the event loop, or None (the writer thread does)."""
+    ) -> JournalCommitter | None:
+        """An opened :class:`~agentledger.store.groupcommit.JournalCommitter` that
+        commits journal batches from the event loop, asked before the store's writer
+        thread; None when the writer thread commits them all."""
         return None
 
     def set_nowait(self, conn: Any, nowait: bool) -> None:

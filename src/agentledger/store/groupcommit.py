@@ -1,16 +1,22 @@
 """Group commit: many runs' fenced journal batches in one durable transaction.
 
+Every journal batch reaches the database through a :class:`JournalCommitter`. A
+store keeps an ordered list of them and gives each batch to the first that
+``accepts`` it:
+
+- SQLite: the :class:`InlineCommitter`, on the event loop's own thread. On one host
+  a SQLite commit is a local fsync, so doing it in the loop saves two thread
+  hand-offs per journal write; batches submitted while the loop runs its ready
+  callbacks are flushed together, so concurrent runs still share one fsync.
+- PostgreSQL: the event-loop committer of plain batches
+  (:mod:`agentledger.store.postgres.async_commit`), then the writer thread for the
+  batches that need more than one statement.
+- Any dialect: the store's writer thread, which takes every batch.
+
 Each batch of a group runs under its own savepoint, so a batch whose fence fails
 (its run's lease epoch moved on) or whose effect key is taken is rolled back
 alone while the others commit. Every caller is answered only after COMMIT
 returned -- after the transaction is durable; no step is acknowledged before.
-
-Two drivers use these functions: the store's writer thread (every backend), and
-for SQLite the :class:`InlineCommitter`, which commits on the event loop's own
-thread. On one host a SQLite commit is a local fsync, so doing it in the loop
-saves two thread hand-offs per journal write; batches submitted while the loop
-runs its ready callbacks are flushed together, so concurrent runs still share
-one fsync.
 """
 
 from __future__ import annotations
@@ -22,9 +28,30 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agentledger.errors import AgentLedgerError, LeaseLost
-from agentledger.store.base import EffectClaimed
+from agentledger.store.base import Batch, EffectClaimed
 from agentledger.store.dialect import Dialect, WouldBlock
-from agentledger.store.queries import committed
+from agentledger.store.queries import apply_batch, committed
+
+
+class JournalCommitter(Protocol):
+    """One route of journal batches to the database (see the module docstring)."""
+
+    def accepts(self, batch: Batch) -> bool:
+        """Whether this committer can commit ``batch`` (else the next one is asked)."""
+        ...
+
+    async def commit(self, batch: Batch) -> None:
+        """Commit ``batch`` with whatever else is ready; return once it is durable.
+
+        Raises :class:`LeaseLost` when the batch's fence fails, :class:`EffectClaimed`
+        when its effect key is taken, and the store's error for anything else; a
+        refused batch wrote nothing.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Commit what was submitted, then release the connection."""
+        ...
 
 
 class Reply(Protocol):
@@ -289,6 +316,19 @@ class InlineCommitter:
         self._conn = self.dialect.connect()
         self.dialect.set_nowait(self._conn, True)
 
+    def accepts(self, batch: Batch) -> bool:
+        return True  # every batch of the file
+
+    async def commit(self, batch: Batch) -> None:
+        await self.submit(lambda c: apply_batch(self.dialect, c, batch), batch)
+
+    async def close(self) -> None:
+        await self.drain()
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self.dialect.close(self._conn)
+            self._conn = None
+
     async def drain(self) -> None:
         """Commit everything submitted so far (waiting for a handed-off group)."""
         while self._waiting is not None or self._pending:
@@ -300,12 +340,6 @@ class InlineCommitter:
                 await asyncio.sleep(0)
                 continue
             self._flush()
-
-    def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self.dialect.close(self._conn)
-            self._conn = None
 
     def submit(self, fn: Callable[[Any], Any], batch: Any = None) -> asyncio.Future[Any]:
         """Queue a fenced batch; it commits with the others ready in this loop turn."""

@@ -18,14 +18,17 @@ read in SQL (``julianday('now')``) like PostgreSQL's server clock.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
+from collections.abc import Callable, MutableSequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from agentledger.errors import StoreCorrupt, StoreError, StoreUnavailable, UsageError
 from agentledger.store.dialect import Dialect, WouldBlock, clean_params
+from agentledger.store.groupcommit import InlineCommitter, JournalCommitter
 from agentledger.store.queries import RUN_COLUMNS
 
 _SYNC_MODES = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
@@ -60,7 +63,6 @@ class SQLiteDialect(Dialect):
     """SQLite hooks."""
 
     name = "sqlite"
-    inline_commits = True
     # SQLite serves one host: every process reads the same clock, the host's. It is
     # still read in SQL so that a store judges leases the same way on both backends.
     now_sql = "((julianday('now') - 2440587.5) * 86400.0)"
@@ -73,6 +75,14 @@ class SQLiteDialect(Dialect):
             raise UsageError(f"unknown synchronous={sync!r} in {url!r}; use full or normal")
         self.synchronous = _SYNC_MODES[sync]
         self.busy_timeout_ms = int(options.get("busy_timeout_ms", "10000"))
+
+    async def open_batch_committer(
+        self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]
+    ) -> JournalCommitter:
+        """Every journal batch is committed on the event loop (:class:`InlineCommitter`)."""
+        committer = InlineCommitter(self, sizes, translate)
+        await asyncio.to_thread(committer.open)
+        return committer
 
     def connect(self) -> sqlite3.Connection:
         parent = Path(self.path).resolve().parent

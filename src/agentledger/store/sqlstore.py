@@ -2,11 +2,11 @@
 
 Claims, heartbeats, reads and the other non-journal work go through one writer
 thread that owns one connection, each job in its own transaction. Journal batches
-are committed in groups (many runs' batches in ONE transaction, each under a
-savepoint, so a batch whose fence fails is rolled back alone): on SQLite by the
-:class:`InlineCommitter` on the event loop, on PostgreSQL plain batches by the
-event-loop committer of :mod:`agentledger.store.postgres.async_commit` and the
-others by the writer thread.
+go through the store's :class:`~agentledger.store.groupcommit.JournalCommitter`
+list: the dialect's event-loop committer first (SQLite: every batch; PostgreSQL:
+the batches that fit in one statement), then the writer thread, which takes the
+rest. Every committer commits in groups (many runs' batches in ONE transaction,
+each under a savepoint, so a batch whose fence fails is rolled back alone).
 Callers are resumed only after COMMIT returned, i.e. after the transaction is
 durable -- no step is acknowledged before that.
 
@@ -43,8 +43,8 @@ from agentledger.store.base import Batch, NewRun, Store
 from agentledger.store.dialect import Dialect
 from agentledger.store.groupcommit import (
     NOT_DONE,
-    InlineCommitter,
     Job,
+    JournalCommitter,
     ThreadReply,
     run_group,
     run_single,
@@ -87,6 +87,26 @@ class SchemaMissing(UsageError):
     """A store opened without migrating found no current agentledger schema."""
 
 
+class _WriterThreadCommitter:
+    """Journal batches through the store's writer thread, grouped with the others
+    queued there; takes every batch (the last committer asked)."""
+
+    def __init__(self, store: SQLStore) -> None:
+        self._store = store
+
+    def accepts(self, batch: Batch) -> bool:
+        return True
+
+    async def commit(self, batch: Batch) -> None:
+        store = self._store
+        await store._call(
+            lambda c: q.apply_batch(store.dialect, c, batch), grouped=True, batch=batch
+        )
+
+    async def close(self) -> None:
+        """Nothing to release: the store stops its thread after the committers."""
+
+
 class SQLStore(Store):
     """The shared SQL store; a backend supplies a :class:`Dialect`."""
 
@@ -98,8 +118,8 @@ class SQLStore(Store):
         self._conn: Any = None
         # Batches per committed group, the latest ones only (benchmarks read them).
         self.group_sizes: deque[int] = deque(maxlen=10_000)
-        self._inline: InlineCommitter | None = None
-        self._batches: Any = None  # a dialect's event-loop batch committer, if any
+        # Where journal batches go, asked in order (the writer thread's takes all).
+        self._committers: list[JournalCommitter] = []
 
     # lifecycle ------------------------------------------------------------
 
@@ -120,21 +140,15 @@ class SQLStore(Store):
             self._thread.join()
             self._thread = None
             raise
-        self._batches = await self.dialect.open_batch_committer(self.group_sizes, self._error)
-        if self.dialect.inline_commits:
-            self._inline = InlineCommitter(self.dialect, self.group_sizes, self._error)
-            await asyncio.to_thread(self._inline.open)
+        on_loop = await self.dialect.open_batch_committer(self.group_sizes, self._error)
+        self._committers = [c for c in (on_loop, _WriterThreadCommitter(self)) if c is not None]
 
     async def close(self) -> None:
         if self._thread is None:
             return
-        if self._batches is not None:
-            await self._batches.close()
-            self._batches = None
-        if self._inline is not None:
-            await self._inline.drain()
-            self._inline.close()
-            self._inline = None
+        committers, self._committers = self._committers, []
+        for committer in committers:  # each commits what it holds before the thread stops
+            await committer.close()
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
@@ -325,13 +339,11 @@ class SQLStore(Store):
 
     async def commit(self, batch: Batch) -> None:
         q.validate_batch(batch)  # a batch no database can store fails here, alone
-        if self._batches is not None and self._batches.accepts(batch):
-            await self._batches.commit(batch)
-            return
-        if self._inline is not None:
-            await self._inline.submit(lambda c: q.apply_batch(self.dialect, c, batch), batch)
-            return
-        await self._call(lambda c: q.apply_batch(self.dialect, c, batch), grouped=True, batch=batch)
+        for committer in self._committers:
+            if committer.accepts(batch):
+                await committer.commit(batch)
+                return
+        raise StoreUnavailable("the store is not open; call `await store.open()` first")
 
     # tenant budgets of model calls --------------------------------------------
 

@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 
 
 class AsyncBatchCommitter:
-    """Group commit of plain batches on the caller's event loop."""
+    """Group commit of plain batches on the caller's event loop (a
+    :class:`~agentledger.store.groupcommit.JournalCommitter`)."""
 
     def __init__(
         self,
@@ -64,8 +65,7 @@ class AsyncBatchCommitter:
     async def open(self) -> None:
         self._conn = await self._connect()
 
-    @staticmethod
-    def accepts(batch: Batch) -> bool:
+    def accepts(self, batch: Batch) -> bool:
         return is_plain(batch)
 
     async def close(self) -> None:

@@ -34,6 +34,8 @@ from psycopg import errors as pg_errors
 from agentledger.errors import StoreError, StoreUnavailable, UsageError
 from agentledger.records import RunStatus
 from agentledger.store.dialect import Dialect, clean_params
+from agentledger.store.groupcommit import JournalCommitter
+from agentledger.store.postgres.async_commit import AsyncBatchCommitter, connect_async
 from agentledger.store.postgres.connection import (
     CONNECT_DEFAULTS,
     DISCONNECT_STATES,
@@ -118,9 +120,9 @@ class PostgresDialect(Dialect):
 
     async def open_batch_committer(
         self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]
-    ) -> Any:
-        from agentledger.store.postgres.async_commit import AsyncBatchCommitter, connect_async
-
+    ) -> JournalCommitter:
+        """Plain batches (one statement each) are committed on the event loop; the
+        others go to the writer thread."""
         params = parse_url(self.url)
         settings = {k: v for k, v in CONNECT_DEFAULTS.items() if k not in params}
         # The journal connection is named after the store's, so operators see both.
