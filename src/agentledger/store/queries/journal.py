@@ -37,7 +37,7 @@ def load_journal(d: Dialect, conn: Any, run_id: str) -> list[Step]:
     return [rows.step_from(r) for r in found]
 
 
-# Where the dialect's clock goes in an encoded fence (see ``EncodedBatch.fence_sql``).
+# Where the dialect's clock goes in an encoded fence (see ``EncodedBatch.fence_template``).
 _NOW = "%NOW%"
 
 
