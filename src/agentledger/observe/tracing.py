@@ -146,6 +146,20 @@ def _effect(tool: Any) -> str:
     return "write" if getattr(tool, "writes", False) else "read"
 
 
+# The step-duration histogram's children by (tool, effect, outcome): a labels() lookup
+# builds and checks the label values on every call, a dict lookup is all a step needs.
+# (The registry keeps every child it made anyway; this holds the same ones.)
+_STEP_CHILDREN: dict[tuple[str, str, str], Any] = {}
+
+
+def _step_duration(tool: str, effect: str, outcome: str) -> Any:
+    key = (tool, effect, outcome)
+    child = _STEP_CHILDREN.get(key)
+    if child is None:
+        child = _STEP_CHILDREN[key] = STEP_DURATION.labels(tool, effect, outcome)
+    return child
+
+
 @contextlib.contextmanager
 def tool_attempt(exe: Any, step: Any, tool: Any, key: str, attempt: int) -> Iterator[Attempt]:
     """One tool attempt: the ``execute_tool {tool}`` span and the duration histogram."""
@@ -179,7 +193,7 @@ def tool_attempt(exe: Any, step: Any, tool: Any, key: str, attempt: int) -> Iter
             span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
         raise
     finally:
-        STEP_DURATION.labels(tool.name, effect, outcome).observe(time.perf_counter() - started)
+        _step_duration(tool.name, effect, outcome).observe(time.perf_counter() - started)
         if span is not None:
             span.set_attribute(sc.STEP_OUTCOME, outcome)
             if rec.resolution:

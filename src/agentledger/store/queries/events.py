@@ -13,6 +13,11 @@ from agentledger.store import rows
 from agentledger.store.base import Batch, NewEvent
 from agentledger.store.dialect import Dialect
 
+# The events_type index leaves out the journal's step events (migration 0060): one
+# index fewer written per journal write. A query by type states this condition (the
+# index's own) so that both databases use the index.
+EVENTS_TYPE_INDEXED = "type NOT LIKE 'step.%'"
+
 
 def batch_events(batch: Batch) -> list[NewEvent]:
     """The events a batch appends: one ``step.<status>`` per journal entry it writes
@@ -82,6 +87,7 @@ def list_events(d: Dialect, conn: Any, run_id: str | None, after_id: int) -> lis
     if run_id is None:
         sql = "SELECT * FROM events WHERE id > :after ORDER BY id LIMIT 1000"
     else:
-        sql = "SELECT * FROM events WHERE run_id = :run_id AND id > :after ORDER BY id"
+        # events_run_seq finds the run's events; within a run seq and id grow together.
+        sql = "SELECT * FROM events WHERE run_id = :run_id AND id > :after ORDER BY seq, id"
     found = d.fetchall(conn, sql, {"run_id": run_id, "after": after_id})
     return [rows.event_from(r) for r in found]
