@@ -13,7 +13,7 @@ from agentledger.store import rows
 from agentledger.store.base import Batch, NewEvent
 from agentledger.store.dialect import Dialect
 
-# The events_type index leaves out the journal's step events (migration 0060): one
+# The events_type index leaves out the journal's step events (migration 0061): one
 # index fewer written per journal write. A query by type states this condition (the
 # index's own) so that both databases use the index.
 EVENTS_TYPE_INDEXED = "type NOT LIKE 'step.%'"
