@@ -7,6 +7,7 @@ from typing import Any
 
 from agentledger.records import (
     Event,
+    Step,
     dumps,
 )
 from agentledger.store import rows
@@ -23,22 +24,31 @@ def batch_events(batch: Batch) -> list[NewEvent]:
     """The events a batch appends: one ``step.<status>`` per journal entry it writes
     (so a run's event stream describes its journal, in the same transaction), then the
     batch's own events."""
-    described = [
-        NewEvent(
-            f"step.{step.status}",
-            batch.owner,
-            {
-                "step_no": step.step_no,
-                "kind": step.kind,
-                "name": step.name,
-                "status": step.status,
-                "attempts": step.attempts,
-                "error_class": step.error_class,
-            },
-        )
-        for step in batch.steps
-    ]
-    return described + list(batch.events)
+    return [step_event(batch.owner, step) for step in batch.steps] + list(batch.events)
+
+
+def step_event(owner: str, step: Step) -> NewEvent:
+    """The ``step.<status>`` event of one journal write. Being an event, it is sealed into
+    the tenant's audit chain, so it carries what the audit trail must show of the step:
+    the idempotency key it executed with, the policy decision that let it run, and its
+    tokens and cost (each only when there is one, to keep the row small)."""
+    data: dict[str, Any] = {
+        "step_no": step.step_no,
+        "kind": step.kind,
+        "name": step.name,
+        "status": step.status,
+        "attempts": step.attempts,
+        "error_class": step.error_class,
+    }
+    if step.idempotency_key:
+        data["key"] = step.idempotency_key
+    if isinstance(step.input, dict) and isinstance(step.input.get("policy"), str):
+        data["policy"] = step.input["policy"]
+    if step.tokens:
+        data["tokens"] = step.tokens
+    if step.cost_usd:
+        data["cost_usd"] = step.cost_usd
+    return NewEvent(f"step.{step.status}", owner, data)
 
 
 def insert_event(
