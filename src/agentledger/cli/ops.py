@@ -25,7 +25,7 @@ from agentledger.cli.text import cell, console, json_safe, visible
 from agentledger.errors import UsageError
 from agentledger.observe.metrics import start_metrics
 from agentledger.store import SQLStore, open_store
-from agentledger.worker import Worker, WorkerConfig, WorkerFailed
+from agentledger.worker import Worker, WorkerConfig, WorkerFailed, startup_signals
 from agentledger.worker.runlog import configure_logging
 
 
@@ -115,6 +115,8 @@ def worker(
     manager restarts it; a transient one (the database locked, a lost connection)
     is retried and never stops it.
     """
+    # First thing: a SIGTERM while the app imports or the store opens exits 0.
+    startup_signals.install()
     try:
         config = WorkerConfig(
             concurrency=concurrency,

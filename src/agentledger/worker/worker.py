@@ -10,7 +10,9 @@ SIGTERM/SIGINT: stop claiming and delivering; each run stops at its next step bo
 and is released (queued again, lease cleared); runs still inside a step after the grace
 period are cancelled and released -- a write left ``started`` is resolved by the next
 owner through the unknown-outcome path. Heartbeats go on until the drain is over, so a
-run still executing is never stolen while the grace lasts. Exit code 0.
+run still executing is never stolen while the grace lasts. Exit code 0. A signal that
+arrives while the worker command still starts (app import, store open) also exits 0
+(:mod:`agentledger.worker.startup_signals`).
 
 Burst mode (``agentledger worker --burst``): the worker stops by itself, exit code 0,
 once nothing is left that it could run now: its own runs rested, a claim finds no due
