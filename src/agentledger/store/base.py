@@ -84,6 +84,10 @@ class Batch:
     # Written with the fence: a commit retried after a lost reply (an ambiguous COMMIT)
     # reads it back to learn whether the first attempt committed.
     token: str = field(default_factory=lambda: secrets.token_hex(8))
+    # Set by the store when the batch commits: the run's pending cancel request, read by
+    # the fence in the same statement (no extra round trip), so the writer learns of a
+    # cancel at its next step boundary rather than at its next heartbeat.
+    cancel_requested: str | None = field(default=None, compare=False)
 
 
 @dataclass

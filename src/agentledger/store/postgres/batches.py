@@ -53,9 +53,10 @@ def is_plain(batch: Batch) -> bool:
 
 
 def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
-    """One statement for a plain batch; it returns the number of fenced rows (0 or 1)."""
+    """One statement for a plain batch; it returns the number of fenced rows (0 or 1)
+    and the run's cancel request."""
     fence_sql, params = fence_update(batch, NOW_SQL)
-    parts = [f"fence AS ({fence_sql} RETURNING id, event_seq)"]
+    parts = [f"fence AS ({fence_sql} RETURNING id, event_seq, cancel_requested)"]
     if batch.steps:
         params.update({f"s_{k}": v for k, v in step_params(batch.steps[0]).items()})
         parts.append(
@@ -75,5 +76,9 @@ def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
             "WITH ORDINALITY AS ev(type, actor, data, n))"
         )
     params = clean_params(params)  # no text the driver refuses (NUL, lone surrogates)
-    sql = "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced FROM fence"
+    # The run's cancel request comes back with the fence (see Batch.cancel_requested).
+    sql = (
+        "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced, "
+        "MAX(cancel_requested) AS cancel_requested FROM fence"
+    )
     return convert_placeholders(sql), params

@@ -85,14 +85,13 @@ def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
     """Apply one fenced batch: the fence first, then the batch's writes."""
     sql, params = fence_update(batch, d.now_sql)
     events = batch_events(batch)
-    last_seq = 0
-    if events:  # the fence hands back the seqs it took: no second statement to read them
-        found = d.fetchall(conn, sql + " RETURNING event_seq", params)
-        if not found:
-            raise LeaseLost(batch.run_id, batch.epoch)
-        last_seq = int(found[0]["event_seq"])
-    elif d.execute(conn, sql, params) == 0:
+    # The fence hands back the seqs it took (no second statement to read them) and the
+    # run's cancel request (the engine stops at its next step boundary: Batch).
+    found = d.fetchall(conn, sql + " RETURNING event_seq, cancel_requested", params)
+    if not found:
         raise LeaseLost(batch.run_id, batch.epoch)
+    last_seq = int(found[0]["event_seq"])
+    batch.cancel_requested = found[0]["cancel_requested"]
     for step in batch.steps:
         upsert_step(d, conn, step)
     for effect in batch.effects:
