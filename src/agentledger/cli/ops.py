@@ -68,6 +68,11 @@ from agentledger.worker.runlog import configure_logging
 )
 @click.option("--no-outbox", is_flag=True, help="Do not deliver outbox rows in this process.")
 @click.option(
+    "--no-webhooks",
+    is_flag=True,
+    help="Do not deliver webhooks in this process (`serve` processes deliver them too).",
+)
+@click.option(
     "--no-reap",
     is_flag=True,
     help="Do not expire leases of dead workers on this host at once (wait for expiry).",
@@ -103,6 +108,7 @@ def worker(
     poll_seconds: float,
     shutdown_grace: float,
     no_outbox: bool,
+    no_webhooks: bool,
     no_reap: bool,
     burst: bool,
     verbose: bool,
@@ -125,6 +131,7 @@ def worker(
             poll_seconds=poll_seconds,
             shutdown_grace=shutdown_grace,
             outbox=not no_outbox,
+            webhooks=not no_webhooks,
             reap_dead_local_owners=not no_reap,
         )
     except ValueError as exc:
