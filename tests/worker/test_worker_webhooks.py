@@ -183,3 +183,31 @@ async def test_an_attempt_is_written_back_only_under_its_own_claim(store: Any) -
     )
     (row,) = await store.transact(lambda d, c: service_webhooks.deliveries(d, c))
     assert row["status"] == "delivered" and row["attempts"] == 1 and row["last_error"] is None
+
+
+def test_a_worker_alone_warns_of_an_approval_about_to_expire(env: Env, receiver: Receiver) -> None:
+    turns = [{"calls": [["keyed_write", {"item": "a1"}]]}, {"text": "done"}]
+    run_id = env.submit("scripted", {"turns": turns, "approve": ["keyed_write"]})
+
+    async def set_webhook(store: Any) -> None:
+        sql = "UPDATE runs SET webhook = :w WHERE id = :id"
+        await store.transact(lambda d, c: d.execute(c, sql, {"w": receiver.url, "id": run_id}))
+
+    env._store(set_webhook)
+    env.start_worker()
+    (approval,) = wait_for(lambda: env.approvals(run_id), 60, "the approval to be requested")
+
+    async def near_expiry(store: Any) -> None:
+        # As if 90 % of its time to live had passed: 100 s left of 1000.
+        sql = "UPDATE approvals SET requested_at = :r, expires_at = :e WHERE id = :id"
+        now = time.time()
+        params = {"r": now - 900.0, "e": now + 100.0, "id": approval.id}
+        await store.transact(lambda d, c: d.execute(c, sql, params))
+
+    env._store(near_expiry)
+    warning = f"evt_{approval.id}_expiring"
+    wait_for(lambda: warning in receiver.delivered(), 60, "the approval.expiring webhook")
+    (post,) = [p for p in receiver.posts if p["id"] == warning]
+    assert post["headers"]["agentledger-event"] == "approval.expiring"
+    assert verify(_secret(env), post["headers"]["agentledger-signature"], post["body"])
+    assert json.loads(post["body"])["data"]["approval_id"] == approval.id
