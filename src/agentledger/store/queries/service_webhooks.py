@@ -123,10 +123,13 @@ def claim_due(
     A claim takes the row only while no other lease on it is live, and takes the next
     ``lease_epoch``: the attempt is written back under that epoch (:func:`settle`), so
     a claimer whose lease ran out cannot overwrite the outcome of the one after it."""
+    # In one total order (ties broken by id): two claimers lock rows in the same order
+    # and never deadlock on PostgreSQL.
     found = d.fetchall(
         conn,
         "SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= :now "
-        "AND (lease_until IS NULL OR lease_until <= :now) ORDER BY next_attempt_at LIMIT :limit",
+        "AND (lease_until IS NULL OR lease_until <= :now) ORDER BY next_attempt_at, id "
+        "LIMIT :limit",
         {"now": now, "limit": limit},
     )
     claimed = []
