@@ -110,6 +110,10 @@ class Batch:
     # What the batch writes, encoded once when the batch is checked (validate_batch)
     # and reused when it is applied (queries.journal.EncodedBatch).
     encoded: Any = field(default=None, repr=False, compare=False)
+    # Set by the store when the batch commits: the run's pending cancel request, read by
+    # the fence in the same statement (no extra round trip), so the writer learns of a
+    # cancel at its next step boundary rather than at its next heartbeat.
+    cancel_requested: str | None = field(default=None, compare=False)
 
 
 @dataclass

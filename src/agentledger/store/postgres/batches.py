@@ -58,14 +58,15 @@ def is_plain(batch: Batch) -> bool:
 
 
 def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
-    """One statement for a plain batch; it returns the number of fenced rows (0 or 1).
+    """One statement for a plain batch; it returns the number of fenced rows (0 or 1)
+    and the run's cancel request.
 
     It uses the batch's encoding (made once by ``validate_batch``; its text already
     sanitized), and passes each event as its own parameters in a ``VALUES`` list:
     a text value costs the driver nothing to send, a ``text[]`` element is escaped."""
     encoded = encode_batch(batch)
     fence_sql, params = encoded.fence(NOW_SQL)
-    parts = [f"fence AS ({fence_sql} RETURNING id, event_seq)"]
+    parts = [f"fence AS ({fence_sql} RETURNING id, event_seq, cancel_requested)"]
     if encoded.steps:
         params.update({f"s_{k}": v for k, v in encoded.steps[0].items()})
         parts.append(_STEP_PART)
@@ -74,7 +75,11 @@ def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
         for i, (type_, actor, data) in enumerate(events):
             params[f"e{i}_t"], params[f"e{i}_a"], params[f"e{i}_d"] = type_, actor, data
         parts.append(_events_part(len(events)))
-    sql = "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced FROM fence"
+    # The run's cancel request comes back with the fence (see Batch.cancel_requested).
+    sql = (
+        "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced, "
+        "MAX(cancel_requested) AS cancel_requested FROM fence"
+    )
     return convert_placeholders(sql), params
 
 

@@ -141,14 +141,13 @@ def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
     encoded = encode_batch(batch)
     sql, params = encoded.fence(d.now_sql)
     events = encoded.events
-    last_seq = 0
-    if events:  # the fence hands back the seqs it took: no second statement to read them
-        found = d.fetchall(conn, sql + " RETURNING event_seq", params)
-        if not found:
-            raise LeaseLost(batch.run_id, batch.epoch)
-        last_seq = int(found[0]["event_seq"])
-    elif d.execute(conn, sql, params) == 0:
+    # The fence hands back the seqs it took (no second statement to read them) and the
+    # run's cancel request (the engine stops at its next step boundary: Batch).
+    found = d.fetchall(conn, sql + " RETURNING event_seq, cancel_requested", params)
+    if not found:
         raise LeaseLost(batch.run_id, batch.epoch)
+    last_seq = int(found[0]["event_seq"])
+    batch.cancel_requested = found[0]["cancel_requested"]
     for step in encoded.steps:
         d.execute(conn, _STEP_INSERT, step)
     for effect in batch.effects:
