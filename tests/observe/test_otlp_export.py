@@ -13,11 +13,12 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 
 from agentledger.observe import semconv as sc
 from agentledger.observe import tracing
 from agentledger.records import RunStatus
-from tests.fast.lifecycle_harness import Harness
+from tests.fast.lifecycle_harness import KILLED, Harness
 from tests.observe.apps import Payments, booking_app
 
 
@@ -105,3 +106,29 @@ async def test_switching_the_provider_switches_the_spans(tmp_path: Path) -> None
     assert {s.attributes.get(sc.RUN_ID) for s in first.get_finished_spans()}.isdisjoint(
         {s.attributes.get(sc.RUN_ID) for s in second.get_finished_spans()}
     )
+
+
+async def test_a_run_left_out_by_the_sampler_stays_out_after_a_resume(tmp_path: Path) -> None:
+    """The run's stored trace context carries the sampling decision of its first
+    execution: a resumed run is the same trace, sampled in or out as a whole."""
+    exporter = InMemorySpanExporter()
+    left_out, taken = (
+        TracerProvider(sampler=ParentBased(root)) for root in (ALWAYS_OFF, ALWAYS_ON)
+    )
+    for provider in (left_out, taken):
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        async with Harness(tmp_path, booking_app(Payments(kill_after_apply=True))) as h:
+            run_id = await h.submit("booking")
+            tracing.set_provider(left_out)
+            assert await h.execute(run_id, owner="w1") == KILLED
+            # A worker whose sampler would take every new trace resumes the run.
+            tracing.set_provider(taken)
+            assert await h.execute(run_id, owner="w2") == RunStatus.COMPLETED
+            other = await h.submit("booking")
+            assert await h.execute(other, owner="w2") == RunStatus.COMPLETED
+    finally:
+        tracing.set_provider(None)
+    runs = {s.attributes.get(sc.RUN_ID) for s in exporter.get_finished_spans()}
+    assert other in runs  # the second worker does record new runs
+    assert run_id not in runs  # but not the steps of a run its first execution left out

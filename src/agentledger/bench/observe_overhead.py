@@ -12,6 +12,10 @@ in a rotating order, so the noise of a shared machine hits them alike):
   to a collector stub on loopback, and ``/metrics`` scraped every ``--scrape-every``
   seconds while the runs execute (store queries on the worker's event loop): the whole
   cost of being watched. The target is on this condition.
+- ``unsampled``: the same provider with ``OTEL_TRACES_SAMPLER=parentbased_always_off``:
+  what a run costs when a sampler left its trace out (each run's root span decides and
+  its steps follow, a resume too). A sampled fraction ``p`` of runs costs about
+  ``p * otlp + (1 - p) * unsampled``.
 
 Figures per condition: the median per-step time of a ``--steps``-step workflow of no-op
 read tools (``read_step_us``, timed inside the run as ``agentledger bench`` does) and of
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -52,7 +57,8 @@ from agentledger.observe.instruments import STEP_DURATION
 from agentledger.observe.metrics import MetricsServer
 from agentledger.store import open_store
 
-CONDITIONS = ("none", "memory", "otlp")
+_SAMPLER_ENV = "OTEL_TRACES_SAMPLER"
+CONDITIONS = ("none", "memory", "otlp", "unsampled")
 
 
 class CollectorStub:
@@ -121,7 +127,23 @@ def _providers(collector: CollectorStub) -> dict[str, Any]:
     exporter = InMemorySpanExporter()
     memory.add_span_processor(BatchSpanProcessor(exporter))
     otlp = tracing.otlp_provider(collector.url)  # the user's configuration, to loopback
-    return {"none": trace.NoOpTracerProvider(), "memory": memory, "otlp": otlp, "_mem": exporter}
+    # The SDK reads its sampler from the environment, as a user would set it.
+    saved = os.environ.get(_SAMPLER_ENV)
+    os.environ[_SAMPLER_ENV] = "parentbased_always_off"
+    try:
+        unsampled = tracing.otlp_provider(collector.url)
+    finally:
+        if saved is None:
+            del os.environ[_SAMPLER_ENV]
+        else:
+            os.environ[_SAMPLER_ENV] = saved
+    return {
+        "none": trace.NoOpTracerProvider(),
+        "memory": memory,
+        "otlp": otlp,
+        "unsampled": unsampled,
+        "_mem": exporter,
+    }
 
 
 def _flush(provider: Any) -> None:
@@ -132,7 +154,7 @@ def _flush(provider: Any) -> None:
 @contextmanager
 def _condition(name: str, providers: dict[str, Any], scraper: Scraper) -> Iterator[None]:
     tracing.set_provider(providers[name])
-    if name == "otlp":
+    if name in ("otlp", "unsampled"):  # both are a watched worker: /metrics scraped too
         scraper.on.set()
     try:
         yield
@@ -172,7 +194,8 @@ async def measure(url: str, reps: int, steps: int, scrape_every: float) -> dict[
             with _condition(name, providers, scraper):
                 await per_step_us(store, "bench_read_tool", 10)
         for rep in range(reps):
-            order = CONDITIONS[rep % 3 :] + CONDITIONS[: rep % 3]
+            turn = rep % len(CONDITIONS)
+            order = CONDITIONS[turn:] + CONDITIONS[:turn]
             for name in order:
                 with _condition(name, providers, scraper):
                     cpu = time.process_time()  # every thread: the exporter's too
@@ -184,7 +207,7 @@ async def measure(url: str, reps: int, steps: int, scrape_every: float) -> dict[
         # The scraper's last request is answered on this loop: never block it to wait.
         await asyncio.to_thread(scraper.close)
         metrics.stop()
-        for name in ("memory", "otlp"):
+        for name in ("memory", "otlp", "unsampled"):
             providers[name].shutdown()
         collector.close()
         await store.close()
