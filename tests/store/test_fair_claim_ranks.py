@@ -3,6 +3,7 @@ ranking the whole backlog would take (targets, expired leases, not-yet-due runs)
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -56,6 +57,11 @@ async def test_an_expired_lease_is_ranked_with_its_tenants_due_runs(store: SQLSt
     # A's oldest run is claimed under a lease that has already expired (0 s).
     (dead,) = await store.claim_runs("dead-worker", target, 1, 0.0)
     assert dead.id == a[0]
+    # Expired means past: wait until the store's clock has moved beyond that instant
+    # (a claim in the same millisecond rightly sees the lease as still held).
+    assert dead.lease_expires_at is not None
+    while time.time() <= dead.lease_expires_at + 0.002:
+        await asyncio.sleep(0.001)
     claimed = await store.claim_runs("w1", target, 2, 30.0)
     # Rank 1 of A is its expired run again (the oldest), rank 1 of B its oldest.
     assert sorted(r.id for r in claimed) == sorted([a[0], b[0]])
