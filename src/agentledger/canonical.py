@@ -33,6 +33,8 @@ class NotJournalable(ToolError):
 
 def clean_text(text: str) -> str:
     """``text`` with NUL and lone surrogates replaced by U+FFFD."""
+    if text.isascii():  # known to the str object itself: no scan, no encode
+        return text.replace("\x00", REPLACEMENT) if "\x00" in text else text
     if "\x00" in text:
         text = text.replace("\x00", REPLACEMENT)
     try:
@@ -77,16 +79,16 @@ def journal_value(value: Any) -> Any:
     return _check(value, 0, "$")
 
 
+# Built once (json.dumps with arguments builds an encoder per call).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> str:
     """Sorted keys, no spaces, UTF-8 text: equal values give equal strings, in every
     process (no ``default=str``, whose output can differ between processes)."""
-    return json.dumps(
-        journal_value(value),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+    return _CANONICAL.encode(journal_value(value))
 
 
 def input_hash(value: Any) -> str:

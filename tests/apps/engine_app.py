@@ -122,9 +122,12 @@ async def guarded_write(ctx: ToolContext, item: str, sleep_after: float = 0.0) -
     idempotency="effects",
     effect_key=lambda args, ctx: f"gift:{args['guest']}",
 )
-async def send_gift(ctx: ToolContext, guest: str, hold: float = 0.0) -> dict[str, Any]:
-    """One gift per guest whatever the run: a key shared across runs in the effects table."""
-    await asyncio.sleep(hold)
+async def send_gift(ctx: ToolContext, guest: str, flag: str = "") -> dict[str, Any]:
+    """One gift per guest whatever the run: a key shared across runs in the effects table.
+
+    ``flag``: hold while that file exists (see :func:`hold`)."""
+    if flag:
+        await hold(flag)
     return ledger.apply(f"gift:{guest}:{ctx.idempotency_key}", "gift", dedupe=False, payload=guest)
 
 
@@ -242,7 +245,7 @@ async def slow_writes(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, 
 
 @app.workflow(name="gift_flow", version="1")
 async def gift_flow(ctx: WorkflowContext, input: dict[str, Any]) -> Any:
-    return await ctx.tool("send_gift", guest=input["guest"], hold=float(input.get("hold", 0)))
+    return await ctx.tool("send_gift", guest=input["guest"], flag=str(input.get("flag", "")))
 
 
 @app.workflow(name="quick", version="1")

@@ -16,15 +16,22 @@ def env(backend_env: Env) -> Env:
 
 @pytest.mark.slow
 def test_two_workers_racing_for_one_effect_key_call_once(env: Env) -> None:
-    first = env.submit("gift_flow", {"guest": "g-7", "hold": 1.5})
-    second = env.submit("gift_flow", {"guest": "g-7", "hold": 1.5})
+    # The step that wins the key holds while the flag exists, so both runs are in flight
+    # at once however slowly the machine runs; the test waits for that, then lets go.
+    flag = env.hold_flag("gift")
     env.start_worker(concurrency=1)
     env.start_worker(concurrency=1)
-    # Both runs are in flight at once, on different workers.
+    # Both workers up and polling before the runs exist: each claims one at once (a
+    # worker still starting would otherwise miss the hold window of the tool's timeout).
+    wait_for(lambda: len(env._store(lambda s: s.list_workers())) == 2, what="both workers up")
+    first = env.submit("gift_flow", {"guest": "g-7", "flag": str(flag)})
+    second = env.submit("gift_flow", {"guest": "g-7", "flag": str(flag)})
+    env.wait_marker(flag)  # the winner is inside the provider call, holding
     wait_for(
         lambda: len({env.run(first).lease_owner, env.run(second).lease_owner} - {None}) == 2,
         what="each run claimed by its own worker",
     )
+    flag.unlink()
     results = [env.wait_status(r, RunStatus.COMPLETED).result for r in (first, second)]
     assert results[0] == results[1]  # the waiter got the winner's result
     assert sum(env.calls("gift").values()) == 1  # one call at the provider, ever

@@ -75,11 +75,12 @@ def test_a_killed_worker_with_no_replacement_is_reported_stuck(env: Env) -> None
     run_id = env.submit("five_writes", {"hold": hold})
     with sqlite3.connect(env.db_path) as conn:  # as `POST /v1/runs` with a webhook stores it
         conn.execute("UPDATE runs SET webhook = ? WHERE id = ?", (HOOK, run_id))
-    first = env.start_worker(lease=1.0)
+    # The test delivers the webhooks itself (below), so its workers do not.
+    first = env.start_worker(lease=1.0, extra=("--no-webhooks",))
     env.wait_marker(flag)
     env.kill(first)  # mid-run, no replacement for its version
     # A live worker of another version: it cannot take the run over, but it watches.
-    env.start_worker(app=APP_V2, lease=1.0, extra=("--metrics-port", "0"))
+    env.start_worker(app=APP_V2, lease=1.0, extra=("--metrics-port", "0", "--no-webhooks"))
     port = _metrics_port(env, 2)
 
     def reported() -> list:

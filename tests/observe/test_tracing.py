@@ -11,6 +11,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from agentledger.observe import semconv as sc
 from agentledger.records import RunStatus
@@ -51,9 +52,22 @@ async def test_a_resumed_run_continues_one_trace(
     pay = [s for s in tools if s.name == "execute_tool pay"]
     assert pay and pay[0].attributes[sc.GEN_AI_TOOL_NAME] == "pay"
     assert pay[0].attributes[sc.TOOL_EFFECT] == "write"
-    assert str(pay[0].attributes[sc.IDEMPOTENCY_KEY]).startswith(f"{run_id}:2:pay:")
-    assert pay[0].attributes[sc.GEN_AI_TOOL_CALL_ID] == pay[0].attributes[sc.IDEMPOTENCY_KEY]
+    # The step's idempotency key is the tool call id (one attribute, not a copy of it).
+    assert str(pay[0].attributes[sc.GEN_AI_TOOL_CALL_ID]).startswith(f"{run_id}:2:pay:")
     assert len(payments.charges) == 1
+    search = next(
+        s for s in tools if s.name == "execute_tool search" and not s.attributes[sc.STEP_REPLAYED]
+    )
+    attrs = search.attributes
+    assert attrs[sc.GEN_AI_OPERATION_NAME] == "execute_tool"
+    assert attrs[sc.GEN_AI_TOOL_TYPE] == "function" and attrs[sc.TOOL_EFFECT] == "read"
+    assert attrs[sc.STEP_NO] == 1 and attrs[sc.STEP_OUTCOME] == "ok"
+    assert str(attrs[sc.GEN_AI_TOOL_CALL_ID]).startswith(f"{run_id}:1:search:")
+    assert isinstance(attrs[sc.STEP_ATTEMPT], int)
+    # The first execution was killed inside the payment: that attempt ended in error.
+    killed = [s for s in pay if s.attributes[sc.STEP_OUTCOME] != "ok"]
+    assert killed and killed[0].attributes[sc.ERROR_TYPE] == killed[0].attributes[sc.STEP_OUTCOME]
+    assert killed[0].status.status_code == StatusCode.ERROR
     runs = [s for s in found if s.name.startswith("invoke_workflow")]
     assert all(s.attributes[sc.GEN_AI_OPERATION_NAME] == "invoke_workflow" for s in runs)
     second = max(runs, key=lambda s: s.start_time or 0)

@@ -138,7 +138,17 @@ async def test_the_audit_trail_names_who_started_proposed_decided_and_ran_what(
         assert context["data"]["arguments_hash"] == a["arguments_hash"]
         executed = [r for r in by_type["step.succeeded"] if r["data"]["name"] == "pay"]
         assert len(executed) == 1
-        assert by_type["run.completed"]
+        # What executed with which key, under which policy decision: in the sealed record.
+        steps = (await api.client.get(f"/v1/runs/{run_id}/steps", headers=gina)).json()
+        (pay_step,) = [s for s in steps["steps"] if s["name"] == "pay" and s["kind"] == "tool"]
+        assert executed[0]["data"]["key"] == pay_step["idempotency_key"] is not None
+        assert executed[0]["data"]["policy"] == "requireapproval"
+        # What it cost (a workflow without a model: nothing, said so in the record);
+        # model steps' costs: tests/fast/test_audit_records.py.
+        run = (await api.client.get(f"/v1/runs/{run_id}", headers=gina)).json()
+        (completed,) = by_type["run.completed"]
+        assert completed["data"]["cost_usd"] == run["cost_usd"]
+        assert completed["data"]["tokens"] == run["tokens"]
 
 
 async def test_nothing_in_the_api_edits_or_deletes_audit_records(api: Api) -> None:

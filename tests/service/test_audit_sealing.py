@@ -172,7 +172,11 @@ async def test_two_processes_sealing_at_once_never_fork_or_skip_the_chain(
         for p, (_out, err) in zip(procs, outs, strict=True):
             assert p.returncode == 0, err.decode()
         sealed = [int(out) for out, _ in outs]
-        assert all(n > 0 for n in sealed), sealed  # both sealed: they did race
+        if store_url.startswith("postgresql"):
+            assert all(n > 0 for n in sealed), sealed  # both sealed: they did race
+        # (SQLite has one writer: a sealer polling for the lock may be starved by one
+        # that keeps taking it; the chain must be whole either way.)
+        assert sum(sealed) >= 40 * 5 * len(runs), sealed
         checked, broken = await store.transact(service_audit.verify_chain, write=False)
         tail = await store.transact(service_audit.unsealed_tail, write=False)
         per_tenant = await store.transact(

@@ -49,15 +49,24 @@ async def _hammer(store_url: str, **quota: Any) -> tuple[dict[str, Counter[int]]
     return statuses, {r["tenant_id"]: int(r["n"]) for r in found}
 
 
+def _assert_exact(got: Counter[int], quota: int, tenant: str, statuses: Any) -> None:
+    """Exactly ``quota`` accepted; the rest refused by the quota (429) or, on a machine so
+    loaded that the database stayed locked past its busy timeout, asked to retry (503:
+    nothing committed) -- never any other answer."""
+    assert got[202] == quota, (tenant, statuses)
+    assert set(got) <= {202, 429, 503}, (tenant, statuses)
+    assert got[429] + got[503] == PER_TENANT - quota, (tenant, statuses)
+
+
 async def test_runs_per_minute_is_exact_across_two_processes(store_url: str) -> None:
     statuses, stored = await _hammer(store_url, runs_per_minute=7)
     for tenant in TENANTS:
-        assert statuses[tenant] == {202: 7, 429: PER_TENANT - 7}, (tenant, statuses)
+        _assert_exact(statuses[tenant], 7, tenant, statuses)
         assert stored[tenant] == 7
 
 
 async def test_runs_in_flight_is_exact_across_two_processes(store_url: str) -> None:
     statuses, stored = await _hammer(store_url, max_in_flight=5)
     for tenant in TENANTS:
-        assert statuses[tenant] == {202: 5, 429: PER_TENANT - 5}, (tenant, statuses)
+        _assert_exact(statuses[tenant], 5, tenant, statuses)
         assert stored[tenant] == 5

@@ -6,10 +6,16 @@ in a rotating order, so the noise of a shared machine hits them alike):
 
 - ``none``: no tracer provider (the default: every tracing hook is a type check);
 - ``memory``: the OpenTelemetry SDK with a ``BatchSpanProcessor`` into an in-memory
-  exporter (the cost of making the spans);
-- ``otlp``: the SDK exporting OTLP/HTTP to a local collector stub, and ``/metrics``
-  scraped every ``--scrape-every`` seconds while the runs execute (store queries on the
-  worker's event loop): the whole cost of being watched.
+  exporter (the cost of making the spans, without encoding or sending them);
+- ``otlp``: what a user configures (:func:`agentledger.observe.tracing.otlp_provider`:
+  the SDK, a ``BatchSpanProcessor`` with its default batch of 512 spans, OTLP/HTTP) sending
+  to a collector stub on loopback, and ``/metrics`` scraped every ``--scrape-every``
+  seconds while the runs execute (store queries on the worker's event loop): the whole
+  cost of being watched. The target is on this condition.
+- ``unsampled``: the same provider with ``OTEL_TRACES_SAMPLER=parentbased_always_off``:
+  what a run costs when a sampler left its trace out (each run's root span decides and
+  its steps follow, a resume too). A sampled fraction ``p`` of runs costs about
+  ``p * otlp + (1 - p) * unsampled``.
 
 Figures per condition: the median per-step time of a ``--steps``-step workflow of no-op
 read tools (``read_step_us``, timed inside the run as ``agentledger bench`` does) and of
@@ -17,8 +23,11 @@ no-op ``ctx.step`` calls (``ctx_step_us``), and their ratio to ``none`` (a ratio
 medians, and the median of the per-repetition ratios). The process histograms (step
 duration, ``gen_ai.client.*``) are recorded in every condition; their own cost per
 observation is ``histogram_observe_us``. ``read_step_cpu_us``: the process's CPU time per
-read step (all threads, run start and end included), steadier than wall time on a
-loaded machine. Target: ``otlp`` read-step overhead <= 10 %.
+read step (all threads, run start and end included, and the export of every span the
+run made: what is still queued when the run ends is flushed inside the measurement),
+steadier than wall time on a loaded machine. The default ``--steps`` (1024) is two export
+batches, so the processor's thread encodes and sends during the timed run as it does on
+a busy worker. Target: ``otlp`` read-step overhead <= 10 %.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -47,7 +57,8 @@ from agentledger.observe.instruments import STEP_DURATION
 from agentledger.observe.metrics import MetricsServer
 from agentledger.store import open_store
 
-CONDITIONS = ("none", "memory", "otlp")
+_SAMPLER_ENV = "OTEL_TRACES_SAMPLER"
+CONDITIONS = ("none", "memory", "otlp", "unsampled")
 
 
 class CollectorStub:
@@ -108,7 +119,6 @@ class Scraper:
 
 
 def _providers(collector: CollectorStub) -> dict[str, Any]:
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -116,23 +126,41 @@ def _providers(collector: CollectorStub) -> dict[str, Any]:
     memory = TracerProvider()
     exporter = InMemorySpanExporter()
     memory.add_span_processor(BatchSpanProcessor(exporter))
-    otlp = TracerProvider()
-    otlp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=collector.url)))
-    return {"none": trace.NoOpTracerProvider(), "memory": memory, "otlp": otlp, "_mem": exporter}
+    otlp = tracing.otlp_provider(collector.url)  # the user's configuration, to loopback
+    # The SDK reads its sampler from the environment, as a user would set it.
+    saved = os.environ.get(_SAMPLER_ENV)
+    os.environ[_SAMPLER_ENV] = "parentbased_always_off"
+    try:
+        unsampled = tracing.otlp_provider(collector.url)
+    finally:
+        if saved is None:
+            del os.environ[_SAMPLER_ENV]
+        else:
+            os.environ[_SAMPLER_ENV] = saved
+    return {
+        "none": trace.NoOpTracerProvider(),
+        "memory": memory,
+        "otlp": otlp,
+        "unsampled": unsampled,
+        "_mem": exporter,
+    }
+
+
+def _flush(provider: Any) -> None:
+    if hasattr(provider, "force_flush"):
+        provider.force_flush()
 
 
 @contextmanager
 def _condition(name: str, providers: dict[str, Any], scraper: Scraper) -> Iterator[None]:
     tracing.set_provider(providers[name])
-    if name == "otlp":
+    if name in ("otlp", "unsampled"):  # both are a watched worker: /metrics scraped too
         scraper.on.set()
     try:
         yield
     finally:
         scraper.on.clear()
-        provider = providers[name]
-        if hasattr(provider, "force_flush"):  # export what was batched, outside the timing
-            provider.force_flush()
+        _flush(providers[name])  # export what was batched, outside the timing
         providers["_mem"].clear()
         tracing.set_provider(None)
 
@@ -166,18 +194,20 @@ async def measure(url: str, reps: int, steps: int, scrape_every: float) -> dict[
             with _condition(name, providers, scraper):
                 await per_step_us(store, "bench_read_tool", 10)
         for rep in range(reps):
-            order = CONDITIONS[rep % 3 :] + CONDITIONS[: rep % 3]
+            turn = rep % len(CONDITIONS)
+            order = CONDITIONS[turn:] + CONDITIONS[:turn]
             for name in order:
                 with _condition(name, providers, scraper):
                     cpu = time.process_time()  # every thread: the exporter's too
                     read[name].append(await per_step_us(store, "bench_read_tool", steps))
+                    _flush(providers[name])  # the rest of this run's spans, counted
                     read_cpu[name].append((time.process_time() - cpu) / steps * 1e6)
                     step[name].append(await per_step_us(store, "bench_step", steps))
     finally:
         # The scraper's last request is answered on this loop: never block it to wait.
         await asyncio.to_thread(scraper.close)
         metrics.stop()
-        for name in ("memory", "otlp"):
+        for name in ("memory", "otlp", "unsampled"):
             providers[name].shutdown()
         collector.close()
         await store.close()
@@ -212,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentledger.bench.observe_overhead")
     parser.add_argument("--db", help="database URL (default: a temporary SQLite file)")
     parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=1024)
     parser.add_argument("--scrape-every", type=float, default=1.0)
     args = parser.parse_args(argv)
     workdir = None

@@ -25,7 +25,7 @@ from agentledger.cli.text import cell, console, json_safe, visible
 from agentledger.errors import UsageError
 from agentledger.observe.metrics import start_metrics
 from agentledger.store import SQLStore, open_store
-from agentledger.worker import Worker, WorkerConfig, WorkerFailed
+from agentledger.worker import Worker, WorkerConfig, WorkerFailed, startup_signals
 from agentledger.worker.runlog import configure_logging
 
 
@@ -68,6 +68,11 @@ from agentledger.worker.runlog import configure_logging
 )
 @click.option("--no-outbox", is_flag=True, help="Do not deliver outbox rows in this process.")
 @click.option(
+    "--no-webhooks",
+    is_flag=True,
+    help="Do not deliver webhooks in this process (`serve` processes deliver them too).",
+)
+@click.option(
     "--no-reap",
     is_flag=True,
     help="Do not expire leases of dead workers on this host at once (wait for expiry).",
@@ -103,6 +108,7 @@ def worker(
     poll_seconds: float,
     shutdown_grace: float,
     no_outbox: bool,
+    no_webhooks: bool,
     no_reap: bool,
     burst: bool,
     verbose: bool,
@@ -115,6 +121,8 @@ def worker(
     manager restarts it; a transient one (the database locked, a lost connection)
     is retried and never stops it.
     """
+    # First thing: a SIGTERM while the app imports or the store opens exits 0.
+    startup_signals.install()
     try:
         config = WorkerConfig(
             concurrency=concurrency,
@@ -123,6 +131,7 @@ def worker(
             poll_seconds=poll_seconds,
             shutdown_grace=shutdown_grace,
             outbox=not no_outbox,
+            webhooks=not no_webhooks,
             reap_dead_local_owners=not no_reap,
         )
     except ValueError as exc:

@@ -57,8 +57,9 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> 
     decision = await decide(exe.policy, call)
     if isinstance(decision, Allow) and tool.approval:
         decision = RequireApproval(role=tool.approval)
-    # Every decision is in the audit trail: an Allow in the step's journal entry
-    # (written with it, at no extra cost per step), the others also as events.
+    # Every decision is in the audit trail: an Allow in the step's journal entry and its
+    # ``step.<status>`` record (written with it, at no extra cost per step), the others
+    # also as events of their own.
     if isinstance(step.input, dict):
         step.input["policy"] = type(decision).__name__.lower()
     if not isinstance(decision, Allow):

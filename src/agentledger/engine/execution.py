@@ -57,6 +57,7 @@ class Execution:
         self.cancel_requests: Mapping[str, str] = (
             cancel_requests if cancel_requests is not None else {}
         )  # the live map: kept by reference even while it is empty
+        self._cancel_seen: str | None = None  # cancel-at-boundary: from the last write's fence
         self.budget = definition.budget
         self.policy = definition.policy
         self.journal: dict[int, Step] = {}
@@ -113,8 +114,11 @@ class Execution:
         return f"{self.run.id}:{step_no}"
 
     def cancel_reason(self) -> str | None:
-        """Why the run is to be cancelled, if a cancel was requested (at claim or since)."""
-        return self.cancel_requests.get(self.run.id) or self.run.cancel_requested
+        """Why the run is to be cancelled, if a cancel was requested (at claim or since:
+        read back by the fence of each journal write, or by the worker's heartbeat)."""
+        return (
+            self.cancel_requests.get(self.run.id) or self._cancel_seen or self.run.cancel_requested
+        )
 
     def between_steps(self) -> None:
         """Checks made before a brand-new step: shutdown, cancel, then budgets.
@@ -220,6 +224,7 @@ class Execution:
     async def _commit(self, batch: Batch) -> None:
         try:
             await self.store.commit(batch)
+            self._cancel_seen = batch.cancel_requested or self._cancel_seen
         except LeaseLost as exc:
             raise Abandon(f"lease lost: {exc}") from None
         except StoreError as exc:

@@ -154,7 +154,7 @@ async def _drive(exe: Execution, definition: Any) -> str:
             await exe.finish(
                 RunStatus.COMPLETED,
                 result=result,
-                events=[NewEvent("run.completed", exe.owner, {"steps": exe.step_count})],
+                events=[NewEvent("run.completed", exe.owner, _totals(exe))],
             )
             return RunStatus.COMPLETED
         stuck = in_flight(exe)
@@ -175,9 +175,14 @@ async def _drive(exe: Execution, definition: Any) -> str:
         decision.status,
         error=decision.error,
         handover_reason=decision.handover_reason,
-        events=[NewEvent(decision.event, exe.owner, decision.data)],
+        events=[NewEvent(decision.event, exe.owner, {**decision.data, **_totals(exe)})],
     )
     return decision.status
+
+
+def _totals(exe: Execution) -> dict[str, Any]:
+    """What a run's ending event records of it for the audit trail: steps and spend."""
+    return {"steps": exe.step_count, "tokens": exe.tokens, "cost_usd": exe.cost_usd}
 
 
 def in_flight(exe: Execution) -> str | None:

@@ -137,8 +137,9 @@ class WriteAttempts(StepAttempts):
         events = take_events(exe)
         event = "tool.executed" if how == "executed" else f"tool.{how}"
         if event != "tool.executed" or state.attempts > 1 or state.checks > 0:
-            # A plain first-attempt success is recorded by its journal entry alone; one
-            # that followed a status check (sent again after "not found") is audited.
+            # A plain first-attempt success is audited by its ``step.succeeded`` record
+            # (which names the key); one that followed a status check (sent again after
+            # "not found") gets its own record of how it was resolved.
             events.append(
                 NewEvent(
                     event,

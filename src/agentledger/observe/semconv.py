@@ -23,7 +23,7 @@ GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
-GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"  # a tool step's idempotency key
 GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
 GEN_AI_AGENT_ID = "gen_ai.agent.id"
@@ -71,7 +71,6 @@ STEP_OUTCOME = "agentledger.step.outcome"
 STEP_ATTEMPT = "agentledger.step.attempt"
 STEP_KIND = "agentledger.step.kind"  # model | tool | step | compensation ...
 TOOL_EFFECT = "agentledger.tool.effect"  # read | write | outbox
-IDEMPOTENCY_KEY = "agentledger.idempotency_key"
 UNKNOWN_RESOLUTION = "agentledger.unknown_outcome.resolution"
 
 # Environment switches.

@@ -51,27 +51,36 @@ def set_provider(provider: trace.TracerProvider | None) -> None:
 
 def enabled() -> bool:
     """True when a real tracer provider is configured (spans are recorded)."""
-    provider = _PROVIDER if _PROVIDER is not None else trace.get_tracer_provider()
-    return type(provider).__name__ not in ("ProxyTracerProvider", "NoOpTracerProvider")
+    return _recording_tracer() is not None
 
 
 def capture_content() -> bool:
     return os.environ.get(sc.ENV_CAPTURE_CONTENT, "").lower() in ("1", "true", "yes")
 
 
-_CACHED: tuple[Any, trace.Tracer] | None = None
+# (provider, its tracer or None when the provider records nothing): the tracer and the
+# on/off decision are made once per provider, not per span. The global provider is asked
+# for on every hook because it can be set at any time (about 0.05 us once set; 0.6 us
+# while unset, when the API also looks for OTEL_PYTHON_TRACER_PROVIDER).
+_CACHED: tuple[Any, trace.Tracer | None] | None = None
+_OFF = ("ProxyTracerProvider", "NoOpTracerProvider")
 
 
-def _tracer() -> trace.Tracer:
+def _recording_tracer() -> trace.Tracer | None:
+    """agentledger's tracer from the active provider, or None when nothing is recorded."""
     global _CACHED
     provider = _PROVIDER if _PROVIDER is not None else trace.get_tracer_provider()
-    if _CACHED is None or _CACHED[0] is not provider:  # one tracer per provider, not per span
-        _CACHED = (provider, provider.get_tracer(_TRACER_NAME))
-    return _CACHED[1]
+    cached = _CACHED
+    if cached is None or cached[0] is not provider:
+        off = type(provider).__name__ in _OFF
+        cached = _CACHED = (provider, None if off else provider.get_tracer(_TRACER_NAME))
+    return cached[1]
 
 
-def configure_otlp(endpoint: str | None = None) -> None:
-    """Export spans with OTLP over HTTP (the ``agentledger[otel]`` extra)."""
+def otlp_provider(endpoint: str | None = None) -> trace.TracerProvider:
+    """A tracer provider exporting OTLP over HTTP through a ``BatchSpanProcessor``: spans
+    are queued on end and encoded and sent by the processor's thread, never on the
+    worker's event loop (a simple processor would export each span as it ends)."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -79,13 +88,19 @@ def configure_otlp(endpoint: str | None = None) -> None:
     provider = TracerProvider()
     exporter = OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
+    return provider
+
+
+def configure_otlp(endpoint: str | None = None) -> None:
+    """Export spans with OTLP over HTTP (the ``agentledger[otel]`` extra)."""
+    trace.set_tracer_provider(otlp_provider(endpoint))
 
 
 @contextlib.asynccontextmanager
 async def run_span(store: Any, run: Any, kind: str) -> AsyncIterator[None]:
     """The span of one execution of ``run``, joined to the run's stored trace."""
-    if not enabled():
+    tracer = _recording_tracer()
+    if tracer is None:
         yield
         return
     parent = None
@@ -93,7 +108,7 @@ async def run_span(store: Any, run: Any, kind: str) -> AsyncIterator[None]:
     if stored:
         parent = _PROPAGATOR.extract({"traceparent": stored})
     op = sc.OP_INVOKE_AGENT if kind == "agent" else sc.OP_INVOKE_WORKFLOW
-    span = _tracer().start_span(
+    span = tracer.start_span(
         f"{op} {run.name}",
         context=parent,
         kind=SpanKind.INTERNAL,
@@ -146,45 +161,94 @@ def _effect(tool: Any) -> str:
     return "write" if getattr(tool, "writes", False) else "read"
 
 
-@contextlib.contextmanager
-def tool_attempt(exe: Any, step: Any, tool: Any, key: str, attempt: int) -> Iterator[Attempt]:
-    """One tool attempt: the ``execute_tool {tool}`` span and the duration histogram."""
-    rec = Attempt()
-    effect = _effect(tool)
-    started = time.perf_counter()
-    span = None
-    if enabled():
-        span = _tracer().start_span(
-            f"{sc.OP_EXECUTE_TOOL} {tool.name}",
-            attributes={
+# Histogram children by label values: ``labels()`` builds and checks the label values on
+# every call, a dict lookup is all a step needs. (The registry keeps every child it made
+# anyway; this holds the same ones, keyed by the same values.)
+_CHILDREN: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+
+def _child(metric: Any, *labels: str) -> Any:
+    key = (metric, labels)
+    child = _CHILDREN.get(key)
+    if child is None:
+        child = _CHILDREN[key] = metric.labels(*labels)
+    return child
+
+
+# Per (tool, effect class): the span name and the attributes every attempt carries, built
+# once; an attempt adds its own four (tools are registered, so this stays small). The
+# step's idempotency key is ``gen_ai.tool.call.id``, not also a second attribute: each
+# attribute costs about 2 us to make and encode per span.
+_TOOL_SPANS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+
+
+def _tool_span(name: str, effect: str) -> tuple[str, dict[str, Any]]:
+    found = _TOOL_SPANS.get((name, effect))
+    if found is None:
+        found = _TOOL_SPANS[(name, effect)] = (
+            f"{sc.OP_EXECUTE_TOOL} {name}",
+            {
                 sc.GEN_AI_OPERATION_NAME: sc.OP_EXECUTE_TOOL,
-                sc.GEN_AI_TOOL_NAME: tool.name,
-                sc.GEN_AI_TOOL_CALL_ID: key,
+                sc.GEN_AI_TOOL_NAME: name,
                 sc.GEN_AI_TOOL_TYPE: "function",
-                sc.RUN_ID: exe.run.id,
-                sc.STEP_NO: step.step_no,
                 sc.TOOL_EFFECT: effect,
-                sc.IDEMPOTENCY_KEY: key,
-                sc.STEP_ATTEMPT: attempt,
                 sc.STEP_REPLAYED: False,
             },
         )
-    outcome = "ok"
-    try:
-        yield rec
-    except BaseException as exc:
-        outcome = str(getattr(exc, "error_class", None) or type(exc).__name__)
-        if span is not None:
-            span.set_attribute(sc.ERROR_TYPE, outcome)
+    return found
+
+
+class ToolAttempt:
+    """One tool attempt: the ``execute_tool {tool}`` span and the duration histogram.
+
+    A plain context manager (no generator) that starts the span with all its attributes
+    (one copy into the SDK's span, not one call per attribute) and ends it with the
+    outcome. The span is not made current: nothing inside a tool attempt starts spans of
+    ours, so no context is attached and detached per step.
+    """
+
+    __slots__ = ("_effect", "_span", "_started", "_tool", "rec")
+
+    def __init__(self, exe: Any, step: Any, tool: Any, key: str, attempt: int) -> None:
+        self.rec = Attempt()
+        self._tool, self._effect = tool.name, _effect(tool)
+        self._span: Any = None
+        tracer = _recording_tracer()
+        if tracer is not None:
+            name, constant = _tool_span(self._tool, self._effect)
+            attributes = {
+                **constant,
+                sc.GEN_AI_TOOL_CALL_ID: key,
+                sc.RUN_ID: exe.run.id,
+                sc.STEP_NO: step.step_no,
+                sc.STEP_ATTEMPT: attempt,
+            }
+            self._span = tracer.start_span(name, attributes=attributes)
+        self._started = time.perf_counter()
+
+    def __enter__(self) -> Attempt:
+        return self.rec
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        elapsed = time.perf_counter() - self._started
+        outcome = "ok" if exc is None else str(getattr(exc, "error_class", None) or kind.__name__)
+        _child(STEP_DURATION, self._tool, self._effect, outcome).observe(elapsed)
+        span = self._span
+        if span is None:
+            return
+        ending: dict[str, Any] = {sc.STEP_OUTCOME: outcome}
+        if exc is not None:
+            ending[sc.ERROR_TYPE] = outcome
             span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
-        raise
-    finally:
-        STEP_DURATION.labels(tool.name, effect, outcome).observe(time.perf_counter() - started)
-        if span is not None:
-            span.set_attribute(sc.STEP_OUTCOME, outcome)
-            if rec.resolution:
-                span.set_attribute(sc.UNKNOWN_RESOLUTION, rec.resolution)
-            span.end()
+        if self.rec.resolution:
+            ending[sc.UNKNOWN_RESOLUTION] = self.rec.resolution
+        span.set_attributes(ending)
+        span.end()
+
+
+def tool_attempt(exe: Any, step: Any, tool: Any, key: str, attempt: int) -> ToolAttempt:
+    """One tool attempt (:class:`ToolAttempt`): ``with tool_attempt(...) as rec``."""
+    return ToolAttempt(exe, step, tool, key, attempt)
 
 
 def replayed_step(exe: Any, step: Any) -> None:
@@ -193,7 +257,8 @@ def replayed_step(exe: Any, step: Any) -> None:
     A model step keeps its GenAI attributes (provider, models, finish reason) from the
     journal but never its token counts, so usage summed over spans counts each call once.
     """
-    if not enabled():
+    tracer = _recording_tracer()
+    if tracer is None:
         return
     kind = getattr(step, "kind", "tool")
     attributes: dict[str, Any] = {
@@ -213,8 +278,7 @@ def replayed_step(exe: Any, step: Any) -> None:
         attributes[sc.GEN_AI_TOOL_NAME] = step.name
         if step.idempotency_key:
             attributes[sc.GEN_AI_TOOL_CALL_ID] = step.idempotency_key
-            attributes[sc.IDEMPOTENCY_KEY] = step.idempotency_key
-    _tracer().start_span(name, attributes=attributes).end()
+    tracer.start_span(name, attributes=attributes).end()
 
 
 def _replayed_model(step: Any, attributes: dict[str, Any]) -> str:
@@ -249,10 +313,11 @@ def model_step_scope(step_no: int) -> Iterator[None]:
 def workflow_step(exe: Any, step_no: int, name: str) -> Iterator[Attempt]:
     """The first pass of a workflow's ``ctx.step``: a ``step {name}`` span."""
     rec = Attempt()
-    if not enabled():
+    tracer = _recording_tracer()
+    if tracer is None:
         yield rec
         return
-    span = _tracer().start_span(
+    span = tracer.start_span(
         f"{sc.SPAN_STEP} {name}",
         attributes={
             sc.RUN_ID: exe.run.id,
@@ -281,22 +346,22 @@ def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
     requested = str(getattr(model, "model", "") or model.name)
     started = time.perf_counter()
     span = None
-    if enabled():
-        span = _tracer().start_span(
-            f"{sc.OP_CHAT} {requested}",
-            kind=SpanKind.CLIENT,
-            attributes={
-                sc.GEN_AI_OPERATION_NAME: sc.OP_CHAT,
-                sc.GEN_AI_PROVIDER_NAME: provider,
-                sc.GEN_AI_REQUEST_MODEL: requested,
-                sc.RUN_ID: exe.run.id,
-                sc.STEP_KIND: "model",
-                sc.STEP_REPLAYED: False,
-            },
-        )
+    tracer = _recording_tracer()
+    if tracer is not None:
+        attributes: dict[str, Any] = {
+            sc.GEN_AI_OPERATION_NAME: sc.OP_CHAT,
+            sc.GEN_AI_PROVIDER_NAME: provider,
+            sc.GEN_AI_REQUEST_MODEL: requested,
+            sc.RUN_ID: exe.run.id,
+            sc.STEP_KIND: "model",
+            sc.STEP_REPLAYED: False,
+        }
         step_no = _MODEL_STEP.get()
         if step_no is not None:
-            span.set_attribute(sc.STEP_NO, step_no)
+            attributes[sc.STEP_NO] = step_no
+        span = tracer.start_span(
+            f"{sc.OP_CHAT} {requested}", kind=SpanKind.CLIENT, attributes=attributes
+        )
     error: str | None = None
     try:
         yield rec
@@ -307,19 +372,23 @@ def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
             span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
         raise
     finally:
-        labels = (sc.OP_CHAT, provider, requested)
-        OPERATION_DURATION.labels(*labels, error or "").observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        _child(OPERATION_DURATION, sc.OP_CHAT, provider, requested, error or "").observe(elapsed)
         response = rec.response
         if response is not None:
             usage = response.usage
-            TOKEN_USAGE.labels(*labels, sc.TOKEN_TYPE_INPUT).observe(usage.input_tokens)
-            TOKEN_USAGE.labels(*labels, sc.TOKEN_TYPE_OUTPUT).observe(usage.output_tokens)
+            tokens = (TOKEN_USAGE, sc.OP_CHAT, provider, requested)
+            _child(*tokens, sc.TOKEN_TYPE_INPUT).observe(usage.input_tokens)
+            _child(*tokens, sc.TOKEN_TYPE_OUTPUT).observe(usage.output_tokens)
             if span is not None:
-                span.set_attribute(sc.GEN_AI_RESPONSE_MODEL, response.model or requested)
-                span.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, usage.input_tokens)
-                span.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, usage.output_tokens)
-                span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, [response.finish_reason])
+                answered: dict[str, Any] = {
+                    sc.GEN_AI_RESPONSE_MODEL: response.model or requested,
+                    sc.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
+                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
+                    sc.GEN_AI_RESPONSE_FINISH_REASONS: [response.finish_reason],
+                }
                 if capture_content():
-                    span.set_attribute(sc.GEN_AI_OUTPUT_MESSAGES, str(response.message)[:10000])
+                    answered[sc.GEN_AI_OUTPUT_MESSAGES] = str(response.message)[:10000]
+                span.set_attributes(answered)
         if span is not None:
             span.end()

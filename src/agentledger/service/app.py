@@ -149,11 +149,13 @@ async def _seal_forever(store: Store, period: float) -> None:
 async def _start_workers(store: Store, app: App, n: int) -> list[tuple[Any, asyncio.Task[None]]]:
     if n <= 0:
         return []
+    from agentledger.worker.config import WorkerConfig
     from agentledger.worker.worker import Worker
 
     started = []
     for _ in range(n):
-        worker = Worker(store, app)
+        # This process's own dispatcher delivers the webhooks (see lifespan above).
+        worker = Worker(store, app, WorkerConfig(webhooks=False))
         task = asyncio.create_task(worker.run(install_signals=False), name="inline-worker")
         started.append((worker, task))
     return started

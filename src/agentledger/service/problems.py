@@ -11,6 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agentledger.errors import StoreUnavailable
+
 log = logging.getLogger(__name__)
 
 TYPE_BASE = "https://agentledger.dev/problems/"
@@ -169,6 +171,18 @@ def install(app: FastAPI) -> None:
         kind = _BY_STATUS.get(exc.status_code, "bad-request")
         return problem_response(
             request, kind, str(exc.detail), dict(exc.headers or {}), status=exc.status_code
+        )
+
+    @app.exception_handler(StoreUnavailable)
+    async def _unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        # Locked past the busy timeout, or reconnecting: nothing was committed, and the
+        # same request (with its Idempotency-Key) may be sent again shortly.
+        log.warning("store unavailable on %s: %s", request.url.path, exc)
+        return problem_response(
+            request,
+            "unavailable",
+            f"the database is busy or unreachable ({exc}); retry shortly",
+            {"Retry-After": "1"},
         )
 
     @app.exception_handler(Exception)

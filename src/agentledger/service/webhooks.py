@@ -17,6 +17,14 @@ A receiver verifies it like this (:func:`verify` does exactly this)::
 Failed deliveries (non-2xx, timeouts) are retried with exponential backoff
 (``base * 2**attempts``, capped), then kept as ``dead`` rows.
 
+Who delivers: every ``agentledger serve`` process and every worker (``agentledger
+worker``; ``--no-webhooks`` turns it off), so a deployment without a running service
+still delivers. They claim due deliveries from one table: a claim is a lease (three
+HTTP timeouts long, so it outlasts the attempt) with an owner and the next epoch, so
+one delivery attempt is made by one process at a time, and an attempt's outcome is
+written back only under its own claim. Each dispatcher also enqueues the
+``approval.expiring`` warnings (once each: the delivery id comes from the approval).
+
 Where a run's events go: the URL the run was started with, else its agent's (the
 deployment's ``agent_webhooks`` setting, else the Agent/Workflow ``webhook``
 attribute). The URL is fixed on the run row when the run is accepted, so per-agent
@@ -27,18 +35,45 @@ redirect the events of runs already started.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import logging
+import os
+import secrets
+import socket
 import time
 from typing import Any
 
 import httpx
 
+from agentledger.errors import UsageError
 from agentledger.store import Store
 from agentledger.store.queries import service_webhooks
 
 log = logging.getLogger(__name__)
+
+BACKOFF_ENV = "AGENTLEDGER_WEBHOOK_BACKOFF"
+
+
+def backoff_from_env(default: float = 2.0) -> float:
+    """First retry delay of a worker's deliveries (env ``AGENTLEDGER_WEBHOOK_BACKOFF``,
+    seconds, 0.01-3600; ``serve`` takes its own setting).
+
+    Raises :class:`UsageError` naming the variable when it is set to anything else."""
+    raw = os.environ.get(BACKOFF_ENV, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0.01 <= value <= 3600:  # NaN fails too
+        raise UsageError(
+            f"{BACKOFF_ENV} must be a number of seconds from 0.01 to 3600 (got {raw!r}); "
+            f"unset it for the default ({default:g})"
+        )
+    return value
 
 
 def webhook_for(definition: Any, agent_webhooks: dict[str, str], given: str | None) -> str | None:
@@ -67,8 +102,8 @@ def verify(secret: str, header: str, body: bytes, tolerance: float = 300.0) -> b
 
 
 class Dispatcher:
-    """Delivers due webhooks from this service process (several processes may run one:
-    each delivery is leased to one of them at a time)."""
+    """Delivers due webhooks from this process (every service process and worker runs
+    one: each delivery is leased to one of them at a time, see the module docstring)."""
 
     def __init__(
         self,
@@ -78,8 +113,11 @@ class Dispatcher:
         max_backoff: float = 600.0,
         max_attempts: int = 10,
         timeout: float = 10.0,
+        owner: str | None = None,
     ) -> None:
         self.store = store
+        # Who holds a claim (shown in the table); the epoch, not the owner, fences.
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.period = period
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -88,20 +126,26 @@ class Dispatcher:
         self._secrets: dict[str, str] = {}
 
     async def run_forever(self) -> None:
+        await self.run(asyncio.Event())
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Deliver what is due every ``period`` until ``stopping`` is set. Never raises
+        on a failed round (a store error, an unreachable receiver): it is retried."""
         async with httpx.AsyncClient(timeout=self.timeout) as client:
-            while True:
+            while not stopping.is_set():
                 try:
                     await self.once(client)
                 except Exception as exc:  # retried next period
                     log.warning("webhook dispatch failed: %s", exc)
-                await asyncio.sleep(self.period)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), self.period)
 
     async def once(self, client: httpx.AsyncClient) -> int:
         """Enqueue expiring-approval warnings, deliver what is due; return deliveries tried."""
         now = time.time()
         await self.store.transact(lambda d, c: service_webhooks.enqueue_expiring(d, c, now))
         due = await self.store.transact(
-            lambda d, c: service_webhooks.claim_due(d, c, now, 50, self.timeout * 3)
+            lambda d, c: service_webhooks.claim_due(d, c, now, 50, self.timeout * 3, self.owner)
         )
         await asyncio.gather(*(self._deliver(client, row) for row in due))
         return len(due)
@@ -132,8 +176,11 @@ class Dispatcher:
         attempts = int(row["attempts"]) + 1
         delay = min(self.backoff * 2 ** (attempts - 1), self.max_backoff)
         dead = error is not None and attempts >= self.max_attempts
-        await self.store.transact(
+        settled = await self.store.transact(
             lambda d, c: service_webhooks.settle(
-                d, c, row["id"], error is None, error, time.time() + delay, dead
+                d, c, row["id"], error is None, error, time.time() + delay, dead,
+                int(row["lease_epoch"]),
             )
-        )
+        )  # fmt: skip
+        if not settled:  # our lease ran out mid-attempt: the next claimer decides
+            log.warning("webhook %s: claim lost before its outcome was written", row["id"])

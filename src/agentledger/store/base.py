@@ -14,6 +14,8 @@ and resolve each caller only after that transaction is durable.
 
 from __future__ import annotations
 
+import itertools
+import os
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -40,6 +42,27 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _UNSET: Any = object()
+
+# Batch tokens: a random prefix per process and a counter. Unique per batch like a fresh
+# random token, without a system call per batch; a forked child draws its own prefix,
+# so parent and child never hand out the same token.
+_token_prefix = secrets.token_hex(8)
+_token_counter = itertools.count(1)
+
+
+def _new_prefix() -> None:
+    global _token_prefix, _token_counter
+    _token_prefix = secrets.token_hex(8)
+    _token_counter = itertools.count(1)
+
+
+os.register_at_fork(after_in_child=_new_prefix)
+
+
+def batch_token() -> str:
+    """A token that marks one batch (see ``Batch.token``): unique across processes
+    (a random 64-bit prefix drawn per process) and within one (a counter)."""
+    return f"{_token_prefix}{next(_token_counter):x}"
 
 
 @dataclass
@@ -83,7 +106,14 @@ class Batch:
     drop_outbox: bool = False
     # Written with the fence: a commit retried after a lost reply (an ambiguous COMMIT)
     # reads it back to learn whether the first attempt committed.
-    token: str = field(default_factory=lambda: secrets.token_hex(8))
+    token: str = field(default_factory=batch_token)
+    # What the batch writes, encoded once when the batch is checked (validate_batch)
+    # and reused when it is applied (queries.journal.EncodedBatch).
+    encoded: Any = field(default=None, repr=False, compare=False)
+    # Set by the store when the batch commits: the run's pending cancel request, read by
+    # the fence in the same statement (no extra round trip), so the writer learns of a
+    # cancel at its next step boundary rather than at its next heartbeat.
+    cancel_requested: str | None = field(default=None, compare=False)
 
 
 @dataclass

@@ -25,19 +25,36 @@ class WouldBlock(Exception):
     (raised only by a connection in no-wait mode, see :meth:`Dialect.set_nowait`)."""
 
 
+class CleanParams(dict[str, Any]):
+    """Statement parameters whose text is already sanitized (the journal's encoded
+    batches): :func:`clean_params` passes them through without a look."""
+
+
 def clean_params(params: dict[str, Any] | None) -> dict[str, Any]:
     """Statement parameters with every text sanitized (NUL and lone surrogates ->
-    U+FFFD): no driver can refuse a batch for its text, so none poisons a group."""
+    U+FFFD): no driver can refuse a batch for its text, so none poisons a group.
+
+    Returns ``params`` itself when nothing needed a change (the common case: the journal
+    encodes its text clean), so a statement costs no copy of its parameters."""
+    if type(params) is CleanParams:
+        return params
     if not params:
         return {}
-    out = {}
+    out: dict[str, Any] | None = None
     for key, value in params.items():
         if isinstance(value, str):
-            value = clean_text(value)
+            cleaned: Any = clean_text(value)
         elif isinstance(value, list):
-            value = [clean_text(v) if isinstance(v, str) else v for v in value]
-        out[key] = value
-    return out
+            cleaned = [clean_text(v) if isinstance(v, str) else v for v in value]
+            if cleaned == value:
+                continue
+        else:
+            continue
+        if cleaned is not value:
+            if out is None:
+                out = dict(params)
+            out[key] = cleaned
+    return params if out is None else out
 
 
 class Dialect(ABC):

@@ -151,17 +151,33 @@ class SQLiteDialect(Dialect):
 
     def claim_sql(self, n_targets: int) -> str:
         now = self.now_sql
+        targets = ", ".join(f":t{i}" for i in range(n_targets))
         return (
+            # Fair across tenants: each tenant's due runs are ranked by available_at and
+            # the claim takes rank 1 of every tenant, then rank 2, ... (round-robin), so
+            # one tenant's backlog never starves another's runs.
+            # Only ranks up to :limit can be taken, so only each tenant's first :limit
+            # due runs are ranked: ``tenants`` hops from tenant to tenant on the
+            # runs_fair index (one seek each), ``due`` reads each one's first :limit
+            # runs in available_at order from the same index, and the expired leases
+            # join them. A claim reads a few rows per tenant, not the whole backlog.
+            "WITH RECURSIVE tenants(t) AS (SELECT MIN(tenant_id) FROM runs "
+            "WHERE status IN ('queued', 'waiting') UNION ALL "
+            "SELECT (SELECT MIN(tenant_id) FROM runs WHERE status IN ('queued', 'waiting') "
+            "AND tenant_id > tenants.t) FROM tenants WHERE t IS NOT NULL), "
+            "due(id, tenant_id, available_at) AS ("
+            "SELECT r.id, r.tenant_id, r.available_at FROM tenants JOIN runs r "
+            "ON r.id IN (SELECT id FROM runs WHERE status IN ('queued', 'waiting') "
+            f"AND tenant_id = tenants.t AND available_at <= {now} AND target IN ({targets}) "
+            "ORDER BY available_at LIMIT :limit) "
+            "UNION ALL SELECT id, tenant_id, available_at FROM runs "
+            f"WHERE status = 'running' AND target IN ({targets}) AND lease_expires_at < {now}) "
             "UPDATE runs SET status = 'running', lease_owner = :owner, write_token = :token, "
             f"lease_epoch = lease_epoch + 1, lease_expires_at = {now} + :lease, "
             f"updated_at = {now}, "
             "resumes = resumes + (CASE WHEN status = 'running' THEN 1 ELSE 0 END) "
-            # Fair across tenants: each tenant's due runs are ranked by available_at and
-            # the claim takes rank 1 of every tenant, then rank 2, ... (round-robin), so
-            # one tenant's backlog never starves another's runs.
             "WHERE id IN (SELECT id FROM (SELECT id, available_at, ROW_NUMBER() OVER "
-            "(PARTITION BY tenant_id ORDER BY available_at) AS fair_rank FROM runs "
-            f"WHERE {self.claimable(n_targets)}) "
+            "(PARTITION BY tenant_id ORDER BY available_at) AS fair_rank FROM due) "
             "WHERE fair_rank <= :limit "
             f"ORDER BY fair_rank, available_at LIMIT :limit) RETURNING {RUN_COLUMNS}"
         )

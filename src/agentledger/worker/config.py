@@ -36,6 +36,7 @@ class WorkerConfig:
     park_threshold: float = 2.0
     max_resumes: int = 50  # lease takeovers before a run is handed to a human
     outbox: bool = True
+    webhooks: bool = True  # deliver webhooks (also done by every `serve` process)
 
     def __post_init__(self) -> None:
         for name, option, low, high in _LIMITS:

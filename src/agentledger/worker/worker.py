@@ -1,6 +1,6 @@
 """The worker process: claim, lease, heartbeat, execute, shut down cleanly.
 
-Side tasks (claim loop, heartbeat, outbox dispatcher) are supervised. A transient
+Side tasks (claim loop, heartbeat, outbox and webhook dispatchers) are supervised. A transient
 store error (the database is locked, the connection is being re-established) never
 stops a worker: the loop logs it and retries with a backoff. Any other error in a side
 task stops the worker, which then raises :class:`WorkerFailed` so that the process
@@ -10,7 +10,9 @@ SIGTERM/SIGINT: stop claiming and delivering; each run stops at its next step bo
 and is released (queued again, lease cleared); runs still inside a step after the grace
 period are cancelled and released -- a write left ``started`` is resolved by the next
 owner through the unknown-outcome path. Heartbeats go on until the drain is over, so a
-run still executing is never stolen while the grace lasts. Exit code 0.
+run still executing is never stolen while the grace lasts. Exit code 0. A signal that
+arrives while the worker command still starts (app import, store open) also exits 0
+(:mod:`agentledger.worker.startup_signals`).
 
 Burst mode (``agentledger worker --burst``): the worker stops by itself, exit code 0,
 once nothing is left that it could run now: its own runs rested, a claim finds no due
@@ -170,6 +172,8 @@ class Worker:
             ]
             if self.config.outbox:
                 side.append(asyncio.create_task(self._outbox_loop(), name="outbox"))
+            if self.config.webhooks:
+                side.append(asyncio.create_task(self._webhook_loop(), name="webhooks"))
             side.append(asyncio.create_task(self._stuck_loop(), name="stuck"))  # observe/stuck.py
             # The audit chain is sealed where its records are written (agentledger/sealer.py).
             seal_every = sealer.period_from_env()
@@ -275,6 +279,15 @@ class Worker:
             self.store, self.app, owner=self.owner, lease_seconds=outbox_lease
         )
         await self._supervise("outbox", lambda: dispatcher.run(self.stopping))
+
+    async def _webhook_loop(self) -> None:
+        """Deliver webhooks (service/webhooks.py): a deployment without a running
+        service delivers them too; deliveries are claimed, so any number of workers
+        and service processes dispatch at once."""
+        from agentledger.service.webhooks import Dispatcher, backoff_from_env
+
+        dispatcher = Dispatcher(self.store, backoff=backoff_from_env(), owner=self.owner)
+        await self._supervise("webhooks", lambda: dispatcher.run(self.stopping))
 
     async def _stuck_loop(self) -> None:
         """Report stuck runs now and then (observe/stuck.py: one query, database clock)."""

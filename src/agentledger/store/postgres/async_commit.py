@@ -221,6 +221,7 @@ class AsyncBatchCommitter:
         for batch, cursor in zip(batches, cursors, strict=True):
             row = await cursor.fetchone()
             fenced = int(row["fenced"]) if row else 0
+            batch.cancel_requested = row.get("cancel_requested") if row else None
             outcomes.append(None if fenced else LeaseLost(batch.run_id, batch.epoch))
         return outcomes
 

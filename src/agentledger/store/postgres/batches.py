@@ -6,19 +6,21 @@ plain batch -- a fence, at most one journal entry and its audit events -- is ONE
 statement: data-modifying CTEs that insert only ``FROM fence``, so a batch whose
 fence fails writes nothing and needs no savepoint.
 
+The batch's parameters come from its encoding (``queries.journal.EncodedBatch``),
+made once when the batch was checked, with every text already sanitized.
+
 Batches that claim effects, write outbox rows or approvals take the generic path.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from agentledger.records import dumps
 from agentledger.store.base import Batch
-from agentledger.store.dialect import clean_params
 from agentledger.store.postgres.connection import EVENTS_CHANNEL, NOW_SQL, convert_placeholders
-from agentledger.store.queries import STEP_COLUMNS, STEP_UPSERT, fence_update, step_params
-from agentledger.store.queries.events import batch_events
+from agentledger.store.queries import STEP_COLUMNS, STEP_UPSERT
+from agentledger.store.queries.journal import encode_batch
 
 # Parameter name and type of each steps column, in STEP_COLUMNS order. The casts
 # are needed because INSERT ... SELECT does not infer types from the target.
@@ -42,6 +44,9 @@ _STEP_VALUE_TYPES = (
     ("lease_epoch", "bigint"),
 )
 _STEP_VALUES = ", ".join(f":s_{name}::{kind}" for name, kind in _STEP_VALUE_TYPES)
+_STEP_PART = (
+    f"s AS (INSERT INTO steps ({STEP_COLUMNS}) SELECT {_STEP_VALUES} FROM fence {STEP_UPSERT})"
+)
 
 
 def is_plain(batch: Batch) -> bool:
@@ -53,32 +58,41 @@ def is_plain(batch: Batch) -> bool:
 
 
 def batch_statement(batch: Batch, notify: bool = False) -> tuple[str, dict[str, Any]]:
-    """One statement for a plain batch; it returns the number of fenced rows (0 or 1).
-    With ``notify`` it also announces new events on :data:`EVENTS_CHANNEL` (delivered at
-    its transaction's commit)."""
-    fence_sql, params = fence_update(batch, NOW_SQL)
-    parts = [f"fence AS ({fence_sql} RETURNING id, event_seq)"]
-    if batch.steps:
-        params.update({f"s_{k}": v for k, v in step_params(batch.steps[0]).items()})
-        parts.append(
-            f"s AS (INSERT INTO steps ({STEP_COLUMNS}) SELECT {_STEP_VALUES} FROM fence "
-            f"{STEP_UPSERT})"
-        )
-    events = batch_events(batch)
+    """One statement for a plain batch; it returns the number of fenced rows (0 or 1)
+    and the run's cancel request. With ``notify`` it also announces new events on
+    :data:`EVENTS_CHANNEL` (delivered at its transaction's commit).
+
+    It uses the batch's encoding (made once by ``validate_batch``; its text already
+    sanitized), and passes each event as its own parameters in a ``VALUES`` list:
+    a text value costs the driver nothing to send, a ``text[]`` element is escaped."""
+    encoded = encode_batch(batch)
+    fence_sql, params = encoded.fence(NOW_SQL)
+    parts = [f"fence AS ({fence_sql} RETURNING id, event_seq, cancel_requested)"]
+    if encoded.steps:
+        params.update({f"s_{k}": v for k, v in encoded.steps[0].items()})
+        parts.append(_STEP_PART)
+    events = encoded.events
     if events:
-        params["ev_type"] = [e.type for e in events]
-        params["ev_actor"] = [e.actor for e in events]
-        params["ev_data"] = [dumps(e.data) for e in events]
-        parts.append(
-            "e AS (INSERT INTO events (run_id, at, type, actor, data, seq) "
-            "SELECT fence.id, :now::float8, ev.type, ev.actor, ev.data, "
-            "fence.event_seq - :n_events::bigint + ev.n FROM fence, "
-            "unnest(:ev_type::text[], :ev_actor::text[], :ev_data::text[]) "
-            "WITH ORDINALITY AS ev(type, actor, data, n))"
-        )
-    params = clean_params(params)  # no text the driver refuses (NUL, lone surrogates)
-    sql = "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced"
+        for i, (type_, actor, data) in enumerate(events):
+            params[f"e{i}_t"], params[f"e{i}_a"], params[f"e{i}_d"] = type_, actor, data
+        parts.append(_events_part(len(events)))
+    # The run's cancel request comes back with the fence (see Batch.cancel_requested).
+    sql = (
+        "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced, "
+        "MAX(cancel_requested) AS cancel_requested"
+    )
     if notify:  # rides in the statement: no round trip of its own
         sql += f", pg_notify('{EVENTS_CHANNEL}', '')::text AS notified"
     sql += " FROM fence"
     return convert_placeholders(sql), params
+
+
+@functools.lru_cache(maxsize=64)
+def _events_part(n: int) -> str:
+    rows = ", ".join(f"(:e{i}_t::text, :e{i}_a::text, :e{i}_d::text, {i + 1})" for i in range(n))
+    return (
+        "e AS (INSERT INTO events (run_id, at, type, actor, data, seq) "
+        "SELECT fence.id, :now::float8, ev.type, ev.actor, ev.data, "
+        f"fence.event_seq - :n_events::bigint + ev.n FROM fence, (VALUES {rows}) "
+        "AS ev(type, actor, data, n))"
+    )

@@ -7,33 +7,48 @@ from typing import Any
 
 from agentledger.records import (
     Event,
+    Step,
     dumps,
 )
 from agentledger.store import rows
 from agentledger.store.base import Batch, NewEvent
 from agentledger.store.dialect import Dialect
 
+# The events_type index leaves out the journal's step events (migration 0061): one
+# index fewer written per journal write. A query by type states this condition (the
+# index's own) so that both databases use the index.
+EVENTS_TYPE_INDEXED = "type NOT LIKE 'step.%'"
+
 
 def batch_events(batch: Batch) -> list[NewEvent]:
     """The events a batch appends: one ``step.<status>`` per journal entry it writes
     (so a run's event stream describes its journal, in the same transaction), then the
     batch's own events."""
-    described = [
-        NewEvent(
-            f"step.{step.status}",
-            batch.owner,
-            {
-                "step_no": step.step_no,
-                "kind": step.kind,
-                "name": step.name,
-                "status": step.status,
-                "attempts": step.attempts,
-                "error_class": step.error_class,
-            },
-        )
-        for step in batch.steps
-    ]
-    return described + list(batch.events)
+    return [step_event(batch.owner, step) for step in batch.steps] + list(batch.events)
+
+
+def step_event(owner: str, step: Step) -> NewEvent:
+    """The ``step.<status>`` event of one journal write. Being an event, it is sealed into
+    the tenant's audit chain, so it carries what the audit trail must show of the step:
+    the idempotency key it executed with, the policy decision that let it run, and its
+    tokens and cost (each only when there is one, to keep the row small)."""
+    data: dict[str, Any] = {
+        "step_no": step.step_no,
+        "kind": step.kind,
+        "name": step.name,
+        "status": step.status,
+        "attempts": step.attempts,
+        "error_class": step.error_class,
+    }
+    if step.idempotency_key:
+        data["key"] = step.idempotency_key
+    if isinstance(step.input, dict) and isinstance(step.input.get("policy"), str):
+        data["policy"] = step.input["policy"]
+    if step.tokens:
+        data["tokens"] = step.tokens
+    if step.cost_usd:
+        data["cost_usd"] = step.cost_usd
+    return NewEvent(f"step.{step.status}", owner, data)
 
 
 def insert_event(
@@ -82,6 +97,7 @@ def list_events(d: Dialect, conn: Any, run_id: str | None, after_id: int) -> lis
     if run_id is None:
         sql = "SELECT * FROM events WHERE id > :after ORDER BY id LIMIT 1000"
     else:
-        sql = "SELECT * FROM events WHERE run_id = :run_id AND id > :after ORDER BY id"
+        # events_run_seq finds the run's events; within a run seq and id grow together.
+        sql = "SELECT * FROM events WHERE run_id = :run_id AND id > :after ORDER BY seq, id"
     found = d.fetchall(conn, sql, {"run_id": run_id, "after": after_id})
     return [rows.event_from(r) for r in found]

@@ -13,6 +13,7 @@ from typing import Any
 
 from agentledger.records import loads
 from agentledger.store.dialect import Dialect
+from agentledger.store.queries.events import EVENTS_TYPE_INDEXED
 
 # Audit event types that settle an unknown outcome, by the resolution they record.
 UNKNOWN_RESOLUTIONS = {
@@ -83,11 +84,14 @@ def _settled(d: Dialect, conn: Any) -> dict[str, Any]:
     marks = ", ".join(f":{k}" for k in params)
     counted = d.fetchall(
         conn,
-        f"SELECT type, COUNT(*) AS n FROM events WHERE type IN ({marks}) GROUP BY type",
+        f"SELECT type, COUNT(*) AS n FROM events WHERE type IN ({marks}) "
+        f"AND {EVENTS_TYPE_INDEXED} GROUP BY type",
         params,
     )
     # Handovers are few; their reason and detail are JSON, so they are classified here.
-    handovers = d.fetchall(conn, "SELECT data FROM events WHERE type = 'run.handover'")
+    handovers = d.fetchall(
+        conn, f"SELECT data FROM events WHERE type = 'run.handover' AND {EVENTS_TYPE_INDEXED}"
+    )
     budget: dict[str, int] = {}
     handed_over_unknown = 0
     for row in handovers:

@@ -115,21 +115,31 @@ def enqueue_expiring(d: Dialect, conn: Any, now: float, fraction: float = 0.8) -
     return len(found)
 
 
-def claim_due(d: Dialect, conn: Any, now: float, limit: int, lease: float) -> list[dict[str, Any]]:
-    """Due pending deliveries, each leased to the caller (one claimer at a time)."""
+def claim_due(
+    d: Dialect, conn: Any, now: float, limit: int, lease: float, owner: str = ""
+) -> list[dict[str, Any]]:
+    """Due pending deliveries, each leased to ``owner`` (one claimer at a time).
+
+    A claim takes the row only while no other lease on it is live, and takes the next
+    ``lease_epoch``: the attempt is written back under that epoch (:func:`settle`), so
+    a claimer whose lease ran out cannot overwrite the outcome of the one after it."""
+    # In one total order (ties broken by id): two claimers lock rows in the same order
+    # and never deadlock on PostgreSQL.
     found = d.fetchall(
         conn,
         "SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= :now "
-        "AND (lease_until IS NULL OR lease_until <= :now) ORDER BY next_attempt_at LIMIT :limit",
+        "AND (lease_until IS NULL OR lease_until <= :now) ORDER BY next_attempt_at, id "
+        "LIMIT :limit",
         {"now": now, "limit": limit},
     )
     claimed = []
     for r in found:
         got = d.execute(
             conn,
-            "UPDATE webhook_deliveries SET lease_until = :until WHERE id = :id "
+            "UPDATE webhook_deliveries SET lease_until = :until, lease_owner = :owner, "
+            "lease_epoch = lease_epoch + 1 WHERE id = :id "
             "AND status = 'pending' AND (lease_until IS NULL OR lease_until <= :now)",
-            {"id": r["id"], "until": now + lease, "now": now},
+            {"id": r["id"], "until": now + lease, "now": now, "owner": owner},
         )
         if got:
             row = d.fetchall(
@@ -141,17 +151,21 @@ def claim_due(d: Dialect, conn: Any, now: float, limit: int, lease: float) -> li
 
 def settle(
     d: Dialect, conn: Any, delivery_id: str, delivered: bool, error: str | None,
-    next_attempt_at: float, dead: bool,
-) -> None:  # fmt: skip
-    """Record one attempt's outcome."""
+    next_attempt_at: float, dead: bool, epoch: int | None = None,
+) -> bool:  # fmt: skip
+    """Record one attempt's outcome; with ``epoch``, only under that claim (else False:
+    the lease ran out and another claimer owns the delivery now)."""
     status = "delivered" if delivered else ("dead" if dead else "pending")
-    d.execute(
+    fence = "" if epoch is None else " AND lease_epoch = :epoch AND status = 'pending'"
+    return bool(d.execute(
         conn,
         "UPDATE webhook_deliveries SET status = :s, attempts = attempts + 1, last_error = :e, "
-        "next_attempt_at = :n, lease_until = NULL, "
-        "delivered_at = CASE WHEN :s = 'delivered' THEN :now ELSE NULL END WHERE id = :id",
-        {"s": status, "e": error, "n": next_attempt_at, "id": delivery_id, "now": time.time()},
-    )
+        "next_attempt_at = :n, lease_until = NULL, lease_owner = NULL, "
+        "delivered_at = CASE WHEN :s = 'delivered' THEN :now ELSE NULL END WHERE id = :id"
+        + fence,
+        {"s": status, "e": error, "n": next_attempt_at, "id": delivery_id, "now": time.time(),
+         "epoch": epoch},
+    ))  # fmt: skip
 
 
 def webhook_secret(d: Dialect, conn: Any, tenant_id: str) -> str:
