@@ -15,7 +15,7 @@ from fastapi import FastAPI
 
 from agentledger import sealer
 from agentledger.app import App
-from agentledger.service import problems
+from agentledger.service import deltas, problems
 from agentledger.service.accepts import AcceptBatcher
 from agentledger.service.auth import KeyCache
 from agentledger.service.hub import EventHub
@@ -69,6 +69,7 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
             for unhook in unhooks:
                 await asyncio.to_thread(unhook)  # a listener's stop joins its thread
             await hub.stop()
+            await deltas.close_bridges()
             if own_store:
                 await the_store.close()
 

@@ -59,6 +59,15 @@ class DeltaBridge:
 _bridges: dict[tuple[str, asyncio.AbstractEventLoop], DeltaBridge] = {}
 
 
+async def close_bridges() -> None:
+    """Stop this loop's bridges (the service is shutting down): a stream whose client
+    vanished without its generator being closed must not keep a LISTEN thread alive."""
+    loop = asyncio.get_running_loop()
+    for key in [k for k in _bridges if k[1] is loop]:
+        bridge = _bridges.pop(key)
+        await asyncio.to_thread(bridge.listener.stop)
+
+
 @contextlib.asynccontextmanager
 async def _bridged(url: str) -> AsyncIterator[None]:
     """Keep this loop's bridge to ``url`` open while the caller follows a run."""
