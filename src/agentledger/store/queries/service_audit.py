@@ -52,12 +52,15 @@ def record_hash(prev_hash: str, tenant_id: str, row: dict[str, Any], chain_no: i
 
 def seal(d: Dialect, conn: Any, limit: int = 5000) -> int:
     """Seal up to ``limit`` committed events into their tenants' chains; return how many."""
-    # The tenants of the oldest ``limit`` unsealed events only (a partial-index range):
-    # a scan of every unsealed event grows with the backlog and holds the connection.
+    # The tenants of the oldest ``limit`` unsealed events of runs only (a partial-index
+    # range): a scan of every unsealed event grows with the backlog and holds the
+    # connection. Events under no run (``docs/<tenant>``, ``memory/<tenant>/<user>``)
+    # are never sealed here: counted in the limit, ``limit`` of them would hide every
+    # later event from every sealer for good.
     tenants = d.fetchall(
         conn,
-        "SELECT DISTINCT r.tenant_id FROM runs r JOIN (SELECT run_id FROM events "
-        "WHERE hash IS NULL ORDER BY id LIMIT :limit) e ON r.id = e.run_id",
+        "SELECT DISTINCT tenant_id FROM (SELECT r.tenant_id FROM events e "
+        "JOIN runs r ON r.id = e.run_id WHERE e.hash IS NULL ORDER BY e.id LIMIT :limit) u",
         {"limit": limit},
     )
     sealed = 0
