@@ -3,7 +3,6 @@ is not a break (the head and the records are judged as of one moment)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from agentledger.store import open_store
@@ -30,11 +29,12 @@ class _SealsBetweenReads:
             self._d.begin_write(self._other)
             assert service_audit.seal(self._d, self._other) == 1
             self._d.commit(self._other)
+            self._d.close(self._other)
         return found
 
 
-async def test_verify_does_not_report_records_sealed_while_it_reads(tmp_path: Path) -> None:
-    store = open_store(f"sqlite:///{tmp_path / 'audit.db'}")
+async def test_verify_does_not_report_records_sealed_while_it_reads(store_url: str) -> None:
+    store = open_store(store_url)
     await store.open()
     try:
         run_id = await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
