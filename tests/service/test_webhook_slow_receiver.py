@@ -106,3 +106,25 @@ async def test_a_dripping_receiver_is_not_sent_one_delivery_twice_at_once(
         assert "Timeout" in (row["last_error"] or ""), row
     finally:
         await store.close()
+
+
+async def test_a_claimer_whose_clock_runs_ahead_takes_no_live_claim(store_url: str) -> None:
+    store = open_store(store_url)
+    await store.open()
+    try:
+        await store.transact(
+            lambda d, c: service_webhooks._insert(
+                d, c, "evt_r1_1", "t1", "r1", "http://127.0.0.1:9/", "run.completed", {}
+            )
+        )
+        now = time.time()
+        held = await store.transact(
+            lambda d, c: service_webhooks.claim_due(d, c, now, 10, 30.0, "on-time")
+        )
+        assert [r["id"] for r in held] == ["evt_r1_1"]
+        ahead = await store.transact(  # a host whose clock is a minute fast
+            lambda d, c: service_webhooks.claim_due(d, c, now + 60, 10, 30.0, "fast")
+        )
+        assert ahead == []  # the claim is live for 30 s by the database's clock
+    finally:
+        await store.close()
