@@ -222,6 +222,7 @@ class Execution:
         )
 
     async def _commit(self, batch: Batch) -> None:
+        known = self.cancel_reason()
         try:
             await self.store.commit(batch)
             self._cancel_seen = batch.cancel_requested or self._cancel_seen
@@ -232,6 +233,20 @@ class Execution:
             # expires) rather than failing it or letting workflow code see the error.
             log.warning("run %s: journal write failed (%s); abandoning it", self.run.id, exc)
             raise Abandon(f"store error: {exc}") from None
+        parked = batch.run is not None and batch.run.status == RunStatus.WAITING
+        if parked and known is None and batch.cancel_requested is not None:
+            await self._poke_cancel(batch.cancel_requested)
+
+    async def _poke_cancel(self, reason: str) -> None:
+        """A cancel requested while the run was running only marked it; learned first
+        from the fence of the write that parked it, it would wait out the park (a sleep,
+        an approval's expiry). Requested again, the parked run is due at once. Only
+        then: a run parking with a cancel it already knows (a compensation waiting out
+        a backoff) keeps its backoff."""
+        try:
+            await self.store.cancel_run(self.run.id, reason, self.owner)
+        except StoreError as exc:  # the park stands; the cancel is honoured when it ends
+            log.warning("run %s: cancel not made due at once (%s)", self.run.id, exc)
 
 
 def _settle_values(step: Step, previous: Step | None, input_hash: str | None) -> None:

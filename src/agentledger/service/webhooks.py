@@ -20,9 +20,9 @@ Failed deliveries (non-2xx, timeouts) are retried with exponential backoff
 Who delivers: every ``agentledger serve`` process and every worker (``agentledger
 worker``; ``--no-webhooks`` turns it off), so a deployment without a running service
 still delivers. They claim due deliveries from one table: a claim is a lease (three
-HTTP timeouts long, so it outlasts the attempt) with an owner and the next epoch, so
-one delivery attempt is made by one process at a time, and an attempt's outcome is
-written back only under its own claim. Each dispatcher also enqueues the
+HTTP timeouts long, so it outlasts the attempt, which is given one timeout in all) with
+an owner and the next epoch, so one delivery attempt is made by one process at a time,
+and an attempt's outcome is written back only under its own claim. Each dispatcher also enqueues the
 ``approval.expiring`` warnings (once each: the delivery id comes from the approval).
 
 Where a run's events go: the URL the run was started with, else its agent's (the
@@ -168,11 +168,19 @@ class Dispatcher:
         }
         error = None
         try:
-            reply = await client.post(row["url"], content=body, headers=headers)
+            # The client's timeout bounds each read, not the answer: a receiver sending
+            # a byte now and then would keep the attempt going past its claim, and the
+            # next claimer would send the delivery while this one still is. A whole
+            # attempt gets one timeout (its claim lasts three).
+            reply = await asyncio.wait_for(
+                client.post(row["url"], content=body, headers=headers), self.timeout
+            )
             if not 200 <= reply.status_code < 300:
                 error = f"HTTP {reply.status_code}"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"
+        except TimeoutError:
+            error = f"Timeout: no whole answer within {self.timeout:g} s"
         attempts = int(row["attempts"]) + 1
         delay = min(self.backoff * 2 ** (attempts - 1), self.max_backoff)
         dead = error is not None and attempts >= self.max_attempts

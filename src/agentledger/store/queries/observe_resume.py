@@ -12,6 +12,9 @@ A resume is one transaction:
    the code the worker has now. Refused when one of them is a confirmed side effect (a
    succeeded write or compensation: it has an idempotency key) unless ``force`` with a
    reason, which the event records.
+   When the compensation decision is among them, the outbox rows it dropped are owed
+   again: a kept step's row goes back to ``pending``, a re-executed step's row is
+   removed (that step enqueues it afresh).
 4. The run goes back to ``queued`` by an UPDATE guarded on ``failed``/``needs_human``
    (row count checked): its lease, result, error and handover reason are cleared, its
    step count is the rows kept; its tokens and cost stay (they were spent).
@@ -19,12 +22,13 @@ A resume is one transaction:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
-from agentledger.records import Step, StepStatus
+from agentledger.records import Step, StepStatus, dumps, loads
 from agentledger.store import rows
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.events import insert_event
@@ -33,6 +37,7 @@ from agentledger.store.queries.runs import get_run
 RESUMABLE = ("failed", "needs_human")
 _IN_FLIGHT = (StepStatus.STARTED, StepStatus.UNKNOWN, StepStatus.RETRYING)
 _EFFECT_KINDS = ("tool", "compensation")
+DECISION_KIND = "decision"  # engine/compensation.py: the journaled compensation decision
 
 
 class ResumeRefused(StoreError):
@@ -156,6 +161,9 @@ def resume_run(
         raise ResumeRefused(f"run {run_id} changed state meanwhile; look again")
     d.execute(conn, "DELETE FROM approvals WHERE run_id = :id AND step_no >= :n", params)
     d.execute(conn, "DELETE FROM steps WHERE run_id = :id AND step_no >= :n", params)
+    outbox: dict[str, list[str]] = {"revived": [], "removed": []}
+    if any(s["kind"] == DECISION_KIND for s in archived):
+        outbox = _undrop_outbox(d, conn, run_id, plan.from_step)
     insert_event(
         d,
         conn,
@@ -171,10 +179,43 @@ def resume_run(
             "kept_in_flight": plan.kept_in_flight,
             "archived_steps": archived,
             "archived_approvals": approvals,
+            "outbox_revived": outbox["revived"],
+            "outbox_removed": outbox["removed"],
         },
     )
     d.notify_runnable(conn)
     return plan
+
+
+def _undrop_outbox(d: Dialect, conn: Any, run_id: str, from_step: int) -> dict[str, list[str]]:
+    """The compensation decision is undone: what it dropped is owed again. A kept step's
+    row goes back to ``pending`` (its step is replayed, never enqueued again); a row of a
+    step run again is removed, so that step enqueues afresh (a same-run insert of a key
+    is a no-op: the dropped row would swallow it)."""
+    found = d.fetchall(
+        conn,
+        "SELECT key, step_no, history FROM outbox WHERE run_id = :id AND status = 'dropped' "
+        "ORDER BY key",
+        {"id": run_id},
+    )
+    out: dict[str, list[str]] = {"revived": [], "removed": []}
+    for r in found:
+        if int(r["step_no"]) >= from_step:
+            d.execute(conn, "DELETE FROM outbox WHERE key = :k AND status = 'dropped'",
+                      {"k": r["key"]})  # fmt: skip
+            out["removed"].append(r["key"])
+            continue
+        history = loads(r["history"]) or []
+        history.append({"at": time.time(), "revived": "run resumed"})
+        d.execute(
+            conn,
+            f"UPDATE outbox SET status = 'pending', next_attempt_at = {d.now_sql}, "
+            f"history = :history, updated_at = {d.now_sql} "
+            "WHERE key = :k AND status = 'dropped'",
+            {"k": r["key"], "history": dumps(history)},
+        )
+        out["revived"].append(r["key"])
+    return out
 
 
 def candidates(d: Dialect, conn: Any, status: str, agent: str | None, limit: int) -> list[str]:

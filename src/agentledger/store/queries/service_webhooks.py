@@ -122,13 +122,18 @@ def claim_due(
 
     A claim takes the row only while no other lease on it is live, and takes the next
     ``lease_epoch``: the attempt is written back under that epoch (:func:`settle`), so
-    a claimer whose lease ran out cannot overwrite the outcome of the one after it."""
+    a claimer whose lease ran out cannot overwrite the outcome of the one after it.
+
+    Leases are set and judged by the database's clock: a claimer whose clock runs ahead
+    by more than a lease would take every live claim (and send what another is sending).
+    """
     # In one total order (ties broken by id): two claimers lock rows in the same order
     # and never deadlock on PostgreSQL.
+    db_now = d.now_sql
     found = d.fetchall(
         conn,
         "SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= :now "
-        "AND (lease_until IS NULL OR lease_until <= :now) ORDER BY next_attempt_at, id "
+        f"AND (lease_until IS NULL OR lease_until <= {db_now}) ORDER BY next_attempt_at, id "
         "LIMIT :limit",
         {"now": now, "limit": limit},
     )
@@ -136,10 +141,10 @@ def claim_due(
     for r in found:
         got = d.execute(
             conn,
-            "UPDATE webhook_deliveries SET lease_until = :until, lease_owner = :owner, "
-            "lease_epoch = lease_epoch + 1 WHERE id = :id "
-            "AND status = 'pending' AND (lease_until IS NULL OR lease_until <= :now)",
-            {"id": r["id"], "until": now + lease, "now": now, "owner": owner},
+            f"UPDATE webhook_deliveries SET lease_until = {db_now} + :lease, "
+            "lease_owner = :owner, lease_epoch = lease_epoch + 1 WHERE id = :id "
+            f"AND status = 'pending' AND (lease_until IS NULL OR lease_until <= {db_now})",
+            {"id": r["id"], "lease": float(lease), "owner": owner},
         )
         if got:
             row = d.fetchall(
