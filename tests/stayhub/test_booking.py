@@ -231,8 +231,15 @@ async def test_env_is_not_leaking(stayhub: StackFactory, monkeypatch: pytest.Mon
         alive = stack.pool.alive()
         assert alive, stack.logs()
         for proc in alive:
-            with open(f"/proc/{proc.pid}/environ", "rb") as f:
-                environ = f.read()
+            # An empty environ means "not readable yet" (a child still between fork and
+            # exec under load) or "exited": read again until it shows, while alive.
+            environ = b""
+            deadline = time.monotonic() + 20
+            while not environ and proc.poll() is None and time.monotonic() < deadline:
+                with open(f"/proc/{proc.pid}/environ", "rb") as f:
+                    environ = f.read()
+                if not environ:
+                    await asyncio.sleep(0.05)
             if proc.poll() is None:  # still alive after the read
                 assert f"{name}=7.5".encode() in environ.split(b"\0"), stack.logs()
         assert name not in os.environ
