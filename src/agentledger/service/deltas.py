@@ -88,7 +88,10 @@ async def _bridged(url: str) -> AsyncIterator[None]:
         bridge.users -= 1
         if bridge.users == 0 and _bridges.get(key) is bridge:
             del _bridges[key]
-            await asyncio.to_thread(bridge.listener.stop)
+            # Told to stop at once, without awaiting: a stream cancelled again while it
+            # awaited the join (at shutdown) must not leave the LISTEN thread running.
+            # The thread sees the flag within its poll interval and closes its connection.
+            bridge.listener.stop(timeout=0)
 
 
 class DeltaFeed:
