@@ -29,8 +29,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import math
-import os
 from typing import Any
 
 from agentledger.app import App
@@ -43,7 +41,8 @@ from agentledger.engine.retries import (
     call_with_timeout,
     run_attempts,
 )
-from agentledger.errors import ToolError, UsageError
+from agentledger.envsettings import seconds_from_env
+from agentledger.errors import ToolError
 from agentledger.records import Effect, OutboxItem, Run
 from agentledger.store.base import Store
 from agentledger.tools.context import ToolContext
@@ -140,16 +139,7 @@ class OutboxDispatcher:
 
 def default_base_delay() -> float:
     """The outbox's first backoff: ``$AGENTLEDGER_OUTBOX_BASE_DELAY`` or 1 s."""
-    text = os.environ.get(BASE_DELAY_ENV)
-    if text is None:
-        return BASE_DELAY
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise UsageError(f"{BASE_DELAY_ENV} must be a positive number of seconds, got {text!r}")
-    return value
+    return seconds_from_env(BASE_DELAY_ENV, BASE_DELAY, above_minimum=True)
 
 
 class Delivery(Attempts[str]):

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 
-from agentledger.errors import UsageError
+from agentledger.envsettings import seconds_from_env
 from agentledger.store import Store
 from agentledger.store.queries import service_audit
 
@@ -32,19 +31,7 @@ def period_from_env() -> float:
     """Seconds between seals (env ``AGENTLEDGER_AUDIT_SEAL_EVERY``, default 1; 0.01-3600).
 
     Raises :class:`UsageError` naming the variable when it is set to anything else."""
-    raw = os.environ.get(PERIOD_ENV, "").strip()
-    if not raw:
-        return DEFAULT_PERIOD
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0.01 <= value <= 3600:  # NaN fails too
-        raise UsageError(
-            f"{PERIOD_ENV} must be a number of seconds from 0.01 to 3600 (got {raw!r}); "
-            "unset it for the default (1)"
-        )
-    return value
+    return seconds_from_env(PERIOD_ENV, DEFAULT_PERIOD, minimum=0.01, maximum=3600)
 
 
 async def seal_once(store: Store) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import threading
 import time
 import weakref
@@ -32,7 +31,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agentledger.errors import UsageError
+from agentledger.envsettings import seconds_from_env
 from agentledger.observe.instruments import PROCESS
 from agentledger.observe.stuck import StuckPolicy
 from agentledger.store.base import Store
@@ -50,16 +49,7 @@ REFRESH_ENV = "AGENTLEDGER_METRICS_REFRESH"
 
 def refresh_seconds() -> float:
     """``$AGENTLEDGER_METRICS_REFRESH`` or :data:`REFRESH`."""
-    text = os.environ.get(REFRESH_ENV)
-    if text is None:
-        return REFRESH
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise UsageError(f"{REFRESH_ENV} must be a number of seconds (0 or more), got {text!r}")
-    return value
+    return seconds_from_env(REFRESH_ENV, REFRESH)
 
 
 class StoreFigures:

@@ -47,7 +47,7 @@ from typing import Any
 
 import httpx
 
-from agentledger.errors import UsageError
+from agentledger.envsettings import seconds_from_env
 from agentledger.store import Store
 from agentledger.store.queries import service_webhooks
 
@@ -61,19 +61,7 @@ def backoff_from_env(default: float = 2.0) -> float:
     seconds, 0.01-3600; ``serve`` takes its own setting).
 
     Raises :class:`UsageError` naming the variable when it is set to anything else."""
-    raw = os.environ.get(BACKOFF_ENV, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0.01 <= value <= 3600:  # NaN fails too
-        raise UsageError(
-            f"{BACKOFF_ENV} must be a number of seconds from 0.01 to 3600 (got {raw!r}); "
-            f"unset it for the default ({default:g})"
-        )
-    return value
+    return seconds_from_env(BACKOFF_ENV, default, minimum=0.01, maximum=3600)
 
 
 def webhook_for(definition: Any, agent_webhooks: dict[str, str], given: str | None) -> str | None:
