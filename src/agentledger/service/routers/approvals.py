@@ -8,10 +8,6 @@ another tenant's approval, 409 already decided (by whom), 410 expired.
 
 from __future__ import annotations
 
-import base64
-import json
-import math
-import re
 import time
 from typing import Any, Literal
 
@@ -21,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentledger.canonical import NotJournalable, canonical_json, clean_text
 from agentledger.records import Approval
 from agentledger.service.auth import APPROVER, Caller, Principal
+from agentledger.service.cursors import make_cursor, parse_cursor
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
 from agentledger.service.views import approval_view
 from agentledger.store import AlreadyDecided
@@ -34,7 +31,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 EXPIRED_BY = "system:expired"  # engine/approvals.py: the expiry default's decider
 _PAGE = 200  # approvals read per store round trip while listing
 _MAX_PAGES = 25  # store reads per listing request at most (then next_cursor goes on)
-_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 
 
 def arguments_hash(arguments: Any) -> str:
@@ -109,7 +105,7 @@ async def list_approvals(
     store = request.app.state.store
     pending, now = status == "pending", time.time()
     shown: list[dict[str, Any]] = []
-    after = _parse_cursor(cursor)
+    after = parse_cursor(cursor)
     # Filtered here (one rule with the decision endpoint), so the store is paged by
     # keyset until ``limit`` are shown: a page of others' approvals hides nothing. The
     # scan is bounded; where it stops, ``next_cursor`` says where to go on.
@@ -129,31 +125,10 @@ async def list_approvals(
                 continue
             shown.append(_view(item))
             if len(shown) == limit:
-                return {"approvals": shown, "next_cursor": _make_cursor(after)}
+                return {"approvals": shown, "next_cursor": make_cursor(*after)}
         if len(batch) < _PAGE:
             return {"approvals": shown, "next_cursor": None}
-    return {"approvals": shown, "next_cursor": _make_cursor(after) if after else None}
-
-
-def _make_cursor(after: tuple[float, str]) -> str:
-    raw = json.dumps([after[0], after[1]]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _parse_cursor(token: str | None) -> tuple[float, str] | None:
-    """Only what :func:`_make_cursor` writes: [a finite number, an approval id]."""
-    if not token:
-        return None
-    try:
-        raw = json.loads(base64.urlsafe_b64decode(token.encode() + b"==").decode())
-        if not (isinstance(raw, list) and len(raw) == 2 and isinstance(raw[1], str)):
-            raise ValueError(raw)
-        at = float(raw[0])
-        if not math.isfinite(at) or not _ID.match(raw[1]):
-            raise ValueError(raw)
-        return at, raw[1]
-    except (ValueError, TypeError, UnicodeDecodeError):
-        raise Problem("bad-request", "cursor: not a cursor this API returned") from None
+    return {"approvals": shown, "next_cursor": make_cursor(*after) if after else None}
 
 
 @router.post("/{approval_id}/decision", responses=ERRORS)

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
-import math
-import re
 import time
 from typing import Any, Literal
 
@@ -18,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from agentledger.canonical import NotJournalable, journal_value
 from agentledger.errors import UnknownTargetError
 from agentledger.service.auth import ADMIN, OPERATOR, VIEWER, Caller
+from agentledger.service.cursors import make_cursor, parse_cursor
 from agentledger.service.deps import run_or_404
 from agentledger.service.idempotency import fingerprint, parse_key
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
@@ -28,7 +25,6 @@ from agentledger.store.queries import service_runs
 from agentledger.store.queries.common import new_id
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
-_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: PROBLEM_SCHEMA for code in (400, 401, 403, 404, 409, 422, 429)
 }
@@ -224,28 +220,6 @@ async def get_steps(run_id: str, request: Request, principal: Caller) -> dict[st
     return {"run_id": run_id, "steps": steps}
 
 
-def _cursor(token: str | None) -> tuple[float, str] | None:
-    if not token:
-        return None
-    try:
-        raw = json.loads(base64.urlsafe_b64decode(token.encode() + b"==").decode())
-        # Only what _next_cursor writes: [finite number, run id]; anything else (an
-        # object, NaN, a NUL PostgreSQL refuses) is a forged cursor.
-        if not (isinstance(raw, list) and len(raw) == 2 and isinstance(raw[1], str)):
-            raise ValueError(raw)
-        at = float(raw[0])
-        if not math.isfinite(at) or not _ID.match(raw[1]):
-            raise ValueError(raw)
-        return at, raw[1]
-    except (ValueError, TypeError, UnicodeDecodeError):
-        raise Problem("bad-request", "cursor: not a cursor this API returned") from None
-
-
-def _next_cursor(created_at: float, run_id: str) -> str:
-    raw = json.dumps([created_at, run_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
 Status = Literal[
     "queued", "running", "waiting", "completed", "failed", "cancelled", "expired", "needs_human"
 ]
@@ -277,7 +251,7 @@ async def list_runs(
         created_before=created_before,
         waiting_approval=waiting_approval,
         needs_human=needs_human,
-        cursor=_cursor(cursor),
+        cursor=parse_cursor(cursor),
         limit=limit,
     )
     found = await request.app.state.store.transact(
@@ -286,7 +260,7 @@ async def list_runs(
     nxt = None
     if len(found) == limit:
         last = found[-1]["run"]
-        nxt = _next_cursor(last.created_at, last.id)
+        nxt = make_cursor(last.created_at, last.id)
     return {"runs": [run_view(r) for r in found], "next_cursor": nxt}
 
 
