@@ -3,9 +3,7 @@ reach an OTLP/HTTP collector on loopback; switching the provider switches tracin
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 
+from agentledger.bench.observe_overhead import CollectorStub
 from agentledger.observe import semconv as sc
 from agentledger.observe import tracing
 from agentledger.records import RunStatus
@@ -22,46 +21,19 @@ from tests.fast.lifecycle_harness import KILLED, Harness
 from tests.observe.apps import Payments, booking_app
 
 
-class Collector:
-    """An OTLP/HTTP trace endpoint on loopback that keeps every request body."""
-
-    def __init__(self) -> None:
-        bodies: list[bytes] = []
-        self.bodies = bodies
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[Collector]:
+def collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[CollectorStub]:
     # The processor's timer would export on its own after this delay: far away, so what
     # reaches the collector is decided by the batch alone (and by force_flush).
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")
-    stub = Collector()
+    stub = CollectorStub(keep_bodies=True)
     yield stub
     tracing.set_provider(None)
     stub.close()
 
 
 async def test_spans_are_batched_then_exported_over_otlp_http(
-    tmp_path: Path, collector: Collector
+    tmp_path: Path, collector: CollectorStub
 ) -> None:
     provider = tracing.otlp_provider(collector.url)
     tracing.set_provider(provider)

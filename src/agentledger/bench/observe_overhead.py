@@ -62,18 +62,22 @@ CONDITIONS = ("none", "memory", "otlp", "unsampled")
 
 
 class CollectorStub:
-    """An OTLP/HTTP trace endpoint that accepts every export (counts requests, bytes)."""
+    """An OTLP/HTTP trace endpoint on loopback that accepts every export (counts requests
+    and bytes; with ``keep_bodies``, keeps each request body too)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_bodies: bool = False) -> None:
         stub = self
         self.requests = 0
         self.bytes = 0
+        self.bodies: list[bytes] = []
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 stub.requests += 1
                 stub.bytes += len(body)
+                if keep_bodies:
+                    stub.bodies.append(body)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
