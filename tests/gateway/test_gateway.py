@@ -9,13 +9,10 @@ from typing import Any
 
 import pytest
 
-from agentledger import App
-from agentledger.agent import Agent
 from agentledger.budget import Budget
 from agentledger.gateway.cooldown import COOLDOWNS
 from agentledger.models.pricing import genai_prices_version
 from agentledger.records import RunStatus, StepStatus
-from agentledger.tools import ToolContext
 from tests.fast.lifecycle_harness import Harness
 from tests.gateway.fakes import (
     FakeProviders,
@@ -25,27 +22,9 @@ from tests.gateway.fakes import (
     openai_answer,
     openai_stream,
 )
+from tests.gateway.worker_app import make_app
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-def make_app(model: Any, budget: Budget | None = None) -> App:
-    app = App("gw")
-
-    @app.tool
-    async def lookup(ctx: ToolContext, city: str) -> dict[str, Any]:
-        return {"city": city, "hotels": 3}
-
-    app.add_agent(
-        Agent(
-            name="concierge",
-            model=model,
-            instructions="Find hotels.",
-            tools=[lookup],
-            budget=budget or Budget(),
-        )
-    )
-    return app
 
 
 async def run_once(tmp_path: Path, model: Any, **kw: Any) -> tuple[Harness, str]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentledger import App, ToolContext
+from agentledger import App, Budget, ToolContext
 from agentledger.agent import Agent
 
 
-def make_app() -> App:
-    """A fresh app; its model is built from the environment as it is now."""
-    app = App("gateway-workers")
+def make_app(model: Any = "openai:gpt-4.1-mini", budget: Budget | None = None) -> App:
+    """A fresh app; a model named by a string is built from the environment as it is now
+    (in-process tests pass a model object instead)."""
+    app = App("gateway")
 
     @app.tool
     async def lookup(ctx: ToolContext, city: str) -> dict[str, Any]:
@@ -24,9 +25,10 @@ def make_app() -> App:
     app.add_agent(
         Agent(
             name="concierge",
-            model="openai:gpt-4.1-mini",
+            model=model,
             instructions="Find hotels.",
             tools=[lookup],
+            budget=budget or Budget(),
         )
     )
     return app
