@@ -31,6 +31,7 @@ from agentledger.store import SQLStore, open_store
 from tests import dbutil, netguard
 from tests.engine.helpers import Env
 from tests.pgcluster import ClusterUnavailable, PrivateCluster
+from tests.store.pgproxy import LossyProxy
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -132,6 +133,16 @@ async def store(store_url: str) -> AsyncIterator[SQLStore]:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture
+def proxy(pg_url: str) -> Iterator[LossyProxy]:
+    """A loopback proxy in front of a fresh PostgreSQL database that can lose a reply."""
+    lossy = LossyProxy(pg_url)
+    try:
+        yield lossy
+    finally:
+        lossy.close()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ each with one ``run.accepted`` event and its Idempotency-Key row."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,15 +13,6 @@ from agentledger.store.queries import service_runs
 from tests.store.pgproxy import COMMIT, LossyProxy
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def proxy(pg_url: str) -> Iterator[LossyProxy]:
-    lossy = LossyProxy(pg_url)
-    try:
-        yield lossy
-    finally:
-        lossy.close()
 
 
 def _request(i: int) -> service_runs.SubmitRequest:

@@ -27,16 +27,6 @@ def empty_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> I
 
 
 @pytest.fixture
-def proxy(pg_url: str) -> Iterator[LossyProxy]:
-    """A loopback proxy in front of a fresh PostgreSQL database that can lose a reply."""
-    lossy = LossyProxy(pg_url)
-    try:
-        yield lossy
-    finally:
-        lossy.close()
-
-
-@pytest.fixture
 async def proxied_store(proxy: LossyProxy) -> AsyncIterator[SQLStore]:
     """A store that talks to PostgreSQL through ``proxy``."""
     opened = open_store(proxy.url)
