@@ -15,6 +15,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from agentledger import App
 from agentledger.service import ServiceSettings, create_app
 from agentledger.service.auth import create_key
 from agentledger.store import Store
@@ -59,9 +60,10 @@ class Api:
 
 
 @contextlib.asynccontextmanager
-async def in_process(settings: ServiceSettings) -> AsyncIterator[Api]:
-    """The app with its lifespan, and an httpx client over ASGI (no sockets)."""
-    api = create_app(settings, service_app.app)
+async def in_process(settings: ServiceSettings, agent_app: App | None = None) -> AsyncIterator[Api]:
+    """The app (serving ``agent_app``, by default the service tests' own) with its
+    lifespan, and an httpx client over ASGI (no sockets)."""
+    api = create_app(settings, agent_app or service_app.app)
     async with api.router.lifespan_context(api):
         transport = httpx.ASGITransport(app=api)
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:

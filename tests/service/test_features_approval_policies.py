@@ -10,9 +10,8 @@ import httpx
 
 from agentledger import Allow, App, RequireApproval, ToolContext, WorkflowContext
 from agentledger.policies import ProposedCall
-from agentledger.service import create_app
 from agentledger.service.auth import create_key
-from tests.service.conftest import PEPPER, settings_for, until
+from tests.service.conftest import PEPPER, in_process, settings_for, until
 from tests.service.test_runs_api import assert_problem
 
 app = App("approval-policy-tests")
@@ -43,11 +42,8 @@ async def transfer_flow(ctx: WorkflowContext, input: dict[str, Any]) -> Any:
 
 @contextlib.asynccontextmanager
 async def service(url: str) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
-    api = create_app(settings_for(url, workers_inline=1), app)
-    async with api.router.lifespan_context(api):
-        transport = httpx.ASGITransport(app=api)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-            yield api, client
+    async with in_process(settings_for(url, workers_inline=1), app) as api:
+        yield api.app, api.client
 
 
 async def key(api: Any, user: str, *roles: str) -> dict[str, str]:

@@ -9,9 +9,8 @@ from typing import Any
 import httpx
 
 from agentledger import App, ToolContext, WorkflowContext
-from agentledger.service import create_app
 from agentledger.service.auth import create_key
-from tests.service.conftest import PEPPER, settings_for, until
+from tests.service.conftest import PEPPER, in_process, settings_for, until
 
 app = App("principal-tests")
 seen: dict[str, Any] = {}
@@ -34,11 +33,8 @@ async def who(ctx: WorkflowContext, input: dict[str, Any]) -> Any:
 
 @contextlib.asynccontextmanager
 async def service(url: str) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
-    api = create_app(settings_for(url, workers_inline=1), app)
-    async with api.router.lifespan_context(api):
-        transport = httpx.ASGITransport(app=api)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-            yield api, client
+    async with in_process(settings_for(url, workers_inline=1), app) as api:
+        yield api.app, api.client
 
 
 async def test_a_tool_sees_the_principal_of_the_key_that_started_the_run(store_url: str) -> None:
