@@ -5,13 +5,10 @@ delivery while the first is still sending it."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -19,6 +16,7 @@ import pytest
 from agentledger.service.webhooks import Dispatcher
 from agentledger.store import open_store
 from agentledger.store.queries import service_webhooks
+from tests.loopback_http import QuietHandler, serving
 
 TIMEOUT = 0.3  # the dispatchers' HTTP timeout; a claim lasts three of them
 
@@ -48,7 +46,7 @@ class Dripping:
 def dripping() -> Iterator[tuple[Dripping, str]]:
     rec = Dripping()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             rec.enter()
@@ -65,18 +63,8 @@ def dripping() -> Iterator[tuple[Dripping, str]]:
             finally:
                 rec.leave()
 
-        def log_message(self, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield rec, f"http://127.0.0.1:{server.server_address[1]}/hook"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield rec, url
 
 
 async def test_a_dripping_receiver_is_not_sent_one_delivery_twice_at_once(

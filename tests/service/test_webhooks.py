@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from agentledger.service.webhooks import verify
 from agentledger.store.queries import service_webhooks
+from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import in_process, settings_for, until
 
 
@@ -43,7 +43,7 @@ class Receiver:
 def receiver() -> Iterator[tuple[Receiver, str]]:
     rec = Receiver(fail_first=2)
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             status = rec.handle(dict(self.headers.items()), body)
@@ -51,17 +51,8 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield rec, f"http://127.0.0.1:{server.server_address[1]}/hook"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield rec, url
 
 
 FAST = {"workers_inline": 1, "audit_seal_every": 0.05, "webhook_poll": 0.05,

@@ -13,7 +13,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from agentledger.service.webhooks import verify
 from agentledger.store import open_store
 from agentledger.store.queries import service_webhooks
 from tests.engine.helpers import Env, wait_for
+from tests.loopback_http import QuietHandler, serving
 
 
 @dataclass
@@ -62,7 +62,7 @@ class Receiver:
 def receiver() -> Iterator[Receiver]:
     got = Receiver()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             status = got.handle({k.lower(): v for k, v in self.headers.items()}, body)
@@ -70,19 +70,8 @@ def receiver() -> Iterator[Receiver]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    got.url = f"http://127.0.0.1:{server.server_address[1]}/hooks"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler, "/hooks") as got.url:
         yield got
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
