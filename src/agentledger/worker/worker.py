@@ -284,6 +284,8 @@ class Worker:
         """Deliver webhooks (service/webhooks.py): a deployment without a running
         service delivers them too; deliveries are claimed, so any number of workers
         and service processes dispatch at once."""
+        # Imported here, not at the top: the service package loads FastAPI, which a
+        # worker with webhooks off (--no-webhooks, inline workers) never needs.
         from agentledger.service.webhooks import Dispatcher, backoff_from_env
 
         dispatcher = Dispatcher(self.store, backoff=backoff_from_env(), owner=self.owner)
