@@ -74,3 +74,29 @@ async def test_a_guest_cannot_decide_another_guests_run(live: Api) -> None:
     types = [e["type"] for e in events.json()["events"]]
     assert types.count("approval.decided") == 1, types
     assert types.count("approval.decision_context") == 1, types
+
+
+async def test_a_decision_sent_again_after_it_committed_answers_200_once(live: Api) -> None:
+    """A client whose first decision committed (its reply lost, say) sends it again: the
+    same decider's same decision is answered with the recorded one, not 409, and the
+    audit trail keeps one decision; another decision is still a conflict."""
+    gina = await live.key("t1", "gina", ("guest",))
+    run = await parked(live, gina, {"role": "guest"})
+    approval_id = run["pending_approval"]["id"]
+    listed = (await live.client.get("/v1/approvals", headers=gina)).json()["approvals"]
+    body = {"decision": "approve", "arguments_hash": listed[0]["arguments_hash"]}
+    url = f"/v1/approvals/{approval_id}/decision"
+    first = await live.client.post(url, json=body, headers=gina)
+    again = await live.client.post(url, json=body, headers=gina)
+    assert (first.status_code, again.status_code) == (200, 200), again.text
+    assert again.json()["decided_by"] == "gina" and again.json()["decision"] == "approve"
+    assert_problem(
+        await live.client.post(url, json={**body, "decision": "reject"}, headers=gina),
+        409, "already-decided",
+    )  # fmt: skip
+    events = await live.client.get(
+        f"/v1/runs/{run['id']}/events", params={"format": "json", "limit": 1000}, headers=gina
+    )
+    types = [e["type"] for e in events.json()["events"]]
+    assert types.count("approval.decided") == 1, types
+    assert types.count("approval.decision_context") == 1, types

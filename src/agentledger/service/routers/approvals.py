@@ -149,7 +149,10 @@ async def decide(
             "forbidden", f"approval {approval_id} needs the role {a.required_role}"
             + (" and the run's own user" if a.required_role == "guest" else ""),
         )  # fmt: skip
-    _check_open(a)
+    if not (a.decision == body.decision and a.decided_by == principal.user_id):
+        # A retry of this decider's own decision (one that committed while this request
+        # read) is no conflict: the store answers it with the recorded decision.
+        _check_open(a)
     if body.arguments_hash != arguments_hash(a.arguments):
         raise Problem(
             "arguments-changed",
