@@ -20,6 +20,7 @@ from agentledger.store import open_store
 from agentledger.store.queries import service_audit
 from agentledger.store.queries.events import insert_event
 from tests.engine.helpers import ROOT, Env
+from tests.loopback_http import QuietHandler, serving
 from tests.service import service_app
 
 APP = "tests.service.service_app:app"
@@ -210,5 +211,42 @@ def test_a_bad_seal_period_stops_the_worker_with_a_one_line_reason(tmp_path: Pat
         assert done.returncode != 0
         last = done.stderr.strip().splitlines()[-1]
         assert sealer.PERIOD_ENV in last and "0.01 to 3600" in last, done.stderr
+    finally:
+        env.close()
+
+
+def test_a_burst_worker_delivers_the_webhooks_of_its_last_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run.completed events of a burst worker's last runs are sealed only as it stops,
+    after its dispatcher stopped: it delivers them before exiting, so a deployment of
+    burst workers and no `serve` still hears of every run."""
+    monkeypatch.setenv(sealer.PERIOD_ENV, "3600")  # only the first seal, then the last
+    received: list[dict[str, Any]] = []
+
+    class Handler(QuietHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            received.append(json.loads(body))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    env = Env(tmp_path)
+    try:
+        with serving(Handler) as url:
+            ids = [submit(env, t) for t in TENANTS]
+
+            async def hook(store: Any) -> None:
+                await store.transact(
+                    lambda d, c: d.execute(c, "UPDATE runs SET webhook = :u", {"u": url})
+                )
+
+            env._store(hook)
+            done = env.cli("worker", "--app", APP, "--db", env.url, "--burst", timeout=120)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert {env.run(i).status for i in ids} == {"completed"}
+            got = {(b["run_id"], b["type"]) for b in received}
+            assert got == {(i, "run.completed") for i in ids}
     finally:
         env.close()

@@ -17,7 +17,9 @@ arrives while the worker command still starts (app import, store open) also exit
 Burst mode (``agentledger worker --burst``): the worker stops by itself, exit code 0,
 once nothing is left that it could run now: its own runs rested, a claim finds no due
 queued or waiting run of its targets and no lease of a dead or expired owner to take
-over, and no outbox row is due. Runs parked until later are left for later.
+over, and no outbox row is due. Runs parked until later are left for later. Before it
+exits it seals the audit records its runs wrote and delivers, once, the webhooks that
+last seal enqueued (a failed delivery is retried by the next dispatcher).
 
 Logging (the ``agentledger.worker`` logger): a startup line, then one line per change of
 a run's state (claimed, completed, failed with its error and traceback, needs_human with
@@ -190,6 +192,8 @@ class Worker:
             await self.stopping.wait()
             await self._drain()
             await sealer.seal_before_exit(self.store)  # what its last runs wrote
+            if self.burst and self.config.webhooks:
+                await self._deliver_last_webhooks()
         finally:
             self._drained.set()
             for task in side:
@@ -290,6 +294,27 @@ class Worker:
 
         dispatcher = Dispatcher(self.store, backoff=backoff_from_env(), owner=self.owner)
         await self._supervise("webhooks", lambda: dispatcher.run(self.stopping))
+
+    async def _deliver_last_webhooks(self) -> None:
+        """A burst worker's last seal enqueues the webhooks of its last runs' events
+        (completed, failed, needs_human) after its dispatcher stopped: deliver what is due
+        once before exiting, within the shutdown grace. A failed attempt is rescheduled
+        as usual and retried by the next dispatcher (a worker or ``serve``)."""
+        import httpx
+
+        from agentledger.service.webhooks import Dispatcher, backoff_from_env
+
+        dispatcher = Dispatcher(self.store, backoff=backoff_from_env(), owner=self.owner)
+
+        async def rounds() -> None:
+            async with httpx.AsyncClient(timeout=dispatcher.timeout) as client:
+                while await dispatcher.once(client):  # a round takes up to 50
+                    pass
+
+        try:
+            await asyncio.wait_for(rounds(), self.config.shutdown_grace)
+        except Exception as exc:  # a timeout too: left for the next dispatcher
+            log.warning("webhooks left for the next dispatcher: %s", exc or type(exc).__name__)
 
     async def _stuck_loop(self) -> None:
         """Report stuck runs now and then (observe/stuck.py: one query, database clock)."""
