@@ -8,7 +8,7 @@ import asyncio
 import threading
 from typing import Any
 
-from agentledger.store import SQLStore
+from agentledger.store import SQLStore, open_store
 from agentledger.store.base import NewRun
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries import create_run
@@ -46,3 +46,31 @@ async def test_a_read_sees_every_write_awaited_before_it(store: SQLStore) -> Non
             lambda d, c, i=i: create_run(d, c, NewRun("workflow", f"r{i}", "1", {}))
         )
         assert f"r{i}" in await store.transact(_names, write=False)
+
+
+async def test_extra_read_connections_close_when_idle(pg_url: str) -> None:
+    """A burst of concurrent reads opens more read connections (up to the dialect's
+    limit); once idle they close again, down to one, and reads go on."""
+    store = open_store(pg_url)
+    assert isinstance(store, SQLStore)
+    await store.open()
+    store.reader_idle_seconds = 1.0
+    try:
+
+        def slow(d: Dialect, conn: Any) -> int:
+            return len(d.fetchall(conn, "SELECT pg_sleep(0.2)"))
+
+        reads = []
+        for _ in range(8):  # each arrives while the earlier ones are busy
+            reads.append(asyncio.ensure_future(store.transact(slow, write=False)))
+            await asyncio.sleep(0.05)
+        await asyncio.gather(*reads)
+        assert 1 < len(store._readers) <= store.dialect.read_connections
+        for _ in range(200):
+            if len(store._readers) == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert len(store._readers) == 1
+        assert await store.transact(slow, write=False) == 1
+    finally:
+        await store.close()

@@ -4,7 +4,8 @@ Claims, heartbeats, reads and the other non-journal work go through one writer
 thread that owns one connection, each job in its own transaction. The read-only
 transactions of :meth:`SQLStore.transact` (``write=False``: the HTTP service's GETs, key
 lookups, event-stream polls) go through read threads with a connection each -- one to
-start with, more (up to the dialect's ``read_connections``) while every one is busy --
+start with, more (up to the dialect's ``read_connections``) while every one is busy,
+the extra ones closed again after :data:`READER_IDLE_SECONDS` without work --
 so writes never queue behind them nor they behind writes (SQLite in WAL mode reads while
 another connection writes; PostgreSQL reads what is committed). Every write a caller
 awaited committed before its next read begins, so that read sees it. Journal batches
@@ -74,6 +75,9 @@ from agentledger.store.retrying import Reconnect
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+#: How long a read connection beyond the first may go without work before it closes.
+READER_IDLE_SECONDS = 60.0
+
 
 def redacted_url(url: str) -> str:
     """A database URL fit for a message or a log line: its password shown as ``***``."""
@@ -133,6 +137,7 @@ class SQLStore(Store):
         self._readers: list[threading.Thread] = []
         self._idle_readers = 0
         self._readers_lock = threading.Lock()
+        self.reader_idle_seconds = READER_IDLE_SECONDS
 
     # lifecycle ------------------------------------------------------------
 
@@ -254,9 +259,22 @@ class SQLStore(Store):
         while True:
             with self._readers_lock:
                 self._idle_readers += 1
-            job = self._reads.get()
+            idle = False
+            try:
+                job = self._reads.get(timeout=self.reader_idle_seconds)
+            except queue.Empty:
+                job, idle = None, True
             with self._readers_lock:
                 self._idle_readers -= 1
+                if idle:
+                    # A burst of reads opened extra connections; one stays open. Decided
+                    # under the lock, so the last reader never leaves and a read queued
+                    # meanwhile is served by the ones that stay.
+                    me = threading.current_thread()
+                    if len(self._readers) > 1 and me in self._readers:
+                        self._readers.remove(me)
+                        break
+                    continue
             if job is None:
                 break
             retry = Reconnect()
