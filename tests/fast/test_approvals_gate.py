@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from agentledger import App, RunStatus, ToolContext
+from agentledger.clock import FakeClock
 from agentledger.engine.runner import ABANDONED
 from agentledger.errors import Refused, StoreError
 from agentledger.policies import Allow, Deny, ProposedCall, RequireApproval
@@ -78,7 +79,7 @@ async def test_an_approved_call_runs_once(tmp_path: Path) -> None:
         # A tool's ``approval=`` role: the defaults, 24 h then rejected.
         assert approval.expires_at - approval.requested_at == 24 * 3600
         assert approval.default_decision == "reject"
-        await h.store.decide_approval(approval.id, "approve", "guest:ann")
+        await h.store.decide_approval(approval.id, "approve", "guest:ann", h.clock)
         run = await h.drive(run_id)
     assert run.status == RunStatus.COMPLETED and run.result == {"booked": "h1"}
     assert calls == ["book:h1"]
@@ -89,7 +90,8 @@ async def test_a_rejected_call_is_told_to_the_workflow(tmp_path: Path) -> None:
     async with Harness(tmp_path, make_app(calls)) as h:
         run_id = await h.submit("book_it")
         await h.execute(run_id)
-        await h.store.decide_approval((await _pending(h, run_id)).id, "reject", "guest:ann")
+        pending = await _pending(h, run_id)
+        await h.store.decide_approval(pending.id, "reject", "guest:ann", h.clock)
         run = await h.drive(run_id)
     assert calls == []
     assert run.result == {"refused": "book was rejected by guest:ann"}
@@ -110,17 +112,22 @@ async def test_expiry_applies_the_default(tmp_path: Path) -> None:
 
 
 class LateDecider:
-    """A store whose human decision lands just before the worker's expiry default."""
+    """A store whose human decision lands just before the worker's expiry default (on
+    the human's clock, a millisecond before ``expires_at``)."""
 
     def __init__(self, h: Harness, decision: str) -> None:
         self.original = h.store.decide_approval
         self.decision = decision
 
-        async def decide(approval_id: str, decision: str, decided_by: str) -> Any:
+        async def decide(
+            approval_id: str, decision: str, decided_by: str, clock: Any = None
+        ) -> Any:
             if decided_by.startswith("system:"):
-                await self.original(approval_id, self.decision, "manager:bo")
+                (a,) = [a for a in await h.store.get_approvals() if a.id == approval_id]
+                just_before = FakeClock(start=a.expires_at - 0.001)
+                await self.original(approval_id, self.decision, "manager:bo", just_before)
                 raise StoreError(f"approval {approval_id} was already decided by manager:bo")
-            return await self.original(approval_id, decision, decided_by)
+            return await self.original(approval_id, decision, decided_by, clock)
 
         h.store.decide_approval = decide  # type: ignore[method-assign]
 

@@ -98,7 +98,7 @@ async def test_the_rebuilt_conversation_is_the_one_before_the_crash(
         if case == "approval_rejected":
             assert outcome == RunStatus.WAITING
             (approval,) = await h.store.get_approvals(run_id)
-            await h.store.decide_approval(approval.id, "reject", "guest:ann")
+            await h.store.decide_approval(approval.id, "reject", "guest:ann", h.clock)
             outcome = await h.execute(run_id)
         assert outcome == KILLED
         run = await h.drive(run_id)

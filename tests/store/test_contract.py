@@ -595,7 +595,9 @@ async def park_for_approval(store: SQLStore, approval_id: str) -> Run:
         arguments={"amount": 5},
         required_role="manager",
         requested_at=now,
-        expires_at=now,
+        # Not expired: a person's decision at or after expiry is never recorded (see
+        # tests/store/test_approval_expiry.py); the system's expiry default races it here.
+        expires_at=now + 3600,
         default_decision="reject",
     )
     await store.commit(

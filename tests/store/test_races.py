@@ -179,7 +179,7 @@ async def test_a_decision_racing_expiry_has_exactly_one_winner(
                 arguments={},
                 required_role="manager",
                 requested_at=now,
-                expires_at=now,
+                expires_at=now + 3600,  # a person's decision after expiry is never recorded
                 default_decision="reject",
             )
             await store.commit(

@@ -22,6 +22,7 @@ from agentledger.cli.common import (
     with_store,
 )
 from agentledger.cli.text import cell, console, json_safe, visible
+from agentledger.clock import SYSTEM
 from agentledger.errors import UsageError
 from agentledger.observe.metrics import start_metrics
 from agentledger.store import SQLStore, open_store
@@ -208,7 +209,11 @@ def _decide(decision: str) -> Any:
     @run_async
     async def command(approval_id: str, decided_by: str, db: str) -> None:
         check_text(decided_by, "--by")
-        a = await with_store(db, lambda s: s.decide_approval(approval_id, decision, decided_by))
+        # Judged on this machine's clock in the statement that records the decision: at
+        # or after expiry nothing is recorded and the command fails (ApprovalExpired).
+        a = await with_store(
+            db, lambda s: s.decide_approval(approval_id, decision, decided_by, SYSTEM)
+        )
         click.echo(f"{a.id} {a.decision} by {visible(a.decided_by)}; run {a.run_id} re-queued")
 
     command.__doc__ = f"{decision.capitalize()} a pending approval."

@@ -34,6 +34,7 @@ from agentledger.records import (
 )
 
 if TYPE_CHECKING:
+    from agentledger.clock import Clock
     from agentledger.store.dialect import Dialect
     from agentledger.store.queries.memory_facts import Fact
     from agentledger.store.queries.observe_resume import ResumePlan
@@ -305,10 +306,15 @@ class Store(ABC):
     ) -> list[Approval]: ...
 
     @abstractmethod
-    async def decide_approval(self, approval_id: str, decision: str, decided_by: str) -> Approval:
+    async def decide_approval(
+        self, approval_id: str, decision: str, decided_by: str, clock: Clock | None = None
+    ) -> Approval:
         """Record a decision and re-queue the run. Exactly one decision wins: a later
         different one raises :class:`AlreadyDecided`; the same decider repeating the
-        same decision (a retry) gets the recorded approval back."""
+        same decision (a retry) gets the recorded approval back. A person's decision
+        (not ``system:...``) is recorded only while ``clock`` (the decider's; the real
+        clock by default) reads before ``expires_at``, judged in the same statement that
+        records it; else ``ApprovalExpired`` and nothing is recorded."""
 
     @abstractmethod
     async def claim_outbox(

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from agentledger.clock import Clock
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable, UsageError
 from agentledger.records import Approval, Effect, Event, OutboxItem, Run, Step, WorkerInfo
 from agentledger.store import queries as q
@@ -509,9 +510,11 @@ class SQLStore(Store):
             lambda c: q.get_approvals(self.dialect, c, run_id, pending), write=False
         )
 
-    async def decide_approval(self, approval_id: str, decision: str, decided_by: str) -> Approval:
+    async def decide_approval(
+        self, approval_id: str, decision: str, decided_by: str, clock: Clock | None = None
+    ) -> Approval:
         return await self._call(
-            lambda c: q.decide_approval(self.dialect, c, approval_id, decision, decided_by)
+            lambda c: q.decide_approval(self.dialect, c, approval_id, decision, decided_by, clock)
         )
 
     async def claim_outbox(self, owner: str, limit: int, lease_seconds: float) -> list[OutboxItem]:

@@ -4,17 +4,22 @@ A decision names the hash of the exact arguments it was shown (``arguments_hash`
 listed); a decision on other arguments is refused (409), and execution re-checks the
 hash against the journaled call (engine/approvals.py). 403 without the role, 404 for
 another tenant's approval, 409 already decided (by whom), 410 expired.
+
+Expiry is judged on the service's clock (``app.state.clock`` when set, else the real
+clock): first as an early check, then again by the store in the statement that records
+the decision, so a decision that reaches the database at or after ``expires_at`` is
+refused (410) and records nothing, however recently the early check passed.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentledger.canonical import NotJournalable, canonical_json, clean_text
+from agentledger.clock import SYSTEM, Clock
 from agentledger.records import Approval
 from agentledger.service.auth import APPROVER, Caller, Principal
 from agentledger.service.cursors import make_cursor, parse_cursor
@@ -22,7 +27,7 @@ from agentledger.service.problems import PROBLEM_SCHEMA, Problem
 from agentledger.service.views import approval_view
 from agentledger.store import AlreadyDecided
 from agentledger.store.queries import service_approvals
-from agentledger.store.queries.approvals import NotPermitted
+from agentledger.store.queries.approvals import ApprovalExpired, NotPermitted
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -66,13 +71,20 @@ def awaits(p: Principal, a: Approval, now: float) -> bool:
     return user not in a.approvers
 
 
-def _view(item: dict[str, Any]) -> dict[str, Any]:
+def clock_of(request: Request) -> Clock:
+    """The service's clock: ``app.state.clock`` when set (tests inject one), else the
+    real clock. Approvals' ``expires_at`` are on the workers' clock, likewise real."""
+    clock = getattr(request.app.state, "clock", None)
+    return clock if isinstance(clock, Clock) else SYSTEM
+
+
+def _view(item: dict[str, Any], now: float) -> dict[str, Any]:
     a = item["approval"]
     view = approval_view(a) or {}
     view["arguments_hash"] = arguments_hash(a.arguments)
     view["agent"] = item["agent"]
     view["run_user"] = item["run_user"]
-    view["expired"] = a.decision is None and a.expires_at <= time.time()
+    view["expired"] = a.decision is None and a.expires_at <= now
     return view
 
 
@@ -103,7 +115,7 @@ async def list_approvals(
     ``arguments`` (e.g. the amount). ``status=all``: every approval of those roles,
     decided ones included. Oldest first; ``next_cursor`` (when not null) continues."""
     store = request.app.state.store
-    pending, now = status == "pending", time.time()
+    pending, now = status == "pending", clock_of(request).now()
     shown: list[dict[str, Any]] = []
     after = parse_cursor(cursor)
     # Filtered here (one rule with the decision endpoint), so the store is paged by
@@ -123,7 +135,7 @@ async def list_approvals(
                 continue
             if pending and not awaits(principal, a, now):
                 continue
-            shown.append(_view(item))
+            shown.append(_view(item, now))
             if len(shown) == limit:
                 return {"approvals": shown, "next_cursor": make_cursor(*after)}
         if len(batch) < _PAGE:
@@ -135,8 +147,10 @@ async def list_approvals(
 async def decide(
     approval_id: str, body: Decision, request: Request, principal: Caller
 ) -> dict[str, Any]:
-    """Approve or reject. Exactly one decision wins."""
+    """Approve or reject. Exactly one decision wins; none is recorded at or after the
+    approval's expiry (410)."""
     store = request.app.state.store
+    clock = clock_of(request)
     item = await store.transact(
         lambda d, c: service_approvals.tenant_approval(d, c, approval_id, principal.tenant_id),
         write=False,
@@ -152,7 +166,7 @@ async def decide(
     if not (a.decision == body.decision and a.decided_by == principal.user_id):
         # A retry of this decider's own decision (one that committed while this request
         # read) is no conflict: the store answers it with the recorded decision.
-        _check_open(a)
+        _check_open(a, clock)
     if body.arguments_hash != arguments_hash(a.arguments):
         raise Problem(
             "arguments-changed",
@@ -169,18 +183,22 @@ async def decide(
     try:
         decided, _ = await store.transact(
             lambda d, c: service_approvals.decide_with_context(
-                d, c, approval_id, body.decision, principal.user_id, context
+                d, c, approval_id, body.decision, principal.user_id, context, clock
             )
         )
     except AlreadyDecided as exc:
-        _check_open(exc.approval)
+        _check_open(exc.approval, clock)
         raise AssertionError("unreachable") from exc
+    except ApprovalExpired as exc:  # expired by the time the decision held the row
+        raise Problem(
+            "expired", f"approval {approval_id} expired at {exc.approval.expires_at}"
+        ) from exc
     except NotPermitted as exc:  # the policy's conditions (e.g. not the requester)
         raise Problem("forbidden", str(exc)) from exc
-    return _view({**item, "approval": decided})
+    return _view({**item, "approval": decided}, clock.now())
 
 
-def _check_open(a: Any) -> None:
+def _check_open(a: Any, clock: Clock) -> None:
     if a.decision is not None:
         if a.decided_by == EXPIRED_BY:
             raise Problem(
@@ -192,5 +210,5 @@ def _check_open(a: Any) -> None:
             decided_by=a.decided_by,
             decision=a.decision,
         )
-    if a.expires_at <= time.time():
+    if a.expires_at <= clock.now():
         raise Problem("expired", f"approval {a.id} expired at {a.expires_at}")

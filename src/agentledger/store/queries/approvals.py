@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger.canonical import clean_text
+from agentledger.clock import SYSTEM, Clock
 from agentledger.errors import StoreError
 from agentledger.records import (
     Approval,
@@ -23,9 +24,25 @@ class NotPermitted(StoreError):
     """The approval's policy refuses this decider (e.g. the run's own user)."""
 
 
-def _conditions(d: Dialect, conn: Any, approval_id: str, decision: str, by: str) -> Approval | None:
+class ApprovalExpired(StoreError):
+    """A person's decision (or approver's vote) reached the store at or after the
+    approval's ``expires_at`` by the decider's clock: nothing was recorded, and the
+    expiry's default decides (``approval`` holds the row as it was found)."""
+
+    def __init__(self, approval: Approval) -> None:
+        super().__init__(
+            f"approval {approval.id} expired at {approval.expires_at}; the decision was not "
+            f"recorded (the default, {approval.default_decision}, applies)"
+        )
+        self.approval = approval
+
+
+def _conditions(
+    d: Dialect, conn: Any, approval_id: str, decision: str, by: str, now: float
+) -> Approval | None:
     """Check the policy's conditions; None when this decision is the deciding one,
-    else the approval with ``by`` added to its approvers (still undecided)."""
+    else the approval with ``by`` added to its approvers (still undecided). A vote is
+    recorded only while ``now`` (the decider's clock) is before ``expires_at``."""
     for _ in range(20):  # optimistic: re-read when another approver got in between
         found = d.fetchall(conn, "SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
         if not found:
@@ -47,8 +64,8 @@ def _conditions(d: Dialect, conn: Any, approval_id: str, decision: str, by: str)
         changed = d.execute(
             conn,
             "UPDATE approvals SET approvers = :new WHERE id = :id AND decision IS NULL "
-            "AND COALESCE(approvers, '') = COALESCE(:old, '')",
-            {"new": dumps([*a.approvers, by]), "id": a.id, "old": old},
+            "AND COALESCE(approvers, '') = COALESCE(:old, '') AND expires_at > :now",
+            {"new": dumps([*a.approvers, by]), "id": a.id, "old": old, "now": now},
         )
         if changed:
             a.approvers = [*a.approvers, by]
@@ -57,6 +74,8 @@ def _conditions(d: Dialect, conn: Any, approval_id: str, decision: str, by: str)
                 {"approval_id": a.id, "approvers": a.approvers, "needed": a.approvals_needed},
             )  # fmt: skip
             return a
+        if now >= a.expires_at:
+            raise ApprovalExpired(a)  # the vote came too late: refused by the guard above
     raise StoreError(f"approval {approval_id}: too many concurrent approvers, retry")
 
 
@@ -98,7 +117,12 @@ def get_approvals(d: Dialect, conn: Any, run_id: str | None, pending: bool) -> l
 
 
 def decide_approval(
-    d: Dialect, conn: Any, approval_id: str, decision: str, decided_by: str
+    d: Dialect,
+    conn: Any,
+    approval_id: str,
+    decision: str,
+    decided_by: str,
+    clock: Clock | None = None,
 ) -> Approval:
     """Record a decision: one atomic UPDATE ... WHERE decision IS NULL, row count checked.
 
@@ -107,27 +131,49 @@ def decide_approval(
     repeating the same decision -- a retry, e.g. after a lost COMMIT reply -- gets the
     recorded approval back.
 
+    A person's decision is recorded only before the approval expires: the UPDATE itself
+    requires ``expires_at > now``, ``now`` read from ``clock`` (the deciding side's clock:
+    the service's, the CLI's; the real clock by default) while the row is held, so a
+    decision that reaches the database at or after expiry records nothing and raises
+    :class:`ApprovalExpired`, however recent the caller's own check was; the expiry's
+    default then decides. ``expires_at`` is written on the engine's clock, so the
+    decider's clock -- not the database's -- is the one it is compared with.
+
     The policy's conditions are enforced here, where every decider passes: a
     ``not_requester`` approval refuses the run's own user (:class:`NotPermitted`), and an
-    approval needing N approvers records each distinct one and is decided ``approve``
-    only by the N-th (one reject decides at once). System deciders (``system:...``, the
-    expiry default and cancel) are not subject to them.
+    approval needing N approvers records each distinct one (each vote under the same
+    expiry rule) and is decided ``approve`` only by the N-th (one reject decides at
+    once). System deciders (``system:...``, the expiry default and cancel) are not
+    subject to them, nor to the expiry rule.
     """
-    if not decided_by.startswith(SYSTEM_PREFIX):
-        pending = _conditions(d, conn, approval_id, decision, clean_text(decided_by))
+    system = decided_by.startswith(SYSTEM_PREFIX)
+    guard, now = "", 0.0
+    if not system:
+        # Hold the row before reading the clock (PostgreSQL: its row lock; SQLite's
+        # transaction holds the write lock since BEGIN IMMEDIATE): a decision is judged
+        # by the time at which it holds the row, not by when the request began, and the
+        # expiry default cannot commit in between.
+        d.execute(
+            conn, "UPDATE approvals SET decision = decision WHERE id = :id", {"id": approval_id}
+        )
+        now = (clock or SYSTEM).now()
+        guard = " AND expires_at > :now"
+        pending = _conditions(d, conn, approval_id, decision, clean_text(decided_by), now)
         if pending is not None:
             return pending  # approved by this decider; more approvers are needed
     changed = d.execute(
         conn,
         "UPDATE approvals SET decision = :decision, decided_by = :by, "
         f"decided_at = {d.now_sql}, approvers = CASE WHEN :decision = 'approve' AND "
-        ":system = 0 THEN :approvers ELSE approvers END WHERE id = :id AND decision IS NULL",
+        ":system = 0 THEN :approvers ELSE approvers END WHERE id = :id AND decision IS NULL"
+        + guard,
         {
             "decision": decision,
             "by": decided_by,
             "id": approval_id,
-            "system": int(decided_by.startswith(SYSTEM_PREFIX)),
+            "system": int(system),
             "approvers": _with_approver(d, conn, approval_id, clean_text(decided_by)),
+            "now": now,
         },
     )
     found = d.fetchall(conn, "SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
@@ -137,6 +183,8 @@ def decide_approval(
         )
     approval = rows.approval_from(found[0])
     if changed == 0:
+        if approval.decision is None:
+            raise ApprovalExpired(approval)  # undecided, so the expiry guard refused it
         if approval.decision == decision and approval.decided_by == clean_text(decided_by):
             return approval  # this decider's own decision, committed before: a retry
         raise AlreadyDecided(approval)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentledger.clock import Clock
 from agentledger.records import Approval
 from agentledger.store import rows
 from agentledger.store.dialect import Dialect
@@ -66,10 +67,14 @@ def decide_with_context(
     decision: str,
     decided_by: str,
     context: dict[str, Any],
+    clock: Clock | None = None,
 ) -> tuple[Approval, bool]:
-    """Decide (see :func:`approvals.decide_approval`) and, only when this call made the
-    decision, append its ``approval.decision_context`` event (key, roles, hash, request)
-    in the same transaction. Returns (the approval, whether this call decided it).
+    """Decide (see :func:`approvals.decide_approval`; ``clock`` is the deciding side's,
+    read while the row is held: a decision at or after expiry raises
+    :class:`~agentledger.store.queries.approvals.ApprovalExpired` and records nothing)
+    and, only when this call made the decision, append its ``approval.decision_context``
+    event (key, roles, hash, request) in the same transaction. Returns (the approval,
+    whether this call decided it).
 
     The same decider repeating the decision (a retry, or concurrent duplicates) gets
     the approval back without a second context record, so the audit trail names the
@@ -80,7 +85,7 @@ def decide_with_context(
     d.execute(conn, "UPDATE approvals SET decision = decision WHERE id = :id", {"id": approval_id})
     before = d.fetchall(conn, "SELECT decision FROM approvals WHERE id = :id", {"id": approval_id})
     first = bool(before) and before[0]["decision"] is None
-    approval = decide_approval(d, conn, approval_id, decision, decided_by)
+    approval = decide_approval(d, conn, approval_id, decision, decided_by, clock)
     if first:
         insert_event(d, conn, approval.run_id, "approval.decision_context", decided_by, context)
     return approval, first
