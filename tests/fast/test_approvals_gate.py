@@ -5,11 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentledger import App, RunStatus, ToolContext
 from agentledger.clock import FakeClock
 from agentledger.engine.runner import ABANDONED
 from agentledger.errors import Refused, StoreError
 from agentledger.policies import Allow, Deny, ProposedCall, RequireApproval
+from agentledger.store.queries.approvals import ApprovalExpired
 from tests.fast.lifecycle_harness import Harness
 
 
@@ -146,6 +149,24 @@ async def test_a_human_decision_at_expiry_time_wins_approve(tmp_path: Path) -> N
     assert run.status == RunStatus.COMPLETED, run
     assert (decided.decision, decided.decided_by) == ("approve", "manager:bo")
     assert calls == ["book:h1"]
+
+
+async def test_a_human_decision_made_at_expiry_loses_to_the_default(tmp_path: Path) -> None:
+    """On the decider's clock the approval has expired: nothing is recorded, and the
+    worker applies the default (reject) as if nobody had decided."""
+    calls: list[str] = []
+    async with Harness(tmp_path, make_app(calls)) as h:
+        run_id = await h.submit("book_it")  # default on expiry: reject
+        await h.execute(run_id)
+        approval = await _pending(h, run_id)
+        at_expiry = FakeClock(start=approval.expires_at)
+        with pytest.raises(ApprovalExpired):
+            await h.store.decide_approval(approval.id, "approve", "guest:ann", at_expiry)
+        h.clock.advance(24 * 3600 + 1)
+        run = await h.drive(run_id)
+        (decided,) = await h.store.get_approvals(run_id)
+    assert (decided.decision, decided.decided_by) == ("reject", "system:expired")
+    assert calls == [] and run.result == {"refused": "book was rejected by system:expired"}
 
 
 async def test_a_human_decision_at_expiry_time_wins_reject(tmp_path: Path) -> None:
