@@ -81,16 +81,18 @@ async def execute_run(
 
 
 async def _execute(exe: Execution, definition: Any, max_resumes: int) -> str:
-    run, owner = exe.run, exe.owner
+    run = exe.run
     try:
         await exe.load()
         if run.resumes > max_resumes:
             detail = f"resumed {run.resumes} times after losing its worker; stopped to look"
-            await exe.finish(
+            await _end(
+                exe,
                 RunStatus.NEEDS_HUMAN,
+                "run.handover",
+                {"reason": "resumes", "detail": detail},
                 error=definition.end_user_message,
                 handover_reason=detail,
-                events=[NewEvent("run.handover", owner, {"reason": "resumes", "detail": detail})],
             )
             return RunStatus.NEEDS_HUMAN
         return await _drive(exe, definition)
@@ -151,11 +153,7 @@ async def _drive(exe: Execution, definition: Any) -> str:
             stuck = in_flight(exe)
             if stuck is not None:
                 return await _hand_over(exe, definition, "unknown_outcome", stuck)
-            await exe.finish(
-                RunStatus.COMPLETED,
-                result=result,
-                events=[NewEvent("run.completed", exe.owner, _totals(exe))],
-            )
+            await _end(exe, RunStatus.COMPLETED, "run.completed", _totals(exe), result=result)
             return RunStatus.COMPLETED
         stuck = in_flight(exe)
         if stuck is not None:  # never decide past a write nobody settled
@@ -171,13 +169,40 @@ async def _drive(exe: Execution, definition: Any) -> str:
         return await _hand_over(exe, definition, handover.reason, detail)
     except StoreError as exc:
         raise Abandon(f"store error: {exc}") from None
-    await exe.finish(
+    await _end(
+        exe,
         decision.status,
+        decision.event,
+        {**decision.data, **_totals(exe)},
         error=decision.error,
         handover_reason=decision.handover_reason,
-        events=[NewEvent(decision.event, exe.owner, {**decision.data, **_totals(exe)})],
     )
     return decision.status
+
+
+async def _end(
+    exe: Execution,
+    status: str,
+    event: str,
+    data: dict[str, Any],
+    *,
+    result: Any = None,
+    error: str | None = None,
+    handover_reason: str | None = None,
+) -> None:
+    """Finish the run in the terminal ``status`` with its ending ``event``, whose data
+    also records the run as this write leaves it (``run``: status, result, error,
+    handover_reason, the values written to the run's row). What is reported of the
+    event later -- a webhook is built when the event is sealed, by then the run may
+    have been resumed and ended again -- is read from there, not from the row."""
+    ended = {"status": status, "result": result, "error": error, "handover_reason": handover_reason}
+    await exe.finish(
+        status,
+        result=result,
+        error=error,
+        handover_reason=handover_reason,
+        events=[NewEvent(event, exe.owner, {**data, "run": ended})],
+    )
 
 
 def _totals(exe: Execution) -> dict[str, Any]:
@@ -223,10 +248,12 @@ async def _park(exe: Execution, park: Park) -> str:
 
 
 async def _hand_over(exe: Execution, definition: Any, reason: str, detail: str) -> str:
-    await exe.finish(
+    await _end(
+        exe,
         RunStatus.NEEDS_HUMAN,
+        "run.handover",
+        {"reason": reason, "detail": detail},
         error=definition.end_user_message,
         handover_reason=detail,
-        events=[NewEvent("run.handover", exe.owner, {"reason": reason, "detail": detail})],
     )
     return RunStatus.NEEDS_HUMAN

@@ -4,6 +4,13 @@ A delivery row is written in the transaction that seals its event into the audit
 (:func:`agentledger.store.queries.service_audit.seal`), which happens exactly once per
 event, so each event is enqueued once; its id (``evt_<run>_<seq>``) is what receivers
 deduplicate on, the same on every retry.
+
+A body describes the run as it was when the event happened, not when it was sealed
+(about a second later, by which time a handed-over run may have been resumed and
+completed): the status is the event's (``run.stuck``: the status its data records), and
+result, error and handover reason come from the ending event's own data (``run``, written
+with the run's row by the engine). Events written before their data carried the run fall
+back to the row, and only while the row still has the event's status.
 """
 
 from __future__ import annotations
@@ -53,13 +60,44 @@ def enqueue_for_event(d: Dialect, conn: Any, tenant_id: str, row: dict[str, Any]
         "data": json.loads(row["data"]) if row["data"] is not None else None,
     }
     if kind != "approval.needed":
-        body["run"] = {
-            "status": run["status"],
-            "result": json.loads(run["result"]) if run["result"] is not None else None,
-            "error": run["error"],
-            "handover_reason": run["handover_reason"],
-        }
+        body["run"] = _run_at_event(row["type"], body["data"], run)
+        if isinstance(body["data"], dict):
+            body["data"].pop("run", None)  # it is the body's ``run``
     _insert(d, conn, event_id, tenant_id, row["run_id"], run["webhook"], kind, body)
+
+
+# Event type -> the run's status it implies (run.stuck: in its data).
+ENDED_AS = {"run.completed": "completed", "run.failed": "failed", "run.handover": "needs_human"}
+_RUN_FIELDS = ("status", "result", "error", "handover_reason")
+
+
+def _run_at_event(event_type: str, data: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """The run's part of a body: the run as ``event_type`` (with ``data``) left it.
+
+    ``row`` (the run's row now, at seal time) is read only for an ending event written
+    before ending events recorded the run (no ``run`` in their data), and only while the
+    row still holds the event's status: else the run has moved on, and what it was is
+    not known (None) rather than misreported.
+    """
+    data = data if isinstance(data, dict) else {}
+    ended = data.get("run")
+    if isinstance(ended, dict):
+        return {k: ended.get(k) for k in _RUN_FIELDS}
+    if event_type == "run.stuck":
+        # A stuck run is queued, running or waiting: its row holds no result, error or
+        # handover reason then (they are written only by a terminal status, and cleared
+        # by a resume), whatever it holds by the time the event is sealed.
+        status = data.get("status")
+        return {"status": status, "result": None, "error": None, "handover_reason": None}
+    status = ENDED_AS.get(event_type)
+    if status is None or row["status"] != status:
+        return {"status": status, "result": None, "error": None, "handover_reason": None}
+    return {
+        "status": status,
+        "result": json.loads(row["result"]) if row["result"] is not None else None,
+        "error": row["error"],
+        "handover_reason": row["handover_reason"],
+    }
 
 
 def _insert(
