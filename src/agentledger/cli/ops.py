@@ -216,7 +216,10 @@ def _decide(decision: str) -> Any:
         )
         click.echo(f"{a.id} {a.decision} by {visible(a.decided_by)}; run {a.run_id} re-queued")
 
-    command.__doc__ = f"{decision.capitalize()} a pending approval."
+    command.__doc__ = (
+        f"{decision.capitalize()} a pending approval (refused, and nothing recorded, once "
+        "it has expired by this machine's clock: the expiry's default decides)."
+    )
     return command
 
 
