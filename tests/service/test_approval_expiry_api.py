@@ -1,5 +1,6 @@
-"""A decision whose early check passes but which reaches the store after expiry: 410,
-nothing recorded, and the expiry's default decides the run (on each backend)."""
+"""A decision sent before expiry but reaching the store after it: 410, nothing recorded,
+and the expiry's default decides the run (on each backend). Expiry is judged by the
+store alone, on the service's clock read while the row is held."""
 
 from __future__ import annotations
 
@@ -12,23 +13,18 @@ from tests.service.test_runs_api import assert_problem
 
 
 class SlowRequestClock(Clock):
-    """The service's clock as a request slowed between its check and its write sees it:
-    the first reading (the router's early check) is a millisecond before expiry; every
-    later one (the store's, inside the transaction that records the decision) waits
-    until the real clock has passed expiry and returns it."""
+    """The service's clock as a request slowed on its way to the store sees it: every
+    reading waits until the real clock has passed expiry and returns it."""
 
     def __init__(self, expires_at: float) -> None:
         self.expires_at = expires_at
         self.readings: list[float] = []
 
     def now(self) -> float:
-        if not self.readings:
-            value = self.expires_at - 0.001
-        else:
-            deadline = time.monotonic() + 60
-            while time.time() <= self.expires_at and time.monotonic() < deadline:
-                time.sleep(0.01)
-            value = time.time()
+        deadline = time.monotonic() + 60
+        while time.time() <= self.expires_at and time.monotonic() < deadline:
+            time.sleep(0.01)
+        value = time.time()
         self.readings.append(value)
         return value
 
@@ -45,10 +41,11 @@ async def test_a_decision_written_after_expiry_is_410_and_the_run_ends_rejected(
         clock = SlowRequestClock(approval["expires_at"])
         api.app.state.clock = clock
         url = f"/v1/approvals/{approval['id']}/decision"
+        sent = time.time()
         assert_problem(await api.client.post(url, json=body, headers=gina), 410, "expired")
-        # The early check passed; the store read the clock again, past expiry, and refused.
-        assert len(clock.readings) == 2, clock.readings
-        assert clock.readings[0] < approval["expires_at"] <= clock.readings[1]
+        # Sent before expiry; the store read the clock, past expiry, and refused.
+        assert sent < approval["expires_at"] <= clock.readings[0], (sent, clock.readings)
+        assert len(clock.readings) == 1, clock.readings
 
         done = await api.client.get(f"/v1/runs/{run['id']}/result?wait=30", headers=gina)
         assert done.json()["status"] == "failed", done.json()

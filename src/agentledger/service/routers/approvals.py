@@ -6,9 +6,11 @@ hash against the journaled call (engine/approvals.py). 403 without the role, 404
 another tenant's approval, 409 already decided (by whom), 410 expired.
 
 Expiry is judged on the service's clock (``app.state.clock`` when set, else the real
-clock): first as an early check, then again by the store in the statement that records
-the decision, so a decision that reaches the database at or after ``expires_at`` is
-refused (410) and records nothing, however recently the early check passed.
+clock), by the store alone, in the statement that records the decision while the row is
+held: a decision that reaches the database at or after ``expires_at`` is refused (410)
+and records nothing, and one sent again after expiry whose first attempt committed
+before it (a vote included) is answered with what was recorded. No key whose user is in
+the ``system:`` namespace decides (403).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from agentledger.service.problems import PROBLEM_SCHEMA, Problem
 from agentledger.service.views import approval_view
 from agentledger.store import AlreadyDecided
 from agentledger.store.queries import service_approvals
-from agentledger.store.queries.approvals import ApprovalExpired, NotPermitted
+from agentledger.store.queries.approvals import SYSTEM_PREFIX, ApprovalExpired, NotPermitted
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -163,9 +165,18 @@ async def decide(
             "forbidden", f"approval {approval_id} needs the role {a.required_role}"
             + (" and the run's own user" if a.required_role == "guest" else ""),
         )  # fmt: skip
-    if not (a.decision == body.decision and a.decided_by == principal.user_id):
-        # A retry of this decider's own decision (one that committed while this request
-        # read) is no conflict: the store answers it with the recorded decision.
+    if clean_text(principal.user_id).startswith(SYSTEM_PREFIX):
+        # The expiry default's and cancel's namespace: the store exempts it from the
+        # expiry rule and the policy's conditions, so no key may decide as it.
+        raise Problem("forbidden", f"user {principal.user_id} may not decide approvals")
+    if a.decision is not None and not (
+        a.decision == body.decision and a.decided_by == principal.user_id
+    ):
+        # Decided by someone else: final, whatever this read's age. An undecided one is
+        # judged by the store alone, holding the row: a read that finds it undecided
+        # and past expiry may be older than this decider's own first attempt, judged
+        # before expiry and committing now (its reply lost); the store answers that
+        # retry with the recorded decision, and refuses a late decision (410).
         _check_open(a, clock)
     if body.arguments_hash != arguments_hash(a.arguments):
         raise Problem(

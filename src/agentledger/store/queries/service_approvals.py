@@ -72,20 +72,25 @@ def decide_with_context(
     """Decide (see :func:`approvals.decide_approval`; ``clock`` is the deciding side's,
     read while the row is held: a decision at or after expiry raises
     :class:`~agentledger.store.queries.approvals.ApprovalExpired` and records nothing)
-    and, only when this call made the decision, append its ``approval.decision_context``
-    event (key, roles, hash, request) in the same transaction. Returns (the approval,
-    whether this call decided it).
+    and, only when this call recorded something (the decision, or an approver's vote),
+    append its ``approval.decision_context`` event (key, roles, hash, request) in the
+    same transaction. Returns (the approval, whether this call recorded it).
 
-    The same decider repeating the decision (a retry, or concurrent duplicates) gets
-    the approval back without a second context record, so the audit trail names the
-    key that actually decided, once.
+    The same decider repeating the decision or vote (a retry, or concurrent duplicates)
+    gets the approval back without a second context record, so the audit trail names
+    the key that actually decided, once.
     """
     # Lock the row first (PostgreSQL; SQLite has one writer), then read: two concurrent
     # callers cannot both see it undecided.
     d.execute(conn, "UPDATE approvals SET decision = decision WHERE id = :id", {"id": approval_id})
-    before = d.fetchall(conn, "SELECT decision FROM approvals WHERE id = :id", {"id": approval_id})
-    first = bool(before) and before[0]["decision"] is None
+    before = d.fetchall(conn, "SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
     approval = decide_approval(d, conn, approval_id, decision, decided_by, clock)
+    # This call recorded something: the decision, or a vote (an approver of several
+    # sending the vote again changes nothing, and records no second context).
+    was = rows.approval_from(before[0]) if before else None
+    first = was is not None and was.decision is None and (
+        approval.decision is not None or approval.approvers != was.approvers
+    )
     if first:
         insert_event(d, conn, approval.run_id, "approval.decision_context", decided_by, context)
     return approval, first
