@@ -88,8 +88,10 @@ def decide_with_context(
     # This call recorded something: the decision, or a vote (an approver of several
     # sending the vote again changes nothing, and records no second context).
     was = rows.approval_from(before[0]) if before else None
-    first = was is not None and was.decision is None and (
-        approval.decision is not None or approval.approvers != was.approvers
+    first = (
+        was is not None
+        and was.decision is None
+        and (approval.decision is not None or approval.approvers != was.approvers)
     )
     if first:
         insert_event(d, conn, approval.run_id, "approval.decision_context", decided_by, context)
