@@ -26,6 +26,7 @@ from agentledger.clock import SYSTEM
 from agentledger.errors import UsageError
 from agentledger.observe.metrics import start_metrics
 from agentledger.store import SQLStore, open_store
+from agentledger.store.queries.approvals import SYSTEM_PREFIX
 from agentledger.worker import Worker, WorkerConfig, WorkerFailed, startup_signals
 from agentledger.worker.runlog import configure_logging
 
@@ -209,11 +210,22 @@ def _decide(decision: str) -> Any:
     @run_async
     async def command(approval_id: str, decided_by: str, db: str) -> None:
         check_text(decided_by, "--by")
+        if decided_by.startswith(SYSTEM_PREFIX):
+            # The expiry default's and cancel's namespace, exempt from the expiry rule
+            # and the policy's conditions: a person is never recorded as one of them.
+            raise UsageError(f"--by {decided_by!r}: names starting {SYSTEM_PREFIX!r} are reserved")
         # Judged on this machine's clock in the statement that records the decision: at
         # or after expiry nothing is recorded and the command fails (ApprovalExpired).
         a = await with_store(
             db, lambda s: s.decide_approval(approval_id, decision, decided_by, SYSTEM)
         )
+        if a.decision is None:  # a vote of an approval needing several approvers
+            left = a.approvals_needed - len(a.approvers)
+            click.echo(
+                f"{a.id} {decision} by {visible(decided_by)} recorded; {left} more approver"
+                f"{'s' if left != 1 else ''} needed"
+            )
+            return
         click.echo(f"{a.id} {a.decision} by {visible(a.decided_by)}; run {a.run_id} re-queued")
 
     command.__doc__ = (

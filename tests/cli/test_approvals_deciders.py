@@ -1,0 +1,62 @@
+"""`agentledger approvals approve|reject`: who may decide, and what a vote prints.
+
+``--by`` names a person: the ``system:`` namespace (the expiry default's and cancel's)
+is exempt from the expiry rule and the policy's conditions, so the command refuses it
+and records nothing. A vote on an approval needing several approvers says it was
+recorded and how many are still needed, not that a decision re-queued the run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agentledger.store import open_store
+from tests.store.test_approval_expiry import parked
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentledger.cli.main", *args],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+async def test_a_system_decider_is_refused_and_a_vote_says_what_is_still_needed(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    store = open_store(url)
+    await store.open()
+    try:
+        await parked(store, "a-late", expires=time.time() - 1)
+        await parked(store, "a-two", needed=2, expires=time.time() + 3600)
+    finally:
+        await store.close()
+
+    for by in ("system:expired", "system:ops"):
+        for approval in ("a-late", "a-two"):
+            refused = _cli("approvals", "approve", approval, "--by", by, "--db", url)
+            assert refused.returncode != 0, refused
+            lines = [line for line in refused.stderr.splitlines() if line.strip()]
+            assert len(lines) == 1 and "system:" in lines[0], lines
+            assert "Traceback" not in refused.stderr
+
+    vote = _cli("approvals", "approve", "a-two", "--by", "mona", "--db", url)
+    assert vote.returncode == 0, vote.stderr
+    assert vote.stdout.strip() == "a-two approve by mona recorded; 1 more approver needed", (
+        vote.stdout
+    )
+    last = _cli("approvals", "approve", "a-two", "--by", "max", "--db", url)
+    assert last.returncode == 0, last.stderr
+    assert last.stdout.startswith("a-two approve by max; run "), last.stdout
+
+    store = open_store(url)
+    await store.open()
+    try:
+        decided = {a.id: (a.decision, a.decided_by) for a in await store.get_approvals()}
+    finally:
+        await store.close()
+    assert decided == {"a-late": (None, None), "a-two": ("approve", "max")}
