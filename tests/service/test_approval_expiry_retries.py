@@ -154,6 +154,51 @@ async def test_a_retry_read_while_the_first_decision_commits_across_expiry_gets_
         assert types.count("approval.decision_context") == 1, types
 
 
+async def test_a_retry_read_while_the_first_decision_commits_across_expiry_gets_it_sqlite(
+    tmp_path: Any,
+) -> None:
+    """The same on SQLite: the first attempt holds the write transaction (judged before
+    expiry, not committed); the retry's read, on a read connection, finds the approval
+    undecided after expiry, and its write waits behind the first attempt's."""
+    async with in_process(settings_for(f"sqlite:///{tmp_path / 'a.db'}")) as api:
+        store = api.store
+        assert isinstance(store, SQLStore)
+        mona = await api.key("t1", "mona", ("manager",))
+        run = await waiting(store, "ap4")
+        holding, release = threading.Event(), threading.Event()
+        context = {"approval_id": "ap4", "key_id": "first-attempt"}
+
+        def first_attempt(d: Any, c: Any) -> Any:
+            decided = service_approvals.decide_with_context(
+                d, c, "ap4", "approve", "mona", context, FakeClock(EXPIRES - 1)
+            )
+            holding.set()
+            release.wait(60)  # the COMMIT is slow: the write lock stays held
+            return decided
+
+        try:
+            first = asyncio.ensure_future(store.transact(first_attempt))
+            assert await asyncio.to_thread(holding.wait, 60)
+            api.app.state.clock = FakeClock(EXPIRES + 1)
+            retry = asyncio.ensure_future(
+                api.client.post("/v1/approvals/ap4/decision", json=body(), headers=mona)
+            )
+            # The retry's write is queued behind the held transaction (or it answered).
+            while not retry.done() and store._queue.qsize() == 0:
+                await asyncio.sleep(0.01)
+            release.set()
+            answered = await retry
+            decided, made = await first
+        finally:
+            release.set()
+        assert made and (decided.decision, decided.decided_by) == ("approve", "mona")
+        assert answered.status_code == 200, answered.text
+        assert (answered.json()["decision"], answered.json()["decided_by"]) == ("approve", "mona")
+        types = await types_of(store, run.id)
+        assert types.count("approval.decided") == 1, types
+        assert types.count("approval.decision_context") == 1, types
+
+
 async def test_a_key_of_a_system_user_decides_nothing(api: Api) -> None:
     """``system:...`` deciders are exempt from the expiry rule and the policy's
     conditions (they are the expiry default and cancel): a key acting as such a user
