@@ -191,11 +191,13 @@ async def _end(
     handover_reason: str | None = None,
 ) -> None:
     """Finish the run in the terminal ``status`` with its ending ``event``, whose data
-    also records the run as this write leaves it (``run``: status, result, error,
+    also records the run as this write leaves it (``run``: status, error,
     handover_reason, the values written to the run's row). What is reported of the
     event later -- a webhook is built when the event is sealed, by then the run may
-    have been resumed and ended again -- is read from there, not from the row."""
-    ended = {"status": status, "result": result, "error": error, "handover_reason": handover_reason}
+    have been resumed and ended again -- is read from there, not from the row. The
+    result is not copied: only a completed run has one, and a completed run never
+    changes again, so its row holds it for good (a result may be megabytes)."""
+    ended = {"status": status, "error": error, "handover_reason": handover_reason}
     await exe.finish(
         status,
         result=result,

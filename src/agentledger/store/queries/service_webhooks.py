@@ -82,7 +82,11 @@ def _run_at_event(event_type: str, data: Any, row: dict[str, Any]) -> dict[str, 
     data = data if isinstance(data, dict) else {}
     ended = data.get("run")
     if isinstance(ended, dict):
-        return {k: ended.get(k) for k in _RUN_FIELDS}
+        found = {k: ended.get(k) for k in _RUN_FIELDS}
+        if event_type == "run.completed" and row["status"] == "completed":
+            # The event does not copy the result: a completed run never changes again.
+            found["result"] = json.loads(row["result"]) if row["result"] is not None else None
+        return found
     if event_type == "run.stuck":
         # A stuck run is queued, running or waiting: its row holds no result, error or
         # handover reason then (they are written only by a terminal status, and cleared
