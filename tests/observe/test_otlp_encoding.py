@@ -94,8 +94,9 @@ def _exported(limits: SpanLimits | None = None) -> tuple[TracerProvider, InMemor
     return provider, exporter
 
 
-def _sdk_spans() -> Sequence[ReadableSpan]:
-    """Spans made by the SDK with everything the OTLP span message carries."""
+def _sdk_spans(live: list[ReadableSpan] | None = None) -> Sequence[ReadableSpan]:
+    """Spans made by the SDK with everything the OTLP span message carries (as the
+    processors get them; ``live`` collects the SDK's own span objects too)."""
     provider, exporter = _exported()
     tracer = provider.get_tracer("agentledger", "1.2.3", schema_url="https://schema/s")
     other = provider.get_tracer("another-scope")
@@ -130,8 +131,11 @@ def _sdk_spans() -> Sequence[ReadableSpan]:
         "child of a remote parent", context=set_span_in_context(_remote_span(remote))
     )
     joined.end()
-    other.start_span("", attributes={}).end()  # no name, no attributes, another scope
+    nameless = other.start_span("", attributes={})  # no name nor attributes, another scope
+    nameless.end()
     root.end()
+    if live is not None:
+        live.extend([root, error_only, joined, nameless])  # type: ignore[list-item]
     return exporter.get_finished_spans()
 
 
@@ -166,6 +170,25 @@ def test_every_field_and_attribute_type_encodes_as_the_official_encoder() -> Non
     assert any(s.trace_state for s in everything)
     root = next(s for s in everything if s.name == "root")
     assert len(root.attributes) == len(VALUES)
+
+
+class Renamed(ReadableSpan):
+    """A span class of its own: the encoders read it through its properties."""
+
+    @property
+    def name(self) -> str:
+        return "renamed " + self._name
+
+
+def test_sdk_span_objects_and_span_subclasses_encode_as_the_official_encoder() -> None:
+    live: list[ReadableSpan] = []
+    _sdk_spans(live)
+    assert all(type(s) is not ReadableSpan for s in live)  # the SDK's Span class
+    _assert_same(live)
+    renamed = Renamed("x", SpanContext(1, 2, is_remote=False), attributes={"a": 1})
+    sent = ExportTraceServiceRequest()
+    sent.ParseFromString(_assert_same([renamed]))
+    assert sent.resource_spans[0].scope_spans[0].spans[0].name == "renamed x"
 
 
 def test_dropped_counts_and_truncation_encode_as_the_official_encoder() -> None:

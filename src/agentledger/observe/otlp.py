@@ -211,7 +211,19 @@ def _status(status: Status) -> bytes:
 
 def _span(span: ReadableSpan) -> bytes:
     """One ``Span`` message, fields in number order (as protobuf serializes them)."""
-    context = span.get_span_context()
+    if type(span) is ReadableSpan:
+        # What the SDK hands to exporters (and what agentledger's finished spans are):
+        # read its fields, not its properties, which copy the attributes into a proxy,
+        # the events and links into tuples, and test three containers' types.
+        context, parent, name, kind = span._context, span._parent, span._name, span._kind
+        start, end, status = span._start_time, span._end_time, span._status
+        attributes: Mapping[str, Any] | None = span._attributes
+        events: Sequence[Event] = span._events
+        links: Sequence[Link] = span._links
+    else:
+        context, parent, name, kind = span.get_span_context(), span.parent, span.name, span.kind
+        start, end, status = span.start_time, span.end_time, span.status
+        attributes, events, links = span.attributes, span.events, span.links
     if context is None:
         raise _Unsupported
     parts = [
@@ -226,14 +238,11 @@ def _span(span: ReadableSpan) -> bytes:
         joined = ",".join([f"{key}={value}" for key, value in state.items()])
         if joined:
             append(_field(b"\x1a", joined.encode()))
-    parent = span.parent
     if parent:
         append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
-    name = span.name
     if name:
         append(_field(b"\x2a", name.encode()))
-    append(b"\x30" + _KIND[span.kind])
-    start, end = span.start_time, span.end_time
+    append(b"\x30" + _KIND[kind])
     if start and end:
         append(_pack_times(0x39, start, 0x41, end))
     else:
@@ -241,11 +250,10 @@ def _span(span: ReadableSpan) -> bytes:
             append(b"\x39" + _pack_fixed64(start))
         if end:
             append(b"\x41" + _pack_fixed64(end))
-    attributes: Mapping[str, Any] | None = span.attributes
     if attributes:
         for key, value in attributes.items():
-            kind = type(value)
-            if kind is str or kind is bool:
+            vtype = type(value)
+            if vtype is str or vtype is bool:
                 found = _ATTRS.get((key, value))
                 if found is None:
                     found = _field(b"\x4a", _key_value(key, value))
@@ -253,7 +261,7 @@ def _span(span: ReadableSpan) -> bytes:
                         _ATTRS.clear()
                     _ATTRS[(key, value)] = found
                 append(found)
-            elif kind is int:
+            elif vtype is int:
                 found = _INTS.get((key, value))
                 if found is None:
                     found = _field(b"\x4a", _key_value(key, value))
@@ -263,22 +271,21 @@ def _span(span: ReadableSpan) -> bytes:
                 append(found)
             else:
                 append(_field(b"\x4a", _key_value(key, value)))
-    dropped = span.dropped_attributes
+    # Dropped counts: a plain dict / tuple (a finished span's) drops nothing; the SDK's
+    # bounded containers say what they dropped.
+    dropped = 0 if type(attributes) is dict else span.dropped_attributes
     if dropped:
         append(b"\x50" + _varint(dropped))
-    events = span.events
     if events:
         append(_events(events))
-    dropped = span.dropped_events
+    dropped = 0 if type(events) is tuple else span.dropped_events
     if dropped:
         append(b"\x60" + _varint(dropped))
-    links = span.links
     if links:
         append(_links(links))
-    dropped = span.dropped_links
+    dropped = 0 if type(links) is tuple else span.dropped_links
     if dropped:
         append(b"\x70" + _varint(dropped))
-    status = span.status
     if status is not None:
         if status.status_code is StatusCode.UNSET and not status.description:
             append(b"\x7a\x00")  # present, empty: as the official encoder sends it
@@ -303,8 +310,10 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> bytes | None:
     current: list[bytes] | None = None
     try:
         for span in spans:
-            resource = span.resource
-            scope = span.instrumentation_scope or None
+            if type(span) is ReadableSpan:  # its fields, as in _span
+                resource, scope = span._resource, span._instrumentation_scope or None
+            else:
+                resource, scope = span.resource, span.instrumentation_scope or None
             if current is None or resource is not last_resource or scope is not last_scope:
                 current = groups.setdefault(resource, {}).setdefault(scope, [])
                 last_resource, last_scope = resource, scope
