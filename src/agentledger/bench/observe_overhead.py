@@ -8,7 +8,9 @@ in a rotating order, so the noise of a shared machine hits them alike):
 - ``memory``: the OpenTelemetry SDK with a ``BatchSpanProcessor`` into an in-memory
   exporter (the cost of making the spans, without encoding or sending them);
 - ``otlp``: what a user configures (:func:`agentledger.observe.tracing.otlp_provider`:
-  the SDK, a ``BatchSpanProcessor`` with its default batch of 512 spans, OTLP/HTTP) sending
+  the SDK, a ``BatchSpanProcessor`` with its default batch of 512 spans, OTLP/HTTP with
+  :class:`agentledger.observe.otlp.OTLPSpanExporter`; attempt spans handed to the
+  processor finished, :mod:`agentledger.observe.finished`) sending
   to a collector stub on loopback, and ``/metrics`` scraped every ``--scrape-every``
   seconds while the runs execute (store queries on the worker's event loop): the whole
   cost of being watched. The target is on this condition.

@@ -5,6 +5,11 @@ Nothing is exported unless a tracer provider is configured (the OpenTelemetry SD
 :func:`configure_otlp`); without one every hook is a no-op costing a type check. The
 process histograms (:mod:`agentledger.observe.instruments`) are recorded either way.
 
+Attempt spans (tool attempts, model attempts, replayed steps) are never made current and
+are known whole when the attempt ends: with the SDK's provider and processors they are
+handed to the processors finished (:mod:`agentledger.observe.finished`, the same spans
+for a fraction of the CPU); otherwise they go through ``Tracer.start_span``.
+
 A run's trace context is stored with the run by its first execution (a guarded UPDATE:
 the first one wins), and every later execution -- a resume on another worker -- starts
 its ``invoke_agent``/``invoke_workflow`` span as a child of it: one trace per run. A step
