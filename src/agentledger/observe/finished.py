@@ -130,7 +130,8 @@ class SpanMaker:
         """A span starting now under the current span (:data:`DROPPED` when the sampler
         leaves it out: the SDK would make a non-recording span), or None when only the
         SDK's own path applies (no valid parent, or the provider's configuration changed):
-        the caller then starts an SDK span."""
+        the caller then starts an SDK span. The span keeps ``attributes`` (a fresh
+        dict, not used by the caller after this) and adds the ending ones to it."""
         parent = _get_current_span().get_span_context()
         if not parent.is_valid or not self.usable():
             return None
@@ -147,7 +148,8 @@ class SpanMaker:
             state: Any = parent.trace_state
         else:
             result = tracer.sampler.should_sample(None, trace_id, name, kind, attributes, ())
-            decision, initial, state = result.decision, result.attributes, result.trace_state
+            decision, state = result.decision, result.trace_state
+            initial = dict(result.attributes or {})  # the sampler's mapping: a copy to finish
         metrics = self._metrics
         end_metrics = _noop if metrics is None else metrics.start_span(parent, decision)
         if not decision.is_recording():
@@ -172,7 +174,8 @@ class SpanMaker:
         end_time: int,
     ) -> None:
         """Hand ``pending``, ended now with ``ending`` attributes, to the processors."""
-        attributes: Any = {**pending.attributes, **ending}
+        attributes: Any = pending.attributes  # a dict of our own (see start)
+        attributes.update(ending)
         if len(attributes) > self._unbounded or not _PLAIN.issuperset(
             map(type, attributes.values())
         ):
