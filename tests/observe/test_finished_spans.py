@@ -281,3 +281,62 @@ def test_the_sdks_internal_metrics_count_finished_spans_too(
         assert len(exporter.get_finished_spans()) == 4
     assert counts[0] == counts[1]
     assert counts[1]["otel.sdk.span.started"] == 4 and counts[1]["otel.sdk.span.live"] == 0
+
+
+def _received(bodies: list[bytes], run_id: str) -> list[Any]:
+    """What a receiver got: every span of the export requests, ids replaced by their
+    order of appearance, times dropped, the run id replaced."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    ids: dict[bytes, int] = {}
+    received = []
+    for body in bodies:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    assert span.start_time_unix_nano <= span.end_time_unix_nano
+                    for field in ("trace_id", "span_id", "parent_span_id"):
+                        value = getattr(span, field)
+                        if value:
+                            setattr(span, field, bytes([ids.setdefault(value, len(ids))]))
+                    span.start_time_unix_nano = span.end_time_unix_nano = 0
+                    for kv in span.attributes:
+                        if kv.value.HasField("string_value"):
+                            kv.value.string_value = kv.value.string_value.replace(run_id, "<run>")
+                    received.append(
+                        (resource_spans.resource, scope_spans.scope, span.SerializeToString())
+                    )
+    return received
+
+
+async def test_a_receiver_gets_the_same_spans_as_before(tmp_path: Path) -> None:
+    # The whole export path as configured (finished spans, agentledger's exporter) against
+    # the SDK's spans through the official exporter: the same requests' content.
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as OfficialExporter,
+    )
+
+    from agentledger.bench.observe_overhead import CollectorStub
+
+    results = []
+    for configured in (False, True):
+        collector = CollectorStub(keep_bodies=True)
+        try:
+            if configured:
+                provider = tracing.otlp_provider(collector.url)
+            else:
+                provider = TracerProvider()
+                exporter = OfficialExporter(endpoint=collector.url)
+                provider.add_span_processor(BatchSpanProcessor(exporter))
+            run_id = await _booking(tmp_path / str(configured), provider, configured)
+            assert provider.force_flush()
+            provider.shutdown()
+            results.append(_received(collector.bodies, run_id))
+        finally:
+            collector.close()
+    before, now = results
+    assert len(now) >= 10 and now == before
