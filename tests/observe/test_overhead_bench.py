@@ -24,3 +24,15 @@ def test_observe_overhead_quick(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["histogram_observe_us"] > 0
     assert isinstance(report["target_met"], bool)
     tracing.set_provider(None)
+
+
+def test_observe_overhead_compare(capsys: pytest.CaptureFixture[str]) -> None:
+    # --compare adds the otlp condition taken apart: SDK-made attempt spans, the official
+    # encoder, both; each exported to the collector, and the switches are back after.
+    argv = ["--reps", "1", "--steps", "10", "--scrape-every", "0.01", "--compare"]
+    assert observe_overhead.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    for name in observe_overhead.CONDITIONS + observe_overhead.COMPARE:
+        assert report[f"read_step_cpu_us_{name}"] > 0
+    assert report["read_step_ratio_otlp_before"] > 0
+    assert tracing._FINISHED and tracing._PROVIDER is None

@@ -8,7 +8,9 @@ in a rotating order, so the noise of a shared machine hits them alike):
 - ``memory``: the OpenTelemetry SDK with a ``BatchSpanProcessor`` into an in-memory
   exporter (the cost of making the spans, without encoding or sending them);
 - ``otlp``: what a user configures (:func:`agentledger.observe.tracing.otlp_provider`:
-  the SDK, a ``BatchSpanProcessor`` with its default batch of 512 spans, OTLP/HTTP) sending
+  the SDK, a ``BatchSpanProcessor`` with its default batch of 512 spans, OTLP/HTTP with
+  :class:`agentledger.observe.otlp.OTLPSpanExporter`; attempt spans handed to the
+  processor finished, :mod:`agentledger.observe.finished`) sending
   to a collector stub on loopback, and ``/metrics`` scraped every ``--scrape-every``
   seconds while the runs execute (store queries on the worker's event loop): the whole
   cost of being watched. The target is on this condition.
@@ -16,6 +18,12 @@ in a rotating order, so the noise of a shared machine hits them alike):
   what a run costs when a sampler left its trace out (each run's root span decides and
   its steps follow, a resume too). A sampled fraction ``p`` of runs costs about
   ``p * otlp + (1 - p) * unsampled``.
+
+With ``--compare``, three more conditions take ``otlp`` apart (same collector, same
+scraping): ``otlp_sdk_spans`` makes the attempt spans through the SDK's
+``Tracer.start_span`` (:func:`agentledger.observe.tracing.use_finished_spans` off);
+``otlp_official_encoder`` exports with the official ``OTLPSpanExporter``;
+``otlp_before`` does both, as agentledger did before either change.
 
 Figures per condition: the median per-step time of a ``--steps``-step workflow of no-op
 read tools (``read_step_us``, timed inside the run as ``agentledger bench`` does) and of
@@ -59,6 +67,9 @@ from agentledger.store import open_store
 
 _SAMPLER_ENV = "OTEL_TRACES_SAMPLER"
 CONDITIONS = ("none", "memory", "otlp", "unsampled")
+COMPARE = ("otlp_sdk_spans", "otlp_official_encoder", "otlp_before")
+# Conditions that make the attempt spans through the SDK's own path.
+_SDK_SPANS = ("otlp_sdk_spans", "otlp_before")
 
 
 class CollectorStub:
@@ -122,7 +133,18 @@ class Scraper:
         self.thread.join(timeout=35)
 
 
-def _providers(collector: CollectorStub) -> dict[str, Any]:
+def _official_provider(url: str) -> Any:
+    """``otlp_provider`` as it was: the SDK, a batch processor, the official exporter."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
+    return provider
+
+
+def _providers(collector: CollectorStub, compare: bool) -> dict[str, Any]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -141,13 +163,18 @@ def _providers(collector: CollectorStub) -> dict[str, Any]:
             del os.environ[_SAMPLER_ENV]
         else:
             os.environ[_SAMPLER_ENV] = saved
-    return {
+    providers = {
         "none": trace.NoOpTracerProvider(),
         "memory": memory,
         "otlp": otlp,
         "unsampled": unsampled,
         "_mem": exporter,
     }
+    if compare:
+        providers["otlp_sdk_spans"] = tracing.otlp_provider(collector.url)
+        providers["otlp_official_encoder"] = _official_provider(collector.url)
+        providers["otlp_before"] = _official_provider(collector.url)
+    return providers
 
 
 def _flush(provider: Any) -> None:
@@ -158,7 +185,8 @@ def _flush(provider: Any) -> None:
 @contextmanager
 def _condition(name: str, providers: dict[str, Any], scraper: Scraper) -> Iterator[None]:
     tracing.set_provider(providers[name])
-    if name in ("otlp", "unsampled"):  # both are a watched worker: /metrics scraped too
+    tracing.use_finished_spans(name not in _SDK_SPANS)
+    if name.startswith("otlp") or name == "unsampled":  # a watched worker: /metrics scraped
         scraper.on.set()
     try:
         yield
@@ -167,6 +195,7 @@ def _condition(name: str, providers: dict[str, Any], scraper: Scraper) -> Iterat
         _flush(providers[name])  # export what was batched, outside the timing
         providers["_mem"].clear()
         tracing.set_provider(None)
+        tracing.use_finished_spans(True)
 
 
 def histogram_observe_us(n: int = 20000) -> float:
@@ -182,24 +211,27 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
 
-async def measure(url: str, reps: int, steps: int, scrape_every: float) -> dict[str, Any]:
+async def measure(
+    url: str, reps: int, steps: int, scrape_every: float, compare: bool = False
+) -> dict[str, Any]:
     """Every condition ``reps`` times, interleaved; the report."""
+    conditions = CONDITIONS + (COMPARE if compare else ())
     store = open_store(url)
     await store.open()
     collector = CollectorStub()
     metrics = MetricsServer(store, 0, asyncio.get_running_loop(), host="127.0.0.1").start()
     scraper = Scraper(metrics.port, scrape_every)
-    providers = _providers(collector)
-    read: dict[str, list[float]] = {c: [] for c in CONDITIONS}
-    step: dict[str, list[float]] = {c: [] for c in CONDITIONS}
-    read_cpu: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    providers = _providers(collector, compare)
+    read: dict[str, list[float]] = {c: [] for c in conditions}
+    step: dict[str, list[float]] = {c: [] for c in conditions}
+    read_cpu: dict[str, list[float]] = {c: [] for c in conditions}
     try:
-        for name in CONDITIONS:  # warm up: imports, schema, page cache, the first spans
+        for name in conditions:  # warm up: imports, schema, page cache, the first spans
             with _condition(name, providers, scraper):
                 await per_step_us(store, "bench_read_tool", 10)
         for rep in range(reps):
-            turn = rep % len(CONDITIONS)
-            order = CONDITIONS[turn:] + CONDITIONS[:turn]
+            turn = rep % len(conditions)
+            order = conditions[turn:] + conditions[:turn]
             for name in order:
                 with _condition(name, providers, scraper):
                     cpu = time.process_time()  # every thread: the exporter's too
@@ -211,7 +243,7 @@ async def measure(url: str, reps: int, steps: int, scrape_every: float) -> dict[
         # The scraper's last request is answered on this loop: never block it to wait.
         await asyncio.to_thread(scraper.close)
         metrics.stop()
-        for name in ("memory", "otlp", "unsampled"):
+        for name in conditions[1:]:
             providers[name].shutdown()
         collector.close()
         await store.close()
@@ -228,7 +260,7 @@ async def measure(url: str, reps: int, steps: int, scrape_every: float) -> dict[
     figures = (("read_step", read), ("ctx_step", step), ("read_step_cpu", read_cpu))
     for figure, samples in figures:
         base = _median(samples["none"])
-        for name in CONDITIONS:
+        for name in conditions:
             report[f"{figure}_us_{name}"] = round(_median(samples[name]), 1)
             if name == "none":
                 continue
@@ -248,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--steps", type=int, default=1024)
     parser.add_argument("--scrape-every", type=float, default=1.0)
+    parser.add_argument(
+        "--compare", action="store_true", help="also the otlp condition taken apart"
+    )
     args = parser.parse_args(argv)
     workdir = None
     url = args.db
@@ -255,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tempfile.mkdtemp(prefix=".agentledger-observe-bench-"))
         url = f"sqlite:///{workdir / 'engine.db'}"
     try:
-        report = asyncio.run(measure(url, args.reps, args.steps, args.scrape_every))
+        report = asyncio.run(measure(url, args.reps, args.steps, args.scrape_every, args.compare))
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)

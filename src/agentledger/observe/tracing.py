@@ -5,6 +5,11 @@ Nothing is exported unless a tracer provider is configured (the OpenTelemetry SD
 :func:`configure_otlp`); without one every hook is a no-op costing a type check. The
 process histograms (:mod:`agentledger.observe.instruments`) are recorded either way.
 
+Attempt spans (tool attempts, model attempts, replayed steps) are never made current and
+are known whole when the attempt ends: with the SDK's provider and processors they are
+handed to the processors finished (:mod:`agentledger.observe.finished`, the same spans
+for a fraction of the CPU); otherwise they go through ``Tracer.start_span``.
+
 A run's trace context is stored with the run by its first execution (a guarded UPDATE:
 the first one wins), and every later execution -- a resume on another worker -- starts
 its ``invoke_agent``/``invoke_workflow`` span as a child of it: one trace per run. A step
@@ -28,6 +33,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentledger.observe import semconv as sc
+from agentledger.observe.finished import Pending, SpanMaker, maker
 from agentledger.observe.instruments import OPERATION_DURATION, STEP_DURATION, TOKEN_USAGE
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -58,32 +64,54 @@ def capture_content() -> bool:
     return os.environ.get(sc.ENV_CAPTURE_CONTENT, "").lower() in ("1", "true", "yes")
 
 
-# (provider, its tracer or None when the provider records nothing): the tracer and the
-# on/off decision are made once per provider, not per span. The global provider is asked
-# for on every hook because it can be set at any time (about 0.05 us once set; 0.6 us
-# while unset, when the API also looks for OTEL_PYTHON_TRACER_PROVIDER).
-_CACHED: tuple[Any, trace.Tracer | None] | None = None
+# (provider, its tracer or None when the provider records nothing, its span maker or None
+# when spans must go the SDK's way): made once per provider, not per span. The global
+# provider is asked for on every hook because it can be set at any time (about 0.05 us
+# once set; 0.6 us while unset, when the API also looks for OTEL_PYTHON_TRACER_PROVIDER).
+_CACHED: tuple[Any, trace.Tracer | None, SpanMaker | None] | None = None
 _OFF = ("ProxyTracerProvider", "NoOpTracerProvider")
+# Whether spans known whole at their end (tool attempts, replayed steps, model attempts)
+# are handed to the SDK's processors finished (:mod:`agentledger.observe.finished`).
+_FINISHED = True
 
 
-def _recording_tracer() -> trace.Tracer | None:
-    """agentledger's tracer from the active provider, or None when nothing is recorded."""
+def use_finished_spans(on: bool) -> None:
+    """Hand attempt spans to the SDK's processors finished (the default) or make them
+    through the SDK's ``Tracer.start_span`` (the same spans, more CPU; for comparison)."""
+    global _FINISHED, _CACHED
+    _FINISHED = on
+    _CACHED = None
+
+
+def _active() -> tuple[Any, trace.Tracer | None, SpanMaker | None]:
     global _CACHED
     provider = _PROVIDER if _PROVIDER is not None else trace.get_tracer_provider()
     cached = _CACHED
     if cached is None or cached[0] is not provider:
-        off = type(provider).__name__ in _OFF
-        cached = _CACHED = (provider, None if off else provider.get_tracer(_TRACER_NAME))
-    return cached[1]
+        if type(provider).__name__ in _OFF:
+            cached = (provider, None, None)
+        else:
+            tracer = provider.get_tracer(_TRACER_NAME)
+            cached = (provider, tracer, maker(provider, tracer) if _FINISHED else None)
+        _CACHED = cached
+    return cached
+
+
+def _recording_tracer() -> trace.Tracer | None:
+    """agentledger's tracer from the active provider, or None when nothing is recorded."""
+    return _active()[1]
 
 
 def otlp_provider(endpoint: str | None = None) -> trace.TracerProvider:
     """A tracer provider exporting OTLP over HTTP through a ``BatchSpanProcessor``: spans
     are queued on end and encoded and sent by the processor's thread, never on the
-    worker's event loop (a simple processor would export each span as it ends)."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    worker's event loop (a simple processor would export each span as it ends). The
+    exporter is the official one with a faster encoder of the same bytes
+    (:class:`agentledger.observe.otlp.OTLPSpanExporter`)."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from agentledger.observe.otlp import OTLPSpanExporter
 
     provider = TracerProvider()
     exporter = OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()
@@ -201,10 +229,11 @@ def _tool_span(name: str, effect: str) -> tuple[str, dict[str, Any]]:
 class ToolAttempt:
     """One tool attempt: the ``execute_tool {tool}`` span and the duration histogram.
 
-    A plain context manager (no generator) that starts the span with all its attributes
-    (one copy into the SDK's span, not one call per attribute) and ends it with the
-    outcome. The span is not made current: nothing inside a tool attempt starts spans of
-    ours, so no context is attached and detached per step.
+    A plain context manager (no generator). With the SDK's provider the span is made
+    finished at the end of the attempt (:mod:`agentledger.observe.finished`); otherwise
+    it is started with all its attributes and ended with the outcome. The span is never
+    made current: nothing inside a tool attempt starts spans of ours, so no context is
+    attached and detached per step.
     """
 
     __slots__ = ("_effect", "_span", "_started", "_tool", "rec")
@@ -213,7 +242,7 @@ class ToolAttempt:
         self.rec = Attempt()
         self._tool, self._effect = tool.name, _effect(tool)
         self._span: Any = None
-        tracer = _recording_tracer()
+        _, tracer, made = _active()
         if tracer is not None:
             name, constant = _tool_span(self._tool, self._effect)
             attributes = {
@@ -223,7 +252,10 @@ class ToolAttempt:
                 sc.STEP_NO: step.step_no,
                 sc.STEP_ATTEMPT: attempt,
             }
-            self._span = tracer.start_span(name, attributes=attributes)
+            span: Any = made.start(name, attributes) if made is not None else None
+            if span is None:
+                span = tracer.start_span(name, attributes=attributes)
+            self._span = span
         self._started = time.perf_counter()
 
     def __enter__(self) -> Attempt:
@@ -237,13 +269,39 @@ class ToolAttempt:
         if span is None:
             return
         ending: dict[str, Any] = {sc.STEP_OUTCOME: outcome}
+        status = None
         if exc is not None:
             ending[sc.ERROR_TYPE] = outcome
-            span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+            status = Status(StatusCode.ERROR, str(exc)[:200])
         if self.rec.resolution:
             ending[sc.UNKNOWN_RESOLUTION] = self.rec.resolution
+        _end(span, ending, status)
+
+
+def _end(span: Any, ending: dict[str, Any], status: Status | None) -> None:
+    """End a span of :func:`_start` with ``ending`` attributes and ``status``."""
+    if isinstance(span, Pending):
+        span.end(ending, status)
+        return
+    if status is not None:
+        span.set_status(status)
+    if ending:
         span.set_attributes(ending)
-        span.end()
+    span.end()
+
+
+def _start(name: str, attributes: dict[str, Any], kind: SpanKind = SpanKind.INTERNAL) -> Any:
+    """A span that is never made current: made finished where the provider allows it
+    (a :class:`~agentledger.observe.finished.Pending`), else an SDK span; None without a
+    recording provider."""
+    _, tracer, made = _active()
+    if tracer is None:
+        return None
+    if made is not None:
+        span = made.start(name, attributes, kind)
+        if span is not None:
+            return span
+    return tracer.start_span(name, kind=kind, attributes=attributes)
 
 
 def tool_attempt(exe: Any, step: Any, tool: Any, key: str, attempt: int) -> ToolAttempt:
@@ -257,8 +315,7 @@ def replayed_step(exe: Any, step: Any) -> None:
     A model step keeps its GenAI attributes (provider, models, finish reason) from the
     journal but never its token counts, so usage summed over spans counts each call once.
     """
-    tracer = _recording_tracer()
-    if tracer is None:
+    if _recording_tracer() is None:
         return
     kind = getattr(step, "kind", "tool")
     attributes: dict[str, Any] = {
@@ -278,7 +335,7 @@ def replayed_step(exe: Any, step: Any) -> None:
         attributes[sc.GEN_AI_TOOL_NAME] = step.name
         if step.idempotency_key:
             attributes[sc.GEN_AI_TOOL_CALL_ID] = step.idempotency_key
-    tracer.start_span(name, attributes=attributes).end()
+    _end(_start(name, attributes), {}, None)
 
 
 def _replayed_model(step: Any, attributes: dict[str, Any]) -> str:
@@ -346,8 +403,7 @@ def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
     requested = str(getattr(model, "model", "") or model.name)
     started = time.perf_counter()
     span = None
-    tracer = _recording_tracer()
-    if tracer is not None:
+    if _recording_tracer() is not None:
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.OP_CHAT,
             sc.GEN_AI_PROVIDER_NAME: provider,
@@ -359,17 +415,16 @@ def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
         step_no = _MODEL_STEP.get()
         if step_no is not None:
             attributes[sc.STEP_NO] = step_no
-        span = tracer.start_span(
-            f"{sc.OP_CHAT} {requested}", kind=SpanKind.CLIENT, attributes=attributes
-        )
+        span = _start(f"{sc.OP_CHAT} {requested}", attributes, SpanKind.CLIENT)
     error: str | None = None
+    ending: dict[str, Any] = {}
+    status: Status | None = None
     try:
         yield rec
     except BaseException as exc:
         error = str(getattr(exc, "error_class", None) or type(exc).__name__)
-        if span is not None:
-            span.set_attribute(sc.ERROR_TYPE, error)
-            span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+        ending[sc.ERROR_TYPE] = error
+        status = Status(StatusCode.ERROR, str(exc)[:200])
         raise
     finally:
         elapsed = time.perf_counter() - started
@@ -381,14 +436,11 @@ def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
             _child(*tokens, sc.TOKEN_TYPE_INPUT).observe(usage.input_tokens)
             _child(*tokens, sc.TOKEN_TYPE_OUTPUT).observe(usage.output_tokens)
             if span is not None:
-                answered: dict[str, Any] = {
-                    sc.GEN_AI_RESPONSE_MODEL: response.model or requested,
-                    sc.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
-                    sc.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
-                    sc.GEN_AI_RESPONSE_FINISH_REASONS: [response.finish_reason],
-                }
+                ending[sc.GEN_AI_RESPONSE_MODEL] = response.model or requested
+                ending[sc.GEN_AI_USAGE_INPUT_TOKENS] = usage.input_tokens
+                ending[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = usage.output_tokens
+                ending[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [response.finish_reason]
                 if capture_content():
-                    answered[sc.GEN_AI_OUTPUT_MESSAGES] = str(response.message)[:10000]
-                span.set_attributes(answered)
+                    ending[sc.GEN_AI_OUTPUT_MESSAGES] = str(response.message)[:10000]
         if span is not None:
-            span.end()
+            _end(span, ending, status)

@@ -1,0 +1,277 @@
+"""Spans handed to the SDK's processors finished, without the SDK's per-span machinery.
+
+A tool attempt's span is known whole when the attempt ends: its parent (the current
+span), its name, kind and attributes, its start and end times, its status. Nothing
+nests in it and nobody holds it while it is open. The SDK's ``Tracer.start_span`` /
+``Span.end`` path costs about 25 us of CPU per span for that (45 us inside the engine):
+a lock per call, attributes validated into a ``BoundedAttributes`` twice, a
+``BoundedList`` per events and links, a second ``ReadableSpan`` copied at the end.
+:class:`SpanMaker` makes the same ``ReadableSpan`` the SDK would hand to its processors
+and passes it to the provider's processor's ``on_end``:
+
+- the same sampling decision, asked of the provider's sampler with the same arguments
+  (``ParentBased``: the run's root span decided, the attempt follows it), the same ids
+  from the provider's id generator, the same trace flags and trace state;
+- the same attributes in the same order (the sampler's, then the ending ones); kept as a
+  plain dict when every value is a str, bool, int or float and the span limits cannot
+  drop or truncate any of them (what ``BoundedAttributes`` would keep unchanged), else
+  put through the SDK's ``BoundedAttributes`` with the provider's limits;
+- the provider's resource and the tracer's instrumentation scope; the tracer's internal
+  metrics (``OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED``) told of the span as the SDK
+  tells them.
+
+It is used only where that is all the SDK would do: an SDK ``TracerProvider`` and
+``Tracer`` (not a subclass) whose processors are all the SDK's ``BatchSpanProcessor`` or
+``SimpleSpanProcessor`` (their ``on_start`` and ``_on_ending`` do nothing), an enabled
+tracer, and a valid parent span. Otherwise :func:`maker` returns ``None`` and the caller
+starts an SDK span as before. It reads a few private attributes of the SDK's tracer and
+processor; an SDK version without them gets ``None`` too.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.trace import (
+    ReadableSpan,
+    SynchronousMultiSpanProcessor,
+    Tracer,
+    TracerProvider,
+)
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    Decision,
+    ParentBased,
+    ParentBasedTraceIdRatio,
+)
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+__all__ = ["DROPPED", "Pending", "SpanMaker", "maker"]
+
+_PROCESSORS = (BatchSpanProcessor, SimpleSpanProcessor)
+_PLAIN = frozenset((str, bool, int, float))
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
+_UNSET = Status(StatusCode.UNSET)
+_time_ns = time.time_ns
+_get_current_span = trace.get_current_span
+
+
+def _noop() -> None:
+    return None
+
+
+def _follow(sampler: Any) -> tuple[tuple[Decision, Decision], tuple[Decision, Decision]] | None:
+    """For a ``ParentBased`` sampler whose four parent delegates are the SDK's
+    ``ALWAYS_ON`` / ``ALWAYS_OFF``: the decision by [parent is remote][parent sampled]
+    (the root delegate is never asked for a child). None for any other sampler, which
+    is then asked span by span."""
+    if type(sampler) not in (ParentBased, ParentBasedTraceIdRatio):
+        return None
+    decisions = {id(ALWAYS_ON): Decision.RECORD_AND_SAMPLE, id(ALWAYS_OFF): Decision.DROP}
+    try:
+        delegates = (
+            (sampler._local_parent_not_sampled, sampler._local_parent_sampled),
+            (sampler._remote_parent_not_sampled, sampler._remote_parent_sampled),
+        )
+    except AttributeError:
+        return None
+    if any(id(d) not in decisions for pair in delegates for d in pair):
+        return None
+    local, remote = (tuple(decisions[id(d)] for d in pair) for pair in delegates)
+    return (local, remote)  # type: ignore[return-value]
+
+
+class SpanMaker:
+    """Finished spans for one SDK tracer (see the module's docstring)."""
+
+    __slots__ = (
+        "_active",
+        "_follow",
+        "_limits",
+        "_metrics",
+        "_processors",
+        "_sampler",
+        "_tracer",
+        "_unbounded",
+    )
+
+    def __init__(self, tracer: Tracer, active: SynchronousMultiSpanProcessor) -> None:
+        self._tracer = tracer
+        self._active = active
+        self._processors = active._span_processors
+        self._limits = tracer._span_limits
+        metrics = tracer._tracer_metrics
+        # The SDK's internal metrics, when switched on (off: nothing to tell them).
+        self._metrics = None if type(metrics).__name__ == "NoOpTracerMetrics" else metrics
+        self._sampler = tracer.sampler
+        self._follow = _follow(tracer.sampler)
+        # How many attributes a span keeps unchanged (None: no count limit), or -1 when
+        # string values may be truncated (then every span goes through BoundedAttributes).
+        if self._limits.max_span_attribute_length is not None:
+            self._unbounded = -1
+        else:
+            count = self._limits.max_span_attributes
+            self._unbounded = count if count is not None else 1 << 30
+
+    def usable(self) -> bool:
+        """Still only what the SDK would do: the same processors, the tracer enabled."""
+        return self._active._span_processors is self._processors and self._tracer._is_enabled()
+
+    def start(
+        self, name: str, attributes: dict[str, Any], kind: SpanKind = SpanKind.INTERNAL
+    ) -> Pending | None:
+        """A span starting now under the current span (:data:`DROPPED` when the sampler
+        leaves it out: the SDK would make a non-recording span), or None when only the
+        SDK's own path applies (no valid parent, or the provider's configuration changed):
+        the caller then starts an SDK span. The span keeps ``attributes`` (a fresh
+        dict, not used by the caller after this) and adds the ending ones to it."""
+        parent = _get_current_span().get_span_context()
+        if not parent.is_valid or not self.usable():
+            return None
+        tracer = self._tracer
+        trace_id = parent.trace_id
+        parent_flags = parent.trace_flags
+        follow = self._follow
+        if follow is not None and tracer.sampler is self._sampler:
+            # What the ParentBased sampler returns for a valid parent when the delegate
+            # for that parent is ALWAYS_ON / ALWAYS_OFF: the parent's decision, the
+            # attributes as given, the parent's trace state.
+            decision = follow[parent.is_remote][parent_flags & 1]
+            initial: Any = attributes
+            state: Any = parent.trace_state
+        else:
+            result = tracer.sampler.should_sample(None, trace_id, name, kind, attributes, ())
+            decision, state = result.decision, result.trace_state
+            initial = dict(result.attributes or {})  # the sampler's mapping: a copy to finish
+        metrics = self._metrics
+        end_metrics = _noop if metrics is None else metrics.start_span(parent, decision)
+        if not decision.is_recording():
+            return DROPPED
+        flags = _SAMPLED if decision.is_sampled() else _NOT_SAMPLED
+        if _RANDOM and parent_flags & _RANDOM:
+            flags = TraceFlags(flags | _RANDOM)
+        context = SpanContext(
+            trace_id,
+            tracer.id_generator.generate_span_id(),
+            is_remote=False,
+            trace_flags=flags,
+            trace_state=state,
+        )
+        return Pending(self, name, kind, context, parent, initial, end_metrics)
+
+    def finish(
+        self,
+        pending: Pending,
+        ending: dict[str, Any],
+        status: Status | None,
+        end_time: int,
+    ) -> None:
+        """Hand ``pending``, ended now with ``ending`` attributes, to the processors."""
+        attributes: Any = pending.attributes  # a dict of our own (see start)
+        attributes.update(ending)
+        if len(attributes) > self._unbounded or not _PLAIN.issuperset(
+            map(type, attributes.values())
+        ):
+            limits = self._limits
+            attributes = BoundedAttributes(
+                limits.max_span_attributes,
+                attributes,
+                immutable=True,
+                max_value_len=limits.max_span_attribute_length,
+            )
+        tracer = self._tracer
+        span = ReadableSpan(
+            name=pending.name,
+            context=pending.context,
+            parent=pending.parent,
+            resource=tracer.resource,
+            attributes=attributes,
+            kind=pending.kind,
+            instrumentation_info=tracer.instrumentation_info,
+            start_time=pending.start_time,
+            end_time=end_time,
+            instrumentation_scope=tracer._instrumentation_scope,
+            status=_UNSET if status is None else status,
+        )
+        if pending.end_metrics is not _noop:
+            pending.end_metrics()
+        self._active.on_end(span)
+
+
+class Pending:
+    """A span started by :meth:`SpanMaker.start`, not yet handed to the processors."""
+
+    __slots__ = (
+        "attributes",
+        "context",
+        "end_metrics",
+        "kind",
+        "maker",
+        "name",
+        "parent",
+        "start_time",
+    )
+
+    def __init__(
+        self,
+        maker: SpanMaker,
+        name: str,
+        kind: SpanKind,
+        context: SpanContext,
+        parent: SpanContext,
+        attributes: Any,
+        end_metrics: Any,
+    ) -> None:
+        self.maker = maker
+        self.name = name
+        self.kind = kind
+        self.context = context
+        self.parent = parent
+        self.attributes = attributes
+        self.end_metrics = end_metrics
+        self.start_time = _time_ns()
+
+    def end(self, ending: dict[str, Any], status: Status | None = None) -> None:
+        """End the span now with ``ending`` attributes (and ``status``, if any)."""
+        self.maker.finish(self, ending, status, _time_ns())
+
+
+class _Dropped(Pending):
+    """A span the sampler left out: ending it does nothing."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
+
+    def end(self, ending: dict[str, Any], status: Status | None = None) -> None:
+        return None
+
+
+#: What :meth:`SpanMaker.start` returns for a span the sampler left out.
+DROPPED: Pending = _Dropped()
+
+
+def maker(provider: Any, tracer: Any) -> SpanMaker | None:
+    """A :class:`SpanMaker` for ``tracer`` of ``provider``, or None where only the SDK's
+    own span path does what the provider's configuration asks."""
+    if type(provider) is not TracerProvider or type(tracer) is not Tracer:
+        return None
+    try:
+        active = provider._active_span_processor
+        if type(active) is not SynchronousMultiSpanProcessor or tracer.span_processor is not active:
+            return None
+        if not all(type(p) in _PROCESSORS for p in active._span_processors):
+            return None
+        made = SpanMaker(tracer, active)
+        made.usable()  # every private attribute it reads is there
+    except AttributeError:
+        return None
+    return made
