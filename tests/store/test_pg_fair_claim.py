@@ -49,7 +49,7 @@ def _insert(d: Any, c: Any, rows: list[tuple[str, str, str, float]]) -> None:
                 "version": version,
                 "target": target,
                 "at": at,
-            },  # fmt: skip
+            },
         )
 
 
@@ -144,7 +144,7 @@ async def test_held_rows_and_a_target_not_served(
 async def test_expired_leases_are_taken_over_with_a_big_backlog(store: SQLStore) -> None:
     now = time.time()
     # X has no queued run left, only one whose lease expired; A has a big backlog.
-    rows = backlog("A", 300, now - 3000) + [("X-0000", "X", OURS, now - 4000)]
+    rows = [*backlog("A", 300, now - 3000), ("X-0000", "X", OURS, now - 4000)]
     await store.transact(lambda d, c: _insert(d, c, rows))
     await store.transact(
         lambda d, c: d.execute(

@@ -153,7 +153,7 @@ def _claim_statement(d: Dialect, full_rank: bool) -> Iterator[None]:
     if not full_rank:
         yield
         return
-    d.claim_sql = lambda n: full_rank_claim_sql(d, n)  # type: ignore[method-assign]
+    d.claim_sql = lambda n_targets: full_rank_claim_sql(d, n_targets)  # type: ignore[method-assign]
     try:
         yield
     finally:
