@@ -129,7 +129,7 @@ async def test_held_rows_and_a_target_not_served(
     now = time.time()
     # A's oldest 150 runs are for another target; then 40 of ours, then more others.
     rows = backlog("A", 150, now - 3000, OTHER)
-    ours = [(f"A-o{i:03d}", "A", OURS, now - 1000 + i * 0.01) for i in range(40)]
+    ours = [(f"A-o{i:03d}", "A", OURS, now - 1000 + i * 0.01) for i in range(80)]
     rows += ours + [(f"A-x{i:03d}", "A", OTHER, now - 500 + i * 0.01) for i in range(50)]
     await store.transact(lambda d, c: _insert(d, c, rows))
     claimed = await store.claim_runs("w1", [OURS], 4, 60.0)
@@ -139,6 +139,26 @@ async def test_held_rows_and_a_target_not_served(
     hold(holder, [r[0] for r in ours[4:34]])
     more = await store.claim_runs("w2", [OURS], 5, 60.0)
     assert sorted(r.id for r in more) == [r[0] for r in ours[34:39]]
+
+
+async def test_few_due_runs_among_many_parked_tenants(
+    store: SQLStore, holder: psycopg.Connection[Any]
+) -> None:
+    now = time.time()
+    # 300 tenants with a run parked for an hour (waiting, not due), and a few due runs:
+    # the claim reads the due ones only, fairly, skipping the held one.
+    parked = [(f"P{i:03d}-0000", f"P{i:03d}", OURS, now + 3600) for i in range(300)]
+    due = backlog("A", 4, now - 100) + backlog("B", 2, now - 50)
+    await store.transact(lambda d, c: _insert(d, c, parked + due))
+    await store.transact(
+        lambda d, c: d.execute(c, "UPDATE runs SET status = 'waiting' WHERE id LIKE 'P%'")
+    )
+    hold(holder, ["A-0000"])
+    claimed = await store.claim_runs("w1", [OURS], 3, 60.0)
+    assert sorted(r.id for r in claimed) == ["A-0001", "B-0000", "B-0001"]
+    holder.rollback()
+    more = await store.claim_runs("w2", [OURS], 50, 60.0)
+    assert sorted(r.id for r in more) == ["A-0000", "A-0002", "A-0003"]
 
 
 async def test_expired_leases_are_taken_over_with_a_big_backlog(store: SQLStore) -> None:

@@ -8,7 +8,9 @@ other in the same database:
 - ``one_tenant``: every run belongs to one tenant;
 - ``big_plus_100``: one tenant holds 90 % of the runs, 100 small tenants share the rest;
 - ``many_tenants``: ``--tenants`` tenants with one due run each (the claim's cost per
-  tenant, whatever the backlog).
+  tenant, whatever the backlog);
+- ``few_due``: ``--tenants`` tenants with one run parked for an hour (waiting, not due)
+  and 20 due runs of 5 tenants (a lightly loaded queue, what most polls meet).
 
 Each claim of ``--limit`` runs goes through the store's claim path (``claim_runs``, what
 a worker calls); the claimed runs are put back as they were (queued, no lease, the same
@@ -44,6 +46,7 @@ from agentledger.store.dialect import Dialect
 from agentledger.store.queries import RUN_COLUMNS
 
 TARGET = "bench_fair@1"
+SHAPES = ("one_tenant", "big_plus_100", "many_tenants", "few_due")
 _COLUMNS = (
     "id",
     "tenant_id",
@@ -97,6 +100,11 @@ def shape_rows(shape: str, runs: int, tenants: int, now: float) -> Iterator[tupl
     elif shape == "big_plus_100":
         big = runs * 9 // 10
         owners = ["big"] * big + [f"small{i % 100:03d}" for i in range(runs - big)]
+    elif shape == "few_due":
+        for i in range(tenants):  # parked: waiting, due in an hour
+            yield (f"p{i:08d}", f"t{i:06d}", "workflow", "bench_fair", "1", TARGET, "{}",
+                   RunStatus.WAITING, now, now, now + 3600)  # fmt: skip
+        owners = [f"a{i % 5}" for i in range(20)]
     else:
         owners = [f"t{i:06d}" for i in range(tenants)]
     # Submitted over time by every tenant at once: tenants interleave in the table as
@@ -105,7 +113,7 @@ def shape_rows(shape: str, runs: int, tenants: int, now: float) -> Iterator[tupl
     n = len(owners)
     for i, tenant in enumerate(owners):
         at = now - 3600 + i * (3000 / n)  # all due, spread over the last hour
-        yield (f"rb{i:08d}", tenant, "workflow", "bench_fair", "1", TARGET, "{}",
+        yield (f"r{i:08d}", tenant, "workflow", "bench_fair", "1", TARGET, "{}",
                RunStatus.QUEUED, at, at, at)  # fmt: skip
 
 
@@ -183,7 +191,7 @@ async def measure(url: str, runs: int, claims: int, limit: int, tenants: int) ->
     await store.open()
     out: dict[str, Any] = {"backend": store.dialect.name, "runs": runs, "limit": limit}
     try:
-        for shape in ("one_tenant", "big_plus_100", "many_tenants"):
+        for shape in SHAPES:
             rows = shape_rows(shape, runs, tenants, time.time())
             await asyncio.to_thread(_seed, store, rows)
             times: dict[str, list[float]] = {"claim": [], "full_rank": []}
@@ -210,7 +218,7 @@ async def measure(url: str, runs: int, claims: int, limit: int, tenants: int) ->
 
 def _print(result: dict[str, Any]) -> None:
     print(f"{result['backend']}: {result['runs']} due runs, claims of {result['limit']}")
-    for shape in ("one_tenant", "big_plus_100", "many_tenants"):
+    for shape in SHAPES:
         f = result[shape]
         print(
             f"  {shape:13} claim {f['claim']['median_ms']:8.2f} ms (p95 {f['claim']['p95_ms']:.2f})"
