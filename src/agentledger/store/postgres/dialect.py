@@ -170,20 +170,72 @@ class PostgresDialect(Dialect):
     def claim_sql(self, n_targets: int) -> str:
         returning = ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
         now = self.now_sql
-
-        # Fair across tenants: ``k`` ranks each tenant's due runs by available_at (no
-        # locks); ``c`` locks in rank order (rank 1 of every tenant, then rank 2, ...),
-        # skipping rows another claimer holds, and re-checks ``due`` on the locked row.
-        # (No rank cut-off here: when a concurrent claimer holds a tenant's first rows,
-        # its later ones must still be claimable.)
-        # A window function cannot sit at the level that says FOR UPDATE, hence the join.
+        targets = ", ".join(f":t{i}" for i in range(n_targets))
+        queued = "status IN ('queued', 'waiting')"
+        rank = "ROW_NUMBER() OVER (PARTITION BY tenant_id ORDER BY available_at) AS fair_rank"
+        # Fair across tenants: each tenant's due runs are ranked by available_at and the
+        # claim locks them in rank order (rank 1 of every tenant, then rank 2, ...),
+        # skipping rows another claimer holds (SKIP LOCKED) and re-checking on the
+        # locked row that it is still claimable. A window function cannot sit at the
+        # level that says FOR UPDATE, hence the joins.
+        #
+        # ``probe`` reads the first 10 x :limit due runs of the worker's targets from the
+        # runs_claimable index (target, available_at). When there are ``few`` (fewer
+        # than that), they are every due run: ``due`` is them, with the expired leases,
+        # and nothing else is read -- an idle or lightly loaded queue costs a few index
+        # entries, however many tenants have runs parked or not yet due.
+        #
+        # Otherwise ``near`` ranks only each tenant's first 2 x :limit due runs:
+        # ``tenants`` hops from tenant to tenant on the runs_fair index (tenant,
+        # available_at, target; one seek each) and ``due`` reads each one's first runs
+        # from the same index, with the expired leases. Without locks, ranks above
+        # :limit are never taken; the other :limit rows of the window are for a
+        # concurrent claimer holding a tenant's first rows. A claim reads
+        # O(tenants x limit) rows, not the backlog. (``k`` comes sorted in rank order,
+        # so the locking join is a nested loop on the primary key that stops once
+        # :limit rows are locked; joined unsorted, the planner, blind to how few rows
+        # the recursive CTE yields, would hash-join against a scan of the whole table.)
+        #
+        # (``tenants`` orders by runs_fair's columns, tenant then available_at, so that
+        # the hop is an index-only seek on it, never a walk through a tenant's finished
+        # runs on the plain tenant index.)
+        #
+        # ``far`` is what keeps SKIP LOCKED exact when concurrent claimers hold more
+        # than that: when ``near`` came short AND some tenant had more due runs than its
+        # window showed (never when ``few``), the whole backlog is ranked (the rows
+        # ``near`` took left out) and locked in rank order. Otherwise ``due`` held every
+        # claimable run, ``near`` tried them all, and ``far`` is never run (the outer
+        # LIMIT stops pulling once ``near`` filled the claim; its conditions are
+        # one-time filters).
         return (
-            "WITH k AS (SELECT id, available_at, ROW_NUMBER() OVER "
-            f"(PARTITION BY tenant_id ORDER BY available_at) AS fair_rank FROM runs "
-            f"WHERE {self.claimable(n_targets)}), "
-            "c AS (SELECT runs.id FROM runs JOIN k ON k.id = runs.id "
+            "WITH RECURSIVE probe AS (SELECT id, tenant_id, available_at FROM runs "
+            f"WHERE {queued} AND target IN ({targets}) AND available_at <= {now} "
+            "ORDER BY target, available_at LIMIT 10 * :limit), "
+            "few AS (SELECT COUNT(*) < 10 * :limit AS yes FROM probe), "
+            "tenants(t) AS ("
+            f"(SELECT tenant_id FROM runs WHERE {queued} ORDER BY tenant_id, available_at LIMIT 1) "
+            f"UNION ALL SELECT (SELECT tenant_id FROM runs WHERE {queued} "
+            "AND tenant_id > tenants.t ORDER BY tenant_id, available_at LIMIT 1) "
+            "FROM tenants WHERE tenants.t IS NOT NULL), "
+            "due AS (SELECT id, tenant_id, available_at FROM probe WHERE (SELECT yes FROM few) "
+            "UNION ALL SELECT w.id, w.tenant_id, w.available_at FROM tenants CROSS JOIN LATERAL "
+            f"(SELECT id, tenant_id, available_at FROM runs WHERE {queued} "
+            f"AND tenant_id = tenants.t AND available_at <= {now} AND target IN ({targets}) "
+            "ORDER BY available_at LIMIT 2 * :limit) w WHERE NOT (SELECT yes FROM few) "
+            "UNION ALL SELECT id, tenant_id, available_at FROM runs "
+            f"WHERE status = 'running' AND target IN ({targets}) AND lease_expires_at < {now}), "
+            "near AS (SELECT runs.id FROM (SELECT id, available_at, fair_rank FROM "
+            f"(SELECT id, available_at, {rank} FROM due) ranked "
+            "ORDER BY fair_rank, available_at) k JOIN runs ON runs.id = k.id "
             f"WHERE {self.claimable(n_targets, 'runs')} "
-            "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED) "
+            "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
+            "far AS (SELECT runs.id FROM runs JOIN "
+            f"(SELECT id, available_at, {rank} FROM runs WHERE {self.claimable(n_targets)}) k "
+            f"ON k.id = runs.id WHERE {self.claimable(n_targets, 'runs')} "
+            "AND runs.id NOT IN (SELECT id FROM near) AND NOT (SELECT yes FROM few) "
+            "AND EXISTS (SELECT 1 FROM due GROUP BY tenant_id HAVING COUNT(*) >= 2 * :limit) "
+            "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
+            "c AS (SELECT id FROM near UNION ALL SELECT id FROM far LIMIT :limit) "
             f"UPDATE runs r SET status = '{RunStatus.RUNNING}', lease_owner = :owner, "
             f"write_token = :token, lease_epoch = r.lease_epoch + 1, "
             f"lease_expires_at = {now} + :lease, updated_at = {now}, "
