@@ -161,11 +161,22 @@ class SQLiteDialect(Dialect):
             # runs_fair index (one seek each), ``due`` reads each one's first :limit
             # runs in available_at order from the same index, and the expired leases
             # join them. A claim reads a few rows per tenant, not the whole backlog.
-            "WITH RECURSIVE tenants(t) AS (SELECT MIN(tenant_id) FROM runs "
-            "WHERE status IN ('queued', 'waiting') UNION ALL "
+            # First ``probe``: the first 10 x :limit due runs of the worker's targets,
+            # on the runs_claimable index (target, available_at). When there are
+            # ``few`` (fewer than that), they are every due run and nothing else is
+            # read: an idle queue costs a few index entries, however many tenants
+            # have runs parked or not yet due (the tenant hop below visits those too).
+            "WITH RECURSIVE probe AS (SELECT id, tenant_id, available_at FROM runs "
+            "WHERE status IN ('queued', 'waiting') "
+            f"AND target IN ({targets}) AND available_at <= {now} LIMIT 10 * :limit), "
+            "few(yes) AS (SELECT COUNT(*) < 10 * :limit FROM probe), "
+            "tenants(t) AS (SELECT MIN(tenant_id) FROM runs "
+            "WHERE status IN ('queued', 'waiting') AND NOT (SELECT yes FROM few) UNION ALL "
             "SELECT (SELECT MIN(tenant_id) FROM runs WHERE status IN ('queued', 'waiting') "
             "AND tenant_id > tenants.t) FROM tenants WHERE t IS NOT NULL), "
             "due(id, tenant_id, available_at) AS ("
+            "SELECT id, tenant_id, available_at FROM probe WHERE (SELECT yes FROM few) "
+            "UNION ALL "
             "SELECT r.id, r.tenant_id, r.available_at FROM tenants JOIN runs r "
             "ON r.id IN (SELECT id FROM runs WHERE status IN ('queued', 'waiting') "
             f"AND tenant_id = tenants.t AND available_at <= {now} AND target IN ({targets}) "
