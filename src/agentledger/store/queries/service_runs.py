@@ -6,6 +6,7 @@ the Idempotency-Key row, so a key never exists without its run nor a run without
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import time
@@ -20,6 +21,7 @@ from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import RUN_COLUMNS
 from agentledger.store.queries.events import insert_event
 from agentledger.store.queries.runs import create_run, find_request, get_run
+from agentledger.store.queries.service_accepts import fast_path_fits, submit_fast
 from agentledger.store.queries.service_quota import Quota, QuotaBook, QuotaExceeded
 
 SERVICE_RUN_COLUMNS = RUN_COLUMNS + ", webhook, idempotency_key, event_seq"
@@ -277,6 +279,9 @@ def submit_group(
     savepoint: a submit refused (quota, a reused key, a unique violation) is rolled back
     alone and its error returned in its place; the others commit.
 
+    The group is first tried in a few statements for all of it
+    (:mod:`agentledger.store.queries.service_accepts`), with the same answers.
+
     The quota locks of the group's tenants are taken first, in tenant order, outside
     any savepoint (a savepoint rolled back would release a lock taken inside it).
     """
@@ -286,6 +291,24 @@ def submit_group(
     # One default quota per serve process: every request of a group carries the same.
     book = QuotaBook(requests[0].quota, time.time())
     book.prepare(d, conn, [r.new.tenant_id for r in requests])
+    if fast_path_fits(requests):
+        # The whole group in a few statements, under one savepoint. When a statement
+        # fails (a key another process committed since the read, say) the savepoint
+        # is rolled back and the group takes the per-request path below, with the
+        # quota state as it was: there a refused submit fails alone.
+        spare = copy.deepcopy(book)
+        d.execute(conn, "SAVEPOINT submit_fast")
+        try:
+            done_all = submit_fast(d, conn, requests, book)
+        except Exception as exc:
+            if d.is_disconnect(exc) or d.is_transient(exc):
+                raise  # the whole group is retried by the store
+            d.execute(conn, "ROLLBACK TO SAVEPOINT submit_fast")
+            d.execute(conn, "RELEASE SAVEPOINT submit_fast")
+            book = spare
+        else:
+            d.execute(conn, "RELEASE SAVEPOINT submit_fast")
+            return done_all
     for i, r in enumerate(requests):
         savepoint = f"submit{i}"
         d.execute(conn, f"SAVEPOINT {savepoint}")

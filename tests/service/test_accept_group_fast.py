@@ -1,0 +1,382 @@
+"""A group of accepts in a few statements (store/queries/service_accepts.py), on each
+backend: the same answers and the same rows as the per-request path, duplicates of a key
+inside the group, a key from an earlier group, a quota refusal mid-group, and a failing
+statement that sends the group to the per-request path."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentledger.store import NewRun, SQLStore, open_store
+from agentledger.store.dialect import Dialect
+from agentledger.store.queries import service_runs
+from agentledger.store.queries.service_runs import (
+    IdempotencyMismatch,
+    IdempotencyRequest,
+    Quota,
+    QuotaExceeded,
+    SubmitRequest,
+    Submitted,
+)
+from tests import dbutil
+
+
+class Counting:
+    """A dialect that counts the statements it runs (everything else passes through)."""
+
+    def __init__(self, inner: Dialect) -> None:
+        self.inner = inner
+        self.statements: list[str] = []
+
+    def execute(self, conn: Any, sql: str, params: dict[str, Any] | None = None) -> int:
+        self.statements.append(sql)
+        return self.inner.execute(conn, sql, params)
+
+    def fetchall(
+        self, conn: Any, sql: str, params: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        self.statements.append(sql)
+        return self.inner.fetchall(conn, sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def respond(run: Any) -> dict[str, Any]:
+    return {"id": run.id, "status": run.status, "created_at": run.created_at}
+
+
+def request(
+    i: int,
+    key: str | None = None,
+    body: str = "same",
+    tenant: str = "t1",
+    webhook: str | None = None,
+    quota: Quota | None = None,
+    tag: str = "",
+) -> SubmitRequest:
+    new = NewRun(
+        kind="workflow", name="free", version="1", input={"i": i, "body": body},
+        tenant_id=tenant, user_id=f"user{i % 2}", request_id=f"q{tag}_{i}",
+    )  # fmt: skip
+    idem = IdempotencyRequest(key, f"fp-{body}", 3600.0) if key is not None else None
+    principal = {"user_id": f"user{i % 2}", "key_id": f"k{i}", "roles": ["operator"]}
+    return SubmitRequest(new, principal, webhook, idem, quota or Quota(), respond, f"req{i}")
+
+
+async def submit(
+    store: SQLStore, requests: list[SubmitRequest]
+) -> tuple[list[Submitted | BaseException], list[str]]:
+    """The group's outcomes and the statements it ran."""
+    box: list[Counting] = []
+
+    def job(d: Dialect, c: Any) -> list[Submitted | BaseException]:
+        counting = Counting(d)
+        box.append(counting)
+        return service_runs.submit_group(counting, c, requests)  # type: ignore[arg-type]
+
+    outcomes = await store.transact(job)
+    return outcomes, box[-1].statements
+
+
+def took_fast_path(statements: list[str]) -> bool:
+    return "SAVEPOINT submit_fast" in statements and not any(
+        s.startswith("ROLLBACK TO SAVEPOINT") or s.startswith("SAVEPOINT submit0")
+        for s in statements
+    )
+
+
+def ok(outcome: Submitted | BaseException) -> Submitted:
+    assert isinstance(outcome, Submitted), outcome
+    return outcome
+
+
+async def table(store: SQLStore, sql: str) -> list[dict[str, Any]]:
+    return await store.transact(lambda d, c: d.fetchall(c, sql), write=False)
+
+
+async def test_a_group_costs_a_few_statements_not_a_few_per_run(store: SQLStore) -> None:
+    group = [request(i, key=f"key{i}" if i % 2 else None) for i in range(40)]
+    outcomes, statements = await submit(store, group)
+    assert took_fast_path(statements)
+    assert all(not ok(o).replayed for o in outcomes)
+    # tenant quota, savepoint, request ids, keys, runs, events, (notify), keys, release
+    assert len(statements) <= 10, statements
+    assert len(await table(store, "SELECT id FROM runs")) == 40
+
+
+async def test_a_key_twice_in_one_group_answers_the_second_as_a_replay(store: SQLStore) -> None:
+    group = [
+        request(0, key="k"),
+        request(1, key="k"),  # same body: a replay of the first
+        request(2, key="k", body="other"),  # a different body: refused
+        request(3, key="k", tenant="t2"),  # another tenant's key of the same name
+    ]
+    outcomes, statements = await submit(store, group)
+    assert took_fast_path(statements)
+    first, second, third, fourth = outcomes
+    first_ = ok(first)
+    assert not first_.replayed
+    assert ok(second).replayed and ok(second).run.id == first_.run.id
+    assert ok(second).response == first_.response
+    assert isinstance(third, IdempotencyMismatch)
+    assert not ok(fourth).replayed and ok(fourth).run.id != first_.run.id
+    keys = await table(store, "SELECT tenant_id, key, run_id FROM idempotency_keys ORDER BY 1")
+    assert keys == [
+        {"tenant_id": "t1", "key": "k", "run_id": first_.run.id},
+        {"tenant_id": "t2", "key": "k", "run_id": ok(fourth).run.id},
+    ]
+    assert len(await table(store, "SELECT id FROM runs")) == 2
+
+
+async def test_a_key_of_an_earlier_group_is_replayed_or_refused(store: SQLStore) -> None:
+    earlier, _ = await submit(store, [request(0, key="k", tag="a")])
+    outcomes, statements = await submit(
+        store,
+        [
+            request(0, key="k", tag="b"),  # same body: the earlier run, its response
+            request(1, key="k", body="other", tag="b"),  # a different body
+            request(2, key="k2", tag="b"),  # a new key
+            request(3, key="k", tag="b"),  # the earlier run again
+        ],
+    )
+    assert took_fast_path(statements)
+    first = ok(earlier[0])
+    assert ok(outcomes[0]).replayed and ok(outcomes[0]).run.id == first.run.id
+    assert ok(outcomes[0]).response == first.response
+    assert isinstance(outcomes[1], IdempotencyMismatch)
+    assert not ok(outcomes[2]).replayed
+    assert ok(outcomes[3]).replayed and ok(outcomes[3]).run.id == first.run.id
+    assert len(await table(store, "SELECT id FROM runs")) == 2
+
+
+async def test_a_retried_group_answers_its_committed_runs(store: SQLStore) -> None:
+    group = [request(i, key=f"k{i}" if i % 2 else None) for i in range(4)]
+    before, _ = await submit(store, group[:2])
+    outcomes, statements = await submit(store, group)  # as after a lost COMMIT reply
+    assert took_fast_path(statements)
+    assert [ok(o).run.id for o in outcomes[:2]] == [ok(o).run.id for o in before]
+    assert not any(ok(o).replayed for o in outcomes)
+    assert len(await table(store, "SELECT id FROM runs")) == 4
+
+
+async def test_the_quota_refuses_mid_group_and_a_replay_needs_no_quota(store: SQLStore) -> None:
+    quota = Quota(runs_per_minute=3)
+    await submit(store, [request(0, key="old", quota=quota, tag="a")])
+    group = [
+        request(1, key="k1", quota=quota),
+        request(2, key="k2", quota=quota),  # the third run of the minute: the last one
+        request(3, key="k3", quota=quota),  # refused
+        request(4, quota=quota),  # refused
+        request(5, key="old", quota=quota, tag="a0"),  # a replay: no new run, no quota
+        request(6, key="k3", quota=quota),  # still refused: k3 was never written
+        request(7, quota=quota, tenant="t2"),  # another tenant's quota
+    ]
+    outcomes, statements = await submit(store, group)
+    assert took_fast_path(statements)
+    assert not ok(outcomes[0]).replayed and not ok(outcomes[1]).replayed
+    assert isinstance(outcomes[2], QuotaExceeded) and isinstance(outcomes[3], QuotaExceeded)
+    assert ok(outcomes[4]).replayed
+    assert isinstance(outcomes[5], QuotaExceeded)
+    assert not ok(outcomes[6]).replayed
+    keys = await table(store, "SELECT key FROM idempotency_keys ORDER BY key")
+    assert [k["key"] for k in keys] == ["k1", "k2", "old"]
+    assert len(await table(store, "SELECT id FROM runs")) == 4
+
+
+async def test_a_failing_statement_sends_the_group_to_the_per_request_path(
+    store: SQLStore,
+) -> None:
+    """A statement of the set-based path fails (here: the key row of the second submit
+    appears, written on the same connection, between the read and the INSERT): its
+    savepoint is rolled back -- the row with it -- and every submit of the group is
+    made again one by one."""
+    injected: list[bool] = []
+
+    def injecting(run: Any) -> dict[str, Any]:
+        if not injected:
+            injected.append(True)
+            conn = holder[0]
+            store.dialect.execute(
+                conn,
+                "INSERT INTO idempotency_keys (tenant_id, key, fingerprint, run_id, "
+                "status_code, response, created_at, expires_at) VALUES ('t1', 'k1', 'fp', "
+                "'r-none', 202, '{}', 0, 1e12)",
+            )
+        return respond(run)
+
+    holder: list[Any] = []
+    group = [request(0, key="k0"), request(1, key="k1"), request(2)]
+    group[0].respond = injecting
+
+    def job(d: Dialect, c: Any) -> Any:
+        holder.append(c)
+        counting = Counting(d)
+        return service_runs.submit_group(counting, c, group), counting.statements  # type: ignore[arg-type]
+
+    outcomes, statements = await store.transact(job)
+    assert "ROLLBACK TO SAVEPOINT submit_fast" in statements
+    assert "SAVEPOINT submit0" in statements  # the per-request path
+    assert all(not ok(o).replayed for o in outcomes)
+    keys = await table(store, "SELECT key, run_id FROM idempotency_keys ORDER BY key")
+    assert keys == [
+        {"key": "k0", "run_id": ok(outcomes[0]).run.id},
+        {"key": "k1", "run_id": ok(outcomes[1]).run.id},
+    ]
+    assert len(await table(store, "SELECT id FROM runs")) == 3
+    events = await table(store, "SELECT type, seq FROM events ORDER BY id")
+    assert [(e["type"], e["seq"]) for e in events] == [
+        ("run.submitted", 1), ("run.accepted", 2),
+    ] * 3  # fmt: skip
+
+
+@pytest.mark.postgres
+async def test_a_key_committed_by_another_connection_fails_alone_in_the_fallback(
+    pg_url: str,
+) -> None:
+    """Another process commits the group's second key between the group's read and its
+    INSERT: the set-based INSERT meets the unique index, the group falls back, and the
+    second submit replays the other process's run while the others are accepted."""
+    store = open_store(pg_url)
+    await store.open()
+    other: list[Any] = []
+
+    def racing(run: Any) -> dict[str, Any]:
+        if not other:  # the first call: after the read, before the key rows are written
+            d2 = store.dialect
+            c2 = d2.connect()
+            try:
+                done = service_runs.submit_run(
+                    d2, c2, request(9, tag="other").new, {"user_id": "bob"}, None,
+                    IdempotencyRequest("k1", "fp-same", 3600.0), Quota(), respond,
+                )  # fmt: skip
+                c2.commit()
+            finally:
+                c2.close()
+            other.append(done)
+        return respond(run)
+
+    try:
+        group = [request(0, key="k0"), request(1, key="k1"), request(2)]
+        group[0].respond = racing
+        outcomes, statements = await submit(store, group)
+        assert "ROLLBACK TO SAVEPOINT submit_fast" in statements
+        theirs = other[0]
+        assert not ok(outcomes[0]).replayed and not ok(outcomes[2]).replayed
+        assert ok(outcomes[1]).replayed and ok(outcomes[1]).run.id == theirs.run.id
+        assert ok(outcomes[1]).response == theirs.response
+        runs = await table(store, "SELECT id FROM runs")
+        assert len(runs) == 3  # theirs, and two of the group
+    finally:
+        await store.close()
+
+
+# -- the rows of both paths ------------------------------------------------------------
+
+
+def varied_group(tag: str) -> list[SubmitRequest]:
+    quota = Quota(runs_per_minute=5, max_in_flight=100)
+    return [
+        request(0, key="a", quota=quota, tag=tag),
+        request(1, quota=quota, webhook="http://127.0.0.1:9/hook", tag=tag),
+        request(2, key="a", quota=quota, tag=tag),  # replay within the group
+        request(3, key="a", body="other", quota=quota, tag=tag),  # mismatch
+        request(4, key="b", tenant="t2", quota=quota, tag=tag),
+        request(5, key="old", quota=quota, tag=tag),  # replay of the earlier group
+        request(6, key="c", quota=quota, tag=tag),
+        request(7, quota=quota, tag=tag),
+        request(8, key="d", quota=quota, tag=tag),  # 6th of t1 this minute: refused
+        request(9, quota=quota, tag=tag),  # refused
+    ]
+
+
+def comparable(
+    rows_: list[dict[str, Any]], drop: set[str], run_ids: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Rows without ids and timestamps, run ids replaced by their runs' request ids."""
+    out = []
+    for row in rows_:
+        clean = {}
+        for name, value in row.items():
+            if name in drop:
+                continue
+            if isinstance(value, str) and value in run_ids:
+                value = run_ids[value]
+            clean[name] = value
+        out.append(clean)
+    return out
+
+
+def without_ids(response: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in response.items() if k not in ("id", "created_at")}
+
+
+def outcome_view(outcome: Submitted | BaseException, run_ids: dict[str, str]) -> Any:
+    if isinstance(outcome, BaseException):
+        return (type(outcome).__name__, str(outcome))
+    drop = ("id", "created_at", "updated_at", "available_at")
+    run = {k: v for k, v in vars(outcome.run).items() if k not in drop}
+    response = without_ids(outcome.response)
+    return (run_ids[outcome.run.id], outcome.replayed, run, response)
+
+
+async def rows_after(url: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    store = open_store(url)
+    await store.open()
+    try:
+        await submit(store, [request(0, key="old", tag="early")])
+        with monkeypatch.context() as patch:
+            if not fast:
+                patch.setattr(service_runs, "fast_path_fits", lambda requests: False)
+            outcomes, statements = await submit(store, varied_group("g"))
+        assert took_fast_path(statements) == fast
+        runs = await table(store, "SELECT * FROM runs ORDER BY request_id")
+        run_ids = {r["id"]: r["request_id"] for r in runs}
+        return {
+            "runs": comparable(runs, {"id", "created_at", "updated_at", "available_at"}, run_ids),
+            "events": comparable(
+                await table(store, "SELECT * FROM events ORDER BY id"), {"id", "at"}, run_ids
+            ),
+            "keys": comparable(
+                [
+                    {**k, "response": without_ids(json.loads(k["response"]))}
+                    for k in await table(
+                        store, "SELECT * FROM idempotency_keys ORDER BY tenant_id, key"
+                    )
+                ],
+                {"created_at", "expires_at"},
+                run_ids,
+            ),
+            "outcomes": [outcome_view(o, run_ids) for o in outcomes],
+        }
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def two_urls(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
+    if backend == "sqlite":
+        yield [f"sqlite:///{tmp_path / 'fast.db'}", f"sqlite:///{tmp_path / 'slow.db'}"]
+        return
+    request.getfixturevalue("_pg_session")
+    urls = [dbutil.make_pg_database(), dbutil.make_pg_database()]
+    try:
+        yield urls
+    finally:
+        for url in urls:
+            dbutil.drop_pg_database(url)
+
+
+async def test_the_fast_path_writes_the_rows_and_answers_of_the_per_request_path(
+    two_urls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = await rows_after(two_urls[0], True, monkeypatch)
+    slow = await rows_after(two_urls[1], False, monkeypatch)
+    assert len(fast["runs"]) == 6  # early, and 5 new of the group
+    for part in ("runs", "events", "keys", "outcomes"):
+        assert fast[part] == slow[part], part
