@@ -155,6 +155,19 @@ async def test_a_key_of_an_earlier_group_is_replayed_or_refused(store: SQLStore)
     assert len(await table(store, "SELECT id FROM runs")) == 2
 
 
+async def test_an_expired_key_of_an_earlier_group_is_replaced(store: SQLStore) -> None:
+    gone = request(0, key="k", tag="a")
+    gone.idem = IdempotencyRequest("k", "fp-same", 0.0)  # expired as soon as written
+    earlier, _ = await submit(store, [gone])
+    outcomes, statements = await submit(store, [request(0, key="k"), request(1, key="k")])
+    assert took_fast_path(statements)
+    new = ok(outcomes[0])
+    assert not new.replayed and new.run.id != ok(earlier[0]).run.id
+    assert ok(outcomes[1]).replayed and ok(outcomes[1]).run.id == new.run.id
+    keys = await table(store, "SELECT key, run_id FROM idempotency_keys")
+    assert keys == [{"key": "k", "run_id": new.run.id}]
+
+
 async def test_a_retried_group_answers_its_committed_runs(store: SQLStore) -> None:
     group = [request(i, key=f"k{i}" if i % 2 else None) for i in range(4)]
     before, _ = await submit(store, group[:2])
