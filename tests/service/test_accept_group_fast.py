@@ -24,6 +24,7 @@ from agentledger.store.queries.service_runs import (
     Submitted,
 )
 from tests import dbutil
+from tests.store.pgproxy import READY_FOR_QUERY, LossyProxy
 
 
 class Counting:
@@ -393,3 +394,30 @@ async def test_the_fast_path_writes_the_rows_and_answers_of_the_per_request_path
     assert len(fast["runs"]) == 6  # early, and 5 new of the group
     for part in ("runs", "events", "keys", "outcomes"):
         assert fast[part] == slow[part], part
+
+
+@pytest.mark.postgres
+async def test_a_connection_lost_in_the_fast_path_retries_the_whole_group(
+    proxy: LossyProxy,
+) -> None:
+    """The connection drops during the set-based INSERTs (the server ran the statement,
+    its reply never came back): no fallback on a dead connection -- the error reaches
+    the store, which retries the whole group on a new connection (nothing committed):
+    one run per submit, each with its events and key row."""
+    store = open_store(proxy.url)
+    await store.open()
+    try:
+        group = [request(i, key=f"k{i}" if i % 2 else None) for i in range(5)]
+        proxy.arm(b"INSERT INTO idempotency_keys", READY_FOR_QUERY)
+        outcomes, statements = await submit(store, group)
+        assert proxy.cut.is_set()
+        assert took_fast_path(statements)  # the retry's own statements
+        assert all(not ok(o).replayed for o in outcomes)
+        runs = await table(store, "SELECT id FROM runs ORDER BY id")
+        assert [r["id"] for r in runs] == sorted(ok(o).run.id for o in outcomes)
+        events = await table(store, "SELECT run_id FROM events")
+        assert len(events) == 10
+        keys = await table(store, "SELECT key FROM idempotency_keys ORDER BY key")
+        assert [k["key"] for k in keys] == ["k1", "k3"]
+    finally:
+        await store.close()

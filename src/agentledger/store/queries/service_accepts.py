@@ -254,7 +254,7 @@ _RUN_FIELDS = (
 )  # fmt: skip
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=64)
 def _runs_sql(now: str, n: int) -> str:
     # event_seq = 2: the run.submitted (1) and run.accepted (2) events written with it.
     columns = ", ".join(_RUN_FIELDS)
@@ -283,7 +283,7 @@ def _insert_runs(d: Dialect, conn: Any, inserts: list[_New]) -> None:
         item.body = item.request.respond(dataclasses.replace(item.run, principal=None))
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=64)
 def _events_sql(n: int) -> str:
     values = ", ".join(
         f"(:run{i}, :at, :type{i}, :actor{i}, :data{i}, :seq{i}, NULL)" for i in range(n)
@@ -319,7 +319,12 @@ def _insert_events(d: Dialect, conn: Any, inserts: list[_New]) -> None:
     d.execute(conn, _events_sql(n), params)
 
 
-@functools.lru_cache(maxsize=32)
+def _key_order(item: _New) -> tuple[str, str]:
+    idem = item.request.idem
+    return (item.request.new.tenant_id, idem.key if idem is not None else "")
+
+
+@functools.lru_cache(maxsize=64)
 def _keys_sql(n: int) -> str:
     values = ", ".join(
         f"(:t{i}, :k{i}, :f{i}, :run{i}, 202, :body{i}, :now, :exp{i})" for i in range(n)
@@ -339,6 +344,9 @@ def _insert_keys(
     keyed = [item for item in inserts if item.request.idem is not None]
     if not keyed:
         return
+    # In key order: two processes inserting overlapping keys wait on each other in the
+    # same order, instead of each holding one the other waits for (a deadlock).
+    keyed.sort(key=_key_order)
     replace: dict[str, list[str]] = {}
     params: dict[str, Any] = {"now": now}
     for i, item in enumerate(keyed):
