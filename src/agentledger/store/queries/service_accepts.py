@@ -61,7 +61,6 @@ def fast_path_fits(requests: list[SubmitRequest]) -> bool:
 class _New:
     """A run the group will insert: its request, its row's parameters."""
 
-    index: int
     request: SubmitRequest
     params: dict[str, Any]
     run: Run | None = None
@@ -96,7 +95,7 @@ def submit_fast(
     # The decisions, in group order, as submit_run makes them (see its body).
     out: list[Submitted | BaseException | _New | tuple[_New, bool]] = []
     inserts: list[_New] = []
-    for i, r in enumerate(requests):
+    for r in requests:
         new = r.new
         try:
             rid = new.request_id
@@ -120,7 +119,7 @@ def submit_fast(
                 out.append(Submitted(run_found, True, json.loads(str(known.response))))
                 continue
             book.check(d, conn, new.tenant_id)  # prepared: no statement
-            pending = _New(i, r, _run_params(r))
+            pending = _New(r, _run_params(r))
         except Exception as exc:
             out.append(exc)
             continue
