@@ -98,23 +98,15 @@ def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, limit: int) -> int:
         "ORDER BY e.id LIMIT :limit",
         {"t": tenant_id, "limit": limit},
     )
+    links: list[tuple[int, int, str, str]] = []  # (event id, chain_no, prev_hash, hash)
     for row in found:
         chain_no += 1
         digest = record_hash(prev, tenant_id, row, chain_no)
-        changed = d.execute(
-            conn,
-            "UPDATE events SET tenant_id = :t, chain_no = :n, prev_hash = :p, hash = :h "
-            "WHERE id = :id AND hash IS NULL",
-            {"t": tenant_id, "n": chain_no, "p": prev, "h": digest, "id": row["id"]},
-        )
-        if changed != 1:
-            # Another sealer chained it: going on would leave a gap at ``chain_no``.
-            # Roll everything back; the next seal starts from the head again.
-            raise StoreError(
-                f"audit event {row['id']} of tenant {tenant_id} was sealed concurrently; "
-                "sealing is retried"
-            )
+        links.append((int(row["id"]), chain_no, prev, digest))
         prev = digest
+    for start in range(0, len(links), _LINKS_PER_UPDATE):
+        _write_links(d, conn, tenant_id, links[start : start + _LINKS_PER_UPDATE])
+    for row in found:
         # The event's webhook, enqueued once: sealing happens once per event.
         service_webhooks.enqueue_for_event(d, conn, tenant_id, row)
     if found:
@@ -124,6 +116,55 @@ def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, limit: int) -> int:
             {"n": chain_no, "h": prev, "t": tenant_id},
         )
     return len(found)
+
+
+# Links written per UPDATE (4 parameters each, under every backend's parameter limit).
+_LINKS_PER_UPDATE = 500
+
+
+def _write_links(
+    d: Dialect, conn: Any, tenant_id: str, links: list[tuple[int, int, str, str]]
+) -> None:
+    """Chain ``links`` (event id, chain_no, prev_hash, hash), each only if still
+    unsealed; every one must change, or the whole seal is rolled back. One UPDATE for
+    all on a server (a round trip per record cost PostgreSQL 0.15 ms each); one per
+    record on SQLite, in process, where that is cheaper than its UPDATE ... FROM join."""
+    if d.name == "sqlite":
+        changed = sum(
+            d.execute(
+                conn,
+                "UPDATE events SET tenant_id = :t, chain_no = :n, prev_hash = :p, hash = :h "
+                "WHERE id = :id AND hash IS NULL",
+                {"t": tenant_id, "n": number, "p": prev, "h": digest, "id": event_id},
+            )
+            for event_id, number, prev, digest in links
+        )
+        _all_changed(tenant_id, len(links), changed)
+        return
+    params: dict[str, Any] = {"t": tenant_id}
+    values = []
+    for i, (event_id, number, prev, digest) in enumerate(links):
+        values.append(f"(CAST(:i{i} AS BIGINT), CAST(:n{i} AS BIGINT), :p{i}, :h{i})")
+        params.update({f"i{i}": event_id, f"n{i}": number, f"p{i}": prev, f"h{i}": digest})
+    # VALUES columns are column1..column4 on both backends.
+    changed = d.execute(
+        conn,
+        "UPDATE events SET tenant_id = :t, chain_no = v.column2, prev_hash = v.column3, "
+        f"hash = v.column4 FROM (VALUES {', '.join(values)}) AS v "
+        "WHERE events.id = v.column1 AND events.hash IS NULL",
+        params,
+    )
+    _all_changed(tenant_id, len(links), changed)
+
+
+def _all_changed(tenant_id: str, wanted: int, changed: int) -> None:
+    if changed != wanted:
+        # Another sealer chained one of them: going on would leave a gap in the chain.
+        # Raising rolls everything back; the next seal starts from the head again.
+        raise StoreError(
+            f"{wanted - changed} audit events of tenant {tenant_id} were sealed "
+            "concurrently; sealing is retried"
+        )
 
 
 def has_unsealed(d: Dialect, conn: Any) -> bool:
