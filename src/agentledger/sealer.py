@@ -34,9 +34,12 @@ def period_from_env() -> float:
     return seconds_from_env(PERIOD_ENV, DEFAULT_PERIOD, minimum=0.01, maximum=3600)
 
 
-async def seal_once(store: Store, batch: int = BATCH, max_batches: int = MAX_BATCHES) -> int:
+async def seal_once(store: Store, batch: int | None = None, max_batches: int | None = None) -> int:
     """Seal what is committed and unsealed now (up to ``batch * max_batches`` records,
-    ``batch`` per transaction); return how many records were sealed."""
+    ``batch`` per transaction; default ``BATCH`` and ``MAX_BATCHES``); return how many
+    records were sealed."""
+    batch = batch or BATCH
+    max_batches = max_batches or MAX_BATCHES
     # A read first: an idle process does not take SQLite's write lock every period.
     if not await store.transact(service_audit.has_unsealed, write=False):
         return 0
