@@ -11,8 +11,9 @@ generator. ``POST /v1/runs``, without and with Idempotency-Key, is measured two 
   its *scheduled* send time, so a stall is charged to every request it held back
   (no coordinated omission). This answers "at 1,000 runs/s, what is the p99?".
 
-Then SSE lag -- from an event's insert time to its arrival at a client -- with
-``streams`` open streams while a worker subprocess runs the runs.
+And SSE lag -- from an event's insert time to its arrival at a client -- with
+``streams`` open streams while a worker subprocess runs the runs (measured after the
+closed-loop phases, before the fixed-rate ones).
 
 The load generator is aiohttp's client (``pip install 'agentledger[bench]'``): httpx
 spent 2.4-2.7 ms of CPU per request here against aiohttp's 0.14-0.16 ms, and on two
@@ -342,6 +343,10 @@ async def run_api_bench(
         await _load(base, headers, min(200, requests), concurrency, False)  # warm-up
         plain = await _load(base, headers, requests, concurrency, False, serve.pid)
         keyed = await _load(base, headers, requests, concurrency, True, serve.pid)
+        # SSE before the fixed-rate phases: its worker claims among the queued runs, and
+        # on PostgreSQL a claim slows down with every queued run the phases leave.
+        sse_headers = {"Authorization": f"Bearer {sse_key}"}
+        lag = await _sse_lag(base, sse_headers, streams, env, db)
         at_rate: dict[str, Any] = {}
         if rate > 0:
             for name, idempotent in (
@@ -354,8 +359,6 @@ async def run_api_bench(
                 at_rate[name] = await _fixed_rate(
                     base, headers, rate, rate_seconds, connections, idempotent, serve.pid
                 )
-        sse_headers = {"Authorization": f"Bearer {sse_key}"}
-        lag = await _sse_lag(base, sse_headers, streams, env, db)
     finally:
         serve.terminate()
         serve.wait(30)
