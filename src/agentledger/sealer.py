@@ -34,17 +34,20 @@ def period_from_env() -> float:
     return seconds_from_env(PERIOD_ENV, DEFAULT_PERIOD, minimum=0.01, maximum=3600)
 
 
-async def seal_once(store: Store) -> int:
-    """Seal what is committed and unsealed now (up to ``BATCH * MAX_BATCHES`` records);
-    return how many records were sealed."""
+async def seal_once(store: Store, batch: int | None = None, max_batches: int | None = None) -> int:
+    """Seal what is committed and unsealed now (up to ``batch * max_batches`` records,
+    ``batch`` per transaction; default ``BATCH`` and ``MAX_BATCHES``); return how many
+    records were sealed."""
+    batch = batch or BATCH
+    max_batches = max_batches or MAX_BATCHES
     # A read first: an idle process does not take SQLite's write lock every period.
     if not await store.transact(service_audit.has_unsealed, write=False):
         return 0
     total = 0
-    for _ in range(MAX_BATCHES):
-        sealed = await store.transact(lambda d, c: service_audit.seal(d, c, BATCH))
+    for _ in range(max_batches):
+        sealed = await store.transact(lambda d, c: service_audit.seal(d, c, batch))
         total += sealed
-        if sealed < BATCH:
+        if sealed < batch:
             break
     return total
 

@@ -118,14 +118,35 @@ def render(report: dict[str, Any], console: Console) -> None:
 @click.option("--quick", is_flag=True, help="Small sizes: a smoke test of a few seconds.")
 @click.option(
     "--api", is_flag=True,
-    help="Benchmark the HTTP service instead: POST /v1/runs accepted/s, p50/p99, SSE lag.",
+    help="Benchmark the HTTP service instead (JSON): POST /v1/runs closed loop (saturation "
+    "runs/s, p50/p99) and at a fixed rate (--rate), each without and with Idempotency-Key; "
+    "SSE lag.",
 )  # fmt: skip
-def bench(as_json: bool, db: str | None, quick: bool, api: bool) -> None:
-    """Measure per-step overhead against raw INSERT+COMMIT, throughput and bytes stored."""
+@click.option(
+    "--rate", default=1000.0, show_default=True, type=click.FloatRange(0),
+    help="With --api: offer POST /v1/runs at this many requests/s (open loop; latency from "
+    "each request's scheduled send time). 0 skips the fixed-rate phases.",
+)  # fmt: skip
+@click.option(
+    "--rate-seconds", default=None, type=click.FloatRange(0.1),
+    help="With --api: length of each fixed-rate phase [default: 5, 1 with --quick].",
+)  # fmt: skip
+def bench(
+    as_json: bool, db: str | None, quick: bool, api: bool, rate: float, rate_seconds: float | None
+) -> None:
+    """Measure per-step overhead against raw INSERT+COMMIT, throughput and bytes stored.
+
+    With --api, the HTTP service instead: one `serve` subprocess on loopback, loaded
+    from this process. Closed loop (32 clients back to back) gives the saturation
+    throughput; the fixed-rate phases give the latency at --rate requests/s, which is
+    what a p99 target is about. Prints one JSON object.
+    """
     if api:
         from agentledger.service.bench import run_api_bench
 
-        sizes = {"requests": 300, "streams": 20} if quick else {}
+        sizes: dict[str, Any] = {"requests": 300, "streams": 20} if quick else {}
+        sizes["rate"] = rate
+        sizes["rate_seconds"] = rate_seconds or (1.0 if quick else 5.0)
         click.echo(json.dumps(asyncio.run(run_api_bench(db, **sizes)), indent=2))
         return
     from agentledger.bench import BenchConfig, run_bench

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -18,6 +16,7 @@ from agentledger.app import App
 from agentledger.service import deltas, problems
 from agentledger.service.accepts import AcceptBatcher
 from agentledger.service.auth import KeyCache
+from agentledger.service.fastpath import SubmitFastPath
 from agentledger.service.hub import EventHub
 from agentledger.service.idempotency import InFlight
 from agentledger.service.routers import approvals, audit, events, health, observe, runs
@@ -27,8 +26,6 @@ from agentledger.store import SQLStore, Store, open_store
 from agentledger.store.queries import service_runs
 
 log = logging.getLogger(__name__)
-
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = None) -> FastAPI:
@@ -84,41 +81,14 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
     api.state.agent_app = agent_app
     api.state.keys = KeyCache(settings.key_cache_seconds)
     api.state.in_flight = InFlight()
-    problems.install(api)
-
-    api.add_middleware(RequestIdMiddleware)
+    # Plain submits skip the framework's per-request layers (service/fastpath.py);
+    # added first, so it sits inside the request-id and body-limit middleware.
+    api.add_middleware(SubmitFastPath)
+    problems.install(api)  # error documents, request ids, the body limit
 
     for module in (health, runs, events, approvals, audit, observe):
         api.include_router(module.router)
     return api
-
-
-class RequestIdMiddleware:
-    """Gives every request an id (``X-Request-Id``: the caller's if well formed) and
-    echoes it on the response; a plain ASGI middleware (no per-request task)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        given = ""
-        for name, value in scope.get("headers", ()):
-            if name == b"x-request-id":
-                given = value.decode("latin-1")
-        rid = given if _REQUEST_ID.match(given) else "req_" + secrets.token_hex(8)
-        scope.setdefault("state", {})["request_id"] = rid
-
-        async def send_with_id(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                headers = [h for h in message.get("headers", []) if h[0] != b"x-request-id"]
-                headers.append((b"x-request-id", rid.encode()))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, send_with_id)
 
 
 def _wake_hub_on_commits(store: Store, hub: EventHub) -> list[Callable[[], None]]:
@@ -134,11 +104,20 @@ def _wake_hub_on_commits(store: Store, hub: EventHub) -> list[Callable[[], None]
     return undo
 
 
+# Records per seal transaction here: the accept groups share the store's one writer with
+# the sealer, and a group queued behind a seal transaction waits for all of it (500
+# records: ~40 ms on SQLite, the p99 at 1,000 runs/s). Small slices interleave with the
+# groups; as many slices per round as the default sealer's batches.
+_SEAL_SLICE = 100
+_SEAL_SLICES = sealer.BATCH * sealer.MAX_BATCHES // _SEAL_SLICE
+
+
 async def _seal_forever(store: Store, period: float) -> None:
     """Seal new audit events into their tenants' chains, every ``period`` seconds."""
     while True:
         try:
-            await sealer.seal_once(store)  # workers seal too (agentledger/sealer.py)
+            # Workers seal too (agentledger/sealer.py).
+            await sealer.seal_once(store, _SEAL_SLICE, _SEAL_SLICES)
             await store.transact(
                 lambda d, c: service_runs.purge_idempotency_keys(d, c, time.time())
             )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 
 from agentledger.service.problems import Problem
 from agentledger.store import Store
@@ -117,15 +117,8 @@ class KeyCache:
 _UNAUTHENTICATED = {"WWW-Authenticate": 'Bearer realm="agentledger"'}
 
 
-_BEARER = HTTPBearer(auto_error=False, description="An API key: `Bearer al_<id>_<secret>`")
-
-
-async def authenticate(
-    request: Request,
-    _documented: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)] = None,
-) -> Principal:
-    """The caller's principal, from its bearer key; 401 problem otherwise.
-    (``_documented`` only declares the scheme in the OpenAPI document.)"""
+async def authenticate(request: Request) -> Principal:
+    """The caller's principal, from its bearer key; 401 problem otherwise."""
     state = request.app.state
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
@@ -155,7 +148,22 @@ async def authenticate(
     return principal
 
 
-Caller = Annotated[Principal, Depends(authenticate)]
+class _BearerKey(HTTPBearer):
+    """The bearer scheme as one dependency: FastAPI documents it in the OpenAPI document
+    (an ``HTTPBearer`` security scheme) and calling it resolves the principal. A second
+    dependency only to declare the scheme would cost every request its solving."""
+
+    async def __call__(self, request: Request) -> Principal:  # type: ignore[override]
+        return await authenticate(request)
+
+
+_BEARER = _BearerKey(
+    scheme_name="HTTPBearer",
+    auto_error=False,
+    description="An API key: `Bearer al_<id>_<secret>`",
+)
+
+Caller = Annotated[Principal, Depends(_BEARER)]
 
 
 def require(principal: Principal, *roles: str, action: str) -> None:

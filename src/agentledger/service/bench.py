@@ -1,9 +1,19 @@
 """``agentledger bench --api``: the HTTP service under load, from another process.
 
 One ``serve`` process (a subprocess, on loopback) and this process as the load
-generator: accepted ``POST /v1/runs`` per second and p50/p99 latency, without and with
-Idempotency-Key; then SSE lag -- from an event's insert time to its arrival at a
-client -- with ``streams`` open streams while a worker subprocess runs the runs.
+generator. ``POST /v1/runs``, without and with Idempotency-Key, is measured two ways:
+
+* **closed loop** (``post_runs*``): ``concurrency`` clients each send their next request
+  as soon as the last one is answered. This finds the saturation throughput; latency
+  there is mostly queueing (about concurrency / throughput), not service time.
+* **fixed rate** (``post_runs_at_rate*``, open loop, as wrk2 does): requests are
+  scheduled ``1/rate`` apart whatever the answers do, and each one's latency runs from
+  its *scheduled* send time, so a stall is charged to every request it held back
+  (no coordinated omission). This answers "at 1,000 runs/s, what is the p99?".
+
+And SSE lag -- from an event's insert time to its arrival at a client -- with
+``streams`` open streams while a worker subprocess runs the runs (measured after the
+closed-loop phases, before the fixed-rate ones).
 
 The load generator is aiohttp's client (``pip install 'agentledger[bench]'``): httpx
 spent 2.4-2.7 ms of CPU per request here against aiohttp's 0.14-0.16 ms, and on two
@@ -151,6 +161,91 @@ async def _load(
     return out
 
 
+async def _fixed_rate(
+    base: str,
+    headers: dict[str, str],
+    rate: float,
+    seconds: float,
+    connections: int,
+    idempotent: bool,
+    server_pid: int | None = None,
+) -> dict[str, Any]:
+    """Offer ``rate`` requests per second for ``seconds`` (open loop) and time each one
+    from its scheduled send time: a request the generator or a busy connection pool
+    held back is charged the wait, as wrk2 does."""
+    aiohttp = _aiohttp()
+    total = max(1, round(rate * seconds))
+    latencies: list[float] = []  # answered requests, from their scheduled send time
+    late: list[float] = []  # how far behind its schedule each request left the generator
+    statuses: dict[int, int] = {}
+    failures: dict[str, int] = {}  # requests without an answer, by exception
+    body = json.dumps({"agent": "noop", "input": {}}).encode()
+    plain = {**headers, "Content-Type": "application/json"}
+    last_answer = 0.0
+
+    async def one(session: Any, i: int, scheduled: float) -> None:
+        nonlocal last_answer
+        h = plain
+        if idempotent:
+            h = {**plain, "Idempotency-Key": f"bench-{secrets.token_hex(6)}-{i}"}
+        late.append((time.perf_counter() - scheduled) * 1000)
+        try:
+            async with session.post("/v1/runs", data=body, headers=h) as r:
+                await r.read()
+                status = r.status
+        except Exception as exc:  # a timeout, a reset: counted, never retried
+            failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + 1
+            return
+        now = time.perf_counter()
+        last_answer = max(last_answer, now)
+        latencies.append((now - scheduled) * 1000)
+        statuses[status] = statuses.get(status, 0) + 1
+
+    connector = aiohttp.TCPConnector(limit=connections)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as session:
+        server_before = _cpu_seconds(server_pid) if server_pid else None
+        own_before = _own_cpu_seconds()
+        tasks = []
+        start = time.perf_counter()
+        for i in range(total):
+            scheduled = start + i / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            # Everything already due leaves now, however late: the schedule never slips.
+            tasks.append(asyncio.create_task(one(session, i, scheduled)))
+        last_sent = time.perf_counter()
+        await asyncio.gather(*tasks)
+        own = _own_cpu_seconds() - own_before
+        server_after = _cpu_seconds(server_pid) if server_pid else None
+    accepted = statuses.get(202, 0)
+    elapsed = max(last_answer, last_sent) - start
+    out: dict[str, Any] = {
+        "target_per_s": rate,
+        "seconds": seconds,
+        "requests": total,
+        "connections": connections,
+        # Accepted runs over the time from the first scheduled send to the last answer:
+        # below the target when the server (or the generator) fell behind.
+        "accepted_per_s": round(accepted / elapsed, 1) if elapsed > 0 else 0.0,
+        "p50_ms": round(_pct(latencies, 0.50), 2),
+        "p90_ms": round(_pct(latencies, 0.90), 2),
+        "p99_ms": round(_pct(latencies, 0.99), 2),
+        "max_ms": round(max(latencies), 2) if latencies else float("nan"),
+        "errors": total - accepted,
+        "statuses": statuses,
+        "failures": failures,
+        # The generator's own punctuality: large values mean the figures above measure
+        # the generator's CPU, not the server.
+        "send_late_p99_ms": round(_pct(late, 0.99), 2),
+        "load_generator_cpu_ms_per_request": round(own * 1000 / total, 3),
+    }
+    if server_before is not None and server_after is not None:
+        out["server_cpu_ms_per_request"] = round((server_after - server_before) * 1000 / total, 3)
+    return out
+
+
 async def _sse_lag(
     base: str, headers: dict[str, str], streams: int, env: dict[str, str], db: str
 ) -> dict[str, Any]:
@@ -200,15 +295,26 @@ async def _sse_lag(
 
 
 async def run_api_bench(
-    db: str | None, requests: int = 2000, concurrency: int = 32, streams: int = 100
+    db: str | None,
+    requests: int = 2000,
+    concurrency: int = 32,
+    streams: int = 100,
+    rate: float = 1000.0,
+    rate_seconds: float = 5.0,
+    connections: int = 64,
 ) -> dict[str, Any]:
     """Start ``serve`` on ``db`` (default: a temporary SQLite file in the current
-    directory, on the same disk as the default database), load it, stop it."""
+    directory, on the same disk as the default database), load it, stop it.
+
+    Closed loop: ``requests`` requests from ``concurrency`` clients. Fixed rate (skipped
+    when ``rate`` is 0): ``rate`` requests/s for ``rate_seconds`` over at most
+    ``connections`` connections. SSE: ``streams`` open streams."""
     if db is None:
         with tempfile.TemporaryDirectory(prefix="agentledger-api-bench-", dir=".") as tmp:
             return await run_api_bench(
-                f"sqlite:///{Path(tmp) / 'bench.db'}", requests, concurrency, streams
-            )
+                f"sqlite:///{Path(tmp) / 'bench.db'}", requests, concurrency, streams,
+                rate, rate_seconds, connections,
+            )  # fmt: skip
     pepper = secrets.token_hex(16)
     env = dict(os.environ, AGENTLEDGER_KEY_PEPPER=pepper)
     store = open_store(db)
@@ -237,15 +343,30 @@ async def run_api_bench(
         await _load(base, headers, min(200, requests), concurrency, False)  # warm-up
         plain = await _load(base, headers, requests, concurrency, False, serve.pid)
         keyed = await _load(base, headers, requests, concurrency, True, serve.pid)
+        # SSE before the fixed-rate phases: its worker claims among the queued runs, and
+        # on PostgreSQL a claim slows down with every queued run the phases leave.
         sse_headers = {"Authorization": f"Bearer {sse_key}"}
         lag = await _sse_lag(base, sse_headers, streams, env, db)
+        at_rate: dict[str, Any] = {}
+        if rate > 0:
+            for name, idempotent in (
+                ("post_runs_at_rate", False),
+                ("post_runs_at_rate_idempotency_key", True),
+            ):
+                # Let the sealer catch up on the previous phase's events first, so a
+                # phase does not pay for the one before it.
+                await asyncio.sleep(1.0)
+                at_rate[name] = await _fixed_rate(
+                    base, headers, rate, rate_seconds, connections, idempotent, serve.pid
+                )
     finally:
         serve.terminate()
         serve.wait(30)
     return {
         "backend": db.split(":", 1)[0],
         "cpus": os.cpu_count(),
-        "post_runs": plain,
-        "post_runs_idempotency_key": keyed,
+        "post_runs": {"mode": "closed loop", **plain},
+        "post_runs_idempotency_key": {"mode": "closed loop", **keyed},
+        **{k: {"mode": "fixed rate, latency from scheduled send", **v} for k, v in at_rate.items()},
         "sse": lag,
     }

@@ -4,6 +4,8 @@ stable ``type`` URI per kind of error and the request id."""
 from __future__ import annotations
 
 import logging
+import re
+import secrets
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -102,10 +104,19 @@ def problem_response(
     return JSONResponse(body, status_code=status, headers=out, media_type=MEDIA_TYPE)
 
 
-class BodyLimit:
-    """Refuses request bodies over ``limit`` bytes with 413: by their Content-Length
-    at once, else as soon as the streamed chunks pass it (nothing larger is buffered).
-    It raises from ``receive``, inside the route, so the answer is a problem document."""
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class RequestMiddleware:
+    """The one middleware of the service, plain ASGI (no per-request task):
+
+    * gives every request an id (``X-Request-Id``: the caller's if well formed), in
+      ``request.state.request_id``, and echoes it on the response;
+    * refuses request bodies over ``limit`` bytes with 413: by their Content-Length at
+      once, else as soon as the streamed chunks pass it (nothing larger is buffered). It
+      raises from ``receive``, inside the route, so the answer is a problem document.
+
+    One layer for both: each layer of the stack costs every request its calls."""
 
     def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
         self.app = app
@@ -116,13 +127,19 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.limit
+        given = ""
         declared = 0
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                given = value.decode("latin-1")
+            elif name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = 0
+        rid = given if _REQUEST_ID.match(given) else "req_" + secrets.token_hex(8)
+        scope.setdefault("state", {})["request_id"] = rid
+        rid_header = (b"x-request-id", rid.encode())
         seen = 0
 
         def too_large() -> StarletteHTTPException:
@@ -141,14 +158,22 @@ class BodyLimit:
                     raise too_large()
             return message
 
-        await self.app(scope, limited, send)
+        async def send_with_id(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", ()) if h[0] != b"x-request-id"]
+                headers.append(rid_header)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, limited, send_with_id)
 
 
 def install(app: FastAPI) -> None:
     """Route every error -- ours, FastAPI's validation, Starlette's 404/405, crashes --
-    through :func:`problem_response`; refuse bodies over the size limit (413)."""
+    through :func:`problem_response`; give requests their ids and refuse bodies over the
+    size limit (413): :class:`RequestMiddleware`."""
     limit = getattr(getattr(app.state, "settings", None), "max_body_bytes", MAX_BODY_BYTES)
-    app.add_middleware(BodyLimit, limit=int(limit))
+    app.add_middleware(RequestMiddleware, limit=int(limit))
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
