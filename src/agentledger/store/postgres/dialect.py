@@ -196,6 +196,11 @@ class PostgresDialect(Dialect):
         # :limit rows are locked; joined unsorted, the planner, blind to how few rows
         # the recursive CTE yields, would hash-join against a scan of the whole table.)
         #
+        # (``tenants`` ends with a NULL row, the hop that found no next tenant; it is
+        # left out before the window is read: the planner may read the window from
+        # runs_claimable, filtering on the tenant -- its choice when one tenant holds
+        # most runs -- and would walk every due run for a tenant that matches none.)
+        #
         # (``tenants`` orders by runs_fair's columns, tenant then available_at, so that
         # the hop is an index-only seek on it, never a walk through a tenant's finished
         # runs on the plain tenant index.)
@@ -221,7 +226,8 @@ class PostgresDialect(Dialect):
             "UNION ALL SELECT w.id, w.tenant_id, w.available_at FROM tenants CROSS JOIN LATERAL "
             f"(SELECT id, tenant_id, available_at FROM runs WHERE {queued} "
             f"AND tenant_id = tenants.t AND available_at <= {now} AND target IN ({targets}) "
-            "ORDER BY available_at LIMIT 2 * :limit) w WHERE NOT (SELECT yes FROM few) "
+            "ORDER BY available_at LIMIT 2 * :limit) w "
+            "WHERE tenants.t IS NOT NULL AND NOT (SELECT yes FROM few) "
             "UNION ALL SELECT id, tenant_id, available_at FROM runs "
             f"WHERE status = 'running' AND target IN ({targets}) AND lease_expires_at < {now}), "
             "near AS (SELECT runs.id FROM (SELECT id, available_at, fair_rank FROM "
