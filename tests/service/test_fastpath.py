@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from opentelemetry import trace
+from opentelemetry._logs import _internal as logs_api
+from opentelemetry.metrics import _internal as metrics_api
 
 from tests.service.conftest import Api, in_process, settings_for
 
@@ -98,9 +102,17 @@ async def test_quota_refusals_match_the_route(tmp_path: Path) -> None:
         _same(fast, routed)
 
 
-async def test_a_plain_submit_skips_routing_and_others_do_not(api: Api) -> None:
+async def test_a_plain_submit_skips_routing_and_others_do_not(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The fast path answers plain submits (no FastAPI route resolved in the scope);
     what it does not serve goes through the route."""
+    # No OpenTelemetry provider configured in this process (another test may have set
+    # the global one): with one, FastAPI's own request spans want its route, and the
+    # fast path steps aside (tested below).
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.setattr(metrics_api, "_METER_PROVIDER", None)
+    monkeypatch.setattr(logs_api, "_LOGGER_PROVIDER", None)
     h = await api.key()
     seen: list[dict[str, Any]] = []
 

@@ -27,7 +27,7 @@ import functools
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentledger.errors import StoreError
 from agentledger.records import Run, RunStatus, dumps, target_of
@@ -41,9 +41,11 @@ from agentledger.store.queries.common import (
     new_id,
 )
 from agentledger.store.queries.service_quota import QuotaBook
-
-if TYPE_CHECKING:
-    from agentledger.store.queries.service_runs import SubmitRequest, Submitted
+from agentledger.store.queries.service_submits import (
+    IdempotencyMismatch,
+    SubmitRequest,
+    Submitted,
+)
 
 
 def fast_path_fits(requests: list[SubmitRequest]) -> bool:
@@ -85,8 +87,6 @@ def submit_fast(
     Raises when a statement fails: the caller rolls back its savepoint and takes the
     per-request path with the quota state it had before (``book`` is spent).
     """
-    from agentledger.store.queries.service_runs import IdempotencyMismatch, Submitted
-
     now = book.now
     committed = _committed_requests(d, conn, requests)
     keys, expired = _key_rows(d, conn, requests, now)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentledger.errors import StoreError
-from agentledger.records import Run, RunStatus, dumps
+from agentledger.records import RunStatus, dumps
 from agentledger.store import rows
 from agentledger.store.base import NewRun
 from agentledger.store.dialect import Dialect
@@ -23,31 +23,23 @@ from agentledger.store.queries.events import insert_event
 from agentledger.store.queries.runs import create_run, find_request, get_run
 from agentledger.store.queries.service_accepts import fast_path_fits, submit_fast
 from agentledger.store.queries.service_quota import Quota, QuotaBook, QuotaExceeded
+from agentledger.store.queries.service_submits import (
+    IdempotencyMismatch,
+    IdempotencyRequest,
+    SubmitRequest,
+    Submitted,
+)
 
 SERVICE_RUN_COLUMNS = RUN_COLUMNS + ", webhook, idempotency_key, event_seq"
-__all__ = ["Quota", "QuotaExceeded"]  # re-exported: the quota is part of a submit
-
-
-class IdempotencyMismatch(StoreError):
-    """The Idempotency-Key was used before with a different request body."""
-
-
-@dataclass
-class IdempotencyRequest:
-    """The key, the request's fingerprint, how long the key is kept."""
-
-    key: str
-    fingerprint: str
-    ttl_seconds: float
-
-
-@dataclass
-class Submitted:
-    """The run a submit created or found, and the response body recorded with it."""
-
-    run: Run
-    replayed: bool
-    response: Any = None
+# Re-exported: the quota and the submit's types are part of a submit.
+__all__ = [
+    "IdempotencyMismatch",
+    "IdempotencyRequest",
+    "Quota",
+    "QuotaExceeded",
+    "SubmitRequest",
+    "Submitted",
+]
 
 
 def find_idempotent(
@@ -257,19 +249,6 @@ def run_steps(d: Dialect, conn: Any, run_id: str) -> list[dict[str, Any]]:
 def is_terminal(status: str) -> bool:
     """True for a status no transition leaves."""
     return status in RunStatus.TERMINAL
-
-
-@dataclass
-class SubmitRequest:
-    """One submit of a group (see :func:`submit_group`)."""
-
-    new: NewRun
-    principal: dict[str, Any]
-    webhook: str | None
-    idem: IdempotencyRequest | None
-    quota: Quota
-    respond: Any
-    request_id: str | None = None
 
 
 def submit_group(
