@@ -23,6 +23,8 @@ async def main(url: str, ready: Path, stop: Path) -> None:
             stopping = stop.exists()
             sealed = await store.transact(lambda d, c: service_audit.seal(d, c, 7))
             total += sealed
+            if sealed:
+                ready.with_suffix(".sealed").touch()  # the test waits until both have
             if stopping and sealed == 0:
                 break
     finally:
