@@ -8,20 +8,12 @@ recorded and how many are still needed, not that a decision re-queued the run.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from agentledger.store import open_store
+from tests.cli.helpers import run_cli
 from tests.store.test_approval_expiry import parked
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", *args],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
 
 
 async def test_a_system_decider_is_refused_and_a_vote_says_what_is_still_needed(
@@ -38,18 +30,18 @@ async def test_a_system_decider_is_refused_and_a_vote_says_what_is_still_needed(
 
     for by in ("system:expired", "system:ops"):
         for approval in ("a-late", "a-two"):
-            refused = _cli("approvals", "approve", approval, "--by", by, "--db", url)
+            refused = run_cli("approvals", "approve", approval, "--by", by, "--db", url)
             assert refused.returncode != 0, refused
             lines = [line for line in refused.stderr.splitlines() if line.strip()]
             assert len(lines) == 1 and "system:" in lines[0], lines
             assert "Traceback" not in refused.stderr
 
-    vote = _cli("approvals", "approve", "a-two", "--by", "mona", "--db", url)
+    vote = run_cli("approvals", "approve", "a-two", "--by", "mona", "--db", url)
     assert vote.returncode == 0, vote.stderr
     assert vote.stdout.strip() == "a-two approve by mona recorded; 1 more approver needed", (
         vote.stdout
     )
-    last = _cli("approvals", "approve", "a-two", "--by", "max", "--db", url)
+    last = run_cli("approvals", "approve", "a-two", "--by", "max", "--db", url)
     assert last.returncode == 0, last.stderr
     assert last.stdout.startswith("a-two approve by max; run "), last.stdout
 

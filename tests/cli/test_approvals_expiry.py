@@ -3,20 +3,12 @@ exit, and nothing recorded (judged on the CLI's clock in the store's UPDATE)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from agentledger.store import open_store
+from tests.cli.helpers import run_cli
 from tests.store.test_approval_expiry import parked
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", *args],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
 
 
 async def test_a_decision_after_expiry_fails_in_one_line_and_records_nothing(
@@ -32,12 +24,12 @@ async def test_a_decision_after_expiry_fails_in_one_line_and_records_nothing(
         await store.close()
 
     for verb in ("approve", "reject"):
-        late = _cli("approvals", verb, "a-late", "--by", "mona", "--db", url)
+        late = run_cli("approvals", verb, "a-late", "--by", "mona", "--db", url)
         assert late.returncode != 0, late
         lines = [line for line in late.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: approval a-late expired"), lines
         assert "not recorded" in lines[0] and "Traceback" not in late.stderr
-    ok = _cli("approvals", "approve", "a-open", "--by", "mona", "--db", url)
+    ok = run_cli("approvals", "approve", "a-open", "--by", "mona", "--db", url)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("a-open approve by mona")
 

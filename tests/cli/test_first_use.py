@@ -25,6 +25,7 @@ from agentledger.records import RunStatus, WorkerInfo
 from agentledger.store import open_store
 from agentledger.worker import Worker, WorkerConfig
 from agentledger.worker.liveness import me
+from tests.cli.helpers import run_cli
 
 
 class Day(BaseModel):
@@ -164,7 +165,7 @@ async def test_burst_takes_over_a_dead_workers_run(tmp_path: Path) -> None:
         [claimed] = await store.claim_runs(_dead_owner(), ["typed@1"], 1, 3600)
         assert claimed.id == run_id
         # runs list says so at once, an hour before the lease expires
-        [row] = json.loads(_cli("runs", "list", "--db", url, "--json").stdout)
+        [row] = json.loads(run_cli("runs", "list", "--db", url, "--json").stdout)
         assert "is gone (its process ended)" in row["note"], row
         await _burst(store, app)
         run = await store.get_run(run_id)
@@ -204,9 +205,9 @@ async def test_waiting_run_names_its_approval_and_the_command(tmp_path: Path) ->
         [approval] = await store.get_approvals(pending=True)
     finally:
         await store.close()
-    [row] = json.loads(_cli("runs", "list", "--db", url, "--json").stdout)
+    [row] = json.loads(run_cli("runs", "list", "--db", url, "--json").stdout)
     assert row["note"].startswith(f"waiting for approval {approval.id} (role guest)"), row
-    shown = _cli("runs", "show", run_id, "--db", url).stdout
+    shown = run_cli("runs", "show", run_id, "--db", url).stdout
     assert f"agentledger approvals approve {approval.id} --by NAME --db {url}" in shown
 
 
@@ -214,7 +215,7 @@ def test_read_only_commands_never_create_a_schema(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
     sqlite3.connect(path).execute("CREATE TABLE mine (x)").connection.close()
     url = f"sqlite:///{path}"
-    result = _cli("runs", "list", "--db", url)
+    result = run_cli("runs", "list", "--db", url)
     assert result.returncode == 2
     assert result.stderr.startswith("error: no agentledger schema"), result.stderr
     assert f"agentledger migrate --db {url}" in result.stderr
@@ -247,13 +248,6 @@ def test_read_only_commands_on_postgres_say_how_to_create_it() -> None:
         assert count is not None and count[0] == 0
     finally:
         dbutil.drop_pg_database(url)
-
-
-def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", *args],
-        capture_output=True, text=True, check=False, cwd=cwd, timeout=120,
-    )  # fmt: skip
 
 
 def test_worker_logs_state_changes_as_json(tmp_path: Path) -> None:
@@ -322,14 +316,14 @@ def test_demo_refuses_zero_runs_and_says_what_runs_by_default() -> None:
 
 
 def test_sandbox_port_errors_are_one_line() -> None:
-    out_of_range = _cli("sandbox", "--port", "99999")
+    out_of_range = run_cli("sandbox", "--port", "99999")
     assert out_of_range.returncode == 2 and "Traceback" not in out_of_range.stderr
     assert "99999 is not in the range 1<=x<=65535" in out_of_range.stderr
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        in_use = _cli("sandbox", "--port", str(port))
+        in_use = run_cli("sandbox", "--port", str(port))
     assert in_use.returncode == 2, in_use.stderr
     assert in_use.stderr.strip() == (
         f"error: port {port} on 127.0.0.1 is in use; stop what listens there or pick "
@@ -339,7 +333,7 @@ def test_sandbox_port_errors_are_one_line() -> None:
 
 def test_example_uses_the_db_it_is_given(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'mine.db'}"
-    result = _cli("example", "--db", url)
+    result = run_cli("example", "--db", url)
     assert result.returncode == 0, result.stderr
     assert f"database: {url}" in result.stdout
     assert (tmp_path / "mine.db").exists()

@@ -26,20 +26,11 @@ from agentledger.store.queries.common import (
 from agentledger.store.queries.events import insert_event
 
 
-def create_run(d: Dialect, conn: Any, new: NewRun) -> Run:
-    """Insert a queued run; with a ``request_id`` already used, return that run instead.
-
-    The request id is written in the same transaction with a unique index, so a submit
-    retried after its COMMIT reply was lost finds the run the first attempt made.
-    """
-    if new.request_id is not None:
-        existing = find_request(d, conn, new.request_id)
-        if existing is not None:
-            return existing
+def run_params(new: NewRun) -> dict[str, Any]:
+    """A new run row's values (a fresh id), checked: raises on a bad time or input."""
     check_time("available_at", new.available_at)
-    run_id = new_id("r")
-    params = {
-        "id": run_id,
+    return {
+        "id": new_id("r"),
         "tenant_id": new.tenant_id,
         "user_id": new.user_id,
         "kind": new.kind,
@@ -51,6 +42,20 @@ def create_run(d: Dialect, conn: Any, new: NewRun) -> Run:
         "available_in": delay_of(new.available_at),
         "request_id": new.request_id,
     }
+
+
+def create_run(d: Dialect, conn: Any, new: NewRun) -> Run:
+    """Insert a queued run; with a ``request_id`` already used, return that run instead.
+
+    The request id is written in the same transaction with a unique index, so a submit
+    retried after its COMMIT reply was lost finds the run the first attempt made.
+    """
+    if new.request_id is not None:
+        existing = find_request(d, conn, new.request_id)
+        if existing is not None:
+            return existing
+    params = run_params(new)
+    run_id = params["id"]
     now = d.now_sql
     # ON CONFLICT: a second submitter with the same request id whose INSERT meets ours
     # in flight waits for it, then inserts nothing and returns the run ours made.

@@ -30,16 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentledger.errors import StoreError
-from agentledger.records import Run, RunStatus, dumps, target_of
+from agentledger.records import Run, dumps
 from agentledger.store import rows
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import (
     RUN_COLUMNS,
-    check_time,
-    delay_of,
-    json_text,
-    new_id,
 )
+from agentledger.store.queries.runs import run_params
 from agentledger.store.queries.service_quota import QuotaBook
 from agentledger.store.queries.service_submits import (
     IdempotencyMismatch,
@@ -227,20 +224,8 @@ def _replayed_runs(d: Dialect, conn: Any, keys: dict[tuple[str, str], _Key]) -> 
 
 def _run_params(r: SubmitRequest) -> dict[str, Any]:
     """The run row's values, checked as ``create_run`` checks them (raises alike)."""
-    new = r.new
-    check_time("available_at", new.available_at)
     return {
-        "id": new_id("r"),
-        "tenant_id": new.tenant_id,
-        "user_id": new.user_id,
-        "kind": new.kind,
-        "name": new.name,
-        "version": new.version,
-        "target": target_of(new.name, new.version),
-        "input": json_text("input", new.input),
-        "status": RunStatus.QUEUED,
-        "available_in": delay_of(new.available_at),
-        "request_id": new.request_id,
+        **run_params(r.new),
         "principal": dumps(r.principal),
         "webhook": r.webhook,
         "idempotency_key": r.idem.key if r.idem is not None else None,
