@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from agentledger.store import open_store
 from tests.cli.helpers import run_cli
 from tests.store.test_approval_expiry import parked
@@ -52,3 +54,20 @@ async def test_a_system_decider_is_refused_and_a_vote_says_what_is_still_needed(
     finally:
         await store.close()
     assert decided == {"a-late": (None, None), "a-two": ("approve", "max")}
+
+
+def test_no_key_is_minted_for_a_system_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`keys create --user system:…` is refused in one line, and no key is stored."""
+    monkeypatch.setenv("AGENTLEDGER_KEY_PEPPER", "p" * 32)
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    env_ok = run_cli("keys", "create", "--tenant", "t1", "--user", "mona", "--roles",
+                     "approver", "--db", url)  # fmt: skip
+    assert env_ok.returncode == 0, env_ok.stderr
+    refused = run_cli("keys", "create", "--tenant", "t1", "--user", "system:expired",
+                      "--roles", "approver", "--db", url)  # fmt: skip
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert len(refused.stderr.strip().splitlines()) == 1 and "reserved" in refused.stderr
+    listed = run_cli("keys", "list", "--tenant", "t1", "--db", url)
+    assert listed.returncode == 0 and "system:" not in listed.stdout and "mona" in listed.stdout

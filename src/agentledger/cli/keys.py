@@ -42,7 +42,12 @@ async def create(tenant: str, user: str, roles: str, expires_in: str, db: str) -
     # Imported here: the service (FastAPI) loads only for the commands that need it.
     from agentledger.service.auth import create_key
     from agentledger.service.settings import pepper_from_env
+    from agentledger.store.queries.approvals import SYSTEM_PREFIX
 
+    if user.strip().startswith(SYSTEM_PREFIX):
+        # The system's own deciders (the expiry default, cancel) are named so; a key
+        # acting as one could never decide anything (403), so none is minted.
+        raise UsageError(f"--user {user!r}: names starting {SYSTEM_PREFIX!r} are reserved")
     pepper = pepper_from_env()
     seconds = parse_duration(expires_in)
     try:
