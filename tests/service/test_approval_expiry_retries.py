@@ -108,6 +108,34 @@ async def _waits_on_a_lock(url: str) -> bool:
         return bool(row and row[0])
 
 
+def slow_first_attempt(approval_id: str, holding: threading.Event, release: threading.Event) -> Any:
+    """mona's first attempt at approving: judged before expiry, then its COMMIT is slow
+    (the row, or SQLite's write lock, stays held until ``release``)."""
+    context = {"approval_id": approval_id, "key_id": "first-attempt"}
+
+    def first_attempt(d: Any, c: Any) -> Any:
+        decided = service_approvals.decide_with_context(
+            d, c, approval_id, "approve", "mona", context, FakeClock(EXPIRES - 1)
+        )
+        holding.set()
+        release.wait(60)
+        return decided
+
+    return first_attempt
+
+
+async def assert_the_retry_got_the_first_decision(
+    store: Store, run_id: str, answered: Any, first: Any
+) -> None:
+    decided, made = first
+    assert made and (decided.decision, decided.decided_by) == ("approve", "mona")
+    assert answered.status_code == 200, answered.text
+    assert (answered.json()["decision"], answered.json()["decided_by"]) == ("approve", "mona")
+    types = await types_of(store, run_id)
+    assert types.count("approval.decided") == 1, types
+    assert types.count("approval.decision_context") == 1, types
+
+
 async def test_a_retry_read_while_the_first_decision_commits_across_expiry_gets_it(
     pg_url: str,
 ) -> None:
@@ -121,16 +149,7 @@ async def test_a_retry_read_while_the_first_decision_commits_across_expiry_gets_
         other = open_store(pg_url)
         await other.open()
         holding, release = threading.Event(), threading.Event()
-        context = {"approval_id": "ap2", "key_id": "first-attempt"}
-
-        def first_attempt(d: Any, c: Any) -> Any:
-            decided = service_approvals.decide_with_context(
-                d, c, "ap2", "approve", "mona", context, FakeClock(EXPIRES - 1)
-            )
-            holding.set()
-            release.wait(60)  # the COMMIT is slow: the row stays held, the write unseen
-            return decided
-
+        first_attempt = slow_first_attempt("ap2", holding, release)
         try:
             first = asyncio.ensure_future(other.transact(first_attempt))
             assert await asyncio.to_thread(holding.wait, 60)
@@ -142,16 +161,11 @@ async def test_a_retry_read_while_the_first_decision_commits_across_expiry_gets_
                 await asyncio.sleep(0.01)
             release.set()
             answered = await retry
-            decided, made = await first
+            committed = await first
         finally:
             release.set()
             await other.close()
-        assert made and (decided.decision, decided.decided_by) == ("approve", "mona")
-        assert answered.status_code == 200, answered.text
-        assert (answered.json()["decision"], answered.json()["decided_by"]) == ("approve", "mona")
-        types = await types_of(api.store, run.id)
-        assert types.count("approval.decided") == 1, types
-        assert types.count("approval.decision_context") == 1, types
+        await assert_the_retry_got_the_first_decision(api.store, run.id, answered, committed)
 
 
 async def test_a_retry_read_while_the_first_decision_commits_across_expiry_gets_it_sqlite(
@@ -166,16 +180,7 @@ async def test_a_retry_read_while_the_first_decision_commits_across_expiry_gets_
         mona = await api.key("t1", "mona", ("manager",))
         run = await waiting(store, "ap4")
         holding, release = threading.Event(), threading.Event()
-        context = {"approval_id": "ap4", "key_id": "first-attempt"}
-
-        def first_attempt(d: Any, c: Any) -> Any:
-            decided = service_approvals.decide_with_context(
-                d, c, "ap4", "approve", "mona", context, FakeClock(EXPIRES - 1)
-            )
-            holding.set()
-            release.wait(60)  # the COMMIT is slow: the write lock stays held
-            return decided
-
+        first_attempt = slow_first_attempt("ap4", holding, release)
         try:
             first = asyncio.ensure_future(store.transact(first_attempt))
             assert await asyncio.to_thread(holding.wait, 60)
@@ -188,15 +193,10 @@ async def test_a_retry_read_while_the_first_decision_commits_across_expiry_gets_
                 await asyncio.sleep(0.01)
             release.set()
             answered = await retry
-            decided, made = await first
+            committed = await first
         finally:
             release.set()
-        assert made and (decided.decision, decided.decided_by) == ("approve", "mona")
-        assert answered.status_code == 200, answered.text
-        assert (answered.json()["decision"], answered.json()["decided_by"]) == ("approve", "mona")
-        types = await types_of(store, run.id)
-        assert types.count("approval.decided") == 1, types
-        assert types.count("approval.decision_context") == 1, types
+        await assert_the_retry_got_the_first_decision(store, run.id, answered, committed)
 
 
 async def test_a_key_of_a_system_user_decides_nothing(api: Api) -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from agentledger.store import SQLStore, open_store
+from agentledger.store.postgres import connect
 from tests import dbutil
 from tests.store.pgproxy import LossyProxy
 
@@ -35,3 +38,21 @@ async def proxied_store(proxy: LossyProxy) -> AsyncIterator[SQLStore]:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture
+def holder(pg_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A second connection, as a concurrent claimer whose transaction is still open
+    (see :func:`hold`); rolled back and closed at the end."""
+    conn = connect(pg_url)
+    try:
+        yield conn
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def hold(conn: psycopg.Connection[Any], ids: list[str]) -> None:
+    """Lock these runs FOR UPDATE on ``conn`` and keep its transaction open."""
+    locked = conn.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (ids,)).fetchall()
+    assert len(locked) == len(ids)

@@ -28,7 +28,7 @@ import psycopg
 import pytest
 
 from agentledger.store import SQLStore, open_store
-from agentledger.store.postgres import connect
+from tests.store.conftest import hold
 
 OURS = "w@1"
 ALSO = "w@2"  # a second version the same worker serves
@@ -186,22 +186,6 @@ async def stores(pg_url: str) -> AsyncIterator[list[SQLStore]]:
     finally:
         for s in opened:
             await s.close()
-
-
-@pytest.fixture
-def holder(pg_url: str) -> Iterator[psycopg.Connection[Any]]:
-    """A connection whose transaction holds rows FOR UPDATE until rolled back."""
-    conn = connect(pg_url)
-    try:
-        yield conn
-    finally:
-        conn.rollback()
-        conn.close()
-
-
-def hold(conn: psycopg.Connection[Any], ids: list[str]) -> None:
-    got = conn.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (ids,)).fetchall()
-    assert len(got) == len(ids)
 
 
 @pytest.mark.postgres

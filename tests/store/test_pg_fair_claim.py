@@ -6,14 +6,14 @@ leases and never take a run of a target the worker does not serve."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
 import pytest
 
 from agentledger.store import SQLStore, open_store
-from agentledger.store.postgres import connect
+from tests.store.conftest import hold
 
 pytestmark = pytest.mark.postgres
 
@@ -58,23 +58,6 @@ def backlog(
 ) -> list[tuple[str, str, str, float]]:
     """``n`` due runs of ``tenant``, ids ``<tenant>-0000``... in available_at order."""
     return [(f"{tenant}-{i:04d}", tenant, target, first_at + i * 0.01) for i in range(n)]
-
-
-@pytest.fixture
-def holder(pg_url: str) -> Iterator[psycopg.Connection[Any]]:
-    """A second connection, as a concurrent claimer whose transaction is still open."""
-    conn = connect(pg_url)
-    try:
-        yield conn
-    finally:
-        conn.rollback()
-        conn.close()
-
-
-def hold(conn: psycopg.Connection[Any], ids: list[str]) -> None:
-    """Lock these runs FOR UPDATE and keep the transaction open."""
-    locked = conn.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (ids,)).fetchall()
-    assert len(locked) == len(ids)
 
 
 async def test_fair_round_robin_with_a_backlog_beyond_the_window(store: SQLStore) -> None:

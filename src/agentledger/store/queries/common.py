@@ -75,3 +75,10 @@ def json_text(name: str, value: Any) -> str:
         except ValueError as exc:
             raise UnstorableValue(f"{name} holds a value JSON cannot carry ({exc})") from exc
     return text
+
+
+def in_list(prefix: str, values: list[Any]) -> tuple[str, dict[str, Any]]:
+    """``values`` as the placeholders of an ``IN (...)`` and their parameters:
+    (``":p0, :p1"``, ``{"p0": ..., "p1": ...}``) for prefix ``p``."""
+    params = {f"{prefix}{i}": value for i, value in enumerate(values)}
+    return ", ".join(f":{name}" for name in params), params

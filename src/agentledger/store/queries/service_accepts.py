@@ -33,9 +33,7 @@ from agentledger.errors import StoreError
 from agentledger.records import Run, dumps
 from agentledger.store import rows
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries.common import (
-    RUN_COLUMNS,
-)
+from agentledger.store.queries.common import RUN_COLUMNS, in_list
 from agentledger.store.queries.runs import run_params
 from agentledger.store.queries.service_quota import QuotaBook
 from agentledger.store.queries.service_submits import (
@@ -149,19 +147,14 @@ def submit_fast(
     return results
 
 
-def _marks(prefix: str, n: int) -> str:
-    return ", ".join(f":{prefix}{i}" for i in range(n))
-
-
 def _committed_requests(d: Dialect, conn: Any, requests: list[SubmitRequest]) -> dict[str, Run]:
     """The runs already committed under the group's request ids (ONE statement)."""
     ids = [r.new.request_id for r in requests if r.new.request_id is not None]
     if not ids:
         return {}
+    marks, params = in_list("q", ids)
     found = d.fetchall(
-        conn,
-        f"SELECT {RUN_COLUMNS} FROM runs WHERE request_id IN ({_marks('q', len(ids))})",
-        {f"q{i}": rid for i, rid in enumerate(ids)},
+        conn, f"SELECT {RUN_COLUMNS} FROM runs WHERE request_id IN ({marks})", params
     )
     return {row["request_id"]: rows.run_from(row) for row in found}
 
@@ -214,11 +207,8 @@ def _replayed_runs(d: Dialect, conn: Any, keys: dict[tuple[str, str], _Key]) -> 
     ids = sorted({str(k.run_id) for k in keys.values() if k.run_id is not None})
     if not ids:
         return {}
-    found = d.fetchall(
-        conn,
-        f"SELECT {RUN_COLUMNS} FROM runs WHERE id IN ({_marks('r', len(ids))})",
-        {f"r{i}": run_id for i, run_id in enumerate(ids)},
-    )
+    marks, params = in_list("r", ids)
+    found = d.fetchall(conn, f"SELECT {RUN_COLUMNS} FROM runs WHERE id IN ({marks})", params)
     return {row["id"]: rows.run_from(row) for row in found}
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from agentledger.errors import StoreError
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries import service_webhooks
+from agentledger.store.queries.common import in_list
 
 GENESIS = "0" * 64
 
@@ -82,14 +83,10 @@ def _window(d: Dialect, conn: Any, limit: int) -> list[tuple[int, str]]:
         if not page:
             break
         after = int(page[-1]["id"])
-        runs = {f"r{n}": run_id for n, run_id in enumerate(sorted({r["run_id"] for r in page}))}
+        marks, runs = in_list("r", sorted({r["run_id"] for r in page}))
         tenants = {
             r["id"]: r["tenant_id"]
-            for r in d.fetchall(
-                conn,
-                f"SELECT id, tenant_id FROM runs WHERE id IN ({', '.join(':' + k for k in runs)})",
-                runs,
-            )
+            for r in d.fetchall(conn, f"SELECT id, tenant_id FROM runs WHERE id IN ({marks})", runs)
         }
         out += [(int(r["id"]), tenants[r["run_id"]]) for r in page if r["run_id"] in tenants]
         if len(page) < limit:
@@ -120,13 +117,13 @@ def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, event_ids: list[int]) ->
     head = heads[0]
     chain_no, prev = int(head["chain_no"]), str(head["hash"])
     # Read again after the head's lock: a sealer holding it before us chained some.
-    ids = {f"i{n}": event_id for n, event_id in enumerate(event_ids)}
+    marks, ids = in_list("i", event_ids)
     # ``hash IS NULL`` keeps the read on the unsealed partial index even when stale
     # statistics make the primary key look no better than a scan of the table.
     found = d.fetchall(
         conn,
         "SELECT id, run_id, seq, type, actor, at, data FROM events "
-        f"WHERE hash IS NULL AND id IN ({', '.join(':' + k for k in ids)}) ORDER BY id",
+        f"WHERE hash IS NULL AND id IN ({marks}) ORDER BY id",
         ids,
     )
     links: list[tuple[int, int, str, str]] = []  # (event id, chain_no, prev_hash, hash)
