@@ -253,24 +253,17 @@ def _span(span: ReadableSpan) -> bytes:
     if attributes:
         for key, value in attributes.items():
             vtype = type(value)
-            if vtype is str or vtype is bool:
-                found = _ATTRS.get((key, value))
-                if found is None:
-                    found = _field(b"\x4a", _key_value(key, value))
-                    if len(_ATTRS) >= _ATTRS_MAX:
-                        _ATTRS.clear()
-                    _ATTRS[(key, value)] = found
-                append(found)
-            elif vtype is int:
-                found = _INTS.get((key, value))
-                if found is None:
-                    found = _field(b"\x4a", _key_value(key, value))
-                    if len(_INTS) >= _ATTRS_MAX:
-                        _INTS.clear()
-                    _INTS[(key, value)] = found
-                append(found)
-            else:
+            cache = _ATTRS if vtype is str or vtype is bool else _INTS if vtype is int else None
+            if cache is None:
                 append(_field(b"\x4a", _key_value(key, value)))
+                continue
+            found = cache.get((key, value))
+            if found is None:
+                found = _field(b"\x4a", _key_value(key, value))
+                if len(cache) >= _ATTRS_MAX:
+                    cache.clear()
+                cache[(key, value)] = found
+            append(found)
     # Dropped counts: a plain dict / tuple (a finished span's) drops nothing; the SDK's
     # bounded containers say what they dropped.
     dropped = 0 if type(attributes) is dict else span.dropped_attributes
