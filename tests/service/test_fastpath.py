@@ -150,3 +150,58 @@ async def test_a_plain_submit_skips_routing_and_others_do_not(
     assert "endpoint" not in seen[-1]
     assert await call(ROUTED) == 202
     assert "endpoint" in seen[-1]
+
+
+async def test_with_fastapi_telemetry_on_submits_take_the_route(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A configured OpenTelemetry provider turns FastAPI's own request spans on: they
+    want the route, so the front steps aside and the span names it."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
+    h = await api.key()
+    r = await api.client.post(
+        "/v1/runs", json={"agent": "echo", "input": {"text": "hi"}}, headers=h
+    )
+    assert r.status_code == 202, r.text
+    if getattr(api.app, "_native_telemetry", None) is None:
+        pytest.skip("this FastAPI has no native telemetry")
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert "POST /v1/runs" in names, names
+
+
+async def test_an_unhandled_error_is_the_same_500_problem_on_both_paths(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash inside the endpoint: the fast path answers what Starlette's
+    ServerErrorMiddleware answers for the route (the catch-all handler's 500 problem
+    document, with the request id), and the error still reaches the server."""
+    from agentledger.service.routers import runs as runs_router
+
+    def boom(value: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(runs_router, "journal_value", boom)
+    h = await api.key()
+    transport = httpx.ASGITransport(app=api.app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        body = json.dumps({"agent": "echo", "input": {"text": "hi"}}).encode()
+        answers = []
+        for i, content_type in enumerate((FAST, ROUTED)):
+            headers = {**h, "Content-Type": content_type, "X-Request-Id": f"cmp-{i}"}
+            answers.append(await client.post("/v1/runs", content=body, headers=headers))
+    fast, routed = answers
+    assert fast.status_code == 500, fast.text
+    assert fast.headers["content-type"].startswith("application/problem+json")
+    assert fast.json()["request_id"] == "cmp-0"
+    _same(fast, routed)
+    transport = httpx.ASGITransport(app=api.app)  # raising: the error goes on
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        with pytest.raises(RuntimeError, match="boom"):
+            await client.post("/v1/runs", content=body, headers={**h, "Content-Type": FAST})

@@ -16,7 +16,7 @@ from agentledger.app import App
 from agentledger.service import deltas, problems
 from agentledger.service.accepts import AcceptBatcher
 from agentledger.service.auth import KeyCache
-from agentledger.service.fastpath import SubmitFastPath
+from agentledger.service.fastpath import ServiceAPI
 from agentledger.service.hub import EventHub
 from agentledger.service.idempotency import InFlight
 from agentledger.service.routers import approvals, audit, events, health, observe, runs
@@ -70,7 +70,9 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
             if own_store:
                 await the_store.close()
 
-    api = FastAPI(
+    # ServiceAPI: FastAPI with plain submits answered in front of its middleware stack
+    # (service/fastpath.py).
+    api = ServiceAPI(
         title="agentledger",
         version="1",
         summary="Durable runs of AI agents: submit, watch, approve, audit.",
@@ -81,9 +83,6 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
     api.state.agent_app = agent_app
     api.state.keys = KeyCache(settings.key_cache_seconds)
     api.state.in_flight = InFlight()
-    # Plain submits skip the framework's per-request layers (service/fastpath.py);
-    # added first, so it sits inside the request-id and body-limit middleware.
-    api.add_middleware(SubmitFastPath)
     problems.install(api)  # error documents, request ids, the body limit
 
     for module in (health, runs, events, approvals, audit, observe):

@@ -1,53 +1,101 @@
-"""``POST /v1/runs`` without the framework's per-request machinery, for the common case.
+"""``POST /v1/runs`` in front of the framework, for the common case.
 
 A submit is the service's hot path: at 1,000 runs/s the ``serve`` process spends most
-of its CPU in FastAPI's and Starlette's per-request layers (routing, the exception and
-exit-stack middlewares, dependency solving, query parsing, request objects), not in the
-submit. :class:`SubmitFastPath` answers a submit whose request is plain -- JSON body,
-a valid key, a body the ``SubmitRun`` model accepts -- by calling the same endpoint
+of its CPU in FastAPI's and Starlette's per-request layers (the error, telemetry and
+body-limit middlewares, routing, the exception and exit-stack middlewares, dependency
+solving, request objects), not in the submit. :class:`ServiceAPI` is the FastAPI app
+with one difference: a ``POST /v1/runs`` goes first to :class:`SubmitFastPath`, in front
+of the whole middleware stack (behind the service's own
+:class:`~agentledger.service.problems.RequestMiddleware`, so it has its request id and
+the body limit applies). It answers a submit whose request is plain -- JSON body, a
+valid key, a body the ``SubmitRun`` model accepts -- by calling the same endpoint
 function (:func:`agentledger.service.routers.runs.submit_run`) with the same arguments
-FastAPI would pass, and routes its errors through the app's own exception handlers.
-Anything else (a missing or odd ``Content-Type``, a refused key, a body that does not
-validate, dependency overrides, FastAPI's native telemetry being on) goes on to the
-FastAPI route unchanged, with the body replayed: those answers stay FastAPI's own.
+FastAPI would pass, and routes its errors through the app's own exception handlers (an
+unhandled one through the app's catch-all handler, as Starlette's
+``ServerErrorMiddleware`` does, then raised for the server to log). Anything else (a
+missing or odd ``Content-Type``, a refused key, a body that does not validate,
+dependency overrides, a ``root_path``, FastAPI's native telemetry being on) goes to the
+FastAPI app unchanged, with the body replayed: those answers stay FastAPI's own.
 The route stays declared, so ``/openapi.json`` documents it as before.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+from fastapi import FastAPI
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
 from agentledger.service.auth import authenticate
-from agentledger.service.problems import Problem
+from agentledger.service.problems import Problem, RequestMiddleware, body_limit
 from agentledger.service.routers.runs import SubmitRun, submit_run
 
 _PATH = "/v1/runs"
 _JSON = b"application/json"
 
 
-class SubmitFastPath:
-    """ASGI middleware (inside :class:`~agentledger.service.problems.RequestMiddleware`,
-    so requests have their id and the body limit applies) that serves plain submits."""
+# How long a look at FastAPI's native telemetry holds: the look reads the global
+# OpenTelemetry providers and the environment (about 20 us a request); a provider set
+# while serving takes the submits to FastAPI's route within this many seconds.
+_TELEMETRY_RECHECK = 1.0
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+
+class ServiceAPI(FastAPI):
+    """The service's FastAPI app, with plain submits answered in front of its stack."""
+
+    _front: Any = None
+    _front_telemetry_on = False
+    _front_telemetry_checked = -_TELEMETRY_RECHECK
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if (
-            scope["type"] != "http"
-            or scope["path"] != _PATH
-            or scope["method"] != "POST"
-            or "fastapi.telemetry" in scope  # spans want FastAPI's route: its path
+            scope["type"] == "http"
+            and scope["path"] == _PATH
+            and scope["method"] == "POST"
+            and not self.root_path
+            and not self.dependency_overrides
+            and not self._front_steps_aside()
         ):
-            await self.app(scope, receive, send)
+            front = self._front
+            if front is None:
+                front = self._front = RequestMiddleware(
+                    SubmitFastPath(self._stack, self), body_limit(self)
+                )
+            scope["app"] = self
+            await front(scope, receive, send)
             return
-        api = scope.get("app")
-        if api is None or api.dependency_overrides or not _is_json(scope):
+        await super().__call__(scope, receive, send)
+
+    async def _stack(self, scope: Any, receive: Any, send: Any) -> None:
+        """What FastAPI does with any request (the submits the front passes on)."""
+        await super().__call__(scope, receive, send)
+
+    def _front_steps_aside(self) -> bool:
+        """True when FastAPI's native telemetry would wrap this request: its spans want
+        the route (and its path), so such submits take the route."""
+        now = time.monotonic()
+        if now - self._front_telemetry_checked >= _TELEMETRY_RECHECK:
+            native = getattr(self, "_native_telemetry", None)  # FastAPI >= 0.165
+            self._front_telemetry_on = native is not None and bool(native.enabled())
+            self._front_telemetry_checked = now
+        return self._front_telemetry_on
+
+
+class SubmitFastPath:
+    """The ASGI app in front of :class:`ServiceAPI`'s stack that serves plain submits;
+    ``app`` (the stack) answers the others."""
+
+    def __init__(self, app: Any, api: FastAPI) -> None:
+        self.app = app
+        self.api = api
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        api = self.api
+        if not _is_json(scope):
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
@@ -64,9 +112,15 @@ class SubmitFastPath:
             response = await submit_run(submit[0], request, submit[1])
         except Exception as exc:
             handler = _handler(api, exc)
-            if handler is None:
-                raise  # as from a route: ServerErrorMiddleware answers (500 problem)
-            response = await handler(request, exc)
+            if handler is not None:
+                response = await handler(request, exc)
+            else:
+                # As Starlette's ServerErrorMiddleware: the catch-all handler answers
+                # (a 500 problem document), and the error goes on to the server's log.
+                crash: Any = api.exception_handlers.get(500) or api.exception_handlers[Exception]
+                response = await crash(request, exc)
+                await response(scope, receive, send)
+                raise
         await response(scope, receive, send)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import re
-import secrets
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -14,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentledger.errors import StoreUnavailable
+from agentledger.randomness import random_hex
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,8 @@ def problem_response(
 
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# Set in a request's scope by the RequestMiddleware that gave it its id.
+_ASSIGNED = "agentledger.request_id"
 
 
 class RequestMiddleware:
@@ -116,16 +118,19 @@ class RequestMiddleware:
       once, else as soon as the streamed chunks pass it (nothing larger is buffered). It
       raises from ``receive``, inside the route, so the answer is a problem document.
 
-    One layer for both: each layer of the stack costs every request its calls."""
+    One layer for both: each layer of the stack costs every request its calls. A request
+    passes one of them however many are stacked (the submit fast path has its own in
+    front of the app's, see ``service/fastpath.py``)."""
 
     def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
         self.app = app
         self.limit = limit
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or _ASSIGNED in scope:
             await self.app(scope, receive, send)
             return
+        scope[_ASSIGNED] = True
         limit = self.limit
         given = ""
         declared = 0
@@ -137,7 +142,7 @@ class RequestMiddleware:
                     declared = int(value)
                 except ValueError:
                     declared = 0
-        rid = given if _REQUEST_ID.match(given) else "req_" + secrets.token_hex(8)
+        rid = given if _REQUEST_ID.match(given) else "req_" + random_hex(8)
         scope.setdefault("state", {})["request_id"] = rid
         rid_header = (b"x-request-id", rid.encode())
         seen = 0
@@ -168,12 +173,17 @@ class RequestMiddleware:
         await self.app(scope, limited, send_with_id)
 
 
+def body_limit(app: FastAPI) -> int:
+    """The largest request body ``app`` accepts, in bytes (its settings' or the default)."""
+    settings = getattr(app.state, "settings", None)
+    return int(getattr(settings, "max_body_bytes", MAX_BODY_BYTES))
+
+
 def install(app: FastAPI) -> None:
     """Route every error -- ours, FastAPI's validation, Starlette's 404/405, crashes --
     through :func:`problem_response`; give requests their ids and refuse bodies over the
     size limit (413): :class:`RequestMiddleware`."""
-    limit = getattr(getattr(app.state, "settings", None), "max_body_bytes", MAX_BODY_BYTES)
-    app.add_middleware(RequestMiddleware, limit=int(limit))
+    app.add_middleware(RequestMiddleware, limit=body_limit(app))
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:

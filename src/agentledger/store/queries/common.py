@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import secrets
 import time
 from typing import Any
 
+from agentledger.randomness import random_hex
 from agentledger.records import dumps
 from agentledger.store.base import UnstorableValue
 
@@ -21,12 +21,12 @@ RUN_COLUMNS = (
 
 def new_token() -> str:
     """A random token that marks one write (see ``runs.write_token``)."""
-    return secrets.token_hex(8)
+    return random_hex(8)
 
 
 def new_id(prefix: str = "") -> str:
     """A time-ordered id: milliseconds then randomness, so ids sort by creation."""
-    return f"{prefix}{int(time.time() * 1000):011x}{secrets.token_hex(5)}"
+    return f"{prefix}{int(time.time() * 1000):011x}{random_hex(5)}"
 
 
 def check_finite(name: str, value: float | None) -> None:
