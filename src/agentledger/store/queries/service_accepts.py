@@ -29,10 +29,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
 from agentledger.records import Run, dumps
 from agentledger.store import rows
 from agentledger.store.dialect import Dialect
+from agentledger.store.queries import service_audit
 from agentledger.store.queries.common import RUN_COLUMNS, in_list
 from agentledger.store.queries.runs import run_params
 from agentledger.store.queries.service_quota import QuotaBook
@@ -61,6 +63,7 @@ class _New:
     request: SubmitRequest
     params: dict[str, Any]
     run: Run | None = None
+    answered: Run | None = None  # the run as submit_run answers it (no principal)
     body: Any = None
 
 
@@ -133,10 +136,9 @@ def submit_fast(
     results: list[Submitted | BaseException] = []
     for item in out:
         if isinstance(item, _New):
-            assert item.run is not None
+            assert item.answered is not None
             # As submit_run answers: the run as read before its service columns were set.
-            results.append(Submitted(dataclasses.replace(item.run, principal=None), False,
-                                     item.body))  # fmt: skip
+            results.append(Submitted(item.answered, False, item.body))
         elif isinstance(item, tuple):
             first = item[0]
             assert first.run is not None
@@ -254,22 +256,32 @@ def _insert_runs(d: Dialect, conn: Any, inserts: list[_New]) -> None:
     for item in inserts:
         item.run = rows.run_from(found[item.params["id"]])
         # The response is built from the run as submit_run reads it (no principal column).
-        item.body = item.request.respond(dataclasses.replace(item.run, principal=None))
+        item.answered = dataclasses.replace(item.run, principal=None)
+        item.body = item.request.respond(item.answered)
 
 
 @functools.lru_cache(maxsize=64)
-def _events_sql(n: int) -> str:
+def _events_sql(n: int, chained: bool) -> str:
+    chain = ", :tenant{i}, :chain_no{i}, :prev_hash{i}, :hash{i}" if chained else ""
     values = ", ".join(
-        f"(:run{i}, :at, :type{i}, :actor{i}, :data{i}, :seq{i}, NULL)" for i in range(n)
+        f"(:run{i}, :at, :type{i}, :actor{i}, :data{i}, :seq{i}, NULL{chain.format(i=i)})"
+        for i in range(n)
     )
-    return f"INSERT INTO events (run_id, at, type, actor, data, seq, token) VALUES {values}"
+    columns = "run_id, at, type, actor, data, seq, token"
+    if chained:
+        columns += ", tenant_id, chain_no, prev_hash, hash"
+    return f"INSERT INTO events ({columns}) VALUES {values}"
 
 
 def _insert_events(d: Dialect, conn: Any, inserts: list[_New]) -> None:
     """Each run's ``run.submitted`` (seq 1, as create_run) and ``run.accepted`` (seq 2,
-    as submit_run), in the order the per-request path appends them (ONE statement)."""
-    params: dict[str, Any] = {"at": time.time()}
-    n = 0
+    as submit_run), in the order the per-request path appends them (ONE statement).
+
+    Where the backend allows it (``service_audit.CHAINED_AT_INSERT``: SQLite) they are
+    inserted already chained into their tenant's audit chain, so the sealer has nothing
+    to do for an accept; elsewhere the sealer chains them after the commit."""
+    at = time.time()
+    records: list[dict[str, Any]] = []
     for item in inserts:
         r, new = item.request, item.request.new
         principal = r.principal
@@ -284,13 +296,26 @@ def _insert_events(d: Dialect, conn: Any, inserts: list[_New]) -> None:
             (1, "run.submitted", new.user_id or "api", {"input": new.input}),
             (2, "run.accepted", str(principal.get("user_id")), accepted),
         ):
-            params[f"run{n}"] = item.params["id"]
-            params[f"type{n}"] = type_
-            params[f"actor{n}"] = actor
-            params[f"data{n}"] = dumps(data)
-            params[f"seq{n}"] = seq
-            n += 1
-    d.execute(conn, _events_sql(n), params)
+            records.append({
+                "tenant_id": new.tenant_id, "run_id": item.params["id"], "seq": seq,
+                "type": type_, "actor": clean_text(actor), "at": at, "data": dumps(data),
+            })  # fmt: skip
+    chained = d.name in service_audit.CHAINED_AT_INSERT
+    if chained:
+        service_audit.chain_at_insert(d, conn, records)
+    params: dict[str, Any] = {"at": at}
+    for n, rec in enumerate(records):
+        params[f"run{n}"] = rec["run_id"]
+        params[f"type{n}"] = rec["type"]
+        params[f"actor{n}"] = rec["actor"]
+        params[f"data{n}"] = rec["data"]
+        params[f"seq{n}"] = rec["seq"]
+        if chained:
+            params[f"tenant{n}"] = rec["tenant_id"]
+            params[f"chain_no{n}"] = rec["chain_no"]
+            params[f"prev_hash{n}"] = rec["prev_hash"]
+            params[f"hash{n}"] = rec["hash"]
+    d.execute(conn, _events_sql(len(records), chained), params)
 
 
 def _key_order(item: _New) -> tuple[str, str]:
