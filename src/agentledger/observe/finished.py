@@ -22,14 +22,24 @@ and passes it to the provider's processor's ``on_end``:
 
 It is used only where that is all the SDK would do: an SDK ``TracerProvider`` and
 ``Tracer`` (not a subclass) whose processors are all the SDK's ``BatchSpanProcessor`` or
-``SimpleSpanProcessor`` (their ``on_start`` and ``_on_ending`` do nothing), an enabled
+``SimpleSpanProcessor`` or agentledger's
+:class:`~agentledger.observe.encoded.EncodingSpanProcessor` (their ``on_start`` and
+``_on_ending`` do nothing), an enabled
 tracer, and a valid parent span. Otherwise :func:`maker` returns ``None`` and the caller
 starts an SDK span as before. It reads a few private attributes of the SDK's tracer and
 processor; an SDK version without them gets ``None`` too.
+
+When every processor is an ``EncodingSpanProcessor`` (what
+:func:`agentledger.observe.tracing.otlp_provider` configures), a span with plain
+attributes is not even made a ``ReadableSpan``: its OTLP bytes are encoded from its
+fields (:func:`agentledger.observe.otlp.span_message`, the bytes the official encoder
+writes for that ``ReadableSpan``) and queued (``emit_encoded``); an unsampled
+(record-only) span is not queued, as ``on_end`` would not queue it.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -67,6 +77,14 @@ def _noop() -> None:
     return None
 
 
+def _encoding_type() -> type | None:
+    """agentledger's :class:`~agentledger.observe.encoded.EncodingSpanProcessor`, if its
+    module is loaded (only then can a provider have one; loading it needs the OTLP
+    exporter, an optional dependency)."""
+    module = sys.modules.get("agentledger.observe.encoded")
+    return getattr(module, "EncodingSpanProcessor", None)
+
+
 def _follow(sampler: Any) -> tuple[tuple[Decision, Decision], tuple[Decision, Decision]] | None:
     """For a ``ParentBased`` sampler whose four parent delegates are the SDK's
     ``ALWAYS_ON`` / ``ALWAYS_OFF``: the decision by [parent is remote][parent sampled]
@@ -93,6 +111,8 @@ class SpanMaker:
 
     __slots__ = (
         "_active",
+        "_encode",
+        "_encoders",
         "_follow",
         "_limits",
         "_metrics",
@@ -106,6 +126,14 @@ class SpanMaker:
         self._tracer = tracer
         self._active = active
         self._processors = active._span_processors
+        # When every processor queues encoded spans: a span with plain attributes is
+        # encoded from its fields and queued, no ReadableSpan made (None: on_end).
+        encoding = _encoding_type()
+        self._encoders: tuple[Any, ...] | None = None
+        self._encode: Any = None
+        if encoding is not None and all(type(p) is encoding for p in self._processors):
+            self._encoders = tuple(self._processors)
+            self._encode = sys.modules["agentledger.observe.otlp"]  # loaded with it
         self._limits = tracer._span_limits
         metrics = tracer._tracer_metrics
         # The SDK's internal metrics, when switched on (off: nothing to tell them).
@@ -176,9 +204,16 @@ class SpanMaker:
         """Hand ``pending``, ended now with ``ending`` attributes, to the processors."""
         attributes: Any = pending.attributes  # a dict of our own (see start)
         attributes.update(ending)
-        if len(attributes) > self._unbounded or not _PLAIN.issuperset(
+        plain = len(attributes) <= self._unbounded and _PLAIN.issuperset(
             map(type, attributes.values())
+        )
+        if (
+            plain
+            and self._encode is not None
+            and self._queue_encoded(pending, attributes, status, end_time)
         ):
+            return
+        if not plain:
             limits = self._limits
             attributes = BoundedAttributes(
                 limits.max_span_attributes,
@@ -203,6 +238,39 @@ class SpanMaker:
         if pending.end_metrics is not _noop:
             pending.end_metrics()
         self._active.on_end(span)
+
+    def _queue_encoded(
+        self, pending: Pending, attributes: dict[str, Any], status: Status | None, end_time: int
+    ) -> bool:
+        """Encode ``pending`` from its fields and queue its bytes in every processor (all
+        :class:`~agentledger.observe.encoded.EncodingSpanProcessor`): what ``on_end``
+        of its ``ReadableSpan`` would queue. False when the encoder leaves the span to
+        the official one (then the caller makes the ``ReadableSpan``)."""
+        otlp = self._encode
+        context = pending.context
+        if context.trace_flags & 1:  # sampled: what the processors queue
+            try:
+                body = otlp.span_message(
+                    context.trace_id,
+                    context.span_id,
+                    context.trace_state,
+                    pending.parent,
+                    pending.name,
+                    pending.kind,
+                    pending.start_time,
+                    end_time,
+                    attributes,
+                    _UNSET if status is None else status,
+                )
+            except otlp.ENCODE_ERRORS:
+                return False
+            tracer = self._tracer
+            scope = tracer._instrumentation_scope
+            for processor in self._encoders or ():
+                processor.emit_encoded(tracer.resource, scope, body)
+        if pending.end_metrics is not _noop:
+            pending.end_metrics()
+        return True
 
 
 class Pending:
@@ -268,7 +336,8 @@ def maker(provider: Any, tracer: Any) -> SpanMaker | None:
         active = provider._active_span_processor
         if type(active) is not SynchronousMultiSpanProcessor or tracer.span_processor is not active:
             return None
-        if not all(type(p) in _PROCESSORS for p in active._span_processors):
+        known = (*_PROCESSORS, _encoding_type())
+        if not all(type(p) in known for p in active._span_processors):
             return None
         made = SpanMaker(tracer, active)
         made.usable()  # every private attribute it reads is there

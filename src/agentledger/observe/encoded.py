@@ -1,0 +1,177 @@
+"""A batch span processor that queues each span encoded, not the span object.
+
+The SDK's ``BatchSpanProcessor`` keeps every ended span (a ``ReadableSpan`` with its
+context, attributes, status, resource: a dozen GC-tracked objects) in its queue until its
+thread exports the batch, up to its schedule delay (5 s by default) later. On a busy
+worker those objects live long enough to be promoted to the oldest generation, and full
+collections of a large heap come more often. :class:`EncodingSpanProcessor` encodes a
+span to its OTLP ``Span`` message bytes when it ends (:func:`agentledger.observe.otlp.
+span_bytes`, the bytes the official encoder writes) and queues the bytes, which the
+garbage collector does not track; the batch request is the concatenation of those bytes
+inside its ``ResourceSpans`` / ``ScopeSpans``, posted by the OTLP exporter's own client.
+Spans made finished (:mod:`agentledger.observe.finished`) are encoded straight from
+their fields, with no ``ReadableSpan`` at all (:meth:`EncodingSpanProcessor.emit_encoded`).
+
+Everything else is the SDK's ``BatchSpanProcessor``, which this class is: its queue (the
+SDK's ``BatchProcessor``: maximum queue size with dropped spans logged and counted, batch
+size, schedule delay, export on a full batch, ``force_flush``, ``shutdown`` flushing
+then shutting the exporter down, a new thread and an empty queue after ``fork``), its
+settings and their ``OTEL_BSP_*`` environment variables, its internal metrics. Only a
+sampled span is queued, as there. It is used by
+:func:`agentledger.observe.tracing.otlp_provider` when the installed SDK and exporter
+have the internals it relies on (:func:`encoding_processor`); otherwise that provider
+gets the SDK's processor and exporter as before.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from agentledger.observe.otlp import OTLPSpanExporter, encode_request, span_bytes
+
+try:  # the SDK's batch queue behind BatchSpanProcessor, which this processor feeds
+    from opentelemetry.sdk._shared_internal import BatchProcessor
+
+    # This SDK's BatchSpanProcessor queues into one (its _batch_processor).
+    _QUEUE = callable(getattr(BatchProcessor, "emit", None)) and (
+        "_batch_processor" in BatchSpanProcessor.__init__.__code__.co_names
+    )
+except ImportError:  # pragma: no cover - another SDK layout: the SDK's processor
+    _QUEUE = False
+
+__all__ = ["EncodingSpanProcessor", "encoding_processor"]
+
+# A queued span: its encoded bytes when it belongs to the processor's first (resource,
+# scope) group (nearly always: one provider, agentledger's tracer), else the group's
+# index and the bytes (a tuple of untracked objects: the collector untracks it).
+Queued = bytes | tuple[int, bytes]
+
+
+class _Groups:
+    """The (resource, instrumentation scope) pairs of the queued spans, by index.
+
+    Looked up by identity (a ``Resource`` hashes a JSON dump of its attributes); the
+    batch merges equal ones as the official encoder groups them. A pair is kept for
+    the processor's lifetime: a provider has one resource and few tracers.
+    """
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[Resource, InstrumentationScope | None]] = []
+        self._index: dict[tuple[int, int], int] = {}
+        self._first: tuple[Any, Any] = (object(), object())
+        self._lock = threading.Lock()
+
+    def queued(self, resource: Resource, scope: InstrumentationScope | None, body: bytes) -> Queued:
+        first = self._first
+        if first[0] is resource and first[1] is scope:
+            return body
+        index = self._index.get((id(resource), id(scope)))
+        if index is None:
+            with self._lock:
+                index = self._index.get((id(resource), id(scope)))
+                if index is None:
+                    index = len(self.pairs)
+                    self.pairs.append((resource, scope))  # kept alive: its id stays its own
+                    self._index[(id(resource), id(scope))] = index
+                    if index == 0:
+                        self._first = (resource, scope)
+        return body if index == 0 else (index, body)
+
+
+class _RequestExporter(SpanExporter):
+    """What the SDK's batch queue exports to: a batch of queued bytes becomes one
+    request, posted by the OTLP exporter."""
+
+    def __init__(self, exporter: OTLPSpanExporter, groups: _Groups) -> None:
+        self.exporter = exporter
+        self._groups = groups
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        pairs = self._groups.pairs
+        grouped: dict[Any, dict[Any, list[bytes]]] = {}
+        last = -1
+        current: list[bytes] = []
+        for item in spans:
+            if type(item) is bytes:
+                index, body = 0, item
+            else:
+                index, body = item
+            if index != last:
+                resource, scope = pairs[index]
+                current = grouped.setdefault(resource, {}).setdefault(scope, [])
+                last = index
+            current.append(body)
+        return self.exporter.export_encoded(encode_request(grouped), len(spans))
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
+
+
+class EncodingSpanProcessor(BatchSpanProcessor):
+    """The SDK's ``BatchSpanProcessor`` into an :class:`~agentledger.observe.otlp.
+    OTLPSpanExporter`, queueing each span's encoded bytes (see the module's docstring).
+    Same constructor arguments and environment variables as ``BatchSpanProcessor``;
+    make one with :func:`encoding_processor`, which checks the internals it relies on."""
+
+    def __init__(
+        self,
+        span_exporter: OTLPSpanExporter,
+        max_queue_size: int | None = None,
+        schedule_delay_millis: float | None = None,
+        max_export_batch_size: int | None = None,
+        export_timeout_millis: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._groups = _Groups()
+        self._otlp = span_exporter
+        super().__init__(
+            _RequestExporter(span_exporter, self._groups),
+            max_queue_size,
+            schedule_delay_millis,
+            max_export_batch_size,
+            export_timeout_millis,
+            **kwargs,
+        )
+        # The SDK's queue takes any item; its annotation says spans.
+        self._emit: Any = self._batch_processor.emit
+
+    @property
+    def span_exporter(self) -> OTLPSpanExporter:
+        """The OTLP exporter the batches are posted with."""
+        return self._otlp
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Queue a sampled span's encoded bytes (what the SDK's processor queues the span
+        for)."""
+        context = span.context
+        if not (context and context.trace_flags.sampled):
+            return
+        self._emit(
+            self._groups.queued(span.resource, span.instrumentation_scope or None, span_bytes(span))
+        )
+
+    def emit_encoded(
+        self, resource: Resource, scope: InstrumentationScope | None, body: bytes
+    ) -> None:
+        """Queue a sampled span already encoded (:func:`agentledger.observe.otlp.
+        span_message`) of ``resource`` and instrumentation ``scope``."""
+        self._emit(self._groups.queued(resource, scope or None, body))
+
+
+def encoding_processor(exporter: OTLPSpanExporter) -> BatchSpanProcessor:
+    """An :class:`EncodingSpanProcessor` into ``exporter``, or the SDK's
+    ``BatchSpanProcessor`` when this SDK or exporter version lacks what it relies on
+    (the SDK's ``BatchProcessor`` with its ``emit``; the exporter's encoded path)."""
+    if not (exporter.encoded and _QUEUE):
+        return BatchSpanProcessor(exporter)
+    return EncodingSpanProcessor(exporter)
