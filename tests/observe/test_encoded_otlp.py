@@ -316,7 +316,7 @@ def test_finished_spans_skip_the_readable_span_and_send_the_same_request(
     provider.add_span_processor(encoding_processor(otlp.OTLPSpanExporter(endpoint=collector.url)))
     tracer = provider.get_tracer("agentledger", "1.0", schema_url="https://schema/s")
     made = finished.maker(provider, tracer)
-    assert made is not None and made._encode is not None
+    assert made is not None and made._encoders is not None
     with tracer.start_as_current_span("invoke_workflow booking") as root:
         for n, (name, ending, status) in enumerate(
             [
@@ -389,8 +389,8 @@ def test_a_users_own_processor_keeps_the_sdk_path(collector: CollectorStub) -> N
     provider = TracerProvider()
     provider.add_span_processor(encoding_processor(otlp.OTLPSpanExporter(endpoint=collector.url)))
     made = finished.maker(provider, provider.get_tracer("agentledger"))
-    assert made is not None and made._encode is not None
+    assert made is not None and made._encoders is not None
     provider.add_span_processor(BatchSpanProcessor(OfficialExporter(endpoint=collector.url)))
     made = finished.maker(provider, provider.get_tracer("agentledger"))
-    assert made is not None and made._encode is None
+    assert made is not None and made._encoders is None
     provider.shutdown()

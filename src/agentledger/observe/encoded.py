@@ -33,8 +33,15 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
-from agentledger.observe.otlp import OTLPSpanExporter, encode_request, span_bytes
+from agentledger.observe.otlp import (
+    ENCODE_ERRORS,
+    OTLPSpanExporter,
+    encode_request,
+    span_bytes,
+    span_message,
+)
 
 try:  # the SDK's batch queue behind BatchSpanProcessor, which this processor feeds
     from opentelemetry.sdk._shared_internal import BatchProcessor
@@ -50,8 +57,11 @@ __all__ = ["EncodingSpanProcessor", "encoding_processor"]
 
 # A queued span: its encoded bytes when it belongs to the processor's first (resource,
 # scope) group (nearly always: one provider, agentledger's tracer), else the group's
-# index and the bytes (a tuple of untracked objects: the collector untracks it).
-Queued = bytes | tuple[int, bytes]
+# index and the bytes (a tuple of untracked objects: the collector untracks it); or a
+# finished span's fields, the group's index first (see emit_fields).
+Queued = bytes | tuple[Any, ...]
+_UNSET = Status(StatusCode.UNSET)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
 class _Groups:
@@ -69,9 +79,15 @@ class _Groups:
         self._lock = threading.Lock()
 
     def queued(self, resource: Resource, scope: InstrumentationScope | None, body: bytes) -> Queued:
+        """What the queue holds for ``body``, a span of ``resource`` and ``scope``."""
+        index = self.index(resource, scope)
+        return body if index == 0 else (index, body)
+
+    def index(self, resource: Resource, scope: InstrumentationScope | None) -> int:
+        """The index of the (``resource``, ``scope``) pair."""
         first = self._first
         if first[0] is resource and first[1] is scope:
-            return body
+            return 0
         index = self._index.get((id(resource), id(scope)))
         if index is None:
             with self._lock:
@@ -82,7 +98,7 @@ class _Groups:
                     self._index[(id(resource), id(scope))] = index
                     if index == 0:
                         self._first = (resource, scope)
-        return body if index == 0 else (index, body)
+        return index
 
 
 class _RequestExporter(SpanExporter):
@@ -101,14 +117,41 @@ class _RequestExporter(SpanExporter):
         for item in spans:
             if type(item) is bytes:
                 index, body = 0, item
-            else:
+            elif len(item) == 2:
                 index, body = item
+            else:
+                index, body = item[0], self._fields(item)
             if index != last:
                 resource, scope = pairs[index]
                 current = grouped.setdefault(resource, {}).setdefault(scope, [])
                 last = index
             current.append(body)
         return self.exporter.export_encoded(encode_request(grouped), len(spans))
+
+    def _fields(self, item: tuple[Any, ...]) -> bytes:
+        """A finished span's encoding from its queued fields (see ``emit_fields``)."""
+        index, trace_id, span_id, state, parent, name, kind, start, end, attributes, status = item
+        status = _UNSET if status is None else status
+        try:
+            return span_message(
+                trace_id, span_id, state, parent, name, kind, start, end, attributes, status
+            )
+        except ENCODE_ERRORS:  # the official encoder's, for the ReadableSpan it stands for
+            resource, scope = self._groups.pairs[index]
+            context = SpanContext(trace_id, span_id, False, _SAMPLED, state)
+            span = ReadableSpan(
+                name,
+                context,
+                parent,
+                resource=resource,
+                attributes=attributes,
+                kind=kind,
+                start_time=start,
+                end_time=end,
+                instrumentation_scope=scope,
+                status=status,
+            )
+            return span_bytes(span)
 
     def shutdown(self) -> None:
         self.exporter.shutdown()
@@ -160,12 +203,31 @@ class EncodingSpanProcessor(BatchSpanProcessor):
             self._groups.queued(span.resource, span.instrumentation_scope or None, span_bytes(span))
         )
 
-    def emit_encoded(
-        self, resource: Resource, scope: InstrumentationScope | None, body: bytes
+    def emit_fields(
+        self,
+        resource: Resource,
+        scope: InstrumentationScope | None,
+        trace_id: int,
+        span_id: int,
+        state: Any,
+        parent: SpanContext | None,
+        name: str,
+        kind: Any,
+        start: int,
+        end: int,
+        attributes: dict[str, Any],
+        status: Status | None,
     ) -> None:
-        """Queue a sampled span already encoded (:func:`agentledger.observe.otlp.
-        span_message`) of ``resource`` and instrumentation ``scope``."""
-        self._emit(self._groups.queued(resource, scope or None, body))
+        """Queue a sampled, finished span of ``resource`` and instrumentation ``scope``
+        by its fields (a ``ReadableSpan`` with these, a plain dict of str, bool, int and
+        float attributes, no events nor links), encoded by the processor's thread
+        (:func:`agentledger.observe.otlp.span_message`). The queued tuple holds only
+        objects the collector does not track (ints, strings, that dict) or the parent's
+        own context and trace state: it is untracked at its first collection."""
+        index = self._groups.index(resource, scope or None)
+        self._emit(
+            (index, trace_id, span_id, state, parent, name, kind, start, end, attributes, status)
+        )
 
 
 def encoding_processor(exporter: OTLPSpanExporter) -> BatchSpanProcessor:

@@ -31,10 +31,11 @@ processor; an SDK version without them gets ``None`` too.
 
 When every processor is an ``EncodingSpanProcessor`` (what
 :func:`agentledger.observe.tracing.otlp_provider` configures), a span with plain
-attributes is not even made a ``ReadableSpan``: its OTLP bytes are encoded from its
-fields (:func:`agentledger.observe.otlp.span_message`, the bytes the official encoder
-writes for that ``ReadableSpan``) and queued (``emit_encoded``); an unsampled
-(record-only) span is not queued, as ``on_end`` would not queue it.
+attributes is not even made a ``ReadableSpan`` (nor a ``SpanContext``): its fields are
+queued (``emit_fields``), and the processor's thread encodes them
+(:func:`agentledger.observe.otlp.span_message`, the bytes the official encoder writes for
+that ``ReadableSpan``); an unsampled (record-only) span is not queued, as ``on_end``
+would not queue it.
 """
 
 from __future__ import annotations
@@ -111,7 +112,6 @@ class SpanMaker:
 
     __slots__ = (
         "_active",
-        "_encode",
         "_encoders",
         "_follow",
         "_limits",
@@ -130,10 +130,8 @@ class SpanMaker:
         # encoded from its fields and queued, no ReadableSpan made (None: on_end).
         encoding = _encoding_type()
         self._encoders: tuple[Any, ...] | None = None
-        self._encode: Any = None
         if encoding is not None and all(type(p) is encoding for p in self._processors):
             self._encoders = tuple(self._processors)
-            self._encode = sys.modules["agentledger.observe.otlp"]  # loaded with it
         self._limits = tracer._span_limits
         metrics = tracer._tracer_metrics
         # The SDK's internal metrics, when switched on (off: nothing to tell them).
@@ -185,14 +183,10 @@ class SpanMaker:
         flags = _SAMPLED if decision.is_sampled() else _NOT_SAMPLED
         if _RANDOM and parent_flags & _RANDOM:
             flags = TraceFlags(flags | _RANDOM)
-        context = SpanContext(
-            trace_id,
-            tracer.id_generator.generate_span_id(),
-            is_remote=False,
-            trace_flags=flags,
-            trace_state=state,
+        span_id = tracer.id_generator.generate_span_id()
+        return Pending(
+            self, name, kind, trace_id, span_id, flags, state, parent, initial, end_metrics
         )
-        return Pending(self, name, kind, context, parent, initial, end_metrics)
 
     def finish(
         self,
@@ -207,11 +201,8 @@ class SpanMaker:
         plain = len(attributes) <= self._unbounded and _PLAIN.issuperset(
             map(type, attributes.values())
         )
-        if (
-            plain
-            and self._encode is not None
-            and self._queue_encoded(pending, attributes, status, end_time)
-        ):
+        if plain and self._encoders is not None:
+            self._queue_fields(pending, attributes, status, end_time)
             return
         if not plain:
             limits = self._limits
@@ -239,38 +230,33 @@ class SpanMaker:
             pending.end_metrics()
         self._active.on_end(span)
 
-    def _queue_encoded(
+    def _queue_fields(
         self, pending: Pending, attributes: dict[str, Any], status: Status | None, end_time: int
-    ) -> bool:
-        """Encode ``pending`` from its fields and queue its bytes in every processor (all
-        :class:`~agentledger.observe.encoded.EncodingSpanProcessor`): what ``on_end``
-        of its ``ReadableSpan`` would queue. False when the encoder leaves the span to
-        the official one (then the caller makes the ``ReadableSpan``)."""
-        otlp = self._encode
-        context = pending.context
-        if context.trace_flags & 1:  # sampled: what the processors queue
-            try:
-                body = otlp.span_message(
-                    context.trace_id,
-                    context.span_id,
-                    context.trace_state,
+    ) -> None:
+        """Queue ``pending``'s fields in every processor (all
+        :class:`~agentledger.observe.encoded.EncodingSpanProcessor`), to be encoded by the
+        processor's thread: what ``on_end`` of its ``ReadableSpan`` would queue. An
+        unsampled (record-only) span is not queued, as ``on_end`` would not queue it."""
+        if pending.flags & 1:
+            tracer = self._tracer
+            resource, scope = tracer.resource, tracer._instrumentation_scope
+            for processor in self._encoders or ():
+                processor.emit_fields(
+                    resource,
+                    scope,
+                    pending.trace_id,
+                    pending.span_id,
+                    pending.state,
                     pending.parent,
                     pending.name,
                     pending.kind,
                     pending.start_time,
                     end_time,
                     attributes,
-                    _UNSET if status is None else status,
+                    status,
                 )
-            except otlp.ENCODE_ERRORS:
-                return False
-            tracer = self._tracer
-            scope = tracer._instrumentation_scope
-            for processor in self._encoders or ():
-                processor.emit_encoded(tracer.resource, scope, body)
         if pending.end_metrics is not _noop:
             pending.end_metrics()
-        return True
 
 
 class Pending:
@@ -278,13 +264,16 @@ class Pending:
 
     __slots__ = (
         "attributes",
-        "context",
         "end_metrics",
+        "flags",
         "kind",
         "maker",
         "name",
         "parent",
+        "span_id",
         "start_time",
+        "state",
+        "trace_id",
     )
 
     def __init__(
@@ -292,7 +281,10 @@ class Pending:
         maker: SpanMaker,
         name: str,
         kind: SpanKind,
-        context: SpanContext,
+        trace_id: int,
+        span_id: int,
+        flags: TraceFlags,
+        state: Any,
         parent: SpanContext,
         attributes: Any,
         end_metrics: Any,
@@ -300,11 +292,26 @@ class Pending:
         self.maker = maker
         self.name = name
         self.kind = kind
-        self.context = context
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.flags = flags
+        self.state = state
         self.parent = parent
         self.attributes = attributes
         self.end_metrics = end_metrics
         self.start_time = _time_ns()
+
+    @property
+    def context(self) -> SpanContext:
+        """The span's context (made only when a ``ReadableSpan`` is: its fields are
+        all a span queued encoded needs)."""
+        return SpanContext(
+            self.trace_id,
+            self.span_id,
+            is_remote=False,
+            trace_flags=self.flags,
+            trace_state=self.state,
+        )
 
     def end(self, ending: dict[str, Any], status: Status | None = None) -> None:
         """End the span now with ``ending`` attributes (and ``status``, if any)."""
