@@ -86,11 +86,19 @@ def _encoding_type() -> type | None:
     return getattr(module, "EncodingSpanProcessor", None)
 
 
-def _follow(sampler: Any) -> tuple[tuple[Decision, Decision], tuple[Decision, Decision]] | None:
+# A sampling decision with what follows from it: (decision, recording, sampled flags).
+_Decided = tuple[Decision, bool, TraceFlags]
+
+
+def _decided(decision: Decision) -> _Decided:
+    return (decision, decision.is_recording(), _SAMPLED if decision.is_sampled() else _NOT_SAMPLED)
+
+
+def _follow(sampler: Any) -> tuple[tuple[_Decided, _Decided], tuple[_Decided, _Decided]] | None:
     """For a ``ParentBased`` sampler whose four parent delegates are the SDK's
     ``ALWAYS_ON`` / ``ALWAYS_OFF``: the decision by [parent is remote][parent sampled]
-    (the root delegate is never asked for a child). None for any other sampler, which
-    is then asked span by span."""
+    (the root delegate is never asked for a child), with whether it records and the
+    flags it gives. None for any other sampler, which is then asked span by span."""
     if type(sampler) not in (ParentBased, ParentBasedTraceIdRatio):
         return None
     decisions = {id(ALWAYS_ON): Decision.RECORD_AND_SAMPLE, id(ALWAYS_OFF): Decision.DROP}
@@ -103,7 +111,7 @@ def _follow(sampler: Any) -> tuple[tuple[Decision, Decision], tuple[Decision, De
         return None
     if any(id(d) not in decisions for pair in delegates for d in pair):
         return None
-    local, remote = (tuple(decisions[id(d)] for d in pair) for pair in delegates)
+    local, remote = (tuple(_decided(decisions[id(d)]) for d in pair) for pair in delegates)
     return (local, remote)  # type: ignore[return-value]
 
 
@@ -169,18 +177,18 @@ class SpanMaker:
             # What the ParentBased sampler returns for a valid parent when the delegate
             # for that parent is ALWAYS_ON / ALWAYS_OFF: the parent's decision, the
             # attributes as given, the parent's trace state.
-            decision = follow[parent.is_remote][parent_flags & 1]
+            decision, recording, flags = follow[parent.is_remote][parent_flags & 1]
             initial: Any = attributes
             state: Any = parent.trace_state
         else:
             result = tracer.sampler.should_sample(None, trace_id, name, kind, attributes, ())
             decision, state = result.decision, result.trace_state
             initial = dict(result.attributes or {})  # the sampler's mapping: a copy to finish
+            _, recording, flags = _decided(decision)
         metrics = self._metrics
         end_metrics = _noop if metrics is None else metrics.start_span(parent, decision)
-        if not decision.is_recording():
+        if not recording:
             return DROPPED
-        flags = _SAMPLED if decision.is_sampled() else _NOT_SAMPLED
         if _RANDOM and parent_flags & _RANDOM:
             flags = TraceFlags(flags | _RANDOM)
         span_id = tracer.id_generator.generate_span_id()
