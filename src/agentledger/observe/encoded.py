@@ -33,10 +33,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
+from opentelemetry.trace import SpanContext, Status, TraceFlags
 
 from agentledger.observe.otlp import (
     ENCODE_ERRORS,
+    UNSET,
     OTLPSpanExporter,
     encode_request,
     span_bytes,
@@ -60,7 +61,6 @@ __all__ = ["EncodingSpanProcessor", "encoding_processor"]
 # index and the bytes (a tuple of untracked objects: the collector untracks it); or a
 # finished span's fields, the group's index first (see emit_fields).
 Queued = bytes | tuple[Any, ...]
-_UNSET = Status(StatusCode.UNSET)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
@@ -131,7 +131,7 @@ class _RequestExporter(SpanExporter):
     def _fields(self, item: tuple[Any, ...]) -> bytes:
         """A finished span's encoding from its queued fields (see ``emit_fields``)."""
         index, trace_id, span_id, state, parent, name, kind, start, end, attributes, status = item
-        status = _UNSET if status is None else status
+        status = UNSET if status is None else status
         try:
             return span_message(
                 trace_id, span_id, state, parent, name, kind, start, end, attributes, status

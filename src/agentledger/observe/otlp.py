@@ -34,7 +34,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags as _PB2SpanFlags
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.semconv.attributes.http_attributes import HTTP_RESPONSE_STATUS_CODE
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import DEFAULT_TRACE_STATE, Link, SpanKind, Status, StatusCode
 
 try:  # the official encoder's own functions for the resource and the scope (once a batch)
     from opentelemetry.exporter.otlp.proto.common._internal import (
@@ -48,7 +48,14 @@ try:  # what the official exporter reports for a request over its size limit
 except ImportError:  # pragma: no cover - another version: its own export does everything
     RequestPayloadTooLargeError = None  # type: ignore[assignment,misc]
 
-__all__ = ["OTLPSpanExporter", "encode_request", "encode_spans", "span_bytes", "span_message"]
+__all__ = [
+    "UNSET",
+    "OTLPSpanExporter",
+    "encode_request",
+    "encode_spans",
+    "span_bytes",
+    "span_message",
+]
 
 # The official exporter's logger: what export_encoded logs comes from the same place.
 _logger = logging.getLogger(_OfficialExporter.__module__)
@@ -282,17 +289,28 @@ def span_message(
     many attributes, events and links were dropped (None: a plain dict of attributes
     and tuples of events and links, nothing dropped). Raises an internal exception for
     what this encoder does not handle (see :func:`span_bytes`)."""
-    parts = [b"\x0a\x10" + trace_id.to_bytes(16, "big") + b"\x12\x08" + span_id.to_bytes(8, "big")]
+    # A run's spans share its trace id and mostly one parent (the run's span): their
+    # encodings are kept from the previous span (one tuple each, replaced whole, so a
+    # thread reads a consistent pair).
+    ids = _LAST_TRACE
+    if ids[0] != trace_id:
+        ids = _remember_trace(trace_id)
+    parts = [ids[1] + span_id.to_bytes(8, "big")]
     append = parts.append
-    if state:
+    if state is not None and state is not _NO_STATE and state:
         joined = ",".join([f"{key}={value}" for key, value in state.items()])
         if joined:
             append(_field(b"\x1a", joined.encode()))
-    if parent:
-        append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
+    remote = False
+    if parent is not None:
+        known = _LAST_PARENT
+        if known[0] is not parent:
+            known = _remember_parent(parent)
+        append(known[1])
+        remote = known[2]
     if name:
         append(_field(b"\x2a", name.encode()))
-    append(b"\x30" + _KIND[kind])
+    append(_KIND_FIELD[id(kind)])
     if start and end:
         append(_pack_times(0x39, start, 0x41, end))
     else:
@@ -330,12 +348,40 @@ def span_message(
     if dropped:
         append(b"\x70" + _varint(dropped))
     if status is not None:
-        if status.status_code is StatusCode.UNSET and not status.description:
+        if status is UNSET or (status.status_code is _CODE_UNSET and not status.description):
             append(b"\x7a\x00")  # present, empty: as the official encoder sends it
         else:
             append(_status(status))
-    append(_FLAGS_REMOTE if parent and parent.is_remote else _FLAGS_LOCAL)
+    append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
     return _field(b"\x12", b"".join(parts))  # ScopeSpans.spans: field 2
+
+
+#: The unset status (no code, no description): encoded without reading it.
+UNSET = Status(StatusCode.UNSET)
+_CODE_UNSET = StatusCode.UNSET
+_NO_STATE = DEFAULT_TRACE_STATE
+_KIND_FIELD = {id(kind): b"\x30" + encoded for kind, encoded in _KIND.items()}
+_LAST_TRACE: tuple[int, bytes] = (-1, b"")
+_LAST_PARENT: tuple[Any, bytes, bool] = (None, b"", False)
+
+
+def _remember_trace(trace_id: int) -> tuple[int, bytes]:
+    """The trace id's field and the span id's tag (what every span starts with)."""
+    global _LAST_TRACE
+    _LAST_TRACE = (trace_id, b"\x0a\x10" + trace_id.to_bytes(16, "big") + b"\x12\x08")
+    return _LAST_TRACE
+
+
+def _remember_parent(parent: Any) -> tuple[Any, bytes, bool]:
+    """The parent span id's field, and whether the parent is remote (for the flags)."""
+    global _LAST_PARENT
+    # A parent that is not truthy (an invalid context) is not written, as the official
+    # encoder does; its remote bit is not read either.
+    if parent:
+        _LAST_PARENT = (parent, b"\x22\x08" + parent.span_id.to_bytes(8, "big"), parent.is_remote)
+    else:
+        _LAST_PARENT = (parent, b"", False)
+    return _LAST_PARENT
 
 
 #: What :func:`span_message` raises for what only the official encoder handles.
