@@ -9,6 +9,7 @@ official encoding of the same ``ReadableSpan``, and the batch processor's behavi
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -394,3 +395,37 @@ def test_a_users_own_processor_keeps_the_sdk_path(collector: CollectorStub) -> N
     made = finished.maker(provider, provider.get_tracer("agentledger"))
     assert made is not None and made._encoders is None
     provider.shutdown()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_exports_its_own_spans_once(collector: CollectorStub) -> None:
+    # As the SDK's processor: the child starts with an empty queue and a thread of its
+    # own; what the parent queued is exported once, by the parent.
+    processor = encoding_processor(otlp.OTLPSpanExporter(endpoint=collector.url))
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("agentledger")
+    made = finished.maker(provider, tracer)
+    assert made is not None
+    with tracer.start_as_current_span("parent"):
+        pending = made.start("queued by the parent", {"n": 1})
+        assert pending is not None
+        pending.end({}, None)
+        pid = os.fork()
+        if pid == 0:  # the child: one span of its own, flushed, then gone
+            code = 1
+            try:
+                child = made.start("queued by the child", {"n": 2})
+                assert child is not None
+                child.end({}, None)
+                code = 0 if processor.force_flush() else 2
+            finally:
+                os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert _spans_of(collector.bodies) == ["queued by the child"]
+    assert provider.force_flush()
+    provider.shutdown()
+    assert sorted(_spans_of(collector.bodies)) == sorted(
+        ["queued by the child", "queued by the parent", "parent"]
+    )

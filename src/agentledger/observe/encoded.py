@@ -4,13 +4,23 @@ The SDK's ``BatchSpanProcessor`` keeps every ended span (a ``ReadableSpan`` with
 context, attributes, status, resource: a dozen GC-tracked objects) in its queue until its
 thread exports the batch, up to its schedule delay (5 s by default) later. On a busy
 worker those objects live long enough to be promoted to the oldest generation, and full
-collections of a large heap come more often. :class:`EncodingSpanProcessor` encodes a
-span to its OTLP ``Span`` message bytes when it ends (:func:`agentledger.observe.otlp.
-span_bytes`, the bytes the official encoder writes) and queues the bytes, which the
-garbage collector does not track; the batch request is the concatenation of those bytes
-inside its ``ResourceSpans`` / ``ScopeSpans``, posted by the OTLP exporter's own client.
-Spans made finished (:mod:`agentledger.observe.finished`) are encoded straight from
-their fields, with no ``ReadableSpan`` at all (:meth:`EncodingSpanProcessor.emit_encoded`).
+collections of a large heap come more often. :class:`EncodingSpanProcessor` queues what
+the collector does not keep track of:
+
+- a span ended through the SDK (a run's span, a workflow's ``step`` span) is encoded to
+  its OTLP ``Span`` message bytes when it ends (:func:`agentledger.observe.otlp.
+  span_bytes`, the bytes the official encoder writes) and the bytes are queued;
+- a span made finished (:mod:`agentledger.observe.finished`: tool and model attempts,
+  replayed steps) is never made a ``ReadableSpan``: its fields are queued as one tuple
+  of ints, strings, a dict of plain values and the parent's context
+  (:meth:`EncodingSpanProcessor.emit_fields`; the collector untracks such a tuple at
+  its first collection), and the processor's thread encodes them
+  (:func:`agentledger.observe.otlp.span_message`), off the worker's event loop.
+
+A batch request is the concatenation of the spans' bytes inside its ``ResourceSpans`` /
+``ScopeSpans``, byte for byte the official encoder's request for the same spans, posted
+by the OTLP exporter's own client (:meth:`agentledger.observe.otlp.OTLPSpanExporter.
+export_encoded`: its retries, compression, headers, size limit and metrics).
 
 Everything else is the SDK's ``BatchSpanProcessor``, which this class is: its queue (the
 SDK's ``BatchProcessor``: maximum queue size with dropped spans logged and counted, batch
@@ -25,7 +35,9 @@ gets the SDK's processor and exporter as before.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,6 +88,12 @@ class _Groups:
         self.pairs: list[tuple[Resource, InstrumentationScope | None]] = []
         self._index: dict[tuple[int, int], int] = {}
         self._first: tuple[Any, Any] = (object(), object())
+        self._lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):  # a child never waits for a parent's thread
+            reset = weakref.WeakMethod(self._at_fork_reinit)
+            os.register_at_fork(after_in_child=lambda: (method := reset()) and method())
+
+    def _at_fork_reinit(self) -> None:
         self._lock = threading.Lock()
 
     def queued(self, resource: Resource, scope: InstrumentationScope | None, body: bytes) -> Queued:
