@@ -166,7 +166,7 @@ def _processors(url: str, **settings: Any) -> list[tuple[str, SpanProcessor]]:
 
 
 def _spans_of(bodies: Sequence[bytes]) -> list[str]:
-    names = []
+    names: list[str] = []
     for body in bodies:
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
@@ -244,7 +244,7 @@ def test_a_full_queue_drops_the_oldest_spans_as_the_sdk_does(collector: Collecto
 
 
 def _numbers(bodies: Sequence[bytes]) -> list[int]:
-    numbers = []
+    numbers: list[int] = []
     for body in bodies:
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
@@ -319,14 +319,13 @@ def test_finished_spans_skip_the_readable_span_and_send_the_same_request(
     made = finished.maker(provider, tracer)
     assert made is not None and made._encoders is not None
     with tracer.start_as_current_span("invoke_workflow booking") as root:
-        for n, (name, ending, status) in enumerate(
-            [
-                ("execute_tool search", {"agentledger.step.outcome": "ok"}, None),
-                ("chat gpt", {}, None),
-                ("execute_tool pay", {"error.type": "E"}, Status(StatusCode.ERROR, "boom")),
-                ("execute_tool list", {"list": ["a", "b"]}, None),  # not plain: ReadableSpan
-            ]
-        ):
+        attempts: list[tuple[str, dict[str, Any], Status | None]] = [
+            ("execute_tool search", {"agentledger.step.outcome": "ok"}, None),
+            ("chat gpt", {}, None),
+            ("execute_tool pay", {"error.type": "E"}, Status(StatusCode.ERROR, "boom")),
+            ("execute_tool list", {"list": ["a", "b"]}, None),  # not plain: ReadableSpan
+        ]
+        for n, (name, ending, status) in enumerate(attempts):
             pending = made.start(name, {**ATTEMPT, "agentledger.step.no": n})
             assert pending is not None
             pending.end(ending, status)
