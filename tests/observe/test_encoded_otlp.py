@@ -324,6 +324,8 @@ def test_finished_spans_skip_the_readable_span_and_send_the_same_request(
             ("chat gpt", {}, None),
             ("execute_tool pay", {"error.type": "E"}, Status(StatusCode.ERROR, "boom")),
             ("execute_tool list", {"list": ["a", "b"]}, None),  # not plain: ReadableSpan
+            # Plain but outside int64: the official encoder's encoding (which drops it).
+            ("execute_tool big", {"too.big": 2**64}, None),
         ]
         for n, (name, ending, status) in enumerate(attempts):
             pending = made.start(name, {**ATTEMPT, "agentledger.step.no": n})
@@ -339,9 +341,11 @@ def test_finished_spans_skip_the_readable_span_and_send_the_same_request(
         "execute_tool search",
         "execute_tool pay",
         "execute_tool list",
+        "execute_tool big",
         "invoke_workflow booking",
     ]
-    assert {s.parent_span_id for s in spans[:3]} == {
+    assert [kv.key for kv in spans[3].attributes if kv.key == "too.big"] == []
+    assert {s.parent_span_id for s in spans[:4]} == {
         root.get_span_context().span_id.to_bytes(8, "big")
     }
     rebuilt = [_rebuilt(span, tracer) for span in spans]

@@ -134,8 +134,8 @@ class SpanMaker:
         self._tracer = tracer
         self._active = active
         self._processors = active._span_processors
-        # When every processor queues encoded spans: a span with plain attributes is
-        # encoded from its fields and queued, no ReadableSpan made (None: on_end).
+        # When every processor is an EncodingSpanProcessor: a span with plain attributes
+        # is queued as its fields, no ReadableSpan made (None: on_end of a ReadableSpan).
         encoding = _encoding_type()
         self._encoders: tuple[Any, ...] | None = None
         if encoding is not None and all(type(p) is encoding for p in self._processors):
@@ -311,8 +311,8 @@ class Pending:
 
     @property
     def context(self) -> SpanContext:
-        """The span's context (made only when a ``ReadableSpan`` is: its fields are
-        all a span queued encoded needs)."""
+        """The span's context, made only for a ``ReadableSpan`` (a span queued by its
+        fields needs only its ids, flags and trace state)."""
         return SpanContext(
             self.trace_id,
             self.span_id,
