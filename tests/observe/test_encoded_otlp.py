@@ -8,6 +8,7 @@ official encoding of the same ``ReadableSpan``, and the batch processor's behavi
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import threading
@@ -432,3 +433,26 @@ def test_a_forked_child_exports_its_own_spans_once(collector: CollectorStub) -> 
     assert sorted(_spans_of(collector.bodies)) == sorted(
         ["queued by the child", "queued by the parent", "parent"]
     )
+
+
+def test_what_is_queued_is_untracked_by_the_garbage_collector(collector: CollectorStub) -> None:
+    # Queued spans wait up to the schedule delay: nothing of theirs may stay tracked (and
+    # be promoted to an older generation) once a collection has looked at it.
+    processor = encoding_processor(otlp.OTLPSpanExporter(endpoint=collector.url))
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("agentledger")
+    made = finished.maker(provider, tracer)
+    assert made is not None
+    with tracer.start_as_current_span("run"):  # ended through the SDK: queued as bytes
+        for n in range(3):
+            pending = made.start("execute_tool search", {**ATTEMPT, "agentledger.step.no": n})
+            assert pending is not None
+            pending.end({"agentledger.step.outcome": "ok"}, Status(StatusCode.ERROR, "x"))
+    queued = list(processor._batch_processor._queue)
+    assert len(queued) == 4
+    gc.collect()
+    assert [gc.is_tracked(item) for item in queued] == [False] * 4
+    assert processor.force_flush()
+    assert _spans_of(collector.bodies) == ["execute_tool search"] * 3 + ["run"]
+    provider.shutdown()

@@ -12,10 +12,11 @@ the collector does not keep track of:
   span_bytes`, the bytes the official encoder writes) and the bytes are queued;
 - a span made finished (:mod:`agentledger.observe.finished`: tool and model attempts,
   replayed steps) is never made a ``ReadableSpan``: its fields are queued as one tuple
-  of ints, strings, a dict of plain values and the parent's context
+  of ints, strings and other plain values, the attributes flattened into it (the
+  parent as its span id)
   (:meth:`EncodingSpanProcessor.emit_fields`; the collector untracks such a tuple at
   its first collection), and the processor's thread encodes them
-  (:func:`agentledger.observe.otlp.span_message`), off the worker's event loop.
+  (:func:`agentledger.observe.otlp.span_fields`), off the worker's event loop.
 
 A batch request is the concatenation of the spans' bytes inside its ``ResourceSpans`` /
 ``ScopeSpans``, byte for byte the official encoder's request for the same spans, posted
@@ -39,21 +40,23 @@ import os
 import threading
 import weakref
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, Status, TraceFlags
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from agentledger.observe.otlp import (
     ENCODE_ERRORS,
-    UNSET,
+    KIND_VALUE,
     OTLPSpanExporter,
     encode_request,
     span_bytes,
-    span_message,
+    span_fields,
+    trace_state_text,
 )
 
 try:  # the SDK's batch queue behind BatchSpanProcessor, which this processor feeds
@@ -74,6 +77,7 @@ __all__ = ["EncodingSpanProcessor", "encoding_processor"]
 # finished span's fields, the group's index first (see emit_fields).
 Queued = bytes | tuple[Any, ...]
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_flatten = chain.from_iterable
 
 
 class _Groups:
@@ -135,7 +139,7 @@ class _RequestExporter(SpanExporter):
         for item in spans:
             if type(item) is bytes:
                 index, body = 0, item
-            elif len(item) == 2:
+            elif len(item) == 2:  # (index, bytes): a fields tuple has 12 or more
                 index, body = item
             else:
                 index, body = item[0], self._fields(item)
@@ -148,26 +152,43 @@ class _RequestExporter(SpanExporter):
 
     def _fields(self, item: tuple[Any, ...]) -> bytes:
         """A finished span's encoding from its queued fields (see ``emit_fields``)."""
-        index, trace_id, span_id, state, parent, name, kind, start, end, attributes, status = item
-        status = UNSET if status is None else status
+        index, trace_id, span_id, state, parent_id, remote, name, kind = item[:8]
+        start, end, code, description = item[8:12]
+        attributes = item[12:]
         try:
-            return span_message(
-                trace_id, span_id, state, parent, name, kind, start, end, attributes, status
+            return span_fields(
+                trace_id,
+                span_id,
+                state,
+                parent_id,
+                remote,
+                name,
+                kind,
+                start,
+                end,
+                attributes,
+                code,
+                description,
             )
         except ENCODE_ERRORS:  # the official encoder's, for the ReadableSpan it stands for
             resource, scope = self._groups.pairs[index]
-            context = SpanContext(trace_id, span_id, False, _SAMPLED, state)
             span = ReadableSpan(
                 name,
-                context,
-                parent,
+                SpanContext(
+                    trace_id,
+                    span_id,
+                    False,
+                    _SAMPLED,
+                    TraceState.from_header([state]) if state else None,
+                ),
+                SpanContext(trace_id, parent_id, remote) if parent_id is not None else None,
                 resource=resource,
-                attributes=attributes,
-                kind=kind,
+                attributes=dict(zip(attributes[::2], attributes[1::2], strict=True)),
+                kind=SpanKind(kind),
                 start_time=start,
                 end_time=end,
                 instrumentation_scope=scope,
-                status=status,
+                status=Status(StatusCode(code), description),
             )
             return span_bytes(span)
 
@@ -239,12 +260,33 @@ class EncodingSpanProcessor(BatchSpanProcessor):
         """Queue a sampled, finished span of ``resource`` and instrumentation ``scope``
         by its fields (a ``ReadableSpan`` with these, a plain dict of str, bool, int and
         float attributes, no events nor links), encoded by the processor's thread
-        (:func:`agentledger.observe.otlp.span_message`). The queued tuple holds only
-        objects the collector does not track (ints, strings, that dict) or the parent's
-        own context and trace state: it is untracked at its first collection."""
-        index = self._groups.index(resource, scope or None)
+        (:func:`agentledger.observe.otlp.span_fields`). The queued tuple holds only
+        objects the collector does not track (ints, strings, bools, floats, None; the
+        attributes flattened into it): it is untracked at its first collection and never
+        reaches an older generation."""
+        if status is None:
+            code, description = 0, None
+        else:
+            code, description = status.status_code.value, status.description
+        # One flat tuple, the attributes last as key, value, key, value...: a tuple
+        # holding a dict or another tuple is untracked only at a later collection (its
+        # elements first), by when it may have been promoted.
         self._emit(
-            (index, trace_id, span_id, state, parent, name, kind, start, end, attributes, status)
+            (
+                self._groups.index(resource, scope or None),
+                trace_id,
+                span_id,
+                trace_state_text(state),
+                parent.span_id if parent is not None else None,
+                parent is not None and parent.is_remote,
+                name,
+                KIND_VALUE[id(kind)],
+                start,
+                end,
+                code,
+                description,
+                *_flatten(attributes.items()),
+            )
         )
 
 

@@ -49,12 +49,15 @@ except ImportError:  # pragma: no cover - another version: its own export does e
     RequestPayloadTooLargeError = None  # type: ignore[assignment,misc]
 
 __all__ = [
+    "KIND_VALUE",
     "UNSET",
     "OTLPSpanExporter",
     "encode_request",
     "encode_spans",
     "span_bytes",
+    "span_fields",
     "span_message",
+    "trace_state_text",
 ]
 
 # The official exporter's logger: what export_encoded logs comes from the same place.
@@ -214,16 +217,6 @@ def _span_id(span_id: int) -> bytes:
     return span_id.to_bytes(length=8, byteorder="big", signed=False)
 
 
-def _status(status: Status) -> bytes:
-    parts = b""
-    if status.description:
-        parts = _field(b"\x12", status.description.encode())
-    code = status.status_code.value
-    if code:
-        parts += b"\x18" + _varint(code)
-    return _field(b"\x7a", parts)
-
-
 def _span(span: ReadableSpan) -> bytes:
     """One ``Span`` message, as the ``ScopeSpans.spans`` field (tag, length, message)."""
     if type(span) is ReadableSpan:
@@ -289,6 +282,60 @@ def span_message(
     many attributes, events and links were dropped (None: a plain dict of attributes
     and tuples of events and links, nothing dropped). Raises an internal exception for
     what this encoder does not handle (see :func:`span_bytes`)."""
+    if status is None:
+        code, description = None, None
+    elif status is UNSET:
+        code, description = 0, None
+    else:
+        code, description = status.status_code.value, status.description
+    return span_fields(
+        trace_id,
+        span_id,
+        trace_state_text(state),
+        parent.span_id if parent else None,
+        bool(parent) and parent.is_remote,
+        name,
+        KIND_VALUE[id(kind)],
+        start,
+        end,
+        attributes,
+        code,
+        description,
+        events,
+        links,
+        span,
+    )
+
+
+def trace_state_text(state: Any) -> str:
+    """A trace state as the official encoder writes it ("" for none or empty)."""
+    if state is None or state is _NO_STATE or not state:
+        return ""
+    return ",".join([f"{key}={value}" for key, value in state.items()])
+
+
+def span_fields(
+    trace_id: int,
+    span_id: int,
+    state: str,
+    parent_id: int | None,
+    remote: bool,
+    name: str,
+    kind: int,
+    start: int | None,
+    end: int | None,
+    attributes: Mapping[str, Any] | tuple[Any, ...] | None,
+    code: int | None,
+    description: str | None,
+    events: Sequence[Event] = (),
+    links: Sequence[Link] = (),
+    span: ReadableSpan | None = None,
+) -> bytes:
+    """:func:`span_message` of fields the garbage collector does not track: the trace
+    state's text (:func:`trace_state_text`), the parent's span id (None: no parent) and
+    whether it is remote, the ``SpanKind`` value, the attributes (a mapping, or a
+    flat tuple: key, value, key, value...), the ``StatusCode`` value (None: no status) and
+    description."""
     # A run's spans share its trace id and mostly one parent (the run's span): their
     # encodings are kept from the previous span (one tuple each, replaced whole, so a
     # thread reads a consistent pair).
@@ -297,20 +344,16 @@ def span_message(
         ids = _remember_trace(trace_id)
     parts = [ids[1] + span_id.to_bytes(8, "big")]
     append = parts.append
-    if state is not None and state is not _NO_STATE and state:
-        joined = ",".join([f"{key}={value}" for key, value in state.items()])
-        if joined:
-            append(_field(b"\x1a", joined.encode()))
-    remote = False
-    if parent is not None:
+    if state:
+        append(_field(b"\x1a", state.encode()))
+    if parent_id is not None:
         known = _LAST_PARENT
-        if known[0] is not parent:
-            known = _remember_parent(parent)
+        if known[0] != parent_id:
+            known = _remember_parent(parent_id)
         append(known[1])
-        remote = known[2]
     if name:
         append(_field(b"\x2a", name.encode()))
-    append(_KIND_FIELD[id(kind)])
+    append(_KIND_FIELDS[kind])
     if start and end:
         append(_pack_times(0x39, start, 0x41, end))
     else:
@@ -319,7 +362,11 @@ def span_message(
         if end:
             append(b"\x41" + _pack_fixed64(end))
     if attributes:
-        for key, value in attributes.items():
+        if type(attributes) is tuple:  # key, value, key, value...
+            pairs: Any = zip(attributes[::2], attributes[1::2], strict=True)
+        else:
+            pairs = attributes.items()  # type: ignore[union-attr]
+        for key, value in pairs:
             vtype = type(value)
             cache = _ATTRS if vtype is str or vtype is bool else _INTS if vtype is int else None
             if cache is None:
@@ -347,22 +394,24 @@ def span_message(
     dropped = 0 if span is None or type(links) is tuple else span.dropped_links
     if dropped:
         append(b"\x70" + _varint(dropped))
-    if status is not None:
-        if status is UNSET or (status.status_code is _CODE_UNSET and not status.description):
+    if code is not None:
+        if not code and not description:
             append(b"\x7a\x00")  # present, empty: as the official encoder sends it
         else:
-            append(_status(status))
+            text = _field(b"\x12", description.encode()) if description else b""
+            append(_field(b"\x7a", text + b"\x18" + _varint(code) if code else text))
     append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
     return _field(b"\x12", b"".join(parts))  # ScopeSpans.spans: field 2
 
 
 #: The unset status (no code, no description): encoded without reading it.
 UNSET = Status(StatusCode.UNSET)
-_CODE_UNSET = StatusCode.UNSET
 _NO_STATE = DEFAULT_TRACE_STATE
-_KIND_FIELD = {id(kind): b"\x30" + encoded for kind, encoded in _KIND.items()}
+#: Each ``SpanKind``'s value by the member's id (an enum's ``value`` is a property).
+KIND_VALUE = {id(kind): kind.value for kind in SpanKind}
+_KIND_FIELDS = [b"\x30" + _KIND[kind] for kind in sorted(SpanKind, key=lambda k: k.value)]
 _LAST_TRACE: tuple[int, bytes] = (-1, b"")
-_LAST_PARENT: tuple[Any, bytes, bool] = (None, b"", False)
+_LAST_PARENT: tuple[int, bytes] = (-1, b"")
 
 
 def _remember_trace(trace_id: int) -> tuple[int, bytes]:
@@ -372,15 +421,10 @@ def _remember_trace(trace_id: int) -> tuple[int, bytes]:
     return _LAST_TRACE
 
 
-def _remember_parent(parent: Any) -> tuple[Any, bytes, bool]:
-    """The parent span id's field, and whether the parent is remote (for the flags)."""
+def _remember_parent(parent_id: int) -> tuple[int, bytes]:
+    """The parent span id's field."""
     global _LAST_PARENT
-    # A parent that is not truthy (an invalid context) is not written, as the official
-    # encoder does; its remote bit is not read either.
-    if parent:
-        _LAST_PARENT = (parent, b"\x22\x08" + parent.span_id.to_bytes(8, "big"), parent.is_remote)
-    else:
-        _LAST_PARENT = (parent, b"", False)
+    _LAST_PARENT = (parent_id, b"\x22\x08" + parent_id.to_bytes(8, "big"))
     return _LAST_PARENT
 
 
