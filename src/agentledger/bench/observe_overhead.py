@@ -8,9 +8,10 @@ in a rotating order, so the noise of a shared machine hits them alike):
 - ``memory``: the OpenTelemetry SDK with a ``BatchSpanProcessor`` into an in-memory
   exporter (the cost of making the spans, without encoding or sending them);
 - ``otlp``: what a user configures (:func:`agentledger.observe.tracing.otlp_provider`:
-  the SDK, a ``BatchSpanProcessor`` with its default batch of 512 spans, OTLP/HTTP with
-  :class:`agentledger.observe.otlp.OTLPSpanExporter`; attempt spans handed to the
-  processor finished, :mod:`agentledger.observe.finished`) sending
+  the SDK, the SDK's ``BatchSpanProcessor`` with its default batch of 512 spans queueing
+  each span's encoded bytes, :class:`agentledger.observe.encoded.EncodingSpanProcessor`,
+  OTLP/HTTP with :class:`agentledger.observe.otlp.OTLPSpanExporter`; attempt spans made
+  finished and encoded from their fields, :mod:`agentledger.observe.finished`) sending
   to a collector stub on loopback, and ``/metrics`` scraped every ``--scrape-every``
   seconds while the runs execute (store queries on the worker's event loop): the whole
   cost of being watched. The target is on this condition.
@@ -19,11 +20,14 @@ in a rotating order, so the noise of a shared machine hits them alike):
   its steps follow, a resume too). A sampled fraction ``p`` of runs costs about
   ``p * otlp + (1 - p) * unsampled``.
 
-With ``--compare``, three more conditions take ``otlp`` apart (same collector, same
-scraping): ``otlp_sdk_spans`` makes the attempt spans through the SDK's
-``Tracer.start_span`` (:func:`agentledger.observe.tracing.use_finished_spans` off);
-``otlp_official_encoder`` exports with the official ``OTLPSpanExporter``;
-``otlp_before`` does both, as agentledger did before either change.
+With ``--compare``, four more conditions take ``otlp`` apart (same collector, same
+scraping), each one step further back: ``otlp_batch`` queues span objects in the SDK's
+``BatchSpanProcessor`` (``otlp`` before the encoding processor: the finished spans are
+made ``ReadableSpan`` objects and encoded by the processor's thread);
+``otlp_sdk_spans`` also makes the attempt spans through the SDK's ``Tracer.start_span``
+(:func:`agentledger.observe.tracing.use_finished_spans` off);
+``otlp_official_encoder`` queues span objects into the official ``OTLPSpanExporter``;
+``otlp_before`` does both of the last two, as agentledger did before any of these.
 
 Figures per condition: the median per-step time of a ``--steps``-step workflow of no-op
 read tools (``read_step_us``, timed inside the run as ``agentledger bench`` does) and of
@@ -67,7 +71,7 @@ from agentledger.store import open_store
 
 _SAMPLER_ENV = "OTEL_TRACES_SAMPLER"
 CONDITIONS = ("none", "memory", "otlp", "unsampled")
-COMPARE = ("otlp_sdk_spans", "otlp_official_encoder", "otlp_before")
+COMPARE = ("otlp_batch", "otlp_sdk_spans", "otlp_official_encoder", "otlp_before")
 # Conditions that make the attempt spans through the SDK's own path.
 _SDK_SPANS = ("otlp_sdk_spans", "otlp_before")
 
@@ -133,6 +137,19 @@ class Scraper:
         self.thread.join(timeout=35)
 
 
+def _batch_provider(url: str) -> Any:
+    """``otlp_provider`` before the encoding processor: the SDK's ``BatchSpanProcessor``
+    queueing span objects into agentledger's exporter."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from agentledger.observe.otlp import OTLPSpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
+    return provider
+
+
 def _official_provider(url: str) -> Any:
     """``otlp_provider`` as it was: the SDK, a batch processor, the official exporter."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -171,7 +188,8 @@ def _providers(collector: CollectorStub, compare: bool) -> dict[str, Any]:
         "_mem": exporter,
     }
     if compare:
-        providers["otlp_sdk_spans"] = tracing.otlp_provider(collector.url)
+        providers["otlp_batch"] = _batch_provider(collector.url)
+        providers["otlp_sdk_spans"] = _batch_provider(collector.url)
         providers["otlp_official_encoder"] = _official_provider(collector.url)
         providers["otlp_before"] = _official_provider(collector.url)
     return providers

@@ -22,14 +22,25 @@ and passes it to the provider's processor's ``on_end``:
 
 It is used only where that is all the SDK would do: an SDK ``TracerProvider`` and
 ``Tracer`` (not a subclass) whose processors are all the SDK's ``BatchSpanProcessor`` or
-``SimpleSpanProcessor`` (their ``on_start`` and ``_on_ending`` do nothing), an enabled
+``SimpleSpanProcessor`` or agentledger's
+:class:`~agentledger.observe.encoded.EncodingSpanProcessor` (their ``on_start`` and
+``_on_ending`` do nothing), an enabled
 tracer, and a valid parent span. Otherwise :func:`maker` returns ``None`` and the caller
 starts an SDK span as before. It reads a few private attributes of the SDK's tracer and
 processor; an SDK version without them gets ``None`` too.
+
+When every processor is an ``EncodingSpanProcessor`` (what
+:func:`agentledger.observe.tracing.otlp_provider` configures), a span with plain
+attributes is not even made a ``ReadableSpan`` (nor a ``SpanContext``): its fields are
+queued (``emit_fields``), and the processor's thread encodes them
+(:func:`agentledger.observe.otlp.span_message`, the bytes the official encoder writes for
+that ``ReadableSpan``); an unsampled (record-only) span is not queued, as ``on_end``
+would not queue it.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -67,11 +78,27 @@ def _noop() -> None:
     return None
 
 
-def _follow(sampler: Any) -> tuple[tuple[Decision, Decision], tuple[Decision, Decision]] | None:
+def _encoding_type() -> type | None:
+    """agentledger's :class:`~agentledger.observe.encoded.EncodingSpanProcessor`, if its
+    module is loaded (only then can a provider have one; loading it needs the OTLP
+    exporter, an optional dependency)."""
+    module = sys.modules.get("agentledger.observe.encoded")
+    return getattr(module, "EncodingSpanProcessor", None)
+
+
+# A sampling decision with what follows from it: (decision, recording, sampled flags).
+_Decided = tuple[Decision, bool, TraceFlags]
+
+
+def _decided(decision: Decision) -> _Decided:
+    return (decision, decision.is_recording(), _SAMPLED if decision.is_sampled() else _NOT_SAMPLED)
+
+
+def _follow(sampler: Any) -> tuple[tuple[_Decided, _Decided], tuple[_Decided, _Decided]] | None:
     """For a ``ParentBased`` sampler whose four parent delegates are the SDK's
     ``ALWAYS_ON`` / ``ALWAYS_OFF``: the decision by [parent is remote][parent sampled]
-    (the root delegate is never asked for a child). None for any other sampler, which
-    is then asked span by span."""
+    (the root delegate is never asked for a child), with whether it records and the
+    flags it gives. None for any other sampler, which is then asked span by span."""
     if type(sampler) not in (ParentBased, ParentBasedTraceIdRatio):
         return None
     decisions = {id(ALWAYS_ON): Decision.RECORD_AND_SAMPLE, id(ALWAYS_OFF): Decision.DROP}
@@ -84,7 +111,7 @@ def _follow(sampler: Any) -> tuple[tuple[Decision, Decision], tuple[Decision, De
         return None
     if any(id(d) not in decisions for pair in delegates for d in pair):
         return None
-    local, remote = (tuple(decisions[id(d)] for d in pair) for pair in delegates)
+    local, remote = (tuple(_decided(decisions[id(d)]) for d in pair) for pair in delegates)
     return (local, remote)  # type: ignore[return-value]
 
 
@@ -93,6 +120,7 @@ class SpanMaker:
 
     __slots__ = (
         "_active",
+        "_encoders",
         "_follow",
         "_limits",
         "_metrics",
@@ -106,6 +134,12 @@ class SpanMaker:
         self._tracer = tracer
         self._active = active
         self._processors = active._span_processors
+        # When every processor is an EncodingSpanProcessor: a span with plain attributes
+        # is queued as its fields, no ReadableSpan made (None: on_end of a ReadableSpan).
+        encoding = _encoding_type()
+        self._encoders: tuple[Any, ...] | None = None
+        if encoding is not None and all(type(p) is encoding for p in self._processors):
+            self._encoders = tuple(self._processors)
         self._limits = tracer._span_limits
         metrics = tracer._tracer_metrics
         # The SDK's internal metrics, when switched on (off: nothing to tell them).
@@ -143,28 +177,24 @@ class SpanMaker:
             # What the ParentBased sampler returns for a valid parent when the delegate
             # for that parent is ALWAYS_ON / ALWAYS_OFF: the parent's decision, the
             # attributes as given, the parent's trace state.
-            decision = follow[parent.is_remote][parent_flags & 1]
+            decision, recording, flags = follow[parent.is_remote][parent_flags & 1]
             initial: Any = attributes
             state: Any = parent.trace_state
         else:
             result = tracer.sampler.should_sample(None, trace_id, name, kind, attributes, ())
             decision, state = result.decision, result.trace_state
             initial = dict(result.attributes or {})  # the sampler's mapping: a copy to finish
+            _, recording, flags = _decided(decision)
         metrics = self._metrics
         end_metrics = _noop if metrics is None else metrics.start_span(parent, decision)
-        if not decision.is_recording():
+        if not recording:
             return DROPPED
-        flags = _SAMPLED if decision.is_sampled() else _NOT_SAMPLED
         if _RANDOM and parent_flags & _RANDOM:
             flags = TraceFlags(flags | _RANDOM)
-        context = SpanContext(
-            trace_id,
-            tracer.id_generator.generate_span_id(),
-            is_remote=False,
-            trace_flags=flags,
-            trace_state=state,
+        span_id = tracer.id_generator.generate_span_id()
+        return Pending(
+            self, name, kind, trace_id, span_id, flags, state, parent, initial, end_metrics
         )
-        return Pending(self, name, kind, context, parent, initial, end_metrics)
 
     def finish(
         self,
@@ -176,9 +206,13 @@ class SpanMaker:
         """Hand ``pending``, ended now with ``ending`` attributes, to the processors."""
         attributes: Any = pending.attributes  # a dict of our own (see start)
         attributes.update(ending)
-        if len(attributes) > self._unbounded or not _PLAIN.issuperset(
+        plain = len(attributes) <= self._unbounded and _PLAIN.issuperset(
             map(type, attributes.values())
-        ):
+        )
+        if plain and self._encoders is not None:
+            self._queue_fields(pending, attributes, status, end_time)
+            return
+        if not plain:
             limits = self._limits
             attributes = BoundedAttributes(
                 limits.max_span_attributes,
@@ -204,19 +238,50 @@ class SpanMaker:
             pending.end_metrics()
         self._active.on_end(span)
 
+    def _queue_fields(
+        self, pending: Pending, attributes: dict[str, Any], status: Status | None, end_time: int
+    ) -> None:
+        """Queue ``pending``'s fields in every processor (all
+        :class:`~agentledger.observe.encoded.EncodingSpanProcessor`), to be encoded by the
+        processor's thread: what ``on_end`` of its ``ReadableSpan`` would queue. An
+        unsampled (record-only) span is not queued, as ``on_end`` would not queue it."""
+        if pending.flags & 1:
+            tracer = self._tracer
+            resource, scope = tracer.resource, tracer._instrumentation_scope
+            for processor in self._encoders or ():
+                processor.emit_fields(
+                    resource,
+                    scope,
+                    pending.trace_id,
+                    pending.span_id,
+                    pending.state,
+                    pending.parent,
+                    pending.name,
+                    pending.kind,
+                    pending.start_time,
+                    end_time,
+                    attributes,
+                    status,
+                )
+        if pending.end_metrics is not _noop:
+            pending.end_metrics()
+
 
 class Pending:
     """A span started by :meth:`SpanMaker.start`, not yet handed to the processors."""
 
     __slots__ = (
         "attributes",
-        "context",
         "end_metrics",
+        "flags",
         "kind",
         "maker",
         "name",
         "parent",
+        "span_id",
         "start_time",
+        "state",
+        "trace_id",
     )
 
     def __init__(
@@ -224,7 +289,10 @@ class Pending:
         maker: SpanMaker,
         name: str,
         kind: SpanKind,
-        context: SpanContext,
+        trace_id: int,
+        span_id: int,
+        flags: TraceFlags,
+        state: Any,
         parent: SpanContext,
         attributes: Any,
         end_metrics: Any,
@@ -232,11 +300,26 @@ class Pending:
         self.maker = maker
         self.name = name
         self.kind = kind
-        self.context = context
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.flags = flags
+        self.state = state
         self.parent = parent
         self.attributes = attributes
         self.end_metrics = end_metrics
         self.start_time = _time_ns()
+
+    @property
+    def context(self) -> SpanContext:
+        """The span's context, made only for a ``ReadableSpan`` (a span queued by its
+        fields needs only its ids, flags and trace state)."""
+        return SpanContext(
+            self.trace_id,
+            self.span_id,
+            is_remote=False,
+            trace_flags=self.flags,
+            trace_state=self.state,
+        )
 
     def end(self, ending: dict[str, Any], status: Status | None = None) -> None:
         """End the span now with ``ending`` attributes (and ``status``, if any)."""
@@ -268,7 +351,8 @@ def maker(provider: Any, tracer: Any) -> SpanMaker | None:
         active = provider._active_span_processor
         if type(active) is not SynchronousMultiSpanProcessor or tracer.span_processor is not active:
             return None
-        if not all(type(p) in _PROCESSORS for p in active._span_processors):
+        known = (*_PROCESSORS, _encoding_type())
+        if not all(type(p) in known for p in active._span_processors):
             return None
         made = SpanMaker(tracer, active)
         made.usable()  # every private attribute it reads is there

@@ -21,6 +21,7 @@ installed version lacks them it exports exactly as the official one does.
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,7 +34,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags as _PB2SpanFlags
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.semconv.attributes.http_attributes import HTTP_RESPONSE_STATUS_CODE
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import DEFAULT_TRACE_STATE, Link, SpanKind, Status, StatusCode
 
 try:  # the official encoder's own functions for the resource and the scope (once a batch)
     from opentelemetry.exporter.otlp.proto.common._internal import (
@@ -42,8 +43,25 @@ try:  # the official encoder's own functions for the resource and the scope (onc
     )
 except ImportError:  # pragma: no cover - another layout: the official encoder does it all
     _encode_resource = None  # type: ignore[assignment]
+try:  # what the official exporter reports for a request over its size limit
+    from opentelemetry.exporter.otlp.proto.http._common import RequestPayloadTooLargeError
+except ImportError:  # pragma: no cover - another version: its own export does everything
+    RequestPayloadTooLargeError = None  # type: ignore[assignment,misc]
 
-__all__ = ["OTLPSpanExporter", "encode_spans"]
+__all__ = [
+    "KIND_VALUE",
+    "UNSET",
+    "OTLPSpanExporter",
+    "encode_request",
+    "encode_spans",
+    "span_bytes",
+    "span_fields",
+    "span_message",
+    "trace_state_text",
+]
+
+# The official exporter's logger: what export_encoded logs comes from the same place.
+_logger = logging.getLogger(_OfficialExporter.__module__)
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
@@ -199,50 +217,143 @@ def _span_id(span_id: int) -> bytes:
     return span_id.to_bytes(length=8, byteorder="big", signed=False)
 
 
-def _status(status: Status) -> bytes:
-    parts = b""
-    if status.description:
-        parts = _field(b"\x12", status.description.encode())
-    code = status.status_code.value
-    if code:
-        parts += b"\x18" + _varint(code)
-    return _field(b"\x7a", parts)
-
-
 def _span(span: ReadableSpan) -> bytes:
-    """One ``Span`` message, fields in number order (as protobuf serializes them)."""
+    """One ``Span`` message, as the ``ScopeSpans.spans`` field (tag, length, message)."""
     if type(span) is ReadableSpan:
         # What the SDK hands to exporters (and what agentledger's finished spans are):
         # read its fields, not its properties, which copy the attributes into a proxy,
         # the events and links into tuples, and test three containers' types.
-        context, parent, name, kind = span._context, span._parent, span._name, span._kind
-        start, end, status = span._start_time, span._end_time, span._status
-        attributes: Mapping[str, Any] | None = span._attributes
-        events: Sequence[Event] = span._events
-        links: Sequence[Link] = span._links
-    else:
-        context, parent, name, kind = span.get_span_context(), span.parent, span.name, span.kind
-        start, end, status = span.start_time, span.end_time, span.status
-        attributes, events, links = span.attributes, span.events, span.links
+        context = span._context
+        if context is None:
+            raise _Unsupported
+        return span_message(
+            context.trace_id,
+            context.span_id,
+            context.trace_state,
+            span._parent,
+            span._name,
+            span._kind,
+            span._start_time,
+            span._end_time,
+            span._attributes,
+            span._status,
+            span._events,
+            span._links,
+            span,
+        )
+    context = span.get_span_context()
     if context is None:
         raise _Unsupported
-    parts = [
-        b"\x0a\x10"
-        + context.trace_id.to_bytes(16, "big")
-        + b"\x12\x08"
-        + context.span_id.to_bytes(8, "big")
-    ]
+    return span_message(
+        context.trace_id,
+        context.span_id,
+        context.trace_state,
+        span.parent,
+        span.name,
+        span.kind,
+        span.start_time,
+        span.end_time,
+        span.attributes,
+        span.status,
+        span.events,
+        span.links,
+        span,
+    )
+
+
+def span_message(
+    trace_id: int,
+    span_id: int,
+    state: Any,
+    parent: Any,
+    name: str,
+    kind: SpanKind,
+    start: int | None,
+    end: int | None,
+    attributes: Mapping[str, Any] | None,
+    status: Status | None,
+    events: Sequence[Event] = (),
+    links: Sequence[Link] = (),
+    span: ReadableSpan | None = None,
+) -> bytes:
+    """One ``Span`` message from its fields, as the ``ScopeSpans.spans`` field (tag,
+    length, message; fields in number order, as protobuf serializes them): the bytes the
+    official encoder writes for a ``ReadableSpan`` of these fields. ``span`` says how
+    many attributes, events and links were dropped (None: a plain dict of attributes
+    and tuples of events and links, nothing dropped). Raises an internal exception for
+    what this encoder does not handle (see :func:`span_bytes`)."""
+    if status is None:
+        code, description = None, None
+    elif status is UNSET:
+        code, description = 0, None
+    else:
+        code, description = status.status_code.value, status.description
+    return span_fields(
+        trace_id,
+        span_id,
+        trace_state_text(state),
+        parent.span_id if parent else None,
+        bool(parent) and parent.is_remote,
+        name,
+        KIND_VALUE[id(kind)],
+        start,
+        end,
+        attributes,
+        code,
+        description,
+        events,
+        links,
+        span,
+    )
+
+
+def trace_state_text(state: Any) -> str:
+    """A trace state as the official encoder writes it ("" for none or empty)."""
+    if state is None or state is _NO_STATE or not state:
+        return ""
+    return ",".join([f"{key}={value}" for key, value in state.items()])
+
+
+def span_fields(
+    trace_id: int,
+    span_id: int,
+    state: str,
+    parent_id: int | None,
+    remote: bool,
+    name: str,
+    kind: int,
+    start: int | None,
+    end: int | None,
+    attributes: Mapping[str, Any] | tuple[Any, ...] | None,
+    code: int | None,
+    description: str | None,
+    events: Sequence[Event] = (),
+    links: Sequence[Link] = (),
+    span: ReadableSpan | None = None,
+) -> bytes:
+    """:func:`span_message` of fields the garbage collector does not track: the trace
+    state's text (:func:`trace_state_text`), the parent's span id (None: no parent) and
+    whether it is remote, the ``SpanKind`` value, the attributes (a mapping, or a
+    flat tuple: key, value, key, value...), the ``StatusCode`` value (None: no status) and
+    description."""
+    # A run's spans share its trace id and mostly one parent (the run's span): their
+    # encodings are kept from the previous span (one tuple each, replaced whole, so a
+    # thread reads a consistent pair).
+    ids = _LAST_TRACE
+    if ids[0] != trace_id:
+        ids = _remember_trace(trace_id)
+    parts = [ids[1] + span_id.to_bytes(8, "big")]
     append = parts.append
-    state = context.trace_state
     if state:
-        joined = ",".join([f"{key}={value}" for key, value in state.items()])
-        if joined:
-            append(_field(b"\x1a", joined.encode()))
-    if parent:
-        append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
+        append(_field(b"\x1a", state.encode()))
+    if parent_id is not None:
+        known = _LAST_PARENT
+        if known[0] != parent_id:
+            known = _remember_parent(parent_id)
+        append(known[1])
     if name:
         append(_field(b"\x2a", name.encode()))
-    append(b"\x30" + _KIND[kind])
+    append(_KIND_FIELDS[kind])
     if start and end:
         append(_pack_times(0x39, start, 0x41, end))
     else:
@@ -251,7 +362,11 @@ def _span(span: ReadableSpan) -> bytes:
         if end:
             append(b"\x41" + _pack_fixed64(end))
     if attributes:
-        for key, value in attributes.items():
+        if type(attributes) is tuple:  # key, value, key, value...
+            pairs: Any = zip(attributes[::2], attributes[1::2], strict=True)
+        else:
+            pairs = attributes.items()  # type: ignore[union-attr]
+        for key, value in pairs:
             vtype = type(value)
             cache = _ATTRS if vtype is str or vtype is bool else _INTS if vtype is int else None
             if cache is None:
@@ -266,26 +381,90 @@ def _span(span: ReadableSpan) -> bytes:
             append(found)
     # Dropped counts: a plain dict / tuple (a finished span's) drops nothing; the SDK's
     # bounded containers say what they dropped.
-    dropped = 0 if type(attributes) is dict else span.dropped_attributes
+    dropped = 0 if span is None or type(attributes) is dict else span.dropped_attributes
     if dropped:
         append(b"\x50" + _varint(dropped))
     if events:
         append(_events(events))
-    dropped = 0 if type(events) is tuple else span.dropped_events
+    dropped = 0 if span is None or type(events) is tuple else span.dropped_events
     if dropped:
         append(b"\x60" + _varint(dropped))
     if links:
         append(_links(links))
-    dropped = 0 if type(links) is tuple else span.dropped_links
+    dropped = 0 if span is None or type(links) is tuple else span.dropped_links
     if dropped:
         append(b"\x70" + _varint(dropped))
-    if status is not None:
-        if status.status_code is StatusCode.UNSET and not status.description:
+    if code is not None:
+        if not code and not description:
             append(b"\x7a\x00")  # present, empty: as the official encoder sends it
         else:
-            append(_status(status))
-    append(_FLAGS_REMOTE if parent and parent.is_remote else _FLAGS_LOCAL)
+            text = _field(b"\x12", description.encode()) if description else b""
+            append(_field(b"\x7a", text + b"\x18" + _varint(code) if code else text))
+    append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
     return _field(b"\x12", b"".join(parts))  # ScopeSpans.spans: field 2
+
+
+#: The unset status (no code, no description): encoded without reading it.
+UNSET = Status(StatusCode.UNSET)
+_NO_STATE = DEFAULT_TRACE_STATE
+#: Each ``SpanKind``'s value by the member's id (an enum's ``value`` is a property).
+KIND_VALUE = {id(kind): kind.value for kind in SpanKind}
+_KIND_FIELDS = [b"\x30" + _KIND[kind] for kind in sorted(SpanKind, key=lambda k: k.value)]
+_LAST_TRACE: tuple[int, bytes] = (-1, b"")
+_LAST_PARENT: tuple[int, bytes] = (-1, b"")
+
+
+def _remember_trace(trace_id: int) -> tuple[int, bytes]:
+    """The trace id's field and the span id's tag (what every span starts with)."""
+    global _LAST_TRACE
+    _LAST_TRACE = (trace_id, b"\x0a\x10" + trace_id.to_bytes(16, "big") + b"\x12\x08")
+    return _LAST_TRACE
+
+
+def _remember_parent(parent_id: int) -> tuple[int, bytes]:
+    """The parent span id's field."""
+    global _LAST_PARENT
+    _LAST_PARENT = (parent_id, b"\x22\x08" + parent_id.to_bytes(8, "big"))
+    return _LAST_PARENT
+
+
+#: What :func:`span_message` raises for what only the official encoder handles.
+ENCODE_ERRORS = (_Unsupported, KeyError, OverflowError, UnicodeError, AttributeError, TypeError)
+
+
+def span_bytes(span: ReadableSpan) -> bytes:
+    """One span's ``ScopeSpans.spans`` field: what the official encoder writes for it in
+    a batch (a repeated message field is each message's tag, length and bytes, so a
+    batch's spans are the concatenation of these). By :func:`span_message` where it
+    handles the span, else by the official encoder, which also logs and drops what it
+    cannot send (an integer outside int64, a string that is not UTF-8)."""
+    try:
+        return _span(span)
+    except ENCODE_ERRORS:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        request = encode_spans([span])
+        message = request.resource_spans[0].scope_spans[0].spans[0]
+        return _field(b"\x12", message.SerializePartialToString())
+
+
+def encode_request(groups: Mapping[Any, Mapping[Any, Sequence[bytes]]]) -> bytes:
+    """The serialized ``ExportTraceServiceRequest`` of encoded spans (each as
+    :func:`span_bytes` makes it) grouped by resource, then by instrumentation scope."""
+    resource_spans = []
+    for resource, scopes in groups.items():
+        parts = [_field(b"\x0a", _encode_resource(resource).SerializePartialToString())]
+        for scope, encoded in scopes.items():
+            scope_message = _encode_instrumentation_scope(scope)
+            scope_parts = [_field(b"\x0a", scope_message.SerializePartialToString()), *encoded]
+            schema = scope.schema_url if scope else None
+            if schema:
+                scope_parts.append(_field(b"\x1a", schema.encode()))
+            parts.append(_field(b"\x12", b"".join(scope_parts)))
+        if resource.schema_url:
+            parts.append(_field(b"\x1a", resource.schema_url.encode()))
+        resource_spans.append(_field(b"\x0a", b"".join(parts)))
+    return b"".join(resource_spans)
 
 
 def encode_spans(spans: Sequence[ReadableSpan]) -> bytes | None:
@@ -311,21 +490,8 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> bytes | None:
                 current = groups.setdefault(resource, {}).setdefault(scope, [])
                 last_resource, last_scope = resource, scope
             current.append(_span(span))
-        resource_spans = []
-        for resource, scopes in groups.items():
-            parts = [_field(b"\x0a", _encode_resource(resource).SerializePartialToString())]
-            for scope, encoded in scopes.items():
-                scope_message = _encode_instrumentation_scope(scope)
-                scope_parts = [_field(b"\x0a", scope_message.SerializePartialToString()), *encoded]
-                schema = scope.schema_url if scope else None
-                if schema:
-                    scope_parts.append(_field(b"\x1a", schema.encode()))
-                parts.append(_field(b"\x12", b"".join(scope_parts)))
-            if resource.schema_url:
-                parts.append(_field(b"\x1a", resource.schema_url.encode()))
-            resource_spans.append(_field(b"\x0a", b"".join(parts)))
-        return b"".join(resource_spans)
-    except (_Unsupported, KeyError, OverflowError, UnicodeError, AttributeError, TypeError):
+        return encode_request(groups)
+    except ENCODE_ERRORS:
         return None
 
 
@@ -348,6 +514,7 @@ class OTLPSpanExporter(_OfficialExporter):
             and callable(getattr(metrics, "export_operation", None))
             and isinstance(getattr(self, "_max_request_size", None), int)
             and isinstance(getattr(self, "_shutdown", None), bool)
+            and RequestPayloadTooLargeError is not None
         )
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -358,7 +525,40 @@ class OTLPSpanExporter(_OfficialExporter):
         limit = self._max_request_size
         if body is None or 0 < limit < len(body):
             return super().export(spans)  # it logs, counts and refuses as it does
-        with self._metrics.export_operation(len(spans)) as result:
+        return self._post(body, len(spans))
+
+    @property
+    def encoded(self) -> bool:
+        """True when :meth:`export_encoded` posts through the official exporter's own
+        steps (this exporter version has the internals it reuses)."""
+        return bool(self._encoded)
+
+    def export_encoded(self, body: bytes, count: int) -> SpanExportResult:
+        """Post ``body``, a serialized ``ExportTraceServiceRequest`` of ``count`` spans,
+        as the official ``export`` posts its own encoding of them: refused after shutdown
+        and over the size limit (logged and counted as it does), else sent through its
+        HTTP client and counted in its metrics. Only when :attr:`encoded`."""
+        if self._shutdown:
+            _logger.warning("Exporter already shutdown, ignoring batch")
+            return SpanExportResult.FAILURE
+        limit = self._max_request_size
+        if 0 < limit < len(body):
+            with self._metrics.export_operation(count) as result:
+                _logger.warning(
+                    "Dropping span batch: serialized size %d bytes exceeds max_request_size "
+                    "%d bytes.",
+                    len(body),
+                    limit,
+                )
+                result.error = RequestPayloadTooLargeError(
+                    f"Serialized span request size {len(body)} bytes exceeds "
+                    f"max_request_size {limit} bytes."
+                )
+                return SpanExportResult.FAILURE
+        return self._post(body, count)
+
+    def _post(self, body: bytes, count: int) -> SpanExportResult:
+        with self._metrics.export_operation(count) as result:
             sent = self._client.export(body)
             if not sent.success:
                 result.error = sent.error

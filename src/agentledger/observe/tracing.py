@@ -103,19 +103,22 @@ def _recording_tracer() -> trace.Tracer | None:
 
 
 def otlp_provider(endpoint: str | None = None) -> trace.TracerProvider:
-    """A tracer provider exporting OTLP over HTTP through a ``BatchSpanProcessor``: spans
-    are queued on end and encoded and sent by the processor's thread, never on the
-    worker's event loop (a simple processor would export each span as it ends). The
-    exporter is the official one with a faster encoder of the same bytes
-    (:class:`agentledger.observe.otlp.OTLPSpanExporter`)."""
+    """A tracer provider exporting OTLP over HTTP through a batch processor: spans are
+    queued on end and sent by the processor's thread, never on the worker's event loop
+    (a simple processor would export each span as it ends). The processor is the SDK's
+    ``BatchSpanProcessor`` queueing each span's encoded bytes instead of the span
+    (:class:`agentledger.observe.encoded.EncodingSpanProcessor`: the same requests,
+    settings and ``OTEL_BSP_*`` variables); the exporter is the official one with a
+    faster encoder of the same bytes (:class:`agentledger.observe.otlp.OTLPSpanExporter`).
+    """
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from agentledger.observe.encoded import encoding_processor
     from agentledger.observe.otlp import OTLPSpanExporter
 
     provider = TracerProvider()
     exporter = OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    provider.add_span_processor(encoding_processor(exporter))
     return provider
 
 
