@@ -401,16 +401,25 @@ def test_a_users_own_processor_keeps_the_sdk_path(collector: CollectorStub) -> N
     provider.shutdown()
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
-def test_a_forked_child_exports_its_own_spans_once(collector: CollectorStub) -> None:
-    # As the SDK's processor: the child starts with an empty queue and a thread of its
-    # own; what the parent queued is exported once, by the parent.
+def _encoding_provider(
+    collector: CollectorStub,
+) -> tuple[Any, TracerProvider, Any, finished.SpanMaker]:
+    """A provider exporting through the encoding processor to ``collector``, its tracer
+    and its maker of finished spans."""
     processor = encoding_processor(otlp.OTLPSpanExporter(endpoint=collector.url))
     provider = TracerProvider()
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("agentledger")
     made = finished.maker(provider, tracer)
     assert made is not None
+    return processor, provider, tracer, made
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_exports_its_own_spans_once(collector: CollectorStub) -> None:
+    # As the SDK's processor: the child starts with an empty queue and a thread of its
+    # own; what the parent queued is exported once, by the parent.
+    processor, provider, tracer, made = _encoding_provider(collector)
     with tracer.start_as_current_span("parent"):
         pending = made.start("queued by the parent", {"n": 1})
         assert pending is not None
@@ -438,12 +447,7 @@ def test_a_forked_child_exports_its_own_spans_once(collector: CollectorStub) -> 
 def test_what_is_queued_is_untracked_by_the_garbage_collector(collector: CollectorStub) -> None:
     # Queued spans wait up to the schedule delay: nothing of theirs may stay tracked (and
     # be promoted to an older generation) once a collection has looked at it.
-    processor = encoding_processor(otlp.OTLPSpanExporter(endpoint=collector.url))
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
-    tracer = provider.get_tracer("agentledger")
-    made = finished.maker(provider, tracer)
-    assert made is not None
+    processor, provider, tracer, made = _encoding_provider(collector)
     with tracer.start_as_current_span("run"):  # ended through the SDK: queued as bytes
         for n in range(3):
             pending = made.start("execute_tool search", {**ATTEMPT, "agentledger.step.no": n})
