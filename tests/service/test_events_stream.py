@@ -63,7 +63,10 @@ async def test_a_client_cut_off_mid_run_resumes_and_gets_every_event_once_in_ord
     try:
         with served(settings_for(store_url)) as srv:
             h = await mint(srv.app, "t1", "alice", ["operator"], 3600)
-            body = {"agent": "echo", "input": {"text": "x", "steps": 12, "pause": 0.03}}
+            # Runs long enough (12 x 0.1 s) that the first worker to claim cannot finish
+            # its three and take the other three before the second one's claims get
+            # through, also on a loaded machine: both must commit.
+            body = {"agent": "echo", "input": {"text": "x", "steps": 12, "pause": 0.1}}
             env.start_worker(app=APP, concurrency=3)
             env.start_worker(app=APP, concurrency=3)
 
