@@ -1,0 +1,110 @@
+"""ServiceAPI's front (service/fastpath.py) against FastAPI's route for what the brief
+of the front does not spell out: request ids given, malformed or missing; the body
+limit by Content-Length and chunked; query strings; a trailing slash; other methods."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from agentledger.service.problems import MAX_BODY_BYTES
+from tests.service.conftest import Api, in_process, settings_for
+
+FAST = b"application/json"
+ROUTED = b"application/json; charset=utf-8"
+
+
+async def asgi(
+    api: Api, method: str, path: str, headers: list[tuple[bytes, bytes]],
+    chunks: list[bytes], query: bytes = b"",
+) -> tuple[int, dict[bytes, bytes], bytes]:  # fmt: skip
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
+        "query_string": query, "root_path": "", "headers": headers,
+        "client": ("127.0.0.1", 1), "server": ("api", 80),
+    }  # fmt: skip
+    pending = list(chunks) or [b""]
+    start: dict[str, Any] = {}
+    body: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            chunk = pending.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(pending)}
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+        elif message["type"] == "http.response.body":
+            body.append(message.get("body", b""))
+
+    await api.app(scope, receive, send)
+    return start["status"], dict(start.get("headers", [])), b"".join(body)
+
+
+def scrub(text: bytes) -> Any:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(doc, dict):
+        doc = {k: v for k, v in doc.items() if k not in {"request_id", "instance", "id",
+                                                          "created_at", "updated_at", "links"}}
+    return doc
+
+
+async def both(api: Api, method: str, path: str, extra: list[tuple[bytes, bytes]],
+               chunks: list[bytes], query: bytes = b"") -> list[tuple[int, dict, Any]]:  # fmt: skip
+    out = []
+    for ct in (FAST, ROUTED):
+        status, headers, body = await asgi(
+            api, method, path, [(b"content-type", ct), *extra], chunks, query
+        )
+        out.append((status, headers, scrub(body)))
+    return out
+
+
+async def test_request_ids_given_malformed_and_missing(tmp_path: Path) -> None:
+    async with in_process(settings_for(f"sqlite:///{tmp_path / 'a.db'}")) as api:
+        h = [(b"authorization", (await api.key())["Authorization"].encode())]
+        good = [json.dumps({"agent": "echo", "input": {"text": "hi"}}).encode()]
+        for given, kept in ((b"abc-1", True), (b"bad id!", False), (b"x" * 129, False), (None, False)):
+            extra = h + ([(b"x-request-id", given)] if given is not None else [])
+            for status, headers, _ in await both(api, "POST", "/v1/runs", extra, good):
+                assert status == 202
+                rid = headers[b"x-request-id"]
+                if kept:
+                    assert rid == given
+                else:
+                    assert re.fullmatch(rb"req_[0-9a-f]{16}", rid), rid
+
+
+async def test_the_body_limit_by_length_and_chunked(tmp_path: Path) -> None:
+    async with in_process(settings_for(f"sqlite:///{tmp_path / 'b.db'}")) as api:
+        h = [(b"authorization", (await api.key())["Authorization"].encode())]
+        big = json.dumps({"agent": "echo", "input": {"text": "x" * (MAX_BODY_BYTES + 10)}}).encode()
+        declared = [(b"content-length", str(len(big)).encode())]
+        fast, routed = await both(api, "POST", "/v1/runs", h + declared, [big])
+        assert fast[0] == routed[0] == 413 and fast[2] == routed[2]
+        chunked = [big[i : i + 65536] for i in range(0, len(big), 65536)]
+        fast, routed = await both(api, "POST", "/v1/runs", h, chunked)
+        assert fast[0] == routed[0] == 413 and fast[2] == routed[2]
+        runs = await api.client.get("/v1/runs", headers={"Authorization": h[0][1].decode()})
+        assert runs.status_code == 200 and not runs.json().get("runs", runs.json().get("items"))
+
+
+async def test_query_string_trailing_slash_and_other_methods(tmp_path: Path) -> None:
+    async with in_process(settings_for(f"sqlite:///{tmp_path / 'c.db'}")) as api:
+        h = [(b"authorization", (await api.key())["Authorization"].encode())]
+        good = [json.dumps({"agent": "echo", "input": {"text": "hi"}}).encode()]
+        fast, routed = await both(api, "POST", "/v1/runs", h, good, b"x=1&agent=nope")
+        assert fast[0] == routed[0] == 202 and fast[2] == routed[2]
+        fast, routed = await both(api, "POST", "/v1/runs/", h, good)
+        assert fast[0] == routed[0] and fast[2] == routed[2]
+        for method in ("HEAD", "OPTIONS", "PUT", "DELETE", "PATCH"):
+            fast, routed = await both(api, method, "/v1/runs", h, good)
+            assert fast[0] == routed[0] and fast[0] in (405, 200, 404), (method, fast)
