@@ -52,8 +52,11 @@ def scrub(text: bytes) -> Any:
     except ValueError:
         return text
     if isinstance(doc, dict):
-        doc = {k: v for k, v in doc.items() if k not in {"request_id", "instance", "id",
-                                                          "created_at", "updated_at", "links"}}
+        doc = {
+            k: v
+            for k, v in doc.items()
+            if k not in {"request_id", "instance", "id", "created_at", "updated_at", "links"}
+        }
     return doc
 
 
@@ -72,7 +75,12 @@ async def test_request_ids_given_malformed_and_missing(tmp_path: Path) -> None:
     async with in_process(settings_for(f"sqlite:///{tmp_path / 'a.db'}")) as api:
         h = [(b"authorization", (await api.key())["Authorization"].encode())]
         good = [json.dumps({"agent": "echo", "input": {"text": "hi"}}).encode()]
-        for given, kept in ((b"abc-1", True), (b"bad id!", False), (b"x" * 129, False), (None, False)):
+        for given, kept in (
+            (b"abc-1", True),
+            (b"bad id!", False),
+            (b"x" * 129, False),
+            (None, False),
+        ):
             extra = h + ([(b"x-request-id", given)] if given is not None else [])
             for status, headers, _ in await both(api, "POST", "/v1/runs", extra, good):
                 assert status == 202
