@@ -116,3 +116,53 @@ async def test_query_string_trailing_slash_and_other_methods(tmp_path: Path) -> 
         for method in ("HEAD", "OPTIONS", "PUT", "DELETE", "PATCH"):
             fast, routed = await both(api, method, "/v1/runs", h, good)
             assert fast[0] == routed[0] and fast[0] in (405, 200, 404), (method, fast)
+
+
+async def test_a_client_gone_mid_body_is_the_routes_400_not_a_crash(tmp_path: Path) -> None:
+    """The client disconnects before its body is complete. FastAPI's route answers 400
+    ("There was an error parsing the body") and nothing reaches the server's error log;
+    the front must not turn it into a 500 with the error raised to the server."""
+    async with in_process(settings_for(f"sqlite:///{tmp_path / 'd.db'}")) as api:
+        h = [(b"authorization", (await api.key())["Authorization"].encode())]
+        part = b'{"agent": "echo", "input": {"text": "'
+        answers = []
+        for ct in (FAST, ROUTED):
+            chunks = [part]  # more_body stays True: the next receive is a disconnect
+            scope_headers = [(b"content-type", ct), *h]
+            try:
+                status, _, body = await asgi_gone(api, scope_headers, chunks)
+            except Exception as exc:  # raised to the server: it logs a traceback
+                answers.append(("raised", type(exc).__name__))
+                continue
+            answers.append((status, scrub(body)))
+        assert answers[0] == answers[1], answers
+        assert answers[1][0] == 400
+
+
+async def asgi_gone(
+    api: Api, headers: list[tuple[bytes, bytes]], chunks: list[bytes]
+) -> tuple[int, dict[bytes, bytes], bytes]:
+    """As :func:`asgi`, but the last chunk says more is coming and the client is gone."""
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": "/v1/runs", "raw_path": b"/v1/runs",
+        "query_string": b"", "root_path": "", "headers": headers,
+        "client": ("127.0.0.1", 1), "server": ("api", 80),
+    }  # fmt: skip
+    pending = list(chunks)
+    start: dict[str, Any] = {}
+    body: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return {"type": "http.request", "body": pending.pop(0), "more_body": True}
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+        elif message["type"] == "http.response.body":
+            body.append(message.get("body", b""))
+
+    await api.app(scope, receive, send)
+    return start["status"], dict(start.get("headers", [])), b"".join(body)
