@@ -166,3 +166,40 @@ async def asgi_gone(
 
     await api.app(scope, receive, send)
     return start["status"], dict(start.get("headers", [])), b"".join(body)
+
+
+async def test_lifespan_and_websocket_scopes_reach_the_app(tmp_path: Path) -> None:
+    """ServiceAPI passes every scope but an HTTP POST /v1/runs on: the lifespan starts
+    and stops the app (its store opened and closed); a websocket on /v1/runs is closed
+    by the router, not taken for a submit."""
+    from agentledger.service.app import create_app
+    from tests.service import service_app
+
+    app = create_app(settings_for(f"sqlite:///{tmp_path / 'l.db'}"), service_app.app)
+    inbox = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return inbox.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+    assert [m["type"] for m in sent] == [
+        "lifespan.startup.complete", "lifespan.shutdown.complete",
+    ]  # fmt: skip
+
+    sent.clear()
+    ws_inbox = [{"type": "websocket.connect"}]
+
+    async def ws_receive() -> dict[str, Any]:
+        return ws_inbox.pop(0) if ws_inbox else {"type": "websocket.disconnect", "code": 1000}
+
+    scope = {
+        "type": "websocket", "asgi": {"version": "3.0"}, "path": "/v1/runs",
+        "raw_path": b"/v1/runs", "query_string": b"", "root_path": "", "headers": [],
+        "scheme": "ws", "client": ("127.0.0.1", 1), "server": ("api", 80), "subprotocols": [],
+    }  # fmt: skip
+    await app(scope, ws_receive, send)
+    assert sent and sent[0]["type"] == "websocket.close", sent
