@@ -102,9 +102,7 @@ class SubmitFastPath:
         request = Request(scope, receive)
         try:
             # Through the body limit's receive: too large raises the 413 here.
-            async for chunk in request.stream():
-                chunks.append(chunk)
-            body = b"".join(chunks)
+            body = await _read_body(request, chunks)
             submit = await _plain_submit(request, body)
             if submit is None:
                 await self.app(scope, _replay(body, receive), send)
@@ -122,6 +120,20 @@ class SubmitFastPath:
                 await response(scope, receive, send)
                 raise
         await response(scope, receive, send)
+
+
+async def _read_body(request: Request, chunks: list[bytes]) -> bytes:
+    """The request's body, failing as FastAPI's route does when reading it fails: an
+    HTTP error (the body limit's 413) as raised, anything else (the client gone before
+    its body was complete) as the route's 400, answered, not a crash for the log."""
+    try:
+        async for chunk in request.stream():
+            chunks.append(chunk)
+    except StarletteHTTPException:
+        raise
+    except Exception as exc:
+        raise StarletteHTTPException(400, "There was an error parsing the body") from exc
+    return b"".join(chunks)
 
 
 async def _plain_submit(request: Request, body: bytes) -> tuple[SubmitRun, Any] | None:

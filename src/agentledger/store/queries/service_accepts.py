@@ -296,8 +296,10 @@ def _insert_events(d: Dialect, conn: Any, inserts: list[_New]) -> None:
             (1, "run.submitted", new.user_id or "api", {"input": new.input}),
             (2, "run.accepted", str(principal.get("user_id")), accepted),
         ):
+            # Text as it will be stored (every text parameter is cleaned on the way in):
+            # the hash covers the stored row, and the tenant's head row is found by it.
             records.append({
-                "tenant_id": new.tenant_id, "run_id": item.params["id"], "seq": seq,
+                "tenant_id": clean_text(new.tenant_id), "run_id": item.params["id"], "seq": seq,
                 "type": type_, "actor": clean_text(actor), "at": at, "data": dumps(data),
             })  # fmt: skip
     chained = d.name in service_audit.CHAINED_AT_INSERT
