@@ -1,6 +1,6 @@
-"""ServiceAPI's front (service/fastpath.py) against FastAPI's route for what the brief
-of the front does not spell out: request ids given, malformed or missing; the body
-limit by Content-Length and chunked; query strings; a trailing slash; other methods."""
+"""ServiceAPI's front (service/fastpath.py) against FastAPI's route at the edges:
+request ids given, malformed or missing; the body limit by Content-Length and chunked;
+a client gone mid-body; query strings; a trailing slash; other methods and scopes."""
 
 from __future__ import annotations
 
