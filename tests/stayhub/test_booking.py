@@ -105,7 +105,8 @@ async def test_timeout_after_commit(
 
 
 async def test_email_outage_run_completes_email_delivered_later(stayhub: StackFactory) -> None:
-    async with stayhub(faults="email:outage,duration=6") as stack:
+    # Long enough that the run completes inside the outage, also on a loaded machine.
+    async with stayhub(faults="email:outage,duration=15") as stack:
         run_id = await stack.submit()
         run = await stack.wait(run_id)
         assert run.status == "completed", run.error
@@ -114,7 +115,7 @@ async def test_email_outage_run_completes_email_delivered_later(stayhub: StackFa
         assert not [e for e in ledger if e["kind"] == "email"]  # not yet
         emails = [i for i in await stack.store.list_outbox() if i.tool == "send_email"]
         assert len(emails) == 1 and emails[0].status == "pending"
-        counts = await stack.drain(timeout=30)
+        counts = await stack.drain(timeout=45)
         assert counts.get("delivered") == 2 and not counts.get("dead"), counts
         email = next(i for i in await stack.store.list_outbox() if i.tool == "send_email")
         assert email.attempts > 1  # failed during the outage, delivered after it
