@@ -18,8 +18,10 @@ ROUTED = b"application/json; charset=utf-8"
 
 async def asgi(
     api: Api, method: str, path: str, headers: list[tuple[bytes, bytes]],
-    chunks: list[bytes], query: bytes = b"",
+    chunks: list[bytes], query: bytes = b"", gone: bool = False,
 ) -> tuple[int, dict[bytes, bytes], bytes]:  # fmt: skip
+    """One request to the app in process; with ``gone``, the last chunk says more is
+    coming and the client is gone instead."""
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
         "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
@@ -33,7 +35,7 @@ async def asgi(
     async def receive() -> dict[str, Any]:
         if pending:
             chunk = pending.pop(0)
-            return {"type": "http.request", "body": chunk, "more_body": bool(pending)}
+            return {"type": "http.request", "body": chunk, "more_body": gone or bool(pending)}
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
@@ -130,42 +132,15 @@ async def test_a_client_gone_mid_body_is_the_routes_400_not_a_crash(tmp_path: Pa
             chunks = [part]  # more_body stays True: the next receive is a disconnect
             scope_headers = [(b"content-type", ct), *h]
             try:
-                status, _, body = await asgi_gone(api, scope_headers, chunks)
+                status, _, body = await asgi(
+                    api, "POST", "/v1/runs", scope_headers, chunks, gone=True
+                )
             except Exception as exc:  # raised to the server: it logs a traceback
                 answers.append(("raised", type(exc).__name__))
                 continue
             answers.append((status, scrub(body)))
         assert answers[0] == answers[1], answers
         assert answers[1][0] == 400
-
-
-async def asgi_gone(
-    api: Api, headers: list[tuple[bytes, bytes]], chunks: list[bytes]
-) -> tuple[int, dict[bytes, bytes], bytes]:
-    """As :func:`asgi`, but the last chunk says more is coming and the client is gone."""
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-        "method": "POST", "scheme": "http", "path": "/v1/runs", "raw_path": b"/v1/runs",
-        "query_string": b"", "root_path": "", "headers": headers,
-        "client": ("127.0.0.1", 1), "server": ("api", 80),
-    }  # fmt: skip
-    pending = list(chunks)
-    start: dict[str, Any] = {}
-    body: list[bytes] = []
-
-    async def receive() -> dict[str, Any]:
-        if pending:
-            return {"type": "http.request", "body": pending.pop(0), "more_body": True}
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            start.update(message)
-        elif message["type"] == "http.response.body":
-            body.append(message.get("body", b""))
-
-    await api.app(scope, receive, send)
-    return start["status"], dict(start.get("headers", [])), b"".join(body)
 
 
 async def test_lifespan_and_websocket_scopes_reach_the_app(tmp_path: Path) -> None:
