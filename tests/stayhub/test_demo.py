@@ -38,6 +38,7 @@ def test_demo_defaults() -> None:
     # Every tenth guest cancels after paying: refunded and cancelled, no CRM, no email.
     assert report["outbox"] == {"delivered": 36, "pending": 0, "dead": 0}
     assert report["ledger"]["charges"] == 20 and report["ledger"]["emails"] == 18
+    assert report["uncharged"] == []
     assert report["ledger"]["refunds"] == report["ledger"]["cancellations"] == 2
     assert report["faults"] is None and report["faults_fired"] == []
     assert report["duration_p50_s"] is not None and report["tokens"] > 0
@@ -73,6 +74,8 @@ def test_demo_with_kills_and_faults(backend: str, request: pytest.FixtureRequest
     assert report["runs"] == {"completed": 60}, report["runs"]
     assert all(report["invariants"][k] == 0 for k in INVARIANTS), report["violations"]
     assert report["kills"] >= 1 and report["resumes"] >= 1
+    # A run that gave up (a provider that kept failing past its retries) says why here.
+    assert report["uncharged"] == [], report["uncharged"]
     assert report["ledger"]["charges"] == 60 and report["ledger"]["bookings"] == 60
 
 

@@ -222,7 +222,8 @@ async def _demo(
         stop.set()
         approvals = await approver
         runs = [r for r in [await store.get_run(i) for i in ids] if r is not None]
-        ledger = check_invariants(sandbox.ledger())
+        effects = sandbox.ledger()
+        ledger = check_invariants(effects)
         fault_stats = sandbox.fault_stats()
         # One run's journal, shown at the end: the one that resumed most, if any did.
         sample = max(runs, key=lambda r: (r.resumes, -r.created_at)) if runs else None
@@ -268,6 +269,7 @@ async def _demo(
         },
         "invariants": invariants,
         "violations": ledger["violations"],
+        "uncharged": _uncharged(runs, effects),
         "faults_fired": fault_stats["fired"],
         "faults_never_fired": never_fired,
         "responses_dropped": fault_stats["dropped"],
@@ -282,6 +284,20 @@ async def _demo(
             "journal": [journal_entry(s) for s in journal],
         },
     }
+
+
+def _uncharged(runs: list[Any], effects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Completed runs the payments provider never charged, with the agent's answer: a run
+    that gave up (a provider that kept failing, a sold-out hotel) says why here."""
+    charged = {e.get("run_id") for e in effects if e.get("kind") == "charge"}
+    return [
+        {
+            "run": r.id,
+            "answer": (r.result or {}).get("answer") if isinstance(r.result, dict) else r.result,
+        }
+        for r in runs
+        if r.status == "completed" and r.id not in charged
+    ]
 
 
 def _round(value: float | None) -> float | None:

@@ -161,16 +161,19 @@ async def _status_by_key(ctx: ToolContext, path: str) -> Status:
 # --- reads ---------------------------------------------------------------------------------
 
 
-@app.tool(
-    effect="read", timeout=SEARCH_TIMEOUT, retry=RetryPolicy(provider_error=2, rate_limited=3)
-)
+# Reads are safe to repeat: a provider that is slow for a moment (a timeout) is asked
+# again a few times, so a busy minute does not end a booking before it starts.
+READ_RETRY = RetryPolicy(provider_error=2, rate_limited=3, timeout=3)
+
+
+@app.tool(effect="read", timeout=SEARCH_TIMEOUT, retry=READ_RETRY)
 async def search_hotels(ctx: ToolContext, city: str, nights: int = 1) -> dict[str, Any]:
     """Hotels in a city with their price per night and the total for the stay."""
     result: dict[str, Any] = await _get(ctx, "/hotels", city=city, nights=nights)
     return result
 
 
-@app.tool(effect="read", timeout=SEARCH_TIMEOUT)
+@app.tool(effect="read", timeout=SEARCH_TIMEOUT, retry=READ_RETRY)
 async def get_availability(
     ctx: ToolContext, hotel_id: str, check_in: str, nights: int = 1
 ) -> dict[str, Any]:
