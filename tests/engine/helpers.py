@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -207,15 +208,37 @@ class Env:
         waiting on (a held step polls every 20 ms): on SIGCONT the held step
         resumes and writes before the heartbeat can notice the lease is gone, so
         it is the journal fence, not the heartbeat, that must turn the write away.
+
+        On SQLite, a process stopped inside a write transaction holds the database's one
+        write lock until it runs again, so no other worker could even register: this is
+        the file-lock nature of the embedded backend, not what the fence tests are about.
+        The stop is retried until it lands outside a write transaction.
         """
-        first = self.run(run_id).lease_expires_at
-        wait_for(
-            lambda: self.run(run_id).lease_expires_at != first,
-            10,
-            "the worker to renew its lease",
-            0.01,
-        )
-        proc.send_signal(signal.SIGSTOP)
+        for _ in range(50):
+            first = self.run(run_id).lease_expires_at
+            wait_for(
+                lambda first=first: self.run(run_id).lease_expires_at != first,
+                10,
+                "the worker to renew its lease",
+                0.01,
+            )
+            proc.send_signal(signal.SIGSTOP)
+            if not self.url.startswith("sqlite") or self._write_lock_free():
+                return
+            proc.send_signal(signal.SIGCONT)
+        raise AssertionError("the worker was inside a write transaction at every stop")
+
+    def _write_lock_free(self) -> bool:
+        """Whether another connection can take SQLite's write lock right now."""
+        conn = sqlite3.connect(self.db_path, timeout=0.5, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            conn.close()
 
     def lease_lost_by_fence(self, n: int) -> bool:
         """True when worker ``n`` (started with ``-v``) had a journal write rejected."""
