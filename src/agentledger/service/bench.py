@@ -25,6 +25,7 @@ where the limit is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -246,6 +247,37 @@ async def _fixed_rate(
     return out
 
 
+def _unsealed(db: str) -> int:
+    """Events of runs not yet sealed into their tenant's audit chain."""
+    sql = "SELECT COUNT(*) FROM events WHERE hash IS NULL AND run_id IS NOT NULL"
+    if db.startswith("sqlite"):
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(db.split("///", 1)[1], timeout=30)) as conn:
+            return int(conn.execute(sql).fetchone()[0])
+    import psycopg
+
+    with psycopg.connect(db) as pg:
+        row = pg.execute(sql).fetchone()
+        return int(row[0]) if row else 0
+
+
+async def _wait_sealed(db: str, timeout: float = 120.0, still: float = 3.0) -> None:
+    """Wait until nothing is left to seal, or the backlog stopped shrinking for ``still``
+    seconds (a run-less event is never sealed), or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        left = await asyncio.to_thread(_unsealed, db)
+        if left == 0:
+            return
+        if left != last:
+            last, since = left, time.monotonic()
+        elif time.monotonic() - since > still:
+            return
+        await asyncio.sleep(0.2)
+
+
 async def _sse_lag(
     base: str, headers: dict[str, str], streams: int, env: dict[str, str], db: str
 ) -> dict[str, Any]:
@@ -353,9 +385,11 @@ async def run_api_bench(
                 ("post_runs_at_rate", False),
                 ("post_runs_at_rate_idempotency_key", True),
             ):
-                # Let the sealer catch up on the previous phase's events first, so a
-                # phase does not pay for the one before it.
+                # Let the sealer catch up on the previous phases' events first (the SSE
+                # phase's worker ran queued runs, whose events `serve` seals), so a phase
+                # does not pay for the one before it.
                 await asyncio.sleep(1.0)
+                await _wait_sealed(db)
                 at_rate[name] = await _fixed_rate(
                     base, headers, rate, rate_seconds, connections, idempotent, serve.pid
                 )
