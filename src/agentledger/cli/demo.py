@@ -28,6 +28,7 @@ from typing import Any
 import click
 
 from agentledger.cli.tables import journal_entry, journal_view
+from agentledger.records import Run, RunStatus
 
 DEFAULT_CHAOS = (
     "payments.create:error_after_commit@0.1,status=500,save=1;"
@@ -188,7 +189,6 @@ async def _demo(
         wait_outbox_drained,
     )
     from agentledger.examples.stayhub.sandbox import INVARIANTS, SandboxServer, check_invariants
-    from agentledger.records import RunStatus
     from agentledger.store import open_store
 
     rng = random.Random(seed)
@@ -286,17 +286,14 @@ async def _demo(
     }
 
 
-def _uncharged(runs: list[Any], effects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _uncharged(runs: list[Run], effects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Completed runs the payments provider never charged, with the agent's answer: a run
     that gave up (a provider that kept failing, a sold-out hotel) says why here."""
     charged = {e.get("run_id") for e in effects if e.get("kind") == "charge"}
     return [
-        {
-            "run": r.id,
-            "answer": (r.result or {}).get("answer") if isinstance(r.result, dict) else r.result,
-        }
+        {"run": r.id, "answer": r.result.get("answer") if isinstance(r.result, dict) else r.result}
         for r in runs
-        if r.status == "completed" and r.id not in charged
+        if r.status == RunStatus.COMPLETED and r.id not in charged
     ]
 
 
@@ -317,7 +314,6 @@ async def _wait(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from agentledger.examples.stayhub.harness import wait_terminal
-    from agentledger.records import RunStatus
 
     deadline = time.monotonic() + timeout
     next_kill = time.monotonic() + kill_every if kill_every > 0 else float("inf")

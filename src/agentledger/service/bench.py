@@ -25,7 +25,6 @@ where the limit is.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import secrets
@@ -42,6 +41,7 @@ import httpx
 from agentledger import App, WorkflowContext
 from agentledger.errors import UsageError
 from agentledger.store import open_store
+from agentledger.store.queries import service_audit
 
 app = App("api-bench")
 
@@ -247,35 +247,27 @@ async def _fixed_rate(
     return out
 
 
-def _unsealed(db: str) -> int:
-    """Events of runs not yet sealed into their tenant's audit chain."""
-    sql = "SELECT COUNT(*) FROM events WHERE hash IS NULL AND run_id IS NOT NULL"
-    if db.startswith("sqlite"):
-        import sqlite3
-
-        with contextlib.closing(sqlite3.connect(db.split("///", 1)[1], timeout=30)) as conn:
-            return int(conn.execute(sql).fetchone()[0])
-    import psycopg
-
-    with psycopg.connect(db) as pg:
-        row = pg.execute(sql).fetchone()
-        return int(row[0]) if row else 0
-
-
 async def _wait_sealed(db: str, timeout: float = 120.0, still: float = 3.0) -> None:
     """Wait until nothing is left to seal, or the backlog stopped shrinking for ``still``
-    seconds (a run-less event is never sealed), or ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last, since = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        left = await asyncio.to_thread(_unsealed, db)
-        if left == 0:
-            return
-        if left != last:
-            last, since = left, time.monotonic()
-        elif time.monotonic() - since > still:
-            return
-        await asyncio.sleep(0.2)
+    seconds, or ``timeout``."""
+    store = open_store(db)
+    await store.open()
+    try:
+        deadline = time.monotonic() + timeout
+        last, since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            left, _ = await store.transact(
+                lambda d, c: service_audit.unsealed_tail(d, c), write=False
+            )
+            if left == 0:
+                return
+            if left != last:
+                last, since = left, time.monotonic()
+            elif time.monotonic() - since > still:
+                return
+            await asyncio.sleep(0.2)
+    finally:
+        await store.close()
 
 
 async def _sse_lag(
