@@ -11,6 +11,7 @@ import click
 from rich import box
 from rich.table import Table
 
+from agentledger import heap
 from agentledger.app import load_app
 from agentledger.cli.common import (
     check_text,
@@ -145,6 +146,7 @@ def worker(
         store = open_store(db)
         await store.open()
         metrics = start_metrics(store, metrics_port)  # observe/metrics.py
+        heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
         try:
             await Worker(store, app, config, burst=burst).run()
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from agentledger import heap
 from agentledger.app import load_app
 from agentledger.cli.common import db_option
 
@@ -82,6 +83,7 @@ def serve(
         agent_webhooks=_agent_webhooks(agent_webhooks),
     )
     api = create_app(settings, load_app(app_path))
+    heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
     uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)
 
 
