@@ -1,0 +1,65 @@
+"""On PostgreSQL ``serve`` seals through a writer connection of its own: a seal never
+queues behind accept groups, nor they behind it (docs/architecture.md, "The HTTP
+service"). On SQLite it seals through the one store."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from agentledger.store.queries import service_audit
+from tests.service import service_app
+from tests.service.conftest import in_process, settings_for, until
+
+
+async def test_serve_seals_while_the_accepts_writer_is_busy(pg_url: str) -> None:
+    async with in_process(settings_for(pg_url, audit_seal_every=0.05)) as api:
+        store = api.store
+        # Committed unsealed: a submission's events, written as a worker writes them
+        # (not through an accept group).
+        run_id = await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
+        held, release = threading.Event(), threading.Event()
+
+        def hold(d: Any, conn: Any) -> None:
+            held.set()
+            release.wait(30)  # the accepts' writer thread, busy in a transaction
+
+        busy = asyncio.create_task(store.transact(hold))
+        try:
+            await asyncio.to_thread(held.wait, 10)
+
+            async def sealed() -> bool:
+                rows = await store.transact(
+                    lambda d, c: d.fetchall(
+                        c, "SELECT hash FROM events WHERE run_id = :r", {"r": run_id}
+                    ),
+                    write=False,
+                )
+                return bool(rows) and all(r["hash"] is not None for r in rows)
+
+            await until(sealed, timeout=15)
+            assert not busy.done()  # sealed while the writer was still held
+        finally:
+            release.set()
+            await busy
+        checked, broken = await store.transact(service_audit.verify_chain, write=False)
+        assert broken == [] and checked >= 1
+
+
+async def test_serve_on_sqlite_seals_through_its_store(tmp_path: Any) -> None:
+    async with in_process(
+        settings_for(f"sqlite:///{tmp_path / 's.db'}", audit_seal_every=0.05)
+    ) as api:
+        run_id = await service_app.app.submit(api.store, "echo", {"text": "x"}, tenant_id="t1")
+
+        async def sealed() -> bool:
+            rows = await api.store.transact(
+                lambda d, c: d.fetchall(
+                    c, "SELECT hash FROM events WHERE run_id = :r", {"r": run_id}
+                ),
+                write=False,
+            )
+            return bool(rows) and all(r["hash"] is not None for r in rows)
+
+        await until(sealed, timeout=15)
