@@ -38,6 +38,12 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
     async def lifespan(api: FastAPI) -> AsyncIterator[None]:
         if own_store:
             await the_store.open()
+        try:
+            seal_store = await _open_seal_store(the_store, settings.db_url)
+        except BaseException:
+            if own_store:
+                await the_store.close()
+            raise
         hub = EventHub(the_store, settings.event_poll)
         hub.start()
         api.state.hub = hub
@@ -49,7 +55,6 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
         dispatcher = Dispatcher(
             the_store, period=settings.webhook_poll, backoff=settings.webhook_backoff
         )
-        seal_store = await _open_seal_store(the_store, settings.db_url)
         background = [
             asyncio.create_task(_seal_forever(seal_store, settings.audit_seal_every)),
             asyncio.create_task(dispatcher.run_forever()),
