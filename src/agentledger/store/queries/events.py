@@ -82,6 +82,30 @@ def insert_event(
     )
 
 
+def insert_tenant_event(
+    d: Dialect, conn: Any, tenant_id: str, audit_id: str, type: str, actor: str, data: Any
+) -> None:
+    """Append an event under no run (a tenant's document changes, a user's memory
+    changes), filed under ``audit_id`` (``docs/<tenant>``, ``memory/<tenant>/<user>``).
+
+    It carries its tenant from the start, since there is no run row to find it by: the
+    sealer chains it into that tenant's audit chain like a run's events. It has no
+    ``seq`` (no run's stream to resume)."""
+    d.execute(
+        conn,
+        "INSERT INTO events (run_id, tenant_id, at, type, actor, data) "
+        "VALUES (:run_id, :tenant_id, :at, :type, :actor, :data)",
+        {
+            "run_id": audit_id,
+            "tenant_id": tenant_id,
+            "at": time.time(),
+            "type": type,
+            "actor": actor,
+            "data": dumps(data),
+        },
+    )
+
+
 def has_event(d: Dialect, conn: Any, run_id: str, token: str) -> bool:
     """True when a job with ``token`` appended an event to the run: the job committed
     before (its reply lost) and must not append it again."""

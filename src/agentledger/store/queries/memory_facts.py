@@ -13,7 +13,7 @@ from typing import Any
 
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import new_id
-from agentledger.store.queries.events import insert_event
+from agentledger.store.queries.events import insert_tenant_event
 
 FACT_COLUMNS = (
     "id, tenant_id, user_id, fact_key, fact, source_run, source_key, created_at, updated_at"
@@ -154,9 +154,10 @@ def forget_facts(
         for r in d.fetchall(conn, f"SELECT fact_key FROM memory_facts WHERE {where}", params)
     ]
     deleted = d.execute(conn, f"DELETE FROM memory_facts WHERE {where}", params)
-    insert_event(
+    insert_tenant_event(
         d,
         conn,
+        tenant_id,
         memory_audit_id(tenant_id, user_id),
         "memory.forgotten",
         actor,

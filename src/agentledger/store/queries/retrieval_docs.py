@@ -15,7 +15,7 @@ from typing import Any
 
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import new_id
-from agentledger.store.queries.events import insert_event
+from agentledger.store.queries.events import insert_tenant_event
 
 DOC_COLUMNS = "id, tenant_id, source, title, kind, sha256, chunks, chars, created_at"
 
@@ -217,9 +217,10 @@ def add_document(
             "SELECT seq, heading, text FROM doc_chunks WHERE document_id = :doc",
             {"doc": doc.id},
         )
-    insert_event(
+    insert_tenant_event(
         d,
         conn,
+        tenant_id,
         docs_audit_id(tenant_id),
         "docs.replaced" if found else "docs.added",
         actor,
@@ -261,9 +262,10 @@ def remove_document(d: Dialect, conn: Any, tenant_id: str, ref: str, actor: str)
     )
     for row in found:
         _delete_document(d, conn, row["id"])
-        insert_event(
+        insert_tenant_event(
             d,
             conn,
+            tenant_id,
             docs_audit_id(tenant_id),
             "docs.removed",
             actor,

@@ -53,11 +53,12 @@ def record_hash(prev_hash: str, tenant_id: str, row: dict[str, Any], chain_no: i
 
 def seal(d: Dialect, conn: Any, limit: int = 5000) -> int:
     """Seal up to ``limit`` committed events into their tenants' chains; return how many."""
-    # The tenants of the oldest ``limit`` unsealed events of runs only (a partial-index
-    # range): a scan of every unsealed event grows with the backlog and holds the
-    # connection. Events under no run (``docs/<tenant>``, ``memory/<tenant>/<user>``)
-    # are never sealed here: counted in the limit, ``limit`` of them would hide every
-    # later event from every sealer for good.
+    # The tenants of the oldest ``limit`` unsealed events (a partial-index range): a scan
+    # of every unsealed event grows with the backlog and holds the connection. Events
+    # under no run (``docs/<tenant>``, ``memory/<tenant>/<user>``) carry their tenant
+    # from insert (``events.insert_tenant_event``) and are chained like a run's; one
+    # with neither a run nor a tenant is never sealed, and not counted in the limit:
+    # ``limit`` of them would hide every later event from every sealer for good.
     # The window's events are read per tenant by id below, never by tenant: a join on
     # the tenant's runs grows with the tenant's history (a hash join over every run of
     # the tenant held PostgreSQL's writer for 0.2-0.6 s per seal under load).
@@ -121,27 +122,32 @@ def chain_at_insert(d: Dialect, conn: Any, records: list[dict[str, Any]]) -> Non
 
 
 def _window(d: Dialect, conn: Any, limit: int) -> list[tuple[int, str]]:
-    """The oldest ``limit`` unsealed events of runs, with their tenants: pages of the
-    unsealed index in id order, their runs' tenants by primary key. Two plain lookups
-    rather than a join, whose plan a planner with stale statistics turns into a scan."""
+    """The oldest ``limit`` unsealed events with a tenant, and their tenants: pages of
+    the unsealed index in id order, the tenant of an event under no run as inserted, of
+    a run's event its run's by primary key. Two plain lookups rather than a join, whose
+    plan a planner with stale statistics turns into a scan."""
     out: list[tuple[int, str]] = []
     after = -1
     while len(out) < limit:
         page = d.fetchall(
             conn,
-            "SELECT id, run_id FROM events WHERE hash IS NULL AND id > :after "
+            "SELECT id, run_id, tenant_id FROM events WHERE hash IS NULL AND id > :after "
             "ORDER BY id LIMIT :limit",
             {"after": after, "limit": limit},
         )
         if not page:
             break
         after = int(page[-1]["id"])
-        marks, runs = in_list("r", sorted({r["run_id"] for r in page}))
-        tenants = {
-            r["id"]: r["tenant_id"]
-            for r in d.fetchall(conn, f"SELECT id, tenant_id FROM runs WHERE id IN ({marks})", runs)
-        }
-        out += [(int(r["id"]), tenants[r["run_id"]]) for r in page if r["run_id"] in tenants]
+        tenants: dict[str, str] = {}
+        of_runs = sorted({r["run_id"] for r in page if r["tenant_id"] is None})
+        if of_runs:
+            marks, runs = in_list("r", of_runs)
+            sql = f"SELECT id, tenant_id FROM runs WHERE id IN ({marks})"
+            tenants = {r["id"]: r["tenant_id"] for r in d.fetchall(conn, sql, runs)}
+        for r in page:
+            tenant = r["tenant_id"] if r["tenant_id"] is not None else tenants.get(r["run_id"])
+            if tenant is not None:
+                out.append((int(r["id"]), tenant))
         if len(page) < limit:
             break
     return out[:limit]
@@ -249,31 +255,39 @@ def _all_changed(tenant_id: str, wanted: int, changed: int) -> None:
 
 
 def has_unsealed(d: Dialect, conn: Any) -> bool:
-    """True when some committed event of a run is not sealed yet (a partial-index probe).
+    """True when some committed event with a tenant is not sealed yet (a partial-index
+    probe).
 
-    Events under no run (``docs/<tenant>``, ``memory/<tenant>/<user>``) are not chained
-    (see :func:`seal`): counted here, one of them would make every sealer open a write
-    transaction each period for nothing."""
+    An event with neither a run nor a tenant (written before events under no run
+    carried theirs) is never chained (see :func:`seal`): counted here, one of them would
+    make every sealer open a write transaction each period for nothing."""
     return bool(
         d.fetchall(
             conn,
-            "SELECT e.id FROM events e JOIN runs r ON r.id = e.run_id WHERE e.hash IS NULL LIMIT 1",
+            f"SELECT e.id FROM events e WHERE e.hash IS NULL AND {_HAS_TENANT} LIMIT 1",
         )
     )
 
 
+# An unsealed event the sealer can chain: under no run with its tenant, or of a run.
+_HAS_TENANT = "(e.tenant_id IS NOT NULL OR EXISTS (SELECT 1 FROM runs r WHERE r.id = e.run_id))"
+
+
 def unsealed_tail(d: Dialect, conn: Any, tenant_id: str | None = None) -> tuple[int, float | None]:
-    """The committed events of runs not sealed yet (of ``tenant_id``'s runs, or all):
-    how many, and when the oldest was written (None when there are none). Events under no
-    run are not chained, so they are no unsealed tail (see :func:`seal`)."""
+    """The committed events not sealed yet (of ``tenant_id``, or of every tenant): how
+    many, and when the oldest was written (None when there are none). An event with
+    neither a run nor a tenant is never chained, so it is no unsealed tail (see
+    :func:`seal`)."""
     if tenant_id is None:
         found = d.fetchall(conn, "SELECT COUNT(*) AS n, MIN(e.at) AS oldest FROM events e "
-                           "JOIN runs r ON r.id = e.run_id WHERE e.hash IS NULL")  # fmt: skip
+                           f"WHERE e.hash IS NULL AND {_HAS_TENANT}")  # fmt: skip
     else:
+        # A run's event has no tenant until sealed: its run's; one under no run, its own.
         found = d.fetchall(
             conn,
-            "SELECT COUNT(*) AS n, MIN(e.at) AS oldest FROM events e "
-            "JOIN runs r ON r.id = e.run_id WHERE e.hash IS NULL AND r.tenant_id = :t",
+            "SELECT COUNT(*) AS n, MIN(e.at) AS oldest FROM events e WHERE e.hash IS NULL "
+            "AND (e.tenant_id = :t OR (e.tenant_id IS NULL AND EXISTS "
+            "(SELECT 1 FROM runs r WHERE r.id = e.run_id AND r.tenant_id = :t)))",
             {"t": tenant_id},
         )
     n, oldest = int(found[0]["n"] or 0), found[0]["oldest"]
