@@ -27,38 +27,71 @@ def _rows_read(node: dict[str, Any]) -> int:
     return total
 
 
+def _seed(conn: Any, backlog: int) -> None:
+    """``backlog`` due runs of one tenant, r00000 the oldest."""
+    now = time.time()
+    with conn.cursor().copy(
+        "COPY runs (id, tenant_id, kind, name, version, target, input, status, "
+        "created_at, updated_at, available_at) FROM STDIN"
+    ) as copy:
+        for i in range(backlog):
+            at = now - 3600 + i * 0.1
+            copy.write_row((f"r{i:05d}", "default", "workflow", "w", "1", TARGET, "{}",
+                            "queued", at, at, at))  # fmt: skip
+    conn.commit()
+    conn.autocommit = True
+    conn.execute("VACUUM ANALYZE runs")
+    conn.autocommit = False
+
+
+def _explain_claim(pg_url: str, conn: Any, limit: int) -> dict[str, Any]:
+    """The claim's plan, run (EXPLAIN ANALYZE) and rolled back."""
+    d = PostgresDialect(pg_url)
+    sql = convert_placeholders("EXPLAIN (ANALYZE, FORMAT JSON) " + d.claim_sql(1))
+    params = {"owner": "w", "token": "t", "lease": 60.0, "limit": limit, "t0": TARGET}
+    row = conn.execute(sql, params).fetchone()
+    conn.rollback()
+    assert row is not None
+    value = next(iter(row.values())) if isinstance(row, dict) else row[0]
+    plan: dict[str, Any] = (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
+    return plan
+
+
 def test_one_tenants_backlog_is_not_walked(pg_url: str) -> None:
     """One tenant (a deployment that never set one: every run is 'default'), 5,000 due
     runs: the planner reads the tenant's window from runs_claimable, filtering on the
     tenant. The tenant hop's last row (no next tenant) must not be looked up there: it
     matches no run and the lookup would walk the whole backlog."""
     backlog, limit = 5000, 5
-    d = PostgresDialect(pg_url)
     conn = connect(pg_url)
     try:
-        now = time.time()
-        with conn.cursor().copy(
-            "COPY runs (id, tenant_id, kind, name, version, target, input, status, "
-            "created_at, updated_at, available_at) FROM STDIN"
-        ) as copy:
-            for i in range(backlog):
-                at = now - 3600 + i * 0.1
-                copy.write_row((f"r{i:05d}", "default", "workflow", "w", "1", TARGET, "{}",
-                                "queued", at, at, at))  # fmt: skip
-        conn.commit()
-        conn.autocommit = True
-        conn.execute("VACUUM ANALYZE runs")
-        conn.autocommit = False
-        sql = convert_placeholders("EXPLAIN (ANALYZE, FORMAT JSON) " + d.claim_sql(1))
-        params = {"owner": "w", "token": "t", "lease": 60.0, "limit": limit, "t0": TARGET}
-        row = conn.execute(sql, params).fetchone()
-        conn.rollback()
-        assert row is not None
-        value = next(iter(row.values())) if isinstance(row, dict) else row[0]
-        plan = (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
+        _seed(conn, backlog)
+        plan = _explain_claim(pg_url, conn, limit)
         # The probe (10 x limit), the window (2 x limit), the locking step: a few
         # hundred rows at most, never the backlog.
         assert _rows_read(plan) < backlog // 5, json.dumps(plan)[:4000]
     finally:
+        conn.rollback()
+        conn.close()
+
+
+def test_a_claim_behind_three_concurrent_claimers_does_not_rank_the_backlog(
+    pg_url: str,
+) -> None:
+    """Three workers claiming from one big tenant at once hold its first 3 x limit due
+    runs: more than the claim's first window (2 x limit). The next claim takes the
+    runs after them from a wider window, without ranking the whole backlog."""
+    backlog, limit = 5000, 5
+    conn, holder = connect(pg_url), connect(pg_url)
+    try:
+        _seed(conn, backlog)
+        held = [f"r{i:05d}" for i in range(3 * limit)]
+        holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (held,))
+        plan = _explain_claim(pg_url, conn, limit)
+        assert plan["Actual Rows"] == limit  # a full claim, past the held rows
+        assert _rows_read(plan) < backlog // 5, json.dumps(plan)[:4000]
+    finally:
+        holder.rollback()
+        holder.close()
         conn.rollback()
         conn.close()

@@ -205,13 +205,18 @@ class PostgresDialect(Dialect):
         # the hop is an index-only seek on it, never a walk through a tenant's finished
         # runs on the plain tenant index.)
         #
-        # ``far`` is what keeps SKIP LOCKED exact when concurrent claimers hold more
-        # than that: when ``near`` came short AND some tenant had more due runs than its
-        # window showed (never when ``few``), the whole backlog is ranked (the rows
-        # ``near`` took left out) and locked in rank order. Otherwise ``due`` held every
-        # claimable run, ``near`` tried them all, and ``far`` is never run (the outer
-        # LIMIT stops pulling once ``near`` filled the claim; its conditions are
-        # one-time filters).
+        # ``wide`` and ``mid`` are for concurrent claimers holding more than that (three
+        # workers claiming from one big tenant at once hold its first 3 x :limit due
+        # runs): when ``near`` came short AND some tenant had more due runs than its
+        # window showed, the tenants whose window was full are read again 16 x :limit
+        # deep and ranked the same way, ``near``'s rows left out. ``far`` is what keeps
+        # SKIP LOCKED exact when even that is held: when ``mid`` came short too AND some
+        # tenant had more due runs than the wide window showed, the whole backlog is
+        # ranked (the rows ``near`` and ``mid`` took left out) and locked in rank
+        # order; it read 700 ms a claim at 300,000 due runs, so it is the last resort.
+        # Otherwise ``due`` held every claimable run, ``near`` tried them all, and
+        # neither ``mid`` nor ``far`` is run (the outer LIMIT stops pulling once
+        # ``near`` filled the claim; their conditions are one-time filters).
         return (
             "WITH RECURSIVE probe AS (SELECT id, tenant_id, available_at FROM runs "
             f"WHERE {queued} AND target IN ({targets}) AND available_at <= {now} "
@@ -235,13 +240,25 @@ class PostgresDialect(Dialect):
             "ORDER BY fair_rank, available_at) k JOIN runs ON runs.id = k.id "
             f"WHERE {self.claimable(n_targets, 'runs')} "
             "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
+            "full_tenants AS (SELECT tenant_id AS t FROM due WHERE NOT (SELECT yes FROM few) "
+            "GROUP BY tenant_id HAVING COUNT(*) >= 2 * :limit), "
+            "wide AS (SELECT w.id, w.tenant_id, w.available_at FROM full_tenants "
+            f"CROSS JOIN LATERAL (SELECT id, tenant_id, available_at FROM runs WHERE {queued} "
+            f"AND tenant_id = full_tenants.t AND available_at <= {now} "
+            f"AND target IN ({targets}) ORDER BY available_at LIMIT 16 * :limit) w), "
+            "mid AS (SELECT runs.id FROM (SELECT id, available_at, fair_rank FROM "
+            f"(SELECT id, available_at, {rank} FROM wide) ranked "
+            "ORDER BY fair_rank, available_at) k JOIN runs ON runs.id = k.id "
+            f"WHERE {self.claimable(n_targets, 'runs')} AND runs.id NOT IN (SELECT id FROM near) "
+            "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
             "far AS (SELECT runs.id FROM runs JOIN "
             f"(SELECT id, available_at, {rank} FROM runs WHERE {self.claimable(n_targets)}) k "
             f"ON k.id = runs.id WHERE {self.claimable(n_targets, 'runs')} "
-            "AND runs.id NOT IN (SELECT id FROM near) AND NOT (SELECT yes FROM few) "
-            "AND EXISTS (SELECT 1 FROM due GROUP BY tenant_id HAVING COUNT(*) >= 2 * :limit) "
+            "AND runs.id NOT IN (SELECT id FROM near) AND runs.id NOT IN (SELECT id FROM mid) "
+            "AND EXISTS (SELECT 1 FROM wide GROUP BY tenant_id HAVING COUNT(*) >= 16 * :limit) "
             "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
-            "c AS (SELECT id FROM near UNION ALL SELECT id FROM far LIMIT :limit) "
+            "c AS (SELECT id FROM near UNION ALL SELECT id FROM mid UNION ALL SELECT id FROM far "
+            "LIMIT :limit) "
             f"UPDATE runs r SET status = '{RunStatus.RUNNING}', lease_owner = :owner, "
             f"write_token = :token, lease_epoch = r.lease_epoch + 1, "
             f"lease_expires_at = {now} + :lease, updated_at = {now}, "
