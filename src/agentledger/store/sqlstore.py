@@ -142,9 +142,13 @@ class SQLStore(Store):
 
     # lifecycle ------------------------------------------------------------
 
-    async def open(self, *, migrate: bool = True) -> None:
+    async def open(self, *, migrate: bool = True, loop_committer: bool = True) -> None:
         """Connect; create or upgrade the schema unless ``migrate`` is False (read-only
-        commands), which raises :class:`SchemaMissing` when the schema is not current."""
+        commands), which raises :class:`SchemaMissing` when the schema is not current.
+
+        ``loop_committer=False``: journal batches all go through the writer thread, and
+        the dialect opens no connection of its own for them -- for a store that writes
+        none (``serve``'s sealer). An open() that raises leaves nothing open."""
         if self._thread is not None:
             return
         self._migrate = migrate
@@ -159,7 +163,19 @@ class SQLStore(Store):
             self._thread.join()
             self._thread = None
             raise
-        on_loop = await self.dialect.open_batch_committer(self.group_sizes, self._error)
+        try:
+            on_loop = (
+                await self.dialect.open_batch_committer(self.group_sizes, self._error)
+                if loop_committer
+                else None
+            )
+        except BaseException:
+            # The writer is connected: stop it, or its thread and connection outlive
+            # the failed open() and a later open() takes the half-open store for open.
+            self._queue.put(None)
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+            raise
         self._committers = [c for c in (on_loop, _WriterThreadCommitter(self)) if c is not None]
         if self.dialect.separate_reads:
             self._add_reader()

@@ -156,23 +156,27 @@ def _window(d: Dialect, conn: Any, limit: int) -> list[tuple[int, str]]:
 def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, event_ids: list[int]) -> int:
     """Chain ``event_ids`` (the tenant's oldest unsealed events, as the window found
     them) after the tenant's head; those another sealer chained meanwhile are skipped."""
-    d.execute(
-        conn,
-        "INSERT INTO audit_heads (tenant_id, chain_no, hash) VALUES (:t, 0, :g) "
-        "ON CONFLICT (tenant_id) DO NOTHING",
-        {"t": tenant_id, "g": GENESIS},
-    )
     # The head row's lock serializes sealers of one tenant (PostgreSQL; SQLite has one
     # writer); the events are read after it is taken, so no two sealers chain one event.
     # A sealer finding it held skips the tenant (SKIP LOCKED) instead of waiting: the
     # holder is sealing those records, and a waiting sealer would hold a connection.
-    heads = d.fetchall(
-        conn,
-        f"SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t{d.skip_locked}",
-        {"t": tenant_id},
-    )
+    lock = f"SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t{d.skip_locked}"
+    heads = d.fetchall(conn, lock, {"t": tenant_id})
     if not heads:
-        return 0
+        # Held by another sealer, or the tenant has no head yet. Only then is it
+        # inserted: an INSERT ... ON CONFLICT meeting the head of a sealer that has
+        # moved it and not committed waits for that sealer, SKIP LOCKED or not.
+        if d.fetchall(conn, "SELECT 1 FROM audit_heads WHERE tenant_id = :t", {"t": tenant_id}):
+            return 0
+        d.execute(
+            conn,
+            "INSERT INTO audit_heads (tenant_id, chain_no, hash) VALUES (:t, 0, :g) "
+            "ON CONFLICT (tenant_id) DO NOTHING",
+            {"t": tenant_id, "g": GENESIS},
+        )
+        heads = d.fetchall(conn, lock, {"t": tenant_id})
+        if not heads:
+            return 0
     head = heads[0]
     chain_no, prev = int(head["chain_no"]), str(head["hash"])
     # Read again after the head's lock: a sealer holding it before us chained some.

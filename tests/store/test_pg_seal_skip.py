@@ -1,0 +1,49 @@
+"""A sealer finding a tenant's chain head held by another sealer skips the tenant at
+once (PostgreSQL), also after the holder has moved the head -- it does not wait, with a
+connection (in ``serve``, perhaps the one its accepts share), for the holder to commit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import psycopg
+import pytest
+
+from agentledger.store import open_store
+from agentledger.store.queries import service_audit
+from tests.service import service_app
+
+pytestmark = pytest.mark.postgres
+
+
+async def test_a_sealer_skips_a_head_another_sealer_has_moved(pg_url: str) -> None:
+    store = open_store(pg_url)
+    await store.open()
+    holder = psycopg.connect(pg_url)
+    release = threading.Timer(6.0, holder.rollback)
+    try:
+        await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
+        await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t2")
+        assert await store.transact(lambda d, c: service_audit.seal(d, c)) > 0
+        await service_app.app.submit(store, "echo", {"text": "y"}, tenant_id="t1")
+        await service_app.app.submit(store, "echo", {"text": "y"}, tenant_id="t2")
+        # Another sealer, in its transaction: t1's head locked and moved, not committed.
+        holder.execute("SELECT * FROM audit_heads WHERE tenant_id = 't1' FOR UPDATE")
+        holder.execute("UPDATE audit_heads SET chain_no = chain_no WHERE tenant_id = 't1'")
+        release.start()
+        started = time.monotonic()
+        sealed = await asyncio.wait_for(
+            store.transact(lambda d, c: service_audit.seal(d, c)), timeout=30
+        )
+        assert time.monotonic() - started < 3.0, "the sealer waited for the head's holder"
+        assert sealed == 1  # t2's event; t1 is left to its holder
+        holder.rollback()
+        assert await store.transact(lambda d, c: service_audit.seal(d, c)) == 1  # t1's
+        checked, broken = await store.transact(service_audit.verify_chain, write=False)
+        assert broken == [] and checked == 4
+    finally:
+        release.cancel()
+        holder.close()
+        await store.close()
