@@ -7,7 +7,6 @@ unless fewer are left; the held runs stay queued and are claimable once let go."
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Iterator
@@ -123,11 +122,17 @@ def _helds(model: dict[str, Row], now: float, limit: int) -> dict[str, list[str]
         "big-16L": d("big", 0, 16 * limit),
         "big-16L-plus-2": d("big", 0, 16 * limit + 2),
         "big-all-but-tail": d("big", 0, 40 * limit),
-        "bigs-16L-and-small": d("big", 0, 16 * limit) + d("big2", 0, 16 * limit)
-        + d("mid", 0, 5 * limit) + small,
-        "everything-up-to-16L": d("big", 0, 17 * limit) + d("big2", 0, 20 * limit)
-        + d("mid", 0, 5 * limit) + small + ["x-big", "x-s1", "x-x"],
-        "gaps": d("big", 0, 2 * limit) + d("big", 2 * limit + 1, 16 * limit + 5)
+        "bigs-16L-and-small": d("big", 0, 16 * limit)
+        + d("big2", 0, 16 * limit)
+        + d("mid", 0, 5 * limit)
+        + small,
+        "everything-up-to-16L": d("big", 0, 17 * limit)
+        + d("big2", 0, 20 * limit)
+        + d("mid", 0, 5 * limit)
+        + small
+        + ["x-big", "x-s1", "x-x"],
+        "gaps": d("big", 0, 2 * limit)
+        + d("big", 2 * limit + 1, 16 * limit + 5)
         + d("big2", 0, 3 * limit),
     }
 
@@ -197,3 +202,121 @@ def test_a_held_expired_lease_keeps_its_rank_past_the_first_window(
     got = [claimer.claim(1) for _ in range(4)]
     # Ranks 17: B-16 (older) then A-15; then ranks 17 again: B-17, A-16.
     assert got == [["B-16"], ["A-15"], ["B-17"], ["A-16"]]
+
+
+def _claimable_sql() -> str:
+    now = "extract(epoch FROM statement_timestamp())::float8"
+    return (
+        "SELECT id FROM runs WHERE target = ANY(%(targets)s) AND ((status IN ('queued', "
+        f"'waiting') AND available_at <= {now}) OR (status = 'running' AND "
+        f"lease_expires_at < {now})) AND id <> ALL(%(mine)s)"
+    )
+
+
+@pytest.mark.parametrize(("limit", "workers"), [(1, 3), (5, 12), (2, 30)])
+def test_concurrent_claimers_past_every_window(
+    pg_url: str, conns: list[Any], limit: int, workers: int
+) -> None:
+    """``workers`` claimers, each on its own connection, claim at once and keep their
+    claim's transaction open a moment, so the others reach past 2 x and 16 x limit.
+    One holder keeps big's first 17 x limit runs (they commit as running later),
+    another some of every tenant's (they roll back later), a third takes runs
+    meanwhile and commits them as running. No run is claimed twice or taken from a
+    holder; a short claim leaves nothing claimable that no one holds; in the end every
+    claimable run was claimed by exactly one of them."""
+    import threading
+
+    now = time.time()
+    rows = _world(limit * 7 + workers, limit, now)
+    _seed(pg_url, rows)
+    model = {r.id: r for r in rows}
+    start = claimable(model, TARGETS, now)
+    rng = random.Random(workers)
+    commits = _by_depth(model, now, "big", range(0, 17 * limit))
+    rollbacks = [r.id for r in start if r.id not in commits and rng.random() < 0.2]
+    h1, h2, h3 = connect(pg_url), connect(pg_url), connect(pg_url)
+    conns.extend([h1, h2, h3])
+    h1.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (commits,))
+    h2.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (rollbacks,))
+    claimers = [Claimer(pg_url, f"w{n}") for n in range(workers)]
+    conns.extend(c.conn for c in claimers)
+    taken: dict[str, str] = {}
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def work(c: Claimer, seed: int) -> None:
+        r = random.Random(seed)
+        try:
+            while True:
+                got = c.claim(limit, commit=False)
+                if len(got) < limit:
+                    left = c.conn.execute(
+                        _claimable_sql() + " FOR UPDATE SKIP LOCKED",
+                        {"targets": TARGETS, "mine": got},
+                    ).fetchall()
+                    if left:
+                        errors.append(f"{c.name} short ({got}) with {left} unheld")
+                with lock:
+                    for run_id in got:
+                        if run_id in taken:
+                            errors.append(f"{run_id} claimed by {taken[run_id]} and {c.name}")
+                        taken[run_id] = c.name
+                time.sleep(r.random() * 0.005)
+                c.conn.commit()
+                if not got:
+                    return
+        except Exception as exc:  # a failed thread fails the test
+            errors.append(repr(exc))
+
+    def rival() -> None:
+        # Another claimer: takes some runs FOR UPDATE SKIP LOCKED and commits them.
+        for _ in range(5):
+            ids = [r["id"] for r in h3.execute(
+                _claimable_sql() + " ORDER BY id DESC LIMIT 3 FOR UPDATE SKIP LOCKED",
+                {"targets": TARGETS, "mine": []},
+            ).fetchall()]  # fmt: skip
+            h3.execute("UPDATE runs SET status = 'running', lease_owner = 'rival', "
+                       "lease_expires_at = %s WHERE id = ANY(%s)", (now + 3600, ids))  # fmt: skip
+            time.sleep(0.003)
+            h3.commit()
+            with lock:
+                for run_id in ids:
+                    if run_id in taken:
+                        errors.append(f"{run_id} claimed by {taken[run_id]} and rival")
+                    taken[run_id] = "rival"
+
+    def round_() -> None:
+        threads = [threading.Thread(target=work, args=(c, n)) for n, c in enumerate(claimers)]
+        threads.append(threading.Thread(target=rival))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors[:5]
+
+    round_()
+    assert not set(taken) & (set(commits) | set(rollbacks))
+    # The first holder commits its runs as running; the second lets go of its own.
+    h1.execute("UPDATE runs SET status = 'running', lease_owner = 'h1', lease_expires_at = %s "
+               "WHERE id = ANY(%s)", (now + 3600, commits))  # fmt: skip
+    h1.commit()
+    h2.rollback()
+    round_()
+    assert set(taken) == {r.id for r in start} - set(commits)
+    # What was taken is running under its claimer; nothing claimable is left, and
+    # parked runs, other targets' and live leases were never touched.
+    check = connect(pg_url)
+    conns.append(check)
+    left = check.execute(_claimable_sql(), {"targets": TARGETS, "mine": []}).fetchall()
+    assert left == []
+    owners = {r["id"]: r["lease_owner"] for r in check.execute(
+        "SELECT id, lease_owner FROM runs WHERE status = 'running'").fetchall()}  # fmt: skip
+    for run_id, who in taken.items():
+        assert owners[run_id] == who
+    untouched = [r.id for r in rows if r.id.startswith(("p-", "o-", "l-"))]
+    touched = check.execute(
+        "SELECT id FROM runs WHERE id = ANY(%s) AND status = 'running' "
+        "AND lease_owner IS DISTINCT FROM 'dead'",
+        (untouched,),
+    ).fetchall()
+    assert touched == []
