@@ -95,3 +95,73 @@ def test_a_claim_behind_three_concurrent_claimers_does_not_rank_the_backlog(
         holder.close()
         conn.rollback()
         conn.close()
+
+
+def _ctes(node: dict[str, Any], found: dict[str, int] | None = None) -> dict[str, int]:
+    """Each CTE of the plan and how many times it was started (Actual Loops)."""
+    found = {} if found is None else found
+    name = node.get("Subplan Name", "")
+    if name.startswith("CTE "):
+        found[name[4:]] = int(node.get("Actual Loops", 0))
+    for child in node.get("Plans", []):
+        _ctes(child, found)
+    return found
+
+
+def test_nothing_past_the_first_window_runs_when_it_fills_the_claim(pg_url: str) -> None:
+    """Nothing held: the first window fills the claim, and neither the wide window nor
+    the whole backlog is read. Held past it, the wide window fills it and the
+    backlog is still not ranked."""
+    backlog, limit = 5000, 5
+    conn, holder = connect(pg_url), connect(pg_url)
+    try:
+        _seed(conn, backlog)
+        ctes = _ctes(_explain_claim(pg_url, conn, limit))
+        assert ctes["near"] == 1
+        assert ctes.get("mid", 0) == 0 and ctes.get("far", 0) == 0, ctes
+        assert ctes.get("wide", 0) == 0, ctes
+        holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE",
+                       ([f"r{i:05d}" for i in range(3 * limit)],))  # fmt: skip
+        plan = _explain_claim(pg_url, conn, limit)
+        ctes = _ctes(plan)
+        assert plan["Actual Rows"] == limit
+        assert ctes["mid"] == 1 and ctes.get("far", 0) == 0, ctes
+    finally:
+        holder.rollback()
+        holder.close()
+        conn.rollback()
+        conn.close()
+
+
+def test_runs_the_wide_window_could_take_past_the_claims_limit_stay_queued(
+    pg_url: str,
+) -> None:
+    """The first window takes 2 of a claim of 5 (the rest of it held); the wide window
+    has many more: the claim takes 3 of them, and after it commits only those 5 are
+    running; the others are still queued and claimable."""
+    backlog, limit = 400, 5
+    conn, holder, claimer = connect(pg_url), connect(pg_url), connect(pg_url)
+    try:
+        _seed(conn, backlog)
+        held = [f"r{i:05d}" for i in range(2 * limit) if i not in (3, 7)]
+        holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (held,))
+        d = PostgresDialect(pg_url)
+        params = {"owner": "w", "token": "t", "lease": 60.0, "limit": limit, "t0": TARGET}
+        got = [r["id"] for r in claimer.execute(convert_placeholders(d.claim_sql(1)),
+                                                params).fetchall()]  # fmt: skip
+        claimer.commit()
+        assert sorted(got) == ["r00003", "r00007", "r00010", "r00011", "r00012"]
+        running = conn.execute("SELECT id FROM runs WHERE status = 'running' ORDER BY id")
+        assert [r["id"] for r in running.fetchall()] == sorted(got)
+        conn.rollback()
+        # Nothing but the claim's own runs is left locked by it.
+        free = conn.execute("SELECT COUNT(*) AS n FROM (SELECT id FROM runs WHERE status = "
+                            "'queued' FOR UPDATE SKIP LOCKED) s").fetchone()  # fmt: skip
+        assert free is not None and free["n"] == backlog - limit - len(held)
+    finally:
+        holder.rollback()
+        holder.close()
+        claimer.rollback()
+        claimer.close()
+        conn.rollback()
+        conn.close()

@@ -209,11 +209,17 @@ class PostgresDialect(Dialect):
         # workers claiming from one big tenant at once hold its first 3 x :limit due
         # runs): when ``near`` came short AND some tenant had more due runs than its
         # window showed, the tenants whose window was full are read again 16 x :limit
-        # deep and ranked the same way, ``near``'s rows left out. ``far`` is what keeps
+        # deep and ranked the same way, ``near``'s rows left out. Their expired leases
+        # are ranked with them, as in ``due``: left out, a tenant whose oldest run is an
+        # expired lease another claimer holds would rank its later runs one too low and
+        # take the others' turns. Only ranks up to 16 x :limit are taken: a run of a
+        # higher rank (a tenant with expired leases) could jump another tenant's run of
+        # a lower rank that lies past that tenant's wide window. ``far`` is what keeps
         # SKIP LOCKED exact when even that is held: when ``mid`` came short too AND some
-        # tenant had more due runs than the wide window showed, the whole backlog is
-        # ranked (the rows ``near`` and ``mid`` took left out) and locked in rank
-        # order; it read 700 ms a claim at 300,000 due runs, so it is the last resort.
+        # tenant had more due runs than the wide window showed, or ranks ``mid`` left
+        # out, the whole backlog is ranked (the rows ``near`` and ``mid`` took left out)
+        # and locked in rank order; it read 700 ms a claim at 300,000 due runs, so it is
+        # the last resort.
         # Otherwise ``due`` held every claimable run, ``near`` tried them all, and
         # neither ``mid`` nor ``far`` is run (the outer LIMIT stops pulling once
         # ``near`` filled the claim; their conditions are one-time filters).
@@ -242,12 +248,16 @@ class PostgresDialect(Dialect):
             "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
             "full_tenants AS (SELECT tenant_id AS t FROM due WHERE NOT (SELECT yes FROM few) "
             "GROUP BY tenant_id HAVING COUNT(*) >= 2 * :limit), "
-            "wide AS (SELECT w.id, w.tenant_id, w.available_at FROM full_tenants "
+            "wide AS (SELECT w.id, w.tenant_id, w.available_at, 1 AS q FROM full_tenants "
             f"CROSS JOIN LATERAL (SELECT id, tenant_id, available_at FROM runs WHERE {queued} "
             f"AND tenant_id = full_tenants.t AND available_at <= {now} "
-            f"AND target IN ({targets}) ORDER BY available_at LIMIT 16 * :limit) w), "
+            f"AND target IN ({targets}) ORDER BY available_at LIMIT 16 * :limit) w "
+            "UNION ALL SELECT id, tenant_id, available_at, 0 FROM runs "
+            f"WHERE status = 'running' AND target IN ({targets}) AND lease_expires_at < {now} "
+            "AND tenant_id IN (SELECT t FROM full_tenants)), "
             "mid AS (SELECT runs.id FROM (SELECT id, available_at, fair_rank FROM "
             f"(SELECT id, available_at, {rank} FROM wide) ranked "
+            "WHERE fair_rank <= 16 * :limit "
             "ORDER BY fair_rank, available_at) k JOIN runs ON runs.id = k.id "
             f"WHERE {self.claimable(n_targets, 'runs')} AND runs.id NOT IN (SELECT id FROM near) "
             "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
@@ -255,7 +265,8 @@ class PostgresDialect(Dialect):
             f"(SELECT id, available_at, {rank} FROM runs WHERE {self.claimable(n_targets)}) k "
             f"ON k.id = runs.id WHERE {self.claimable(n_targets, 'runs')} "
             "AND runs.id NOT IN (SELECT id FROM near) AND runs.id NOT IN (SELECT id FROM mid) "
-            "AND EXISTS (SELECT 1 FROM wide GROUP BY tenant_id HAVING COUNT(*) >= 16 * :limit) "
+            "AND EXISTS (SELECT 1 FROM wide GROUP BY tenant_id "
+            "HAVING SUM(q) >= 16 * :limit OR COUNT(*) > 16 * :limit) "
             "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
             "c AS (SELECT id FROM near UNION ALL SELECT id FROM mid UNION ALL SELECT id FROM far "
             "LIMIT :limit) "
