@@ -204,6 +204,30 @@ def test_a_held_expired_lease_keeps_its_rank_past_the_first_window(
     assert got == [["B-16"], ["A-15"], ["B-17"], ["A-16"]]
 
 
+def test_an_expired_lease_past_a_full_tenants_first_window_waits_for_its_rank(
+    pg_url: str, conns: list[Any]
+) -> None:
+    """A's expired lease is younger than A's first three queued runs: its rank is 4.
+    With A's and B's first two runs held, the first window shows A's first two and the
+    lease (all expired leases are read with it), so the lease looks like A's rank 3;
+    it must not be taken before the rank-3 runs past both windows (B-02, A-02)."""
+    now = time.time()
+    rows = [Row(f"A-{i:02d}", "A", OURS, "queued", now - 5000 + 10 * i + 5) for i in range(6)]
+    rows += [Row(f"B-{i:02d}", "B", OURS, "queued", now - 5000 + 10 * i) for i in range(6)]
+    rows.append(Row("a-lease", "A", OURS, "running", now - 5000 + 27,
+                    lease_expires_at=now - 10, lease_epoch=1))  # fmt: skip
+    _seed(pg_url, rows)
+    holder = connect(pg_url)
+    conns.append(holder)
+    held = ["A-00", "A-01", "B-00", "B-01"]
+    holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (held,))
+    claimer = Claimer(pg_url, "w")
+    conns.append(claimer.conn)
+    got = [claimer.claim(1) for _ in range(4)]
+    # Rank 3: B-02 (older), A-02; rank 4: the lease (older than B-03), B-03.
+    assert got == [["B-02"], ["A-02"], ["a-lease"], ["B-03"]]
+
+
 def _claimable_sql() -> str:
     now = "extract(epoch FROM statement_timestamp())::float8"
     return (

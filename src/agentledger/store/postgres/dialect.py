@@ -190,7 +190,11 @@ class PostgresDialect(Dialect):
         # available_at, target; one seek each) and ``due`` reads each one's first runs
         # from the same index, with the expired leases. Without locks, ranks above
         # :limit are never taken; the other :limit rows of the window are for a
-        # concurrent claimer holding a tenant's first rows. A claim reads
+        # concurrent claimer holding a tenant's first rows. Only ranks up to 2 x :limit
+        # are taken (unless ``few``): an expired lease younger than its tenant's window
+        # ranks right after the window there, below its true rank, and would jump
+        # another tenant's run of a lower rank just past that tenant's window; a tenant
+        # with more is full, and ``mid`` ranks it deeper. A claim reads
         # O(tenants x limit) rows, not the backlog. (``k`` comes sorted in rank order,
         # so the locking join is a nested loop on the primary key that stops once
         # :limit rows are locked; joined unsorted, the planner, blind to how few rows
@@ -243,6 +247,7 @@ class PostgresDialect(Dialect):
             f"WHERE status = 'running' AND target IN ({targets}) AND lease_expires_at < {now}), "
             "near AS (SELECT runs.id FROM (SELECT id, available_at, fair_rank FROM "
             f"(SELECT id, available_at, {rank} FROM due) ranked "
+            "WHERE fair_rank <= 2 * :limit OR (SELECT yes FROM few) "
             "ORDER BY fair_rank, available_at) k JOIN runs ON runs.id = k.id "
             f"WHERE {self.claimable(n_targets, 'runs')} "
             "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
