@@ -27,8 +27,9 @@ def _rows_read(node: dict[str, Any]) -> int:
     return total
 
 
-def _seed(conn: Any, backlog: int) -> None:
-    """``backlog`` due runs of one tenant, r00000 the oldest."""
+def _seed(conn: Any, backlog: int, tenants: int = 1) -> None:
+    """``backlog`` due runs of one tenant (or spread over ``tenants``), r00000 the
+    oldest."""
     now = time.time()
     with conn.cursor().copy(
         "COPY runs (id, tenant_id, kind, name, version, target, input, status, "
@@ -36,7 +37,8 @@ def _seed(conn: Any, backlog: int) -> None:
     ) as copy:
         for i in range(backlog):
             at = now - 3600 + i * 0.1
-            copy.write_row((f"r{i:05d}", "default", "workflow", "w", "1", TARGET, "{}",
+            tenant = "default" if tenants == 1 else f"t{i % tenants:05d}"
+            copy.write_row((f"r{i:05d}", tenant, "workflow", "w", "1", TARGET, "{}",
                             "queued", at, at, at))  # fmt: skip
     conn.commit()
     conn.autocommit = True
@@ -163,5 +165,23 @@ def test_runs_the_wide_window_could_take_past_the_claims_limit_stay_queued(
         holder.close()
         claimer.rollback()
         claimer.close()
+        conn.rollback()
+        conn.close()
+
+
+def test_many_tenants_are_not_walked_when_the_oldest_due_runs_fill_the_claim(
+    pg_url: str,
+) -> None:
+    """5,000 tenants with one due run each: the oldest 10 x limit due runs already hold
+    more tenants' first runs than the claim takes, and the fair order starts with them,
+    so the claim reads those, not one index seek per tenant."""
+    backlog, limit = 5000, 5
+    conn = connect(pg_url)
+    try:
+        _seed(conn, backlog, tenants=backlog)
+        plan = _explain_claim(pg_url, conn, limit)
+        assert plan["Actual Rows"] == limit
+        assert _rows_read(plan) < backlog // 5, json.dumps(plan)[:4000]
+    finally:
         conn.rollback()
         conn.close()

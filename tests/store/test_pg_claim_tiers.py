@@ -228,6 +228,32 @@ def test_an_expired_lease_past_a_full_tenants_first_window_waits_for_its_rank(
     assert got == [["B-02"], ["A-02"], ["a-lease"], ["B-03"]]
 
 
+def test_an_expired_lease_past_the_oldest_due_runs_is_ranked_after_its_tenants_older_runs(
+    pg_url: str, conns: list[Any]
+) -> None:
+    """The ten oldest due runs are A's (the claim's first look, 10 x limit deep); B has a
+    due run and, younger, an expired lease, both past them. B's due run is its rank 1:
+    the lease must not be taken as B's first just because B's due run lies past that
+    first look."""
+    now = time.time()
+    rows = [Row(f"A-{i:02d}", "A", OURS, "queued", now - 1000 + i) for i in range(10)]
+    rows += [
+        Row("B-q", "B", OURS, "queued", now - 900),
+        Row("C-q", "C", OURS, "queued", now - 850),
+        Row("b-lease", "B", OURS, "running", now - 800, lease_expires_at=now - 10,
+            lease_epoch=1),
+    ]  # fmt: skip
+    _seed(pg_url, rows)
+    holder = connect(pg_url)
+    conns.append(holder)
+    holder.execute("SELECT id FROM runs WHERE id = 'A-00' FOR UPDATE")
+    claimer = Claimer(pg_url, "w")
+    conns.append(claimer.conn)
+    got = [claimer.claim(1) for _ in range(4)]
+    # Rank 1 (A-00 held): B-q, C-q; then B's lease is B's rank 1, older than A's rank 2.
+    assert got == [["B-q"], ["C-q"], ["b-lease"], ["A-01"]]
+
+
 def _claimable_sql() -> str:
     now = "extract(epoch FROM statement_timestamp())::float8"
     return (

@@ -171,6 +171,7 @@ class PostgresDialect(Dialect):
         returning = ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
         now = self.now_sql
         targets = ", ".join(f":t{i}" for i in range(n_targets))
+        target_rows = ", ".join(f"(CAST(:t{i} AS TEXT))" for i in range(n_targets))
         queued = "status IN ('queued', 'waiting')"
         rank = "ROW_NUMBER() OVER (PARTITION BY tenant_id ORDER BY available_at) AS fair_rank"
         # Fair across tenants: each tenant's due runs are ranked by available_at and the
@@ -184,6 +185,17 @@ class PostgresDialect(Dialect):
         # than that), they are every due run: ``due`` is them, with the expired leases,
         # and nothing else is read -- an idle or lightly loaded queue costs a few index
         # entries, however many tenants have runs parked or not yet due.
+        #
+        # ``probe`` is the oldest 10 x :limit due runs of those targets (each target's
+        # oldest, merged), so a tenant's oldest run in it is that tenant's rank 1, and
+        # every tenant absent from it has its rank 1 later than the probe's last run.
+        # When not ``few``, ``spread`` takes those tenants' oldest runs (with the
+        # expired leases up to the probe's last run, ranked with them), oldest first:
+        # the fair order starts with exactly them. Many tenants with a few due runs each
+        # are claimed from the probe alone, with no walk over the tenants (5,000 index
+        # seeks at 5,000 tenants); when ``spread`` comes short (one big tenant has the
+        # oldest runs, or their tenants' oldest are held), the claim goes on below,
+        # leaving out what ``spread`` took.
         #
         # Otherwise ``near`` ranks only each tenant's first 2 x :limit due runs:
         # ``tenants`` hops from tenant to tenant on the runs_fair index (tenant,
@@ -228,10 +240,21 @@ class PostgresDialect(Dialect):
         # neither ``mid`` nor ``far`` is run (the outer LIMIT stops pulling once
         # ``near`` filled the claim; their conditions are one-time filters).
         return (
-            "WITH RECURSIVE probe AS (SELECT id, tenant_id, available_at FROM runs "
-            f"WHERE {queued} AND target IN ({targets}) AND available_at <= {now} "
-            "ORDER BY target, available_at LIMIT 10 * :limit), "
+            "WITH RECURSIVE probe AS (SELECT p.id, p.tenant_id, p.available_at FROM "
+            f"(VALUES {target_rows}) tg(t) CROSS JOIN LATERAL "
+            f"(SELECT id, tenant_id, available_at FROM runs WHERE {queued} AND target = tg.t "
+            f"AND available_at <= {now} ORDER BY available_at LIMIT 10 * :limit) p "
+            "ORDER BY p.available_at LIMIT 10 * :limit), "
             "few AS (SELECT COUNT(*) < 10 * :limit AS yes FROM probe), "
+            "spread AS (SELECT runs.id FROM (SELECT id, available_at FROM "
+            f"(SELECT id, available_at, {rank} FROM (SELECT id, tenant_id, available_at "
+            "FROM probe UNION ALL SELECT id, tenant_id, available_at FROM runs "
+            f"WHERE status = 'running' AND target IN ({targets}) AND lease_expires_at < {now} "
+            "AND available_at <= (SELECT MAX(available_at) FROM probe)) cand) ranked "
+            "WHERE fair_rank = 1 AND NOT (SELECT yes FROM few) ORDER BY available_at) k "
+            "JOIN runs ON runs.id = k.id "
+            f"WHERE {self.claimable(n_targets, 'runs')} "
+            "ORDER BY k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
             "tenants(t) AS ("
             f"(SELECT tenant_id FROM runs WHERE {queued} ORDER BY tenant_id, available_at LIMIT 1) "
             f"UNION ALL SELECT (SELECT tenant_id FROM runs WHERE {queued} "
@@ -249,7 +272,7 @@ class PostgresDialect(Dialect):
             f"(SELECT id, available_at, {rank} FROM due) ranked "
             "WHERE fair_rank <= 2 * :limit OR (SELECT yes FROM few) "
             "ORDER BY fair_rank, available_at) k JOIN runs ON runs.id = k.id "
-            f"WHERE {self.claimable(n_targets, 'runs')} "
+            f"WHERE {self.claimable(n_targets, 'runs')} AND runs.id NOT IN (SELECT id FROM spread) "
             "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
             "full_tenants AS (SELECT tenant_id AS t FROM due WHERE NOT (SELECT yes FROM few) "
             "GROUP BY tenant_id HAVING COUNT(*) >= 2 * :limit), "
@@ -265,16 +288,18 @@ class PostgresDialect(Dialect):
             "WHERE fair_rank <= 16 * :limit "
             "ORDER BY fair_rank, available_at) k JOIN runs ON runs.id = k.id "
             f"WHERE {self.claimable(n_targets, 'runs')} AND runs.id NOT IN (SELECT id FROM near) "
+            "AND runs.id NOT IN (SELECT id FROM spread) "
             "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
             "far AS (SELECT runs.id FROM runs JOIN "
             f"(SELECT id, available_at, {rank} FROM runs WHERE {self.claimable(n_targets)}) k "
             f"ON k.id = runs.id WHERE {self.claimable(n_targets, 'runs')} "
             "AND runs.id NOT IN (SELECT id FROM near) AND runs.id NOT IN (SELECT id FROM mid) "
+            "AND runs.id NOT IN (SELECT id FROM spread) "
             "AND EXISTS (SELECT 1 FROM wide GROUP BY tenant_id "
             "HAVING SUM(q) >= 16 * :limit OR COUNT(*) > 16 * :limit) "
             "ORDER BY k.fair_rank, k.available_at LIMIT :limit FOR UPDATE OF runs SKIP LOCKED), "
-            "c AS (SELECT id FROM near UNION ALL SELECT id FROM mid UNION ALL SELECT id FROM far "
-            "LIMIT :limit) "
+            "c AS (SELECT id FROM spread UNION ALL SELECT id FROM near "
+            "UNION ALL SELECT id FROM mid UNION ALL SELECT id FROM far LIMIT :limit) "
             f"UPDATE runs r SET status = '{RunStatus.RUNNING}', lease_owner = :owner, "
             f"write_token = :token, lease_epoch = r.lease_epoch + 1, "
             f"lease_expires_at = {now} + :lease, updated_at = {now}, "
