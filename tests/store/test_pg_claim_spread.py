@@ -202,3 +202,20 @@ def test_around_ten_times_the_limit_due(
         _run_world(pg_url, conns, rows, limit, 0.15 * seed, seed)
         _clear(pg_url)
 
+
+def test_a_target_named_twice_counts_its_runs_once(pg_url: str, conns: list[Any]) -> None:
+    """A worker that names a target twice: each due run is still one run. Counted
+    twice, a few due runs would look like many, and a run ranked twice would fill
+    two of the claim's places, leaving it short with claimable runs left."""
+    now = time.time()
+    rows = [Row(f"{t}-{i}", t, OURS, "queued", now - 100 + i + (0.5 if t == "B" else 0))
+            for t in ("A", "B") for i in range(3)]  # fmt: skip
+    _seed(pg_url, rows)
+    conn = connect(pg_url)
+    conns.append(conn)
+    from agentledger.store.postgres import PostgresDialect, convert_placeholders
+
+    sql = convert_placeholders(PostgresDialect(pg_url).claim_sql(2))
+    params = {"owner": "w", "token": "t", "lease": 60.0, "limit": 4, "t0": OURS, "t1": OURS}
+    got = sorted(r["id"] for r in conn.execute(sql, params).fetchall())
+    assert got == ["A-0", "A-1", "B-0", "B-1"]

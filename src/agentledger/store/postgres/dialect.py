@@ -187,7 +187,8 @@ class PostgresDialect(Dialect):
         # entries, however many tenants have runs parked or not yet due.
         #
         # ``probe`` is the oldest 10 x :limit due runs of those targets (each target's
-        # oldest, merged), so a tenant's oldest run in it is that tenant's rank 1, and
+        # oldest, merged; a target named twice is read once, or its runs would count
+        # twice and a run ranked twice would fill two places of the claim), so a tenant's oldest run in it is that tenant's rank 1, and
         # every tenant absent from it has its rank 1 later than the probe's last run.
         # When not ``few``, ``spread`` takes those tenants' oldest runs (with the
         # expired leases up to the probe's last run, ranked with them), oldest first:
@@ -241,7 +242,7 @@ class PostgresDialect(Dialect):
         # ``near`` filled the claim; their conditions are one-time filters).
         return (
             "WITH RECURSIVE probe AS (SELECT p.id, p.tenant_id, p.available_at FROM "
-            f"(VALUES {target_rows}) tg(t) CROSS JOIN LATERAL "
+            f"(SELECT DISTINCT t FROM (VALUES {target_rows}) v(t)) tg CROSS JOIN LATERAL "
             f"(SELECT id, tenant_id, available_at FROM runs WHERE {queued} AND target = tg.t "
             f"AND available_at <= {now} ORDER BY available_at LIMIT 10 * :limit) p "
             "ORDER BY p.available_at LIMIT 10 * :limit), "
