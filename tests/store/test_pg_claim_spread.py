@@ -219,3 +219,134 @@ def test_a_target_named_twice_counts_its_runs_once(pg_url: str, conns: list[Any]
     params = {"owner": "w", "token": "t", "lease": 60.0, "limit": 4, "t0": OURS, "t1": OURS}
     got = sorted(r["id"] for r in conn.execute(sql, params).fetchall())
     assert got == ["A-0", "A-1", "B-0", "B-1"]
+
+
+def _explain(pg_url: str, conn: Any, limit: int) -> dict[str, Any]:
+    import json
+
+    from agentledger.store.postgres import PostgresDialect, convert_placeholders
+
+    sql = convert_placeholders("EXPLAIN (ANALYZE, FORMAT JSON) "
+                               + PostgresDialect(pg_url).claim_sql(len(TARGETS)))  # fmt: skip
+    params: dict[str, Any] = {"owner": "w", "token": "t", "lease": 60.0, "limit": limit}
+    params.update({f"t{i}": t for i, t in enumerate(TARGETS)})
+    row = conn.execute(sql, params).fetchone()
+    conn.rollback()
+    value = next(iter(row.values()))
+    plan: dict[str, Any] = (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
+    return plan
+
+
+def test_the_first_look_fills_the_claim_without_the_tenant_walk_and_the_rest_follows(
+    pg_url: str, conns: list[Any]
+) -> None:
+    """3,000 tenants with one due run each, ALSO's far older than ours, and expired
+    leases: the claim takes the oldest tenants' runs from the first look and never
+    walks the tenants. With most of those held, the first look comes short and the
+    tenant walk fills the claim, with the right runs."""
+    from tests.store.test_pg_claim_plan import _ctes, _rows_read
+
+    now = time.time()
+    n, limit = 3000, 5
+    rows = [Row(f"r{i:05d}", f"t{i:05d}", ALSO if i % 2 else OURS, "queued",
+                now - 10_000 + i - (5000 if i % 2 else 0)) for i in range(n)]  # fmt: skip
+    rows += [Row(f"x{i}", f"t{i:05d}", OURS, "running", now - 20_000 + i * 3000,
+                 lease_expires_at=now - 1, lease_epoch=1) for i in range(4)]  # fmt: skip
+    _seed(pg_url, rows)
+    conn, holder = connect(pg_url), connect(pg_url)
+    conns.extend([conn, holder])
+    conn.autocommit = True
+    conn.execute("VACUUM ANALYZE runs")
+    conn.autocommit = False
+    plan = _explain(pg_url, conn, limit)
+    ctes = _ctes(plan)
+    assert plan["Actual Rows"] == limit
+    assert ctes.get("tenants", 0) == 0 and ctes.get("near", 0) == 0, ctes
+    assert _rows_read(plan) < 500, _rows_read(plan)  # the walk alone: 3,000 seeks
+    # Hold all but one of the first look's tenants' oldest runs (and what leases
+    # rank 1): the claim takes that one, then walks the tenants for the rest.
+    model = {r.id: r for r in rows}
+    runs = claimable(model, TARGETS, now)
+    order = sorted(runs, key=lambda r: r.available_at)[: 10 * limit]
+    held = {r.id for r in order} - {order[7].id}
+    holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (sorted(held),))
+    plan = _explain(pg_url, conn, limit)
+    assert plan["Actual Rows"] == limit
+    assert _ctes(plan).get("near", 0) == 1
+    claimer = Claimer(pg_url, "w")
+    conns.append(claimer.conn)
+    got = claimer.claim(limit, commit=False)
+    check_claim(model, now, held, limit, got)
+    # Only the claim's runs are locked by it: nothing the tenant walk read past them.
+    other = connect(pg_url)
+    conns.append(other)
+    free = other.execute("SELECT COUNT(*) AS n FROM (SELECT id FROM runs WHERE status IN "
+                         "('queued', 'waiting', 'running') FOR UPDATE SKIP LOCKED) s").fetchone()  # fmt: skip
+    assert free is not None and free["n"] == len(rows) - len(held) - limit
+
+
+@pytest.mark.parametrize(("limit", "workers"), [(1, 4), (3, 8), (10, 6)])
+def test_concurrent_claimers_from_the_first_look_and_past_it(
+    pg_url: str, conns: list[Any], limit: int, workers: int
+) -> None:
+    """Claimers on their own connections claim at once and keep their transaction
+    open a moment: one's first look finds the others' rows held and comes short,
+    another's fills. A tenant with the oldest 12 x limit runs (a first look of one
+    tenant), many small tenants, expired leases, a holder keeping some runs. No run
+    is claimed twice or taken from the holder, a short claim leaves nothing claimable
+    that no one holds, and in the end every claimable run was claimed once."""
+    from tests.store.test_pg_claim_tiers import _claimable_sql
+
+    now = time.time()
+    rows = many_tenants(limit * 13 + workers, limit, now, tenants=40 * limit, ties=limit == 3)
+    rows += [Row(f"b{i:05d}", "big", OURS, "queued", now - 4_000_000 + i)
+             for i in range(12 * limit)]  # fmt: skip
+    _seed(pg_url, rows)
+    model = {r.id: r for r in rows}
+    start = {r.id for r in claimable(model, TARGETS, now)}
+    rng = random.Random(workers)
+    held = sorted(i for i in start if rng.random() < 0.1)
+    holder = connect(pg_url)
+    conns.append(holder)
+    holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (held,))
+    claimers = [Claimer(pg_url, f"w{n}") for n in range(workers)]
+    conns.extend(c.conn for c in claimers)
+    taken: dict[str, str] = {}
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def work(c: Claimer, seed: int) -> None:
+        r = random.Random(seed)
+        try:
+            while True:
+                got = c.claim(limit, commit=False)
+                if len(got) < limit:
+                    left = c.conn.execute(_claimable_sql() + " FOR UPDATE SKIP LOCKED",
+                                          {"targets": TARGETS, "mine": got}).fetchall()  # fmt: skip
+                    if left:
+                        errors.append(f"{c.name} short ({got}) with {left} unheld")
+                with lock:
+                    for run_id in got:
+                        if run_id in taken:
+                            errors.append(f"{run_id} claimed by {taken[run_id]} and {c.name}")
+                        taken[run_id] = c.name
+                time.sleep(r.random() * 0.004)
+                c.conn.commit()
+                if not got:
+                    return
+        except Exception as exc:  # a failed thread fails the test
+            errors.append(repr(exc))
+
+    def round_() -> None:
+        threads = [threading.Thread(target=work, args=(c, n)) for n, c in enumerate(claimers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors[:5]
+
+    round_()
+    assert set(taken) == start - set(held)
+    holder.rollback()
+    round_()
+    assert set(taken) == start
