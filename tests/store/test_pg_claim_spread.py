@@ -14,6 +14,7 @@ the same available_at)."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -23,9 +24,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentledger.store.postgres import connect
+from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
 from tests.store.test_claim_model import ALSO, OTHER, OURS, Row, claimable
-from tests.store.test_pg_claim_tiers import TARGETS, Claimer, _seed
+from tests.store.test_pg_claim_plan import _ctes, _rows_read
+from tests.store.test_pg_claim_tiers import TARGETS, Claimer, _claimable_sql, _seed
 
 pytestmark = pytest.mark.postgres
 
@@ -49,7 +51,10 @@ def _rank_ranges(runs: list[Row]) -> dict[str, tuple[int, int]]:
     out = {}
     for r in runs:
         ats = by_tenant[r.tenant]
-        out[r.id] = (1 + sum(a < r.available_at for a in ats), sum(a <= r.available_at for a in ats))
+        out[r.id] = (
+            1 + sum(a < r.available_at for a in ats),
+            sum(a <= r.available_at for a in ats),
+        )
     return out
 
 
@@ -213,8 +218,6 @@ def test_a_target_named_twice_counts_its_runs_once(pg_url: str, conns: list[Any]
     _seed(pg_url, rows)
     conn = connect(pg_url)
     conns.append(conn)
-    from agentledger.store.postgres import PostgresDialect, convert_placeholders
-
     sql = convert_placeholders(PostgresDialect(pg_url).claim_sql(2))
     params = {"owner": "w", "token": "t", "lease": 60.0, "limit": 4, "t0": OURS, "t1": OURS}
     got = sorted(r["id"] for r in conn.execute(sql, params).fetchall())
@@ -222,10 +225,6 @@ def test_a_target_named_twice_counts_its_runs_once(pg_url: str, conns: list[Any]
 
 
 def _explain(pg_url: str, conn: Any, limit: int) -> dict[str, Any]:
-    import json
-
-    from agentledger.store.postgres import PostgresDialect, convert_placeholders
-
     sql = convert_placeholders("EXPLAIN (ANALYZE, FORMAT JSON) "
                                + PostgresDialect(pg_url).claim_sql(len(TARGETS)))  # fmt: skip
     params: dict[str, Any] = {"owner": "w", "token": "t", "lease": 60.0, "limit": limit}
@@ -244,8 +243,6 @@ def test_the_first_look_fills_the_claim_without_the_tenant_walk_and_the_rest_fol
     leases: the claim takes the oldest tenants' runs from the first look and never
     walks the tenants. With most of those held, the first look comes short and the
     tenant walk fills the claim, with the right runs."""
-    from tests.store.test_pg_claim_plan import _ctes, _rows_read
-
     now = time.time()
     n, limit = 3000, 5
     rows = [Row(f"r{i:05d}", f"t{i:05d}", ALSO if i % 2 else OURS, "queued",
@@ -280,8 +277,10 @@ def test_the_first_look_fills_the_claim_without_the_tenant_walk_and_the_rest_fol
     # Only the claim's runs are locked by it: nothing the tenant walk read past them.
     other = connect(pg_url)
     conns.append(other)
-    free = other.execute("SELECT COUNT(*) AS n FROM (SELECT id FROM runs WHERE status IN "
-                         "('queued', 'waiting', 'running') FOR UPDATE SKIP LOCKED) s").fetchone()  # fmt: skip
+    free = other.execute(
+        "SELECT COUNT(*) AS n FROM (SELECT id FROM runs WHERE status IN "
+        "('queued', 'waiting', 'running') FOR UPDATE SKIP LOCKED) s"
+    ).fetchone()
     assert free is not None and free["n"] == len(rows) - len(held) - limit
 
 
@@ -295,8 +294,6 @@ def test_concurrent_claimers_from_the_first_look_and_past_it(
     tenant), many small tenants, expired leases, a holder keeping some runs. No run
     is claimed twice or taken from the holder, a short claim leaves nothing claimable
     that no one holds, and in the end every claimable run was claimed once."""
-    from tests.store.test_pg_claim_tiers import _claimable_sql
-
     now = time.time()
     rows = many_tenants(limit * 13 + workers, limit, now, tenants=40 * limit, ties=limit == 3)
     rows += [Row(f"b{i:05d}", "big", OURS, "queued", now - 4_000_000 + i)

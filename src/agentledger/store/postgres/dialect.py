@@ -188,8 +188,9 @@ class PostgresDialect(Dialect):
         #
         # ``probe`` is the oldest 10 x :limit due runs of those targets (each target's
         # oldest, merged; a target named twice is read once, or its runs would count
-        # twice and a run ranked twice would fill two places of the claim), so a tenant's oldest run in it is that tenant's rank 1, and
-        # every tenant absent from it has its rank 1 later than the probe's last run.
+        # twice and a run ranked twice would fill two places of the claim), so a
+        # tenant's oldest run in it is that tenant's rank 1, and every tenant absent
+        # from it has its rank 1 later than the probe's last run.
         # When not ``few``, ``spread`` takes those tenants' oldest runs (with the
         # expired leases up to the probe's last run, ranked with them), oldest first:
         # the fair order starts with exactly them. Many tenants with a few due runs each
