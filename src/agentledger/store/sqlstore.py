@@ -172,9 +172,7 @@ class SQLStore(Store):
         except BaseException:
             # The writer is connected: stop it, or its thread and connection outlive
             # the failed open() and a later open() takes the half-open store for open.
-            self._queue.put(None)
-            await asyncio.to_thread(self._thread.join)
-            self._thread = None
+            await self._stop_writer()
             raise
         self._committers = [c for c in (on_loop, _WriterThreadCommitter(self)) if c is not None]
         if self.dialect.separate_reads:
@@ -192,6 +190,11 @@ class SQLStore(Store):
             self._reads.put(None)
         for reader in readers:
             await asyncio.to_thread(reader.join)
+        await self._stop_writer()
+
+    async def _stop_writer(self) -> None:
+        """End the writer thread (it closes its connection) and wait for it."""
+        assert self._thread is not None
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
         self._thread = None

@@ -180,18 +180,18 @@ class PostgresDialect(Dialect):
         # locked row that it is still claimable. A window function cannot sit at the
         # level that says FOR UPDATE, hence the joins.
         #
-        # ``probe`` reads the first 10 x :limit due runs of the worker's targets from the
-        # runs_claimable index (target, available_at). When there are ``few`` (fewer
-        # than that), they are every due run: ``due`` is them, with the expired leases,
-        # and nothing else is read -- an idle or lightly loaded queue costs a few index
-        # entries, however many tenants have runs parked or not yet due.
+        # ``probe`` is the oldest 10 x :limit due runs of the worker's targets, each
+        # target's oldest read from the runs_claimable index (target, available_at) and
+        # merged (a target named twice is read once, or its runs would count twice and a
+        # run ranked twice would fill two places of the claim). When there are ``few``
+        # (fewer than that), they are every due run: ``due`` is them, with the expired
+        # leases (``expired``), and nothing else is read -- an idle or lightly loaded
+        # queue costs a few index entries, however many tenants have runs parked or not
+        # yet due.
         #
-        # ``probe`` is the oldest 10 x :limit due runs of those targets (each target's
-        # oldest, merged; a target named twice is read once, or its runs would count
-        # twice and a run ranked twice would fill two places of the claim), so a
-        # tenant's oldest run in it is that tenant's rank 1, and every tenant absent
-        # from it has its rank 1 later than the probe's last run.
-        # When not ``few``, ``spread`` takes those tenants' oldest runs (with the
+        # A tenant's oldest run in ``probe`` is that tenant's rank 1, and every tenant
+        # absent from it has its rank 1 later than the probe's last run. When not
+        # ``few``, ``spread`` takes those tenants' oldest runs (with the
         # expired leases up to the probe's last run, ranked with them), oldest first:
         # the fair order starts with exactly them. Many tenants with a few due runs each
         # are claimed from the probe alone, with no walk over the tenants (5,000 index
@@ -248,11 +248,12 @@ class PostgresDialect(Dialect):
             f"AND available_at <= {now} ORDER BY available_at LIMIT 10 * :limit) p "
             "ORDER BY p.available_at LIMIT 10 * :limit), "
             "few AS (SELECT COUNT(*) < 10 * :limit AS yes FROM probe), "
+            "expired AS (SELECT id, tenant_id, available_at FROM runs WHERE status = 'running' "
+            f"AND target IN ({targets}) AND lease_expires_at < {now}), "
             "spread AS (SELECT runs.id FROM (SELECT id, available_at FROM "
             f"(SELECT id, available_at, {rank} FROM (SELECT id, tenant_id, available_at "
-            "FROM probe UNION ALL SELECT id, tenant_id, available_at FROM runs "
-            f"WHERE status = 'running' AND target IN ({targets}) AND lease_expires_at < {now} "
-            "AND available_at <= (SELECT MAX(available_at) FROM probe)) cand) ranked "
+            "FROM probe UNION ALL SELECT id, tenant_id, available_at FROM expired "
+            "WHERE available_at <= (SELECT MAX(available_at) FROM probe)) cand) ranked "
             "WHERE fair_rank = 1 AND NOT (SELECT yes FROM few) ORDER BY available_at) k "
             "JOIN runs ON runs.id = k.id "
             f"WHERE {self.claimable(n_targets, 'runs')} "
@@ -268,8 +269,7 @@ class PostgresDialect(Dialect):
             f"AND tenant_id = tenants.t AND available_at <= {now} AND target IN ({targets}) "
             "ORDER BY available_at LIMIT 2 * :limit) w "
             "WHERE tenants.t IS NOT NULL AND NOT (SELECT yes FROM few) "
-            "UNION ALL SELECT id, tenant_id, available_at FROM runs "
-            f"WHERE status = 'running' AND target IN ({targets}) AND lease_expires_at < {now}), "
+            "UNION ALL SELECT id, tenant_id, available_at FROM expired), "
             "near AS (SELECT runs.id FROM (SELECT id, available_at, fair_rank FROM "
             f"(SELECT id, available_at, {rank} FROM due) ranked "
             "WHERE fair_rank <= 2 * :limit OR (SELECT yes FROM few) "
@@ -282,9 +282,8 @@ class PostgresDialect(Dialect):
             f"CROSS JOIN LATERAL (SELECT id, tenant_id, available_at FROM runs WHERE {queued} "
             f"AND tenant_id = full_tenants.t AND available_at <= {now} "
             f"AND target IN ({targets}) ORDER BY available_at LIMIT 16 * :limit) w "
-            "UNION ALL SELECT id, tenant_id, available_at, 0 FROM runs "
-            f"WHERE status = 'running' AND target IN ({targets}) AND lease_expires_at < {now} "
-            "AND tenant_id IN (SELECT t FROM full_tenants)), "
+            "UNION ALL SELECT id, tenant_id, available_at, 0 FROM expired "
+            "WHERE tenant_id IN (SELECT t FROM full_tenants)), "
             "mid AS (SELECT runs.id FROM (SELECT id, available_at, fair_rank FROM "
             f"(SELECT id, available_at, {rank} FROM wide) ranked "
             "WHERE fair_rank <= 16 * :limit "
