@@ -52,6 +52,19 @@ def holder(pg_url: str) -> Iterator[psycopg.Connection[Any]]:
         conn.close()
 
 
+@pytest.fixture
+def conns(pg_url: str) -> Iterator[list[psycopg.Connection[Any]]]:
+    """Connections a test opens on ``pg_url`` (claimers, holders): each rolled back and
+    closed at the end."""
+    opened: list[psycopg.Connection[Any]] = []
+    try:
+        yield opened
+    finally:
+        for c in opened:
+            c.rollback()
+            c.close()
+
+
 def hold(conn: psycopg.Connection[Any], ids: list[str]) -> None:
     """Lock these runs FOR UPDATE on ``conn`` and keep its transaction open."""
     locked = conn.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (ids,)).fetchall()

@@ -10,21 +10,11 @@ from typing import Any
 import pytest
 
 from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
+from tests.store.pg_claims import claim_params, ctes, explain_claim, rows_read
 
 pytestmark = pytest.mark.postgres
 
 TARGET = "w@1"
-
-
-def _rows_read(node: dict[str, Any]) -> int:
-    """Rows every scan of the plan read: returned plus removed by a filter."""
-    total = 0
-    if "Scan" in node.get("Node Type", ""):
-        loops = node.get("Actual Loops", 0)
-        total += int((node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * loops)
-    for child in node.get("Plans", []):
-        total += _rows_read(child)
-    return total
 
 
 def _seed(conn: Any, backlog: int, tenants: int = 1) -> None:
@@ -46,19 +36,6 @@ def _seed(conn: Any, backlog: int, tenants: int = 1) -> None:
     conn.autocommit = False
 
 
-def _explain_claim(pg_url: str, conn: Any, limit: int) -> dict[str, Any]:
-    """The claim's plan, run (EXPLAIN ANALYZE) and rolled back."""
-    d = PostgresDialect(pg_url)
-    sql = convert_placeholders("EXPLAIN (ANALYZE, FORMAT JSON) " + d.claim_sql(1))
-    params = {"owner": "w", "token": "t", "lease": 60.0, "limit": limit, "t0": TARGET}
-    row = conn.execute(sql, params).fetchone()
-    conn.rollback()
-    assert row is not None
-    value = next(iter(row.values())) if isinstance(row, dict) else row[0]
-    plan: dict[str, Any] = (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
-    return plan
-
-
 def test_one_tenants_backlog_is_not_walked(pg_url: str) -> None:
     """One tenant (a deployment that never set one: every run is 'default'), 5,000 due
     runs: the planner reads the tenant's window from runs_claimable, filtering on the
@@ -68,10 +45,10 @@ def test_one_tenants_backlog_is_not_walked(pg_url: str) -> None:
     conn = connect(pg_url)
     try:
         _seed(conn, backlog)
-        plan = _explain_claim(pg_url, conn, limit)
+        plan = explain_claim(pg_url, conn, limit, [TARGET])
         # The probe (10 x limit), the window (2 x limit), the locking step: a few
         # hundred rows at most, never the backlog.
-        assert _rows_read(plan) < backlog // 5, json.dumps(plan)[:4000]
+        assert rows_read(plan) < backlog // 5, json.dumps(plan)[:4000]
     finally:
         conn.rollback()
         conn.close()
@@ -89,25 +66,14 @@ def test_a_claim_behind_three_concurrent_claimers_does_not_rank_the_backlog(
         _seed(conn, backlog)
         held = [f"r{i:05d}" for i in range(3 * limit)]
         holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (held,))
-        plan = _explain_claim(pg_url, conn, limit)
+        plan = explain_claim(pg_url, conn, limit, [TARGET])
         assert plan["Actual Rows"] == limit  # a full claim, past the held rows
-        assert _rows_read(plan) < backlog // 5, json.dumps(plan)[:4000]
+        assert rows_read(plan) < backlog // 5, json.dumps(plan)[:4000]
     finally:
         holder.rollback()
         holder.close()
         conn.rollback()
         conn.close()
-
-
-def _ctes(node: dict[str, Any], found: dict[str, int] | None = None) -> dict[str, int]:
-    """Each CTE of the plan and how many times it was started (Actual Loops)."""
-    found = {} if found is None else found
-    name = node.get("Subplan Name", "")
-    if name.startswith("CTE "):
-        found[name[4:]] = int(node.get("Actual Loops", 0))
-    for child in node.get("Plans", []):
-        _ctes(child, found)
-    return found
 
 
 def test_nothing_past_the_first_window_runs_when_it_fills_the_claim(pg_url: str) -> None:
@@ -118,16 +84,16 @@ def test_nothing_past_the_first_window_runs_when_it_fills_the_claim(pg_url: str)
     conn, holder = connect(pg_url), connect(pg_url)
     try:
         _seed(conn, backlog)
-        ctes = _ctes(_explain_claim(pg_url, conn, limit))
-        assert ctes["near"] == 1
-        assert ctes.get("mid", 0) == 0 and ctes.get("far", 0) == 0, ctes
-        assert ctes.get("wide", 0) == 0, ctes
+        found = ctes(explain_claim(pg_url, conn, limit, [TARGET]))
+        assert found["near"] == 1
+        assert found.get("mid", 0) == 0 and found.get("far", 0) == 0, found
+        assert found.get("wide", 0) == 0, found
         holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE",
                        ([f"r{i:05d}" for i in range(3 * limit)],))  # fmt: skip
-        plan = _explain_claim(pg_url, conn, limit)
-        ctes = _ctes(plan)
+        plan = explain_claim(pg_url, conn, limit, [TARGET])
+        found = ctes(plan)
         assert plan["Actual Rows"] == limit
-        assert ctes["mid"] == 1 and ctes.get("far", 0) == 0, ctes
+        assert found["mid"] == 1 and found.get("far", 0) == 0, found
     finally:
         holder.rollback()
         holder.close()
@@ -147,10 +113,8 @@ def test_runs_the_wide_window_could_take_past_the_claims_limit_stay_queued(
         _seed(conn, backlog)
         held = [f"r{i:05d}" for i in range(2 * limit) if i not in (3, 7)]
         holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (held,))
-        d = PostgresDialect(pg_url)
-        params = {"owner": "w", "token": "t", "lease": 60.0, "limit": limit, "t0": TARGET}
-        got = [r["id"] for r in claimer.execute(convert_placeholders(d.claim_sql(1)),
-                                                params).fetchall()]  # fmt: skip
+        sql = convert_placeholders(PostgresDialect(pg_url).claim_sql(1))
+        got = [r["id"] for r in claimer.execute(sql, claim_params("w", limit, [TARGET]))]
         claimer.commit()
         assert sorted(got) == ["r00003", "r00007", "r00010", "r00011", "r00012"]
         running = conn.execute("SELECT id FROM runs WHERE status = 'running' ORDER BY id")
@@ -179,9 +143,9 @@ def test_many_tenants_are_not_walked_when_the_oldest_due_runs_fill_the_claim(
     conn = connect(pg_url)
     try:
         _seed(conn, backlog, tenants=backlog)
-        plan = _explain_claim(pg_url, conn, limit)
+        plan = explain_claim(pg_url, conn, limit, [TARGET])
         assert plan["Actual Rows"] == limit
-        assert _rows_read(plan) < backlog // 5, json.dumps(plan)[:4000]
+        assert rows_read(plan) < backlog // 5, json.dumps(plan)[:4000]
     finally:
         conn.rollback()
         conn.close()

@@ -14,33 +14,29 @@ the same available_at)."""
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 
 from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
+from tests.store.pg_claims import (
+    TARGETS,
+    Claimer,
+    ClaimRace,
+    claim_params,
+    ctes,
+    explain_claim,
+    holding,
+    insert_rows,
+    rows_read,
+    take,
+)
 from tests.store.test_claim_model import ALSO, OTHER, OURS, Row, claimable
-from tests.store.test_pg_claim_plan import _ctes, _rows_read
-from tests.store.test_pg_claim_tiers import TARGETS, Claimer, _claimable_sql, _seed
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def conns(pg_url: str) -> Iterator[list[psycopg.Connection[Any]]]:
-    opened: list[psycopg.Connection[Any]] = []
-    try:
-        yield opened
-    finally:
-        for c in opened:
-            c.rollback()
-            c.close()
 
 
 def _rank_ranges(runs: list[Row]) -> dict[str, tuple[int, int]]:
@@ -81,13 +77,6 @@ def check_claim(
                 f"{x} (rank {ranks[x]}, at {at[x]}) left behind for {g} (rank {ranks[g]}, "
                 f"at {at[g]})"
             )
-
-
-def _take(model: dict[str, Row], got: list[str], now: float) -> None:
-    for run_id in got:
-        b = model[run_id]
-        model[run_id] = Row(run_id, b.tenant, b.target, "running", b.available_at,
-                            lease_expires_at=now + 3600)  # fmt: skip
 
 
 def many_tenants(seed: int, limit: int, now: float, *, tenants: int, ties: bool,
@@ -143,7 +132,7 @@ def _clear(url: str) -> None:
 def _run_world(pg_url: str, conns: list[Any], rows: list[Row], limit: int, held_share: float,
                seed: int) -> None:  # fmt: skip
     now = time.time()
-    _seed(pg_url, rows)
+    insert_rows(pg_url, rows)
     model = {r.id: r for r in rows}
     rng = random.Random(seed)
     runs = claimable(model, TARGETS, now)
@@ -153,23 +142,20 @@ def _run_world(pg_url: str, conns: list[Any], rows: list[Row], limit: int, held_
         oldest.setdefault(r.tenant, r)
     held = {r.id for r in runs if rng.random() < held_share}
     held |= {r.id for r in oldest.values() if rng.random() < held_share}
-    holder = connect(pg_url)
-    conns.append(holder)
-    if held:
-        holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (sorted(held),))
+    holder = holding(pg_url, conns, sorted(held))
     claimer = Claimer(pg_url, "w")
     conns.append(claimer.conn)
     for _ in range(1000):
         got = claimer.claim(limit)
         check_claim(model, now, held, limit, got)
-        _take(model, got, now)
+        take(model, got, now)
         if not got:
             break
     assert {r.id for r in claimable(model, TARGETS, now)} == held
     holder.rollback()
     while got := claimer.claim(limit):
         check_claim(model, now, set(), limit, got)
-        _take(model, got, now)
+        take(model, got, now)
     assert claimable(model, TARGETS, now) == []
 
 
@@ -215,25 +201,12 @@ def test_a_target_named_twice_counts_its_runs_once(pg_url: str, conns: list[Any]
     now = time.time()
     rows = [Row(f"{t}-{i}", t, OURS, "queued", now - 100 + i + (0.5 if t == "B" else 0))
             for t in ("A", "B") for i in range(3)]  # fmt: skip
-    _seed(pg_url, rows)
+    insert_rows(pg_url, rows)
     conn = connect(pg_url)
     conns.append(conn)
     sql = convert_placeholders(PostgresDialect(pg_url).claim_sql(2))
-    params = {"owner": "w", "token": "t", "lease": 60.0, "limit": 4, "t0": OURS, "t1": OURS}
-    got = sorted(r["id"] for r in conn.execute(sql, params).fetchall())
+    got = sorted(r["id"] for r in conn.execute(sql, claim_params("w", 4, [OURS, OURS])))
     assert got == ["A-0", "A-1", "B-0", "B-1"]
-
-
-def _explain(pg_url: str, conn: Any, limit: int) -> dict[str, Any]:
-    sql = convert_placeholders("EXPLAIN (ANALYZE, FORMAT JSON) "
-                               + PostgresDialect(pg_url).claim_sql(len(TARGETS)))  # fmt: skip
-    params: dict[str, Any] = {"owner": "w", "token": "t", "lease": 60.0, "limit": limit}
-    params.update({f"t{i}": t for i, t in enumerate(TARGETS)})
-    row = conn.execute(sql, params).fetchone()
-    conn.rollback()
-    value = next(iter(row.values()))
-    plan: dict[str, Any] = (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
-    return plan
 
 
 def test_the_first_look_fills_the_claim_without_the_tenant_walk_and_the_rest_follows(
@@ -249,27 +222,27 @@ def test_the_first_look_fills_the_claim_without_the_tenant_walk_and_the_rest_fol
                 now - 10_000 + i - (5000 if i % 2 else 0)) for i in range(n)]  # fmt: skip
     rows += [Row(f"x{i}", f"t{i:05d}", OURS, "running", now - 20_000 + i * 3000,
                  lease_expires_at=now - 1, lease_epoch=1) for i in range(4)]  # fmt: skip
-    _seed(pg_url, rows)
-    conn, holder = connect(pg_url), connect(pg_url)
-    conns.extend([conn, holder])
+    insert_rows(pg_url, rows)
+    conn = connect(pg_url)
+    conns.append(conn)
     conn.autocommit = True
     conn.execute("VACUUM ANALYZE runs")
     conn.autocommit = False
-    plan = _explain(pg_url, conn, limit)
-    ctes = _ctes(plan)
+    plan = explain_claim(pg_url, conn, limit, TARGETS)
+    found = ctes(plan)
     assert plan["Actual Rows"] == limit
-    assert ctes.get("tenants", 0) == 0 and ctes.get("near", 0) == 0, ctes
-    assert _rows_read(plan) < 500, _rows_read(plan)  # the walk alone: 3,000 seeks
+    assert found.get("tenants", 0) == 0 and found.get("near", 0) == 0, found
+    assert rows_read(plan) < 500, rows_read(plan)  # the walk alone: 3,000 seeks
     # Hold all but one of the first look's tenants' oldest runs (and what leases
     # rank 1): the claim takes that one, then walks the tenants for the rest.
     model = {r.id: r for r in rows}
     runs = claimable(model, TARGETS, now)
     order = sorted(runs, key=lambda r: r.available_at)[: 10 * limit]
     held = {r.id for r in order} - {order[7].id}
-    holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (sorted(held),))
-    plan = _explain(pg_url, conn, limit)
+    holding(pg_url, conns, sorted(held))
+    plan = explain_claim(pg_url, conn, limit, TARGETS)
     assert plan["Actual Rows"] == limit
-    assert _ctes(plan).get("near", 0) == 1
+    assert ctes(plan).get("near", 0) == 1
     claimer = Claimer(pg_url, "w")
     conns.append(claimer.conn)
     got = claimer.claim(limit, commit=False)
@@ -298,49 +271,25 @@ def test_concurrent_claimers_from_the_first_look_and_past_it(
     rows = many_tenants(limit * 13 + workers, limit, now, tenants=40 * limit, ties=limit == 3)
     rows += [Row(f"b{i:05d}", "big", OURS, "queued", now - 4_000_000 + i)
              for i in range(12 * limit)]  # fmt: skip
-    _seed(pg_url, rows)
+    insert_rows(pg_url, rows)
     model = {r.id: r for r in rows}
     start = {r.id for r in claimable(model, TARGETS, now)}
     rng = random.Random(workers)
     held = sorted(i for i in start if rng.random() < 0.1)
-    holder = connect(pg_url)
-    conns.append(holder)
-    holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (held,))
+    holder = holding(pg_url, conns, held)
     claimers = [Claimer(pg_url, f"w{n}") for n in range(workers)]
     conns.extend(c.conn for c in claimers)
-    taken: dict[str, str] = {}
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def work(c: Claimer, seed: int) -> None:
-        r = random.Random(seed)
-        try:
-            while True:
-                got = c.claim(limit, commit=False)
-                if len(got) < limit:
-                    left = c.conn.execute(_claimable_sql() + " FOR UPDATE SKIP LOCKED",
-                                          {"targets": TARGETS, "mine": got}).fetchall()  # fmt: skip
-                    if left:
-                        errors.append(f"{c.name} short ({got}) with {left} unheld")
-                with lock:
-                    for run_id in got:
-                        if run_id in taken:
-                            errors.append(f"{run_id} claimed by {taken[run_id]} and {c.name}")
-                        taken[run_id] = c.name
-                time.sleep(r.random() * 0.004)
-                c.conn.commit()
-                if not got:
-                    return
-        except Exception as exc:  # a failed thread fails the test
-            errors.append(repr(exc))
+    race = ClaimRace()
+    taken = race.taken
 
     def round_() -> None:
-        threads = [threading.Thread(target=work, args=(c, n)) for n, c in enumerate(claimers)]
+        threads = [threading.Thread(target=race.work, args=(c, limit, n, 0.004))
+                   for n, c in enumerate(claimers)]  # fmt: skip
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
-        assert not errors, errors[:5]
+        assert not race.errors, race.errors[:5]
 
     round_()
     assert set(taken) == start - set(held)

@@ -8,72 +8,26 @@ unless fewer are left; the held runs stay queued and are claimable once let go."
 from __future__ import annotations
 
 import random
+import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 
-from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
-from tests.store.test_claim_model import ALSO, OTHER, OURS, Row, _insert, claimable, fair_order
+from agentledger.store.postgres import connect
+from tests.store.pg_claims import (
+    TARGETS,
+    Claimer,
+    ClaimRace,
+    claimable_sql,
+    claims_behind,
+    holding,
+    insert_rows,
+    take,
+)
+from tests.store.test_claim_model import OTHER, OURS, Row, claimable, fair_order
 
 pytestmark = pytest.mark.postgres
-
-TARGETS = [OURS, ALSO]
-
-
-class Claimer:
-    """One worker's connection: claims in its own transaction, then commits."""
-
-    def __init__(self, url: str, name: str) -> None:
-        self.name = name
-        self.conn = connect(url)
-        self.sql = convert_placeholders(PostgresDialect(url).claim_sql(len(TARGETS)))
-
-    def claim(self, limit: int, *, commit: bool = True) -> list[str]:
-        params: dict[str, Any] = {"owner": self.name, "token": "t", "lease": 3600.0,
-                                  "limit": limit}  # fmt: skip
-        params.update({f"t{i}": t for i, t in enumerate(TARGETS)})
-        got = [r["id"] for r in self.conn.execute(self.sql, params).fetchall()]
-        if commit:
-            self.conn.commit()
-        return got
-
-    def close(self) -> None:
-        self.conn.rollback()
-        self.conn.close()
-
-
-@pytest.fixture
-def conns(pg_url: str) -> Iterator[list[psycopg.Connection[Any]]]:
-    opened: list[psycopg.Connection[Any]] = []
-
-    def close_all() -> None:
-        for c in opened:
-            c.rollback()
-            c.close()
-
-    try:
-        yield opened
-    finally:
-        close_all()
-
-
-def _seed(url: str, rows: list[Row]) -> None:
-    conn = connect(url)
-    try:
-        cur = conn.cursor()
-
-        class D:  # the store's execute(conn, sql, params), on a plain connection
-            @staticmethod
-            def execute(c: Any, sql: str, params: dict[str, Any]) -> None:
-                cur.execute(convert_placeholders(sql), params)
-
-        _insert(D, conn, rows)
-        conn.commit()
-    finally:
-        conn.close()
 
 
 def _world(seed: int, limit: int, now: float) -> list[Row]:
@@ -148,14 +102,10 @@ def test_claims_past_held_windows_follow_the_model(
 ) -> None:
     now = time.time()
     rows = _world(limit * 31 + CASES.index(case), limit, now)
-    _seed(pg_url, rows)
+    insert_rows(pg_url, rows)
     model = {r.id: r for r in rows}
     held = sorted(set(_helds(model, now, limit)[case]))
-    holder = connect(pg_url)
-    conns.append(holder)
-    locked = holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE",
-                            (held,)).fetchall()  # fmt: skip
-    assert len(locked) == len(held)
+    holder = holding(pg_url, conns, held)
     claimer = Claimer(pg_url, "w")
     conns.append(claimer.conn)
     for n in range(2000):
@@ -163,10 +113,7 @@ def test_claims_past_held_windows_follow_the_model(
         want = [r.id for r in order if r.id not in held][:limit]
         got = claimer.claim(limit)
         assert sorted(got) == sorted(want), (n, case)
-        for run_id in got:
-            before = model[run_id]
-            model[run_id] = Row(run_id, before.tenant, before.target, "running",
-                                before.available_at, lease_expires_at=now + 3600)  # fmt: skip
+        take(model, got, now)
         if not got:
             break
     assert {r.id for r in claimable(model, TARGETS, now)} == set(held)
@@ -192,14 +139,8 @@ def test_a_held_expired_lease_keeps_its_rank_past_the_first_window(
     # A's runs and B's alternate in age, B's first: B-16 is older than A-15.
     rows += [Row(f"A-{i:02d}", "A", OURS, "queued", now - 5000 + 10 * i + 15) for i in range(30)]
     rows += [Row(f"B-{i:02d}", "B", OURS, "queued", now - 5000 + 10 * i) for i in range(30)]
-    _seed(pg_url, rows)
     held = ["a-lease"] + [f"A-{i:02d}" for i in range(15)] + [f"B-{i:02d}" for i in range(16)]
-    holder = connect(pg_url)
-    conns.append(holder)
-    holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (held,))
-    claimer = Claimer(pg_url, "w")
-    conns.append(claimer.conn)
-    got = [claimer.claim(1) for _ in range(4)]
+    got = claims_behind(pg_url, conns, rows, held, 4)
     # Ranks 17: B-16 (older) then A-15; then ranks 17 again: B-17, A-16.
     assert got == [["B-16"], ["A-15"], ["B-17"], ["A-16"]]
 
@@ -216,14 +157,7 @@ def test_an_expired_lease_past_a_full_tenants_first_window_waits_for_its_rank(
     rows += [Row(f"B-{i:02d}", "B", OURS, "queued", now - 5000 + 10 * i) for i in range(6)]
     rows.append(Row("a-lease", "A", OURS, "running", now - 5000 + 27,
                     lease_expires_at=now - 10, lease_epoch=1))  # fmt: skip
-    _seed(pg_url, rows)
-    holder = connect(pg_url)
-    conns.append(holder)
-    held = ["A-00", "A-01", "B-00", "B-01"]
-    holder.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (held,))
-    claimer = Claimer(pg_url, "w")
-    conns.append(claimer.conn)
-    got = [claimer.claim(1) for _ in range(4)]
+    got = claims_behind(pg_url, conns, rows, ["A-00", "A-01", "B-00", "B-01"], 4)
     # Rank 3: B-02 (older), A-02; rank 4: the lease (older than B-03), B-03.
     assert got == [["B-02"], ["A-02"], ["a-lease"], ["B-03"]]
 
@@ -243,24 +177,9 @@ def test_an_expired_lease_past_the_oldest_due_runs_is_ranked_after_its_tenants_o
         Row("b-lease", "B", OURS, "running", now - 800, lease_expires_at=now - 10,
             lease_epoch=1),
     ]  # fmt: skip
-    _seed(pg_url, rows)
-    holder = connect(pg_url)
-    conns.append(holder)
-    holder.execute("SELECT id FROM runs WHERE id = 'A-00' FOR UPDATE")
-    claimer = Claimer(pg_url, "w")
-    conns.append(claimer.conn)
-    got = [claimer.claim(1) for _ in range(4)]
+    got = claims_behind(pg_url, conns, rows, ["A-00"], 4)
     # Rank 1 (A-00 held): B-q, C-q; then B's lease is B's rank 1, older than A's rank 2.
     assert got == [["B-q"], ["C-q"], ["b-lease"], ["A-01"]]
-
-
-def _claimable_sql() -> str:
-    now = "extract(epoch FROM statement_timestamp())::float8"
-    return (
-        "SELECT id FROM runs WHERE target = ANY(%(targets)s) AND ((status IN ('queued', "
-        f"'waiting') AND available_at <= {now}) OR (status = 'running' AND "
-        f"lease_expires_at < {now})) AND id <> ALL(%(mine)s)"
-    )
 
 
 @pytest.mark.parametrize(("limit", "workers"), [(1, 3), (5, 12), (2, 30)])
@@ -274,75 +193,44 @@ def test_concurrent_claimers_past_every_window(
     meanwhile and commits them as running. No run is claimed twice or taken from a
     holder; a short claim leaves nothing claimable that no one holds; in the end every
     claimable run was claimed by exactly one of them."""
-    import threading
-
     now = time.time()
     rows = _world(limit * 7 + workers, limit, now)
-    _seed(pg_url, rows)
+    insert_rows(pg_url, rows)
     model = {r.id: r for r in rows}
     start = claimable(model, TARGETS, now)
     rng = random.Random(workers)
     commits = _by_depth(model, now, "big", range(0, 17 * limit))
     rollbacks = [r.id for r in start if r.id not in commits and rng.random() < 0.2]
-    h1, h2, h3 = connect(pg_url), connect(pg_url), connect(pg_url)
-    conns.extend([h1, h2, h3])
-    h1.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (commits,))
-    h2.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (rollbacks,))
+    h1, h2 = holding(pg_url, conns, commits), holding(pg_url, conns, rollbacks)
+    h3 = connect(pg_url)
+    conns.append(h3)
     claimers = [Claimer(pg_url, f"w{n}") for n in range(workers)]
     conns.extend(c.conn for c in claimers)
-    taken: dict[str, str] = {}
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def work(c: Claimer, seed: int) -> None:
-        r = random.Random(seed)
-        try:
-            while True:
-                got = c.claim(limit, commit=False)
-                if len(got) < limit:
-                    left = c.conn.execute(
-                        _claimable_sql() + " FOR UPDATE SKIP LOCKED",
-                        {"targets": TARGETS, "mine": got},
-                    ).fetchall()
-                    if left:
-                        errors.append(f"{c.name} short ({got}) with {left} unheld")
-                with lock:
-                    for run_id in got:
-                        if run_id in taken:
-                            errors.append(f"{run_id} claimed by {taken[run_id]} and {c.name}")
-                        taken[run_id] = c.name
-                time.sleep(r.random() * 0.005)
-                c.conn.commit()
-                if not got:
-                    return
-        except Exception as exc:  # a failed thread fails the test
-            errors.append(repr(exc))
+    race = ClaimRace()
+    taken = race.taken
 
     def rival() -> None:
         # Another claimer: takes some runs FOR UPDATE SKIP LOCKED and commits them.
         for _ in range(5):
             ids = [r["id"] for r in h3.execute(
-                _claimable_sql() + " ORDER BY id DESC LIMIT 3 FOR UPDATE SKIP LOCKED",
+                claimable_sql() + " ORDER BY id DESC LIMIT 3 FOR UPDATE SKIP LOCKED",
                 {"targets": TARGETS, "mine": []},
             ).fetchall()]  # fmt: skip
             h3.execute("UPDATE runs SET status = 'running', lease_owner = 'rival', "
                        "lease_expires_at = %s WHERE id = ANY(%s)", (now + 3600, ids))  # fmt: skip
             time.sleep(0.003)
             h3.commit()
-            with lock:
-                for run_id in ids:
-                    if run_id in taken:
-                        errors.append(f"{run_id} claimed by {taken[run_id]} and rival")
-                    taken[run_id] = "rival"
+            race.record("rival", ids)
 
     def round_() -> None:
-        threads = [threading.Thread(target=work, args=(c, n)) for n, c in enumerate(claimers)]
+        threads = [threading.Thread(target=race.work, args=(c, limit, n, 0.005))
+                   for n, c in enumerate(claimers)]  # fmt: skip
         threads.append(threading.Thread(target=rival))
         for t in threads:
             t.start()
         for t in threads:
             t.join(120)
-        assert not errors, errors[:5]
+        assert not race.errors, race.errors[:5]
 
     round_()
     assert not set(taken) & (set(commits) | set(rollbacks))
@@ -357,7 +245,7 @@ def test_concurrent_claimers_past_every_window(
     # parked runs, other targets' and live leases were never touched.
     check = connect(pg_url)
     conns.append(check)
-    left = check.execute(_claimable_sql(), {"targets": TARGETS, "mine": []}).fetchall()
+    left = check.execute(claimable_sql(), {"targets": TARGETS, "mine": []}).fetchall()
     assert left == []
     owners = {r["id"]: r["lease_owner"] for r in check.execute(
         "SELECT id, lease_owner FROM runs WHERE status = 'running'").fetchall()}  # fmt: skip
