@@ -2,7 +2,7 @@
 
 A full (oldest-generation) collection walks every container object the process holds:
 in ``serve`` that is ~75,000 objects of imported modules, the FastAPI app and its
-pydantic models, and it stopped the process for 25-40 ms -- every request in flight
+pydantic models, and it stopped the process for 24-42 ms -- every request in flight
 waited, the tail of ``POST /v1/runs`` at 1,000 runs/s. Those objects live as long as
 the process, so the entry points collect once after start-up and freeze what survived
 (:func:`gc.freeze`): later full collections walk only what the process made since.

@@ -11,17 +11,11 @@ from typing import Any
 import pytest
 
 from agentledger import sealer
-from agentledger.store import Store, open_store
+from agentledger.store import SQLStore, Store
 from agentledger.store.queries import service_audit
 from agentledger.store.queries.retrieval_docs import NewChunk
 from tests.service import service_app
 from tests.service.conftest import in_process, settings_for
-
-
-async def _opened(url: str) -> Store:
-    store = open_store(url)
-    await store.open()
-    return store
 
 
 async def _rows(store: Store, where: str, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -42,111 +36,95 @@ async def _add_doc(store: Store, tenant: str, source: str) -> None:
     )  # fmt: skip
 
 
-async def test_document_and_memory_changes_are_chained_in_their_tenants(store_url: str) -> None:
-    store = await _opened(store_url)
-    try:
-        await _add_doc(store, "t1", "policy.md")
-        await store.remove_document("t1", "policy.md", "ops:alice")
-        await store.forget_facts("t2", "bob", None, "ops:carol")
-        run_id = await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
-        assert await store.transact(service_audit.has_unsealed, write=False) is True
-        assert (await store.transact(
-            lambda d, c: service_audit.unsealed_tail(d, c, "t2"), write=False
-        ))[0] == 1  # fmt: skip
-        await sealer.seal_once(store)
-        checked, broken = await store.transact(service_audit.verify_chain, write=False)
-        assert broken == [] and checked >= 4
-        runless = await _rows(store, "run_id NOT IN (SELECT id FROM runs)", {})
-        assert sorted((r["type"], r["tenant_id"]) for r in runless) == [
-            ("docs.added", "t1"), ("docs.removed", "t1"), ("memory.forgotten", "t2"),
-        ]  # fmt: skip
-        assert all(r["hash"] is not None and r["chain_no"] is not None for r in runless)
-        # In the tenant's chain, in sealing order, between its runs' records.
-        t1 = await store.transact(
-            lambda d, c: service_audit.audit_records(d, c, "t1", None, 0, 100), write=False
-        )
-        assert [r["type"] for r in t1][:2] == ["docs.added", "docs.removed"]
-        assert [r["chain_no"] for r in t1] == list(range(1, len(t1) + 1))
-        assert any(r["run_id"] == run_id for r in t1)
-        assert await store.transact(service_audit.has_unsealed, write=False) is False
-        assert await store.transact(service_audit.unsealed_tail, write=False) == (0, None)
-    finally:
-        await store.close()
+async def test_document_and_memory_changes_are_chained_in_their_tenants(store: SQLStore) -> None:
+    await _add_doc(store, "t1", "policy.md")
+    await store.remove_document("t1", "policy.md", "ops:alice")
+    await store.forget_facts("t2", "bob", None, "ops:carol")
+    run_id = await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
+    assert await store.transact(service_audit.has_unsealed, write=False) is True
+    assert (await store.transact(
+        lambda d, c: service_audit.unsealed_tail(d, c, "t2"), write=False
+    ))[0] == 1  # fmt: skip
+    await sealer.seal_once(store)
+    checked, broken = await store.transact(service_audit.verify_chain, write=False)
+    assert broken == [] and checked >= 4
+    runless = await _rows(store, "run_id NOT IN (SELECT id FROM runs)", {})
+    assert sorted((r["type"], r["tenant_id"]) for r in runless) == [
+        ("docs.added", "t1"), ("docs.removed", "t1"), ("memory.forgotten", "t2"),
+    ]  # fmt: skip
+    assert all(r["hash"] is not None and r["chain_no"] is not None for r in runless)
+    # In the tenant's chain, in sealing order, between its runs' records.
+    t1 = await store.transact(
+        lambda d, c: service_audit.audit_records(d, c, "t1", None, 0, 100), write=False
+    )
+    assert [r["type"] for r in t1][:2] == ["docs.added", "docs.removed"]
+    assert [r["chain_no"] for r in t1] == list(range(1, len(t1) + 1))
+    assert any(r["run_id"] == run_id for r in t1)
+    assert await store.transact(service_audit.has_unsealed, write=False) is False
+    assert await store.transact(service_audit.unsealed_tail, write=False) == (0, None)
 
 
-async def test_editing_a_memory_record_breaks_its_tenants_chain(store_url: str) -> None:
-    store = await _opened(store_url)
-    try:
-        await store.forget_facts("t1", "bob", "diet", "ops:carol")
-        await _add_doc(store, "t2", "faq.md")
-        await sealer.seal_once(store)
-        (forgotten,) = await _rows(store, "type = 'memory.forgotten'", {})
-        await store.transact(
-            lambda d, c: d.execute(
-                c, "UPDATE events SET actor = 'nobody' WHERE id = :id", {"id": forgotten["id"]}
-            )
+async def test_editing_a_memory_record_breaks_its_tenants_chain(store: SQLStore) -> None:
+    await store.forget_facts("t1", "bob", "diet", "ops:carol")
+    await _add_doc(store, "t2", "faq.md")
+    await sealer.seal_once(store)
+    (forgotten,) = await _rows(store, "type = 'memory.forgotten'", {})
+    await store.transact(
+        lambda d, c: d.execute(
+            c, "UPDATE events SET actor = 'nobody' WHERE id = :id", {"id": forgotten["id"]}
         )
-        _, broken = await store.transact(service_audit.verify_chain, write=False)
-        assert [(b.tenant_id, b.event_id) for b in broken] == [("t1", forgotten["id"])]
-    finally:
-        await store.close()
+    )
+    _, broken = await store.transact(service_audit.verify_chain, write=False)
+    assert [(b.tenant_id, b.event_id) for b in broken] == [("t1", forgotten["id"])]
 
 
 async def test_events_under_no_run_and_no_tenant_do_not_stop_the_sealer(
-    store_url: str, monkeypatch: pytest.MonkeyPatch
+    store: SQLStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sealer, "BATCH", 3)  # a round's batch: 3 records, not 500
-    store = await _opened(store_url)
-    try:
-        # More than a round's worth of events that name no run and no tenant.
-        for i in range(sealer.BATCH * sealer.MAX_BATCHES + 1):
-            await store.transact(
-                lambda d, c, i=i: d.execute(
-                    c, "INSERT INTO events (run_id, at, type, actor, data) "
-                    "VALUES (:r, 0, 'note.added', 'ops', '{}')", {"r": f"note/{i}"},
-                )
-            )  # fmt: skip
-        await store.forget_facts("t1", "u1", None, "ops:alice")
-        run_id = await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
-        for _ in range(3):  # rounds: sealing is not starved by the older tenantless ones
-            await sealer.seal_once(store)
-        checked, broken = await store.transact(service_audit.verify_chain, write=False)
-        assert broken == [] and checked >= 2
-        events = await _rows(store, "run_id = :r OR type = 'memory.forgotten'", {"r": run_id})
-        assert events and all(e["hash"] is not None for e in events), events
-        # Nothing left to seal: sealers do not keep opening write transactions, and
-        # `audit verify --max-unsealed-age` does not fail on the tenantless ones.
-        assert await store.transact(service_audit.has_unsealed, write=False) is False
-        assert await store.transact(service_audit.unsealed_tail, write=False) == (0, None)
-    finally:
-        await store.close()
-
-
-async def test_the_migration_gives_older_runless_events_their_tenant(store_url: str) -> None:
-    store = await _opened(store_url)
-    try:
-        await _add_doc(store, "t/1", "policy.md")
-        await store.forget_facts("t2", "bob/x", None, "ops:carol")
-        # As written before events under no run carried their tenant.
+    # More than a round's worth of events that name no run and no tenant.
+    for i in range(sealer.BATCH * sealer.MAX_BATCHES + 1):
         await store.transact(
-            lambda d, c: d.execute(
-                c, "UPDATE events SET tenant_id = NULL WHERE run_id NOT IN (SELECT id FROM runs)"
+            lambda d, c, i=i: d.execute(
+                c, "INSERT INTO events (run_id, at, type, actor, data) "
+                "VALUES (:r, 0, 'note.added', 'ops', '{}')", {"r": f"note/{i}"},
             )
-        )
-        assert await store.transact(service_audit.has_unsealed, write=False) is False
-        await store.transact(
-            lambda d, c: d.execute(c, "DELETE FROM schema_migrations WHERE version = 72")
-        )
-        await store.migrate()
-        runless = await _rows(store, "run_id NOT IN (SELECT id FROM runs)", {})
-        assert sorted((r["type"], r["tenant_id"]) for r in runless) == [
-            ("docs.added", "t/1"), ("memory.forgotten", "t2"),
-        ]  # fmt: skip
+        )  # fmt: skip
+    await store.forget_facts("t1", "u1", None, "ops:alice")
+    run_id = await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
+    for _ in range(3):  # rounds: sealing is not starved by the older tenantless ones
         await sealer.seal_once(store)
-        checked, broken = await store.transact(service_audit.verify_chain, write=False)
-        assert broken == [] and checked == 2
-    finally:
-        await store.close()
+    checked, broken = await store.transact(service_audit.verify_chain, write=False)
+    assert broken == [] and checked >= 2
+    events = await _rows(store, "run_id = :r OR type = 'memory.forgotten'", {"r": run_id})
+    assert events and all(e["hash"] is not None for e in events), events
+    # Nothing left to seal: sealers do not keep opening write transactions, and
+    # `audit verify --max-unsealed-age` does not fail on the tenantless ones.
+    assert await store.transact(service_audit.has_unsealed, write=False) is False
+    assert await store.transact(service_audit.unsealed_tail, write=False) == (0, None)
+
+
+async def test_the_migration_gives_older_runless_events_their_tenant(store: SQLStore) -> None:
+    await _add_doc(store, "t/1", "policy.md")
+    await store.forget_facts("t2", "bob/x", None, "ops:carol")
+    # As written before events under no run carried their tenant.
+    await store.transact(
+        lambda d, c: d.execute(
+            c, "UPDATE events SET tenant_id = NULL WHERE run_id NOT IN (SELECT id FROM runs)"
+        )
+    )
+    assert await store.transact(service_audit.has_unsealed, write=False) is False
+    await store.transact(
+        lambda d, c: d.execute(c, "DELETE FROM schema_migrations WHERE version = 72")
+    )
+    await store.migrate()
+    runless = await _rows(store, "run_id NOT IN (SELECT id FROM runs)", {})
+    assert sorted((r["type"], r["tenant_id"]) for r in runless) == [
+        ("docs.added", "t/1"), ("memory.forgotten", "t2"),
+    ]  # fmt: skip
+    await sealer.seal_once(store)
+    checked, broken = await store.transact(service_audit.verify_chain, write=False)
+    assert broken == [] and checked == 2
 
 
 async def test_an_admin_lists_memory_changes_in_the_tenants_audit(store_url: str) -> None:

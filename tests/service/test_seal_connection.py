@@ -1,6 +1,7 @@
 """On PostgreSQL ``serve`` seals through a writer connection of its own: a seal never
 queues behind accept groups, nor they behind it (docs/architecture.md, "The HTTP
-service"). On SQLite it seals through the one store."""
+service"). On SQLite it seals through the one store (one writer whatever the
+connections)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ from tests.service import service_app
 from tests.service.conftest import in_process, settings_for, until
 
 
+async def _sealed(store: Any, run_id: str) -> bool:
+    rows = await store.transact(
+        lambda d, c: d.fetchall(c, "SELECT hash FROM events WHERE run_id = :r", {"r": run_id}),
+        write=False,
+    )
+    return bool(rows) and all(r["hash"] is not None for r in rows)
+
+
 async def test_serve_seals_while_the_accepts_writer_is_busy(pg_url: str) -> None:
     async with in_process(settings_for(pg_url, audit_seal_every=0.05)) as api:
         store = api.store
@@ -33,17 +42,7 @@ async def test_serve_seals_while_the_accepts_writer_is_busy(pg_url: str) -> None
         busy = asyncio.create_task(store.transact(hold))
         try:
             await asyncio.to_thread(held.wait, 10)
-
-            async def sealed() -> bool:
-                rows = await store.transact(
-                    lambda d, c: d.fetchall(
-                        c, "SELECT hash FROM events WHERE run_id = :r", {"r": run_id}
-                    ),
-                    write=False,
-                )
-                return bool(rows) and all(r["hash"] is not None for r in rows)
-
-            await until(sealed, timeout=15)
+            await until(lambda: _sealed(store, run_id), timeout=15)
             assert not busy.done()  # sealed while the writer was still held
         finally:
             release.set()
@@ -52,30 +51,12 @@ async def test_serve_seals_while_the_accepts_writer_is_busy(pg_url: str) -> None
         assert broken == [] and checked >= 1
 
 
-async def test_serve_on_sqlite_seals_through_its_store(tmp_path: Any) -> None:
+async def test_serve_on_sqlite_seals_what_others_wrote(tmp_path: Any) -> None:
     async with in_process(
         settings_for(f"sqlite:///{tmp_path / 's.db'}", audit_seal_every=0.05)
     ) as api:
         run_id = await service_app.app.submit(api.store, "echo", {"text": "x"}, tenant_id="t1")
-
-        async def sealed() -> bool:
-            rows = await api.store.transact(
-                lambda d, c: d.fetchall(
-                    c, "SELECT hash FROM events WHERE run_id = :r", {"r": run_id}
-                ),
-                write=False,
-            )
-            return bool(rows) and all(r["hash"] is not None for r in rows)
-
-        await until(sealed, timeout=15)
-
-
-async def _sealed(store: Any, run_id: str) -> bool:
-    rows = await store.transact(
-        lambda d, c: d.fetchall(c, "SELECT hash FROM events WHERE run_id = :r", {"r": run_id}),
-        write=False,
-    )
-    return bool(rows) and all(r["hash"] is not None for r in rows)
+        await until(lambda: _sealed(api.store, run_id), timeout=15)
 
 
 async def test_serve_on_a_callers_store_seals_that_store(pg_url: str, tmp_path: Path) -> None:

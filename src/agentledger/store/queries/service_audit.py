@@ -258,6 +258,10 @@ def _all_changed(tenant_id: str, wanted: int, changed: int) -> None:
         )
 
 
+# An unsealed event the sealer can chain: under no run with its tenant, or of a run.
+_HAS_TENANT = "(e.tenant_id IS NOT NULL OR EXISTS (SELECT 1 FROM runs r WHERE r.id = e.run_id))"
+
+
 def has_unsealed(d: Dialect, conn: Any) -> bool:
     """True when some committed event with a tenant is not sealed yet (a partial-index
     probe).
@@ -271,10 +275,6 @@ def has_unsealed(d: Dialect, conn: Any) -> bool:
             f"SELECT e.id FROM events e WHERE e.hash IS NULL AND {_HAS_TENANT} LIMIT 1",
         )
     )
-
-
-# An unsealed event the sealer can chain: under no run with its tenant, or of a run.
-_HAS_TENANT = "(e.tenant_id IS NOT NULL OR EXISTS (SELECT 1 FROM runs r WHERE r.id = e.run_id))"
 
 
 def unsealed_tail(d: Dialect, conn: Any, tenant_id: str | None = None) -> tuple[int, float | None]:
