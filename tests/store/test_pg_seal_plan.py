@@ -14,7 +14,7 @@ import pytest
 
 from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
 from agentledger.store.queries import service_audit
-from tests.store.test_pg_claim_plan import _rows_read
+from tests.store.pg_claims import rows_read
 
 pytestmark = pytest.mark.postgres
 
@@ -35,7 +35,7 @@ class _Explaining:
             row = conn.execute(explain, params or {}).fetchone()
             value = next(iter(row.values())) if isinstance(row, dict) else row[0]
             plan = (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
-            self.rows_read.append((sql, _rows_read(plan)))
+            self.rows_read.append((sql, rows_read(plan)))
         return self._d.fetchall(conn, sql, params)
 
 
