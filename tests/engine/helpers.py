@@ -85,8 +85,10 @@ class Env:
         extra: tuple[str, ...] = (),
         db: str | None = None,
         prefix: tuple[str, ...] = (),
+        preexec_fn: Callable[[], object] | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Start a worker subprocess (``prefix``: e.g. ``ip netns exec NS``)."""
+        """Start a worker subprocess (``prefix``: e.g. ``ip netns exec NS``;
+        ``preexec_fn``: run in the child before it starts, e.g. to set a resource limit)."""
         self._logs += 1
         log = open(self.tmp / f"worker{self._logs}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
@@ -112,6 +114,7 @@ class Env:
             env=self.child_env(),
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=preexec_fn,
         )
         log.close()
         self.workers.append(proc)

@@ -69,6 +69,14 @@ from agentledger.worker.runlog import configure_logging
     show_default=True,
     help="On SIGTERM, how long runs may finish their current step before being released.",
 )
+@click.option(
+    "--store-retry-seconds",
+    default=10.0,
+    show_default=True,
+    help="How long a write the database refuses for its own reason (disk full, I/O "
+    "error, read-only, connection lost) is retried before the run is given back to "
+    "another worker; a --burst worker that gave a run back exits 1.",
+)
 @click.option("--no-outbox", is_flag=True, help="Do not deliver outbox rows in this process.")
 @click.option(
     "--no-webhooks",
@@ -84,7 +92,8 @@ from agentledger.worker.runlog import configure_logging
     "--burst",
     is_flag=True,
     help="Exit 0 once nothing is left to run now (no due run of its targets, no dead "
-    "worker's run to take over, no due outbox row); runs parked until later are left.",
+    "worker's run to take over, no due outbox row); runs parked until later are left. "
+    "Exit 1 when the database failed and runs were given back unfinished.",
 )
 @click.option(
     "-v", "--verbose", is_flag=True, help="Also log every step (default: one line per run state)."
@@ -110,6 +119,7 @@ def worker(
     heartbeat_seconds: float | None,
     poll_seconds: float,
     shutdown_grace: float,
+    store_retry_seconds: float,
     no_outbox: bool,
     no_webhooks: bool,
     no_reap: bool,
@@ -133,6 +143,7 @@ def worker(
             heartbeat_seconds=heartbeat_seconds,
             poll_seconds=poll_seconds,
             shutdown_grace=shutdown_grace,
+            store_retry_seconds=store_retry_seconds,
             outbox=not no_outbox,
             webhooks=not no_webhooks,
             reap_dead_local_owners=not no_reap,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,13 +18,15 @@ from agentledger.agent import Agent
 from agentledger.canonical import NotJournalable, clean_text, journal_value
 from agentledger.clock import SYSTEM, Clock
 from agentledger.engine.signals import Abandon, Cancelled, Handover
-from agentledger.errors import LeaseLost, StoreError
+from agentledger.errors import LeaseLost, StoreError, StoreUnavailable
 from agentledger.records import Approval, Effect, OutboxItem, Run, RunStatus, Step, StepStatus
 from agentledger.store.base import Batch, NewEvent, RunUpdate, Store
 from agentledger.tools.contract import Tool
 from agentledger.workflow import Workflow
 
 log = logging.getLogger(__name__)
+
+STORE_RETRY_SECONDS = 10.0  # how long a journal write the store refused is retried
 
 
 class Execution:
@@ -42,8 +45,10 @@ class Execution:
         park_threshold: float = 2.0,
         clock: Clock = SYSTEM,
         cancel_requests: Mapping[str, str] | None = None,
+        store_retry_seconds: float = STORE_RETRY_SECONDS,
     ) -> None:
         self.store = store
+        self.store_retry_seconds = store_retry_seconds
         self.definition = definition
         self.run = run
         self.owner = owner
@@ -224,18 +229,47 @@ class Execution:
     async def _commit(self, batch: Batch) -> None:
         known = self.cancel_reason()
         try:
-            await self.store.commit(batch)
+            await self._commit_retrying(batch)
             self._cancel_seen = batch.cancel_requested or self._cancel_seen
         except LeaseLost as exc:
             raise Abandon(f"lease lost: {exc}") from None
+        except StoreUnavailable as exc:
+            # The store's host failed (disk full, I/O error, read-only, connection
+            # lost), not the run: the worker gives the run back and reports the cause.
+            # The cause is the worker's to log, once for all runs (a full disk fails all).
+            log.info(
+                "run %s: giving up its journal write after %g s of store errors",
+                self.run.id,
+                self.store_retry_seconds,
+            )
+            raise Abandon(f"store error: {exc}", release=True, error=exc) from None
         except StoreError as exc:
-            # The database failed, not the run: leave it to be resumed (its lease
-            # expires) rather than failing it or letting workflow code see the error.
-            log.warning("run %s: journal write failed (%s); abandoning it", self.run.id, exc)
+            # The store refused what this run wrote: leave it to be resumed (its lease
+            # expires; a run that keeps failing so goes to a human after max_resumes)
+            # rather than letting workflow code see the error.
+            log.warning("run %s: journal write refused (%s); abandoning it", self.run.id, exc)
             raise Abandon(f"store error: {exc}") from None
         parked = batch.run is not None and batch.run.status == RunStatus.WAITING
         if parked and known is None and batch.cancel_requested is not None:
             await self._poke_cancel(batch.cancel_requested)
+
+    async def _commit_retrying(self, batch: Batch) -> None:
+        """Commit ``batch``; a store error that is not the run's is retried with backoff
+        for ``store_retry_seconds``. A batch is sent again marked ``resent``, so the store
+        first looks whether the failed attempt committed after all."""
+        deadline = self.clock.monotonic() + self.store_retry_seconds
+        delay = 0.05
+        while True:
+            try:
+                await self.store.commit(batch)
+                return
+            except StoreUnavailable as exc:
+                if self.stopping.is_set() or self.clock.monotonic() + delay > deadline:
+                    raise
+                log.debug("run %s: journal write failed (%s); retrying", self.run.id, exc)
+                await asyncio.sleep(random.uniform(delay / 2, delay))
+                delay = min(delay * 2, 2.0)
+                batch.resent = True
 
     async def _poke_cancel(self, reason: str) -> None:
         """A cancel requested while the run was running only marked it; learned first

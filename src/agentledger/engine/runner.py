@@ -25,10 +25,10 @@ from agentledger.canonical import journal_value
 from agentledger.clock import SYSTEM, Clock
 from agentledger.engine.agent_loop import run_agent
 from agentledger.engine.compensation import Decision, compensate, decide, journaled_decision
-from agentledger.engine.execution import Execution
+from agentledger.engine.execution import STORE_RETRY_SECONDS, Execution
 from agentledger.engine.signals import Abandon, Cancelled, Handover, Park, RunFailed
 from agentledger.engine.workflow_runner import run_workflow
-from agentledger.errors import StoreError
+from agentledger.errors import StoreError, StoreUnavailable
 from agentledger.observe import tracing
 from agentledger.records import Run, RunStatus, StepStatus
 from agentledger.store.base import NewEvent, Store
@@ -50,6 +50,7 @@ async def execute_run(
     max_resumes: int = 50,
     cancel_requests: Mapping[str, str] | None = None,
     clock: Clock = SYSTEM,
+    store_retry_seconds: float = STORE_RETRY_SECONDS,
 ) -> str:
     """Run ``run`` (claimed by ``owner``) until it rests; return where it ended.
 
@@ -58,6 +59,11 @@ async def execute_run(
     resumed forever. ``cancel_requests`` is the worker's live map of cancel requests
     (run id -> reason), honoured at the next step boundary; ``clock`` is the time
     the engine reads (a fake one in tests).
+
+    A journal write the store refuses for a reason that is not the run's (disk full,
+    I/O error, read-only, connection lost) is retried for ``store_retry_seconds``; then
+    the store's error is raised (:class:`StoreUnavailable`): nothing past the journal
+    was written, and the caller gives the run back (see ``worker.py``).
     """
     definition = app.get(run.name, run.version)
     if definition is None:  # claimed by target, so this is a programming error
@@ -73,6 +79,7 @@ async def execute_run(
         park_threshold=park_threshold,
         clock=clock,
         cancel_requests=cancel_requests,
+        store_retry_seconds=store_retry_seconds,
     )
     async with tracing.run_span(store, run, run.kind):  # observe/tracing.py: a run's span
         outcome = await _execute(exe, definition, max_resumes)
@@ -97,6 +104,8 @@ async def _execute(exe: Execution, definition: Any, max_resumes: int) -> str:
             return RunStatus.NEEDS_HUMAN
         return await _drive(exe, definition)
     except Abandon as abandon:
+        if abandon.error is not None:
+            raise abandon.error from None  # the store failed: the worker reports it
         log.info("run %s abandoned: %s", run.id, abandon.why)
         return RELEASED if abandon.release else ABANDONED
 
@@ -139,7 +148,7 @@ async def _drive(exe: Execution, definition: Any) -> str:
             )
         except StoreError as exc:
             # The database failed, not the run: leave it to be resumed.
-            raise Abandon(f"store error: {exc}") from None
+            raise _store_abandon(exc) from None
         except Exception as exc:  # the workflow raised: the run fails, its effects are undone
             # The traceback is kept with the error: a bare "KeyError: 'day'" names no line.
             message = f"{type(exc).__name__}: {exc}"
@@ -168,7 +177,7 @@ async def _drive(exe: Execution, definition: Any) -> str:
         detail = f"{handover.detail} (the run was heading to {decision.status}: {heading})"
         return await _hand_over(exe, definition, handover.reason, detail)
     except StoreError as exc:
-        raise Abandon(f"store error: {exc}") from None
+        raise _store_abandon(exc) from None
     await _end(
         exe,
         decision.status,
@@ -205,6 +214,13 @@ async def _end(
         handover_reason=handover_reason,
         events=[NewEvent(event, exe.owner, {**data, "run": ended})],
     )
+
+
+def _store_abandon(exc: StoreError) -> Abandon:
+    """Stop the run on a store error met outside a journal write (a read, an effect
+    claim): given back at once when the store's host failed, else left to its lease."""
+    unavailable = isinstance(exc, StoreUnavailable)
+    return Abandon(f"store error: {exc}", release=unavailable, error=exc if unavailable else None)
 
 
 def _totals(exe: Execution) -> dict[str, Any]:

@@ -31,12 +31,17 @@ class Handover(RunSignal):
 
 
 class Abandon(RunSignal):
-    """Stop working on the run without writing: the lease is lost or the worker stops."""
+    """Stop working on the run without writing: the lease is lost or the worker stops.
 
-    def __init__(self, why: str, release: bool = False) -> None:
+    ``error``: the store failed for a reason that is not the run's (disk full, I/O
+    error, read-only, connection lost) and retrying did not cure it; the engine hands
+    it to the worker, which gives the run back and reports the cause."""
+
+    def __init__(self, why: str, release: bool = False, error: BaseException | None = None) -> None:
         super().__init__(why)
         self.why = why
         self.release = release
+        self.error = error
 
 
 class RunFailed(RunSignal):

@@ -108,6 +108,9 @@ class Batch:
     # Written with the fence: a commit retried after a lost reply (an ambiguous COMMIT)
     # reads it back to learn whether the first attempt committed.
     token: str = field(default_factory=batch_token)
+    # Sent again by its caller after a store error: the store first looks for its token,
+    # exactly as after a lost reply, so a batch that did commit is never applied twice.
+    resent: bool = field(default=False, compare=False)
     # What the batch writes, encoded once when the batch is checked (validate_batch)
     # and reused when it is applied (queries.journal.EncodedBatch).
     encoded: Any = field(default=None, repr=False, compare=False)

@@ -345,7 +345,9 @@ class InlineCommitter:
         """Queue a fenced batch; it commits with the others ready in this loop turn."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append(Job(fn, LocalReply(future), True, True, batch))
+        job = Job(fn, LocalReply(future), True, True, batch)
+        job.retried = bool(getattr(batch, "resent", False))  # Batch.resent: look first
+        self._pending.append(job)
         self._schedule(loop)
         return future
 

@@ -19,6 +19,8 @@ read in SQL (``julianday('now')``) like PostgreSQL's server clock.
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
 import sqlite3
 import time
 from collections.abc import Callable, MutableSequence
@@ -58,6 +60,42 @@ class _Connection(sqlite3.Connection):
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
+
+
+# Primary result codes (sqlite3.h) of failures of the host, not of what was written.
+_SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL = 8, 10, 13
+
+
+def _host_failure(path: str, exc: BaseException) -> StoreUnavailable | None:
+    """The one-line cause of a write the disk refused (full, I/O error, read-only), or
+    None when SQLite refused it for what it is. A file size limit (``ulimit -f``) makes
+    a growing file fail with EFBIG, which SQLite reports as a plain I/O error: named here
+    as the full disk it is for this process."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if not isinstance(code, int):
+        return None
+    primary, text = code & 0xFF, str(exc)
+    if primary == _SQLITE_FULL:
+        return StoreUnavailable(
+            f"database disk full: {path} (no space left on its disk: {text}); free some space on it"
+        )
+    if primary == _SQLITE_IOERR:
+        limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if limit != resource.RLIM_INFINITY:
+            return StoreUnavailable(
+                f"database disk full: {path} (this process may write files of at most "
+                f"{limit} bytes: {text}); raise the file size limit (ulimit -f)"
+            )
+        return StoreUnavailable(
+            f"database I/O error: {path} ({text}); check the disk and its free space"
+        )
+    if primary == _SQLITE_READONLY:
+        rights = "writable" if os.access(path, os.W_OK) else "not writable by this process"
+        return StoreUnavailable(
+            f"database is read-only: {path} ({text}; the file is {rights}); check the "
+            "rights on the file, its folder and the mount"
+        )
+    return None
 
 
 class SQLiteDialect(Dialect):
@@ -215,6 +253,9 @@ class SQLiteDialect(Dialect):
                 f"{self.path} is not a usable agentledger database ({text}); point --db at "
                 "another file or restore it from a backup"
             )
+        failure = _host_failure(self.path, exc)
+        if failure is not None:
+            return failure
         if "unable to open" in text:
             return StoreUnavailable(f"cannot open {self.path} ({text}); check the path and rights")
         return StoreError(f"SQLite error on {self.path}: {text}")

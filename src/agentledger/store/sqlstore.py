@@ -377,7 +377,9 @@ class SQLStore(Store):
         if self._thread is None:
             raise StoreUnavailable("the store is not open; call `await store.open()` first")
         reply = ThreadReply(asyncio.get_running_loop())
-        self._queue.put(Job(fn, reply, write, grouped, batch, recover))
+        job = Job(fn, reply, write, grouped, batch, recover)
+        job.retried = batch is not None and batch.resent  # Batch.resent: look first
+        self._queue.put(job)
         result: T = await reply.future
         return result
 

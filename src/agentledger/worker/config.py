@@ -13,6 +13,7 @@ _LIMITS: tuple[tuple[str, str, float, float | None], ...] = (
     ("shutdown_grace", "--shutdown-grace", 0, None),
     ("park_threshold", "park_threshold", 0, None),
     ("max_resumes", "max_resumes", 1, None),
+    ("store_retry_seconds", "--store-retry-seconds", 0, 86_400),
 )
 
 
@@ -37,6 +38,10 @@ class WorkerConfig:
     max_resumes: int = 50  # lease takeovers before a run is handed to a human
     outbox: bool = True
     webhooks: bool = True  # deliver webhooks (also done by every `serve` process)
+    # How long a write the store refuses for a reason that is not the run's (disk full,
+    # I/O error, read-only, connection lost) is retried: a run's journal write, then its
+    # release; and, in burst mode, how long a failing claim loop goes on.
+    store_retry_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         for name, option, low, high in _LIMITS:

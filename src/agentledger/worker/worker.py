@@ -21,6 +21,17 @@ over, and no outbox row is due. Runs parked until later are left for later. Befo
 exits it seals the audit records its runs wrote and delivers, once, the webhooks that
 last seal enqueued (a failed delivery is retried by the next dispatcher).
 
+A store error the run did not cause (disk full, I/O error, read-only database, lost
+connection: :class:`StoreUnavailable`) never abandons a run silently. The engine retries
+the journal write with backoff for ``store_retry_seconds``; then the worker gives the
+run back (``release_run``, retried as long again) so another worker takes it at once,
+and logs the cause once at ERROR. When even the release fails, the run is left to its
+lease, which another worker takes over when it expires or when it sees this process
+gone, and the log says so. A long-running worker goes on (its claims are retried); a
+burst worker stops claiming and exits non-zero, naming the cause. A store error the run
+caused (a value the store refuses) is not retried this way: the run is left to its
+lease and, failing again, goes to a human after ``max_resumes``.
+
 Logging (the ``agentledger.worker`` logger): a startup line, then one line per change of
 a run's state (claimed, completed, failed with its error and traceback, needs_human with
 the reason, waiting with why, released); at DEBUG, each step the execution journaled.
@@ -73,6 +84,13 @@ def is_transient(exc: BaseException) -> bool:
     )
 
 
+def _cause_key(cause: str) -> str:
+    """What a store error says failed, without the statement's own words: "database
+    is read-only: PostgreSQL at h/db (cannot execute UPDATE ...)" is one cause for
+    every statement it refuses."""
+    return cause.split(" (", 1)[0]
+
+
 class _Backoff:
     """Exponential backoff with jitter for side loops that meet transient errors."""
 
@@ -120,6 +138,11 @@ class Worker:
         # (run id, epoch) of executions the engine has returned from: their lease was
         # given back (or is about to be), so a renewal that misses it is no loss.
         self._ended: set[tuple[str, int]] = set()
+        # Store failures already logged at ERROR (each cause once; repeats at DEBUG).
+        self._store_causes: set[str] = set()
+        # Runs given back unfinished because the store failed, and the first cause.
+        self._given_back = 0
+        self._given_back_cause: str | None = None
         self.on_finished: Callable[[str, str], None] | None = None
 
     @property
@@ -209,6 +232,11 @@ class Worker:
                     loop.remove_signal_handler(sig)
         if self._failure is not None:
             raise WorkerFailed(self._failure)
+        if self.burst and self._given_back:
+            raise WorkerFailed(
+                f"{self._given_back} run(s) not finished because the store failed: "
+                f"{self._given_back_cause}; see the log for which were released"
+            )
 
     def _side_task_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -223,34 +251,80 @@ class Worker:
         log.info("worker %s failed: %s; stopping", what, reason)
         self.stop()
 
-    async def _retrying(self, what: str, fn: Callable[[], Awaitable[Any]]) -> Any:
-        """Call ``fn`` until it does not meet a transient store error."""
+    def _store_failing(self, what: str, exc: BaseException) -> None:
+        """Log a transient store error: its cause once at ERROR, repeats at DEBUG (a full
+        disk fails every write of every run and loop; the log names it once)."""
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if _cause_key(cause) in self._store_causes:
+            log.debug("%s: %s; retrying", what, cause)
+            return
+        self._store_causes.add(_cause_key(cause))
+        log.error("store failing: %s (%s; retrying)", cause, what)
+
+    async def _retrying(
+        self, what: str, fn: Callable[[], Awaitable[Any]], window: float | None = None
+    ) -> Any:
+        """Call ``fn`` until it does not meet a transient store error; with ``window``,
+        the last error is raised once that many seconds have passed."""
         backoff = _Backoff()
+        deadline = None if window is None else time.monotonic() + window
         while True:
             try:
                 return await fn()
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-                log.warning("%s: %s; retrying", what, exc)
-                await asyncio.sleep(backoff.next())
+                self._store_failing(what, exc)
+                pause = backoff.next()
+                if deadline is not None and time.monotonic() + pause > deadline:
+                    raise
+                await asyncio.sleep(pause)
 
     async def _supervise(self, what: str, once: Callable[[], Awaitable[None]]) -> None:
-        """Call ``once`` until stopping; retry transient errors, stop on any other."""
+        """Call ``once`` until stopping; retry transient errors, stop on any other (and,
+        in burst mode, on a transient one that lasts past ``store_retry_seconds``)."""
         backoff = _Backoff()
+        failing_since: float | None = None
         while not self.stopping.is_set():
             try:
                 await once()
                 backoff.reset()
+                failing_since = None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not is_transient(exc):
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if not is_transient(exc) or (
+                    self.burst and now - failing_since > self.config.store_retry_seconds
+                ):
                     self._fail(what, exc)
                     return
-                log.warning("%s: %s; retrying", what, exc)
+                self._store_failing(what, exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), backoff.next())
+
+    async def _give_back(self, run_id: str, epoch: int) -> bool:
+        """Release a run this worker cannot finish, retried for ``store_retry_seconds``;
+        False when the store still refuses (the run is then left to its lease)."""
+        try:
+            await self._retrying(
+                f"release of run {run_id}",
+                lambda: self.store.release_run(run_id, epoch, self.owner),
+                self.config.store_retry_seconds,
+            )
+            return True
+        except Exception as exc:
+            cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            log.error(
+                "run %s not released (%s); another worker takes it over when its lease "
+                "expires, or at once when it finds this worker gone",
+                run_id,
+                "the store still fails, see above"
+                if _cause_key(cause) in self._store_causes
+                else cause,
+            )
+            return False
 
     async def _drain(self) -> None:
         tasks = [task for task, _ in self.active.values()]
@@ -266,8 +340,8 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         for run_id, (_, epoch) in list(self.active.items()):
-            with contextlib.suppress(Exception):
-                await self.store.release_run(run_id, epoch, self.owner)
+            if await self._give_back(run_id, epoch):
+                log.info("run %s released", run_id)
         self.active.clear()
 
     # outbox ---------------------------------------------------------------
@@ -413,6 +487,7 @@ class Worker:
                 stopping=self.stopping,
                 park_threshold=self.config.park_threshold,
                 max_resumes=self.config.max_resumes,
+                store_retry_seconds=self.config.store_retry_seconds,
                 **kwargs,
             )
             self._ended.add((run.id, run.lease_epoch))
@@ -428,16 +503,19 @@ class Worker:
             raise
         except Exception as exc:
             if is_transient(exc):
-                # The database was unavailable mid-run: nothing was written past the
-                # journal, so give the run back for the next claim to resume.
-                log.warning("run %s stopped by a store error (%s); releasing it", run.id, exc)
-                with contextlib.suppress(Exception):
-                    await self._retrying(
-                        f"release of run {run.id}",
-                        lambda: self.store.release_run(run.id, run.lease_epoch, self.owner),
-                    )
+                # The store failed mid-run (the engine retried its write): nothing was
+                # written past the journal, so give the run back for another worker.
+                self._store_failing(f"run {run.id}", exc)
                 outcome = RELEASED
-                log.info("run %s released", run.id)
+                if await self._give_back(run.id, run.lease_epoch):
+                    log.info("run %s released for another worker (the store failed)", run.id)
+                self._given_back += 1
+                if self._given_back_cause is None:
+                    self._given_back_cause = str(exc).splitlines()[0] if str(exc) else "?"
+                if self.burst and not self.stopping.is_set():
+                    # It could not finish its work: stop claiming, exit non-zero.
+                    log.info("stopping: a run was given back because the store failed")
+                    self.stop()
             else:
                 log.exception("run %s crashed the engine; its lease will expire", run.id)
             return outcome
@@ -480,7 +558,7 @@ class Worker:
                 if not is_transient(exc):
                     self._fail("heartbeat", exc)
                     return
-                log.warning("heartbeat: %s; retrying", exc)
+                self._store_failing("heartbeat", exc)
                 interval = min(backoff.next(), self.config.heartbeat_interval)
 
     async def _heartbeat_once(self) -> None:

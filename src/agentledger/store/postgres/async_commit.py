@@ -124,7 +124,7 @@ class AsyncBatchCommitter:
     async def _commit_group(self, group: list[tuple[Batch, asyncio.Future[None]]]) -> None:
         group.sort(key=lambda item: item[0].run_id)  # row locks in run-id order
         retry = Reconnect()
-        retried = False
+        retried = any(b.resent for b, _ in group)  # Batch.resent: look first
         while True:
             try:
                 if retried:

@@ -339,6 +339,9 @@ class PostgresDialect(Dialect):
                 f"lost the connection to PostgreSQL at {self.where} ({text}); "
                 "is the server running? check --db"
             )
+        failure = self._host_failure(exc, text)
+        if failure is not None:
+            return failure
         if isinstance(exc, pg_errors.QueryCanceled):
             return StoreError(
                 f"PostgreSQL statement timed out at {self.where} ({text}); "
@@ -350,6 +353,26 @@ class PostgresDialect(Dialect):
                 "open the store once to migrate it, or check --db"
             )
         return StoreError(f"PostgreSQL error at {self.where}: {text}")
+
+    def _host_failure(self, exc: BaseException, text: str) -> StoreUnavailable | None:
+        """The cause of a write the server refused for its own state (disk full, out of
+        resources, I/O error, read-only), not for what was written; None otherwise."""
+        state = exc.sqlstate if isinstance(exc, psycopg.Error) else None
+        if state is None:
+            return None
+        where = f"PostgreSQL at {self.where}"
+        if state == "53100":
+            return StoreUnavailable(f"database disk full: {where} ({text}); free some space")
+        if state.startswith("53"):
+            return StoreUnavailable(f"database out of resources: {where} ({text})")
+        if state.startswith("58"):
+            return StoreUnavailable(f"database I/O error: {where} ({text}); check its disk")
+        if state == "25006":
+            return StoreUnavailable(
+                f"database is read-only: {where} ({text}); is it a standby, or set "
+                "read-only (default_transaction_read_only)?"
+            )
+        return None
 
 
 __all__ = ["PostgresDialect"]

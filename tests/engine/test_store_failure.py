@@ -1,0 +1,146 @@
+"""A store error the run did not cause (a full disk, a database that refuses writes)
+never abandons a run silently: the worker retries the write with backoff, gives the
+run back for another worker, logs the cause once, and a ``--burst`` worker that could
+not finish its work exits non-zero. Real worker subprocesses on a real SQLite file
+(whose process hits its file size limit) and a real PostgreSQL cluster (made
+read-only)."""
+
+from __future__ import annotations
+
+import resource
+import signal
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from agentledger.records import RunStatus, StepStatus
+from tests.engine.helpers import Env, tool_steps, wait_for
+from tests.pgcluster import PrivateCluster
+
+pytestmark = pytest.mark.slow
+
+RUNS = 3
+
+
+def _ignore_sigxfsz() -> None:
+    # A write past the file size limit then fails with EFBIG (SQLite: "disk I/O
+    # error") instead of killing the process.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def _held_runs(env: Env) -> tuple[list[str], list[Path]]:
+    """RUNS five_writes runs, each held before its second write (its first is done)."""
+    flags = [env.hold_flag(f"run{i}") for i in range(RUNS)]
+    runs = [
+        env.submit(
+            "five_writes", {"hold": {"item": "i2", "phase": "before_started", "flag": str(f)}}
+        )
+        for f in flags
+    ]
+    return runs, flags
+
+
+def _wait_held(env: Env, flags: list[Path]) -> None:
+    for flag in flags:
+        env.wait_marker(flag)
+
+
+def _finish_elsewhere(env: Env, runs: list[str]) -> None:
+    """A second worker (long lease: nothing waits for an expiry) completes every run,
+    and no step was executed twice: one effect and one call per write key."""
+    second = env.start_worker(lease=300, extra=("--burst",))
+    assert second.wait(timeout=120) == 0, env.worker_log(2)
+    for run_id in runs:
+        run = env.run(run_id)
+        assert run.status == RunStatus.COMPLETED, (run, env.worker_log(2))
+        journal = env.journal(run_id)
+        assert all(s.status == StepStatus.SUCCEEDED for s in journal)
+        assert len([s.step_no for s in journal]) == len({s.step_no for s in journal})
+        keys = [s.idempotency_key for s in tool_steps(journal, "keyed_write")]
+        assert len(keys) == 5
+        assert {k: env.effects("keyed")[k] for k in keys} == dict.fromkeys(keys, 1)
+        assert {k: env.calls("keyed")[k] for k in keys} == dict.fromkeys(keys, 1)
+
+
+def _check_first_log(log: str, cause: str, runs: list[str]) -> None:
+    assert "nothing left to run now" not in log, log
+    # The cause is logged once as an error, not per write or per run, and the exit
+    # line names it.
+    errors = [line for line in log.splitlines() if " ERROR " in line and cause in line]
+    assert len(errors) == 1, log
+    assert cause in log.strip().splitlines()[-1], log
+    assert log.strip().splitlines()[-1].startswith("error: worker stopped:"), log
+    for run_id in runs:
+        assert f"run {run_id} released" in log or f"run {run_id} not released" in log, log
+
+
+def test_burst_worker_on_a_full_disk_exits_non_zero_and_its_runs_are_taken_at_once(
+    env: Env,
+) -> None:
+    runs, flags = _held_runs(env)
+    first = env.start_worker(
+        lease=300, extra=("--burst", "--store-retry-seconds", "0.5"), preexec_fn=_ignore_sigxfsz
+    )
+    _wait_held(env, flags)
+    # The disk is full from now on for this worker: no file it writes may grow past
+    # what its database's write-ahead log holds now (its log file is far smaller).
+    wal = Path(str(env.db_path) + "-wal")
+    limit = wal.stat().st_size
+    assert (env.tmp / "worker1.log").stat().st_size < limit // 4
+    resource.prlimit(first.pid, resource.RLIMIT_FSIZE, (limit, limit))
+    for flag in flags:
+        flag.unlink()
+    code = first.wait(timeout=120)
+    log = env.worker_log(1)
+    assert code != 0, log
+    _check_first_log(log, f"database disk full: {env.db_path}", runs)
+    for run_id in runs:
+        assert env.run(run_id).status != RunStatus.COMPLETED
+    _finish_elsewhere(env, runs)
+
+
+@pytest.fixture
+def cluster_env(pg_cluster: PrivateCluster, tmp_path: Path) -> Env:
+    world = Env(tmp_path, pg_cluster.create_database("agentledger_store_failure"))
+    return world
+
+
+def _read_only(cluster: PrivateCluster, on: bool) -> None:
+    """Make the whole cluster refuse writes (or take them again), for open sessions too."""
+    with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
+        conn.execute(f"ALTER SYSTEM SET default_transaction_read_only = {'on' if on else 'off'}")
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def test_burst_worker_on_a_read_only_postgres_releases_its_runs_when_it_is_back(
+    pg_cluster: PrivateCluster, cluster_env: Env
+) -> None:
+    env = cluster_env
+    try:
+        runs, flags = _held_runs(env)
+        first = env.start_worker(lease=300, extra=("--burst", "--store-retry-seconds", "0.5"))
+        _wait_held(env, flags)
+        _read_only(pg_cluster, True)
+        for flag in flags:
+            flag.unlink()
+        # Every run gave up its write; the store takes writes again while the worker
+        # still tries to give the runs back.
+        wait_for(
+            lambda: all(f"run {r}: giving up" in env.worker_log(1) for r in runs),
+            60,
+            "every run to give up its journal write",
+        )
+        _read_only(pg_cluster, False)
+        code = first.wait(timeout=120)
+        log = env.worker_log(1)
+        assert code != 0, log
+        _check_first_log(log, "database is read-only: PostgreSQL", runs)
+        for run_id in runs:
+            run = env.run(run_id)
+            assert f"run {run_id} released" in log, log
+            assert run.status == RunStatus.QUEUED and run.lease_owner is None, run
+        _finish_elsewhere(env, runs)
+    finally:
+        _read_only(pg_cluster, False)
+        env.close()
