@@ -235,12 +235,23 @@ def test_cli_settle_and_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     out = runner.invoke(cli, ["runs", "resume", run_id, "--db", db])
     assert out.exit_code == 1 and f"agentledger runs settle {run_id} 1" in out.output
     args = ["runs", "settle", run_id, "1", "--applied", "--db", db]
+
+    def said(out: Any) -> str:
+        return f"{out.output} {out.exception}"
+
     out = runner.invoke(cli, args)
-    assert out.exit_code != 0 and "--reason" in out.output
+    assert out.exit_code != 0 and "--reason" in said(out)
+    out = runner.invoke(cli, [*args, "--reason", "seen"])
+    assert out.exit_code != 0 and "--result" in said(out)
     out = runner.invoke(cli, [*args, "--reason", "seen", "--result", "[1"])
-    assert out.exit_code != 0 and "--result" in out.output
+    assert out.exit_code != 0 and "--result" in said(out)
     out = runner.invoke(cli, [*args, "--not-applied", "--reason", "seen"])
-    assert out.exit_code != 0 and "one of" in out.output
+    assert out.exit_code != 0 and "one of" in said(out)
+    out = runner.invoke(cli, ["runs", "settle", run_id, "9", "--not-applied", "--reason", "x",
+                              "--db", db])  # fmt: skip
+    assert out.exit_code != 0 and "no step 9" in said(out)
+    out = runner.invoke(cli, ["runs", "resume", run_id, "--force", "--reason", "x", "--db", db])
+    assert out.exit_code != 0 and "never" not in said(out) and "journal keeps" in said(out)
     out = runner.invoke(cli, [*args, "--reason", "seen", "--result", '{"effect_id": 1}'])
     assert out.exit_code == 0, out.output
     assert "settled" in out.output and "applied" in out.output
