@@ -57,7 +57,7 @@ async def test_a_confirmed_payment_is_never_executed_again_nor_deleted(
     async with Harness(tmp_path, booking_app(payments)) as h:
         run_id = await _failed_run(h, monkeypatch)
         monkeypatch.delenv(BUG_FLAG)
-        with pytest.raises(ResumeRefused, match="was executed.*--from-step 3"):
+        with pytest.raises(ResumeRefused, match=r"was executed.*--from-step 3"):
             await h.store.resume_run(run_id, 2, "ops:alice", "provider refunded")
         assert (await h.run(run_id)).status == RunStatus.FAILED  # untouched
         assert len(await h.journal(run_id)) == 3

@@ -3,15 +3,15 @@ the outbox rows the run's kept steps enqueued are delivered again, not lost."""
 
 from __future__ import annotations
 
-import pytest
-
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentledger import App, RunStatus, Status, ToolContext
 from agentledger.errors import BusinessError
-from agentledger.tools.contract import Compensation
 from agentledger.store.queries.observe_resume import ResumeRefused
+from agentledger.tools.contract import Compensation
 from tests.fast.lifecycle_harness import Harness
 
 
@@ -78,7 +78,7 @@ async def test_a_decided_outbox_step_is_not_deleted_by_a_resume(tmp_path: Path) 
         state["bug"] = False
         before = [(s.step_no, s.status) for s in await h.journal(run_id)]
         # From the email step itself: a decided effect the journal keeps.
-        with pytest.raises(ResumeRefused, match="step 2 .*was executed"):
+        with pytest.raises(ResumeRefused, match=r"step 2 .*was executed"):
             await h.store.resume_run(run_id, 2, "ops:alice", "send it after all")
         assert [(s.step_no, s.status) for s in await h.journal(run_id)] == before
         (row,) = await h.store.list_outbox()

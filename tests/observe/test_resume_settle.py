@@ -229,7 +229,9 @@ def test_cli_settle_and_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     run_id, key = asyncio.run(seed())
     db = f"sqlite:///{h.path}"
     runner = CliRunner()
-    out = runner.invoke(cli, ["runs", "resume", run_id, "--from-step", "1", "--dry-run", "--db", db])
+    out = runner.invoke(
+        cli, ["runs", "resume", run_id, "--from-step", "1", "--dry-run", "--db", db]
+    )
     assert out.exit_code == 0, out.output
     assert f"1 payout: UNKNOWN outcome, key {key}" in out.output
     out = runner.invoke(cli, ["runs", "resume", run_id, "--db", db])

@@ -138,7 +138,7 @@ async def resume(
 @click.argument("step_no", type=int)
 @click.option("--applied", is_flag=True, help="The provider shows it happened (give --result).")
 @click.option("--not-applied", is_flag=True,
-              help="The provider shows it did not happen: it may be sent again, same key.")  # fmt: skip
+              help="The provider shows it did not happen: sent again, same key.")  # fmt: skip
 @click.option("--result", "result_json", default=None,
               help="With --applied: the result the provider shows, as JSON.")  # fmt: skip
 @click.option("--reason", default=None, help="Why (recorded in the journal and the audit).")

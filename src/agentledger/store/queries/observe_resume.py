@@ -346,8 +346,11 @@ def settle_step(
         raise ResumeRefused(f"run {run_id} has no step {step_no}; see `agentledger runs show`")
     step = rows.step_from(found[0])
     earlier = step.input.get("settled") if isinstance(step.input, dict) else None
-    if isinstance(earlier, dict) and (earlier.get("applied"), earlier.get("by"),
-                                      earlier.get("reason")) == (applied, actor, reason):
+    if isinstance(earlier, dict) and (
+        earlier.get("applied"),
+        earlier.get("by"),
+        earlier.get("reason"),
+    ) == (applied, actor, reason):
         return step  # this very decision, retried after a lost reply: already done
     if effect_state(step) != "unknown":
         raise ResumeRefused(
