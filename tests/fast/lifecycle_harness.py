@@ -30,11 +30,15 @@ class Killed(BaseException):
 class Harness:
     """One test's store, app and clock, and helpers to run passes of a run."""
 
-    def __init__(self, tmp_path: Path, app: App) -> None:
+    def __init__(self, tmp_path: Path, app: App, url: str | None = None) -> None:
+        """``url``: another store (a PostgreSQL database) instead of the SQLite file."""
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.path = tmp_path / "lifecycle.db"
         self.app = app
-        self.store: SQLStore = open_store(f"sqlite:///{self.path}")
+        if url is not None and url.startswith("sqlite:///"):
+            self.path = Path(url.removeprefix("sqlite:///"))
+        self.url = url or f"sqlite:///{self.path}"
+        self.store: SQLStore = open_store(self.url)
         # Far enough in the past that anything parked on it is due by the DB's clock.
         self.clock = FakeClock(start=time.time() - 30 * 86400)
         self.cancels: dict[str, str] = {}
@@ -70,6 +74,16 @@ class Harness:
 
     def wake(self, run_id: str) -> None:
         """Time passed: a parked run is due now (the DB judges by its own clock)."""
+        if not self.url.startswith("sqlite"):
+            import psycopg
+
+            with psycopg.connect(self.url, autocommit=True) as pg:
+                pg.execute(
+                    "UPDATE runs SET available_at = 0 WHERE id = %s "
+                    "AND status IN ('waiting','queued')",
+                    (run_id,),
+                )
+            return
         with sqlite3.connect(self.path) as conn:
             conn.execute(
                 "UPDATE runs SET available_at = 0 WHERE id = ? AND status IN ('waiting','queued')",

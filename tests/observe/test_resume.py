@@ -43,34 +43,25 @@ async def test_resume_after_a_fix_continues_from_the_failed_step(
         assert len(payments.calls) == 1  # the payment was replayed, not executed again
         resumed = [e for e in await h.events(run_id) if e.type == "run.resumed"]
         assert len(resumed) == 1 and resumed[0].actor == "ops:alice"
-        assert resumed[0].data["from_step"] == 3 and resumed[0].data["forced"] is False
+        assert resumed[0].data["from_step"] == 3 and resumed[0].data["effects"] == []
         assert [s["name"] for s in resumed[0].data["archived_steps"]] == ["confirm"]
         # A completed run is not resumed again.
         with pytest.raises(ResumeRefused):
             await h.store.resume_run(run_id, None, "ops:alice")
 
 
-async def test_a_confirmed_payment_is_not_executed_again_without_force(
+async def test_a_confirmed_payment_is_never_executed_again_nor_deleted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     payments = Payments()
     async with Harness(tmp_path, booking_app(payments)) as h:
         run_id = await _failed_run(h, monkeypatch)
         monkeypatch.delenv(BUG_FLAG)
-        with pytest.raises(ResumeRefused, match="confirmed side effect"):
-            await h.store.resume_run(run_id, 2, "ops:alice")
-        with pytest.raises(ResumeRefused):  # --force alone is not enough: a reason too
-            await h.store.resume_run(run_id, 2, "ops:alice", None, force=True)
+        with pytest.raises(ResumeRefused, match=r"was executed.*--from-step 3"):
+            await h.store.resume_run(run_id, 2, "ops:alice", "provider refunded")
         assert (await h.run(run_id)).status == RunStatus.FAILED  # untouched
         assert len(await h.journal(run_id)) == 3
-        plan = await h.store.resume_run(run_id, 2, "ops:bob", "provider refunded", force=True)
-        assert [c["name"] for c in plan.confirmed] == ["pay"]
-        run = await h.drive(run_id)
-        assert run.status == RunStatus.COMPLETED
-        assert len(payments.calls) == 2  # forced: called again (with the same key)
-        assert len(payments.charges) == 1
-        event = next(e for e in await h.events(run_id) if e.type == "run.resumed")
-        assert event.data["forced"] is True and event.data["reason"] == "provider refunded"
+        assert len(payments.calls) == 1
 
 
 def test_cli_dry_run_and_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,8 +81,8 @@ def test_cli_dry_run_and_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert out.exit_code == 0, out.output
     assert f"would resume {run_id} (failed) from step 3" in out.output
     out = runner.invoke(cli, ["runs", "resume", run_id, "--from-step", "1", "--db", db])
-    assert out.exit_code == 1 and "confirmed side effect" in out.output
+    assert out.exit_code == 1 and "was executed" in out.output
     out = runner.invoke(cli, ["runs", "resume", run_id, "--force", "--db", db])
-    assert out.exit_code != 0 and "--reason" in str(out.exception)
+    assert out.exit_code != 0 and "journal keeps every effect" in str(out.exception)
     out = runner.invoke(cli, ["runs", "resume", run_id, "--db", db])
     assert out.exit_code == 0 and f"resumed {run_id}" in out.output

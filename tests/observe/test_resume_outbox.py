@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentledger import App, RunStatus, Status, ToolContext
 from agentledger.errors import BusinessError
+from agentledger.store.queries.observe_resume import ResumeRefused
 from agentledger.tools.contract import Compensation
 from tests.fast.lifecycle_harness import Harness
 
@@ -67,17 +70,16 @@ async def test_a_resume_past_the_decision_revives_the_dropped_outbox(tmp_path: P
         assert row.status == "pending", row
 
 
-async def test_a_step_run_again_after_the_decision_enqueues_afresh(tmp_path: Path) -> None:
+async def test_a_decided_outbox_step_is_not_deleted_by_a_resume(tmp_path: Path) -> None:
     state = {"bug": True}
     async with Harness(tmp_path, _app(state)) as h:
         run_id = await h.submit("book")
         assert (await h.drive(run_id)).status == RunStatus.NEEDS_HUMAN
         state["bug"] = False
-        # From the email step itself (a decided effect: --force with a reason).
-        await h.store.resume_run(run_id, 2, "ops:alice", "send it after all", force=True)
-        resumed = [e for e in await h.events(run_id) if e.type == "run.resumed"]
-        assert len(resumed[0].data["outbox_removed"]) == 1
-        run = await h.drive(run_id)
-        assert run.status == RunStatus.COMPLETED, run
+        before = [(s.step_no, s.status) for s in await h.journal(run_id)]
+        # From the email step itself: a decided effect the journal keeps.
+        with pytest.raises(ResumeRefused, match=r"step 2 .*was executed"):
+            await h.store.resume_run(run_id, 2, "ops:alice", "send it after all")
+        assert [(s.step_no, s.status) for s in await h.journal(run_id)] == before
         (row,) = await h.store.list_outbox()
-        assert row.status == "pending" and row.step_no == 2, row
+        assert row.status == "dropped", row

@@ -107,7 +107,7 @@ async def test_a_handover_resumed_and_completed_before_the_seal_is_reported_as_i
         handed_over = (await api.client.get(f"/v1/runs/{run_id}", headers=h)).json()
         assert handed_over["handover_reason"]
         HAND_OVER["now"] = False
-        await api.store.resume_run(run_id, 1, "ops", "budget raised", False)
+        await api.store.resume_run(run_id, 1, "ops", "budget raised")
         await until(lambda: status_is("completed"))
         assert await sealed_count(api, run_id) == 0  # nothing sealed, nothing enqueued yet
         assert await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c)) == []

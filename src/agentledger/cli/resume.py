@@ -1,5 +1,6 @@
 """`agentledger runs resume` (continue a failed or needs_human run from its failed
-step) and `agentledger outbox retry` (redeliver a dead letter)."""
+step), `agentledger runs settle` (a person's decision on a write whose outcome is
+unknown) and `agentledger outbox retry` (redeliver a dead letter)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from agentledger.cli.common import (
     check_text,
     db_option,
     json_option,
+    parse_json_input,
     print_json,
     run_async,
     with_store,
@@ -30,16 +32,24 @@ def _actor(actor: str | None) -> str:
         return "cli"
 
 
+_STATES = {"executed": "EXECUTED", "unknown": "UNKNOWN outcome", "not_applied": "not applied"}
+
+
 def _describe(plan: ResumePlan, dry_run: bool) -> str:
+    """The plan: steps run again, then one line per side effect (state, key, action)."""
     steps = ", ".join(f"{s['step_no']} {s['name']} ({s['status']})" for s in plan.reexecute)
     verb = "would resume" if dry_run else "resumed"
+    if dry_run and plan.refused:
+        verb = "would refuse to resume"
     text = f"{verb} {plan.run_id} ({plan.status}) from step {plan.from_step}"
     text += f"; re-executes: {steps}" if steps else "; nothing to re-execute"
-    if plan.kept_in_flight:
-        text += f"; in flight, settled by status check: {plan.kept_in_flight}"
-    if plan.confirmed:
-        names = ", ".join(f"{s['step_no']} {s['name']}" for s in plan.confirmed)
-        text += f"; CONFIRMED side effects re-executed: {names}"
+    for e in plan.effects:
+        text += (
+            f"\n  {e['step_no']} {e['name']}: {_STATES[e['state']]}, key {e['key']}"
+            f" -> {e['action']}"
+        )
+    if dry_run:
+        text += "".join(f"\n  refused: {r}" for r in plan.refused)
     return text
 
 
@@ -52,8 +62,8 @@ def _describe(plan: ResumePlan, dry_run: bool) -> str:
 @click.option("--agent", default=None, help="With --status: only runs of this agent.")
 @click.option("--limit", default=100, show_default=True, help="With --status: at most this many.")
 @click.option("--dry-run", is_flag=True, help="Show what would be resumed; change nothing.")
-@click.option("--force", is_flag=True,
-              help="Re-execute steps whose side effect is confirmed (needs --reason).")  # fmt: skip
+@click.option("--force", is_flag=True, hidden=True,
+              help="Gone: an executed write or compensation is never executed again.")  # fmt: skip
 @click.option("--reason", default=None, help="Why (recorded in the audit trail).")
 @click.option("--actor", default=None, help="Who resumes [default: cli:<user>].")
 @db_option
@@ -73,15 +83,21 @@ async def resume(
     as_json: bool,
 ) -> None:
     """Continue a failed or needs_human run after a fix, from its failed step (not the
-    top). Steps before it replay from the journal; a step whose side effect is
-    confirmed is never executed again unless --force --reason R."""
+    top). Steps before it replay from the journal. Refused while a write from that step
+    on has an unknown outcome and no status check (settle it: `runs settle`), and when it
+    would delete an executed write or compensation (the journal keeps every effect;
+    submit a new run instead). --dry-run lists every side effect with its key."""
     for value, option in ((run_id, "RUN_ID"), (agent, "--agent"), (reason, "--reason"),
                           (actor, "--actor")):  # fmt: skip
         check_text(value, option, limit=None if option == "--reason" else 200)
     if (run_id is None) == (status is None):
         raise UsageError("give a RUN_ID or --status (with --agent), not both")
-    if force and not reason:
-        raise UsageError("--force needs --reason: it is recorded in the audit trail")
+    if force:
+        raise UsageError(
+            "--force no longer re-executes an executed write or compensation: the journal "
+            "keeps every effect. Resume from a later step (--from-step), settle an unknown "
+            "write (`agentledger runs settle`), or submit a new run"
+        )
     if status is not None and from_step is not None:
         raise UsageError("--from-step applies to one run; drop it with --status")
     who = _actor(actor)
@@ -95,7 +111,7 @@ async def resume(
                 if dry_run:
                     done.append((rid, await store.plan_resume(rid, from_step)))
                 else:
-                    plan = await store.resume_run(rid, from_step, who, reason, force)
+                    plan = await store.resume_run(rid, from_step, who, reason)
                     done.append((rid, plan))
             except ResumeRefused as exc:
                 done.append((rid, str(exc)))
@@ -115,6 +131,62 @@ async def resume(
             click.echo("no runs to resume")
     if refused and run_id is not None:
         raise SystemExit(1)
+
+
+@click.command("settle")
+@click.argument("run_id")
+@click.argument("step_no", type=int)
+@click.option("--applied", is_flag=True, help="The provider shows it happened (give --result).")
+@click.option("--not-applied", is_flag=True,
+              help="The provider shows it did not happen: sent again, same key.")  # fmt: skip
+@click.option("--result", "result_json", default=None,
+              help="With --applied: the result the provider shows, as JSON.")  # fmt: skip
+@click.option("--reason", default=None, help="Why (recorded in the journal and the audit).")
+@click.option("--actor", default=None, help="Who decides [default: cli:<user>].")
+@db_option
+@run_async
+async def settle(
+    run_id: str,
+    step_no: int,
+    applied: bool,
+    not_applied: bool,
+    result_json: str | None,
+    reason: str | None,
+    actor: str | None,
+    db: str,
+) -> None:
+    """Settle step STEP_NO of RUN_ID, a write whose outcome is unknown, after looking at
+    the provider: --applied --result JSON (it happened; the run goes on with that
+    result) or --not-applied (it may be sent again with the same key). Recorded with
+    who and why in the journal and the audit trail; then `agentledger runs resume`."""
+    for value, option in ((run_id, "RUN_ID"), (actor, "--actor")):
+        check_text(value, option)
+    check_text(reason, "--reason", limit=None)
+    if applied == not_applied:
+        raise UsageError("give one of --applied (with --result JSON) or --not-applied")
+    if not reason or not reason.strip():
+        raise UsageError("--reason is required: it is recorded in the journal and the audit")
+    result = None
+    if applied:
+        if result_json is None:
+            raise UsageError(
+                "--applied needs --result JSON: the result the provider shows (later steps "
+                """and its compensation read it), e.g. --result '{"id": "po_1"}'"""
+            )
+        result = parse_json_input(result_json, "--result")
+    elif result_json is not None:
+        raise UsageError("--result goes with --applied only")
+    try:
+        step = await with_store(
+            db, lambda s: s.settle_step(run_id, step_no, applied, result, _actor(actor), reason)
+        )
+    except ResumeRefused as exc:
+        raise UsageError(str(exc)) from None
+    what = "applied (succeeded)" if applied else "not applied (sent again with the same key)"
+    click.echo(
+        f"settled step {step_no} ({step.name}, key {step.idempotency_key}) of {run_id} as "
+        f"{what}; continue it with `agentledger runs resume {run_id}`"
+    )
 
 
 @click.command("retry")

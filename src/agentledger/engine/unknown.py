@@ -70,8 +70,12 @@ async def drive_write(
         await exe.record(step, events=take_events(exe))
         return await run_attempts(ops)
     # ``started`` (with the key) is durable before the call; the journal entry itself
-    # is the audit record of it.
+    # is the audit record of it. Whether the tool can be status-checked goes with it: an
+    # operator's resume keeps such a step for its check and refuses any other unknown
+    # one until a person settles it (store/queries/observe_resume.py).
     step.status = StepStatus.STARTED
+    if isinstance(step.input, dict):
+        step.input["status_check"] = tool.status_check is not None
     if tool.idempotency == "effects":
         if tool.effect_key is not None and isinstance(step.input, dict):
             # A key shared across runs (e.g. one welcome gift per guest).

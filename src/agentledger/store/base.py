@@ -444,9 +444,24 @@ class Store(ABC):
         from_step: int | None,
         actor: str,
         reason: str | None = None,
-        force: bool = False,
     ) -> ResumePlan:
-        """Queue a failed or needs_human run again from its failed step (or ``from_step``)."""
+        """Queue a failed or needs_human run again from its failed step (or ``from_step``).
+
+        Refused (:class:`ResumeRefused`) when it would call an unknown write again before
+        it is settled, or delete an executed write or compensation."""
+        raise NotImplementedError
+
+    async def settle_step(
+        self,
+        run_id: str,
+        step_no: int,
+        applied: bool,
+        result: Any,
+        actor: str,
+        reason: str,
+    ) -> Step:
+        """Record a person's decision on a write whose outcome is unknown: it happened
+        (with ``result``) or it did not (it may be sent again with its key)."""
         raise NotImplementedError
 
     async def resume_candidates(self, status: str, agent: str | None, limit: int) -> list[str]:

@@ -688,11 +688,23 @@ class SQLStore(Store):
         from_step: int | None,
         actor: str,
         reason: str | None = None,
-        force: bool = False,
     ) -> ResumePlan:
         return await self._call(
-            lambda c: observe_resume.resume_run(
-                self.dialect, c, run_id, from_step, actor, reason, force
+            lambda c: observe_resume.resume_run(self.dialect, c, run_id, from_step, actor, reason)
+        )
+
+    async def settle_step(
+        self,
+        run_id: str,
+        step_no: int,
+        applied: bool,
+        result: Any,
+        actor: str,
+        reason: str,
+    ) -> Step:
+        return await self._call(
+            lambda c: observe_resume.settle_step(
+                self.dialect, c, run_id, step_no, applied, result, actor, reason
             )
         )
 

@@ -1,4 +1,5 @@
-"""Resume a failed or ``needs_human`` run from its failed step, and redeliver dead letters.
+"""Resume a failed or ``needs_human`` run from its failed step; settle a write whose
+outcome is unknown; redeliver dead letters.
 
 A resume is one transaction:
 
@@ -7,15 +8,22 @@ A resume is one transaction:
    (not a compensation); else the step after the first one still in flight (that one
    is kept: the resumed engine resolves it by its status check, never by a blind call);
    else the compensation decision; else after the last step.
-3. Journal rows from N on are archived into the ``run.resumed`` audit event and
-   deleted, with their approvals, so replay stops at N and the engine runs N again with
-   the code the worker has now. Refused when one of them is a confirmed side effect (a
-   succeeded write or compensation: it has an idempotency key) unless ``force`` with a
-   reason, which the event records.
-   When the compensation decision is among them, the outbox rows it dropped are owed
-   again: a kept step's row goes back to ``pending``, a re-executed step's row is
-   removed (that step enqueues it afresh).
-4. The run goes back to ``queued`` by an UPDATE guarded on ``failed``/``needs_human``
+3. Every side effect from N on is judged first (:func:`effect_state`), and the resume is
+   refused, whatever the operator asks, when it would
+   - call again a write whose outcome is unknown and whose tool has no status check
+     (it is settled first: :func:`settle_step`, ``agentledger runs settle``), or
+   - delete an executed write or compensation (the journal keeps every effect that
+     happened; a compensated run's forward writes were undone at the provider, and a
+     run completed on them would rest on money given back).
+   A write still in flight (unknown with a status check, or settled "not applied") is
+   kept in the journal: the engine status-checks it, or sends it again with its key.
+4. The other journal rows from N on are archived into the ``run.resumed`` audit event
+   and deleted, with their approvals, so replay stops at N and the engine runs N again
+   with the code the worker has now. When the compensation decision is among them (its
+   compensations all failed: nothing was undone), the outbox rows it dropped are owed
+   again: a kept step's row goes back to ``pending``, a re-executed step's row is removed
+   (that step enqueues it afresh).
+5. The run goes back to ``queued`` by an UPDATE guarded on ``failed``/``needs_human``
    (row count checked): its lease, result, error and handover reason are cleared, its
    step count is the rows kept; its tokens and cost stay (they were spent).
 """
@@ -41,30 +49,79 @@ DECISION_KIND = "decision"  # engine/compensation.py: the journaled compensation
 
 
 class ResumeRefused(StoreError):
-    """A resume that would re-execute a confirmed side effect, or a run not resumable."""
+    """A resume (or settle) refused: it would call an unknown write again, delete an
+    executed effect, or the run or step is not in a state it applies to."""
 
 
 @dataclass
 class ResumePlan:
-    """What a resume does (or would do, for a dry run)."""
+    """What a resume does (or would do, for a dry run).
+
+    ``effects``: every side effect from the first re-executed step on (and every write
+    kept in flight), each with its ``state`` (:func:`effect_state`), the ``key`` it has
+    and will use, and ``action``: what the resume does with it. ``refused``: why the
+    resume cannot go ahead (empty: it can).
+    """
 
     run_id: str
     status: str
     from_step: int
     reexecute: list[dict[str, Any]] = field(default_factory=list)
-    confirmed: list[dict[str, Any]] = field(default_factory=list)  # confirmed side effects
+    confirmed: list[dict[str, Any]] = field(default_factory=list)  # executed effects
     kept_in_flight: list[int] = field(default_factory=list)
+    effects: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
 def confirmed_effect(step: Step) -> bool:
-    """A step whose side effect is known to have happened (a succeeded write)."""
+    """A step whose side effect is known to have happened: a succeeded write or
+    compensation, or one that took effect but whose result could not be journaled."""
+    if step.kind not in _EFFECT_KINDS or step.idempotency_key is None:
+        return False
+    return step.status == StepStatus.SUCCEEDED or (
+        step.status == StepStatus.FAILED and step.error_class == "not_journalable"
+    )
+
+
+def _maybe_applied(step: Step) -> bool:
+    retry = step.output.get("retry") if isinstance(step.output, dict) else None
+    return isinstance(retry, dict) and bool(retry.get("maybe_applied"))
+
+
+def effect_state(step: Step) -> str | None:
+    """What the journal says of a step's side effect.
+
+    ``executed`` (it happened), ``unknown`` (in flight: it may or may not have
+    happened), ``not_applied`` (in flight, proven or settled to have applied nothing:
+    it may be sent again with its key), None (no side effect, or one that failed).
+    """
+    if step.kind not in _EFFECT_KINDS:
+        return None
+    if confirmed_effect(step):
+        return "executed"
+    if step.status in (StepStatus.STARTED, StepStatus.UNKNOWN) or (
+        step.status == StepStatus.RETRYING and _maybe_applied(step)
+    ):
+        return "unknown"
+    if step.status == StepStatus.RETRYING:
+        return "not_applied"
+    return None
+
+
+def _status_checked(step: Step) -> bool:
+    """Whether the step's tool had a status check when it was journaled
+    (engine/unknown.py writes it with ``started``; older entries say nothing: no)."""
+    return isinstance(step.input, dict) and step.input.get("status_check") is True
+
+
+def settle_command(run_id: str, step_no: int) -> str:
+    """The command that settles an unknown step, for messages."""
     return (
-        step.kind in _EFFECT_KINDS
-        and step.status == StepStatus.SUCCEEDED
-        and step.idempotency_key is not None
+        f"agentledger runs settle {run_id} {step_no} --applied --result JSON --reason R "
+        "(or --not-applied --reason R)"
     )
 
 
@@ -110,15 +167,75 @@ def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> Re
         if from_step < 1:
             raise ResumeRefused(f"--from-step must be 1 or more (got {from_step})")
         start, kept = from_step, []
-    later = [s for s in journal if s.step_no >= start]
-    return ResumePlan(
-        run_id=run_id,
-        status=run.status,
-        from_step=start,
-        reexecute=[_brief(s) for s in later],
-        confirmed=[_brief(s) for s in later if confirmed_effect(s)],
-        kept_in_flight=kept,
+    plan = ResumePlan(run_id=run_id, status=run.status, from_step=start)
+    undone = _compensated(journal)
+    for step in journal:
+        state = effect_state(step)
+        if step.step_no < start and step.step_no not in kept:
+            continue
+        if state in ("unknown", "not_applied"):
+            plan.kept_in_flight.append(step.step_no)  # never deleted, never sent fresh
+        else:
+            plan.reexecute.append(_brief(step))
+        if state is None:
+            continue
+        entry = {**_brief(step), "state": state, "key": step.idempotency_key}
+        entry["action"] = _judge(plan, step, state, undone.get(step.step_no))
+        if state == "executed":
+            plan.confirmed.append(_brief(step))
+        plan.effects.append(entry)
+    plan.kept_in_flight.sort()
+    return plan
+
+
+def _compensated(journal: list[Step]) -> dict[int, Step]:
+    """Forward steps undone by a compensation that took effect, by step number."""
+    out: dict[int, Step] = {}
+    for step in journal:
+        target = step.input.get("compensates") if isinstance(step.input, dict) else None
+        if step.kind == "compensation" and confirmed_effect(step) and isinstance(target, int):
+            out[target] = step
+    return out
+
+
+def _judge(plan: ResumePlan, step: Step, state: str, undone_by: Step | None) -> str:
+    """What the resume does with one effect; a refusal is added to ``plan.refused``."""
+    where = f"step {step.step_no} ({step.name}, key {step.idempotency_key})"
+    if state == "not_applied":
+        return "sent again with the same key (it applied nothing)"
+    if state == "unknown":
+        if _status_checked(step):
+            return "status-checked with the same key first (never sent fresh)"
+        plan.refused.append(
+            f"{where}: its outcome is unknown and it has no status check, so it is never "
+            f"called again before it is settled: look at the provider, then "
+            f"`{settle_command(plan.run_id, step.step_no)}`"
+        )
+        return "refused until settled"
+    if step.kind == "compensation" or undone_by is not None:
+        if step.kind == "compensation":
+            target = step.input.get("compensates") if isinstance(step.input, dict) else None
+            what = f"{where} undid step {target}"
+        else:
+            assert undone_by is not None
+            what = (
+                f"{where} was undone by step {undone_by.step_no} ({undone_by.name}, key "
+                f"{undone_by.idempotency_key})"
+            )
+        if not any("was compensated" in r for r in plan.refused):
+            plan.refused.append(
+                f"run {plan.run_id} was compensated ({what}): resuming it from step "
+                f"{plan.from_step} would delete an executed compensation and complete the "
+                "run on an effect the provider shows undone; the journal keeps it. To do "
+                "the work again, submit a new run (`agentledger submit NAME --input ...`): "
+                "it takes new effects with new keys"
+            )
+        return "kept (executed and compensated): refused"
+    plan.refused.append(
+        f"{where} was executed: resume never deletes or re-executes an executed write; "
+        f"resume from a later step (--from-step {step.step_no + 1}) or submit a new run"
     )
+    return "kept (executed): refused"
 
 
 def resume_run(
@@ -128,26 +245,24 @@ def resume_run(
     from_step: int | None,
     actor: str,
     reason: str | None,
-    force: bool,
 ) -> ResumePlan:
     """Resume ``run_id`` (see the module docstring); returns the plan carried out."""
     plan = plan_resume(d, conn, run_id, from_step)
-    if plan.confirmed and not (force and reason):
-        names = ", ".join(f"{c['step_no']} ({c['name']})" for c in plan.confirmed)
-        raise ResumeRefused(
-            f"step(s) {names} of run {run_id} have a confirmed side effect and would be "
-            "executed again; resume from a later step, or pass --force with --reason"
-        )
+    if plan.refused:
+        raise ResumeRefused("; ".join(plan.refused))
     params = {"id": run_id, "n": plan.from_step}
+    # Writes kept in flight stay in the journal (by number: at most a run's steps).
+    keep = "".join(f" AND step_no <> {int(n)}" for n in plan.kept_in_flight)
     archived = d.fetchall(
-        conn, "SELECT * FROM steps WHERE run_id = :id AND step_no >= :n ORDER BY step_no", params
+        conn,
+        f"SELECT * FROM steps WHERE run_id = :id AND step_no >= :n{keep} ORDER BY step_no",
+        params,
     )
     approvals = d.fetchall(
-        conn, "SELECT * FROM approvals WHERE run_id = :id AND step_no >= :n", params
+        conn, f"SELECT * FROM approvals WHERE run_id = :id AND step_no >= :n{keep}", params
     )
-    kept = d.fetchall(
-        conn, "SELECT COUNT(*) AS n FROM steps WHERE run_id = :id AND step_no < :n", params
-    )[0]["n"]
+    kept = d.fetchall(conn, "SELECT COUNT(*) AS n FROM steps WHERE run_id = :id", params)[0]["n"]
+    kept = int(kept) - len(archived)
     now = d.now_sql
     moved = d.execute(
         conn,
@@ -159,8 +274,8 @@ def resume_run(
     )
     if moved != 1:
         raise ResumeRefused(f"run {run_id} changed state meanwhile; look again")
-    d.execute(conn, "DELETE FROM approvals WHERE run_id = :id AND step_no >= :n", params)
-    d.execute(conn, "DELETE FROM steps WHERE run_id = :id AND step_no >= :n", params)
+    d.execute(conn, f"DELETE FROM approvals WHERE run_id = :id AND step_no >= :n{keep}", params)
+    d.execute(conn, f"DELETE FROM steps WHERE run_id = :id AND step_no >= :n{keep}", params)
     outbox: dict[str, list[str]] = {"revived": [], "removed": []}
     if any(s["kind"] == DECISION_KIND for s in archived):
         outbox = _undrop_outbox(d, conn, run_id, plan.from_step)
@@ -174,8 +289,7 @@ def resume_run(
             "from_step": plan.from_step,
             "previous_status": plan.status,
             "reason": reason,
-            "forced": bool(plan.confirmed),
-            "confirmed_reexecuted": plan.confirmed,
+            "effects": plan.effects,
             "kept_in_flight": plan.kept_in_flight,
             "archived_steps": archived,
             "archived_approvals": approvals,
@@ -185,6 +299,116 @@ def resume_run(
     )
     d.notify_runnable(conn)
     return plan
+
+
+def settle_step(
+    d: Dialect,
+    conn: Any,
+    run_id: str,
+    step_no: int,
+    applied: bool,
+    result: Any,
+    actor: str,
+    reason: str,
+) -> Step:
+    """A person's decision on a write whose outcome is unknown, in one transaction.
+
+    ``applied``: the provider shows it happened; the step becomes ``succeeded`` with
+    ``result`` (what later steps and its compensation read). Not applied: the step is
+    owed a resend with its own key (``retrying``, nothing applied). Either way the
+    decision (who, why, when, the status it had) is written into the step's input
+    (``settled``) and a ``step.settled`` event. Only a failed or ``needs_human`` run's
+    step in flight with an unknown outcome is settled: the run row is locked first, so
+    a resume or a worker cannot move it meanwhile.
+    """
+    if not reason.strip():
+        raise ResumeRefused("settling needs a reason (--reason R): it is recorded in the audit")
+    run = get_run(d, conn, run_id)
+    if run is None:
+        raise ResumeRefused(f"no run {clean_text(run_id)!r}")
+    locked = d.execute(
+        conn,
+        f"UPDATE runs SET updated_at = {d.now_sql} "
+        "WHERE id = :id AND status IN ('failed', 'needs_human')",
+        {"id": run_id},
+    )
+    if locked != 1:
+        raise ResumeRefused(
+            f"run {run_id} is {run.status}; a step is settled only while its run is failed "
+            "or needs_human (a running run's worker resolves it)"
+        )
+    found = d.fetchall(
+        conn,
+        "SELECT * FROM steps WHERE run_id = :id AND step_no = :n",
+        {"id": run_id, "n": step_no},
+    )
+    if not found:
+        raise ResumeRefused(f"run {run_id} has no step {step_no}; see `agentledger runs show`")
+    step = rows.step_from(found[0])
+    earlier = step.input.get("settled") if isinstance(step.input, dict) else None
+    if isinstance(earlier, dict) and (
+        earlier.get("applied"),
+        earlier.get("by"),
+        earlier.get("reason"),
+    ) == (applied, actor, reason):
+        return step  # this very decision, retried after a lost reply: already done
+    if effect_state(step) != "unknown":
+        raise ResumeRefused(
+            f"step {step_no} ({step.name}) of run {run_id} is not in flight with an unknown "
+            f"outcome (it is {step.status}); there is nothing to settle"
+        )
+    was = step.status
+    decision = {"applied": applied, "by": actor, "reason": reason, "at": time.time(), "was": was}
+    step.input = {**(step.input if isinstance(step.input, dict) else {}), "settled": decision}
+    step.error_class = step.error = None
+    if applied:
+        step.status, step.output = StepStatus.SUCCEEDED, result
+    else:
+        retry = step.output.get("retry") if isinstance(step.output, dict) else None
+        state = dict(retry) if isinstance(retry, dict) else {}
+        state["maybe_applied"] = False  # a person said so: the engine may resend the key
+        step.status, step.output = StepStatus.RETRYING, {"retry": state}
+    changed = d.execute(
+        conn,
+        "UPDATE steps SET status = :status, input = :input, output = :output, "
+        "error_class = NULL, error = NULL WHERE run_id = :id AND step_no = :n AND status = :was",
+        {
+            "status": step.status,
+            "input": dumps(step.input),
+            "output": dumps(step.output),
+            "id": run_id,
+            "n": step_no,
+            "was": was,
+        },
+    )
+    if changed != 1:
+        raise ResumeRefused(f"step {step_no} of run {run_id} changed meanwhile; look again")
+    if applied:
+        # An effects-table guard claimed by this step holds the result too, so nothing
+        # ever takes the claim for an effect without one.
+        d.execute(
+            conn,
+            f"UPDATE effects SET status = 'done', result = :result, updated_at = {d.now_sql} "
+            "WHERE run_id = :id AND step_no = :n AND status = 'claimed'",
+            {"result": dumps(result), "id": run_id, "n": step_no},
+        )
+    insert_event(
+        d,
+        conn,
+        run_id,
+        "step.settled",
+        actor,
+        {
+            "step_no": step_no,
+            "tool": step.name,
+            "key": step.idempotency_key,
+            "applied": applied,
+            "result": result if applied else None,
+            "reason": reason,
+            "was": was,
+        },
+    )
+    return step
 
 
 def _undrop_outbox(d: Dialect, conn: Any, run_id: str, from_step: int) -> dict[str, list[str]]:
