@@ -179,9 +179,7 @@ async def test_deleted_tenant_is_named_by_its_runs_and_by_a_checkpoint(
     assert "tenant t2" in bad.output and "gone" in bad.output
 
 
-async def test_a_wrong_key_is_one_clear_error(
-    keyed: None, store: SQLStore, store_url: str
-) -> None:
+async def test_a_wrong_key_is_one_clear_error(keyed: None, store: SQLStore, store_url: str) -> None:
     await _runs(store, "t1", 1)
     await _sealed(store)
     wrong = await run_cli("verify", "--db", store_url, key=OTHER_KEY)

@@ -218,7 +218,7 @@ def _read_checkpoint(path: Path, key: auditkey.AuditKey | None) -> list[dict[str
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise refuse(str(exc).splitlines()[0]) from None
     if not isinstance(saved, dict) or saved.get("format") != service_audit.CHECKPOINT_FORMAT:
-        raise refuse(f"no \"format\": \"{service_audit.CHECKPOINT_FORMAT}\"")
+        raise refuse(f'no "format": "{service_audit.CHECKPOINT_FORMAT}"')
     heads = saved.get("heads")
     if not isinstance(heads, list):
         raise refuse("no list of heads")
