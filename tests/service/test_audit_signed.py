@@ -203,9 +203,50 @@ async def test_without_a_key_verify_says_unsigned_and_require_signed_fails(
     assert "intact" not in soft.output and f"set {ENV}" in soft.output
     hard = await run_cli("verify", "--db", store_url, "--require-signed", key=None)
     assert hard.exit_code == 1 and f"set {ENV}" in hard.output
-    # With the key, the unsigned chain does not pass either.
+    # With the key, the unsigned chain does not pass either, and a sealer with the key
+    # does not extend it (signing after it would vouch for it) ...
     keyed = await run_cli("verify", "--db", store_url, "--no-seal")
-    assert keyed.exit_code == 1 and "not signed" in keyed.output
+    assert keyed.exit_code == 1 and "tenant t1, record 1" in keyed.output
+    assert "not signed" in keyed.output and "sign-unsigned" in keyed.output
+    await _runs(store, "t1", 1)
+    monkeypatch.setenv(ENV, KEY)
+    assert await sealer.seal_once(store) == 0
+    # ... until an operator adopts it, after checking it.
+    adopted = await run_cli("sign-unsigned", "--db", store_url)
+    assert adopted.exit_code == 0 and "tenant t1: signed" in adopted.output, adopted.output
+    assert await sealer.seal_once(store) > 0
+    ok = await run_cli("verify", "--db", store_url, "--no-seal", "--require-signed")
+    assert ok.exit_code == 0 and "signatures verified" in ok.output, ok.output
+
+
+async def test_a_rewrite_with_its_signatures_stripped_is_not_blessed_by_the_next_seal(
+    keyed: None, store: SQLStore, store_url: str
+) -> None:
+    """Stripping the signatures of a rewritten chain (and its head's) must not let the
+    next seal's signature vouch for it."""
+    await _runs(store, "t1", 2)
+    await _sealed(store)
+    chain = await _chain(store, "t1")
+
+    def rewrite(d: Any, c: Any) -> None:
+        prev = chain[0]["hash"]
+        for row in chain[1:]:
+            digest = service_audit.record_hash(prev, "t1", {**row, "actor": "mallory"},
+                                               int(row["chain_no"]))  # fmt: skip
+            d.execute(
+                c, "UPDATE events SET actor = 'mallory', prev_hash = :p, hash = :h, sig = NULL "
+                "WHERE id = :id", {"p": prev, "h": digest, "id": row["id"]},
+            )  # fmt: skip
+            prev = digest
+        d.execute(c, "UPDATE audit_heads SET hash = :h, sig = NULL WHERE tenant_id = 't1'",
+                  {"h": prev})  # fmt: skip
+
+    await store.transact(rewrite)
+    await _runs(store, "t1", 1)
+    assert await sealer.seal_once(store) == 0
+    bad = await run_cli("verify", "--db", store_url)
+    assert bad.exit_code == 1 and "tenant t1, record 2" in bad.output, bad.output
+    assert "not signed" in bad.output and "not sealed yet" in bad.output
 
 
 async def test_a_sealer_without_the_key_leaves_a_signed_chain_alone(

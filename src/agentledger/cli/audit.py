@@ -62,12 +62,16 @@ async def audit(
     chain and, with AGENTLEDGER_AUDIT_KEY set, its signatures; exit 1 naming the first
     tampered record and every run whose records are gone) or `checkpoint` (verify, then
     print every tenant's signed head as JSON, to keep outside the database for
-    `verify --since-checkpoint`). Records not sealed yet are reported apart (how many,
+    `verify --since-checkpoint`), or `sign-unsigned` (sign, under AGENTLEDGER_AUDIT_KEY,
+    the records sealed before it was set, once their chain is verified: you vouch for
+    them as they are). Records not sealed yet are reported apart (how many,
     the oldest's age): they are not protected by the chain."""
     if target == "verify":
         await _verify(db, tenant, not no_seal, max_unsealed_age, since, require_signed, as_json)
     elif target == "checkpoint":
         await _checkpoint(db, tenant, not no_seal)
+    elif target == "sign-unsigned":
+        await _sign_unsigned(db, tenant)
     else:
         await _show(db, target, as_json)
 
@@ -201,6 +205,33 @@ async def _checkpoint(db: str, tenant: str | None, seal: bool) -> None:
             "heads": report.heads,
         }
     )
+
+
+async def _sign_unsigned(db: str, tenant: str | None) -> None:
+    key = auditkey.configured()
+    if key is None:
+        raise UsageError(f"set {auditkey.ENV} to the key the sealers use, then run this again")
+
+    async def go(store: SQLStore) -> list[tuple[str, int]]:
+        def unsigned(d: Dialect, c: Any) -> list[str]:
+            where = "" if tenant is None else " AND tenant_id = :t"
+            rows = d.fetchall(
+                c, "SELECT DISTINCT tenant_id FROM events WHERE chain_no IS NOT NULL "
+                f"AND sig IS NULL{where} ORDER BY tenant_id", {"t": tenant},
+            )  # fmt: skip
+            return [str(r["tenant_id"]) for r in rows]
+
+        done = []
+        for t in await store.transact(unsigned, write=False):
+            n = await store.transact(lambda d, c: service_audit.sign_unsigned(d, c, t, key))
+            done.append((t, n))
+        return done
+
+    done = await with_store(db, go)
+    for t, n in done:
+        click.echo(f"tenant {t}: signed {n} records with key id {key.key_id}")
+    if not done:
+        click.echo("no unsigned records")
 
 
 def _read_checkpoint(path: Path, key: auditkey.AuditKey | None) -> list[dict[str, Any]]:

@@ -81,22 +81,35 @@ def seal(d: Dialect, conn: Any, limit: int = 5000) -> int:
     return sum(_seal_tenant(d, conn, t, by_tenant[t], key) for t in sorted(by_tenant))
 
 
-def _may_extend(tenant_id: str, head_sig: str | None, key: AuditKey | None) -> bool:
-    """Whether this process may chain records after a head signed ``head_sig``: not
-    when the chain is signed under a key it does not hold. Unsigned records after a
-    signed one would end the chain unsigned (``audit verify`` fails it), and records
-    signed under another key could not be checked with either; the records wait,
-    unsealed, for a sealer with the chain's key (``audit verify`` reports their age)."""
-    if head_sig is None or (key is not None and auditkey.signer_of(head_sig) == key.key_id):
+def _may_extend(tenant_id: str, head_no: int, head_sig: str | None, key: AuditKey | None) -> bool:
+    """Whether this process may chain records after a head (``head_no``, signed
+    ``head_sig``). Without a key: only an unsigned chain -- unsigned records after a
+    signed one fail ``audit verify``. With a key: an empty chain or one signed under it;
+    never an unsigned chain with records, since signing after it would vouch for
+    whatever a writer of the database left there (its signatures stripped, its records
+    rewritten): such a history is adopted only by an operator, with ``agentledger audit
+    sign-unsigned``. Refused records wait, unsealed, and ``audit verify`` reports them."""
+    if key is None:
+        if head_sig is None:
+            return True
+        why = f"is signed under key id {auditkey.signer_of(head_sig)} but {auditkey.ENV} is not set"
+    elif head_sig is None:
+        if head_no == 0:
+            return True
+        why = (
+            f"has {head_no} unsigned records: after checking them, sign them with "
+            "`agentledger audit sign-unsigned`"
+        )
+    elif auditkey.signer_of(head_sig) == key.key_id:
         return True
+    else:
+        why = (
+            f"is signed under key id {auditkey.signer_of(head_sig)} but {auditkey.ENV} is "
+            f"key id {key.key_id}"
+        )
     if tenant_id not in _warned:
         _warned.add(tenant_id)
-        have = f"key id {key.key_id}" if key is not None else "no key"
-        log.error(
-            "audit chain of tenant %s is signed under key id %s but this process has %s: "
-            "its records stay unsealed until %s is set to that key",
-            tenant_id, auditkey.signer_of(head_sig), have, auditkey.ENV,
-        )  # fmt: skip
+        log.error("the audit chain of tenant %s %s; its new records stay unsealed", tenant_id, why)
     return False
 
 
@@ -131,7 +144,11 @@ def chain_at_insert(d: Dialect, conn: Any, records: list[dict[str, Any]]) -> Non
         f"SELECT tenant_id, chain_no, hash, sig FROM audit_heads WHERE tenant_id IN ({marks})",
         params,
     )
-    refused = {r["tenant_id"] for r in found if not _may_extend(r["tenant_id"], r["sig"], key)}
+    refused = {
+        r["tenant_id"]
+        for r in found
+        if not _may_extend(r["tenant_id"], int(r["chain_no"]), r["sig"], key)
+    }
     heads = {r["tenant_id"]: (int(r["chain_no"]), str(r["hash"])) for r in found}
     tenants = [t for t in tenants if t not in refused]
     # A tenant's first chained record starts its head (the writer holds the database:
@@ -227,7 +244,7 @@ def _seal_tenant(
         if not heads:
             return 0
     head = heads[0]
-    if not _may_extend(tenant_id, head["sig"], key):
+    if not _may_extend(tenant_id, int(head["chain_no"]), head["sig"], key):
         return 0
     chain_no, prev = int(head["chain_no"]), str(head["hash"])
     # Read again after the head's lock: a sealer holding it before us chained some.
@@ -374,9 +391,8 @@ def verify_chain(
     """Recompute every tenant's chain; return (records checked, the first break of each
     tenant whose chain is broken).
 
-    With ``key``, every signature is checked too, and a chain must end in a record
-    signed under it: records sealed unsigned before the key was configured are covered
-    by the first signed record after them (its hash chains theirs). Raises
+    With ``key``, every record must be signed under it (records sealed before the key
+    was configured are signed once by ``agentledger audit sign-unsigned``). Raises
     :class:`UsageError` when the chains are signed, but under another key only."""
     heads = d.fetchall(
         conn, "SELECT tenant_id, chain_no, hash, sig FROM audit_heads ORDER BY tenant_id"
@@ -398,7 +414,6 @@ def verify_chain(
         head_no, head_hash = int(head["chain_no"]), str(head["hash"])
         prev, expected_no, at_head = GENESIS, 1, GENESIS
         problem = None
-        unsigned: dict[str, Any] | None = None  # the first of the trailing unsigned records
         for row in rows:
             checked += 1
             no = int(row["chain_no"])
@@ -415,13 +430,9 @@ def verify_chain(
                 )  # fmt: skip
                 break
             if key is not None:
-                if row["sig"] is None:
-                    unsigned = unsigned or row
-                else:
-                    problem = _bad_signature(key, t, row)
-                    if problem is not None:
-                        break
-                    unsigned = None
+                problem = _bad_signature(key, t, row)
+                if problem is not None:
+                    break
             prev, expected_no = row["hash"], no + 1
             if no == head_no:
                 at_head = prev
@@ -431,14 +442,6 @@ def verify_chain(
                 t, expected_no, None, None, None,
                 f"the chain ends at {expected_no - 1} but its head says {head['chain_no']} "
                 "(records deleted)",
-            )  # fmt: skip
-        if problem is None and unsigned is not None:
-            problem = Broken(
-                t, int(unsigned["chain_no"]), int(unsigned["id"]), unsigned["run_id"],
-                unsigned["seq"],
-                f"records {unsigned['chain_no']}-{expected_no - 1} are not signed (sealed "
-                f"by a process without {auditkey.ENV}, or rewritten and their signatures "
-                "dropped)",
             )  # fmt: skip
         if problem is not None:
             broken.append(problem)
@@ -459,6 +462,12 @@ def _check_key(key: AuditKey, heads: list[dict[str, Any]]) -> None:
 
 def _bad_signature(key: AuditKey, tenant_id: str, row: dict[str, Any]) -> Broken | None:
     """Why ``row``'s signature fails under ``key``, or None when it holds."""
+    if row["sig"] is None:
+        return Broken(
+            tenant_id, int(row["chain_no"]), int(row["id"]), row["run_id"], row["seq"],
+            f"record is not signed (sealed by a process without {auditkey.ENV} -- sign such "
+            "records with `agentledger audit sign-unsigned` -- or its signature was removed)",
+        )  # fmt: skip
     signer = auditkey.signer_of(row["sig"])
     if signer != key.key_id:
         reason = (
@@ -474,6 +483,42 @@ def _bad_signature(key: AuditKey, tenant_id: str, row: dict[str, Any]) -> Broken
         return None
     return Broken(tenant_id, int(row["chain_no"]), int(row["id"]), row["run_id"], row["seq"],
                   reason)  # fmt: skip
+
+
+def sign_unsigned(d: Dialect, conn: Any, tenant_id: str, key: AuditKey) -> int:
+    """Sign the tenant's sealed, unsigned records under ``key`` once their chain is
+    verified: an operator's adoption of a history sealed before the key was configured
+    (it vouches for the records as they are now). Refused, raising :class:`UsageError`,
+    when the chain is broken or the head is being sealed; returns how many were signed."""
+    head = d.fetchall(
+        conn, f"SELECT chain_no FROM audit_heads WHERE tenant_id = :t{d.skip_locked}",
+        {"t": tenant_id},
+    )  # fmt: skip
+    if not head:
+        raise UsageError(f"tenant {tenant_id} has no audit chain, or it is being sealed: retry")
+    _, broken = verify_chain(d, conn, tenant_id)
+    if broken:
+        raise UsageError(
+            f"tenant {tenant_id}: record {broken[0].chain_no}: {broken[0].reason}; nothing "
+            "was signed"
+        )
+    rows = d.fetchall(
+        conn,
+        "SELECT id, chain_no, hash FROM events WHERE tenant_id = :t AND chain_no IS NOT NULL "
+        "AND sig IS NULL ORDER BY chain_no",
+        {"t": tenant_id},
+    )
+    for r in rows:
+        sig = key.sign(tenant_id, int(r["chain_no"]), r["hash"])
+        d.execute(conn, "UPDATE events SET sig = :s WHERE id = :id", {"s": sig, "id": r["id"]})
+    head_no = int(head[0]["chain_no"])
+    last = [r for r in rows if int(r["chain_no"]) == head_no]
+    if last:
+        d.execute(
+            conn, "UPDATE audit_heads SET sig = :s WHERE tenant_id = :t",
+            {"s": key.sign(tenant_id, head_no, last[0]["hash"]), "t": tenant_id},
+        )  # fmt: skip
+    return len(rows)
 
 
 def runs_without_records(
