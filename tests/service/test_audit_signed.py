@@ -266,3 +266,23 @@ async def test_a_sealer_without_the_key_leaves_a_signed_chain_alone(
     assert await sealer.seal_once(store) > 0
     ok = await run_cli("verify", "--db", store_url, "--no-seal")
     assert ok.exit_code == 0, ok.output
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["not json", "[]", '{"format": "other"}',
+     '{"format": "agentledger-audit-checkpoint/1", "heads": [{"tenant_id": "t1", '
+     '"chain_no": 99999999999999999999, "hash": "x", "sig": null}]}'],
+)  # fmt: skip
+async def test_a_file_that_is_not_a_checkpoint_is_one_clear_error(
+    keyed: None, store: SQLStore, store_url: str, tmp_path: Path, text: str
+) -> None:
+    await _runs(store, "t1", 1)
+    path = tmp_path / "cp.json"
+    path.write_text(text)
+    bad = await run_cli("verify", "--db", store_url, "--since-checkpoint", str(path))
+    assert isinstance(bad.exception, UsageError), bad.output
+    assert "is not an audit checkpoint" in str(bad.exception)
+    assert "agentledger audit checkpoint" in str(bad.exception)
+    # Nothing was read or sealed first.
+    assert await store.transact(service_audit.has_unsealed, write=False)

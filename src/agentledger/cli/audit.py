@@ -258,7 +258,7 @@ def _read_checkpoint(path: Path, key: auditkey.AuditKey | None) -> list[dict[str
             isinstance(h, dict)
             and isinstance(h.get("tenant_id"), str)
             and type(h.get("chain_no")) is int
-            and h["chain_no"] > 0
+            and 0 < h["chain_no"] < 2**63
             and isinstance(h.get("hash"), str)
             and isinstance(h.get("sig"), str | None)
         ):
