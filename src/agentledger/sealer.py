@@ -6,7 +6,8 @@ of a per-tenant chain head, see ``store/queries/service_audit.py``); a sealer ru
 ``serve`` process and each worker seals them shortly after, and a stopping worker seals
 once more after its last run is released, so nothing it wrote is left unsealed.
 Sealers may run in many processes at once: each tenant's head row lock serializes them
-and a record is chained once (:func:`service_audit.seal`).
+and a record is chained once (:func:`service_audit.seal`). Each signs what it seals under
+``AGENTLEDGER_AUDIT_KEY`` (``agentledger/auditkey.py``), read when it starts.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import logging
 import random
 
+from agentledger import auditkey
 from agentledger.envsettings import seconds_from_env
 from agentledger.store import Store
 from agentledger.store.queries import service_audit
@@ -32,6 +34,23 @@ def period_from_env() -> float:
 
     Raises :class:`UsageError` naming the variable when it is set to anything else."""
     return seconds_from_env(PERIOD_ENV, DEFAULT_PERIOD, minimum=0.01, maximum=3600)
+
+
+def key_at_start() -> auditkey.AuditKey | None:
+    """The key this process signs seals with (``AGENTLEDGER_AUDIT_KEY``), checked when
+    a sealing process starts: an unusable value raises :class:`UsageError` then, not at
+    the first seal; none logs a warning, since the chain is then only as trustworthy
+    as every writer of the database."""
+    key = auditkey.configured()
+    if key is None:
+        log.warning(
+            "%s is not set: audit seals are unsigned and `agentledger audit verify` cannot "
+            "tell a chain rewritten by a writer of the database from an intact one",
+            auditkey.ENV,
+        )
+    else:
+        log.info("audit seals are signed with key id %s", key.key_id)
+    return key
 
 
 async def seal_once(store: Store, batch: int | None = None, max_batches: int | None = None) -> int:

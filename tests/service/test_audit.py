@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from agentledger.cli.main import cli
@@ -17,7 +18,11 @@ def audit_cli(*args: str) -> object:
     return CliRunner().invoke(cli, ["audit", *args])
 
 
-async def test_editing_one_record_makes_verify_fail_and_name_it(store_url: str) -> None:
+async def test_editing_one_record_makes_verify_fail_and_name_it(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The service, its workers and the verify command all sign and check under one key.
+    monkeypatch.setenv("AGENTLEDGER_AUDIT_KEY", "k" * 32)
     async with in_process(settings_for(store_url, workers_inline=1)) as api:
         a = await api.key("t1", "alice", ("admin",))
         b = await api.key("t2", "bob", ("operator",))
@@ -30,7 +35,7 @@ async def test_editing_one_record_makes_verify_fail_and_name_it(store_url: str) 
             assert r.json()["status"] == "completed"
     ok = await asyncio.to_thread(audit_cli, "verify", "--db", store_url)
     assert ok.exit_code == 0, ok.output  # type: ignore[attr-defined]
-    assert "intact" in ok.output  # type: ignore[attr-defined]
+    assert "intact" in ok.output and "signatures verified" in ok.output  # type: ignore[attr-defined]
     async with in_process(settings_for(store_url)) as api:
         a = await api.key("t1", "alice", ("admin",))
         records = (await api.client.get(f"/v1/runs/{ids[0]}/audit", headers=a)).json()["records"]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from agentledger.store import SQLStore
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries import service_audit, service_runs
@@ -118,8 +120,10 @@ async def test_unsealed_events_of_another_writer_then_a_group_then_a_seal(
 
 
 async def test_audit_verify_command_on_a_file_written_by_the_fast_path(
-    store: SQLStore, store_url: str
+    store: SQLStore, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Signed as they are chained, and checked by a verify in another process.
+    monkeypatch.setenv("AGENTLEDGER_AUDIT_KEY", "k" * 32)
     await submit(store, [odd_request(i, f"t{i % 3}") for i in range(30)])
     await store.close()
     env = {**os.environ}
@@ -128,7 +132,7 @@ async def test_audit_verify_command_on_a_file_written_by_the_fast_path(
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "intact" in done.stdout
+    assert "intact" in done.stdout and "signatures verified" in done.stdout
     await store.open()
 
 

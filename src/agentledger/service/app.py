@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = None) -> FastAPI:
     """The service over ``settings.db_url`` (or an already open ``store``, which the
     caller then owns), serving the agents and workflows ``agent_app`` declares."""
+    sealer.key_at_start()  # an unusable AGENTLEDGER_AUDIT_KEY stops `serve` before it listens
     own_store = store is None
     the_store: Store = store if store is not None else open_store(settings.db_url)
 

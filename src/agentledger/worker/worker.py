@@ -202,6 +202,7 @@ class Worker:
             side.append(asyncio.create_task(self._stuck_loop(), name="stuck"))  # observe/stuck.py
             # The audit chain is sealed where its records are written (agentledger/sealer.py).
             seal_every = sealer.period_from_env()
+            sealer.key_at_start()
             side.append(
                 asyncio.create_task(sealer.seal_forever(self.store, seal_every), name="seal")
             )

@@ -262,14 +262,14 @@ def _insert_runs(d: Dialect, conn: Any, inserts: list[_New]) -> None:
 
 @functools.lru_cache(maxsize=64)
 def _events_sql(n: int, chained: bool) -> str:
-    chain = ", :tenant{i}, :chain_no{i}, :prev_hash{i}, :hash{i}" if chained else ""
+    chain = ", :tenant{i}, :chain_no{i}, :prev_hash{i}, :hash{i}, :sig{i}" if chained else ""
     values = ", ".join(
         f"(:run{i}, :at, :type{i}, :actor{i}, :data{i}, :seq{i}, NULL{chain.format(i=i)})"
         for i in range(n)
     )
     columns = "run_id, at, type, actor, data, seq, token"
     if chained:
-        columns += ", tenant_id, chain_no, prev_hash, hash"
+        columns += ", tenant_id, chain_no, prev_hash, hash, sig"
     return f"INSERT INTO events ({columns}) VALUES {values}"
 
 
@@ -317,6 +317,7 @@ def _insert_events(d: Dialect, conn: Any, inserts: list[_New]) -> None:
             params[f"chain_no{n}"] = rec["chain_no"]
             params[f"prev_hash{n}"] = rec["prev_hash"]
             params[f"hash{n}"] = rec["hash"]
+            params[f"sig{n}"] = rec["sig"]
     d.execute(conn, _events_sql(len(records), chained), params)
 
 

@@ -10,8 +10,15 @@ the previous record's hash and its own hash:
     hash = SHA-256(prev_hash || canonical JSON of [tenant, chain_no, run_id, seq, type,
                                                    actor, at, data as stored])
 
-Editing, deleting or reordering a sealed record breaks the chain at that record, and
-:func:`verify_chain` names it. Concurrent sealers cannot fork or skip the chain: the head
+Each link is also signed under ``AGENTLEDGER_AUDIT_KEY`` when one is configured
+(``sig``, see ``agentledger/auditkey.py``): the hash function is public, so without the
+key a writer of the database could rewrite a record and re-chain everything after it.
+Editing, deleting or reordering a sealed record breaks the chain at that record, a
+re-chained one fails its signature, and :func:`verify_chain` names it. Cutting the tail
+(head moved back onto an earlier, genuinely signed record) or deleting a tenant's whole
+chain leaves nothing in the database to compare with: :func:`against_checkpoint` compares
+with heads the user kept elsewhere, and :func:`runs_without_records` names runs whose
+records are gone. Concurrent sealers cannot fork or skip the chain: the head
 lock serializes them (PostgreSQL: ``FOR UPDATE SKIP LOCKED`` -- a sealer skips a tenant
 another is sealing -- and the events are read after it is taken, under READ COMMITTED;
 SQLite: one writer), a record is chained only if still unsealed (else the
@@ -23,15 +30,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from agentledger.errors import StoreError
+from agentledger import auditkey
+from agentledger.auditkey import AuditKey
+from agentledger.errors import StoreError, UsageError
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries import service_webhooks
 from agentledger.store.queries.common import in_list
 
 GENESIS = "0" * 64
+
+log = logging.getLogger(__name__)
 
 
 def record_hash(prev_hash: str, tenant_id: str, row: dict[str, Any], chain_no: int) -> str:
@@ -62,10 +74,46 @@ def seal(d: Dialect, conn: Any, limit: int = 5000) -> int:
     # The window's events are read per tenant by id below, never by tenant: a join on
     # the tenant's runs grows with the tenant's history (a hash join over every run of
     # the tenant held PostgreSQL's writer for 0.2-0.6 s per seal under load).
+    key = auditkey.configured()
     by_tenant: dict[str, list[int]] = {}
     for event_id, tenant_id in _window(d, conn, limit):
         by_tenant.setdefault(tenant_id, []).append(event_id)
-    return sum(_seal_tenant(d, conn, t, by_tenant[t]) for t in sorted(by_tenant))
+    return sum(_seal_tenant(d, conn, t, by_tenant[t], key) for t in sorted(by_tenant))
+
+
+def _may_extend(tenant_id: str, head_no: int, head_sig: str | None, key: AuditKey | None) -> bool:
+    """Whether this process may chain records after a head (``head_no``, signed
+    ``head_sig``). Without a key: only an unsigned chain -- unsigned records after a
+    signed one fail ``audit verify``. With a key: an empty chain or one signed under it;
+    never an unsigned chain with records, since signing after it would vouch for
+    whatever a writer of the database left there (its signatures stripped, its records
+    rewritten): such a history is adopted only by an operator, with ``agentledger audit
+    sign-unsigned``. Refused records wait, unsealed, and ``audit verify`` reports them."""
+    if key is None:
+        if head_sig is None:
+            return True
+        why = f"is signed under key id {auditkey.signer_of(head_sig)} but {auditkey.ENV} is not set"
+    elif head_sig is None:
+        if head_no == 0:
+            return True
+        why = (
+            f"has {head_no} unsigned records: after checking them, sign them with "
+            "`agentledger audit sign-unsigned`"
+        )
+    elif auditkey.signer_of(head_sig) == key.key_id:
+        return True
+    else:
+        why = (
+            f"is signed under key id {auditkey.signer_of(head_sig)} but {auditkey.ENV} is "
+            f"key id {key.key_id}"
+        )
+    if tenant_id not in _warned:
+        _warned.add(tenant_id)
+        log.error("the audit chain of tenant %s %s; its new records stay unsealed", tenant_id, why)
+    return False
+
+
+_warned: set[str] = set()  # tenants whose chain this process was refused (logged once)
 
 
 # Backends where a writer may chain the events it inserts in the inserting transaction.
@@ -80,21 +128,29 @@ def chain_at_insert(d: Dialect, conn: Any, records: list[dict[str, Any]]) -> Non
     """Chain ``records`` -- new events about to be inserted by this transaction, each a
     dict with ``tenant_id``, ``run_id``, ``seq``, ``type``, ``actor``, ``at`` and
     ``data`` as they will be stored -- after their tenants' heads, in list order: sets
-    each one's ``chain_no``, ``prev_hash`` and ``hash`` and moves the heads.
+    each one's ``chain_no``, ``prev_hash``, ``hash`` and ``sig`` and moves the heads.
+    A tenant whose chain is signed under a key this process does not hold is left
+    unchained (those four None), for a sealer with the key.
 
     Only where :data:`CHAINED_AT_INSERT` allows it, and only for event types that raise
     no webhook (the sealer enqueues those). Events another writer left unsealed are
     chained after these ones by the next seal: a tenant's chain is in sealing order."""
     assert d.name in CHAINED_AT_INSERT, d.name
+    key = auditkey.configured()
     tenants = sorted({r["tenant_id"] for r in records})
     marks, params = in_list("t", tenants)
-    heads = {
-        r["tenant_id"]: (int(r["chain_no"]), str(r["hash"]))
-        for r in d.fetchall(
-            conn, f"SELECT tenant_id, chain_no, hash FROM audit_heads WHERE tenant_id IN ({marks})",
-            params,
-        )
-    }  # fmt: skip
+    found = d.fetchall(
+        conn,
+        f"SELECT tenant_id, chain_no, hash, sig FROM audit_heads WHERE tenant_id IN ({marks})",
+        params,
+    )
+    refused = {
+        r["tenant_id"]
+        for r in found
+        if not _may_extend(r["tenant_id"], int(r["chain_no"]), r["sig"], key)
+    }
+    heads = {r["tenant_id"]: (int(r["chain_no"]), str(r["hash"])) for r in found}
+    tenants = [t for t in tenants if t not in refused]
     # A tenant's first chained record starts its head (the writer holds the database:
     # nobody else can start it meanwhile); known tenants cost no statement.
     for t in tenants:
@@ -105,20 +161,27 @@ def chain_at_insert(d: Dialect, conn: Any, records: list[dict[str, Any]]) -> Non
                 {"t": t, "g": GENESIS},
             )
             heads[t] = (0, GENESIS)
+    sigs: dict[str, str | None] = {}
     for r in records:
         if r["type"] in service_webhooks.REPORTED:
             raise ValueError(f"{r['type']} raises a webhook: it is chained by the sealer")
+        if r["tenant_id"] in refused:
+            r["chain_no"] = r["prev_hash"] = r["hash"] = r["sig"] = None
+            continue
         chain_no, prev = heads[r["tenant_id"]]
         chain_no += 1
         digest = record_hash(prev, r["tenant_id"], r, chain_no)
-        r["chain_no"], r["prev_hash"], r["hash"] = chain_no, prev, digest
+        sig = key.sign(r["tenant_id"], chain_no, digest) if key is not None else None
+        r["chain_no"], r["prev_hash"], r["hash"], r["sig"] = chain_no, prev, digest, sig
         heads[r["tenant_id"]] = (chain_no, digest)
+        sigs[r["tenant_id"]] = sig
     for t in tenants:
-        d.execute(
-            conn,
-            "UPDATE audit_heads SET chain_no = :n, hash = :h WHERE tenant_id = :t",
-            {"n": heads[t][0], "h": heads[t][1], "t": t},
-        )
+        if t in sigs:
+            d.execute(
+                conn,
+                "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = :t",
+                {"n": heads[t][0], "h": heads[t][1], "s": sigs[t], "t": t},
+            )
 
 
 def _window(d: Dialect, conn: Any, limit: int) -> list[tuple[int, str]]:
@@ -153,14 +216,17 @@ def _window(d: Dialect, conn: Any, limit: int) -> list[tuple[int, str]]:
     return out[:limit]
 
 
-def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, event_ids: list[int]) -> int:
+def _seal_tenant(
+    d: Dialect, conn: Any, tenant_id: str, event_ids: list[int], key: AuditKey | None
+) -> int:
     """Chain ``event_ids`` (the tenant's oldest unsealed events, as the window found
-    them) after the tenant's head; those another sealer chained meanwhile are skipped."""
+    them) after the tenant's head, signed under ``key`` when there is one; those
+    another sealer chained meanwhile are skipped."""
     # The head row's lock serializes sealers of one tenant (PostgreSQL; SQLite has one
     # writer); the events are read after it is taken, so no two sealers chain one event.
     # A sealer finding it held skips the tenant (SKIP LOCKED) instead of waiting: the
     # holder is sealing those records, and a waiting sealer would hold a connection.
-    lock = f"SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t{d.skip_locked}"
+    lock = f"SELECT chain_no, hash, sig FROM audit_heads WHERE tenant_id = :t{d.skip_locked}"
     heads = d.fetchall(conn, lock, {"t": tenant_id})
     if not heads:
         # Held by another sealer, or the tenant has no head yet. Only then is it
@@ -178,6 +244,8 @@ def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, event_ids: list[int]) ->
         if not heads:
             return 0
     head = heads[0]
+    if not _may_extend(tenant_id, int(head["chain_no"]), head["sig"], key):
+        return 0
     chain_no, prev = int(head["chain_no"]), str(head["hash"])
     # Read again after the head's lock: a sealer holding it before us chained some.
     marks, ids = in_list("i", event_ids)
@@ -189,11 +257,13 @@ def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, event_ids: list[int]) ->
         f"WHERE hash IS NULL AND id IN ({marks}) ORDER BY id",
         ids,
     )
-    links: list[tuple[int, int, str, str]] = []  # (event id, chain_no, prev_hash, hash)
+    links: list[_Link] = []
+    sig = None
     for row in found:
         chain_no += 1
         digest = record_hash(prev, tenant_id, row, chain_no)
-        links.append((int(row["id"]), chain_no, prev, digest))
+        sig = key.sign(tenant_id, chain_no, digest) if key is not None else None
+        links.append((int(row["id"]), chain_no, prev, digest, sig))
         prev = digest
     for start in range(0, len(links), _LINKS_PER_UPDATE):
         _write_links(d, conn, tenant_id, links[start : start + _LINKS_PER_UPDATE])
@@ -203,20 +273,21 @@ def _seal_tenant(d: Dialect, conn: Any, tenant_id: str, event_ids: list[int]) ->
     if found:
         d.execute(
             conn,
-            "UPDATE audit_heads SET chain_no = :n, hash = :h WHERE tenant_id = :t",
-            {"n": chain_no, "h": prev, "t": tenant_id},
+            "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = :t",
+            {"n": chain_no, "h": prev, "s": sig, "t": tenant_id},
         )
     return len(found)
 
 
-# Links written per UPDATE (4 parameters each, under every backend's parameter limit).
+# Links written per UPDATE (5 parameters each, under every backend's parameter limit).
 _LINKS_PER_UPDATE = 500
 
+# (event id, chain_no, prev_hash, hash, sig)
+_Link = tuple[int, int, str, str, str | None]
 
-def _write_links(
-    d: Dialect, conn: Any, tenant_id: str, links: list[tuple[int, int, str, str]]
-) -> None:
-    """Chain ``links`` (event id, chain_no, prev_hash, hash), each only if still
+
+def _write_links(d: Dialect, conn: Any, tenant_id: str, links: list[_Link]) -> None:
+    """Chain ``links`` (event id, chain_no, prev_hash, hash, sig), each only if still
     unsealed; every one must change, or the whole seal is rolled back. One UPDATE for
     all on a server (a round trip per record cost PostgreSQL 0.15 ms each); one per
     record on SQLite, in process, where that is cheaper than its UPDATE ... FROM join."""
@@ -224,24 +295,28 @@ def _write_links(
         changed = sum(
             d.execute(
                 conn,
-                "UPDATE events SET tenant_id = :t, chain_no = :n, prev_hash = :p, hash = :h "
-                "WHERE id = :id AND hash IS NULL",
-                {"t": tenant_id, "n": number, "p": prev, "h": digest, "id": event_id},
+                "UPDATE events SET tenant_id = :t, chain_no = :n, prev_hash = :p, hash = :h, "
+                "sig = :s WHERE id = :id AND hash IS NULL",
+                {"t": tenant_id, "n": number, "p": prev, "h": digest, "s": sig, "id": event_id},
             )
-            for event_id, number, prev, digest in links
+            for event_id, number, prev, digest, sig in links
         )
         _all_changed(tenant_id, len(links), changed)
         return
     params: dict[str, Any] = {"t": tenant_id}
     values = []
-    for i, (event_id, number, prev, digest) in enumerate(links):
-        values.append(f"(CAST(:i{i} AS BIGINT), CAST(:n{i} AS BIGINT), :p{i}, :h{i})")
-        params.update({f"i{i}": event_id, f"n{i}": number, f"p{i}": prev, f"h{i}": digest})
-    # VALUES columns are column1..column4 on both backends.
+    for i, (event_id, number, prev, digest, sig) in enumerate(links):
+        values.append(
+            f"(CAST(:i{i} AS BIGINT), CAST(:n{i} AS BIGINT), :p{i}, :h{i}, CAST(:s{i} AS TEXT))"
+        )
+        params.update(
+            {f"i{i}": event_id, f"n{i}": number, f"p{i}": prev, f"h{i}": digest, f"s{i}": sig}
+        )
+    # VALUES columns are column1..column5 on both backends.
     changed = d.execute(
         conn,
         "UPDATE events SET tenant_id = :t, chain_no = v.column2, prev_hash = v.column3, "
-        f"hash = v.column4 FROM (VALUES {', '.join(values)}) AS v "
+        f"hash = v.column4, sig = v.column5 FROM (VALUES {', '.join(values)}) AS v "
         "WHERE events.id = v.column1 AND events.hash IS NULL",
         params,
     )
@@ -310,10 +385,20 @@ class Broken:
     reason: str
 
 
-def verify_chain(d: Dialect, conn: Any, tenant_id: str | None = None) -> tuple[int, list[Broken]]:
+def verify_chain(
+    d: Dialect, conn: Any, tenant_id: str | None = None, key: AuditKey | None = None
+) -> tuple[int, list[Broken]]:
     """Recompute every tenant's chain; return (records checked, the first break of each
-    tenant whose chain is broken)."""
-    heads = d.fetchall(conn, "SELECT tenant_id, chain_no, hash FROM audit_heads ORDER BY tenant_id")
+    tenant whose chain is broken).
+
+    With ``key``, every record must be signed under it (records sealed before the key
+    was configured are signed once by ``agentledger audit sign-unsigned``). Raises
+    :class:`UsageError` when the chains are signed, but under another key only."""
+    heads = d.fetchall(
+        conn, "SELECT tenant_id, chain_no, hash, sig FROM audit_heads ORDER BY tenant_id"
+    )
+    if key is not None:
+        _check_key(key, [h for h in heads if tenant_id is None or h["tenant_id"] == tenant_id])
     checked = 0
     broken: list[Broken] = []
     for head in heads:
@@ -322,7 +407,7 @@ def verify_chain(d: Dialect, conn: Any, tenant_id: str | None = None) -> tuple[i
             continue
         rows = d.fetchall(
             conn,
-            "SELECT id, run_id, seq, type, actor, at, data, chain_no, prev_hash, hash "
+            "SELECT id, run_id, seq, type, actor, at, data, chain_no, prev_hash, hash, sig "
             "FROM events WHERE tenant_id = :t AND chain_no IS NOT NULL ORDER BY chain_no",
             {"t": t},
         )
@@ -344,6 +429,10 @@ def verify_chain(d: Dialect, conn: Any, tenant_id: str | None = None) -> tuple[i
                     else "record's previous hash does not match (reordered or edited)",
                 )  # fmt: skip
                 break
+            if key is not None:
+                problem = _bad_signature(key, t, row)
+                if problem is not None:
+                    break
             prev, expected_no = row["hash"], no + 1
             if no == head_no:
                 at_head = prev
@@ -357,6 +446,163 @@ def verify_chain(d: Dialect, conn: Any, tenant_id: str | None = None) -> tuple[i
         if problem is not None:
             broken.append(problem)
     return checked, broken
+
+
+def _check_key(key: AuditKey, heads: list[dict[str, Any]]) -> None:
+    """Refuse, in one clear sentence, a key no chain is signed under: otherwise every
+    record would be reported as tampered."""
+    signers = sorted({auditkey.signer_of(h["sig"]) for h in heads if h["sig"] is not None})
+    if signers and key.key_id not in signers:
+        raise UsageError(
+            f"{auditkey.ENV} is key id {key.key_id}, but the audit chains are signed under "
+            f"key id {', '.join(signers)}: verify with the key the sealers use (if it is "
+            "that key, the heads' signatures were rewritten)"
+        )
+
+
+def _bad_signature(key: AuditKey, tenant_id: str, row: dict[str, Any]) -> Broken | None:
+    """Why ``row``'s signature fails under ``key``, or None when it holds."""
+    if row["sig"] is None:
+        return Broken(
+            tenant_id, int(row["chain_no"]), int(row["id"]), row["run_id"], row["seq"],
+            f"record is not signed (sealed by a process without {auditkey.ENV} -- sign such "
+            "records with `agentledger audit sign-unsigned` -- or its signature was removed)",
+        )  # fmt: skip
+    signer = auditkey.signer_of(row["sig"])
+    if signer != key.key_id:
+        reason = (
+            f"record is signed under another key (key id {signer}; {auditkey.ENV} is key "
+            f"id {key.key_id})"
+        )
+    elif not key.verifies(tenant_id, int(row["chain_no"]), row["hash"], row["sig"]):
+        reason = (
+            "record's signature does not match (rewritten and re-chained with the public "
+            "hash function)"
+        )
+    else:
+        return None
+    return Broken(tenant_id, int(row["chain_no"]), int(row["id"]), row["run_id"], row["seq"],
+                  reason)  # fmt: skip
+
+
+def sign_unsigned(d: Dialect, conn: Any, tenant_id: str, key: AuditKey) -> int:
+    """Sign the tenant's sealed, unsigned records under ``key`` once their chain is
+    verified: an operator's adoption of a history sealed before the key was configured
+    (it vouches for the records as they are now). Refused, raising :class:`UsageError`,
+    when the chain is broken or the head is being sealed; returns how many were signed."""
+    head = d.fetchall(
+        conn, f"SELECT chain_no FROM audit_heads WHERE tenant_id = :t{d.skip_locked}",
+        {"t": tenant_id},
+    )  # fmt: skip
+    if not head:
+        raise UsageError(f"tenant {tenant_id} has no audit chain, or it is being sealed: retry")
+    _, broken = verify_chain(d, conn, tenant_id)
+    if broken:
+        raise UsageError(
+            f"tenant {tenant_id}: record {broken[0].chain_no}: {broken[0].reason}; nothing "
+            "was signed"
+        )
+    rows = d.fetchall(
+        conn,
+        "SELECT id, chain_no, hash FROM events WHERE tenant_id = :t AND chain_no IS NOT NULL "
+        "AND sig IS NULL ORDER BY chain_no",
+        {"t": tenant_id},
+    )
+    for r in rows:
+        sig = key.sign(tenant_id, int(r["chain_no"]), r["hash"])
+        d.execute(conn, "UPDATE events SET sig = :s WHERE id = :id", {"s": sig, "id": r["id"]})
+    head_no = int(head[0]["chain_no"])
+    last = [r for r in rows if int(r["chain_no"]) == head_no]
+    if last:
+        d.execute(
+            conn, "UPDATE audit_heads SET sig = :s WHERE tenant_id = :t",
+            {"s": key.sign(tenant_id, head_no, last[0]["hash"]), "t": tenant_id},
+        )  # fmt: skip
+    return len(rows)
+
+
+def runs_without_records(
+    d: Dialect, conn: Any, tenant_id: str | None = None, limit: int = 100
+) -> list[tuple[str, str]]:
+    """Runs (id, tenant) that have no audit record at all, up to ``limit``, oldest
+    first. Every run is written with its ``run.submitted`` record in one transaction,
+    so such a run's records were deleted -- the chain alone cannot tell when a tenant's
+    whole chain went with them."""
+    where = "" if tenant_id is None else "r.tenant_id = :t AND "
+    found = d.fetchall(
+        conn,
+        f"SELECT r.id, r.tenant_id FROM runs r WHERE {where}NOT EXISTS "
+        "(SELECT 1 FROM events e WHERE e.run_id = r.id) ORDER BY r.created_at, r.id "
+        "LIMIT :limit",
+        {"t": tenant_id, "limit": limit},
+    )
+    return [(str(r["id"]), str(r["tenant_id"])) for r in found]
+
+
+CHECKPOINT_FORMAT = "agentledger-audit-checkpoint/1"
+
+
+def checkpoint(d: Dialect, conn: Any, tenant_id: str | None = None) -> list[dict[str, Any]]:
+    """Every tenant's head with at least one record (``tenant_id``, ``chain_no``,
+    ``hash``, ``sig``): what ``agentledger audit checkpoint`` prints for safekeeping."""
+    where = "" if tenant_id is None else " AND tenant_id = :t"
+    found = d.fetchall(
+        conn,
+        f"SELECT tenant_id, chain_no, hash, sig FROM audit_heads WHERE chain_no > 0{where} "
+        "ORDER BY tenant_id",
+        {"t": tenant_id},
+    )
+    return [
+        {"tenant_id": h["tenant_id"], "chain_no": int(h["chain_no"]), "hash": h["hash"],
+         "sig": h["sig"]}
+        for h in found
+    ]  # fmt: skip
+
+
+def against_checkpoint(
+    d: Dialect, conn: Any, heads: list[dict[str, Any]], key: AuditKey | None = None
+) -> list[Broken]:
+    """Where the database lost or changed what a checkpoint's ``heads`` (from
+    :func:`checkpoint`, kept outside the database) recorded: each tenant's record at the
+    checkpoint's position must still be there with the same hash. With the chain
+    verified from its start (:func:`verify_chain`) that covers every record up to it, so
+    a cut tail, a rewritten chain and a deleted tenant are each named. With ``key``, a
+    checkpoint entry signed under it must verify (an edited checkpoint is refused)."""
+    broken = []
+    for h in heads:
+        t, n, digest, sig = h["tenant_id"], int(h["chain_no"]), h["hash"], h.get("sig")
+        if key is not None and sig is not None and not key.verifies(t, n, digest, sig):
+            raise UsageError(
+                f"the checkpoint's head of tenant {t} does not match its signature under "
+                f"{auditkey.ENV} (key id {key.key_id}): the checkpoint was edited, or taken "
+                "under another key"
+            )
+        found = d.fetchall(
+            conn,
+            "SELECT id, run_id, seq, hash FROM events WHERE tenant_id = :t AND chain_no = :n",
+            {"t": t, "n": n},
+        )
+        if found and found[0]["hash"] == digest:
+            continue
+        if found:
+            row = found[0]
+            broken.append(Broken(
+                t, n, int(row["id"]), row["run_id"], row["seq"],
+                "record differs from the checkpoint's (the chain was rewritten)",
+            ))  # fmt: skip
+            continue
+        ends = d.fetchall(
+            conn,
+            "SELECT MAX(chain_no) AS n FROM events WHERE tenant_id = :t AND chain_no IS NOT NULL",
+            {"t": t},
+        )[0]["n"]
+        reason = (
+            f"the tenant's chain is gone (the checkpoint has {n} records)"
+            if ends is None
+            else f"the chain was truncated: it ends at {ends}, the checkpoint has {n} records"
+        )
+        broken.append(Broken(t, n, None, None, None, reason))
+    return broken
 
 
 def _ends_at_head(
