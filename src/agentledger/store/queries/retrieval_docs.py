@@ -340,9 +340,9 @@ def _sqlite_search(
     cols: dict[int, dict[int, set[str]]] = {}  # chunk -> word -> columns holding it
     chars: dict[int, int] = {}
     for r in found:
-        seq, term = int(r["seq"]), int(r["term"])
-        holding.setdefault(term, set()).add(seq)
-        cols.setdefault(seq, {}).setdefault(term, set()).add(r["col"])
+        seq, word = int(r["seq"]), int(r["term"])
+        holding.setdefault(word, set()).add(seq)
+        cols.setdefault(seq, {}).setdefault(word, set()).add(r["col"])
         chars[seq] = int(r["chars"] or 0)
     idf = {
         t: math.log(1.0 + (n_chunks - len(s) + 0.5) / (len(s) + 0.5)) for t, s in holding.items()
