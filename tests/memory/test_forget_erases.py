@@ -146,3 +146,28 @@ async def test_sqlite_deletes_overwrite_the_freed_content(store: SQLStore, store
     conn.close()
     with open(sqlite_path(store_url)[0], "rb") as f:
         assert b"x" * 2000 not in f.read()
+
+
+async def test_records_sealed_over_their_text_before_digests_still_verify(
+    store: SQLStore,
+) -> None:
+    await store.remember_fact("acme", "g-1", "k", "a fact", None, None)
+    await store.forget_facts("acme", "g-1", "k", "cli")
+    await store.forget_facts("acme", "g-1", "k", "cli")
+    await store.transact(lambda d, c: service_audit.seal(d, c))
+
+    def rehash_by_text(d, c):  # type: ignore[no-untyped-def]
+        # The chain as a release before digests sealed it: hashed over the data's text.
+        rows = d.fetchall(c, "SELECT * FROM events WHERE tenant_id = 'acme' ORDER BY chain_no")
+        prev = service_audit.GENESIS
+        for row in rows:
+            digest = service_audit.record_hash(prev, "acme", row, row["chain_no"], by_text=True)
+            d.execute(c, "UPDATE events SET prev_hash = :p, hash = :h WHERE id = :i",
+                      {"p": prev, "h": digest, "i": row["id"]})  # fmt: skip
+            prev = digest
+        d.execute(c, "UPDATE audit_heads SET hash = :h WHERE tenant_id = 'acme'", {"h": prev})
+        return len(rows)
+
+    assert await store.transact(rehash_by_text) == 2
+    checked, broken = await store.transact(service_audit.verify_chain, write=False)
+    assert checked == 2 and broken == []
