@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -203,32 +204,52 @@ def forget_facts(
     return deleted
 
 
-def _needles(texts: set[str]) -> list[tuple[str, str]]:
-    """(what to find, what to put instead) for each text as JSON stores it: escaped once
-    (a string value) and twice (inside a string, such as a tool call's arguments);
-    longest first, so a fact holding a key is erased whole."""
-    out: dict[str, str] = {}
+#: Needles per candidate query (each is a parameter and an ``instr`` per row).
+_NEEDLES_PER_QUERY = 100
+
+
+def _needles(texts: set[str]) -> tuple[list[str], re.Pattern[str]]:
+    """What to look for -- each text as JSON stores it: escaped once (a string value) and
+    twice (inside a string, such as a tool call's arguments) -- and one pattern that
+    finds every copy, longest first, so a fact holding a key is erased whole. A short
+    text is found only as a whole JSON string that is not an object's key (erasing a key
+    such as ``"status"`` would change the journal's shape, not its content)."""
+    finds: set[str] = set()
+    patterns: list[tuple[int, str]] = []
     for text in texts:
         once = json.dumps(text)[1:-1]
         twice = json.dumps(once)[1:-1]
         if len(text) >= SUBSTRING_MIN:
-            out[once] = REDACTED
-            out[twice] = REDACTED
+            for form in (once, twice):
+                finds.add(form)
+                patterns.append((len(form), re.escape(form)))
         else:
-            out[f'"{once}"'] = f'"{REDACTED}"'
-            out[json.dumps(f'"{once}"')[1:-1]] = json.dumps(f'"{REDACTED}"')[1:-1]
-    return sorted(out.items(), key=lambda item: (-len(item[0]), item[0]))
+            for quote, inner in (('"', once), ('\\"', twice)):
+                form = quote + inner + quote
+                finds.add(form)
+                patterns.append((len(form), re.escape(form) + r"(?!\s*:)"))
+    patterns.sort(key=lambda p: (-p[0], p[1]))
+    return sorted(finds), re.compile("|".join(p for _, p in patterns))
+
+
+def _marker(found: re.Match[str]) -> str:
+    text = found.group(0)
+    if text.startswith('\\"'):
+        return '\\"' + REDACTED + '\\"'
+    if text.startswith('"'):
+        return '"' + REDACTED + '"'
+    return REDACTED
 
 
 def _redact(d: Dialect, conn: Any, tenant_id: str, user_id: str, texts: set[str]) -> dict[str, int]:
-    """Replace every copy of ``texts`` in the user's runs of the tenant; return the rows
-    changed per table."""
+    """Replace every copy of ``texts`` in the user's runs of the tenant; return the
+    values changed per table."""
     changed = {table: 0 for table, _, _ in _COPIES}
-    needles = _needles(texts)
-    if not needles:
+    if not texts:
         return changed
-    params: dict[str, Any] = {"tenant": tenant_id, "user": user_id}
-    params["audit"] = memory_audit_id(tenant_id, user_id)
+    finds, pattern = _needles(texts)
+    base: dict[str, Any] = {"tenant": tenant_id, "user": user_id}
+    base["audit"] = memory_audit_id(tenant_id, user_id)
     runs = "SELECT id FROM runs WHERE tenant_id = :tenant AND user_id = :user"
     scope = {
         "runs": f"id IN ({runs})",
@@ -236,34 +257,38 @@ def _redact(d: Dialect, conn: Any, tenant_id: str, user_id: str, texts: set[str]
         "events": f"(run_id IN ({runs}) OR run_id = :audit)",
     }
     find = "instr({col}, :n{i}) > 0" if d.name == "sqlite" else "strpos({col}, :n{i}) > 0"
-    params.update({f"n{i}": needle for i, (needle, _) in enumerate(needles)})
-    for table, keys, cols in _COPIES:
-        for col in cols:
-            holds = " OR ".join(find.format(col=col, i=i) for i in range(len(needles)))
-            extra = ", data_digest" if table == "events" else ""
-            rows = d.fetchall(
-                conn,
-                f"SELECT {', '.join(keys)}, {col} AS old{extra} FROM {table} "
-                f"WHERE {scope[table]} AND ({holds})",
-                params,
-            )
-            for row in rows:
-                new = row["old"]
-                for needle, marker in needles:
-                    new = new.replace(needle, marker)
-                match = " AND ".join(f"{k} = :{k}" for k in keys)
-                values = {k: row[k] for k in keys} | {"new": new, "old": row["old"]}
-                digest = ""
-                if table == "events":
-                    # The digest of the data as sealed stands for it in the chain.
-                    values["digest"] = row["data_digest"] or service_audit.data_digest(row["old"])
-                    digest = ", data_digest = :digest"
-                # Only if unchanged since read: a row rewritten meanwhile is not clobbered.
-                changed[table] += d.execute(
+    for start in range(0, len(finds), _NEEDLES_PER_QUERY):
+        batch = finds[start : start + _NEEDLES_PER_QUERY]
+        params = base | {f"n{i}": needle for i, needle in enumerate(batch)}
+        for table, keys, cols in _COPIES:
+            for col in cols:
+                holds = " OR ".join(find.format(col=col, i=i) for i in range(len(batch)))
+                extra = ", data_digest" if table == "events" else ""
+                rows = d.fetchall(
                     conn,
-                    f"UPDATE {table} SET {col} = :new{digest} WHERE {match} AND {col} = :old",
-                    values,
+                    f"SELECT {', '.join(keys)}, {col} AS old{extra} FROM {table} "
+                    f"WHERE {scope[table]} AND ({holds})",
+                    params,
                 )
+                for row in rows:
+                    new = pattern.sub(_marker, row["old"])
+                    if new == row["old"]:
+                        continue  # a short text only as an object's key: nothing to erase
+                    match = " AND ".join(f"{k} = :{k}" for k in keys)
+                    values = {k: row[k] for k in keys} | {"new": new, "old": row["old"]}
+                    digest = ""
+                    if table == "events":
+                        # The digest of the data as sealed stands for it in the chain.
+                        values["digest"] = row["data_digest"] or service_audit.data_digest(
+                            row["old"]
+                        )
+                        digest = ", data_digest = :digest"
+                    # Only if unchanged since read: a row rewritten meanwhile is kept.
+                    changed[table] += d.execute(
+                        conn,
+                        f"UPDATE {table} SET {col} = :new{digest} WHERE {match} AND {col} = :old",
+                        values,
+                    )
     return changed
 
 
