@@ -358,14 +358,16 @@ def _sqlite_search(
         )
     # Every word first, then any; better scores first; the older chunk on a tie.
     best = sorted(scores, key=lambda s: (len(cols[s]) < len(terms), -scores[s], s))[:k]
-    marks, ids = in_list("s", best)
-    rows = d.fetchall(
-        conn,
-        f"SELECT c.seq, {_COLUMNS} FROM doc_chunks c JOIN documents doc "
-        f"ON doc.id = c.document_id WHERE c.tenant_id = :tenant AND c.seq IN ({marks})",
-        {**ids, "tenant": tenant_id},
-    )
-    by_seq = {int(r["seq"]): r for r in rows}
+    by_seq: dict[int, dict[str, Any]] = {}
+    for at in range(0, len(best), 500):  # a large ``k``: under every parameter limit
+        marks, ids = in_list("s", best[at : at + 500])
+        rows = d.fetchall(
+            conn,
+            f"SELECT c.seq, {_COLUMNS} FROM doc_chunks c JOIN documents doc "
+            f"ON doc.id = c.document_id WHERE c.tenant_id = :tenant AND c.seq IN ({marks})",
+            {**ids, "tenant": tenant_id},
+        )
+        by_seq.update((int(r["seq"]), r) for r in rows)
     return [_hit({**by_seq[s], "score": scores[s]}) for s in best if s in by_seq]
 
 
