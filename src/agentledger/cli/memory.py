@@ -18,6 +18,8 @@ from agentledger.cli.common import (
     with_store,
 )
 from agentledger.cli.text import cell, console
+from agentledger.store.queries import memory_facts
+from agentledger.store.sqlstore import SQLStore
 
 
 def default_actor() -> str:
@@ -76,12 +78,32 @@ async def list_memory(user_id: str, tenant_id: str | None, db: str, as_json: boo
 async def forget(
     user_id: str, fact_key: str | None, tenant_id: str, actor: str | None, db: str
 ) -> None:
-    """Delete what is remembered about a user (real deletion, recorded as an audit
-    event that names the keys, never the facts)."""
+    """Delete what is remembered about a user, and erase the copies of it in the user's
+    runs (recorded as an audit event that gives a count and a digest, never a key or a
+    fact). Matching nothing is an error that names the tenants where the user has facts."""
     for value, option in ((user_id, "--user"), (fact_key, "--key"), (tenant_id, "--tenant")):
         check_text(value, option)
     who = actor or default_actor()
     check_text(who, "--by")
-    deleted = await with_store(db, lambda s: s.forget_facts(tenant_id, user_id, fact_key, who))
+
+    async def run(store: SQLStore) -> tuple[int, list[str]]:
+        deleted = await store.forget_facts(tenant_id, user_id, fact_key, who)
+        if deleted:
+            return deleted, []
+        found = await store.transact(
+            lambda d, c: memory_facts.tenants_with_facts(d, c, user_id), write=False
+        )
+        return deleted, found
+
+    deleted, elsewhere = await with_store(db, run)
     what = f"fact {fact_key!r}" if fact_key else "every fact"
+    if not deleted:
+        where = (
+            f"; {user_id} has facts in tenant(s) {', '.join(elsewhere)}: add --tenant"
+            if elsewhere
+            else ""
+        )
+        raise click.ClickException(
+            f"nothing to forget: no {what} of {user_id} in tenant {tenant_id}{where}"
+        )
     click.echo(f"forgot {what} of {user_id} in tenant {tenant_id}: {deleted} deleted")

@@ -3,9 +3,11 @@
 Without the embeddings extra (or with no embedded document) this is the store's
 full-text search. With it, two rankings of the tenant's chunks are fused by reciprocal
 rank fusion (each chunk scores the sum of ``1 / (RRF_K + rank)`` over the rankings it is
-in): the full-text ranking (SQLite FTS5 bm25, PostgreSQL ts_rank) and the cosine
-similarity of the query's vector to each chunk's. RRF needs no tuning between scores of
-different scales, and a chunk found by both ranks first.
+in): the full-text ranking (SQLite: BM25 with the tenant's own statistics; PostgreSQL:
+ts_rank) and the cosine similarity of the query's vector to each chunk's, both over the
+tenant's chunks alone, so no score or order depends on another tenant's documents. RRF
+needs no tuning between scores of different scales, and a chunk found by both ranks
+first.
 
 The vectors are compared in process: the tenant's matrix is read from the store once
 and kept (:data:`CACHE_TENANTS` tenants at most) until its documents change. A search

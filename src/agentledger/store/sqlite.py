@@ -152,6 +152,9 @@ class SQLiteDialect(Dialect):
                         raise
                     time.sleep(0.01)
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            # Deleted content is overwritten with zeros, not left in free pages: what
+            # ``memory forget`` erases is gone from the file (docs/architecture.md).
+            conn.execute("PRAGMA secure_delete = ON")
             conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         except sqlite3.Error as exc:
             conn.close()

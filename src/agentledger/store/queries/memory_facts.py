@@ -1,17 +1,24 @@
 """Per-user memory: facts an agent remembered about a user, scoped by tenant.
 
 Every read and write names the tenant and the user: no statement here can reach another
-tenant's or another user's facts. Forgetting deletes the rows and appends an audit event
-in the same transaction; the event names the keys forgotten, never the facts' text.
+tenant's or another user's facts. Forgetting deletes the rows, erases the copies of their
+text in the user's runs (see :func:`forget_facts`) and appends an audit event, in one
+transaction; the event says how many facts were forgotten and their digest, never a key
+or a fact.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentledger.records import dumps
 from agentledger.store.dialect import Dialect
+from agentledger.store.queries import service_audit
 from agentledger.store.queries.common import new_id
 from agentledger.store.queries.events import insert_tenant_event
 
@@ -133,6 +140,21 @@ def fact_by_source(
     return _fact(found[0]) if found else None
 
 
+#: What a forgotten text is replaced with wherever a copy of it is found.
+REDACTED = "[forgotten]"
+#: Texts shorter than this are erased only where they are a whole JSON string: as a
+#: substring, "yes" or "vegan" would erase words of unrelated text.
+SUBSTRING_MIN = 8
+
+# Where copies of a user's remembered text are found: (table, key columns, columns), in
+# the user's runs of the tenant (and the user's memory audit events).
+_COPIES = (
+    ("runs", ("id",), ("input", "result")),
+    ("steps", ("run_id", "step_no"), ("input", "output")),
+    ("events", ("id",), ("data",)),
+)
+
+
 def forget_facts(
     d: Dialect,
     conn: Any,
@@ -141,19 +163,28 @@ def forget_facts(
     fact_key: str | None,
     actor: str,
 ) -> int:
-    """Delete a user's facts (one key, or all of them); audit it. Returns rows deleted.
+    """Delete a user's facts (one key, or all of them), erase every copy of their text
+    (keys and facts) found in the user's runs of the tenant -- run input and result,
+    journal input and output, event data -- and audit it. Returns facts deleted.
 
-    Idempotent: forgetting again deletes nothing more (and records that it found none).
+    A copy is replaced by :data:`REDACTED` in place (the JSON stays valid, so a replay
+    reads the marker where the text was). A redacted event keeps the digest of its data
+    as sealed (``data_digest``), so the audit chain still verifies. The audit event
+    holds the count and a digest of what was forgotten (ids, keys and facts: the ids are
+    random, so the digest cannot be matched against guessed facts). Idempotent:
+    forgetting again deletes nothing more (and records that it found none).
     """
     params = {"tenant": tenant_id, "user": user_id, "key": fact_key}
     where = "tenant_id = :tenant AND user_id = :user"
     if fact_key is not None:
         where += " AND fact_key = :key"
-    keys = [
-        r["fact_key"]
-        for r in d.fetchall(conn, f"SELECT fact_key FROM memory_facts WHERE {where}", params)
-    ]
+    found = d.fetchall(
+        conn, f"SELECT id, fact_key, fact FROM memory_facts WHERE {where} ORDER BY id", params
+    )
     deleted = d.execute(conn, f"DELETE FROM memory_facts WHERE {where}", params)
+    texts = {t for r in found for t in (r["fact_key"], r["fact"]) if t}
+    redacted = _redact(d, conn, tenant_id, user_id, texts)
+    forgotten = [[r["id"], r["fact_key"], r["fact"]] for r in found]
     insert_tenant_event(
         d,
         conn,
@@ -164,12 +195,112 @@ def forget_facts(
         {
             "tenant_id": tenant_id,
             "user_id": user_id,
-            "key": fact_key,
+            "scope": "one key" if fact_key is not None else "every fact",
             "deleted": deleted,
-            "keys": sorted(keys),
+            "digest": hashlib.sha256(dumps(forgotten).encode()).hexdigest() if found else None,
+            "redacted": redacted,
         },
     )
     return deleted
+
+
+#: Needles per candidate query (each is a parameter and an ``instr`` per row).
+_NEEDLES_PER_QUERY = 100
+
+
+def _needles(texts: set[str]) -> tuple[list[str], re.Pattern[str]]:
+    """What to look for -- each text as JSON stores it: escaped once (a string value) and
+    twice (inside a string, such as a tool call's arguments) -- and one pattern that
+    finds every copy, longest first, so a fact holding a key is erased whole. A short
+    text is found only as a whole JSON string that is not an object's key (erasing a key
+    such as ``"status"`` would change the journal's shape, not its content)."""
+    finds: set[str] = set()
+    patterns: list[tuple[int, str]] = []
+    for text in texts:
+        once = json.dumps(text)[1:-1]
+        twice = json.dumps(once)[1:-1]
+        if len(text) >= SUBSTRING_MIN:
+            for form in (once, twice):
+                finds.add(form)
+                patterns.append((len(form), re.escape(form)))
+        else:
+            for quote, inner in (('"', once), ('\\"', twice)):
+                form = quote + inner + quote
+                finds.add(form)
+                patterns.append((len(form), re.escape(form) + r"(?!\s*:)"))
+    patterns.sort(key=lambda p: (-p[0], p[1]))
+    return sorted(finds), re.compile("|".join(p for _, p in patterns))
+
+
+def _marker(found: re.Match[str]) -> str:
+    text = found.group(0)
+    if text.startswith('\\"'):
+        return '\\"' + REDACTED + '\\"'
+    if text.startswith('"'):
+        return '"' + REDACTED + '"'
+    return REDACTED
+
+
+def _redact(d: Dialect, conn: Any, tenant_id: str, user_id: str, texts: set[str]) -> dict[str, int]:
+    """Replace every copy of ``texts`` in the user's runs of the tenant; return the
+    values changed per table."""
+    changed = {table: 0 for table, _, _ in _COPIES}
+    if not texts:
+        return changed
+    finds, pattern = _needles(texts)
+    base: dict[str, Any] = {"tenant": tenant_id, "user": user_id}
+    base["audit"] = memory_audit_id(tenant_id, user_id)
+    runs = "SELECT id FROM runs WHERE tenant_id = :tenant AND user_id = :user"
+    scope = {
+        "runs": f"id IN ({runs})",
+        "steps": f"run_id IN ({runs})",
+        "events": f"(run_id IN ({runs}) OR run_id = :audit)",
+    }
+    find = "instr({col}, :n{i}) > 0" if d.name == "sqlite" else "strpos({col}, :n{i}) > 0"
+    for start in range(0, len(finds), _NEEDLES_PER_QUERY):
+        batch = finds[start : start + _NEEDLES_PER_QUERY]
+        params = base | {f"n{i}": needle for i, needle in enumerate(batch)}
+        for table, keys, cols in _COPIES:
+            for col in cols:
+                holds = " OR ".join(find.format(col=col, i=i) for i in range(len(batch)))
+                extra = ", data_digest" if table == "events" else ""
+                rows = d.fetchall(
+                    conn,
+                    f"SELECT {', '.join(keys)}, {col} AS old{extra} FROM {table} "
+                    f"WHERE {scope[table]} AND ({holds})",
+                    params,
+                )
+                for row in rows:
+                    new = pattern.sub(_marker, row["old"])
+                    if new == row["old"]:
+                        continue  # a short text only as an object's key: nothing to erase
+                    match = " AND ".join(f"{k} = :{k}" for k in keys)
+                    values = {k: row[k] for k in keys} | {"new": new, "old": row["old"]}
+                    digest = ""
+                    if table == "events":
+                        # The digest of the data as sealed stands for it in the chain.
+                        values["digest"] = row["data_digest"] or service_audit.data_digest(
+                            row["old"]
+                        )
+                        digest = ", data_digest = :digest"
+                    # Only if unchanged since read: a row rewritten meanwhile is kept.
+                    changed[table] += d.execute(
+                        conn,
+                        f"UPDATE {table} SET {col} = :new{digest} WHERE {match} AND {col} = :old",
+                        values,
+                    )
+    return changed
+
+
+def tenants_with_facts(d: Dialect, conn: Any, user_id: str) -> list[str]:
+    """The tenants where ``user_id`` has remembered facts (operators: the hint of a
+    forget that matched nothing)."""
+    found = d.fetchall(
+        conn,
+        "SELECT DISTINCT tenant_id FROM memory_facts WHERE user_id = :user ORDER BY tenant_id",
+        {"user": user_id},
+    )
+    return [r["tenant_id"] for r in found]
 
 
 def all_facts(d: Dialect, conn: Any, tenant_id: str | None, user_id: str) -> list[Fact]:

@@ -8,13 +8,14 @@ searches it through a GIN index. Every search names its tenant.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries.common import new_id
+from agentledger.store.queries.common import in_list, new_id
 from agentledger.store.queries.events import insert_tenant_event
 
 DOC_COLUMNS = "id, tenant_id, source, title, kind, sha256, chunks, chars, created_at"
@@ -278,14 +279,18 @@ def search_chunks(d: Dialect, conn: Any, tenant_id: str, query: str, k: int) -> 
     """The ``k`` chunks of the tenant's documents that best match ``query``.
 
     Chunks holding every word of the query (stemmed) come first; when they are fewer
-    than ``k``, chunks holding any word follow. Within each group rarer words and more
-    of them rank higher (SQLite: bm25; PostgreSQL: ts_rank). Asking for every word
-    first is also what keeps a search fast: a question's common words alone would match
-    most chunks, and each match must be ranked. No words: no hits.
+    than ``k``, chunks holding any word follow. Within each group more of the words,
+    and words in the heading, rank higher (SQLite: BM25 over the tenant's own chunks;
+    PostgreSQL: ts_rank). Every number and every order depends on the tenant's chunks
+    alone: a score computed over all tenants' chunks (FTS5's bm25() counts every
+    tenant's chunks in its word statistics) would let one tenant learn what another's
+    documents hold from how its own scores move. No words: no hits.
     """
     terms = query_terms(query)
     if not terms or k <= 0:
         return []
+    if d.name == "sqlite":
+        return _sqlite_search(d, conn, tenant_id, terms, k)
     hits = _search(d, conn, tenant_id, terms, k, every=True)
     if len(hits) < k and len(terms) > 1:
         seen = {h.chunk_id for h in hits}
@@ -294,32 +299,92 @@ def search_chunks(d: Dialect, conn: Any, tenant_id: str, query: str, k: int) -> 
     return hits
 
 
+#: BM25's term-saturation and length-normalization constants (FTS5's defaults), and how
+#: much more a word in a chunk's heading counts than one in its text.
+BM25_K1 = 1.2
+BM25_B = 0.75
+HEADING_WEIGHT = 2.0
+
+_COLUMNS = "c.id AS chunk_id, c.document_id, doc.source, doc.title, c.heading, c.text"
+
+
+def _sqlite_search(
+    d: Dialect, conn: Any, tenant_id: str, terms: list[str], k: int
+) -> list[ChunkHit]:
+    """BM25 with the tenant's statistics: FTS5 finds which of the tenant's chunks hold
+    each word (in the heading, in the text); the number of the tenant's chunks, their
+    mean text length and each word's count among them weigh the words. A word counts
+    once per column (FTS5 gives no per-word frequency to SQL)."""
+    params: dict[str, Any] = {"tenant": tenant_id}
+    parts = []
+    for i, term in enumerate(terms):
+        quoted = '"' + term.replace('"', "") + '"'
+        for col in ("heading", "text"):
+            params[f"q{i}{col}"] = "{" + col + "} : " + quoted
+            parts.append(
+                f"SELECT c.seq, {i} AS term, '{col}' AS col, length(c.text) AS chars "
+                "FROM doc_chunks_fts JOIN doc_chunks c ON c.seq = doc_chunks_fts.rowid "
+                f"WHERE doc_chunks_fts MATCH :q{i}{col} AND c.tenant_id = :tenant"
+            )
+    found = d.fetchall(conn, " UNION ALL ".join(parts), params)
+    if not found:
+        return []
+    totals = d.fetchall(
+        conn,
+        "SELECT SUM(chunks) AS n, SUM(chars) AS chars FROM documents WHERE tenant_id = :tenant",
+        params,
+    )[0]
+    n_chunks = max(int(totals["n"] or 0), 1)
+    mean_chars = max(float(totals["chars"] or 0) / n_chunks, 1.0)
+    holding: dict[int, set[int]] = {}  # word -> the tenant's chunks holding it
+    cols: dict[int, dict[int, set[str]]] = {}  # chunk -> word -> columns holding it
+    chars: dict[int, int] = {}
+    for r in found:
+        seq, word = int(r["seq"]), int(r["term"])
+        holding.setdefault(word, set()).add(seq)
+        cols.setdefault(seq, {}).setdefault(word, set()).add(r["col"])
+        chars[seq] = int(r["chars"] or 0)
+    idf = {
+        t: math.log(1.0 + (n_chunks - len(s) + 0.5) / (len(s) + 0.5)) for t, s in holding.items()
+    }
+    scores: dict[int, float] = {}
+    for seq, words in cols.items():
+        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * chars[seq] / mean_chars)
+        text_weight = (BM25_K1 + 1.0) / (1.0 + norm)
+        scores[seq] = sum(
+            idf[t]
+            * ((HEADING_WEIGHT if "heading" in c else 0.0) + (text_weight if "text" in c else 0.0))
+            for t, c in words.items()
+        )
+    # Every word first, then any; better scores first; the older chunk on a tie.
+    best = sorted(scores, key=lambda s: (len(cols[s]) < len(terms), -scores[s], s))[:k]
+    by_seq: dict[int, dict[str, Any]] = {}
+    for at in range(0, len(best), 500):  # a large ``k``: under every parameter limit
+        marks, ids = in_list("s", best[at : at + 500])
+        rows = d.fetchall(
+            conn,
+            f"SELECT c.seq, {_COLUMNS} FROM doc_chunks c JOIN documents doc "
+            f"ON doc.id = c.document_id WHERE c.tenant_id = :tenant AND c.seq IN ({marks})",
+            {**ids, "tenant": tenant_id},
+        )
+        by_seq.update((int(r["seq"]), r) for r in rows)
+    return [_hit({**by_seq[s], "score": scores[s]}) for s in best if s in by_seq]
+
+
 def _search(
     d: Dialect, conn: Any, tenant_id: str, terms: list[str], k: int, every: bool
 ) -> list[ChunkHit]:
+    """PostgreSQL: ts_rank scores a chunk by its own words alone (no corpus statistics)."""
     params: dict[str, Any] = {"tenant": tenant_id, "k": k}
-    columns = "c.id AS chunk_id, c.document_id, doc.source, doc.title, c.heading, c.text"
-    if d.name == "sqlite":
-        quoted = ['"' + t.replace('"', "") + '"' for t in terms]
-        params["q"] = (" AND " if every else " OR ").join(quoted)
-        # bm25 is lower for better matches; the heading column weighs more.
-        sql = (
-            f"SELECT {columns}, -bm25(doc_chunks_fts, 2.0, 1.0) AS score "
-            "FROM doc_chunks_fts JOIN doc_chunks c ON c.seq = doc_chunks_fts.rowid "
-            "JOIN documents doc ON doc.id = c.document_id "
-            "WHERE doc_chunks_fts MATCH :q AND c.tenant_id = :tenant "
-            "ORDER BY score DESC, c.seq LIMIT :k"
-        )
-    else:
-        # websearch_to_tsquery never fails on user text; words are ANDed, " or " ORs them.
-        params["q"] = (" " if every else " or ").join(terms)
-        sql = (
-            f"SELECT {columns}, ts_rank(c.tsv, query) AS score "
-            "FROM doc_chunks c JOIN documents doc ON doc.id = c.document_id, "
-            "websearch_to_tsquery('english', :q) query "
-            "WHERE c.tenant_id = :tenant AND c.tsv @@ query "
-            "ORDER BY score DESC, c.seq LIMIT :k"
-        )
+    # websearch_to_tsquery never fails on user text; words are ANDed, " or " ORs them.
+    params["q"] = (" " if every else " or ").join(terms)
+    sql = (
+        f"SELECT {_COLUMNS}, ts_rank(c.tsv, query) AS score "
+        "FROM doc_chunks c JOIN documents doc ON doc.id = c.document_id, "
+        "websearch_to_tsquery('english', :q) query "
+        "WHERE c.tenant_id = :tenant AND c.tsv @@ query "
+        "ORDER BY score DESC, c.seq LIMIT :k"
+    )
     return [_hit(r) for r in d.fetchall(conn, sql, params)]
 
 

@@ -8,7 +8,14 @@ row lock, then gives each committed, unsealed event of the tenant the next ``cha
 the previous record's hash and its own hash:
 
     hash = SHA-256(prev_hash || canonical JSON of [tenant, chain_no, run_id, seq, type,
-                                                   actor, at, data as stored])
+                                                   actor, at, "sha256:" + SHA-256(data)])
+
+The data enters by its digest, so a record's data can be erased (``memory forget``
+redacts a forgotten user's text) and the chain still checks: the redacting transaction
+keeps the digest of the data as sealed in ``data_digest``, which then stands for the data.
+A redacted record's position, type, actor and time are still verified; its data, by
+design, no longer is. Records sealed before digests (migration 0090) were hashed over
+their data's text, and are checked that way.
 
 Each link is also signed under ``AGENTLEDGER_AUDIT_KEY`` when one is configured
 (``sig``, see ``agentledger/auditkey.py``): the hash function is public, so without the
@@ -46,9 +53,23 @@ GENESIS = "0" * 64
 log = logging.getLogger(__name__)
 
 
-def record_hash(prev_hash: str, tenant_id: str, row: dict[str, Any], chain_no: int) -> str:
-    """The hash of one audit record chained to ``prev_hash``."""
+def data_digest(data: str | None) -> str | None:
+    """The SHA-256 of an event's stored data (None for none): what the chain hashes."""
+    return None if data is None else hashlib.sha256(data.encode()).hexdigest()
+
+
+def record_hash(
+    prev_hash: str, tenant_id: str, row: dict[str, Any], chain_no: int, *, by_text: bool = False
+) -> str:
+    """The hash of one audit record chained to ``prev_hash``: over its data's digest
+    (the redacted record's ``data_digest``, else the digest of ``data``), or, with
+    ``by_text``, over the data's text (records sealed before migration 0090)."""
     at = row["at"]
+    if by_text:
+        data = row["data"]
+    else:
+        digest = row.get("data_digest") or data_digest(row["data"])
+        data = None if digest is None else "sha256:" + digest
     body = [
         tenant_id,
         chain_no,
@@ -57,7 +78,7 @@ def record_hash(prev_hash: str, tenant_id: str, row: dict[str, Any], chain_no: i
         row["type"],
         row["actor"],
         repr(float(at)) if at is not None else None,
-        row["data"],
+        data,
     ]
     text = json.dumps(body, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256((prev_hash + "\n" + text).encode()).hexdigest()
@@ -253,7 +274,7 @@ def _seal_tenant(
     # statistics make the primary key look no better than a scan of the table.
     found = d.fetchall(
         conn,
-        "SELECT id, run_id, seq, type, actor, at, data FROM events "
+        "SELECT id, run_id, seq, type, actor, at, data, data_digest FROM events "
         f"WHERE hash IS NULL AND id IN ({marks}) ORDER BY id",
         ids,
     )
@@ -407,8 +428,9 @@ def verify_chain(
             continue
         rows = d.fetchall(
             conn,
-            "SELECT id, run_id, seq, type, actor, at, data, chain_no, prev_hash, hash, sig "
-            "FROM events WHERE tenant_id = :t AND chain_no IS NOT NULL ORDER BY chain_no",
+            "SELECT id, run_id, seq, type, actor, at, data, data_digest, chain_no, "
+            "prev_hash, hash, sig FROM events WHERE tenant_id = :t AND chain_no IS NOT NULL "
+            "ORDER BY chain_no",
             {"t": t},
         )
         head_no, head_hash = int(head["chain_no"]), str(head["hash"])
@@ -422,7 +444,7 @@ def verify_chain(
                     t, expected_no, None, None, None, f"record {expected_no} is missing"
                 )
                 break
-            if row["prev_hash"] != prev or record_hash(prev, t, row, no) != row["hash"]:
+            if row["prev_hash"] != prev or not _matches(prev, t, row, no):
                 problem = Broken(
                     t, no, int(row["id"]), row["run_id"], row["seq"],
                     "record does not match its hash (edited)" if row["prev_hash"] == prev
@@ -603,6 +625,16 @@ def against_checkpoint(
         )
         broken.append(Broken(t, n, None, None, None, reason))
     return broken
+
+
+def _matches(prev: str, tenant_id: str, row: dict[str, Any], chain_no: int) -> bool:
+    """Whether a sealed record matches its hash: by its data's digest, or (never
+    redacted, sealed before digests) by its data's text."""
+    if record_hash(prev, tenant_id, row, chain_no) == row["hash"]:
+        return True
+    return row.get("data_digest") is None and (
+        record_hash(prev, tenant_id, row, chain_no, by_text=True) == row["hash"]
+    )
 
 
 def _ends_at_head(

@@ -1,0 +1,173 @@
+"""Forgetting a user erases every copy of their remembered text the store can find --
+the facts, the journal's inputs and outputs, the events, the run rows -- replacing it
+with a redaction marker; the audit event names what was forgotten only by count and
+digest; the audit chain still verifies; a forget that matches nothing fails and names
+the tenants where the user does have facts. Both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+from click.testing import CliRunner
+
+from agentledger.cli.main import cli
+from agentledger.records import RunStatus
+from agentledger.store import SQLStore, open_store
+from agentledger.store.queries import service_audit
+from agentledger.store.queries.memory_facts import memory_audit_id
+from agentledger.store.sqlite import sqlite_path
+from tests.memory.runs import count, run_to_rest
+from tests.memory.test_agents import help_app
+
+SECRET = "diagnosis hiv positive"
+REDACTED = "[forgotten]"
+COPIES = [
+    "SELECT COUNT(*) FROM steps WHERE {pos}(input, ?) > 0 OR {pos}(output, ?) > 0",
+    "SELECT COUNT(*) FROM events WHERE {pos}(data, ?) > 0 OR {pos}(data, ?) > 0",
+    "SELECT COUNT(*) FROM runs WHERE {pos}(input, ?) > 0 OR {pos}(result, ?) > 0",
+    "SELECT COUNT(*) FROM memory_facts WHERE {pos}(fact, ?) > 0 OR {pos}(fact_key, ?) > 0",
+]
+
+
+def copies(store_url: str, text: str) -> int:
+    """Rows anywhere holding ``text`` (a plain substring test: LIKE's ``_`` is a wildcard)."""
+    pos = "instr" if store_url.startswith("sqlite") else "strpos"
+    return sum(count(store_url, sql.format(pos=pos), (text, text)) for sql in COPIES)
+
+
+async def seal_and_verify(store: SQLStore) -> tuple[int, list[service_audit.Broken]]:
+    await store.transact(lambda d, c: service_audit.seal(d, c))
+    return await store.transact(service_audit.verify_chain, write=False)
+
+
+async def test_forget_erases_the_journal_events_and_runs_copies_and_the_chain_verifies(
+    store: SQLStore, store_url: str
+) -> None:
+    app, _ = help_app()
+    for user in ("g-1", "g-2"):
+        run = await run_to_rest(
+            store, app, "stayhub_help", {"remember": SECRET}, tenant_id="acme", user_id=user
+        )
+        assert run.status == RunStatus.COMPLETED, run.error
+    # A recall run: the fact is in the model's context and the tool's output too.
+    await run_to_rest(
+        store, app, "stayhub_help", {"recall": "diagnosis"}, tenant_id="acme", user_id="g-1"
+    )
+    await store.remember_fact("acme", "g-1", "diagnosis_hiv_positive", "yes", None, None)
+    assert copies(store_url, SECRET) > 3
+    checked, broken = await seal_and_verify(store)
+    assert checked > 0 and broken == []
+
+    assert await store.forget_facts("acme", "g-1", None, "cli:ops") == 2
+    # g-1's copies are gone (g-2's own runs and fact are not g-1's to forget).
+    g2 = await store.list_facts("acme", "g-2")
+    assert [f.fact for f in g2] == [SECRET]
+    g1_runs = "SELECT COUNT(*) FROM steps s JOIN runs r ON r.id = s.run_id WHERE r.user_id = ? "
+    like = f"%{SECRET}%"
+    both = g1_runs + "AND (s.input LIKE ? OR s.output LIKE ?)"
+    assert count(store_url, both, ("g-1", like, like)) == 0
+    assert count(store_url, g1_runs + "AND s.output LIKE ?", ("g-1", f"%{REDACTED}%")) > 0
+    events = (
+        "SELECT COUNT(*) FROM events e JOIN runs r ON r.id = e.run_id "
+        "WHERE r.user_id = ? AND e.data LIKE ?"
+    )
+    assert count(store_url, events, ("g-1", like)) == 0
+    runs = "SELECT COUNT(*) FROM runs WHERE user_id = ? AND (input LIKE ? OR result LIKE ?)"
+    assert count(store_url, runs, ("g-1", like, like)) == 0
+    assert copies(store_url, "diagnosis_hiv_positive") == 0
+    # The audit event: a count and a digest, never a key or a fact.
+    audit = await store.list_events(memory_audit_id("acme", "g-1"))
+    assert [e.type for e in audit] == ["memory.forgotten"]
+    data = audit[0].data
+    assert data["deleted"] == 2 and len(data["digest"]) == 64
+    assert "keys" not in data and "diagnosis" not in str(data)
+    # Sealed records were redacted, and the chain still verifies.
+    assert count(store_url, "SELECT COUNT(*) FROM events WHERE data_digest IS NOT NULL") > 0
+    checked_after, broken = await seal_and_verify(store)
+    assert checked_after > checked and broken == []
+
+
+async def test_a_redacted_record_edited_again_still_breaks_the_chain(
+    store: SQLStore, store_url: str
+) -> None:
+    app, _ = help_app()
+    await run_to_rest(
+        store, app, "stayhub_help", {"remember": SECRET}, tenant_id="acme", user_id="g-1"
+    )
+    await seal_and_verify(store)
+    await store.forget_facts("acme", "g-1", None, "cli")
+    assert (await seal_and_verify(store))[1] == []
+
+    def edit(d, c):  # type: ignore[no-untyped-def]
+        d.execute(c, "UPDATE events SET actor = 'mallory' WHERE data_digest IS NOT NULL")
+
+    await store.transact(edit)
+    assert (await seal_and_verify(store))[1] != []
+
+
+def test_forget_matching_nothing_fails_and_names_the_users_tenants(store_url: str) -> None:
+    async def seed() -> None:
+        store = open_store(store_url)
+        await store.open()
+        try:
+            await store.remember_fact("acme", "g-1", "room", "likes views", "r2", "r2:2")
+            await store.remember_fact("globex", "g-1", "diet", "vegan", "r3", "r3:2")
+        finally:
+            await store.close()
+
+    asyncio.run(seed())
+    result = CliRunner().invoke(cli, ["memory", "forget", "--user", "g-1", "--db", store_url])
+    assert result.exit_code != 0
+    assert "nothing" in result.output and "acme, globex" in result.output
+    assert "--tenant" in result.output
+    sql = "SELECT COUNT(*) FROM memory_facts WHERE user_id = ?"
+    assert count(store_url, sql, ("g-1",)) == 2
+    result = CliRunner().invoke(
+        cli, ["memory", "forget", "--user", "g-1", "--tenant", "acme", "--db", store_url]
+    )
+    assert result.exit_code == 0 and "1 deleted" in result.output, result.output
+
+
+async def test_sqlite_deletes_overwrite_the_freed_content(store: SQLStore, store_url: str) -> None:
+    if not store_url.startswith("sqlite"):
+        return
+    await store.remember_fact("acme", "g-1", "k", "x" * 2000, None, None)
+
+    def pragma(d, c):  # type: ignore[no-untyped-def]
+        return d.fetchall(c, "PRAGMA secure_delete")[0]
+
+    row = await store.transact(pragma, write=False)
+    assert list(dict(row).values()) == [1]
+    await store.forget_facts("acme", "g-1", None, "cli")
+    await store.close()
+    conn = sqlite3.connect(sqlite_path(store_url)[0])
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    with open(sqlite_path(store_url)[0], "rb") as f:
+        assert b"x" * 2000 not in f.read()
+
+
+async def test_records_sealed_over_their_text_before_digests_still_verify(
+    store: SQLStore,
+) -> None:
+    await store.remember_fact("acme", "g-1", "k", "a fact", None, None)
+    await store.forget_facts("acme", "g-1", "k", "cli")
+    await store.forget_facts("acme", "g-1", "k", "cli")
+    await store.transact(lambda d, c: service_audit.seal(d, c))
+
+    def rehash_by_text(d, c):  # type: ignore[no-untyped-def]
+        # The chain as a release before digests sealed it: hashed over the data's text.
+        rows = d.fetchall(c, "SELECT * FROM events WHERE tenant_id = 'acme' ORDER BY chain_no")
+        prev = service_audit.GENESIS
+        for row in rows:
+            digest = service_audit.record_hash(prev, "acme", row, row["chain_no"], by_text=True)
+            d.execute(c, "UPDATE events SET prev_hash = :p, hash = :h WHERE id = :i",
+                      {"p": prev, "h": digest, "i": row["id"]})  # fmt: skip
+            prev = digest
+        d.execute(c, "UPDATE audit_heads SET hash = :h WHERE tenant_id = 'acme'", {"h": prev})
+        return len(rows)
+
+    assert await store.transact(rehash_by_text) == 2
+    checked, broken = await store.transact(service_audit.verify_chain, write=False)
+    assert checked == 2 and broken == []
