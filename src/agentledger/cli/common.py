@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import wraps
@@ -75,6 +77,35 @@ async def with_store(
         return await fn(store)
     finally:
         await store.close()
+
+
+def check_port_free(host: str, port: int, option: str = "--port") -> None:
+    """Refuse, in one line, a port this process cannot listen on (another process
+    listens there, the address is not this host's), before anything starts: `sandbox`,
+    `serve` and `worker --metrics-port` all call this first, so none of them starts a
+    server, opens a database or prints a traceback for it."""
+    if port == 0:  # any free port: nothing to check
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(f"cannot listen on {host!r}: {exc}; check the host option") from None
+    with socket.socket(family, kind, proto) as sock:
+        # As the servers do: a port left in TIME_WAIT by a previous run is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UsageError(
+                    f"port {port} on {host} is in use; stop what listens there or pick "
+                    f"another with {option}"
+                ) from None
+            raise UsageError(
+                f"cannot listen on {host}:{port}: {exc.strerror}; pick another with {option}"
+            ) from None
 
 
 def print_json(value: Any) -> None:

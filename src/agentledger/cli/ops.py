@@ -14,6 +14,7 @@ from rich.table import Table
 from agentledger import heap
 from agentledger.app import load_app
 from agentledger.cli.common import (
+    check_port_free,
     check_text,
     db_option,
     fail,
@@ -98,9 +99,15 @@ from agentledger.worker.runlog import configure_logging
 )
 @click.option(
     "--metrics-port",
-    type=int,
+    type=click.IntRange(0, 65535),
     default=None,
     help="Serve Prometheus /metrics on this port (0: any free port).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the /metrics server listens on (0.0.0.0: every interface).",
 )
 def worker(
     app_path: str,
@@ -117,6 +124,7 @@ def worker(
     verbose: bool,
     log_format: str,
     metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> None:
     """Claim and execute runs until SIGTERM (then release them and exit 0).
 
@@ -139,13 +147,15 @@ def worker(
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if metrics_port is not None:  # before the app loads or the database opens
+        check_port_free(metrics_host, metrics_port, "--metrics-port")
     configure_logging(verbose=int(verbose), fmt=log_format)
     app = load_app(app_path)
 
     async def main() -> None:
         store = open_store(db)
         await store.open()
-        metrics = start_metrics(store, metrics_port)  # observe/metrics.py
+        metrics = start_metrics(store, metrics_port, metrics_host)  # observe/metrics.py
         heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
         try:
             await Worker(store, app, config, burst=burst).run()

@@ -2,28 +2,9 @@
 
 from __future__ import annotations
 
-import errno
-import socket
-
 import click
 
-from agentledger.errors import UsageError
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Refuse, in one line, a port another process listens on (before uvicorn says it
-    in a traceback)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise UsageError(
-                    f"port {port} on {host} is in use; stop what listens there or pick "
-                    "another with --port"
-                ) from None
-            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+from agentledger.cli.common import check_port_free
 
 
 @click.command("sandbox")

@@ -1,0 +1,137 @@
+"""The operator's first day: a busy port, a wrong --app, an unknown name, a database that
+is a directory or read-only, help texts, units, migrate's report and empty listings,
+each said in one line that says what to do, with nothing created."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import run_cli
+
+APP = "tests.apps.engine_app:app"
+
+
+def one_line_error(result: object, code: int = 2) -> str:
+    """The single stderr line of a refused command (asserting there is exactly one)."""
+    rc, err = result.returncode, result.stderr  # type: ignore[attr-defined]
+    assert rc == code, (rc, err)
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return str(lines[0])
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        yield int(busy.getsockname()[1])
+
+
+# 8. a busy port ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (("sandbox",), "--port"),
+        (("serve", "--app", APP), "--port"),
+        (("worker", "--app", APP, "--burst", "--metrics-host", "127.0.0.1"), "--metrics-port"),
+    ],
+    ids=["sandbox", "serve", "worker"],
+)
+def test_a_busy_port_is_one_line_before_anything_starts(
+    tmp_path: Path,
+    busy_port: int,
+    command: tuple[str, ...],
+    option: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AGENTLEDGER_KEY_PEPPER", "p" * 32)  # serve's only other need
+    db = tmp_path / "never.db"
+    with_db = () if command[0] == "sandbox" else ("--db", f"sqlite:///{db}")
+    result = run_cli(*command, *with_db, option, str(busy_port))
+    line = one_line_error(result)
+    assert line == (
+        f"error: port {busy_port} on 127.0.0.1 is in use; stop what listens there or "
+        f"pick another with {option}"
+    )
+    assert "startup complete" not in result.stdout + result.stderr
+    assert not db.exists()
+
+
+# 10. a wrong --app ----------------------------------------------------------------------
+
+
+def write_module(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+HOTEL = """
+    from agentledger import Agent, App, ScriptedModel, Turn
+
+    app = App("hotel")
+    other = App("other")
+
+    @app.tool(effect="read", timeout=2)
+    async def echo(ctx, text: str) -> str:
+        return text
+
+    for name in ("nightly", "concierge"):
+        app.add_agent(Agent(name=name, model=ScriptedModel([Turn(text="done")]),
+                            instructions="x", tools=[echo]))
+
+    @app.workflow(name="checkout", version="1")
+    async def checkout(ctx, input):
+        return 1
+"""
+
+
+def test_an_app_attribute_that_is_missing_names_the_apps_the_module_has(tmp_path: Path) -> None:
+    write_module(tmp_path, "hotel", HOTEL)
+    line = one_line_error(run_cli("describe", "--app", "hotel:ap", cwd=tmp_path))
+    assert line == "error: module hotel has no attribute 'ap'; its App objects: app, other"
+    line = one_line_error(run_cli("describe", "--app", "hotel:echo", cwd=tmp_path))
+    assert line.startswith("error: hotel:echo is a Tool, not an agentledger App;"), line
+    assert line.endswith("its App objects: app, other"), line
+
+
+def test_a_failed_import_inside_the_app_names_the_missing_module(tmp_path: Path) -> None:
+    write_module(tmp_path, "needs", "import requests_not_installed_here\n")
+    line = one_line_error(run_cli("describe", "--app", "needs:app", cwd=tmp_path))
+    assert "needs" in line and "'requests_not_installed_here'" in line, line
+    assert "PYTHONPATH" not in line, line
+    # The --app module itself missing still says to check --app and PYTHONPATH.
+    line = one_line_error(run_cli("describe", "--app", "no_such_module_x:app", cwd=tmp_path))
+    assert "no_such_module_x" in line and "check --app and PYTHONPATH" in line, line
+
+
+def test_a_syntax_error_in_the_app_is_its_file_and_line(tmp_path: Path) -> None:
+    path = write_module(tmp_path, "broken", "from agentledger import App\napp = App('x'\n")
+    line = one_line_error(run_cli("describe", "--app", "broken:app", cwd=tmp_path))
+    assert f"{path}, line 2" in line, line
+
+
+def test_an_agent_with_a_tool_that_is_not_one_names_it(tmp_path: Path) -> None:
+    path = write_module(
+        tmp_path,
+        "badtool",
+        """
+        from agentledger import Agent, App, ScriptedModel, Turn
+        app = App("x")
+        app.add_agent(Agent(name="nightly", model=ScriptedModel([Turn(text="done")]),
+                            instructions="x", tools=["nope"]))
+        """,
+    )
+    line = one_line_error(run_cli("describe", "--app", "badtool:app", cwd=tmp_path))
+    assert "'nope'" in line and "agent nightly" in line, line
+    assert f"{path}, line 4" in line, line
