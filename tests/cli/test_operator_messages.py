@@ -135,3 +135,25 @@ def test_an_agent_with_a_tool_that_is_not_one_names_it(tmp_path: Path) -> None:
     line = one_line_error(run_cli("describe", "--app", "badtool:app", cwd=tmp_path))
     assert "'nope'" in line and "agent nightly" in line, line
     assert f"{path}, line 4" in line, line
+
+
+# 9. an unknown name with --app ------------------------------------------------------------
+
+
+def test_an_unknown_name_lists_the_apps_names_suggests_the_closest_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    write_module(tmp_path, "hotel", HOTEL)
+    result = run_cli("submit", "nightlyy", "--app", "hotel:app", cwd=tmp_path)
+    line = one_line_error(result)
+    assert line == (
+        "error: unknown agent or workflow 'nightlyy' in hotel:app; did you mean 'nightly'? "
+        "(agents: concierge, nightly; workflows: checkout)"
+    )
+    assert not (tmp_path / "agentledger.db").exists()
+    # An unknown version of a known name is still refused before anything is created.
+    line = one_line_error(
+        run_cli("submit", "nightly", "--version", "9", "--app", "hotel:app", cwd=tmp_path)
+    )
+    assert "nightly@9" in line, line
+    assert not (tmp_path / "agentledger.db").exists()
