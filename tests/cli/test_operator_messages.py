@@ -4,6 +4,7 @@ each said in one line that says what to do, with nothing created."""
 
 from __future__ import annotations
 
+import json
 import socket
 import sqlite3
 import textwrap
@@ -157,3 +158,49 @@ def test_an_unknown_name_lists_the_apps_names_suggests_the_closest_and_creates_n
     )
     assert "nightly@9" in line, line
     assert not (tmp_path / "agentledger.db").exists()
+
+
+# 11. a database that is a directory, or read-only ----------------------------------------
+
+
+@pytest.mark.parametrize("args", [("runs", "list"), ("migrate",), ("submit", "quick", "--app", APP)])
+def test_a_database_that_is_a_directory_says_so(tmp_path: Path, args: tuple[str, ...]) -> None:
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    line = one_line_error(run_cli(*args, "--db", f"sqlite:///{folder}"))
+    assert line == (
+        f"error: {folder} is a directory, not a database file; name a file in it, e.g. "
+        f"--db sqlite:///{folder}/agentledger.db"
+    )
+    assert list(folder.iterdir()) == []
+
+
+@pytest.fixture
+def read_only_db(tmp_path: Path) -> Iterator[str]:
+    """A database file nothing may write (immutable: read-only even for root), in the
+    rollback-journal mode a copied or restored file can have."""
+    import shutil
+    import subprocess
+
+    path = tmp_path / "ro.db"
+    url = f"sqlite:///{path}"
+    assert run_cli("submit", "quick", "--app", APP, "--db", url).returncode == 0
+    sqlite3.connect(path).execute("PRAGMA journal_mode = DELETE").connection.close()
+    if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)]).returncode:
+        pytest.skip("cannot make a file immutable here")
+    try:
+        yield url
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_read_only_commands_read_a_read_only_database(read_only_db: str) -> None:
+    listed = run_cli("runs", "list", "--db", read_only_db, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [r["name"] for r in json.loads(listed.stdout)] == ["quick"]
+    for args in (("approvals", "list"), ("outbox", "dead"), ("stats",)):
+        result = run_cli(*args, "--db", read_only_db)
+        assert result.returncode == 0, (args, result.stderr)
+    # A command that writes says the file is read-only, in one line.
+    line = one_line_error(run_cli("runs", "cancel", "r-x", "--db", read_only_db))
+    assert "read-only" in line, line

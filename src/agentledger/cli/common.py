@@ -55,12 +55,17 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 
 
 async def with_store(
-    url: str, fn: Callable[[SQLStore], Awaitable[T]], *, create: bool = False
+    url: str,
+    fn: Callable[[SQLStore], Awaitable[T]],
+    *,
+    create: bool = False,
+    read_only: bool = False,
 ) -> T:
     """Open the store at ``url``, call ``fn`` with it, close it.
 
     Only commands that write runs or the schema pass ``create``: a read or a decision
     on a SQLite file that does not exist (a typo in --db) says so instead of creating it.
+    Commands that only read pass ``read_only``: they can read a file they may not write.
     """
     if not create and url.startswith("sqlite:"):
         path = sqlite_path(url)[0]
@@ -70,9 +75,10 @@ async def with_store(
                 f"`agentledger migrate --db {url}` (a worker or submit also creates it)"
             )
     store = open_store(url)
-    # Only `worker`, `submit` and `migrate` create a schema: anything else on a database
+    # Only the commands that pass create (`worker`, `submit`, `migrate`, `keys create`,
+    # `docs add`) create a schema: anything else on a database
     # without one (a server's `postgres` database, a typo) says so and changes nothing.
-    await store.open(migrate=create)
+    await store.open(migrate=create, read_only=read_only)
     try:
         return await fn(store)
     finally:

@@ -191,7 +191,7 @@ def approvals() -> None:
 @json_option
 @run_async
 async def list_approvals(show_all: bool, db: str, as_json: bool) -> None:
-    found = await with_store(db, lambda s: s.get_approvals(pending=not show_all))
+    found = await with_store(db, lambda s: s.get_approvals(pending=not show_all), read_only=True)
     if as_json:
         print_json([a.__dict__ for a in found])
         return
@@ -289,7 +289,7 @@ def outbox(ctx: click.Context, app_path: str | None, db: str) -> None:
 @run_async
 async def outbox_dead(db: str, as_json: bool) -> None:
     """Dead letters: deliveries that exhausted their retries, with their history."""
-    found = await with_store(db, lambda s: s.list_outbox("dead"))
+    found = await with_store(db, lambda s: s.list_outbox("dead"), read_only=True)
     if as_json:
         print_json([i.__dict__ for i in found])
         return

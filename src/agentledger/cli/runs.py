@@ -164,7 +164,7 @@ async def list_runs(
             found = [r for r in await stuck_runs(store, name, limit) if status in (None, r.status)]
         return found, await store.list_workers(), await store.get_approvals(pending=True)
 
-    found, workers, pending = await with_store(db, go)
+    found, workers, pending = await with_store(db, go, read_only=True)
     now = time.time()
     serving = {t for w in workers if now - w.heartbeat_at <= LIVE_WITHIN for t in w.targets}
     if as_json:
@@ -272,7 +272,7 @@ async def show_run(run_id: str, db: str, as_json: bool) -> None:
             await store.get_approvals(run_id=run_id, pending=True),
         )
 
-    run, steps, events, pending = await with_store(db, go)
+    run, steps, events, pending = await with_store(db, go, read_only=True)
     if run is None:
         raise UsageError(f"no run {run_id!r}; list runs with `agentledger runs list`")
     if as_json:

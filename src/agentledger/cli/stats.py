@@ -47,7 +47,7 @@ async def stats_command(since: str, agent: str | None, db: str, as_json: bool) -
     async def go(store: SQLStore) -> Stats:
         return await stats(store, window, agent)
 
-    found = await with_store(db, go)
+    found = await with_store(db, go, read_only=True)
     if as_json:
         print_json(found.to_dict())
         return
