@@ -204,3 +204,43 @@ def test_read_only_commands_read_a_read_only_database(read_only_db: str) -> None
     # A command that writes says the file is read-only, in one line.
     line = one_line_error(run_cli("runs", "cancel", "r-x", "--db", read_only_db))
     assert "read-only" in line, line
+
+
+# 18. stats ------------------------------------------------------------------------------------
+
+
+def test_stats_since_needs_a_unit_and_shows_all_five_numbers(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    assert run_cli("migrate", "--db", url).returncode == 0
+    line = one_line_error(run_cli("stats", "--since", "7", "--db", url))
+    assert "'7'" in line and "7d" in line, line
+    shown = run_cli("stats", "--db", url)
+    assert shown.returncode == 0, shown.stderr
+    assert "failing steps     none" in shown.stdout, shown.stdout
+
+
+# 19. migrate ---------------------------------------------------------------------------------
+
+
+def test_migrate_says_it_created_the_schema_and_its_version(tmp_path: Path) -> None:
+    from agentledger.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    latest = max(v for v, _ in open_store(url).dialect.migrations())
+    created = run_cli("migrate", "--db", url)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.strip() == f"schema created (version {latest}) in {url}"
+    again = run_cli("migrate", "--db", url)
+    assert again.stdout.strip() == f"schema up to date (version {latest}) in {url}"
+
+
+# 21. empty listings -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [("runs", "list", "--stuck"), ("outbox", "dead")])
+def test_an_empty_listing_says_none(tmp_path: Path, args: tuple[str, ...]) -> None:
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    assert run_cli("migrate", "--db", url).returncode == 0
+    result = run_cli(*args, "--db", url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "none", result.stdout

@@ -176,8 +176,20 @@ def worker(
 @run_async
 async def migrate(db: str) -> None:
     """Create or upgrade the schema."""
-    applied = await with_store(db, lambda s: s.migrate(), create=True)
-    click.echo(f"schema up to date{' (applied ' + str(applied) + ')' if applied else ''}")
+    from agentledger.store.sqlstore import redacted_url
+
+    async def go(store: SQLStore) -> tuple[list[int], list[int]]:
+        # Opening with create applied what was missing (store.applied).
+        return store.applied, [version for version, _ in store.dialect.migrations()]
+
+    applied, versions = await with_store(db, go, create=True)
+    where, latest = redacted_url(db), max(versions)
+    if applied and min(versions) in applied:
+        click.echo(f"schema created (version {latest}) in {where}")
+    elif applied:
+        click.echo(f"schema upgraded to version {latest} (applied {len(applied)}) in {where}")
+    else:
+        click.echo(f"schema up to date (version {latest}) in {where}")
 
 
 @click.group("approvals")
@@ -194,6 +206,9 @@ async def list_approvals(show_all: bool, db: str, as_json: bool) -> None:
     found = await with_store(db, lambda s: s.get_approvals(pending=not show_all), read_only=True)
     if as_json:
         print_json([a.__dict__ for a in found])
+        return
+    if not found:
+        click.echo("none")
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for header in ("approval", "run"):
@@ -292,6 +307,9 @@ async def outbox_dead(db: str, as_json: bool) -> None:
     found = await with_store(db, lambda s: s.list_outbox("dead"), read_only=True)
     if as_json:
         print_json([i.__dict__ for i in found])
+        return
+    if not found:  # an empty table reads as a rendering fault
+        click.echo("none")
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for header in ("key", "run"):

@@ -175,6 +175,9 @@ async def list_runs(
             ]
         )
         return
+    if not found:  # an empty table reads as a rendering fault
+        click.echo("none")
+        return
     out = console()
     wide = out.width >= 110  # narrower: tokens, cost and resumes are in `runs show`
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)

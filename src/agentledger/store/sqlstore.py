@@ -127,6 +127,8 @@ class SQLStore(Store):
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._conn: Any = None
+        # The migrations this store's open() applied (`agentledger migrate` reports them).
+        self.applied: list[int] = []
         # Batches per committed group, the latest ones only (benchmarks read them).
         self.group_sizes: deque[int] = deque(maxlen=10_000)
         # Where journal batches go, asked in order (the writer thread's takes all).
@@ -231,7 +233,7 @@ class SQLStore(Store):
         try:
             self._conn = self.dialect.connect()
             if getattr(self, "_migrate", True):
-                q.migrate(self.dialect, self._conn)
+                self.applied = q.migrate(self.dialect, self._conn)
             elif not q.is_current(self.dialect, self._conn):
                 raise SchemaMissing(
                     f"no agentledger schema (or an older one) in {redacted_url(self.url)}; "
