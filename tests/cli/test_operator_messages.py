@@ -163,7 +163,9 @@ def test_an_unknown_name_lists_the_apps_names_suggests_the_closest_and_creates_n
 # 11. a database that is a directory, or read-only ----------------------------------------
 
 
-@pytest.mark.parametrize("args", [("runs", "list"), ("migrate",), ("submit", "quick", "--app", APP)])
+@pytest.mark.parametrize(
+    "args", [("runs", "list"), ("migrate",), ("submit", "quick", "--app", APP)]
+)
 def test_a_database_that_is_a_directory_says_so(tmp_path: Path, args: tuple[str, ...]) -> None:
     folder = tmp_path / "adir"
     folder.mkdir()
@@ -244,3 +246,71 @@ def test_an_empty_listing_says_none(tmp_path: Path, args: tuple[str, ...]) -> No
     result = run_cli(*args, "--db", url)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "none", result.stdout
+
+
+# 13. help texts and the README's command table --------------------------------------------
+
+
+def cli_commands() -> dict[str, object]:
+    """Every command a user can invoke, by its full path (``agentledger runs list``)."""
+    import click
+
+    from agentledger.cli.main import cli
+
+    found: dict[str, object] = {}
+
+    def walk(command: click.Command, path: str) -> None:
+        if not isinstance(command, click.Group) or command.invoke_without_command:
+            found[path] = command
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, f"{path} {name}")
+
+    walk(cli, "agentledger")
+    return found
+
+
+def test_the_readme_command_table_names_every_command_and_only_real_options() -> None:
+    import re
+
+    import click
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("| command | what it does |") :].split("\n\n", 1)[0]
+    spans = [s for s in re.findall(r"`([^`]+)`", table) if s.startswith("agentledger ")]
+    commands = cli_commands()
+    named: dict[str, set[str]] = {}
+    for span in spans:
+        words = span.split()
+        path = max((p for p in commands if words[: len(p.split())] == p.split()), key=len)
+        named.setdefault(path, set()).update(re.findall(r"(?:^|[\s\[])(--?[a-z][a-z-]*)", span))
+    assert sorted(set(commands) - set(named)) == [], "commands missing from README's table"
+    for path, options in named.items():
+        command = commands[path]
+        assert isinstance(command, click.Command)
+        real = {o for p in command.params for o in getattr(p, "opts", [])}
+        assert options <= real, (path, options - real)
+    for path, option in [("agentledger submit", "--tenant"), ("agentledger submit", "--user"),
+                         ("agentledger runs list", "--stuck"), ("agentledger runs list", "--name"),
+                         ("agentledger runs list", "--limit")]:  # fmt: skip
+        assert option in named[path], (path, option)
+
+
+def test_help_texts_say_what_the_commands_do() -> None:
+    from click.testing import CliRunner
+
+    from agentledger.cli.main import cli
+
+    def help_of(*args: str) -> str:
+        return " ".join(CliRunner().invoke(cli, [*args, "--help"]).output.split())
+
+    assert "resume" in help_of("runs").split("Options:")[0]
+    assert "Pending approvals" in help_of("approvals", "list")
+    assert "SIGTERM or SIGINT" in help_of("worker")
+    for command in (("demo",), ("sandbox",)):
+        text = help_of(*command)
+        assert "docs/guide.md" not in text and "python -m" not in text, command
+        assert "ENDPOINT:KIND[@PROBABILITY]" in text and "timeout_after_commit" in text, command
+    # Every command has a description of its own.
+    for path, command in cli_commands().items():
+        assert getattr(command, "help", None), path

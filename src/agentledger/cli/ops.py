@@ -68,7 +68,8 @@ from agentledger.worker.runlog import configure_logging
     "--shutdown-grace",
     default=10.0,
     show_default=True,
-    help="On SIGTERM, how long runs may finish their current step before being released.",
+    help="On SIGTERM or SIGINT (Ctrl-C), how long runs may finish their current step "
+    "before being released.",
 )
 @click.option("--no-outbox", is_flag=True, help="Do not deliver outbox rows in this process.")
 @click.option(
@@ -203,6 +204,8 @@ def approvals() -> None:
 @json_option
 @run_async
 async def list_approvals(show_all: bool, db: str, as_json: bool) -> None:
+    """Pending approvals (with --all, decided ones too): the run, step, tool, role
+    needed and the arguments the model proposed."""
     found = await with_store(db, lambda s: s.get_approvals(pending=not show_all), read_only=True)
     if as_json:
         print_json([a.__dict__ for a in found])

@@ -137,7 +137,7 @@ async def submit(
 
 @click.group("runs")
 def runs() -> None:
-    """List, show and cancel runs."""
+    """List, show, cancel and resume runs."""
 
 
 @runs.command("list")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from agentledger.cli.common import check_port_free
+from agentledger.examples.stayhub.sandbox.faults import grammar_help
 
 
 @click.command("sandbox")
@@ -24,8 +25,8 @@ from agentledger.cli.common import check_port_free
 @click.option(
     "--faults",
     default=None,
-    help="Fault spec, e.g. 'payments.create:timeout_after_commit@0.1;seed=7' "
-    "(grammar: docs/guide.md, 'The sandbox's fault grammar').",
+    help="Faults to inject, e.g. 'payments.create:timeout_after_commit@0.1;seed=7'. "
+    + grammar_help(),
 )
 @click.option("--ledger", default=None, help="SQLite file that keeps the ledger across restarts.")
 def sandbox(port: int, host: str, faults: str | None, ledger: str | None) -> None:

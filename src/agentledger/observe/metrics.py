@@ -303,9 +303,7 @@ class MetricsServer:
         self.server.server_close()
 
 
-def start_metrics(
-    store: Store, port: int | None, host: str = "127.0.0.1"
-) -> MetricsServer | None:
+def start_metrics(store: Store, port: int | None, host: str = "127.0.0.1") -> MetricsServer | None:
     """Serve ``/metrics`` on ``host``:``port`` from the running event loop (None: not
     served); loopback by default, as ``serve`` is. Prints the address to stderr so that
     ``--metrics-port 0`` can be found."""
