@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger.budget import Budget
+from agentledger.errors import UsageError
 from agentledger.inputs import (
     AGENT_DEFAULT_SCHEMA,
     InputModel,
@@ -57,6 +58,12 @@ class Agent:
         # A model may be named by a string ("openai:gpt-4.1-mini"); AGENTLEDGER_MODEL,
         # when set, replaces it (a real model by configuration alone).
         self.model = resolve_model(self.model)
+        for i, t in enumerate(self.tools):
+            if not isinstance(t, Tool):
+                raise UsageError(
+                    f"agent {self.name}: tools[{i}] is {t!r}, not a tool; pass the function "
+                    "decorated with @app.tool or agentledger.tool, not its name"
+                )
         check_declaration(self.input_model, f"agent {self.name}")
 
     def input_schema(self) -> dict[str, Any]:

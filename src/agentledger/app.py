@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+import sysconfig
+import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -165,7 +167,13 @@ def _version_key(version: str) -> tuple[Any, ...]:
 
 
 def load_app(path: str) -> App:
-    """Import ``module:attribute`` (like uvicorn) and return the App it names."""
+    """Import ``module:attribute`` (like uvicorn) and return the App it names.
+
+    Every way this fails is one :class:`UsageError` line saying which: the module is not
+    on the path, the app's own import failed (and on what), a syntax or other error in
+    the app's code (file and line), or the attribute is missing or not an App (and which
+    App objects the module does have).
+    """
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
         raise UsageError(f"--app must look like package.module:app, got {path!r}")
@@ -174,10 +182,46 @@ def load_app(path: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise UsageError(
+                f"cannot import {module_name!r} ({exc}); check --app and PYTHONPATH"
+            ) from exc
         raise UsageError(
-            f"cannot import {module_name!r} ({exc}); check --app and PYTHONPATH"
+            f"importing {module_name} failed{_where(exc)}: it imports {missing!r}, which is "
+            "not installed (install it, or fix that import)"
         ) from exc
+    except SyntaxError as exc:
+        raise UsageError(
+            f"{module_name} has a syntax error at {exc.filename}, line {exc.lineno}: {exc.msg}"
+        ) from exc
+    except Exception as exc:  # the app's own code raised while being imported
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        reason = first if isinstance(exc, UsageError) else f"{type(exc).__name__}: {first}"
+        raise UsageError(f"importing {module_name} failed{_where(exc)}: {reason}") from exc
     app = getattr(module, attr, None)
     if not isinstance(app, App):
-        raise UsageError(f"{path} is not an agentledger App (found {type(app).__name__})")
+        apps = ", ".join(sorted(k for k, v in vars(module).items() if isinstance(v, App)))
+        listing = f"its App objects: {apps}" if apps else "it defines no App"
+        if not hasattr(module, attr):
+            raise UsageError(f"module {module_name} has no attribute {attr!r}; {listing}")
+        raise UsageError(f"{path} is a {type(app).__name__}, not an agentledger App; {listing}")
     return app
+
+
+def _where(exc: BaseException) -> str:
+    """`` at FILE, line N``: the innermost frame of a failed import that is the app's
+    own code (not agentledger's library, the standard library, installed packages or
+    the import machinery), or nothing."""
+    library = [str(Path(__file__).resolve().parent)]
+    library += [sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    examples = str(Path(__file__).resolve().parent / "examples")
+    found = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        name = str(Path(frame.filename).resolve()) if not frame.filename.startswith("<") else ""
+        if not name or (
+            any(name.startswith(root) for root in library if root) and not name.startswith(examples)
+        ):
+            continue
+        found = f" at {frame.filename}, line {frame.lineno}"
+    return found

@@ -9,7 +9,7 @@ from agentledger.cli.routing import choose_version, version_key
 from agentledger.cli.text import cell, markup_safe, visible
 from agentledger.errors import UnknownTargetError, UsageError
 
-KNOWN = {"1": "workflow", "2": "workflow", "9": "workflow", "10": "workflow"}
+KNOWN = {"w@1": "workflow", "w@2": "workflow", "w@9": "workflow", "w@10": "workflow"}
 
 
 def test_versions_compare_numerically() -> None:

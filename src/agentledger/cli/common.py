@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import wraps
@@ -53,12 +55,17 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 
 
 async def with_store(
-    url: str, fn: Callable[[SQLStore], Awaitable[T]], *, create: bool = False
+    url: str,
+    fn: Callable[[SQLStore], Awaitable[T]],
+    *,
+    create: bool = False,
+    read_only: bool = False,
 ) -> T:
     """Open the store at ``url``, call ``fn`` with it, close it.
 
     Only commands that write runs or the schema pass ``create``: a read or a decision
     on a SQLite file that does not exist (a typo in --db) says so instead of creating it.
+    Commands that only read pass ``read_only``: they can read a file they may not write.
     """
     if not create and url.startswith("sqlite:"):
         path = sqlite_path(url)[0]
@@ -68,13 +75,43 @@ async def with_store(
                 f"`agentledger migrate --db {url}` (a worker or submit also creates it)"
             )
     store = open_store(url)
-    # Only `worker`, `submit` and `migrate` create a schema: anything else on a database
+    # Only the commands that pass create (`worker`, `submit`, `migrate`, `keys create`,
+    # `docs add`) create a schema: anything else on a database
     # without one (a server's `postgres` database, a typo) says so and changes nothing.
-    await store.open(migrate=create)
+    await store.open(migrate=create, read_only=read_only)
     try:
         return await fn(store)
     finally:
         await store.close()
+
+
+def check_port_free(host: str, port: int, option: str = "--port") -> None:
+    """Refuse, in one line, a port this process cannot listen on (another process
+    listens there, the address is not this host's), before anything starts: `sandbox`,
+    `serve` and `worker --metrics-port` all call this first, so none of them starts a
+    server, opens a database or prints a traceback for it."""
+    if port == 0:  # any free port: nothing to check
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(f"cannot listen on {host!r}: {exc}; check the host option") from None
+    with socket.socket(family, kind, proto) as sock:
+        # As the servers do: a port left in TIME_WAIT by a previous run is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UsageError(
+                    f"port {port} on {host} is in use; stop what listens there or pick "
+                    f"another with {option}"
+                ) from None
+            raise UsageError(
+                f"cannot listen on {host}:{port}: {exc.strerror}; pick another with {option}"
+            ) from None
 
 
 def print_json(value: Any) -> None:

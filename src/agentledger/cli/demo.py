@@ -28,6 +28,7 @@ from typing import Any
 import click
 
 from agentledger.cli.tables import journal_entry, journal_view
+from agentledger.examples.stayhub.sandbox.faults import grammar_help
 from agentledger.records import Run, RunStatus
 
 DEFAULT_CHAOS = (
@@ -90,9 +91,9 @@ CANCEL_EVERY = 10
     "--faults",
     default=None,
     help=(
-        "Sandbox fault spec (see python -m agentledger.examples.stayhub.sandbox --help), e.g. "
+        "Sandbox faults, e.g. "
         "'payments.create:error_after_commit@0.1,save=1;email:keyless;seed=7'. "
-        "Default: none, or the default chaos mix with --kill-every; '' for none."
+        "Default: none, or the default chaos mix with --kill-every; '' for none. " + grammar_help()
     ),
 )
 @click.option(

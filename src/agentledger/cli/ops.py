@@ -14,6 +14,7 @@ from rich.table import Table
 from agentledger import heap
 from agentledger.app import load_app
 from agentledger.cli.common import (
+    check_port_free,
     check_text,
     db_option,
     fail,
@@ -67,7 +68,8 @@ from agentledger.worker.runlog import configure_logging
     "--shutdown-grace",
     default=10.0,
     show_default=True,
-    help="On SIGTERM, how long runs may finish their current step before being released.",
+    help="On SIGTERM or SIGINT (Ctrl-C), how long runs may finish their current step "
+    "before being released.",
 )
 @click.option(
     "--store-retry-seconds",
@@ -107,9 +109,15 @@ from agentledger.worker.runlog import configure_logging
 )
 @click.option(
     "--metrics-port",
-    type=int,
+    type=click.IntRange(0, 65535),
     default=None,
     help="Serve Prometheus /metrics on this port (0: any free port).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the /metrics server listens on (0.0.0.0: every interface).",
 )
 def worker(
     app_path: str,
@@ -127,6 +135,7 @@ def worker(
     verbose: bool,
     log_format: str,
     metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> None:
     """Claim and execute runs until SIGTERM (then release them and exit 0).
 
@@ -150,13 +159,15 @@ def worker(
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if metrics_port is not None:  # before the app loads or the database opens
+        check_port_free(metrics_host, metrics_port, "--metrics-port")
     configure_logging(verbose=int(verbose), fmt=log_format)
     app = load_app(app_path)
 
     async def main() -> None:
         store = open_store(db)
         await store.open()
-        metrics = start_metrics(store, metrics_port)  # observe/metrics.py
+        metrics = start_metrics(store, metrics_port, metrics_host)  # observe/metrics.py
         heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
         try:
             await Worker(store, app, config, burst=burst).run()
@@ -177,8 +188,20 @@ def worker(
 @run_async
 async def migrate(db: str) -> None:
     """Create or upgrade the schema."""
-    applied = await with_store(db, lambda s: s.migrate(), create=True)
-    click.echo(f"schema up to date{' (applied ' + str(applied) + ')' if applied else ''}")
+    from agentledger.store.sqlstore import redacted_url
+
+    async def go(store: SQLStore) -> tuple[list[int], list[int]]:
+        # Opening with create applied what was missing (store.applied).
+        return store.applied, [version for version, _ in store.dialect.migrations()]
+
+    applied, versions = await with_store(db, go, create=True)
+    where, latest = redacted_url(db), max(versions)
+    if applied and min(versions) in applied:
+        click.echo(f"schema created (version {latest}) in {where}")
+    elif applied:
+        click.echo(f"schema upgraded to version {latest} (applied {len(applied)}) in {where}")
+    else:
+        click.echo(f"schema up to date (version {latest}) in {where}")
 
 
 @click.group("approvals")
@@ -192,9 +215,14 @@ def approvals() -> None:
 @json_option
 @run_async
 async def list_approvals(show_all: bool, db: str, as_json: bool) -> None:
-    found = await with_store(db, lambda s: s.get_approvals(pending=not show_all))
+    """Pending approvals (with --all, decided ones too): the run, step, tool, role
+    needed and the arguments the model proposed."""
+    found = await with_store(db, lambda s: s.get_approvals(pending=not show_all), read_only=True)
     if as_json:
         print_json([a.__dict__ for a in found])
+        return
+    if not found:
+        click.echo("none")
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for header in ("approval", "run"):
@@ -290,9 +318,12 @@ def outbox(ctx: click.Context, app_path: str | None, db: str) -> None:
 @run_async
 async def outbox_dead(db: str, as_json: bool) -> None:
     """Dead letters: deliveries that exhausted their retries, with their history."""
-    found = await with_store(db, lambda s: s.list_outbox("dead"))
+    found = await with_store(db, lambda s: s.list_outbox("dead"), read_only=True)
     if as_json:
         print_json([i.__dict__ for i in found])
+        return
+    if not found:  # an empty table reads as a rendering fault
+        click.echo("none")
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for header in ("key", "run"):

@@ -7,6 +7,7 @@ whatever the workers (it waits until one starts).
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from agentledger.errors import UnknownTargetError, UsageError
@@ -20,31 +21,62 @@ def version_key(version: str) -> tuple[Any, ...]:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.split("."))
 
 
+def versions_of(name: str, targets: dict[str, str]) -> dict[str, str]:
+    """version -> kind of every definition of ``name`` among ``targets``
+    (``name@version`` -> kind)."""
+    known = {}
+    for target, kind in targets.items():
+        target_name, _, target_version = target.rpartition("@")
+        if target_name == name:
+            known[target_version] = kind
+    return known
+
+
+def check_known(name: str, version: str | None, targets: dict[str, str], where: str) -> None:
+    """Refuse, in one line, a ``name`` (or ``name@version``) that is not among ``targets``
+    (``name@version`` -> kind, from ``where``): the names there are listed and the
+    closest one suggested."""
+    known = versions_of(name, targets)
+    if not known:
+        by_kind: dict[str, set[str]] = {"agent": set(), "workflow": set()}
+        for target, kind in targets.items():
+            by_kind.setdefault(kind, set()).add(target.rpartition("@")[0])
+        names = set().union(*by_kind.values())
+        close = difflib.get_close_matches(name, sorted(names), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        if names:
+            listing = "; ".join(
+                f"{kind}s: {', '.join(sorted(found)) or 'none'}" for kind, found in by_kind.items()
+            )
+            raise UnknownTargetError(
+                f"unknown agent or workflow {name!r} {where}; {hint}({listing})"
+            )
+        raise UnknownTargetError(
+            f"unknown agent or workflow {name!r} ({where}: none); start a worker with "
+            "its app first, or pass --app module:app"
+        )
+    if version is not None and version not in known:
+        listing = ", ".join(sorted(known, key=version_key, reverse=True))
+        raise UnknownTargetError(f"unknown version {name}@{version} (versions {where}: {listing})")
+
+
 def choose_version(
     name: str,
     version: str | None,
-    known: dict[str, str],
+    targets: dict[str, str],
     live: set[str],
     where: str,
 ) -> tuple[str, str, bool]:
     """(version, kind, served) for a submit of ``name``.
 
-    ``known``: version -> kind of every definition of ``name`` (from ``where``);
+    ``targets``: ``name@version`` -> kind of every definition (from ``where``);
     ``live``: the versions of ``name`` live workers have. Raises a one-line
     :class:`UsageError` when nothing fits, saying how to proceed.
     """
+    check_known(name, version, targets, where)
+    known = versions_of(name, targets)
     if version is not None:
-        if version not in known:
-            listing = ", ".join(sorted(known, key=version_key, reverse=True)) or "none"
-            raise UnknownTargetError(
-                f"unknown version {name}@{version} (versions {where}: {listing})"
-            )
         return version, known[version], version in live
-    if not known:
-        raise UnknownTargetError(
-            f"unknown agent or workflow {name!r} ({where}: none); start a worker with "
-            "its app first, or pass --app module:app"
-        )
     served = [v for v in known if v in live]
     if not served:
         listing = ", ".join(sorted(known, key=version_key, reverse=True))

@@ -21,7 +21,13 @@ from agentledger.cli.common import (
     run_async,
     with_store,
 )
-from agentledger.cli.routing import LIVE_WITHIN, choose_version, version_key
+from agentledger.cli.routing import (
+    LIVE_WITHIN,
+    check_known,
+    choose_version,
+    version_key,
+    versions_of,
+)
 from agentledger.cli.tables import audit_view, journal_view
 from agentledger.cli.text import cell, console, json_safe, markup_safe
 from agentledger.errors import UsageError
@@ -80,6 +86,8 @@ async def submit(
         check_text(value, option)
     payload = parse_json_input(input_json)
     app = load_app(app_path) if app_path else None
+    if app is not None:  # before the database is opened (or created)
+        check_known(name, version, app.targets(), f"in {app_path}")
 
     async def go(store: SQLStore) -> tuple[str, str, bool]:
         if app is not None:
@@ -88,11 +96,7 @@ async def submit(
         else:
             targets = {str(r["target"]): str(r["kind"]) for r in await store.registrations()}
             where = "registered by workers"
-        known = {}
-        for target, kind in targets.items():
-            target_name, _, target_version = target.rpartition("@")
-            if target_name == name:
-                known[target_version] = kind
+        known = versions_of(name, targets)
         workers = await store.list_workers(live_within=LIVE_WITHIN)
         live = {
             t.rpartition("@")[2] for w in workers for t in w.targets if t.rpartition("@")[0] == name
@@ -103,7 +107,7 @@ async def submit(
             # (submit, then `worker --burst`). Without --app, a version no live worker has
             # is refused: the newest one ever registered may be a stopped canary.
             wanted = max(known, key=version_key)
-        chosen, kind, served = choose_version(name, wanted, known, live, where)
+        chosen, kind, served = choose_version(name, wanted, targets, live, where)
         if app is not None:
             run_id = await app.submit(
                 store, name, payload, version=chosen, tenant_id=tenant, user_id=user
@@ -133,7 +137,7 @@ async def submit(
 
 @click.group("runs")
 def runs() -> None:
-    """List, show and cancel runs."""
+    """List, show, cancel and resume runs."""
 
 
 @runs.command("list")
@@ -160,7 +164,7 @@ async def list_runs(
             found = [r for r in await stuck_runs(store, name, limit) if status in (None, r.status)]
         return found, await store.list_workers(), await store.get_approvals(pending=True)
 
-    found, workers, pending = await with_store(db, go)
+    found, workers, pending = await with_store(db, go, read_only=True)
     now = time.time()
     serving = {t for w in workers if now - w.heartbeat_at <= LIVE_WITHIN for t in w.targets}
     if as_json:
@@ -170,6 +174,9 @@ async def list_runs(
                 for r in found
             ]
         )
+        return
+    if not found:  # an empty table reads as a rendering fault
+        click.echo("none")
         return
     out = console()
     wide = out.width >= 110  # narrower: tokens, cost and resumes are in `runs show`
@@ -268,7 +275,7 @@ async def show_run(run_id: str, db: str, as_json: bool) -> None:
             await store.get_approvals(run_id=run_id, pending=True),
         )
 
-    run, steps, events, pending = await with_store(db, go)
+    run, steps, events, pending = await with_store(db, go, read_only=True)
     if run is None:
         raise UsageError(f"no run {run_id!r}; list runs with `agentledger runs list`")
     if as_json:

@@ -2,28 +2,10 @@
 
 from __future__ import annotations
 
-import errno
-import socket
-
 import click
 
-from agentledger.errors import UsageError
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Refuse, in one line, a port another process listens on (before uvicorn says it
-    in a traceback)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise UsageError(
-                    f"port {port} on {host} is in use; stop what listens there or pick "
-                    "another with --port"
-                ) from None
-            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+from agentledger.cli.common import check_port_free
+from agentledger.examples.stayhub.sandbox.faults import grammar_help
 
 
 @click.command("sandbox")
@@ -43,8 +25,8 @@ def check_port_free(host: str, port: int) -> None:
 @click.option(
     "--faults",
     default=None,
-    help="Fault spec, e.g. 'payments.create:timeout_after_commit@0.1;seed=7' "
-    "(grammar: docs/guide.md, 'The sandbox's fault grammar').",
+    help="Faults to inject, e.g. 'payments.create:timeout_after_commit@0.1;seed=7'. "
+    + grammar_help(),
 )
 @click.option("--ledger", default=None, help="SQLite file that keeps the ledger across restarts.")
 def sandbox(port: int, host: str, faults: str | None, ledger: str | None) -> None:

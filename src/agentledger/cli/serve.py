@@ -6,7 +6,7 @@ import click
 
 from agentledger import heap
 from agentledger.app import load_app
-from agentledger.cli.common import db_option
+from agentledger.cli.common import check_port_free, db_option
 
 
 @click.command("serve")
@@ -68,6 +68,9 @@ def serve(
     `agentledger keys`). The process is stateless: run several behind a load
     balancer on one PostgreSQL database to scale out.
     """
+    # Before the app loads or the database opens: a busy port is one line, not uvicorn's
+    # "startup complete" followed by an error.
+    check_port_free(host, port)
     import uvicorn
 
     from agentledger.service import ServiceSettings, create_app

@@ -47,7 +47,7 @@ async def stats_command(since: str, agent: str | None, db: str, as_json: bool) -
     async def go(store: SQLStore) -> Stats:
         return await stats(store, window, agent)
 
-    found = await with_store(db, go)
+    found = await with_store(db, go, read_only=True)
     if as_json:
         print_json(found.to_dict())
         return
@@ -61,6 +61,9 @@ async def stats_command(since: str, agent: str | None, db: str, as_json: bool) -
               f"p95 {_seconds(found.p95_seconds)}  (completed runs)")  # fmt: skip
     out.print(f"cost per run      {_money(found.cost_per_run_usd)}  "
               f"(total {_money(found.cost_usd)}, {found.tokens} tokens)")  # fmt: skip
+    # The five numbers are always five lines: none failing is a figure too.
+    failures = sum(int(row["failures"]) for row in found.failing_steps)
+    out.print(f"failing steps     {failures or 'none'}")
     out.print(f"stuck runs        {len(found.stuck)}")
     if found.failing_steps:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="failing steps")

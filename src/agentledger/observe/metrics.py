@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import socket
 import threading
 import time
 import weakref
@@ -251,12 +252,16 @@ async def render_metrics(
     return text
 
 
+class _IPv6HTTPServer(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class MetricsServer:
     """``GET /metrics`` on a port, served from a thread; the figures are computed on the
     event loop that owns the store (the worker's)."""
 
     def __init__(self, store: Store, port: int, loop: asyncio.AbstractEventLoop,
-                 host: str = "0.0.0.0", policy: StuckPolicy | None = None) -> None:  # fmt: skip
+                 host: str = "127.0.0.1", policy: StuckPolicy | None = None) -> None:  # fmt: skip
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -282,7 +287,8 @@ class MetricsServer:
                 pass  # scrapes are not worth a log line each
 
         self.store, self.loop, self.policy = store, loop, policy
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        server_class = _IPv6HTTPServer if ":" in host else ThreadingHTTPServer
+        self.server = server_class((host, port), Handler)
         self.port = int(self.server.server_address[1])
         self._thread = threading.Thread(
             target=self.server.serve_forever, name="agentledger-metrics", daemon=True
@@ -297,13 +303,15 @@ class MetricsServer:
         self.server.server_close()
 
 
-def start_metrics(store: Store, port: int | None) -> MetricsServer | None:
-    """Serve ``/metrics`` on ``port`` from the running event loop (None: not served);
-    prints the port to stderr so that ``--metrics-port 0`` can be found."""
+def start_metrics(store: Store, port: int | None, host: str = "127.0.0.1") -> MetricsServer | None:
+    """Serve ``/metrics`` on ``host``:``port`` from the running event loop (None: not
+    served); loopback by default, as ``serve`` is. Prints the address to stderr so that
+    ``--metrics-port 0`` can be found."""
     if port is None:
         return None
-    server = MetricsServer(store, port, asyncio.get_running_loop()).start()
+    server = MetricsServer(store, port, asyncio.get_running_loop(), host=host).start()
     import sys
 
-    print(f"metrics on http://0.0.0.0:{server.port}/metrics", file=sys.stderr, flush=True)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"metrics on http://{shown}:{server.port}/metrics", file=sys.stderr, flush=True)
     return server

@@ -20,14 +20,18 @@ FINISHED = ("completed", "failed", "cancelled", "expired", "needs_human")
 
 
 def parse_since(text: str | None) -> float | None:
-    """``7d``, ``12h``, ``30m``, ``90s``, ``2w`` (or a plain number of seconds) as a
-    number of seconds; None or ``all`` for no window."""
+    """``7d``, ``12h``, ``30m``, ``90s``, ``2w`` as a number of seconds; None or ``all``
+    for no window. A number without a unit is refused: ``7`` meant as days would
+    otherwise be read as seconds and show an empty window."""
     if text is None or text.strip().lower() in ("", "all"):
         return None
-    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text.lower())
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text.lower())
     if not found:
-        raise ValueError(f"--since {text!r}: use a number and a unit, e.g. 7d, 12h, 30m")
-    return float(found.group(1)) * _UNITS[found.group(2) or "s"]
+        raise ValueError(
+            f"--since {text!r}: give a number and a unit (s, m, h, d or w), e.g. 7d, 12h, "
+            "30m, or all"
+        )
+    return float(found.group(1)) * _UNITS[found.group(2)]
 
 
 @dataclass

@@ -71,6 +71,9 @@ class Dialect(ABC):
     separate_reads: bool = True
     # Read connections a store may open while all it has are busy (each a thread).
     read_connections: int = 1
+    # Set by SQLStore.open(read_only=True): connections only read (SQLite opens the
+    # file mode=ro, so a file this process may not write can still be read).
+    read_only: bool = False
 
     def __init__(self, url: str) -> None:
         self.url = url

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, MutableSequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from agentledger.errors import StoreCorrupt, StoreError, StoreUnavailable, UsageError
 from agentledger.store.dialect import Dialect, WouldBlock, clean_params
@@ -125,13 +125,24 @@ class SQLiteDialect(Dialect):
         return committer
 
     def connect(self) -> sqlite3.Connection:
+        if Path(self.path).is_dir():
+            raise UsageError(
+                f"{self.path} is a directory, not a database file; name a file in it, e.g. "
+                f"--db sqlite:///{self.path.rstrip('/')}/agentledger.db"
+            )
         parent = Path(self.path).resolve().parent
         if not parent.is_dir():
             raise UsageError(
                 f"cannot create {self.path}: folder {parent} does not exist; create it first"
             )
+        # Read-only (a store opened read_only, for commands that only read): the file is
+        # opened mode=ro and left in its journal mode, so a file this process may not
+        # write (or an immutable copy) can still be read.
+        read_only = self.read_only and self.separate_reads  # never for an in-memory file
+        target = f"file:{quote(str(Path(self.path).resolve()))}?mode=ro" if read_only else None
         conn = sqlite3.connect(
-            self.path,
+            target or self.path,
+            uri=target is not None,
             isolation_level=None,
             check_same_thread=False,
             timeout=self.busy_timeout_ms / 1000,
@@ -143,7 +154,7 @@ class SQLiteDialect(Dialect):
             # Switching a new file to WAL does not wait on busy_timeout, and waits for
             # another process's first migration: as long as a migration may wait.
             deadline = time.monotonic() + max(self.busy_timeout_ms / 1000, MIGRATION_WAIT)
-            while True:
+            while not read_only:
                 try:
                     conn.execute("PRAGMA journal_mode = WAL")
                     break
@@ -259,6 +270,11 @@ class SQLiteDialect(Dialect):
         failure = _host_failure(self.path, exc)
         if failure is not None:
             return failure
+        if "readonly" in text:
+            return StoreUnavailable(
+                f"{self.path} is read-only ({text}); this command writes: give it write "
+                "access to the file and its folder"
+            )
         if "unable to open" in text:
             return StoreUnavailable(f"cannot open {self.path} ({text}); check the path and rights")
         return StoreError(f"SQLite error on {self.path}: {text}")

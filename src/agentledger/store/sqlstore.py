@@ -127,6 +127,8 @@ class SQLStore(Store):
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._conn: Any = None
+        # The migrations this store's open() applied (`agentledger migrate` reports them).
+        self.applied: list[int] = []
         # Batches per committed group, the latest ones only (benchmarks read them).
         self.group_sizes: deque[int] = deque(maxlen=10_000)
         # Where journal batches go, asked in order (the writer thread's takes all).
@@ -142,16 +144,22 @@ class SQLStore(Store):
 
     # lifecycle ------------------------------------------------------------
 
-    async def open(self, *, migrate: bool = True, loop_committer: bool = True) -> None:
+    async def open(
+        self, *, migrate: bool = True, loop_committer: bool = True, read_only: bool = False
+    ) -> None:
         """Connect; create or upgrade the schema unless ``migrate`` is False (read-only
         commands), which raises :class:`SchemaMissing` when the schema is not current.
+
+        ``read_only``: the store only reads (implies ``migrate=False``); SQLite opens the
+        file read-only, so a file this process may not write can be listed.
 
         ``loop_committer=False``: journal batches all go through the writer thread, and
         the dialect opens no connection of its own for them -- for a store that writes
         none (``serve``'s sealer). An open() that raises leaves nothing open."""
         if self._thread is not None:
             return
-        self._migrate = migrate
+        self._migrate = migrate and not read_only
+        self.dialect.read_only = read_only
         started: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(
             target=self._serve, args=(started,), name="agentledger-store", daemon=True
@@ -225,7 +233,7 @@ class SQLStore(Store):
         try:
             self._conn = self.dialect.connect()
             if getattr(self, "_migrate", True):
-                q.migrate(self.dialect, self._conn)
+                self.applied = q.migrate(self.dialect, self._conn)
             elif not q.is_current(self.dialect, self._conn):
                 raise SchemaMissing(
                     f"no agentledger schema (or an older one) in {redacted_url(self.url)}; "

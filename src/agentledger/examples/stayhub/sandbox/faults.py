@@ -78,6 +78,21 @@ ENDPOINTS: tuple[str, ...] = (
 )
 """Endpoint names a fault can target (``*`` targets all of them)."""
 
+
+def grammar_help() -> str:
+    """The ``--faults`` grammar in a few lines, for the CLI's own ``--help`` (the module
+    docstring above says each kind in full)."""
+    return (
+        "Entries separated by ';': ENDPOINT:KIND[@PROBABILITY][,PARAM=VALUE...] or seed=N. "
+        f"ENDPOINT: {', '.join(ENDPOINTS)} or * (all). PROBABILITY: 0 to 1 (default 1). "
+        "KIND: latency,ms=N | timeout_after_commit,hold=S | hold,hold=S | "
+        "rate_limit,retry_after=N | error,status=5xx | outage,duration=S (or start=S,end=S) "
+        "| decline (payments.create) | error_after_commit,status=N,save=0|1 | lag,lag=S "
+        "(status lookups) | keyless (write endpoints); every kind takes count=N (fire at "
+        "most N times)."
+    )
+
+
 FAULT_KINDS: tuple[str, ...] = (
     "latency",
     "timeout_after_commit",
