@@ -32,6 +32,8 @@ def settings_for(url: str, **overrides: Any) -> ServiceSettings:
         "event_poll": 0.01,
         "sse_heartbeat": 0.5,
         "key_cache_seconds": 0.2,
+        # The test receivers listen on loopback (tests/loopback_http.py).
+        "webhook_allow_hosts": ("127.0.0.1",),
     }
     values.update(overrides)
     return ServiceSettings(**values)

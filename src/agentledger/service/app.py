@@ -16,6 +16,7 @@ from agentledger.app import App
 from agentledger.service import deltas, problems
 from agentledger.service.accepts import AcceptBatcher
 from agentledger.service.auth import KeyCache
+from agentledger.service.egress import Egress
 from agentledger.service.fastpath import ServiceAPI
 from agentledger.service.hub import EventHub
 from agentledger.service.idempotency import InFlight
@@ -53,8 +54,9 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
         api.state.accepts = accepts
         workers = await _start_workers(the_store, agent_app, settings.workers_inline)
         dispatcher = Dispatcher(
-            the_store, period=settings.webhook_poll, backoff=settings.webhook_backoff
-        )
+            the_store, period=settings.webhook_poll, backoff=settings.webhook_backoff,
+            egress=api.state.egress,
+        )  # fmt: skip
         background = [
             asyncio.create_task(_seal_forever(seal_store, settings.audit_seal_every)),
             asyncio.create_task(dispatcher.run_forever()),
@@ -91,6 +93,8 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
     api.state.agent_app = agent_app
     api.state.keys = KeyCache(settings.key_cache_seconds)
     api.state.in_flight = InFlight()
+    # Webhook targets: checked at submit (routers/runs.py) and at delivery (webhooks.py).
+    api.state.egress = Egress(settings.webhook_allow_hosts, settings.webhook_hosts)
     problems.install(api)  # error documents, request ids, the body limit
 
     for module in (health, runs, events, approvals, audit, observe):

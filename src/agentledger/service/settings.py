@@ -56,4 +56,9 @@ class ServiceSettings:
     # Per-agent webhooks set at deployment (agent name -> URL); they override the
     # agent's own ``webhook`` attribute (see service/webhooks.py: webhook_for).
     agent_webhooks: dict[str, str] = field(default_factory=dict)
+    # Webhook targets inside the network (loopback, link-local, private...) are refused
+    # unless allowed here: host names (exact), addresses or networks (service/egress.py).
+    webhook_allow_hosts: tuple[str, ...] = ()
+    # Fixed answers for webhook host names, consulted before DNS (like a hosts file).
+    webhook_hosts: dict[str, list[str]] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
