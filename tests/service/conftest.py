@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from agentledger import App
 from agentledger.service import ServiceSettings, create_app
 from agentledger.service.auth import create_key
+from agentledger.service.server import uvicorn_config
 from agentledger.store import Store
 from tests.service import service_app
 
@@ -106,7 +107,7 @@ def served(settings: ServiceSettings) -> Iterator[Served]:
     """Serve the app under uvicorn on 127.0.0.1 (real HTTP); stopped on exit."""
     api = create_app(settings, service_app.app)
     port = free_port()
-    config = uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn_config(api, "127.0.0.1", port, settings.client_bounds, "warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
