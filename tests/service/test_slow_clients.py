@@ -4,6 +4,7 @@ closes them; each test waits for the close (EOF) under a generous outer bound.""
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import time
@@ -53,10 +54,8 @@ def _trickle_until_closed(
             byte = then[sent % len(then) : sent % len(then) + 1]
             sent += 1
             for s in list(open_):
-                try:
+                with contextlib.suppress(OSError):  # closed under us: recv sees it next
                     s.send(byte)
-                except OSError:  # closed under us: the recv above sees it next
-                    pass
     for s in socks:
         s.close()
     return [answers[s] for s in socks]
@@ -104,7 +103,9 @@ def test_connections_past_the_cap_are_closed_at_once(tmp_path: Path) -> None:
         for s in held:
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: api\r\n\r\n")
         for s in held:
-            assert select.select([s], [], [], OUTER)[0] and s.recv(65536).startswith(b"HTTP/1.1 200")
+            assert select.select([s], [], [], OUTER)[0] and s.recv(65536).startswith(
+                b"HTTP/1.1 200"
+            )
         extra = _connect(srv.base_url)
         assert _trickle_until_closed([extra], b"", b"") == [b""]
         for s in held:

@@ -25,6 +25,7 @@ hosts file: ``AGENTLEDGER_WEBHOOK_HOSTS`` / ``ServiceSettings.webhook_hosts``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import os
 import re
@@ -112,7 +113,9 @@ class Egress:
         object.__setattr__(self, "_networks", tuple(networks))
 
     @classmethod
-    def from_env(cls, allow: Iterable[str] = (), hosts: Mapping[str, list[str]] | None = None) -> Egress:
+    def from_env(
+        cls, allow: Iterable[str] = (), hosts: Mapping[str, list[str]] | None = None
+    ) -> Egress:
         """``allow`` and ``hosts`` plus what ``AGENTLEDGER_WEBHOOK_ALLOW_HOSTS`` (comma or
         space separated) and ``AGENTLEDGER_WEBHOOK_HOSTS`` (``name=address,...``) add.
 
@@ -122,7 +125,9 @@ class Egress:
         for item in os.environ.get(HOSTS_ENV, "").replace(",", " ").split():
             name, sep, addr = item.partition("=")
             if not sep or not name or _address(addr) is None:
-                raise UsageError(f"{HOSTS_ENV}: {item!r}: give name=address, e.g. hooks.internal=10.0.0.7")
+                raise UsageError(
+                    f"{HOSTS_ENV}: {item!r}: give name=address, e.g. hooks.internal=10.0.0.7"
+                )
             table.setdefault(name.lower(), []).append(addr)
         return cls((*allow, *listed), {**table, **(hosts or {})})
 
@@ -174,10 +179,8 @@ class Egress:
     async def check(self, url: str) -> None:
         """Raise :class:`Refused` when ``url`` may not be a webhook target now. A name
         that does not resolve yet passes: delivery checks again."""
-        try:
+        with contextlib.suppress(Unresolved):
             await self.choose(url)
-        except Unresolved:
-            pass
 
     async def pin(self, url: str) -> Pinned:
         """The request target for a delivery to ``url``: its chosen address, with the

@@ -73,7 +73,9 @@ class GuardedProtocol(HttpToolsProtocol):
         state = self.server_state
         sweep = getattr(state, "agentledger_sweep", None)
         if sweep is None:
-            every = min(1.0, max(0.05, min(self.bounds.header_timeout, self.bounds.body_timeout) / 4))
+            every = min(
+                1.0, max(0.05, min(self.bounds.header_timeout, self.bounds.body_timeout) / 4)
+            )
             sweep = _Sweep(self.loop, self.connections, every)
             state.agentledger_sweep = sweep  # type: ignore[attr-defined]
         sweep.ensure()

@@ -178,7 +178,9 @@ class Dispatcher:
             # next claimer would send the delivery while this one still is. A whole
             # attempt (its name resolution included) gets one timeout (its claim lasts
             # three).
-            reply = await asyncio.wait_for(self._post(client, row["url"], body, headers), self.timeout)
+            reply = await asyncio.wait_for(
+                self._post(client, row["url"], body, headers), self.timeout
+            )
             if not 200 <= reply.status_code < 300:
                 error = f"HTTP {reply.status_code}"
         except Refused as exc:  # not retried: only the deployment's settings can change it
