@@ -106,5 +106,6 @@ def test_a_killed_worker_with_no_replacement_is_reported_stuck(env: Env) -> None
     assert len(posts) == 1 and str(posts[0].url) == f"https://{PUBLIC}/agentledger"
     assert posts[0].headers["Host"] == "hooks.example.test"  # pinned, for the URL's host
     assert posts[0].extensions["sni_hostname"] == "hooks.example.test"
+    assert posts[0].headers["Connection"] == "close"  # no pooled TLS shared across names
     assert b'"reason":"no_progress"' in posts[0].content.replace(b" ", b"")
     assert len(reported()) == 1

@@ -30,6 +30,7 @@ import ipaddress
 import os
 import re
 import socket
+from collections import ChainMap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,7 +130,9 @@ class Egress:
                     f"{HOSTS_ENV}: {item!r}: give name=address, e.g. hooks.internal=10.0.0.7"
                 )
             table.setdefault(name.lower(), []).append(addr)
-        return cls((*allow, *listed), {**table, **(hosts or {})})
+        # A view, not a copy: the given table's later changes are seen (and win).
+        given: dict[str, list[str]] = hosts if hosts is not None else {}
+        return cls((*allow, *listed), ChainMap(given, table))
 
     def _allowed(self, host: str, ip: Address) -> bool:
         return host in self._names or any(ip in n for n in self._networks)  # type: ignore[attr-defined]
@@ -189,7 +192,10 @@ class Egress:
         parsed, ip = await self.choose(url)
         host = parsed.host
         netloc = parsed.netloc.decode("ascii").rpartition("@")[2]
-        extensions: dict[str, Any] = {}
+        headers, extensions = {"Host": netloc}, {}
         if parsed.scheme == "https" and _address(host) is None:
             extensions["sni_hostname"] = host
-        return Pinned(parsed.copy_with(host=str(ip)), {"Host": netloc}, extensions)
+            # The client pools connections by address: a kept-alive connection whose
+            # certificate was checked for one name must not carry another name's POST.
+            headers["Connection"] = "close"
+        return Pinned(parsed.copy_with(host=str(ip)), headers, extensions)
