@@ -115,7 +115,7 @@ class Egress:
 
     @classmethod
     def from_env(
-        cls, allow: Iterable[str] = (), hosts: Mapping[str, list[str]] | None = None
+        cls, allow: Iterable[str] = (), hosts: dict[str, list[str]] | None = None
     ) -> Egress:
         """``allow`` and ``hosts`` plus what ``AGENTLEDGER_WEBHOOK_ALLOW_HOSTS`` (comma or
         space separated) and ``AGENTLEDGER_WEBHOOK_HOSTS`` (``name=address,...``) add.
