@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from agentledger.records import RunStatus
+from agentledger.service.egress import Egress
 from agentledger.service.webhooks import Dispatcher, verify
 from agentledger.store import open_store
 from agentledger.store.queries import service_audit, service_webhooks
@@ -22,6 +23,7 @@ from tests.engine.helpers import APP_V2, Env, wait_for
 from tests.observe.test_stuck_metrics import samples, value
 
 HOOK = "https://hooks.example.test/agentledger"
+PUBLIC = "93.184.216.34"
 
 
 @pytest.fixture
@@ -60,7 +62,9 @@ async def _webhooks(url: str, run_id: str) -> tuple[list[dict], list[httpx.Reque
         await store.transact(lambda d, c: service_audit.seal(d, c))
         rows = await store.transact(lambda d, c: service_webhooks.deliveries(d, c, run_id))
         async with httpx.AsyncClient(transport=httpx.MockTransport(receive)) as client:
-            await Dispatcher(store).once(client)
+            # The name answers with a public address (tests resolve no real names).
+            egress = Egress(hosts={"hooks.example.test": [PUBLIC]})
+            await Dispatcher(store, egress=egress).once(client)
         secret = await store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, "default"))
     finally:
         await store.close()
@@ -99,6 +103,9 @@ def test_a_killed_worker_with_no_replacement_is_reported_stuck(env: Env) -> None
     stuck = [r for r in rows if r["type"] == "run.stuck"]
     assert len(stuck) == 1 and stuck[0]["url"] == HOOK
     posts = [r for r in delivered if r.headers["AgentLedger-Event"] == "run.stuck"]
-    assert len(posts) == 1 and str(posts[0].url) == HOOK
+    assert len(posts) == 1 and str(posts[0].url) == f"https://{PUBLIC}/agentledger"
+    assert posts[0].headers["Host"] == "hooks.example.test"  # pinned, for the URL's host
+    assert posts[0].extensions["sni_hostname"] == "hooks.example.test"
+    assert posts[0].headers["Connection"] == "close"  # no pooled TLS shared across names
     assert b'"reason":"no_progress"' in posts[0].content.replace(b" ", b"")
     assert len(reported()) == 1

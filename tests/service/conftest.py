@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from agentledger import App
 from agentledger.service import ServiceSettings, create_app
 from agentledger.service.auth import create_key
+from agentledger.service.server import uvicorn_config
 from agentledger.store import Store
 from tests.service import service_app
 
@@ -32,6 +33,8 @@ def settings_for(url: str, **overrides: Any) -> ServiceSettings:
         "event_poll": 0.01,
         "sse_heartbeat": 0.5,
         "key_cache_seconds": 0.2,
+        # The test receivers listen on loopback (tests/loopback_http.py).
+        "webhook_allow_hosts": ("127.0.0.1",),
     }
     values.update(overrides)
     return ServiceSettings(**values)
@@ -104,7 +107,7 @@ def served(settings: ServiceSettings) -> Iterator[Served]:
     """Serve the app under uvicorn on 127.0.0.1 (real HTTP); stopped on exit."""
     api = create_app(settings, service_app.app)
     port = free_port()
-    config = uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn_config(api, "127.0.0.1", port, settings.client_bounds, "warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -81,6 +81,7 @@ def test_a_stopping_worker_seals_its_last_records(
     """A burst worker seals once more after its last run: `audit verify --no-seal`
     finds nothing unsealed, with no sealer running."""
     monkeypatch.setenv(sealer.PERIOD_ENV, "3600")  # only the first seal, then the last
+    monkeypatch.setenv("AGENTLEDGER_WEBHOOK_ALLOW_HOSTS", "127.0.0.1")  # the receiver
     env = Env(tmp_path)
     try:
         ids = [submit(env, t) for t in TENANTS]
@@ -231,6 +232,7 @@ def test_a_burst_worker_delivers_the_webhooks_of_its_last_runs(
     after its dispatcher stopped: it delivers them before exiting, so a deployment of
     burst workers and no `serve` still hears of every run."""
     monkeypatch.setenv(sealer.PERIOD_ENV, "3600")  # only the first seal, then the last
+    monkeypatch.setenv("AGENTLEDGER_WEBHOOK_ALLOW_HOSTS", "127.0.0.1")  # the receiver
     received: list[dict[str, Any]] = []
 
     class Handler(QuietHandler):

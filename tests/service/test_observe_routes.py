@@ -1,39 +1,64 @@
-"""``/metrics`` and ``/v1/stats`` on the service, through the ASGI app in process."""
+"""``/metrics`` and ``/v1/stats`` on the service, through the ASGI app in process: both
+are closed to tenants (issue 19, point 11). ``/metrics`` on the API port needs a key with
+the deployment-wide role; ``/v1/stats`` counts the caller's tenant only, unless its key
+holds that role."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentledger.app import App
-from agentledger.service.app import create_app
-from agentledger.service.settings import ServiceSettings
-from agentledger.store import NewRun, open_store
+from tests.service.conftest import Api
 
 
-async def test_metrics_and_stats_are_served(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'svc.db'}"
-    store = open_store(url)
-    await store.open()
-    try:
-        for _ in range(3):
-            await store.create_run(NewRun(kind="workflow", name="w", version="1", input={}))
-        api = create_app(ServiceSettings(db_url=url, pepper=b"p" * 32), App("t"), store=store)
-        transport = httpx.ASGITransport(app=api)
-        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
-            response = await client.get("/metrics")
-            assert response.status_code == 200
-            families = {f.name: f for f in text_string_to_metric_families(response.text)}
-            queued = [
-                s.value
-                for s in families["agentledger_runs"].samples
-                if s.labels.get("status") == "queued"
-            ]
-            assert queued == [3.0]
-            response = await client.get("/v1/stats")
-            assert response.status_code == 401
-            assert response.headers["content-type"].startswith("application/problem+json")
-    finally:
-        await store.close()
+def _queued(text: str) -> list[float]:
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    return [
+        s.value for s in families["agentledger_runs"].samples if s.labels.get("status") == "queued"
+    ]
+
+
+async def _runs(api: Api, headers: dict[str, str], n: int, agent: str = "free") -> None:
+    for _ in range(n):
+        body = {"agent": agent, "input": {"text": "x"}}
+        reply = await api.client.post("/v1/runs", json=body, headers=headers)
+        assert reply.status_code == 202, reply.text
+
+
+async def test_metrics_need_a_deployment_key_on_the_api_port(api: Api) -> None:
+    await _runs(api, await api.key("a"), 3)
+    reply = await api.client.get("/metrics")
+    assert reply.status_code == 401
+    assert reply.headers["content-type"].startswith("application/problem+json")
+    assert "tenant" not in reply.text and "agentledger_runs" not in reply.text
+    admin = await api.key("a", "root", ("admin",))
+    reply = await api.client.get("/metrics", headers=admin)
+    assert reply.status_code == 403, reply.text  # a tenant's admin is not the deployment's
+    reply = await api.client.get("/metrics", headers=await api.key("ops", "prom", ("deployment",)))
+    assert reply.status_code == 200
+    assert _queued(reply.text) == [3.0]
+
+
+async def test_stats_count_the_callers_tenant_only(api: Api) -> None:
+    await _runs(api, await api.key("a"), 3)
+    await _runs(api, await api.key("b"), 2, agent="echo")
+
+    async def stats(headers: dict[str, str], query: str = "") -> Any:
+        reply = await api.client.get(f"/v1/stats{query}", headers=headers)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    b = await stats(await api.key("b", "root", ("admin",)))
+    assert (b["runs"], b["by_status"], b["tenant"]) == (2, {"queued": 2}, "b")
+    a = await stats(await api.key("a", "root", ("admin",)))
+    assert (a["runs"], a["tenant"]) == (3, "a")
+    # A tenant's admin cannot widen the scope; the deployment role can.
+    reply = await api.client.get("/v1/stats?tenant=a", headers=await api.key("b", "r", ("admin",)))
+    assert reply.status_code == 403
+    ops = await api.key("ops", "prom", ("deployment",))
+    everything = await stats(ops)
+    assert (everything["runs"], everything["tenant"]) == (5, None)
+    assert (await stats(ops, "?tenant=b"))["runs"] == 2
+    # Deployment keys read; they do not act for a tenant's admin.
+    assert (await api.client.get("/v1/audit", headers=ops)).status_code == 403

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentledger.service.egress import Egress
 from agentledger.service.webhooks import Dispatcher
 from agentledger.store import open_store
 from agentledger.store.queries import service_webhooks
@@ -79,8 +80,9 @@ async def test_a_dripping_receiver_is_not_sent_one_delivery_twice_at_once(
                 d, c, "evt_r1_1", "t1", "r1", url, "run.completed", {"id": "evt_r1_1"}
             )
         )
-        first = Dispatcher(store, timeout=TIMEOUT, backoff=3600, owner="first")
-        second = Dispatcher(store, timeout=TIMEOUT, backoff=3600, owner="second")
+        local = Egress(("127.0.0.1",))  # the receiver is on loopback
+        first = Dispatcher(store, timeout=TIMEOUT, backoff=3600, owner="first", egress=local)
+        second = Dispatcher(store, timeout=TIMEOUT, backoff=3600, owner="second", egress=local)
         async with httpx.AsyncClient(timeout=TIMEOUT) as client:
             attempt = asyncio.create_task(first.once(client))
             assert await asyncio.to_thread(rec.started.wait, 30)

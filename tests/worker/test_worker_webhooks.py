@@ -79,6 +79,7 @@ def env(backend_env: Env, monkeypatch: pytest.MonkeyPatch) -> Env:
     """Every backend; events sealed (and their webhooks enqueued) and retried quickly."""
     monkeypatch.setenv("AGENTLEDGER_AUDIT_SEAL_EVERY", "0.05")
     monkeypatch.setenv("AGENTLEDGER_WEBHOOK_BACKOFF", "0.05")
+    monkeypatch.setenv("AGENTLEDGER_WEBHOOK_ALLOW_HOSTS", "127.0.0.1")  # the receiver
     return backend_env
 
 

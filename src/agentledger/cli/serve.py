@@ -44,6 +44,33 @@ from agentledger.cli.common import check_port_free, db_option
     help="Post the events of AGENT's runs that name no webhook to URL (repeatable).",
 )  # fmt: skip
 @click.option(
+    "--webhook-allow-host", "webhook_allow_hosts", multiple=True, metavar="HOST",
+    help="Allow webhooks to this internal host: a name, address or network (repeatable; "
+    "also AGENTLEDGER_WEBHOOK_ALLOW_HOSTS). Loopback, link-local and private targets are "
+    "refused otherwise.",
+)  # fmt: skip
+@click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), default=None,
+    help="Serve Prometheus /metrics without a key on this port (0: any free port); on the "
+    "API port it needs a key with the deployment role.",
+)  # fmt: skip
+@click.option(
+    "--header-timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 3600),
+    help="Seconds a client may take to send a request's head (then 408, closed).",
+)  # fmt: skip
+@click.option(
+    "--body-timeout", default=10.0, show_default=True, type=click.FloatRange(0.1, 3600),
+    help="Seconds a client may take to send a request's body after its head (then closed).",
+)  # fmt: skip
+@click.option(
+    "--keep-alive", default=5, show_default=True, type=click.IntRange(1, 3600),
+    help="Seconds an idle connection is kept open between requests.",
+)  # fmt: skip
+@click.option(
+    "--max-connections", default=2048, show_default=True, type=click.IntRange(1),
+    help="Open connections at most; one more is closed at once.",
+)  # fmt: skip
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -60,6 +87,12 @@ def serve(
     runs_per_minute: int | None,
     max_in_flight: int | None,
     agent_webhooks: tuple[str, ...],
+    webhook_allow_hosts: tuple[str, ...],
+    metrics_port: int | None,
+    header_timeout: float,
+    body_timeout: float,
+    keep_alive: int,
+    max_connections: int,
     log_level: str,
 ) -> None:
     """Serve the HTTP API: POST /v1/runs, events, approvals, audit (docs at /docs).
@@ -74,6 +107,8 @@ def serve(
     import uvicorn
 
     from agentledger.service import ServiceSettings, create_app
+    from agentledger.service.server import uvicorn_config
+    from agentledger.service.settings import ClientBounds
 
     settings = ServiceSettings(
         db_url=db,
@@ -84,10 +119,14 @@ def serve(
         max_in_flight=max_in_flight,
         workers_inline=workers_inline,
         agent_webhooks=_agent_webhooks(agent_webhooks),
+        webhook_allow_hosts=webhook_allow_hosts,
+        metrics_port=metrics_port,
+        client_bounds=ClientBounds(header_timeout, body_timeout, keep_alive, max_connections),
     )
     api = create_app(settings, load_app(app_path))
     heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
-    uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)
+    # service/server.py: uvicorn with bounds on slow and idle clients.
+    uvicorn.Server(uvicorn_config(api, host, port, settings.client_bounds, log_level)).run()
 
 
 def _agent_webhooks(given: tuple[str, ...]) -> dict[str, str]:

@@ -40,6 +40,7 @@ class Stats:
 
     since: float | None  # UNIX seconds; None: every run
     agent: str | None
+    tenant: str | None  # None: every tenant
     runs: int
     by_status: dict[str, int]
     completion_rate: float | None  # completed / finished
@@ -62,18 +63,23 @@ async def stats(
     since: float | None = None,
     agent: str | None = None,
     policy: StuckPolicy | None = None,
+    tenant: str | None = None,
 ) -> Stats:
     """The five numbers for runs created in the last ``since`` seconds (None: all),
-    optionally of one agent or workflow. Mount this at ``GET /v1/stats``."""
+    optionally of one agent or workflow, of one tenant (None: every tenant). Mount
+    this at ``GET /v1/stats``."""
     start = None if since is None else time.time() - since
-    raw = await store.run_stats(start, agent)
+    raw = await store.run_stats(start, agent, tenant)
     finished = sum(n for s, n in raw["by_status"].items() if s in FINISHED)
     stuck = await (policy or StuckPolicy.from_env()).find(store)
     if agent is not None:
         stuck = [s for s in stuck if s.name == agent]
+    if tenant is not None:
+        stuck = [s for s in stuck if s.tenant_id == tenant]
     return Stats(
         since=start,
         agent=agent,
+        tenant=tenant,
         runs=raw["runs"],
         by_status=raw["by_status"],
         completion_rate=(raw["by_status"].get("completed", 0) / finished) if finished else None,

@@ -13,9 +13,11 @@ from fastapi import FastAPI
 
 from agentledger import sealer
 from agentledger.app import App
+from agentledger.observe.metrics import start_metrics
 from agentledger.service import deltas, problems
 from agentledger.service.accepts import AcceptBatcher
 from agentledger.service.auth import KeyCache
+from agentledger.service.egress import Egress
 from agentledger.service.fastpath import ServiceAPI
 from agentledger.service.hub import EventHub
 from agentledger.service.idempotency import InFlight
@@ -53,9 +55,12 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
         accepts.start()
         api.state.accepts = accepts
         workers = await _start_workers(the_store, agent_app, settings.workers_inline)
+        # /metrics without a key, on a port of its own (observe/metrics.py, as the worker's).
+        metrics = start_metrics(the_store, settings.metrics_port)
         dispatcher = Dispatcher(
-            the_store, period=settings.webhook_poll, backoff=settings.webhook_backoff
-        )
+            the_store, period=settings.webhook_poll, backoff=settings.webhook_backoff,
+            egress=api.state.egress,
+        )  # fmt: skip
         background = [
             asyncio.create_task(_seal_forever(seal_store, settings.audit_seal_every)),
             asyncio.create_task(dispatcher.run_forever()),
@@ -70,6 +75,8 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
                     await task
             if seal_store is not the_store:
                 await seal_store.close()
+            if metrics is not None:
+                metrics.stop()
             await _stop_workers(workers)
             await accepts.stop()
             for unhook in unhooks:
@@ -92,6 +99,8 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
     api.state.agent_app = agent_app
     api.state.keys = KeyCache(settings.key_cache_seconds)
     api.state.in_flight = InFlight()
+    # Webhook targets: checked at submit (routers/runs.py) and at delivery (webhooks.py).
+    api.state.egress = Egress.from_env(settings.webhook_allow_hosts, settings.webhook_hosts)
     problems.install(api)  # error documents, request ids, the body limit
 
     for module in (health, runs, events, approvals, audit, observe):

@@ -24,7 +24,11 @@ from agentledger.store import Store
 from agentledger.store.queries import service_keys
 
 VIEWER, OPERATOR, APPROVER, ADMIN = "viewer", "operator", "approver", "admin"
-BUILTIN_ROLES = (VIEWER, OPERATOR, APPROVER, ADMIN)
+# Reads deployment-wide figures (``/metrics``, every tenant's ``/v1/stats``). A tenant's
+# admin does not hold it: only whoever mints keys (``agentledger keys create``, with
+# the database and the pepper) can give it.
+DEPLOYMENT = "deployment"
+BUILTIN_ROLES = (VIEWER, OPERATOR, APPROVER, ADMIN, DEPLOYMENT)
 _KEY = re.compile(r"^al_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")
 _ROLE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
@@ -39,8 +43,11 @@ class Principal:
     roles: frozenset[str] = field(default_factory=frozenset)
 
     def has(self, *roles: str) -> bool:
-        """True when the principal holds any of ``roles`` (admin holds every built-in one)."""
-        return bool(self.roles & set(roles)) or ADMIN in self.roles
+        """True when the principal holds any of ``roles`` (admin holds every one but
+        ``deployment``: an admin's reach ends at its tenant)."""
+        if self.roles.intersection(roles):
+            return True
+        return ADMIN in self.roles and any(r != DEPLOYMENT for r in roles)
 
     def as_dict(self) -> dict[str, Any]:
         """What a run records about the principal that started it."""

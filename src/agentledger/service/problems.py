@@ -34,6 +34,7 @@ KINDS: dict[str, tuple[int, str]] = {
     "arguments-changed": (409, "The approval's arguments are not the ones decided on"),
     "expired": (410, "Expired"),
     "validation-error": (422, "Invalid request"),
+    "webhook-refused": (422, "Webhook target not allowed"),
     "idempotency-key-reused": (422, "Idempotency-Key reused with a different body"),
     "payload-too-large": (413, "Request body too large"),
     "idempotency-key-required": (428, "Idempotency-Key required"),

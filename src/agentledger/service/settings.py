@@ -22,6 +22,28 @@ def pepper_from_env() -> bytes:
     return value.encode()
 
 
+@dataclass(frozen=True)
+class ClientBounds:
+    """How long an HTTP client may take over a request's head and body, and how many
+    may be connected (service/server.py); ``keep_alive``: uvicorn's idle time between
+    requests."""
+
+    header_timeout: float = 5.0
+    body_timeout: float = 10.0
+    keep_alive: int = 5
+    max_connections: int = 2048
+
+    def __post_init__(self) -> None:
+        for name in ("header_timeout", "body_timeout"):
+            value = getattr(self, name)
+            if not 0.1 <= value <= 3600:
+                raise ValueError(f"{name} = {value}: give 0.1 to 3600 seconds")
+        if not 1 <= self.keep_alive <= 3600:
+            raise ValueError(f"keep_alive = {self.keep_alive}: give 1 to 3600 seconds")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections = {self.max_connections}: give at least 1")
+
+
 @dataclass
 class ServiceSettings:
     """What one service process needs; every field has a working default but the pepper."""
@@ -56,4 +78,14 @@ class ServiceSettings:
     # Per-agent webhooks set at deployment (agent name -> URL); they override the
     # agent's own ``webhook`` attribute (see service/webhooks.py: webhook_for).
     agent_webhooks: dict[str, str] = field(default_factory=dict)
+    # Webhook targets inside the network (loopback, link-local, private...) are refused
+    # unless allowed here: host names (exact), addresses or networks (service/egress.py).
+    webhook_allow_hosts: tuple[str, ...] = ()
+    # Fixed answers for webhook host names, consulted before DNS (like a hosts file).
+    webhook_hosts: dict[str, list[str]] = field(default_factory=dict)
+    # Slow and idle clients (service/server.py), for `serve`'s uvicorn.
+    client_bounds: ClientBounds = field(default_factory=ClientBounds)
+    # Serve /metrics without a key on this port of its own (None: only on the API port,
+    # to deployment keys).
+    metrics_port: int | None = None
     extra: dict[str, str] = field(default_factory=dict)

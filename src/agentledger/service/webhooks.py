@@ -48,6 +48,7 @@ from typing import Any
 import httpx
 
 from agentledger.envsettings import seconds_from_env
+from agentledger.service.egress import Egress, Refused, Unresolved
 from agentledger.store import Store
 from agentledger.store.queries import service_webhooks
 
@@ -102,8 +103,11 @@ class Dispatcher:
         max_attempts: int = 10,
         timeout: float = 10.0,
         owner: str | None = None,
+        egress: Egress | None = None,
     ) -> None:
         self.store = store
+        # Which targets may be posted to (service/egress.py); default: the environment's.
+        self.egress = egress if egress is not None else Egress.from_env()
         # Who holds a claim (shown in the table); the epoch, not the owner, fences.
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.period = period
@@ -119,7 +123,8 @@ class Dispatcher:
     async def run(self, stopping: asyncio.Event) -> None:
         """Deliver what is due every ``period`` until ``stopping`` is set. Never raises
         on a failed round (a store error, an unreachable receiver): it is retried."""
-        async with httpx.AsyncClient(timeout=self.timeout) as client:
+        # Redirects are not followed: a 3xx would send the POST to a target never checked.
+        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as client:
             while not stopping.is_set():
                 try:
                     await self.once(client)
@@ -145,6 +150,17 @@ class Dispatcher:
             )
         return self._secrets[tenant_id]
 
+    async def _post(
+        self, client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]
+    ) -> httpx.Response:
+        """POST to the address the target resolves to now, checked and pinned
+        (service/egress.py): the connection goes where the check looked."""
+        target = await self.egress.pin(url)
+        return await client.post(
+            target.url, content=body, headers={**headers, **target.headers},
+            extensions=target.extensions,
+        )  # fmt: skip
+
     async def _deliver(self, client: httpx.AsyncClient, row: dict[str, Any]) -> None:
         body = str(row["body"]).encode()
         secret = await self._secret(row["tenant_id"])
@@ -155,23 +171,27 @@ class Dispatcher:
             "AgentLedger-Signature": sign(secret, int(time.time()), body),
         }
         error = None
+        refused = False
         try:
             # The client's timeout bounds each read, not the answer: a receiver sending
             # a byte now and then would keep the attempt going past its claim, and the
             # next claimer would send the delivery while this one still is. A whole
-            # attempt gets one timeout (its claim lasts three).
+            # attempt (its name resolution included) gets one timeout (its claim lasts
+            # three).
             reply = await asyncio.wait_for(
-                client.post(row["url"], content=body, headers=headers), self.timeout
+                self._post(client, row["url"], body, headers), self.timeout
             )
             if not 200 <= reply.status_code < 300:
                 error = f"HTTP {reply.status_code}"
-        except httpx.HTTPError as exc:
+        except Refused as exc:  # not retried: only the deployment's settings can change it
+            error, refused = f"Refused: {exc}", True
+        except (httpx.HTTPError, Unresolved) as exc:  # retried
             error = f"{type(exc).__name__}: {exc}"
         except TimeoutError:
             error = f"Timeout: no whole answer within {self.timeout:g} s"
         attempts = int(row["attempts"]) + 1
         delay = min(self.backoff * 2 ** (attempts - 1), self.max_backoff)
-        dead = error is not None and attempts >= self.max_attempts
+        dead = error is not None and (refused or attempts >= self.max_attempts)
         settled = await self.store.transact(
             lambda d, c: service_webhooks.settle(
                 d, c, row["id"], error is None, error, time.time() + delay, dead,

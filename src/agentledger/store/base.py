@@ -415,9 +415,11 @@ class Store(ABC):
         volume) and the ``settled`` history (finished runs, audit counts)."""
         raise NotImplementedError
 
-    async def run_stats(self, since: float | None, agent: str | None) -> dict[str, Any]:
-        """Runs created since ``since``: by status, totals, duration percentiles and the
-        failing-step distribution (observe/stats.py)."""
+    async def run_stats(
+        self, since: float | None, agent: str | None, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """Runs created since ``since`` (of ``tenant``; None: every tenant's): by status,
+        totals, duration percentiles and the failing-step distribution (observe/stats.py)."""
         raise NotImplementedError
 
     async def find_stuck(

@@ -667,9 +667,11 @@ class SQLStore(Store):
             write=False,
         )
 
-    async def run_stats(self, since: float | None, agent: str | None) -> dict[str, Any]:
+    async def run_stats(
+        self, since: float | None, agent: str | None, tenant: str | None = None
+    ) -> dict[str, Any]:
         return await self._call(
-            lambda c: observe_stats.run_stats(self.dialect, c, since, agent), write=False
+            lambda c: observe_stats.run_stats(self.dialect, c, since, agent, tenant), write=False
         )
 
     async def find_stuck(

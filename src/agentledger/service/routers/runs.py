@@ -16,6 +16,7 @@ from agentledger.errors import UnknownTargetError
 from agentledger.service.auth import ADMIN, OPERATOR, VIEWER, Caller
 from agentledger.service.cursors import make_cursor, parse_cursor
 from agentledger.service.deps import run_or_404
+from agentledger.service.egress import Refused
 from agentledger.service.idempotency import fingerprint, parse_key
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
 from agentledger.service.views import run_view
@@ -108,6 +109,13 @@ async def submit_run(
             f"input: {exc}",
             errors=[{"loc": ["body", "input"], "msg": str(exc)}],
         ) from None
+    if body.webhook is not None:
+        try:
+            await state.egress.check(body.webhook)
+        except Refused as exc:
+            raise Problem(
+                "webhook-refused", str(exc), errors=[{"loc": ["body", "webhook"], "msg": str(exc)}]
+            ) from None
     settings = state.settings
     if key is None and settings.require_idempotency_for_writes and _has_writes(definition):
         raise Problem(

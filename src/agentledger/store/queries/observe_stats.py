@@ -14,7 +14,9 @@ from typing import Any
 from agentledger.store.dialect import Dialect
 
 
-def _where(since: float | None, agent: str | None, alias: str = "") -> tuple[str, dict[str, Any]]:
+def _where(
+    since: float | None, agent: str | None, tenant: str | None, alias: str = ""
+) -> tuple[str, dict[str, Any]]:
     prefix = f"{alias}." if alias else ""
     clauses: list[str] = ["1 = 1"]
     params: dict[str, Any] = {}
@@ -24,6 +26,9 @@ def _where(since: float | None, agent: str | None, alias: str = "") -> tuple[str
     if agent is not None:
         clauses.append(f"{prefix}name = :agent")
         params["agent"] = agent
+    if tenant is not None:
+        clauses.append(f"{prefix}tenant_id = :tenant")
+        params["tenant"] = tenant
     return " AND ".join(clauses), params
 
 
@@ -32,9 +37,12 @@ def nearest_rank(n: int, p: float) -> int:
     return max(0, min(n - 1, math.ceil(p * n) - 1))
 
 
-def run_stats(d: Dialect, conn: Any, since: float | None, agent: str | None) -> dict[str, Any]:
-    """Counts by status, totals, duration percentiles and the failing-step distribution."""
-    where, params = _where(since, agent)
+def run_stats(
+    d: Dialect, conn: Any, since: float | None, agent: str | None, tenant: str | None = None
+) -> dict[str, Any]:
+    """Counts by status, totals, duration percentiles and the failing-step distribution
+    (of one tenant's runs, or every tenant's)."""
+    where, params = _where(since, agent, tenant)
     by_status = {
         r["status"]: int(r["n"])
         for r in d.fetchall(
@@ -59,7 +67,7 @@ def run_stats(d: Dialect, conn: Any, since: float | None, agent: str | None) -> 
                 {**params, "k": nearest_rank(n_done, p)},
             )
             percentiles[name] = float(row[0]["seconds"])
-    rwhere, rparams = _where(since, agent, "r")
+    rwhere, rparams = _where(since, agent, tenant, "r")
     # The failing step of a run: its first failed or unsettled step (compensations and
     # the compensation decision aside); a run without one failed outside any step.
     failing = d.fetchall(

@@ -1,0 +1,156 @@
+"""Webhook targets inside the deployment's network are refused (issue 19, point 9):
+at submit (422 problem+json) and again at delivery, after name resolution, with the
+resolved address pinned for the connection; an operator allows hosts by configuration."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentledger.store.queries import service_webhooks
+from tests.loopback_http import QuietHandler, serving
+from tests.service.conftest import Api, in_process, settings_for, until
+
+INTERNAL = [
+    "http://127.0.0.1:9/hook",
+    "http://127.1/hook",  # short forms the resolver reads as 127.0.0.1
+    "http://2130706433/hook",
+    "http://0x7f.0.0.1/hook",
+    "http://localhost:5432/",  # a name that resolves to loopback
+    "http://169.254.169.254/latest/meta-data/",
+    "http://[::1]:6379/",
+    "http://[::ffff:127.0.0.1]/hook",
+    "http://10.1.2.3/hook",
+    "http://172.16.0.1/hook",
+    "http://192.168.1.1/hook",
+    "http://100.64.0.1/hook",
+    "http://0.0.0.0:8000/hook",
+    "http://224.0.0.1/hook",
+    "https://[fe80::1]/hook",
+    "http://[fd00::1]/hook",
+]
+FAST = {"workers_inline": 1, "audit_seal_every": 0.05, "webhook_poll": 0.05,
+        "webhook_backoff": 0.05}  # fmt: skip
+
+
+class Posts:
+    """What a loopback receiver was sent."""
+
+    def __init__(self) -> None:
+        self.hosts: list[str] = []
+        self.lock = threading.Lock()
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Posts, int]]:
+    posts = Posts()
+
+    class Handler(QuietHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            with posts.lock:
+                posts.hosts.append(self.headers.get("Host", ""))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    with serving(Handler) as url:
+        yield posts, int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+async def _submit(api: Api, headers: dict[str, str], webhook: str | None, **inp: Any) -> Any:
+    body: dict[str, Any] = {"agent": "echo", "input": {"text": "hi", **inp}}
+    if webhook is not None:
+        body["webhook"] = webhook
+    return await api.client.post("/v1/runs", json=body, headers=headers)
+
+
+async def test_internal_targets_are_refused_at_submit(store_url: str) -> None:
+    async with in_process(settings_for(store_url, webhook_allow_hosts=())) as api:
+        h = await api.key()
+        for url in INTERNAL:
+            reply = await _submit(api, h, url)
+            assert reply.status_code == 422, (url, reply.text)
+            assert reply.headers["content-type"].startswith("application/problem+json")
+            problem = reply.json()
+            assert problem["type"].endswith("/webhook-refused"), problem
+            assert "AGENTLEDGER_WEBHOOK_ALLOW_HOSTS" in problem["detail"]
+        # Nothing was accepted; a public address literal is (nothing is sent at submit).
+        assert (await api.client.get("/v1/runs", headers=h)).json()["runs"] == []
+        assert (await _submit(api, h, "http://93.184.216.34/hook")).status_code == 202
+
+
+async def test_an_allowed_host_is_accepted_and_delivered_to(
+    tmp_path: Path, receiver: tuple[Posts, int]
+) -> None:
+    """Allowing the name ``localhost`` admits it (not 127.0.0.1 under another name); the
+    POST goes to the resolved address with the URL's own Host header."""
+    posts, port = receiver
+    db = f"sqlite:///{tmp_path / 'allowed.db'}"
+    async with in_process(settings_for(db, webhook_allow_hosts=("localhost",), **FAST)) as api:
+        h = await api.key()
+        assert (await _submit(api, h, f"http://127.0.0.1:{port}/hook")).status_code == 422
+        assert (await _submit(api, h, f"http://LOCALHOST:{port}/hook")).status_code == 202
+
+        async def delivered() -> bool:
+            return bool(posts.hosts)
+
+        await until(delivered, 30)
+        assert posts.hosts == [f"localhost:{port}"]
+
+
+async def _dead(api: Api) -> list[dict[str, Any]]:
+    async def settled() -> bool:
+        rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+        return bool(rows) and all(r["status"] == "dead" for r in rows)
+
+    await until(settled, 30)
+    rows: list[dict[str, Any]] = await api.store.transact(
+        lambda d, c: service_webhooks.deliveries(d, c)
+    )
+    return rows
+
+
+async def test_a_configured_url_resolving_inside_is_refused_at_delivery(
+    tmp_path: Path, receiver: tuple[Posts, int]
+) -> None:
+    """A deployment's agent webhook is not checked at submit; its name resolves to
+    loopback at delivery, so nothing is sent and the delivery is dead at once."""
+    posts, port = receiver
+    db = f"sqlite:///{tmp_path / 'agent.db'}"
+    hooks = {"echo": f"http://localhost:{port}/hook"}
+    settings = settings_for(db, webhook_allow_hosts=(), agent_webhooks=hooks, **FAST)
+    async with in_process(settings) as api:
+        h = await api.key()
+        assert (await _submit(api, h, None)).status_code == 202
+        rows = await _dead(api)
+        assert "127.0.0.1 is loopback" in rows[0]["last_error"], rows[0]
+        assert rows[0]["attempts"] == 1
+        assert posts.hosts == []
+
+
+async def test_a_name_rebound_inside_after_submit_is_refused_at_delivery(
+    tmp_path: Path, receiver: tuple[Posts, int]
+) -> None:
+    """The name resolved to a public address when the run was accepted and to loopback
+    when its event is delivered (the ``webhook_hosts`` table answers like a resolver)."""
+    posts, port = receiver
+    db = f"sqlite:///{tmp_path / 'rebind.db'}"
+    hosts = {"hooks.example.com": ["93.184.216.34"]}
+    flag = tmp_path / "hold"
+    flag.touch()
+    settings = settings_for(db, webhook_allow_hosts=(), webhook_hosts=hosts, **FAST)
+    async with in_process(settings) as api:
+        h = await api.key()
+        url = f"http://hooks.example.com:{port}/hook"
+        reply = await _submit(api, h, url, steps=1, flag=str(flag))
+        assert reply.status_code == 202, reply.text
+        hosts["hooks.example.com"] = ["127.0.0.1"]  # rebound before the run ends
+        flag.unlink()
+        rows = await _dead(api)
+        assert "127.0.0.1 is loopback" in rows[0]["last_error"], rows[0]
+        assert posts.hosts == []
