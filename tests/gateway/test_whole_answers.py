@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -180,5 +179,55 @@ async def test_a_run_token_budget_binds_when_the_provider_omits_usage(
         assert len(fake.requests) == len(sent) < 20
         assert all(s.output["usage"]["source"] == "estimated" for s in sent)
         assert run.tokens == sum(s.tokens for s in steps) > 0
+    finally:
+        await close(h)
+
+
+async def test_an_error_event_inside_a_stream_is_a_cut_answer_retried_not_a_rejection(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anthropic sends ``event: error`` (overloaded) after some text of a 200 stream: the
+    attempt is an incomplete answer (retried, counted at its reservation), not a
+    rejected request that hands the run over."""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    broken = anthropic_stream(["Your refund of 240 "], finished=False)
+    assert broken.sse is not None
+    broken.sse.append({"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}})
+    fake.script(broken, anthropic_stream([WHOLE]))
+    h, run_id = await run_once(tmp_path, ANTHROPIC)
+    try:
+        run = await h.run(run_id)
+        assert run.status == RunStatus.COMPLETED, run
+        assert run.result == {"answer": WHOLE}
+        (step,) = model_steps(await h.journal(run_id))
+        cut, answered = step.output["attempts"]
+        assert cut["error_class"] == "incomplete_answer" and "Busy" in cut["error"]
+        assert cut["cost_usd"] == cut["reserved_usd"] > 0
+        assert answered["usage_source"] == "reported"
+    finally:
+        await close(h)
+
+
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+async def test_an_unusable_answer_that_reported_usage_counts_at_that_usage(
+    fake: FakeProviders, tmp_path: Path, model: str
+) -> None:
+    """An empty answer with usage: the provider billed it, so its reported usage counts
+    (not 0, not the reservation), and the next model answers."""
+    if model == OPENAI:
+        empty, chain = openai_answer("", usage=(300, 7, 0)), f"{OPENAI} -> {ANTHROPIC}"
+    else:
+        empty, chain = anthropic_answer("", usage=(300, 7, 0)), f"{ANTHROPIC} -> {OPENAI}"
+    fallback = anthropic_answer(WHOLE) if model == OPENAI else openai_answer(WHOLE)
+    fake.script(empty, fallback)
+    h, run_id = await run_once(tmp_path, chain)
+    try:
+        run = await h.run(run_id)
+        assert run.result == {"answer": WHOLE}
+        (step,) = model_steps(await h.journal(run_id))
+        failed = step.output["attempts"][0]
+        assert failed["error_class"] == "invalid_response"
+        assert failed["usage_source"] == "reported" and failed["tokens"] == 307
+        assert 0 < failed["cost_usd"] < failed["reserved_usd"]
     finally:
         await close(h)

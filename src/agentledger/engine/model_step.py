@@ -242,19 +242,26 @@ class ModelCall:
         reserved: tuple[int, float] | None,
         started: float,
     ) -> None:
-        """Record a failed attempt: one that may have reached the provider keeps its
-        reservation (no usage was reported for it); one that provably cost nothing is 0."""
+        """Record a failed attempt: at the usage the provider reported for it (an empty
+        or filtered answer); else, if it may have reached the provider, at its
+        reservation; else (provably cost nothing) at 0."""
         error_class = getattr(exc, "error_class", "tool_error")
         attempt = self._current(model)
         attempt.pop("inflight", None)
-        billed = reserved is not None and not unbilled(exc)
+        reported = getattr(exc, "reported_usage", None)
+        if reported is not None:
+            (tokens, cost), source = reported, "reported"
+        elif reserved is not None and not unbilled(exc):
+            (tokens, cost), source = reserved, "estimated"
+        else:
+            tokens, cost, source = 0, 0.0, "none"
         attempt.update(
             error_class=error_class,
             error=str(exc)[:300],
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
-            tokens=reserved[0] if reserved and billed else 0,
-            cost_usd=reserved[1] if reserved and billed else 0.0,
-            usage_source="estimated" if billed else "none",
+            tokens=tokens,
+            cost_usd=cost,
+            usage_source=source,
         )
         self._cooldown(model, error_class)
 

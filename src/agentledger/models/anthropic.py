@@ -175,9 +175,8 @@ class AnthropicModel(ProviderModel):
             if block["type"] == "text":
                 texts.append(block["text"])
             elif block["type"] == "tool_use":
-                calls.append(
-                    ToolCall(id=block["id"], name=block["name"], arguments=_json_text(block["json"]))
-                )
+                arguments = _json_text(block["json"])
+                calls.append(ToolCall(id=block["id"], name=block["name"], arguments=arguments))
         return self._response(request, texts, calls, stop_reason, usage, model)
 
     def _response(
@@ -189,24 +188,24 @@ class AnthropicModel(ProviderModel):
         usage: dict[str, Any],
         model: str | None,
     ) -> ModelResponse:
+        cached = usage.get("cache_read_input_tokens") or 0
+        written = usage.get("cache_creation_input_tokens") or 0
+        tokens_in = usage.get("input_tokens")
+        if isinstance(tokens_in, int) and isinstance(cached, int) and isinstance(written, int):
+            tokens_in += cached + written  # Anthropic counts cache reads and writes apart
+        counts = (tokens_in, usage.get("output_tokens"), cached, written)
         text = "".join(texts) or None
         if stop_reason == "refusal":
             message, reason = Message("assistant", refusal=text or "refused"), "refusal"
         elif calls:
             message, reason = Message("assistant", content=text, tool_calls=calls), "tool_calls"
         elif not text or not text.strip():
-            raise InvalidResponse(f"{self.name}: empty answer (stop_reason={stop_reason})")
+            empty = InvalidResponse(f"{self.name}: empty answer (stop_reason={stop_reason})")
+            raise self.reported(empty, *counts)
         else:
             reason = "length" if stop_reason == "max_tokens" else "stop"
             message = Message("assistant", content=text)
-        cached = usage.get("cache_read_input_tokens") or 0
-        written = usage.get("cache_creation_input_tokens") or 0
-        tokens_in = usage.get("input_tokens")
-        if isinstance(tokens_in, int) and isinstance(cached, int) and isinstance(written, int):
-            tokens_in += cached + written  # Anthropic counts cache reads and writes apart
-        counted, cost, source = self.counted(
-            request, message, tokens_in, usage.get("output_tokens"), cached, written
-        )
+        counted, cost, source = self.counted(request, message, *counts)
         return ModelResponse(
             message=message,
             usage=counted,

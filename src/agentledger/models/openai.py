@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from agentledger.errors import Refused
+from agentledger.errors import Refused, ToolError
 from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall
 from agentledger.models.errors import IncompleteAnswer, InvalidResponse
 from agentledger.models.provider import ProviderModel, import_sdk, safe_url
@@ -78,6 +78,16 @@ def finish(
     return Message("assistant", content=content), "length" if reason == "length" else "stop"
 
 
+def _counts(usage: Any) -> tuple[Any, Any, Any]:
+    """Prompt, completion and cached tokens as reported (None where left out)."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    return (
+        getattr(usage, "prompt_tokens", None),
+        getattr(usage, "completion_tokens", None),
+        getattr(details, "cached_tokens", 0),
+    )
+
+
 class OpenAIModel(ProviderModel):
     """A Chat Completions model: ``OpenAIModel("gpt-4.1-mini")``."""
 
@@ -126,9 +136,12 @@ class OpenAIModel(ProviderModel):
             for c in (msg.tool_calls or [])
             if getattr(c, "function", None) is not None
         ]
-        message, reason = finish(
-            msg.content, calls, getattr(msg, "refusal", None), choice.finish_reason, self.name
-        )
+        try:
+            message, reason = finish(
+                msg.content, calls, getattr(msg, "refusal", None), choice.finish_reason, self.name
+            )
+        except ToolError as exc:
+            raise self.reported(exc, *_counts(completion.usage)) from None
         return self._response(request, message, reason, completion.usage, completion.model)
 
     async def _send_streaming(self, request: ModelRequest, params: dict[str, Any]) -> ModelResponse:
@@ -166,22 +179,18 @@ class OpenAIModel(ProviderModel):
                 f"{sum(len(t) for t in text)} characters: not an answer"
             )
         tool_calls = [ToolCall(**calls[i]) for i in sorted(calls)]
-        message, reason = finish(
-            "".join(text) or None, tool_calls, "".join(refusal) or None, reason, self.name
-        )
+        try:
+            message, reason = finish(
+                "".join(text) or None, tool_calls, "".join(refusal) or None, reason, self.name
+            )
+        except ToolError as exc:
+            raise self.reported(exc, *_counts(usage)) from None
         return self._response(request, message, reason, usage, model)
 
     def _response(
         self, request: ModelRequest, message: Message, reason: str, usage: Any, model: str
     ) -> ModelResponse:
-        details = getattr(usage, "prompt_tokens_details", None)
-        counted, cost, source = self.counted(
-            request,
-            message,
-            getattr(usage, "prompt_tokens", None),
-            getattr(usage, "completion_tokens", None),
-            getattr(details, "cached_tokens", 0),
-        )
+        counted, cost, source = self.counted(request, message, *_counts(usage))
         return ModelResponse(
             message=message,
             usage=counted,

@@ -159,6 +159,20 @@ class ProviderModel(Model):
         usage = Usage(input_tokens=reported_in, output_tokens=reported_out, cached_tokens=cached_n)
         return usage, self.pricer.cost(reported_in, reported_out, cached_n, written_n), source
 
+    def reported(
+        self, exc: ToolError, tokens_in: Any, tokens_out: Any, cached: Any = 0, written: Any = 0
+    ) -> ToolError:
+        """A failed answer (empty, filtered) that came with its usage carries it as
+        ``reported_usage`` (tokens, USD): the provider billed it, so the attempt counts
+        at that instead of its reservation."""
+        reported_in, reported_out = _count(tokens_in), _count(tokens_out)
+        if reported_in and reported_out is not None:
+            cached_n = min(_count(cached) or 0, reported_in)
+            written_n = min(_count(written) or 0, reported_in - cached_n)
+            cost = self.pricer.cost(reported_in, reported_out, cached_n, written_n)
+            exc.reported_usage = (reported_in + reported_out, cost)  # type: ignore[attr-defined]
+        return exc
+
     # the call ----------------------------------------------------------------
 
     def client(self) -> Any:
@@ -196,11 +210,16 @@ class ProviderModel(Model):
         raise NotImplementedError
 
 
+#: The most tokens one call is counted at: a larger count is capped (it still binds
+#: every budget) so that it fits the store's integer columns.
+MAX_TOKENS_COUNTED = 10**12
+
+
 def _count(value: Any) -> int | None:
     """A token count as the provider reported it, or None when it is not a count."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
-    return value
+    return min(value, MAX_TOKENS_COUNTED)
 
 
 def _has_content(message: Message) -> bool:
