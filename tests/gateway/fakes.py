@@ -156,11 +156,13 @@ def anthropic_stream(
     *,
     finished: bool = True,
     cut: bool = False,
+    calls: list[tuple[str, str]] = (),  # type: ignore[assignment]
 ) -> Reply:
     """A streamed Messages answer: one text block, its deltas, then the usage.
     ``usage`` None: no usage in any event; ``finished=False``: the text deltas only, then
     the connection closes cleanly (no ``message_delta``, no ``message_stop``); ``cut``: the
-    connection breaks after the text deltas."""
+    connection breaks after the text deltas; ``calls`` (name, raw input JSON): tool_use
+    blocks after the text, each input sent in two ``input_json_delta`` halves."""
     message: dict[str, Any] = {
         "id": "msg_s",
         "type": "message",
@@ -180,15 +182,30 @@ def anthropic_stream(
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
         for p in text_parts
     ]
+    for i, (name, raw) in enumerate(calls, start=1):
+        block = {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": {}}
+        half = len(raw) // 2
+        events += [
+            {"type": "content_block_stop", "index": i - 1},
+            {"type": "content_block_start", "index": i, "content_block": block},
+        ]
+        events += [
+            {
+                "type": "content_block_delta",
+                "index": i,
+                "delta": {"type": "input_json_delta", "partial_json": part},
+            }
+            for part in (raw[:half], raw[half:])
+        ]
     if not finished or cut:
         return Reply(sse=events, cut=cut)
     final: dict[str, Any] = {
         "type": "message_delta",
-        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "delta": {"stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None},
     }
     if usage is not None:
         final["usage"] = {"output_tokens": usage[1]}
-    events += [{"type": "content_block_stop", "index": 0}, final, {"type": "message_stop"}]
+    events += [{"type": "content_block_stop", "index": len(calls)}, final, {"type": "message_stop"}]
     return Reply(sse=events)
 
 

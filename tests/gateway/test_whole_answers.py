@@ -231,3 +231,34 @@ async def test_an_unusable_answer_that_reported_usage_counts_at_that_usage(
         assert 0 < failed["cost_usd"] < failed["reserved_usd"]
     finally:
         await close(h)
+
+
+async def test_anthropic_streamed_tool_use_is_read_from_the_raw_events(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Text and parallel tool_use blocks, their inputs in pieces: the calls run with the
+    whole inputs, malformed JSON is fed back as invalid arguments, and the usage of
+    ``message_start`` and ``message_delta`` is what the step reports."""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    calls = [("lookup", '{"city": "Lisbon"}'), ("lookup", '{"city": "Por')]
+    fake.script(anthropic_stream(["Looking. "], (70, 15), calls=calls), anthropic_stream([WHOLE]))
+    h, run_id = await run_once(tmp_path, ANTHROPIC)
+    try:
+        run = await h.run(run_id)
+        assert run.result == {"answer": WHOLE}
+        second = fake.requests[1]["body"]["messages"]
+        assert second[1]["content"][0] == {"type": "text", "text": "Looking. "}
+        assert second[1]["content"][1]["input"] == {"city": "Lisbon"}
+        results = second[-1]["content"]
+        assert [b["tool_use_id"] for b in results] == ["toolu_1", "toolu_2"]
+        assert "Lisbon" in results[0]["content"] and "invalid_arguments" in results[1]["content"]
+        first = model_steps(await h.journal(run_id))[0].output
+        assert first["finish_reason"] == "tool_calls"
+        assert first["usage"] == {
+            "input_tokens": 70,
+            "output_tokens": 15,
+            "cached_tokens": 0,
+            "source": "reported",
+        }
+    finally:
+        await close(h)
