@@ -262,3 +262,31 @@ async def test_anthropic_streamed_tool_use_is_read_from_the_raw_events(
         }
     finally:
         await close(h)
+
+
+@pytest.mark.parametrize(
+    ("usage", "source"),
+    [((-500, -20, 0), "estimated"), ((0, 0, 0), "estimated"), ((10**30, 5, 10**31), "reported")],
+    ids=["negative", "zero", "huge"],
+)
+async def test_hostile_usage_never_makes_a_call_free_or_breaks_the_journal(
+    fake: FakeProviders, tmp_path: Path, usage: tuple[int, int, int], source: str
+) -> None:
+    """Negative or zero counts for a real answer are not counts: the gateway's estimate
+    stands in. A count too large for the store is capped (and still binds)."""
+    from agentledger.models.provider import MAX_TOKENS_COUNTED
+
+    fake.script(openai_answer(WHOLE, usage=usage))
+    h, run_id = await run_once(tmp_path, OPENAI)
+    try:
+        run = await h.run(run_id)
+        assert run.result == {"answer": WHOLE}
+        (step,) = model_steps(await h.journal(run_id))
+        assert step.output["usage"]["source"] == source
+        assert step.tokens > 0 and step.cost_usd > 0 and run.tokens == step.tokens
+        if source == "reported":
+            assert step.output["usage"]["input_tokens"] == MAX_TOKENS_COUNTED
+            assert step.output["usage"]["cached_tokens"] == MAX_TOKENS_COUNTED
+            assert step.tokens == MAX_TOKENS_COUNTED + 5
+    finally:
+        await close(h)
