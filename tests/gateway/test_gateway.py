@@ -242,7 +242,7 @@ async def test_streaming_forwards_deltas_and_journals_the_final_message(
     from agentledger.gateway import stream
 
     seen: list[str] = []
-    monkeypatch.setattr(stream, "publish", lambda run_id, step_no, text, store: seen.append(text))
+    monkeypatch.setattr(stream, "publish", lambda run_id, step_no, text, *_: seen.append(text))
     monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
     fake.script(openai_stream(["Three ", "hotels."]))
     h, run_id = await run_once(tmp_path, "openai:gpt-4.1-mini")

@@ -290,3 +290,31 @@ async def test_hostile_usage_never_makes_a_call_free_or_breaks_the_journal(
             assert step.tokens == MAX_TOKENS_COUNTED + 5
     finally:
         await close(h)
+
+
+async def test_a_listener_is_told_which_attempt_each_delta_belongs_to(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Live deltas of a stream cut short, then of the retry that answered: each names its
+    attempt, so a listener knows to drop the truncated text."""
+    from agentledger.gateway import stream
+    from agentledger.service.deltas import frame
+
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    fake.script(openai_stream(["Your refund of 240 "], finished=False), openai_stream([WHOLE]))
+    h = Harness(tmp_path, make_app(OPENAI))
+    async with h:
+        run_id = await h.submit("concierge", {"message": "Refund?"})
+        queue = stream.subscribe(run_id)
+        try:
+            await h.drive(run_id)
+        finally:
+            stream.unsubscribe(run_id, queue)
+        deltas = [queue.get_nowait() for _ in range(queue.qsize())]
+        assert [(d["attempt"], d["text"]) for d in deltas] == [
+            (1, "Your refund of 240 "),
+            (2, WHOLE),
+        ]
+        assert '"attempt": 2' in frame(deltas[-1])
+        assert (await h.run(run_id)).result == {"answer": WHOLE}
+        await close(h)

@@ -323,9 +323,13 @@ class ModelCall:
 
     def request(self, timeout: float | None, model: Model) -> ModelRequest:
         run_id, step_no = self.exe.run.id, self.step_no
+        # The attempt this request is (a reserved one is already in the list): a listener
+        # drops the deltas of an earlier attempt when a later one's arrive.
+        inflight = bool(self.attempts) and bool(self.attempts[-1].get("inflight"))
+        attempt = len(self.attempts) + (0 if inflight else 1)
 
-        def delta(text: str) -> None:
-            stream.publish(run_id, step_no, text, self.exe.store)  # also to other processes
+        def delta(text: str) -> None:  # also to other processes
+            stream.publish(run_id, step_no, text, self.exe.store, attempt)
 
         return ModelRequest(
             messages=list(self.messages),
