@@ -1,6 +1,5 @@
-"""In-process harness for the run lifecycle: a real SQLite store in a temp dir (or the
-store at ``store_url``, PostgreSQL too), a FakeClock, and explicit passes of
-:func:`execute_run` (one claim each).
+"""In-process harness for the run lifecycle: a real SQLite store in a temp dir, a
+FakeClock, and explicit passes of :func:`execute_run` (one claim each).
 
 Every claim takes a lease that is already expired, so the next pass may take the
 run over exactly as a worker does after the previous owner died; a pass that is
@@ -14,14 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from agentledger import App, open_store
 from agentledger.clock import FakeClock
 from agentledger.engine.runner import execute_run
 from agentledger.records import Event, Run, Step
 from agentledger.store.base import Batch
-from agentledger.store.sqlite import sqlite_path
 from agentledger.store.sqlstore import SQLStore
 
 KILLED = "killed"
@@ -34,11 +30,14 @@ class Killed(BaseException):
 class Harness:
     """One test's store, app and clock, and helpers to run passes of a run."""
 
-    def __init__(self, tmp_path: Path, app: App, store_url: str | None = None) -> None:
+    def __init__(self, tmp_path: Path, app: App, url: str | None = None) -> None:
+        """``url``: another store (a PostgreSQL database) instead of the SQLite file."""
         tmp_path.mkdir(parents=True, exist_ok=True)
-        self.url = store_url or f"sqlite:///{tmp_path / 'lifecycle.db'}"
-        self.path = Path(sqlite_path(self.url)[0]) if self.url.startswith("sqlite") else None
+        self.path = tmp_path / "lifecycle.db"
         self.app = app
+        if url is not None and url.startswith("sqlite:///"):
+            self.path = Path(url.removeprefix("sqlite:///"))
+        self.url = url or f"sqlite:///{self.path}"
         self.store: SQLStore = open_store(self.url)
         # Far enough in the past that anything parked on it is due by the DB's clock.
         self.clock = FakeClock(start=time.time() - 30 * 86400)
@@ -75,8 +74,10 @@ class Harness:
 
     def wake(self, run_id: str) -> None:
         """Time passed: a parked run is due now (the DB judges by its own clock)."""
-        if self.path is None:
-            with psycopg.connect(self.url) as pg:
+        if not self.url.startswith("sqlite"):
+            import psycopg
+
+            with psycopg.connect(self.url, autocommit=True) as pg:
                 pg.execute(
                     "UPDATE runs SET available_at = 0 WHERE id = %s "
                     "AND status IN ('waiting','queued')",
@@ -129,7 +130,6 @@ class Harness:
 
     def set_key(self, run_id: str, step_no: int, key: str) -> None:
         """Rewrite a journaled idempotency key (a run journaled by older code)."""
-        assert self.path is not None, "set_key is for SQLite stores"
         with sqlite3.connect(self.path) as conn:
             conn.execute(
                 "UPDATE steps SET idempotency_key = ? WHERE run_id = ? AND step_no = ?",
