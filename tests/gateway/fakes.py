@@ -34,6 +34,12 @@ class Reply:
     # the stream there until it is set (tokens sent, the rest of the answer pending).
     sse: list[Any] | None = None
     hold: threading.Event | None = None  # answer only once set (a call in flight)
+    # A Chat Completions stream ends with ``data: [DONE]`` unless this is False (the
+    # connection then closes cleanly after the events, as a stream cut short does).
+    done: bool = True
+    # The connection breaks after the events (the body is never completed): a stream
+    # dropped mid-answer after the provider processed the request.
+    cut: bool = False
 
 
 def openai_answer(
@@ -42,10 +48,11 @@ def openai_answer(
     *,
     refusal: str | None = None,
     finish: str | None = None,
-    usage: tuple[int, int, int] = (100, 20, 0),
+    usage: tuple[int, int, int] | None = (100, 20, 0),
     model: str = "gpt-4.1-mini",
 ) -> Reply:
-    """A Chat Completions answer: text and/or tool calls (name, raw arguments)."""
+    """A Chat Completions answer: text and/or tool calls (name, raw arguments); ``usage``
+    None omits the usage object (as some compatible servers do)."""
     tool_calls = [
         {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
         for i, (n, a) in enumerate(calls)
@@ -54,25 +61,33 @@ def openai_answer(
     if tool_calls:
         message["tool_calls"] = tool_calls
     reason = finish or ("tool_calls" if tool_calls else "stop")
-    return Reply(
-        body={
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 1,
-            "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": reason}],
-            "usage": {
-                "prompt_tokens": usage[0],
-                "completion_tokens": usage[1],
-                "total_tokens": usage[0] + usage[1],
-                "prompt_tokens_details": {"cached_tokens": usage[2]},
-            },
+    body: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": reason}],
+    }
+    if usage is not None:
+        body["usage"] = {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": usage[0] + usage[1],
+            "prompt_tokens_details": {"cached_tokens": usage[2]},
         }
-    )
+    return Reply(body=body)
 
 
-def openai_stream(text_parts: list[str], usage: tuple[int, int] = (50, 10)) -> Reply:
-    """A streamed Chat Completions answer."""
+def openai_stream(
+    text_parts: list[str],
+    usage: tuple[int, int] | None = (50, 10),
+    *,
+    finished: bool = True,
+    cut: bool = False,
+) -> Reply:
+    """A streamed Chat Completions answer. ``usage`` None: no usage chunk;
+    ``finished=False``: the text chunks only, then the connection closes cleanly (no
+    finish reason, no ``[DONE]``); ``cut``: the connection breaks after the text chunks."""
     base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4.1-mini"}
     events: list[Any] = [
         {
@@ -83,18 +98,21 @@ def openai_stream(text_parts: list[str], usage: tuple[int, int] = (50, 10)) -> R
         }
         for p in text_parts
     ]
+    if not finished or cut:
+        return Reply(sse=events, done=False, cut=cut)
     events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    events.append(
-        {
-            **base,
-            "choices": [],
-            "usage": {
-                "prompt_tokens": usage[0],
-                "completion_tokens": usage[1],
-                "total_tokens": sum(usage),
-            },
-        }
-    )
+    if usage is not None:
+        events.append(
+            {
+                **base,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": usage[0],
+                    "completion_tokens": usage[1],
+                    "total_tokens": sum(usage),
+                },
+            }
+        )
     return Reply(sse=events)
 
 
@@ -103,37 +121,49 @@ def anthropic_answer(
     calls: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
     *,
     stop: str | None = None,
-    usage: tuple[int, int, int] = (100, 20, 0),
+    usage: tuple[int, int, int] | None = (100, 20, 0),
     model: str = "claude-sonnet-4-5",
 ) -> Reply:
-    """A Messages answer: text and/or tool_use blocks (name, input)."""
+    """A Messages answer: text and/or tool_use blocks (name, input); ``usage`` None
+    omits the usage object."""
     content: list[dict[str, Any]] = []
     if text is not None:
         content.append({"type": "text", "text": text})
     for i, (name, args) in enumerate(calls):
         content.append({"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": args})
-    return Reply(
-        body={
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": content,
-            "stop_reason": stop or ("tool_use" if calls else "end_turn"),
-            "stop_sequence": None,
-            "usage": {
-                "input_tokens": usage[0],
-                "output_tokens": usage[1],
-                "cache_read_input_tokens": usage[2],
-                "cache_creation_input_tokens": 0,
-            },
+    body: dict[str, Any] = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop or ("tool_use" if calls else "end_turn"),
+        "stop_sequence": None,
+    }
+    if usage is not None:
+        body["usage"] = {
+            "input_tokens": usage[0],
+            "output_tokens": usage[1],
+            "cache_read_input_tokens": usage[2],
+            "cache_creation_input_tokens": 0,
         }
-    )
+    return Reply(body=body)
 
 
-def anthropic_stream(text_parts: list[str], usage: tuple[int, int] = (60, 12)) -> Reply:
-    """A streamed Messages answer: one text block, its deltas, then the usage."""
-    message = {
+def anthropic_stream(
+    text_parts: list[str],
+    usage: tuple[int, int] | None = (60, 12),
+    *,
+    finished: bool = True,
+    cut: bool = False,
+    calls: list[tuple[str, str]] = (),  # type: ignore[assignment]
+) -> Reply:
+    """A streamed Messages answer: one text block, its deltas, then the usage.
+    ``usage`` None: no usage in any event; ``finished=False``: the text deltas only, then
+    the connection closes cleanly (no ``message_delta``, no ``message_stop``); ``cut``: the
+    connection breaks after the text deltas; ``calls`` (name, raw input JSON): tool_use
+    blocks after the text, each input sent in two ``input_json_delta`` halves."""
+    message: dict[str, Any] = {
         "id": "msg_s",
         "type": "message",
         "role": "assistant",
@@ -141,8 +171,9 @@ def anthropic_stream(text_parts: list[str], usage: tuple[int, int] = (60, 12)) -
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": usage[0], "output_tokens": 1},
     }
+    if usage is not None:
+        message["usage"] = {"input_tokens": usage[0], "output_tokens": 1}
     events: list[Any] = [
         {"type": "message_start", "message": message},
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
@@ -151,15 +182,30 @@ def anthropic_stream(text_parts: list[str], usage: tuple[int, int] = (60, 12)) -
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
         for p in text_parts
     ]
-    events += [
-        {"type": "content_block_stop", "index": 0},
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-            "usage": {"output_tokens": usage[1]},
-        },
-        {"type": "message_stop"},
-    ]
+    for i, (name, raw) in enumerate(calls, start=1):
+        block = {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": {}}
+        half = len(raw) // 2
+        events += [
+            {"type": "content_block_stop", "index": i - 1},
+            {"type": "content_block_start", "index": i, "content_block": block},
+        ]
+        events += [
+            {
+                "type": "content_block_delta",
+                "index": i,
+                "delta": {"type": "input_json_delta", "partial_json": part},
+            }
+            for part in (raw[:half], raw[half:])
+        ]
+    if not finished or cut:
+        return Reply(sse=events, cut=cut)
+    final: dict[str, Any] = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "tool_use" if calls else "end_turn", "stop_sequence": None},
+    }
+    if usage is not None:
+        final["usage"] = {"output_tokens": usage[1]}
+    events += [{"type": "content_block_stop", "index": len(calls)}, final, {"type": "message_stop"}]
     return Reply(sse=events)
 
 
@@ -169,6 +215,10 @@ def error(status: int, message: str = "error", *, code: str | None = None, **hea
     return Reply(
         status=status, body=body, headers={k.replace("_", "-"): v for k, v in headers.items()}
     )
+
+
+class StreamCut(Exception):
+    """Raised inside a streamed body: the server drops the connection mid-answer."""
 
 
 class FakeProviders:
@@ -235,7 +285,7 @@ class FakeProviders:
         if reply.delay:
             await asyncio.sleep(reply.delay)
         if reply.sse is not None:
-            events = reply.sse
+            events, done, cut = reply.sse, reply.done, reply.cut
 
             async def gen() -> Any:
                 for e in events:
@@ -245,7 +295,9 @@ class FakeProviders:
                     kind = e.get("type") if isinstance(e, dict) else None
                     prefix = f"event: {kind}\n" if kind and "/messages" in request.url.path else ""
                     yield f"{prefix}data: {json.dumps(e)}\n\n".encode()
-                if "/chat/" in request.url.path:
+                if cut:  # the body is never completed: the client sees the connection drop
+                    raise StreamCut("connection dropped mid-answer")
+                if done and "/chat/" in request.url.path:
                     yield b"data: [DONE]\n\n"
 
             return StreamingResponse(gen(), media_type="text/event-stream")

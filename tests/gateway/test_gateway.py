@@ -70,13 +70,19 @@ async def test_openai_tool_calls_and_answer_are_journaled_with_tokens_and_cost(
         steps = model_steps(await h.journal(run_id))
         first = steps[0].output
         assert first["provider"] == "openai" and first["model"] == "gpt-4.1-mini"
-        assert first["usage"] == {"input_tokens": 120, "output_tokens": 30, "cached_tokens": 100}
+        assert first["usage"] == {
+            "input_tokens": 120,
+            "output_tokens": 30,
+            "cached_tokens": 100,
+            "source": "reported",
+        }
         assert first["prices"] == f"genai-prices {genai_prices_version()}"
         # 20 plain input at $0.4/M, 100 cached at $0.1/M, 30 output at $1.6/M
         expected = (20 * 0.4 + 100 * 0.1 + 30 * 1.6) / 1e6
         assert steps[0].cost_usd == pytest.approx(expected)
         assert steps[0].tokens == 150
         assert [a["error_class"] for a in first["attempts"]] == [None]
+        assert first["attempts"][0]["usage_source"] == "reported"
         assert run.cost_usd == pytest.approx(sum(s.cost_usd for s in steps))
         # The key never reaches the journal or the events.
         dump = json.dumps([s.to_dict() for s in await h.journal(run_id)], default=str)
@@ -236,7 +242,7 @@ async def test_streaming_forwards_deltas_and_journals_the_final_message(
     from agentledger.gateway import stream
 
     seen: list[str] = []
-    monkeypatch.setattr(stream, "publish", lambda run_id, step_no, text, store: seen.append(text))
+    monkeypatch.setattr(stream, "publish", lambda run_id, step_no, text, *_: seen.append(text))
     monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
     fake.script(openai_stream(["Three ", "hotels."]))
     h, run_id = await run_once(tmp_path, "openai:gpt-4.1-mini")
@@ -285,6 +291,7 @@ async def test_anthropic_streaming_forwards_deltas_and_journals_only_the_final_m
         assert step.output["message"]["content"] == "Free cancellation until noon."
         assert step.output["usage"]["input_tokens"] == 60
         assert step.output["usage"]["output_tokens"] == 12
+        assert step.output["usage"]["source"] == "reported"
         journaled = json.dumps([s.output for s in await h.journal(run_id)])
         journaled += json.dumps([e.data for e in await h.events(run_id)])
         assert "model.delta" not in journaled

@@ -63,3 +63,16 @@ def test_a_relay_reaches_a_listener_on_another_connection(pg_url: str) -> None:
     assert "".join(json.loads(p)["t"] for p in got) == expected
     assert len(got) >= 3  # cut to fit: 2,505 characters in chunks of 1,000
     assert {json.loads(p)["o"] for p in got} == {relay.ORIGIN}
+
+
+def test_deltas_of_different_attempts_are_never_joined() -> None:
+    """A step's first attempt broke off and its second answered: a listener in another
+    process gets the two apart, each with its attempt, and drops the first's text."""
+    events = [delta("r1", 3, "Your refund of 240 ", 1), delta("r1", 3, "Your refund of", 2)]
+    events.append(delta("r1", 3, " 240 EUR was NOT approved.", 2))
+    other = [json.loads(p) | {"o": "another"} for p in relay.payloads(events)]
+    got = [relay.parse(json.dumps(p)) for p in other]
+    assert got == [
+        delta("r1", 3, "Your refund of 240 ", 1),
+        delta("r1", 3, "Your refund of 240 EUR was NOT approved.", 2),
+    ]

@@ -19,9 +19,18 @@ which provider and model answered, every attempt with its failure class, tokens
    (``started`` with the reserved cost and tokens) before the request leaves; the answer
    settles it to the real cost. The tenant's reservation is one guarded update of its
    period row in the store (taken only if it fits, row count checked), so workers
-   running at once cannot overshoot the period's limit together. A call that never
-   answered (worker killed, timeout) stays counted at its reservation: the provider may
-   have billed it.
+   running at once cannot overshoot the period's limit together. An attempt that may
+   have reached the provider and reported no usage (worker killed, timeout, connection
+   lost after sending, a stream cut short) stays counted at its reservation: the
+   provider may have billed it. Only an attempt that provably cost nothing (never sent,
+   or answered with an error status) settles to 0
+   (:func:`~agentledger.models.errors.unbilled`).
+5. Whole answers only: the adapters return a response only when the provider said the
+   answer was finished (a stream that stops early is
+   :class:`~agentledger.models.errors.IncompleteAnswer`: retried, then the fallback),
+   and count missing usage by the gateway's estimate. Every attempt records its
+   ``usage_source``: "reported", "estimated" (the gateway's count or the reservation),
+   or "none" (cost nothing).
 """
 
 from __future__ import annotations
@@ -37,12 +46,12 @@ from agentledger.engine.execution import Execution
 from agentledger.engine.retries import Attempts, RetryState, call_with_timeout, run_attempts
 from agentledger.engine.signals import Handover, Park, RunFailed
 from agentledger.engine.steps import close_duration, new_step, take_events
-from agentledger.errors import RateLimited, Refused, ToolError, ToolTimeout
+from agentledger.errors import RateLimited, Refused, ToolError
 from agentledger.gateway import stream
 from agentledger.gateway.cooldown import COOLDOWNS
 from agentledger.gateway.tenants import TenantBudget, TenantUsage
 from agentledger.models.base import Message, Model, ModelRequest, ModelResponse, ToolSchema
-from agentledger.models.errors import FALLBACK_CLASSES
+from agentledger.models.errors import FALLBACK_CLASSES, unbilled
 from agentledger.models.fallback import chain_of
 from agentledger.models.provider import ProviderModel
 from agentledger.observe import tracing
@@ -139,6 +148,7 @@ class ModelCall:
             lost.pop("inflight")
             lost["error_class"] = "lost"
             lost["error"] = "no answer journaled (the worker stopped during the call)"
+            lost["usage_source"] = "estimated"  # counted at its reservation
 
     # the journal entry ----------------------------------------------------------
 
@@ -232,17 +242,26 @@ class ModelCall:
         reserved: tuple[int, float] | None,
         started: float,
     ) -> None:
-        """Record a failed attempt; a call that never answered keeps its reservation."""
+        """Record a failed attempt: at the usage the provider reported for it (an empty
+        or filtered answer); else, if it may have reached the provider, at its
+        reservation; else (provably cost nothing) at 0."""
         error_class = getattr(exc, "error_class", "tool_error")
         attempt = self._current(model)
         attempt.pop("inflight", None)
-        unanswered = isinstance(exc, ToolTimeout)
+        reported = getattr(exc, "reported_usage", None)
+        if reported is not None:
+            (tokens, cost), source = reported, "reported"
+        elif reserved is not None and not unbilled(exc):
+            (tokens, cost), source = reserved, "estimated"
+        else:
+            tokens, cost, source = 0, 0.0, "none"
         attempt.update(
             error_class=error_class,
             error=str(exc)[:300],
             latency_ms=round((time.perf_counter() - started) * 1000, 3),
-            tokens=reserved[0] if reserved and unanswered else 0,
-            cost_usd=reserved[1] if reserved and unanswered else 0.0,
+            tokens=tokens,
+            cost_usd=cost,
+            usage_source=source,
         )
         self._cooldown(model, error_class)
 
@@ -261,6 +280,7 @@ class ModelCall:
             cached_tokens=response.usage.cached_tokens,
             tokens=response.usage.total,
             cost_usd=response.cost_usd,
+            usage_source=response.usage_source,
         )
         self._cooldown(model, None)
 
@@ -303,9 +323,13 @@ class ModelCall:
 
     def request(self, timeout: float | None, model: Model) -> ModelRequest:
         run_id, step_no = self.exe.run.id, self.step_no
+        # The attempt this request is (a reserved one is already in the list): a listener
+        # drops the deltas of an earlier attempt when a later one's arrive.
+        inflight = bool(self.attempts) and bool(self.attempts[-1].get("inflight"))
+        attempt = len(self.attempts) + (0 if inflight else 1)
 
-        def delta(text: str) -> None:
-            stream.publish(run_id, step_no, text, self.exe.store)  # also to other processes
+        def delta(text: str) -> None:  # also to other processes
+            stream.publish(run_id, step_no, text, self.exe.store, attempt)
 
         return ModelRequest(
             messages=list(self.messages),
@@ -405,6 +429,7 @@ class ModelCall:
                 "input_tokens": response.usage.input_tokens,
                 "output_tokens": response.usage.output_tokens,
                 "cached_tokens": response.usage.cached_tokens,
+                "source": response.usage_source,
             },
             prices=response.price_source,
         )

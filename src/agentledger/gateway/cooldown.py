@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from agentledger.errors import NotSent, ProviderError, RateLimited, ToolTimeout
+from agentledger.models.errors import IncompleteAnswer
 
 #: Failure classes that count toward a cooldown.
 COUNTED = frozenset(
@@ -22,6 +23,7 @@ COUNTED = frozenset(
         ProviderError.error_class,
         NotSent.error_class,
         ToolTimeout.error_class,
+        IncompleteAnswer.error_class,
     }
 )
 

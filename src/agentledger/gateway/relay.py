@@ -36,12 +36,12 @@ _MAX_BATCH = 500  # deltas joined per round of sends
 
 
 def payloads(events: list[dict[str, Any]]) -> list[str]:
-    """The NOTIFY payloads of ``events``: consecutive deltas of one step joined, then cut
-    into chunks small enough for one notification each."""
+    """The NOTIFY payloads of ``events``: consecutive deltas of one step's attempt joined,
+    then cut into chunks small enough for one notification each."""
     joined: list[dict[str, Any]] = []
     for event in events:
         last = joined[-1] if joined else None
-        if last and (last["run_id"], last["step_no"]) == (event["run_id"], event["step_no"]):
+        if last and _of(last) == _of(event):
             last["text"] += event["text"]
         else:
             joined.append(dict(event))
@@ -50,9 +50,14 @@ def payloads(events: list[dict[str, Any]]) -> list[str]:
         text = event["text"]
         for start in range(0, max(len(text), 1), CHUNK_CHARS):
             part = {"o": ORIGIN, "r": event["run_id"], "s": event["step_no"]}
+            part["a"] = event.get("attempt", 1)
             part["t"] = text[start : start + CHUNK_CHARS]
             out.append(json.dumps(part, ensure_ascii=False, separators=(",", ":")))
     return out
+
+
+def _of(event: dict[str, Any]) -> tuple[Any, ...]:
+    return event["run_id"], event["step_no"], event.get("attempt", 1)
 
 
 def parse(payload: str) -> dict[str, Any] | None:
@@ -65,6 +70,7 @@ def parse(payload: str) -> dict[str, Any] | None:
             "type": DELTA_EVENT,
             "run_id": str(data["r"]),
             "step_no": int(data["s"]),
+            "attempt": int(data.get("a", 1)),
             "text": str(data["t"]),
         }
     except (ValueError, KeyError, TypeError):

@@ -3,6 +3,9 @@
 Deltas are published here while a streaming model answers. They are not journaled (the
 journal records only the final message), so a listener that drops loses nothing the run
 needs: a client that reconnects reads the final message from the journal's events.
+Each delta names its step's ``attempt`` (1, 2, ...): an attempt that fails part-way (a
+stream cut short, retried or answered by the fallback) is followed by deltas of a higher
+attempt, and a listener drops the text it had of the earlier one.
 
 Two ways a delta travels:
 
@@ -26,7 +29,8 @@ _listeners: dict[str, list[asyncio.Queue[dict[str, Any]]]] = {}
 
 
 def subscribe(run_id: str, maxsize: int = 1000) -> asyncio.Queue[dict[str, Any]]:
-    """A queue receiving ``{"type": "model.delta", "run_id", "step_no", "text"}`` events."""
+    """A queue receiving ``{"type": "model.delta", "run_id", "step_no", "attempt",
+    "text"}`` events."""
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize)
     _listeners.setdefault(run_id, []).append(queue)
     return queue
@@ -46,9 +50,15 @@ def listened(run_id: str) -> bool:
     return run_id in _listeners
 
 
-def delta(run_id: str, step_no: int, text: str) -> dict[str, Any]:
-    """The event of one delta."""
-    return {"type": DELTA_EVENT, "run_id": run_id, "step_no": step_no, "text": text}
+def delta(run_id: str, step_no: int, text: str, attempt: int = 1) -> dict[str, Any]:
+    """The event of one delta of a step's ``attempt``."""
+    return {
+        "type": DELTA_EVENT,
+        "run_id": run_id,
+        "step_no": step_no,
+        "attempt": attempt,
+        "text": text,
+    }
 
 
 def deliver(event: dict[str, Any]) -> None:
@@ -59,10 +69,10 @@ def deliver(event: dict[str, Any]) -> None:
             queue.put_nowait(event)
 
 
-def publish(run_id: str, step_no: int, text: str, store: Any = None) -> None:
+def publish(run_id: str, step_no: int, text: str, store: Any = None, attempt: int = 1) -> None:
     """Hand a delta to this process's listeners and, when ``store`` is PostgreSQL, to the
     other processes on it. Never blocks and never raises into the model call."""
-    event = delta(run_id, step_no, text)
+    event = delta(run_id, step_no, text, attempt)
     deliver(event)
     url = getattr(store, "url", None)
     if isinstance(url, str) and url.startswith(("postgresql:", "postgres:")):

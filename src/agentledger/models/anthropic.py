@@ -5,6 +5,10 @@ become the ``system`` parameter; tools are ``input_schema`` tools; ``tool_use`` 
 (parallel too) become tool calls with their input as JSON text; tool results are
 ``tool_result`` blocks in one user turn; ``stop_reason="refusal"`` is a refusal; an
 answer with no text and no tool use is :class:`~agentledger.models.errors.InvalidResponse`.
+A stream is read event by event: it is an answer only once ``message_delta`` gave its
+``stop_reason`` and ``message_stop`` came; a stream that ends before is
+:class:`~agentledger.models.errors.IncompleteAnswer`. Usage the provider leaves out is
+counted by the gateway's estimate (:meth:`ProviderModel.counted`).
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall, Usage
-from agentledger.models.errors import InvalidResponse
+from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall
+from agentledger.models.errors import IncompleteAnswer, InvalidResponse
 from agentledger.models.provider import ProviderModel, import_sdk
 
 
@@ -108,47 +112,144 @@ class AnthropicModel(ProviderModel):
         params = self._params(request)
         client = self.client()
         if not self.stream:
-            return self._response(await client.messages.create(**params))
-        async with client.messages.stream(**params) as stream:
-            async for text in stream.text_stream:
-                if request.on_delta is not None:
-                    maybe = request.on_delta(text)
-                    if maybe is not None:
-                        await maybe
-            final = await stream.get_final_message()
-        return self._response(final)
+            answer = await client.messages.create(**params)
+            texts, calls = _blocks(answer.content or [])
+            return self._response(
+                request, texts, calls, answer.stop_reason, _usage(answer), answer.model
+            )
+        return await self._send_streaming(request, params)
 
-    def _response(self, answer: Any) -> ModelResponse:
+    async def _send_streaming(self, request: ModelRequest, params: dict[str, Any]) -> ModelResponse:
+        """Read the raw events: the SDK's accumulator would hand back a partial message as
+        final when the stream ends early, and fails on events without usage."""
+        stream = await self.client().messages.create(**params, stream=True)
+        blocks: dict[int, dict[str, Any]] = {}
+        usage: dict[str, Any] = {}
+        stop_reason: str | None = None
+        stopped = False
+        model = self.model
+        async with stream:
+            async for event in stream:
+                kind = getattr(event, "type", None)
+                if kind == "message_start":
+                    model = getattr(event.message, "model", None) or model
+                    # Its output count is a placeholder: only message_delta's is the answer's.
+                    usage.update(_usage(event.message))
+                    usage.pop("output_tokens", None)
+                elif kind == "content_block_start":
+                    block = event.content_block
+                    blocks[event.index] = {
+                        "type": block.type,
+                        "text": getattr(block, "text", "") or "",
+                        "id": getattr(block, "id", ""),
+                        "name": getattr(block, "name", ""),
+                        "json": "",
+                    }
+                elif kind == "content_block_delta":
+                    slot = blocks.setdefault(event.index, {"type": "text", "text": "", "json": ""})
+                    delta = event.delta
+                    if delta.type == "text_delta":
+                        slot["text"] += delta.text
+                        if request.on_delta is not None:
+                            maybe = request.on_delta(delta.text)
+                            if maybe is not None:
+                                await maybe
+                    elif delta.type == "input_json_delta":
+                        slot["json"] += delta.partial_json
+                elif kind == "message_delta":
+                    stop_reason = getattr(event.delta, "stop_reason", None) or stop_reason
+                    usage.update(_usage(event))
+                elif kind == "message_stop":
+                    stopped = True
+        if not stopped or stop_reason is None:  # the provider never said it was finished
+            chars = sum(len(b["text"]) + len(b["json"]) for b in blocks.values())
+            raise IncompleteAnswer(
+                f"{self.name}: the stream ended without "
+                f"{'a stop reason' if stop_reason is None else 'message_stop'} after "
+                f"{chars} characters: not an answer"
+            )
         texts: list[str] = []
         calls: list[ToolCall] = []
-        for block in answer.content or []:
-            if block.type == "text":
-                texts.append(block.text)
-            elif block.type == "tool_use":
-                calls.append(
-                    ToolCall(id=block.id, name=block.name, arguments=json.dumps(block.input))
-                )
+        for i in sorted(blocks):
+            block = blocks[i]
+            if block["type"] == "text":
+                texts.append(block["text"])
+            elif block["type"] == "tool_use":
+                arguments = _json_text(block["json"])
+                calls.append(ToolCall(id=block["id"], name=block["name"], arguments=arguments))
+        return self._response(request, texts, calls, stop_reason, usage, model)
+
+    def _response(
+        self,
+        request: ModelRequest,
+        texts: list[str],
+        calls: list[ToolCall],
+        stop_reason: str | None,
+        usage: dict[str, Any],
+        model: str | None,
+    ) -> ModelResponse:
+        cached = usage.get("cache_read_input_tokens") or 0
+        written = usage.get("cache_creation_input_tokens") or 0
+        tokens_in = usage.get("input_tokens")
+        if isinstance(tokens_in, int) and isinstance(cached, int) and isinstance(written, int):
+            tokens_in += cached + written  # Anthropic counts cache reads and writes apart
+        counts = (tokens_in, usage.get("output_tokens"), cached, written)
         text = "".join(texts) or None
-        if answer.stop_reason == "refusal":
+        if stop_reason == "refusal":
             message, reason = Message("assistant", refusal=text or "refused"), "refusal"
         elif calls:
             message, reason = Message("assistant", content=text, tool_calls=calls), "tool_calls"
         elif not text or not text.strip():
-            raise InvalidResponse(f"{self.name}: empty answer (stop_reason={answer.stop_reason})")
+            empty = InvalidResponse(f"{self.name}: empty answer (stop_reason={stop_reason})")
+            raise self.reported(empty, *counts)
         else:
-            reason = "length" if answer.stop_reason == "max_tokens" else "stop"
+            reason = "length" if stop_reason == "max_tokens" else "stop"
             message = Message("assistant", content=text)
-        usage = answer.usage
-        cached = int(getattr(usage, "cache_read_input_tokens", 0) or 0)
-        written = int(getattr(usage, "cache_creation_input_tokens", 0) or 0)
-        tokens_in = int(usage.input_tokens or 0) + cached + written
-        tokens_out = int(usage.output_tokens or 0)
+        counted, cost, source = self.counted(request, message, *counts)
         return ModelResponse(
             message=message,
-            usage=Usage(input_tokens=tokens_in, output_tokens=tokens_out, cached_tokens=cached),
-            cost_usd=self.pricer.cost(tokens_in, tokens_out, cached, written),
-            model=answer.model or self.model,
+            usage=counted,
+            cost_usd=cost,
+            model=model or self.model,
             finish_reason=reason,
             provider=self.provider,
             price_source=self.pricer.source,
+            usage_source=source,
         )
+
+
+def _blocks(content: Any) -> tuple[list[str], list[ToolCall]]:
+    """The text and tool calls of a whole answer's content blocks."""
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    for block in content:
+        if block.type == "text":
+            texts.append(block.text)
+        elif block.type == "tool_use":
+            calls.append(ToolCall(id=block.id, name=block.name, arguments=json.dumps(block.input)))
+    return texts, calls
+
+
+def _usage(holder: Any) -> dict[str, Any]:
+    """The usage counts an answer or event carries (none when it has no usage)."""
+    usage = getattr(holder, "usage", None)
+    if usage is None:
+        return {}
+    names = (
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    )
+    return {n: v for n in names if (v := getattr(usage, n, None)) is not None}
+
+
+def _json_text(text: str) -> str:
+    """A streamed tool input as JSON text (``{}`` for none; malformed text kept as sent,
+    so the tool step feeds it back to the model as invalid arguments)."""
+    if not text.strip():
+        return "{}"
+    try:
+        return json.dumps(json.loads(text))
+    except ValueError:
+        return text

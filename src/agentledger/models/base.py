@@ -110,7 +110,8 @@ class ModelRequest:
 
 @dataclass
 class ModelResponse:
-    """One assistant turn. ``finish_reason`` is stop | tool_calls | refusal | length."""
+    """One assistant turn. ``finish_reason`` is stop | tool_calls | refusal | length: a
+    response exists only for an answer the provider said was finished."""
 
     message: Message
     usage: Usage
@@ -120,6 +121,9 @@ class ModelResponse:
     provider: str = ""
     latency_ms: float | None = None
     price_source: str | None = None  # e.g. "genai-prices 0.2.3", "override"
+    #: Where ``usage`` comes from: "reported" by the provider, or "estimated" by the
+    #: gateway for what the provider left out (an answer is never free).
+    usage_source: str = "reported"
 
 
 class Model(ABC):

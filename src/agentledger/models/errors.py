@@ -2,7 +2,9 @@
 
 The engine retries model calls by class like any read (:mod:`agentledger.engine.retries`):
 ``rate_limited`` (429), ``provider_error`` (5xx, 409, connection), ``timeout`` (408, no
-answer in time). The classes here never retry on the same model:
+answer in time), and :class:`IncompleteAnswer` (a stream that stopped before the
+provider said the answer was finished), retried as a provider error. The other classes
+here never retry on the same model:
 
 * :class:`ContextWindowExceeded` and :class:`InvalidResponse` fall back to the next model
   of the chain (another model may have a larger window or answer properly);
@@ -13,7 +15,22 @@ answer in time). The classes here never retry on the same model:
 
 from __future__ import annotations
 
-from agentledger.errors import ProviderError, RateLimited, Refused, ToolError, ToolTimeout
+from agentledger.errors import (
+    DeadlineReached,
+    NotSent,
+    ProviderError,
+    RateLimited,
+    Refused,
+    ToolError,
+    ToolTimeout,
+)
+
+
+class IncompleteAnswer(ProviderError):
+    """A streamed answer stopped before the provider's finish signal (a finish reason,
+    ``message_stop``): the text so far is not the answer, whatever it says."""
+
+    error_class = "incomplete_answer"
 
 
 class ContextWindowExceeded(ToolError):
@@ -53,8 +70,21 @@ FALLBACK_CLASSES = frozenset(
         ToolTimeout.error_class,
         ContextWindowExceeded.error_class,
         InvalidResponse.error_class,
+        IncompleteAnswer.error_class,
     }
 )
 
 #: Classes that end the model step at once, whatever the chain.
 FATAL_CLASSES = frozenset({ModelRejected.error_class, Refused.error_class, "missing_extra"})
+
+
+def unbilled(exc: BaseException) -> bool:
+    """Whether a failed attempt provably cost nothing: it never left (not sent, no time
+    left), or the provider answered it with an error status before doing the work
+    (``status`` set by :func:`~agentledger.models.provider.from_status`). Anything else
+    (a timeout, a connection lost after sending, a stream cut short, an unusable answer)
+    may have been processed and billed, so it counts at its reservation."""
+    if isinstance(exc, NotSent | DeadlineReached | MissingExtra):
+        return True
+    status = getattr(exc, "status", None)
+    return isinstance(status, int) and status >= 400

@@ -10,7 +10,10 @@ come back with their raw ``arguments`` text -- malformed JSON included, which th
 step then treats as invalid arguments and feeds back to the model; tool results are
 ``tool`` messages; ``message.refusal`` is a refusal; ``finish_reason="content_filter"``
 is :class:`~agentledger.errors.Refused`; an answer with no text, no call and no refusal
-is :class:`~agentledger.models.errors.InvalidResponse`.
+is :class:`~agentledger.models.errors.InvalidResponse`. A stream that ends with no
+``finish_reason`` (the connection closed early, no ``[DONE]``) is
+:class:`~agentledger.models.errors.IncompleteAnswer`, never an answer; a missing
+``usage`` is counted by the gateway's estimate (:meth:`ProviderModel.counted`).
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from agentledger.errors import Refused
-from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall, Usage
-from agentledger.models.errors import InvalidResponse
+from agentledger.errors import Refused, ToolError
+from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall
+from agentledger.models.errors import IncompleteAnswer, InvalidResponse
 from agentledger.models.provider import ProviderModel, import_sdk, safe_url
 
 
@@ -75,6 +78,16 @@ def finish(
     return Message("assistant", content=content), "length" if reason == "length" else "stop"
 
 
+def _counts(usage: Any) -> tuple[Any, Any, Any]:
+    """Prompt, completion and cached tokens as reported (None where left out)."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    return (
+        getattr(usage, "prompt_tokens", None),
+        getattr(usage, "completion_tokens", None),
+        getattr(details, "cached_tokens", 0),
+    )
+
+
 class OpenAIModel(ProviderModel):
     """A Chat Completions model: ``OpenAIModel("gpt-4.1-mini")``."""
 
@@ -123,10 +136,13 @@ class OpenAIModel(ProviderModel):
             for c in (msg.tool_calls or [])
             if getattr(c, "function", None) is not None
         ]
-        message, reason = finish(
-            msg.content, calls, getattr(msg, "refusal", None), choice.finish_reason, self.name
-        )
-        return self._response(message, reason, completion.usage, completion.model)
+        try:
+            message, reason = finish(
+                msg.content, calls, getattr(msg, "refusal", None), choice.finish_reason, self.name
+            )
+        except ToolError as exc:
+            raise self.reported(exc, *_counts(completion.usage)) from None
+        return self._response(request, message, reason, completion.usage, completion.model)
 
     async def _send_streaming(self, request: ModelRequest, params: dict[str, Any]) -> ModelResponse:
         params = {**params, "stream": True, "stream_options": {"include_usage": True}}
@@ -157,25 +173,33 @@ class OpenAIModel(ProviderModel):
                     if c.function is not None:
                         slot["name"] += c.function.name or ""
                         slot["arguments"] += c.function.arguments or ""
+        if reason is None:  # the provider never said the answer was finished
+            raise IncompleteAnswer(
+                f"{self.name}: the stream ended without a finish reason after "
+                f"{sum(len(t) for t in text)} characters: not an answer"
+            )
         tool_calls = [ToolCall(**calls[i]) for i in sorted(calls)]
-        message, reason = finish(
-            "".join(text) or None, tool_calls, "".join(refusal) or None, reason, self.name
-        )
-        return self._response(message, reason, usage, model)
+        try:
+            message, reason = finish(
+                "".join(text) or None, tool_calls, "".join(refusal) or None, reason, self.name
+            )
+        except ToolError as exc:
+            raise self.reported(exc, *_counts(usage)) from None
+        return self._response(request, message, reason, usage, model)
 
-    def _response(self, message: Message, reason: str, usage: Any, model: str) -> ModelResponse:
-        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
-        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
-        details = getattr(usage, "prompt_tokens_details", None)
-        cached = int(getattr(details, "cached_tokens", 0) or 0)
+    def _response(
+        self, request: ModelRequest, message: Message, reason: str, usage: Any, model: str
+    ) -> ModelResponse:
+        counted, cost, source = self.counted(request, message, *_counts(usage))
         return ModelResponse(
             message=message,
-            usage=Usage(input_tokens=tokens_in, output_tokens=tokens_out, cached_tokens=cached),
-            cost_usd=self.pricer.cost(tokens_in, tokens_out, cached),
+            usage=counted,
+            cost_usd=cost,
             model=model or self.model,
             finish_reason=reason,
             provider=self.provider,
             price_source=self.pricer.source,
+            usage_source=source,
         )
 
 

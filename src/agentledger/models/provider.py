@@ -20,9 +20,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from agentledger.errors import NotSent, ProviderError, RateLimited, ToolError, ToolTimeout
-from agentledger.models.base import Model, ModelRequest, ModelResponse
+from agentledger.models.base import Message, Model, ModelRequest, ModelResponse, Usage
 from agentledger.models.errors import (
     ContextWindowExceeded,
+    IncompleteAnswer,
     InvalidResponse,
     MissingExtra,
     ModelRejected,
@@ -124,6 +125,54 @@ class ProviderModel(Model):
         tokens_in = self.estimate_input_tokens(request)
         return tokens_in + self.max_tokens, self.pricer.cost(tokens_in, self.max_tokens)
 
+    def estimate_output_tokens(self, message: Message) -> int:
+        """An upper-leaning estimate of an answer's tokens (about 3 characters a token)."""
+        return math.ceil(len(json.dumps(message.to_dict())) / 3)
+
+    def counted(
+        self,
+        request: ModelRequest,
+        message: Message,
+        tokens_in: Any,
+        tokens_out: Any,
+        cached: Any = 0,
+        written: Any = 0,
+    ) -> tuple[Usage, float, str]:
+        """The usage, cost and usage source of a finished answer.
+
+        What the provider reported, where it is a plausible count; what it left out (no
+        usage object, a missing, negative or non-integer count, a zero count for a prompt
+        or for an answer that has content) is the gateway's own estimate, so an answer is
+        never free and budgets bind whatever the provider reports.
+        """
+        source = "reported"
+        reported_in = _count(tokens_in)
+        if not reported_in:  # a prompt is never 0 tokens
+            reported_in, cached, written = self.estimate_input_tokens(request), 0, 0
+            source = "estimated"
+        reported_out = _count(tokens_out)
+        if reported_out is None or (reported_out == 0 and _has_content(message)):
+            reported_out = self.estimate_output_tokens(message)
+            source = "estimated"
+        cached_n = min(_count(cached) or 0, reported_in)
+        written_n = min(_count(written) or 0, reported_in - cached_n)
+        usage = Usage(input_tokens=reported_in, output_tokens=reported_out, cached_tokens=cached_n)
+        return usage, self.pricer.cost(reported_in, reported_out, cached_n, written_n), source
+
+    def reported(
+        self, exc: ToolError, tokens_in: Any, tokens_out: Any, cached: Any = 0, written: Any = 0
+    ) -> ToolError:
+        """A failed answer (empty, filtered) that came with its usage carries it as
+        ``reported_usage`` (tokens, USD): the provider billed it, so the attempt counts
+        at that instead of its reservation."""
+        reported_in, reported_out = _count(tokens_in), _count(tokens_out)
+        if reported_in and reported_out is not None:
+            cached_n = min(_count(cached) or 0, reported_in)
+            written_n = min(_count(written) or 0, reported_in - cached_n)
+            cost = self.pricer.cost(reported_in, reported_out, cached_n, written_n)
+            exc.reported_usage = (reported_in + reported_out, cost)  # type: ignore[attr-defined]
+        return exc
+
     # the call ----------------------------------------------------------------
 
     def client(self) -> Any:
@@ -161,6 +210,22 @@ class ProviderModel(Model):
         raise NotImplementedError
 
 
+#: The most tokens one call is counted at: a larger count is capped (it still binds
+#: every budget) so that it fits the store's integer columns.
+MAX_TOKENS_COUNTED = 10**12
+
+
+def _count(value: Any) -> int | None:
+    """A token count as the provider reported it, or None when it is not a count."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return min(value, MAX_TOKENS_COUNTED)
+
+
+def _has_content(message: Message) -> bool:
+    return bool(message.content or message.refusal or message.tool_calls)
+
+
 def classify(sdk: Any, exc: BaseException, name: str) -> ToolError:
     """An SDK exception as a failure class (the engine decides retry or fallback)."""
     if isinstance(exc, sdk.APITimeoutError):
@@ -173,6 +238,8 @@ def classify(sdk: Any, exc: BaseException, name: str) -> ToolError:
     if isinstance(exc, sdk.APIResponseValidationError):
         return InvalidResponse(f"{name}: the answer does not parse: {exc}")
     if isinstance(exc, sdk.APIStatusError):
+        if exc.status_code < 400:  # an error event inside a 200 stream: the answer broke off
+            return IncompleteAnswer(f"{name}: the stream broke off: {_message(exc)}")
         return from_status(exc.status_code, _message(exc), _headers(exc), name)
     if isinstance(exc, json.JSONDecodeError | ValueError | KeyError | TypeError):
         return InvalidResponse(f"{name}: unusable answer ({type(exc).__name__}: {exc})")
@@ -180,7 +247,14 @@ def classify(sdk: Any, exc: BaseException, name: str) -> ToolError:
 
 
 def from_status(status: int, message: str, headers: Any, name: str) -> ToolError:
-    """An HTTP error answer as a failure class."""
+    """An HTTP error answer as a failure class, carrying its ``status`` (the provider
+    answered it: see :func:`~agentledger.models.errors.unbilled`)."""
+    error = _from_status(status, message, headers, name)
+    error.status = status  # type: ignore[attr-defined]
+    return error
+
+
+def _from_status(status: int, message: str, headers: Any, name: str) -> ToolError:
     lowered = message.lower()
     if status == 429:
         return RateLimited(f"{name}: 429 {message}", retry_after=retry_after(headers))

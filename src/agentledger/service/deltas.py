@@ -30,7 +30,14 @@ LISTEN_WAIT = 5.0
 def frame(event: dict[str, Any]) -> str:
     """One delta as an SSE frame, without ``id:`` (see the module's docstring)."""
     data = json.dumps(
-        {k: event[k] for k in ("type", "run_id", "step_no", "text")}, ensure_ascii=False
+        {
+            "type": event["type"],
+            "run_id": event["run_id"],
+            "step_no": event["step_no"],
+            "attempt": event.get("attempt", 1),
+            "text": event["text"],
+        },
+        ensure_ascii=False,
     )
     return f"event: {stream.DELTA_EVENT}\ndata: {data}\n\n"
 
