@@ -40,13 +40,28 @@ class AuditKey:
 
     def sign(self, tenant_id: str, chain_no: int, digest: str) -> str:
         """The signature of one chain link (also of a head: a head is its last link)."""
-        message = json.dumps(["agentledger-audit-seal", tenant_id, chain_no, digest])
-        mac = hmac.new(self.secret, message.encode(), hashlib.sha256).hexdigest()
-        return f"{self.key_id}:{mac}"
+        return self._mac(["agentledger-audit-seal", tenant_id, chain_no, digest])
 
     def verifies(self, tenant_id: str, chain_no: int, digest: str, sig: str) -> bool:
         """Whether ``sig`` is this key's signature of the link (constant-time)."""
         return hmac.compare_digest(self.sign(tenant_id, chain_no, digest), sig)
+
+    def sign_redaction(self, tenant_id: str, event_id: int, sealed: str, redacted: str) -> str:
+        """The signature of a redaction: event ``event_id``'s data, chained by its digest
+        ``sealed``, now reads as the data of digest ``redacted``. Without it, whoever
+        writes the database could edit any record's data and claim a redaction."""
+        return self._mac(["agentledger-audit-redaction", tenant_id, event_id, sealed, redacted])
+
+    def verifies_redaction(
+        self, tenant_id: str, event_id: int, sealed: str, redacted: str, sig: str
+    ) -> bool:
+        """Whether ``sig`` is this key's signature of the redaction (constant-time)."""
+        return hmac.compare_digest(self.sign_redaction(tenant_id, event_id, sealed, redacted), sig)
+
+    def _mac(self, parts: list[object]) -> str:
+        # JSON of a list: an unambiguous encoding of the parts, whatever text they hold.
+        mac = hmac.new(self.secret, json.dumps(parts).encode(), hashlib.sha256).hexdigest()
+        return f"{self.key_id}:{mac}"
 
 
 def signer_of(sig: str) -> str:

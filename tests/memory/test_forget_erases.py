@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
+import pytest
 from click.testing import CliRunner
 
+from agentledger import auditkey
 from agentledger.cli.main import cli
 from agentledger.records import RunStatus
 from agentledger.store import SQLStore, open_store
@@ -171,3 +173,46 @@ async def test_records_sealed_over_their_text_before_digests_still_verify(
     assert await store.transact(rehash_by_text) == 2
     checked, broken = await store.transact(service_audit.verify_chain, write=False)
     assert checked == 2 and broken == []
+
+
+async def test_an_edit_disguised_as_a_redaction_fails_verify_with_the_key(
+    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A redacted record is chained by the digest of its data as sealed. Whoever writes
+    the database could set that digest on any record and rewrite its data: with the
+    audit key, a redaction is signed by ``forget`` and verify refuses one that is not."""
+    monkeypatch.setenv(auditkey.ENV, "k" * 40)
+    key = auditkey.configured()
+    app, _ = help_app()
+    await run_to_rest(
+        store, app, "stayhub_help", {"remember": SECRET}, tenant_id="acme", user_id="g-1"
+    )
+    await seal_and_verify(store)
+    # A forget under the key: its redactions verify, and are counted.
+    await store.forget_facts("acme", "g-1", None, "cli", key)
+    await store.transact(lambda d, c: service_audit.seal(d, c))
+    checked, broken = await store.transact(
+        lambda d, c: service_audit.verify_chain(d, c, None, key), write=False
+    )
+    assert checked > 0 and broken == []
+    assert await store.transact(service_audit.redacted_count, write=False) > 0
+
+    def disguise(d, c):  # type: ignore[no-untyped-def]
+        row = d.fetchall(
+            c, "SELECT id, data FROM events WHERE data_digest IS NULL AND chain_no IS NOT NULL "
+            "AND tenant_id = 'acme' AND data IS NOT NULL ORDER BY chain_no LIMIT 1",
+        )[0]  # fmt: skip
+        d.execute(
+            c, "UPDATE events SET data_digest = :g, data = :d WHERE id = :i",
+            {"g": service_audit.text_digest(row["data"]), "d": '{"amount": 1}', "i": row["id"]},
+        )  # fmt: skip
+        return int(row["id"])
+
+    edited = await store.transact(disguise)
+    _, without_key = await store.transact(service_audit.verify_chain, write=False)
+    assert without_key == []  # the digest alone cannot tell: hence the signature
+    _, broken = await store.transact(
+        lambda d, c: service_audit.verify_chain(d, c, None, key), write=False
+    )
+    assert [b.event_id for b in broken] == [edited]
+    assert "no redaction is signed" in broken[0].reason

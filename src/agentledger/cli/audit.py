@@ -85,6 +85,7 @@ class _Report:
     unsealed: int
     oldest: float | None
     heads: list[dict[str, Any]]
+    redacted: int = 0
 
 
 async def _check(
@@ -106,7 +107,8 @@ async def _check(
             missing = service_audit.runs_without_records(d, c, tenant)
             unsealed, oldest = service_audit.unsealed_tail(d, c, tenant)
             heads = service_audit.checkpoint(d, c, tenant)
-            return _Report(sealed, checked, broken, missing, unsealed, oldest, heads)
+            redacted = service_audit.redacted_count(d, c, tenant)
+            return _Report(sealed, checked, broken, missing, unsealed, oldest, heads, redacted)
 
         return await store.transact(read, write=False)
 
@@ -152,6 +154,7 @@ async def _verify(
                     {"run_id": r, "tenant_id": t} for r, t in report.missing_runs
                 ],
                 "unsealed": {"count": report.unsealed, "oldest_age_seconds": age},
+                "redacted": report.redacted,
             }
         )
     else:
@@ -166,6 +169,17 @@ async def _verify(
                 f"audit chain consistent, but UNSIGNED: {counts}; anyone who can write the "
                 f"database could have rewritten it: set {auditkey.ENV} (every sealer and "
                 "this command) to sign and check the seals"
+            )
+        if report.redacted:
+            vouched = (
+                "each redaction's signature verified"
+                if key is not None and not failed
+                else "their erased data is vouched for only by a redaction signature, "
+                f"checked with {auditkey.ENV}"
+            )
+            click.echo(
+                f"{report.redacted} records had a forgotten user's text erased "
+                f"(`memory forget`): {vouched}"
             )
         if report.unsealed:
             click.echo(

@@ -9,6 +9,7 @@ import click
 from rich import box
 from rich.table import Table
 
+from agentledger import auditkey
 from agentledger.cli.common import (
     check_text,
     db_option,
@@ -85,9 +86,12 @@ async def forget(
         check_text(value, option)
     who = actor or default_actor()
     check_text(who, "--by")
+    # Redactions are signed under the audit key, so `audit verify` with the key tells
+    # them from an edit of the records' data.
+    key = auditkey.configured()
 
     async def run(store: SQLStore) -> tuple[int, list[str]]:
-        deleted = await store.forget_facts(tenant_id, user_id, fact_key, who)
+        deleted = await store.forget_facts(tenant_id, user_id, fact_key, who, key)
         if deleted:
             return deleted, []
         found = await store.transact(

@@ -34,6 +34,7 @@ from agentledger.records import (
 )
 
 if TYPE_CHECKING:
+    from agentledger.auditkey import AuditKey
     from agentledger.clock import Clock
     from agentledger.store.dialect import Dialect
     from agentledger.store.queries.memory_facts import Fact
@@ -378,9 +379,15 @@ class Store(ABC):
         raise NotImplementedError
 
     async def forget_facts(
-        self, tenant_id: str, user_id: str, fact_key: str | None, actor: str
+        self,
+        tenant_id: str,
+        user_id: str,
+        fact_key: str | None,
+        actor: str,
+        audit_key: AuditKey | None = None,
     ) -> int:
-        """Delete a user's facts (one key or all) and audit it; returns rows deleted."""
+        """Delete a user's facts (one key or all), erase their copies (redactions signed
+        under ``audit_key`` when given) and audit it; returns rows deleted."""
         raise NotImplementedError
 
     async def add_document(

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from agentledger.auditkey import AuditKey
 from agentledger.clock import Clock
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable, UsageError
 from agentledger.records import Approval, Effect, Event, OutboxItem, Run, Step, WorkerInfo
@@ -619,11 +620,16 @@ class SQLStore(Store):
         )
 
     async def forget_facts(
-        self, tenant_id: str, user_id: str, fact_key: str | None, actor: str
+        self,
+        tenant_id: str,
+        user_id: str,
+        fact_key: str | None,
+        actor: str,
+        audit_key: AuditKey | None = None,
     ) -> int:
         return await self._call(
             lambda c: memory_facts.forget_facts(
-                self.dialect, c, tenant_id, user_id, fact_key, actor
+                self.dialect, c, tenant_id, user_id, fact_key, actor, audit_key
             )
         )
 

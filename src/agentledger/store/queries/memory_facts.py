@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentledger.auditkey import AuditKey
 from agentledger.records import dumps
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries import service_audit
@@ -162,6 +163,7 @@ def forget_facts(
     user_id: str,
     fact_key: str | None,
     actor: str,
+    audit_key: AuditKey | None = None,
 ) -> int:
     """Delete a user's facts (one key, or all of them), erase every copy of their text
     (keys and facts) found in the user's runs of the tenant -- run input and result,
@@ -169,7 +171,9 @@ def forget_facts(
 
     A copy is replaced by :data:`REDACTED` in place (the JSON stays valid, so a replay
     reads the marker where the text was). A redacted event keeps the digest of its data
-    as sealed (``data_digest``), so the audit chain still verifies. The audit event
+    as sealed (``data_digest``), so the audit chain still verifies; with ``audit_key``
+    the redaction is signed (``redaction_sig``), so a verifier with the key tells it from
+    an edit. The audit event
     holds the count and a digest of what was forgotten (ids, keys and facts: the ids are
     random, so the digest cannot be matched against guessed facts). Idempotent:
     forgetting again deletes nothing more (and records that it found none).
@@ -183,7 +187,7 @@ def forget_facts(
     )
     deleted = d.execute(conn, f"DELETE FROM memory_facts WHERE {where}", params)
     texts = {t for r in found for t in (r["fact_key"], r["fact"]) if t}
-    redacted = _redact(d, conn, tenant_id, user_id, texts)
+    redacted = _redact(d, conn, tenant_id, user_id, texts, audit_key)
     forgotten = [[r["id"], r["fact_key"], r["fact"]] for r in found]
     insert_tenant_event(
         d,
@@ -241,7 +245,14 @@ def _marker(found: re.Match[str]) -> str:
     return REDACTED
 
 
-def _redact(d: Dialect, conn: Any, tenant_id: str, user_id: str, texts: set[str]) -> dict[str, int]:
+def _redact(
+    d: Dialect,
+    conn: Any,
+    tenant_id: str,
+    user_id: str,
+    texts: set[str],
+    audit_key: AuditKey | None,
+) -> dict[str, int]:
     """Replace every copy of ``texts`` in the user's runs of the tenant; return the
     values changed per table."""
     changed = {table: 0 for table, _, _ in _COPIES}
@@ -279,10 +290,16 @@ def _redact(d: Dialect, conn: Any, tenant_id: str, user_id: str, texts: set[str]
                     digest = ""
                     if table == "events":
                         # The digest of the data as sealed stands for it in the chain.
-                        values["digest"] = row["data_digest"] or service_audit.data_digest(
-                            row["old"]
+                        sealed = row["data_digest"] or service_audit.text_digest(row["old"])
+                        values["digest"] = sealed
+                        values["rsig"] = (
+                            None
+                            if audit_key is None
+                            else audit_key.sign_redaction(
+                                tenant_id, int(row["id"]), sealed, service_audit.text_digest(new)
+                            )
                         )
-                        digest = ", data_digest = :digest"
+                        digest = ", data_digest = :digest, redaction_sig = :rsig"
                     # Only if unchanged since read: a row rewritten meanwhile is kept.
                     changed[table] += d.execute(
                         conn,

@@ -55,7 +55,12 @@ log = logging.getLogger(__name__)
 
 def data_digest(data: str | None) -> str | None:
     """The SHA-256 of an event's stored data (None for none): what the chain hashes."""
-    return None if data is None else hashlib.sha256(data.encode()).hexdigest()
+    return None if data is None else text_digest(data)
+
+
+def text_digest(data: str) -> str:
+    """The SHA-256 of stored data, in hex."""
+    return hashlib.sha256(data.encode()).hexdigest()
 
 
 def record_hash(
@@ -428,9 +433,9 @@ def verify_chain(
             continue
         rows = d.fetchall(
             conn,
-            "SELECT id, run_id, seq, type, actor, at, data, data_digest, chain_no, "
-            "prev_hash, hash, sig FROM events WHERE tenant_id = :t AND chain_no IS NOT NULL "
-            "ORDER BY chain_no",
+            "SELECT id, run_id, seq, type, actor, at, data, data_digest, redaction_sig, "
+            "chain_no, prev_hash, hash, sig FROM events WHERE tenant_id = :t "
+            "AND chain_no IS NOT NULL ORDER BY chain_no",
             {"t": t},
         )
         head_no, head_hash = int(head["chain_no"]), str(head["hash"])
@@ -452,7 +457,7 @@ def verify_chain(
                 )  # fmt: skip
                 break
             if key is not None:
-                problem = _bad_signature(key, t, row)
+                problem = _bad_signature(key, t, row) or _bad_redaction(key, t, row)
                 if problem is not None:
                     break
             prev, expected_no = row["hash"], no + 1
@@ -505,6 +510,37 @@ def _bad_signature(key: AuditKey, tenant_id: str, row: dict[str, Any]) -> Broken
         return None
     return Broken(tenant_id, int(row["chain_no"]), int(row["id"]), row["run_id"], row["seq"],
                   reason)  # fmt: skip
+
+
+def _bad_redaction(key: AuditKey, tenant_id: str, row: dict[str, Any]) -> Broken | None:
+    """Why a record whose data differs from the digest it was chained by is not a
+    redaction signed under ``key``, or None (not redacted, or a signed redaction): the
+    digest alone would let whoever writes the database edit any record's data."""
+    sealed = row["data_digest"]
+    if sealed is None or row["data"] is None or text_digest(row["data"]) == sealed:
+        return None
+    rsig = row["redaction_sig"]
+    if rsig is not None and key.verifies_redaction(
+        tenant_id, int(row["id"]), sealed, text_digest(row["data"]), rsig
+    ):
+        return None
+    return Broken(
+        tenant_id, int(row["chain_no"]), int(row["id"]), row["run_id"], row["seq"],
+        "record's data differs from the data it was sealed with and no redaction is "
+        f"signed under {auditkey.ENV} (edited, or forgotten by a process without the key)",
+    )  # fmt: skip
+
+
+def redacted_count(d: Dialect, conn: Any, tenant_id: str | None = None) -> int:
+    """How many records had data erased by ``memory forget`` (their position, type,
+    actor and time are still chained; their data is vouched for only by a redaction
+    signature, checked by :func:`verify_chain` with the key)."""
+    where = "" if tenant_id is None else " AND tenant_id = :t"
+    rows = d.fetchall(
+        conn, f"SELECT COUNT(*) AS n FROM events WHERE data_digest IS NOT NULL{where}",
+        {"t": tenant_id},
+    )  # fmt: skip
+    return int(rows[0]["n"])
 
 
 def sign_unsigned(d: Dialect, conn: Any, tenant_id: str, key: AuditKey) -> int:
