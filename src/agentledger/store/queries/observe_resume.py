@@ -171,9 +171,12 @@ def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> Re
     undone = _compensated(journal)
     for step in journal:
         state = effect_state(step)
-        if step.step_no < start and step.step_no not in kept:
+        in_flight = state in ("unknown", "not_applied")
+        # A write in flight before N is kept too, and the engine resolves it when it
+        # replays there: it is judged (and listed) like one from N on.
+        if step.step_no < start and step.step_no not in kept and not in_flight:
             continue
-        if state in ("unknown", "not_applied"):
+        if in_flight:
             plan.kept_in_flight.append(step.step_no)  # never deleted, never sent fresh
         else:
             plan.reexecute.append(_brief(step))
@@ -345,14 +348,9 @@ def settle_step(
     if not found:
         raise ResumeRefused(f"run {run_id} has no step {step_no}; see `agentledger runs show`")
     step = rows.step_from(found[0])
-    earlier = step.input.get("settled") if isinstance(step.input, dict) else None
-    if isinstance(earlier, dict) and (
-        earlier.get("applied"),
-        earlier.get("by"),
-        earlier.get("reason"),
-    ) == (applied, actor, reason):
-        return step  # this very decision, retried after a lost reply: already done
     if effect_state(step) != "unknown":
+        if _already_settled(step, applied, result, actor, reason):
+            return step  # this very decision, retried after a lost reply: already done
         raise ResumeRefused(
             f"step {step_no} ({step.name}) of run {run_id} is not in flight with an unknown "
             f"outcome (it is {step.status}); there is nothing to settle"
@@ -409,6 +407,24 @@ def settle_step(
         },
     )
     return step
+
+
+def _already_settled(step: Step, applied: bool, result: Any, actor: str, reason: str) -> bool:
+    """Whether the step stands exactly as this decision left it. A step found unknown
+    again (settled "not applied", sent again, no answer) is never taken for one: the
+    same words then settle it anew."""
+    earlier = step.input.get("settled") if isinstance(step.input, dict) else None
+    if not isinstance(earlier, dict):
+        return False
+    if (earlier.get("applied"), earlier.get("by"), earlier.get("reason")) != (
+        applied,
+        actor,
+        reason,
+    ):
+        return False
+    if applied:
+        return step.status == StepStatus.SUCCEEDED and step.output == result
+    return effect_state(step) == "not_applied"
 
 
 def _undrop_outbox(d: Dialect, conn: Any, run_id: str, from_step: int) -> dict[str, list[str]]:

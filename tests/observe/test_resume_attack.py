@@ -1,0 +1,103 @@
+"""Attacks on `runs resume` / `runs settle`: an operator who aims --from-step past an
+unknown write, settles the same write twice, or hands hostile values; the dry run must
+name every effect the resumed run calls again (issue 19, points 1-3).
+
+The provider is the external ledger of tests/apps/ledger.py: every call is a row there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentledger import App, ToolContext
+from agentledger.errors import ToolTimeout
+from agentledger.records import RunStatus, StepStatus
+from agentledger.store.queries.observe_resume import ResumeRefused
+from tests.apps import ledger
+from tests.fast.lifecycle_harness import Harness
+from tests.observe.test_resume_settle import FAULT, settle_app
+
+TRANSFER_FAULTS: list[str] = []
+
+
+def attack_app() -> App:
+    """settle_app plus ``transfer``: a provider that dedupes keys but has no status
+    check (a lost answer is an unknown outcome the engine would resend blind-keyed)."""
+    app = settle_app()
+
+    @app.tool(effect="write", idempotency="provider", timeout=5)
+    async def transfer(ctx: ToolContext, amount: int) -> dict[str, Any]:
+        result = ledger.apply(ctx.idempotency_key, "transfer", dedupe=True, payload=amount)
+        if TRANSFER_FAULTS:
+            TRANSFER_FAULTS.pop(0)
+            raise ToolTimeout("transfer: no answer (the ledger applied it)")
+        return result
+
+    @app.workflow(name="transfer")
+    async def transfer_run(ctx: Any, input: Any) -> Any:
+        sent = await ctx.tool("transfer", amount=70)
+        return {"sent": sent["effect_id"], "amount": 70}
+
+    return app
+
+
+@pytest.fixture
+def harness(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
+    FAULT.update(payout=None, confirm=None)
+    TRANSFER_FAULTS.clear()
+    return Harness(tmp_path, attack_app(), url=store_url)
+
+
+async def _unknown(h: Harness, name: str) -> str:
+    run_id = await h.submit(name)
+    run = await h.drive(run_id)
+    assert run.status == RunStatus.NEEDS_HUMAN, run
+    assert [s.status for s in await h.journal(run_id)] == [StepStatus.UNKNOWN]
+    return run_id
+
+
+@pytest.mark.parametrize("from_step", [2, 3, 1000])
+async def test_from_step_past_an_unknown_write_is_refused_and_listed(
+    harness: Harness, from_step: int
+) -> None:
+    """--from-step beyond an unknown write keeps it in the journal, where the engine
+    would call it again: the resume is judged on it all the same."""
+    async with harness as h:
+        TRANSFER_FAULTS.extend(["after_commit"] * 50)  # every same-key resend loses its answer
+        run_id = await _unknown(h, "transfer")
+        calls = ledger.count_calls(kind="transfer")
+        plan = await h.store.plan_resume(run_id, from_step)
+        assert [e["step_no"] for e in plan.effects] == [1], plan
+        assert plan.effects[0]["state"] == "unknown" and plan.refused
+        with pytest.raises(ResumeRefused, match="runs settle"):
+            await h.store.resume_run(run_id, from_step, "ops:eve", "skip it")
+        assert (await h.run(run_id)).status == RunStatus.NEEDS_HUMAN
+        assert ledger.count_calls(kind="transfer") == calls
+
+
+async def test_a_second_settle_of_a_step_unknown_again_is_recorded(harness: Harness) -> None:
+    """Settled "not applied", sent again, unknown again: the same words again settle it
+    again (they are not taken for a retry of the first decision)."""
+    async with harness as h:
+        FAULT["payout"] = "before_commit"
+        run_id = await _unknown(h, "payout")
+        await h.store.settle_step(run_id, 1, False, None, "ops:bob", "not in the ledger")
+        await h.store.resume_run(run_id, None, "ops:bob", "settled")
+        FAULT["payout"] = "before_commit"
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.NEEDS_HUMAN, run
+        assert [s.status for s in await h.journal(run_id)] == [StepStatus.UNKNOWN]
+        step = await h.store.settle_step(run_id, 1, False, None, "ops:bob", "not in the ledger")
+        assert step.status == StepStatus.RETRYING
+        assert [s.status for s in await h.journal(run_id)] == [StepStatus.RETRYING]
+        settled = [e for e in await h.events(run_id) if e.type == "step.settled"]
+        assert len(settled) == 2
+        await h.store.resume_run(run_id, None, "ops:bob", "settled again")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.COMPLETED, run
+        assert ledger.count_calls(kind="payout") == 3
+        assert len(ledger.effects(kind="payout")) == 1 and run.result["amount"] == 5000
