@@ -101,3 +101,19 @@ async def test_a_second_settle_of_a_step_unknown_again_is_recorded(harness: Harn
         assert run.status == RunStatus.COMPLETED, run
         assert ledger.count_calls(kind="payout") == 3
         assert len(ledger.effects(kind="payout")) == 1 and run.result["amount"] == 5000
+
+
+@pytest.mark.parametrize("huge", [2**31, 2**63, 10**30])
+async def test_a_huge_step_number_is_refused_with_a_clear_message(
+    harness: Harness, huge: int
+) -> None:
+    async with harness as h:
+        FAULT["payout"] = "after_commit"
+        run_id = await _unknown(h, "payout")
+        with pytest.raises(ResumeRefused, match=f"has no step {huge}"):
+            await h.store.settle_step(run_id, huge, False, None, "ops:eve", "why")
+        with pytest.raises(ResumeRefused, match="--from-step must be"):
+            await h.store.plan_resume(run_id, huge)
+        with pytest.raises(ResumeRefused, match="--from-step must be"):
+            await h.store.resume_run(run_id, huge, "ops:eve", "why")
+        assert [s.status for s in await h.journal(run_id)] == [StepStatus.UNKNOWN]

@@ -46,6 +46,9 @@ RESUMABLE = ("failed", "needs_human")
 _IN_FLIGHT = (StepStatus.STARTED, StepStatus.UNKNOWN, StepStatus.RETRYING)
 _EFFECT_KINDS = ("tool", "compensation")
 DECISION_KIND = "decision"  # engine/compensation.py: the journaled compensation decision
+#: The largest step number a journal can hold (PostgreSQL's ``steps.step_no INTEGER``);
+#: a larger one from an operator is refused before it reaches a store that cannot bind it.
+MAX_STEP_NO = 2**31 - 1
 
 
 class ResumeRefused(StoreError):
@@ -164,8 +167,8 @@ def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> Re
     journal = [rows.step_from(r) for r in found]
     start, kept = first_step(journal)
     if from_step is not None:
-        if from_step < 1:
-            raise ResumeRefused(f"--from-step must be 1 or more (got {from_step})")
+        if not 1 <= from_step <= MAX_STEP_NO:
+            raise ResumeRefused(f"--from-step must be 1 to {MAX_STEP_NO} (got {from_step})")
         start, kept = from_step, []
     plan = ResumePlan(run_id=run_id, status=run.status, from_step=start)
     undone = _compensated(journal)
@@ -340,11 +343,13 @@ def settle_step(
             f"run {run_id} is {run.status}; a step is settled only while its run is failed "
             "or needs_human (a running run's worker resolves it)"
         )
-    found = d.fetchall(
-        conn,
-        "SELECT * FROM steps WHERE run_id = :id AND step_no = :n",
-        {"id": run_id, "n": step_no},
-    )
+    found = []
+    if 1 <= step_no <= MAX_STEP_NO:
+        found = d.fetchall(
+            conn,
+            "SELECT * FROM steps WHERE run_id = :id AND step_no = :n",
+            {"id": run_id, "n": step_no},
+        )
     if not found:
         raise ResumeRefused(f"run {run_id} has no step {step_no}; see `agentledger runs show`")
     step = rows.step_from(found[0])
