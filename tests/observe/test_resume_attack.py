@@ -7,18 +7,23 @@ The provider is the external ledger of tests/apps/ledger.py: every call is a row
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
-from agentledger import App, ToolContext
+from agentledger import App, ToolContext, open_store
 from agentledger.errors import ToolTimeout
 from agentledger.records import RunStatus, StepStatus
+from agentledger.store.queries import observe_resume
 from agentledger.store.queries.observe_resume import ResumeRefused
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness
-from tests.observe.test_resume_settle import FAULT, settle_app
+from tests.observe.test_resume_settle import FAULT, money_taken, settle_app
 
 TRANSFER_FAULTS: list[str] = []
 
@@ -36,6 +41,25 @@ def attack_app() -> App:
             raise ToolTimeout("transfer: no answer (the ledger applied it)")
         return result
 
+    @app.workflow(name="prepped")
+    async def prepped(ctx: Any, input: Any) -> Any:
+        def prep() -> str:
+            fault, FAULT["prep"] = FAULT.get("prep"), None
+            if fault:
+                raise RuntimeError("prep: bug")
+            return "ready"
+
+        await ctx.step("prep", prep)
+        charged = await ctx.tool("charge", amount=120)
+
+        def confirm() -> dict[str, Any]:
+            fault, FAULT["confirm"] = FAULT["confirm"], None
+            if fault:
+                raise RuntimeError("confirm: bug in the confirmation code")
+            return {"charge": charged["effect_id"], "amount": 120}
+
+        return await ctx.step("confirm", confirm)
+
     @app.workflow(name="transfer")
     async def transfer_run(ctx: Any, input: Any) -> Any:
         sent = await ctx.tool("transfer", amount=70)
@@ -47,7 +71,7 @@ def attack_app() -> App:
 @pytest.fixture
 def harness(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Harness:
     monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
-    FAULT.update(payout=None, confirm=None)
+    FAULT.update(payout=None, confirm=None, prep=None)
     TRANSFER_FAULTS.clear()
     return Harness(tmp_path, attack_app(), url=store_url)
 
@@ -117,3 +141,80 @@ async def test_a_huge_step_number_is_refused_with_a_clear_message(
         with pytest.raises(ResumeRefused, match="--from-step must be"):
             await h.store.resume_run(run_id, huge, "ops:eve", "why")
         assert [s.status for s in await h.journal(run_id)] == [StepStatus.UNKNOWN]
+
+
+def _waiting_on_a_lock(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as pg:
+        row = pg.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+async def test_a_resume_paused_after_reading_the_journal_never_deletes_what_ran_since(
+    harness: Harness, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resume A reads the journal, then pauses (a slow operator's connection); meanwhile
+    resume B goes through, a worker charges, fails and refunds, and the run is failed
+    again. A must judge the journal as it is when it moves the run, not as it read it:
+    it may never delete the charge and its refund."""
+    if backend != "postgres":
+        pytest.skip("SQLite's BEGIN IMMEDIATE takes the write lock before the first read")
+    read, go = threading.Event(), threading.Event()
+    original = observe_resume.plan_resume
+
+    def paused(*args: Any) -> Any:
+        plan = original(*args)
+        if not read.is_set():  # resume A only: the first to read
+            read.set()
+            go.wait()
+        return plan
+
+    monkeypatch.setattr(observe_resume, "plan_resume", paused)
+    async with harness as h:
+        FAULT["prep"] = "bug"
+        run_id = await h.submit("prepped")
+        assert (await h.drive(run_id)).status == RunStatus.FAILED
+        other = open_store(h.url)
+        await other.open()
+        try:
+            first = asyncio.ensure_future(other.resume_run(run_id, None, "ops:a", "fixed"))
+            while not read.is_set():
+                await asyncio.sleep(0.01)
+
+            async def second() -> None:
+                try:
+                    await h.store.resume_run(run_id, None, "ops:b", "fixed")
+                except ResumeRefused:
+                    return  # A holds the run: B is refused once A moved it
+                FAULT["confirm"] = "bug"
+                assert (await h.drive(run_id)).status == RunStatus.FAILED
+
+            b = asyncio.ensure_future(second())
+            while not (b.done() or _waiting_on_a_lock(h.url)):
+                await asyncio.sleep(0.01)
+            reader = open_store(h.url)  # the two others may both be waiting
+            await reader.open()
+            try:
+                executed = {
+                    s.idempotency_key
+                    for s in await reader.load_journal(run_id)
+                    if observe_resume.effect_state(s) == "executed"
+                }
+            finally:
+                await reader.close()
+            go.set()
+            with contextlib.suppress(ResumeRefused):  # B may have moved the run first
+                await first
+            await b
+        finally:
+            go.set()
+            await other.close()
+        kept = {s.idempotency_key for s in await h.journal(run_id)}
+        assert executed <= kept, "an executed write or compensation was deleted"
+        run = await h.run(run_id)
+        if not run.terminal:
+            run = await h.drive(run_id)
+        taken = run.result["amount"] if run.status == RunStatus.COMPLETED else 0
+        assert money_taken("charge", "refund") == taken, run

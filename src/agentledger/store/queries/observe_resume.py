@@ -253,7 +253,13 @@ def resume_run(
     reason: str | None,
 ) -> ResumePlan:
     """Resume ``run_id`` (see the module docstring); returns the plan carried out."""
+    # The run row is locked before the journal is read: the plan judges the journal this
+    # transaction deletes from, not one read before another resume and its execution
+    # (PostgreSQL reads each statement's own snapshot under READ COMMITTED).
+    locked = _lock_resumable(d, conn, run_id)
     plan = plan_resume(d, conn, run_id, from_step)
+    if locked != 1:
+        raise ResumeRefused(f"run {run_id} changed state meanwhile; look again")
     if plan.refused:
         raise ResumeRefused("; ".join(plan.refused))
     params = {"id": run_id, "n": plan.from_step}
@@ -307,6 +313,17 @@ def resume_run(
     return plan
 
 
+def _lock_resumable(d: Dialect, conn: Any, run_id: str) -> int:
+    """Lock a failed or ``needs_human`` run's row for this transaction (1: locked; 0:
+    no such run in such a state): a resume, a settle and a claim of it take turns."""
+    return d.execute(
+        conn,
+        f"UPDATE runs SET updated_at = {d.now_sql} "
+        "WHERE id = :id AND status IN ('failed', 'needs_human')",
+        {"id": run_id},
+    )
+
+
 def settle_step(
     d: Dialect,
     conn: Any,
@@ -332,13 +349,7 @@ def settle_step(
     run = get_run(d, conn, run_id)
     if run is None:
         raise ResumeRefused(f"no run {clean_text(run_id)!r}")
-    locked = d.execute(
-        conn,
-        f"UPDATE runs SET updated_at = {d.now_sql} "
-        "WHERE id = :id AND status IN ('failed', 'needs_human')",
-        {"id": run_id},
-    )
-    if locked != 1:
+    if _lock_resumable(d, conn, run_id) != 1:
         raise ResumeRefused(
             f"run {run_id} is {run.status}; a step is settled only while its run is failed "
             "or needs_human (a running run's worker resolves it)"
