@@ -20,6 +20,7 @@ from agentledger import App, ToolContext, open_store
 from agentledger.errors import ToolTimeout
 from agentledger.records import RunStatus, StepStatus
 from agentledger.store.queries import observe_resume
+from agentledger.tools.contract import Compensation, RetryPolicy
 from agentledger.store.queries.observe_resume import ResumeRefused
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness
@@ -40,6 +41,34 @@ def attack_app() -> App:
             TRANSFER_FAULTS.pop(0)
             raise ToolTimeout("transfer: no answer (the ledger applied it)")
         return result
+
+    @app.tool(
+        effect="money",
+        idempotency="effects",
+        timeout=5,
+        retry=RetryPolicy(base_delay=0),
+        compensation=Compensation(
+            "refund", lambda args, out: {"effect_id": out["effect_id"], "amount": args["amount"]}
+        ),
+    )
+    async def grant(ctx: ToolContext, amount: int) -> dict[str, Any]:
+        result = ledger.apply(ctx.idempotency_key, "grant", dedupe=False, payload=amount)
+        if FAULT.get("grant"):
+            FAULT["grant"] = None
+            raise ToolTimeout("grant: no answer (the ledger applied it)")
+        return result
+
+    @app.workflow(name="granted")
+    async def granted(ctx: Any, input: Any) -> Any:
+        given = await ctx.tool("grant", amount=300)
+
+        def confirm() -> dict[str, Any]:
+            fault, FAULT["confirm"] = FAULT["confirm"], None
+            if fault:
+                raise RuntimeError("confirm: bug in the confirmation code")
+            return {"grant": given["effect_id"], "amount": 300}
+
+        return await ctx.step("confirm", confirm)
 
     @app.workflow(name="prepped")
     async def prepped(ctx: Any, input: Any) -> Any:
@@ -71,7 +100,7 @@ def attack_app() -> App:
 @pytest.fixture
 def harness(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Harness:
     monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
-    FAULT.update(payout=None, confirm=None, prep=None)
+    FAULT.update(payout=None, confirm=None, prep=None, grant=None)
     TRANSFER_FAULTS.clear()
     return Harness(tmp_path, attack_app(), url=store_url)
 
@@ -218,3 +247,70 @@ async def test_a_resume_paused_after_reading_the_journal_never_deletes_what_ran_
             run = await h.drive(run_id)
         taken = run.result["amount"] if run.status == RunStatus.COMPLETED else 0
         assert money_taken("charge", "refund") == taken, run
+
+
+@pytest.mark.parametrize("later", ["completes", "fails"])
+async def test_a_result_settled_applied_is_what_later_steps_and_the_compensation_use(
+    harness: Harness, later: str
+) -> None:
+    async with harness as h:
+        FAULT["grant"] = "after_commit"
+        run_id = await _unknown(h, "granted")
+        seen = ledger.effects(kind="grant")[0]
+        await h.store.settle_step(run_id, 1, True, seen, "ops:amy", "in the ledger")
+        await h.store.resume_run(run_id, None, "ops:amy", "settled")
+        FAULT["confirm"] = "bug" if later == "fails" else None
+        run = await h.drive(run_id)
+        assert ledger.count_calls(kind="grant") == 1
+        refunded = [r["payload"]["effect_id"] for r in ledger.effects(kind="refund")]
+        if later == "completes":
+            assert run.status == RunStatus.COMPLETED, run
+            assert run.result == {"grant": seen["effect_id"], "amount": 300}
+            assert refunded == []
+        else:  # the refund is built from the settled result
+            assert run.status == RunStatus.FAILED, run
+            assert refunded == [seen["effect_id"]]
+        taken = run.result["amount"] if run.status == RunStatus.COMPLETED else 0
+        assert money_taken("grant", "refund") == taken
+
+
+async def test_two_opposite_settles_at_once_one_wins(harness: Harness) -> None:
+    async with harness as h:
+        FAULT["payout"] = "after_commit"
+        run_id = await _unknown(h, "payout")
+        paid = ledger.effects(kind="payout")[0]
+        other = open_store(h.url)
+        await other.open()
+        try:
+            outcomes = await asyncio.gather(
+                h.store.settle_step(run_id, 1, True, paid, "ops:amy", "in the ledger"),
+                other.settle_step(run_id, 1, False, None, "ops:bob", "not in the ledger"),
+                return_exceptions=True,
+            )
+        finally:
+            await other.close()
+        refused = [o for o in outcomes if isinstance(o, ResumeRefused)]
+        assert len(refused) == 1, outcomes
+        settled = [e for e in await h.events(run_id) if e.type == "step.settled"]
+        (step,) = await h.journal(run_id)
+        assert len(settled) == 1
+        assert step.input["settled"]["applied"] is settled[0].data["applied"]
+        assert step.status == (StepStatus.SUCCEEDED if settled[0].data["applied"] else "retrying")
+
+
+async def test_the_dry_run_names_exactly_the_keys_the_resumed_run_sends(harness: Harness) -> None:
+    """Settled "not applied": the dry run says which key is sent again; the provider
+    then sees exactly that key, once, and nothing else."""
+    async with harness as h:
+        TRANSFER_FAULTS.extend(["after_commit"] * 50)
+        run_id = await _unknown(h, "transfer")
+        TRANSFER_FAULTS.clear()
+        await h.store.settle_step(run_id, 1, False, None, "ops:bob", "not in the ledger")
+        plan = await h.store.plan_resume(run_id, None)
+        resent = [e["key"] for e in plan.effects if e["action"].startswith("sent again")]
+        before = len(ledger.calls())
+        await h.store.resume_run(run_id, None, "ops:bob", "settled")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.COMPLETED, run
+        assert [c[0] for c in ledger.calls()[before:]] == resent != []
+        assert money_taken("transfer") == run.result["amount"]
