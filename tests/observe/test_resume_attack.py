@@ -20,8 +20,8 @@ from agentledger import App, ToolContext, open_store
 from agentledger.errors import ToolTimeout
 from agentledger.records import RunStatus, StepStatus
 from agentledger.store.queries import observe_resume
-from agentledger.tools.contract import Compensation, RetryPolicy
 from agentledger.store.queries.observe_resume import ResumeRefused
+from agentledger.tools.contract import Compensation, RetryPolicy
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness
 from tests.observe.test_resume_settle import FAULT, money_taken, settle_app
