@@ -46,6 +46,9 @@ RESUMABLE = ("failed", "needs_human")
 _IN_FLIGHT = (StepStatus.STARTED, StepStatus.UNKNOWN, StepStatus.RETRYING)
 _EFFECT_KINDS = ("tool", "compensation")
 DECISION_KIND = "decision"  # engine/compensation.py: the journaled compensation decision
+#: The largest step number a journal can hold (PostgreSQL's ``steps.step_no INTEGER``);
+#: a larger one from an operator is refused before it reaches a store that cannot bind it.
+MAX_STEP_NO = 2**31 - 1
 
 
 class ResumeRefused(StoreError):
@@ -164,16 +167,19 @@ def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> Re
     journal = [rows.step_from(r) for r in found]
     start, kept = first_step(journal)
     if from_step is not None:
-        if from_step < 1:
-            raise ResumeRefused(f"--from-step must be 1 or more (got {from_step})")
+        if not 1 <= from_step <= MAX_STEP_NO:
+            raise ResumeRefused(f"--from-step must be 1 to {MAX_STEP_NO} (got {from_step})")
         start, kept = from_step, []
     plan = ResumePlan(run_id=run_id, status=run.status, from_step=start)
     undone = _compensated(journal)
     for step in journal:
         state = effect_state(step)
-        if step.step_no < start and step.step_no not in kept:
+        in_flight = state in ("unknown", "not_applied")
+        # A write in flight before N is kept too, and the engine resolves it when it
+        # replays there: it is judged (and listed) like one from N on.
+        if step.step_no < start and step.step_no not in kept and not in_flight:
             continue
-        if state in ("unknown", "not_applied"):
+        if in_flight:
             plan.kept_in_flight.append(step.step_no)  # never deleted, never sent fresh
         else:
             plan.reexecute.append(_brief(step))
@@ -247,7 +253,13 @@ def resume_run(
     reason: str | None,
 ) -> ResumePlan:
     """Resume ``run_id`` (see the module docstring); returns the plan carried out."""
+    # The run row is locked before the journal is read: the plan judges the journal this
+    # transaction deletes from, not one read before another resume and its execution
+    # (PostgreSQL reads each statement's own snapshot under READ COMMITTED).
+    locked = _lock_resumable(d, conn, run_id)
     plan = plan_resume(d, conn, run_id, from_step)
+    if locked != 1:
+        raise ResumeRefused(f"run {run_id} changed state meanwhile; look again")
     if plan.refused:
         raise ResumeRefused("; ".join(plan.refused))
     params = {"id": run_id, "n": plan.from_step}
@@ -301,6 +313,17 @@ def resume_run(
     return plan
 
 
+def _lock_resumable(d: Dialect, conn: Any, run_id: str) -> int:
+    """Lock a failed or ``needs_human`` run's row for this transaction (1: locked; 0:
+    no such run in such a state): a resume, a settle and a claim of it take turns."""
+    return d.execute(
+        conn,
+        f"UPDATE runs SET updated_at = {d.now_sql} "
+        "WHERE id = :id AND status IN ('failed', 'needs_human')",
+        {"id": run_id},
+    )
+
+
 def settle_step(
     d: Dialect,
     conn: Any,
@@ -326,33 +349,24 @@ def settle_step(
     run = get_run(d, conn, run_id)
     if run is None:
         raise ResumeRefused(f"no run {clean_text(run_id)!r}")
-    locked = d.execute(
-        conn,
-        f"UPDATE runs SET updated_at = {d.now_sql} "
-        "WHERE id = :id AND status IN ('failed', 'needs_human')",
-        {"id": run_id},
-    )
-    if locked != 1:
+    if _lock_resumable(d, conn, run_id) != 1:
         raise ResumeRefused(
             f"run {run_id} is {run.status}; a step is settled only while its run is failed "
             "or needs_human (a running run's worker resolves it)"
         )
-    found = d.fetchall(
-        conn,
-        "SELECT * FROM steps WHERE run_id = :id AND step_no = :n",
-        {"id": run_id, "n": step_no},
-    )
+    found = []
+    if 1 <= step_no <= MAX_STEP_NO:
+        found = d.fetchall(
+            conn,
+            "SELECT * FROM steps WHERE run_id = :id AND step_no = :n",
+            {"id": run_id, "n": step_no},
+        )
     if not found:
         raise ResumeRefused(f"run {run_id} has no step {step_no}; see `agentledger runs show`")
     step = rows.step_from(found[0])
-    earlier = step.input.get("settled") if isinstance(step.input, dict) else None
-    if isinstance(earlier, dict) and (
-        earlier.get("applied"),
-        earlier.get("by"),
-        earlier.get("reason"),
-    ) == (applied, actor, reason):
-        return step  # this very decision, retried after a lost reply: already done
     if effect_state(step) != "unknown":
+        if _already_settled(step, applied, result, actor, reason):
+            return step  # this very decision, retried after a lost reply: already done
         raise ResumeRefused(
             f"step {step_no} ({step.name}) of run {run_id} is not in flight with an unknown "
             f"outcome (it is {step.status}); there is nothing to settle"
@@ -409,6 +423,24 @@ def settle_step(
         },
     )
     return step
+
+
+def _already_settled(step: Step, applied: bool, result: Any, actor: str, reason: str) -> bool:
+    """Whether the step stands exactly as this decision left it. A step found unknown
+    again (settled "not applied", sent again, no answer) is never taken for one: the
+    same words then settle it anew."""
+    earlier = step.input.get("settled") if isinstance(step.input, dict) else None
+    if not isinstance(earlier, dict):
+        return False
+    if (earlier.get("applied"), earlier.get("by"), earlier.get("reason")) != (
+        applied,
+        actor,
+        reason,
+    ):
+        return False
+    if applied:
+        return step.status == StepStatus.SUCCEEDED and step.output == result
+    return effect_state(step) == "not_applied"
 
 
 def _undrop_outbox(d: Dialect, conn: Any, run_id: str, from_step: int) -> dict[str, list[str]]:
