@@ -144,3 +144,35 @@ def test_burst_worker_on_a_read_only_postgres_releases_its_runs_when_it_is_back(
     finally:
         _read_only(pg_cluster, False)
         env.close()
+
+
+def test_a_draining_worker_gives_its_runs_back_at_once_not_one_window_after_another(
+    pg_cluster: PrivateCluster, cluster_env: Env
+) -> None:
+    # SIGTERM while the store refuses writes: the drain's releases each retry for
+    # --store-retry-seconds. Tried one after another, a worker of 50 runs would stop
+    # 50 windows later (killed first by any supervisor); tried together, one window.
+    env = cluster_env
+    try:
+        runs, flags = _held_runs(env)
+        first = env.start_worker(
+            lease=300,
+            extra=("-v", "--shutdown-grace", "0", "--store-retry-seconds", "2"),
+        )
+        _wait_held(env, flags)
+        _read_only(pg_cluster, True)
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=120)
+        lines = env.worker_log(1).splitlines()
+        gave_up = next(i for i, line in enumerate(lines) if " not released" in line)
+        for run_id in runs:
+            tried = next(i for i, line in enumerate(lines) if f"release of run {run_id}" in line)
+            assert tried < gave_up, "\n".join(lines)
+        _read_only(pg_cluster, False)
+        for flag in flags:
+            flag.unlink()
+        # Left to their leases: taken over at once, the worker being gone, and finished.
+        _finish_elsewhere(env, runs)
+    finally:
+        _read_only(pg_cluster, False)
+        env.close()

@@ -339,8 +339,12 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        for run_id, (_, epoch) in list(self.active.items()):
-            if await self._give_back(run_id, epoch):
+        # All at once: each release may retry for store_retry_seconds while the store
+        # fails, and one after another the drain would last that long per run.
+        held = list(self.active.items())
+        released = await asyncio.gather(*(self._give_back(r, epoch) for r, (_, epoch) in held))
+        for (run_id, _), done in zip(held, released, strict=True):
+            if done:
                 log.info("run %s released", run_id)
         self.active.clear()
 
