@@ -46,11 +46,16 @@ def _wait_held(env: Env, flags: list[Path]) -> None:
         env.wait_marker(flag)
 
 
-def _finish_elsewhere(env: Env, runs: list[str]) -> None:
+def _finish_elsewhere(env: Env, runs: list[str], db: str | None = None) -> None:
     """A second worker (long lease: nothing waits for an expiry) completes every run,
     and no step was executed twice: one effect and one call per write key."""
-    second = env.start_worker(lease=300, extra=("--burst",))
+    second = env.start_worker(lease=300, extra=("--burst",), db=db)
     assert second.wait(timeout=120) == 0, env.worker_log(2)
+    _done_once(env, runs)
+
+
+def _done_once(env: Env, runs: list[str]) -> None:
+    """Every run completed, and no step was executed or journaled twice."""
     for run_id in runs:
         run = env.run(run_id)
         assert run.status == RunStatus.COMPLETED, (run, env.worker_log(2))
@@ -173,6 +178,57 @@ def test_a_draining_worker_gives_its_runs_back_at_once_not_one_window_after_anot
             flag.unlink()
         # Left to their leases: taken over at once, the worker being gone, and finished.
         _finish_elsewhere(env, runs)
+    finally:
+        _read_only(pg_cluster, False)
+        env.close()
+
+
+def _leases_expired(url: str, runs: list[str]) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT bool_and(lease_expires_at < EXTRACT(EPOCH FROM clock_timestamp())) "
+            "FROM runs WHERE id = ANY(%s)",
+            (runs,),
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def test_a_write_retried_past_its_lease_is_fenced_out_once_another_worker_took_the_run(
+    pg_cluster: PrivateCluster, cluster_env: Env
+) -> None:
+    # The store refuses the first worker's writes (and heartbeats) for longer than its
+    # lease: another worker, whose sessions still write, takes the runs and finishes
+    # them. When the store takes the first worker's writes again, its resent write is
+    # refused by the fence: it neither journals a step twice nor gives back (or
+    # counts as given back) a run it no longer holds.
+    env = cluster_env
+    try:
+        runs, flags = _held_runs(env)
+        first = env.start_worker(lease=2, extra=("-v", "--store-retry-seconds", "600"))
+        _wait_held(env, flags)
+        _read_only(pg_cluster, True)
+        for flag in flags:
+            flag.unlink()
+        wait_for(lambda: _leases_expired(env.url, runs), 60, "the first worker's leases to expire")
+        writable = f"{env.url}?options=-c%20default_transaction_read_only%3Doff"
+        _finish_elsewhere(env, runs, db=writable)
+        _read_only(pg_cluster, False)
+        for run_id in runs:
+            wait_for(
+                lambda run_id=run_id: (
+                    f"run {run_id} abandoned: lease lost" in env.worker_log(1)
+                    or f"lease on run {run_id} " in env.worker_log(1)
+                ),
+                120,
+                f"the first worker to learn it lost run {run_id}",
+            )
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=120) == 0, env.worker_log(1)
+        log = env.worker_log(1)
+        for run_id in runs:
+            assert f"run {run_id} released" not in log, log
+            assert env.run(run_id).status == RunStatus.COMPLETED
+        _done_once(env, runs)
     finally:
         _read_only(pg_cluster, False)
         env.close()
