@@ -306,14 +306,14 @@ class Worker:
 
     async def _give_back(self, run_id: str, epoch: int) -> bool:
         """Release a run this worker cannot finish, retried for ``store_retry_seconds``;
-        False when the store still refuses (the run is then left to its lease)."""
+        False when the store still refuses (the run is then left to its lease), or when
+        the lease of ``epoch`` is no longer this worker's to give back."""
         try:
-            await self._retrying(
+            released = await self._retrying(
                 f"release of run {run_id}",
                 lambda: self.store.release_run(run_id, epoch, self.owner),
                 self.config.store_retry_seconds,
             )
-            return True
         except Exception as exc:
             cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             log.error(
@@ -325,6 +325,17 @@ class Worker:
                 else cause,
             )
             return False
+        if not released:
+            # The release is fenced by epoch and owner: while the store refused this
+            # worker's writes its lease expired and another worker took the run (or an
+            # earlier attempt of this release committed, its answer lost).
+            log.info(
+                "run %s not given back: its lease (epoch %d) is no longer this worker's "
+                "(taken over by another worker, or already released)",
+                run_id,
+                epoch,
+            )
+        return bool(released)
 
     async def _drain(self) -> None:
         tasks = [task for task, _ in self.active.values()]
