@@ -7,6 +7,7 @@ read-only)."""
 
 from __future__ import annotations
 
+import asyncio
 import resource
 import signal
 from pathlib import Path
@@ -15,6 +16,7 @@ import psycopg
 import pytest
 
 from agentledger.records import RunStatus, StepStatus
+from agentledger.store import open_store
 from tests.engine.helpers import Env, tool_steps, wait_for
 from tests.pgcluster import PrivateCluster
 
@@ -183,6 +185,15 @@ def test_a_draining_worker_gives_its_runs_back_at_once_not_one_window_after_anot
         env.close()
 
 
+async def _append_event(url: str, run_id: str) -> None:
+    store = open_store(url)
+    await store.open()
+    try:
+        await store.append_event(run_id, "test.note", "test", {})
+    finally:
+        await store.close()
+
+
 def _leases_expired(url: str, runs: list[str]) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
@@ -212,6 +223,14 @@ def test_a_write_retried_past_its_lease_is_fenced_out_once_another_worker_took_t
         wait_for(lambda: _leases_expired(env.url, runs), 60, "the first worker's leases to expire")
         writable = f"{env.url}?options=-c%20default_transaction_read_only%3Doff"
         _finish_elsewhere(env, runs, db=writable)
+        # Its periodic work keeps meeting the cause: logged once all the same, repeats
+        # at DEBUG. Here the audit seal (every second), given an event to seal.
+        asyncio.run(_append_event(writable, runs[0]))
+        wait_for(
+            lambda: env.worker_log(1).count("audit sealing") >= 3,
+            60,
+            "the first worker's seals to fail a few times",
+        )
         _read_only(pg_cluster, False)
         for run_id in runs:
             wait_for(
@@ -225,6 +244,11 @@ def test_a_write_retried_past_its_lease_is_fenced_out_once_another_worker_took_t
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=120) == 0, env.worker_log(1)
         log = env.worker_log(1)
+        cause = "database is read-only: PostgreSQL"
+        loud = [
+            ln for ln in log.splitlines() if cause in ln and (" ERROR " in ln or " WARNING " in ln)
+        ]
+        assert len(loud) == 1, "\n".join(loud)
         for run_id in runs:
             assert f"run {run_id} released" not in log, log
             assert env.run(run_id).status == RunStatus.COMPLETED

@@ -203,7 +203,9 @@ class Worker:
             # The audit chain is sealed where its records are written (agentledger/sealer.py).
             seal_every = sealer.period_from_env()
             side.append(
-                asyncio.create_task(sealer.seal_forever(self.store, seal_every), name="seal")
+                asyncio.create_task(
+                    sealer.seal_forever(self.store, seal_every, self._store_failing), name="seal"
+                )
             )
             for task in side:
                 task.add_done_callback(self._side_task_done)
@@ -214,7 +216,8 @@ class Worker:
             )
             await self.stopping.wait()
             await self._drain()
-            await sealer.seal_before_exit(self.store)  # what its last runs wrote
+            # What its last runs wrote.
+            await sealer.seal_before_exit(self.store, failing=self._store_failing)
             if self.burst and self.config.webhooks:
                 await self._deliver_last_webhooks()
         finally:
