@@ -256,3 +256,43 @@ def test_a_write_retried_past_its_lease_is_fenced_out_once_another_worker_took_t
     finally:
         _read_only(pg_cluster, False)
         env.close()
+
+
+def test_a_worker_killed_while_it_retries_a_refused_write_loses_nothing_sqlite(
+    env: Env,
+) -> None:
+    # Killed between the failed write and the release: its runs, still leased to it
+    # for minutes, are taken at once by the next worker (the owner's process is gone)
+    # and finished, no step executed twice.
+    runs, flags = _held_runs(env)
+    first = env.start_worker(
+        lease=300, extra=("--store-retry-seconds", "600"), preexec_fn=_ignore_sigxfsz
+    )
+    _wait_held(env, flags)
+    limit = Path(str(env.db_path) + "-wal").stat().st_size
+    resource.prlimit(first.pid, resource.RLIMIT_FSIZE, (limit, limit))
+    for flag in flags:
+        flag.unlink()
+    wait_for(lambda: "store failing: database disk full" in env.worker_log(1), 60, "a refusal")
+    env.kill(first)
+    _finish_elsewhere(env, runs)
+
+
+def test_a_worker_killed_while_it_retries_a_refused_write_loses_nothing_postgres(
+    pg_cluster: PrivateCluster, cluster_env: Env
+) -> None:
+    env = cluster_env
+    try:
+        runs, flags = _held_runs(env)
+        first = env.start_worker(lease=300, extra=("--store-retry-seconds", "600"))
+        _wait_held(env, flags)
+        _read_only(pg_cluster, True)
+        for flag in flags:
+            flag.unlink()
+        wait_for(lambda: "store failing: database is read-only" in env.worker_log(1), 60, "it")
+        env.kill(first)
+        _read_only(pg_cluster, False)
+        _finish_elsewhere(env, runs)
+    finally:
+        _read_only(pg_cluster, False)
+        env.close()
