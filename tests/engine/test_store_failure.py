@@ -31,13 +31,12 @@ def _ignore_sigxfsz() -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
-def _held_runs(env: Env) -> tuple[list[str], list[Path]]:
-    """RUNS five_writes runs, each held before its second write (its first is done)."""
+def _held_runs(env: Env, phase: str = "before_started") -> tuple[list[str], list[Path]]:
+    """RUNS five_writes runs, each held at ``phase`` of its second write (its first is
+    done): before it started, or after its effect (made, its outcome not journaled)."""
     flags = [env.hold_flag(f"run{i}") for i in range(RUNS)]
     runs = [
-        env.submit(
-            "five_writes", {"hold": {"item": "i2", "phase": "before_started", "flag": str(f)}}
-        )
+        env.submit("five_writes", {"hold": {"item": "i2", "phase": phase, "flag": str(f)}})
         for f in flags
     ]
     return runs, flags
@@ -258,13 +257,15 @@ def test_a_write_retried_past_its_lease_is_fenced_out_once_another_worker_took_t
         env.close()
 
 
+@pytest.mark.parametrize("phase", ["before_started", "after_effect"])
 def test_a_worker_killed_while_it_retries_a_refused_write_loses_nothing_sqlite(
-    env: Env,
+    env: Env, phase: str
 ) -> None:
     # Killed between the failed write and the release: its runs, still leased to it
     # for minutes, are taken at once by the next worker (the owner's process is gone)
-    # and finished, no step executed twice.
-    runs, flags = _held_runs(env)
+    # and finished, no step executed twice. after_effect: the write's outcome is the
+    # refused write; the next worker learns it without a second effect.
+    runs, flags = _held_runs(env, phase)
     first = env.start_worker(
         lease=300, extra=("--store-retry-seconds", "600"), preexec_fn=_ignore_sigxfsz
     )
@@ -278,12 +279,13 @@ def test_a_worker_killed_while_it_retries_a_refused_write_loses_nothing_sqlite(
     _finish_elsewhere(env, runs)
 
 
+@pytest.mark.parametrize("phase", ["before_started", "after_effect"])
 def test_a_worker_killed_while_it_retries_a_refused_write_loses_nothing_postgres(
-    pg_cluster: PrivateCluster, cluster_env: Env
+    pg_cluster: PrivateCluster, cluster_env: Env, phase: str
 ) -> None:
     env = cluster_env
     try:
-        runs, flags = _held_runs(env)
+        runs, flags = _held_runs(env, phase)
         first = env.start_worker(lease=300, extra=("--store-retry-seconds", "600"))
         _wait_held(env, flags)
         _read_only(pg_cluster, True)
