@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import resource
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -298,3 +299,47 @@ def test_a_worker_killed_while_it_retries_a_refused_write_loses_nothing_postgres
     finally:
         _read_only(pg_cluster, False)
         env.close()
+
+
+@pytest.fixture
+def pg_env(pg_url: str, tmp_path: Path) -> Iterator[Env]:
+    world = Env(tmp_path, pg_url)
+    try:
+        yield world
+    finally:
+        world.close()
+
+
+@pytest.mark.postgres
+def test_a_lock_another_session_holds_on_postgres_is_waited_out_not_the_workers_end(
+    pg_env: Env,
+) -> None:
+    # An operator's transaction (a VACUUM FULL, a migration, a forgotten psql session)
+    # holds the runs table: the worker's writes and heartbeats run out their lock
+    # timeout. Not the run's error nor the worker's: retried, and once the lock is
+    # gone the runs finish. (Taken for a plain error, the first heartbeat to meet it
+    # stopped the worker.)
+    env = pg_env
+    runs, flags = _held_runs(env)
+    url = f"{env.url}?options=-c%20lock_timeout%3D200ms"
+    first = env.start_worker(
+        lease=300,
+        db=url,
+        extra=("--burst", "--store-retry-seconds", "600", "--heartbeat-seconds", "0.5"),
+    )
+    _wait_held(env, flags)
+    holder = psycopg.connect(env.url)
+    try:
+        holder.execute("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")
+        for flag in flags:
+            flag.unlink()
+        wait_for(
+            lambda: first.poll() is not None or "database statement timed out" in env.worker_log(1),
+            60,
+            "the worker to meet the lock",
+        )
+    finally:
+        holder.rollback()
+        holder.close()
+    assert first.wait(timeout=120) == 0, env.worker_log(1)
+    _done_once(env, runs)

@@ -12,7 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
+import pytest
+
 from agentledger.errors import StoreUnavailable
+from agentledger.store.postgres.connection import connect
+from agentledger.store.postgres.dialect import PostgresDialect
 from agentledger.store.sqlite import SQLiteDialect
 
 
@@ -79,3 +84,36 @@ def test_an_io_error_under_a_file_size_limit_it_did_not_reach_is_no_full_disk(
     assert isinstance(failure, StoreUnavailable)
     assert str(failure).startswith(f"database I/O error: {path} "), failure
     assert "disk full" not in str(failure) and "ulimit" not in str(failure), failure
+
+
+def _lock_wait_error(pg_url: str, setting: str) -> psycopg.Error:
+    """A real error of a statement that waited, past ``setting``, for a row lock
+    another session holds (an operator's open transaction, a stuck process)."""
+    holder = connect(pg_url)
+    waiter = connect(pg_url, autocommit=True)
+    try:
+        holder.execute("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")  # say, a VACUUM FULL
+        waiter.execute(f"SET {setting} = '50ms'")
+        try:
+            waiter.execute("UPDATE runs SET updated_at = updated_at")
+        except psycopg.Error as exc:
+            return exc
+        raise AssertionError("the statement did not wait")
+    finally:
+        holder.rollback()
+        holder.close()
+        waiter.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("setting", ["statement_timeout", "lock_timeout"])
+def test_a_postgres_statement_that_waited_out_another_sessions_lock_is_retried(
+    pg_url: str, setting: str
+) -> None:
+    # Nothing the run wrote: another session holds a lock the write waits for. Taken
+    # for the run's error, the run would be left to its lease (and count a resume
+    # each time), and a heartbeat meeting it would stop the whole worker.
+    exc = _lock_wait_error(pg_url, setting)
+    failure = PostgresDialect(pg_url).translate(exc)
+    assert isinstance(failure, StoreUnavailable), failure
+    assert "locks" in str(failure), failure
