@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import resource
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -299,15 +298,6 @@ def test_a_worker_killed_while_it_retries_a_refused_write_loses_nothing_postgres
     finally:
         _read_only(pg_cluster, False)
         env.close()
-
-
-@pytest.fixture
-def pg_env(pg_url: str, tmp_path: Path) -> Iterator[Env]:
-    world = Env(tmp_path, pg_url)
-    try:
-        yield world
-    finally:
-        world.close()
 
 
 @pytest.mark.postgres
