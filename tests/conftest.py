@@ -156,6 +156,16 @@ def env(tmp_path: Path) -> Iterator[Env]:
 
 
 @pytest.fixture
+def pg_env(pg_url: str, tmp_path: Path) -> Iterator[Env]:
+    """An engine test world on a fresh PostgreSQL database."""
+    world = Env(tmp_path, pg_url)
+    try:
+        yield world
+    finally:
+        world.close()
+
+
+@pytest.fixture
 def backend_env(store_url: str, tmp_path: Path) -> Iterator[Env]:
     """An engine test world on each backend: same engine, same guarantees."""
     world = Env(tmp_path, store_url)

@@ -15,13 +15,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 
 from agentledger import auditkey
 from agentledger.envsettings import seconds_from_env
+from agentledger.errors import StoreUnavailable
 from agentledger.store import Store
 from agentledger.store.queries import service_audit
 
 log = logging.getLogger(__name__)
+
+# Told of a store failure that is not the sealer's (disk full, read-only, connection
+# lost): a worker logs each such cause once for all its loops (worker.py).
+Failing = Callable[[str, BaseException], None]
 
 PERIOD_ENV = "AGENTLEDGER_AUDIT_SEAL_EVERY"
 DEFAULT_PERIOD = 1.0
@@ -71,29 +77,36 @@ async def seal_once(store: Store, batch: int | None = None, max_batches: int | N
     return total
 
 
-async def seal_quietly(store: Store) -> int:
-    """:func:`seal_once`, logging instead of raising (the next seal catches up)."""
+async def seal_quietly(store: Store, failing: Failing | None = None) -> int:
+    """:func:`seal_once`, logging instead of raising (the next seal catches up); a
+    store that refuses for its own reason is reported to ``failing`` when given."""
     try:
         return await seal_once(store)
     except NotImplementedError:
         return 0  # a store without the service's tables: nothing to seal
     except Exception as exc:
-        log.warning("audit sealing failed (%s); retried at the next seal", exc)
+        if failing is not None and isinstance(exc, StoreUnavailable):
+            failing("audit sealing", exc)
+        else:
+            log.warning("audit sealing failed (%s); retried at the next seal", exc)
         return 0
 
 
-async def seal_before_exit(store: Store, timeout: float = 5.0) -> int:
+async def seal_before_exit(
+    store: Store, timeout: float = 5.0, failing: Failing | None = None
+) -> int:
     """A last :func:`seal_quietly`, bounded: a process stopping because its database is
     gone must not hang on it."""
     try:
-        return await asyncio.wait_for(seal_quietly(store), timeout)
+        return await asyncio.wait_for(seal_quietly(store, failing), timeout)
     except TimeoutError:
         log.warning("audit sealing did not finish within %g s; the next sealer will", timeout)
         return 0
 
 
-async def seal_forever(store: Store, period: float) -> None:
-    """Seal about every ``period`` seconds until cancelled.
+async def seal_forever(store: Store, period: float, failing: Failing | None = None) -> None:
+    """Seal about every ``period`` seconds until cancelled (``failing``: see
+    :func:`seal_quietly`).
 
     The rounds are jittered (0.5-1.5 periods, the first one too): a seal takes the
     write lock on SQLite, and in phase with the worker's other periodic writes (its
@@ -101,4 +114,4 @@ async def seal_forever(store: Store, period: float) -> None:
     """
     while True:
         await asyncio.sleep(period * random.uniform(0.5, 1.5))
-        await seal_quietly(store)
+        await seal_quietly(store, failing)

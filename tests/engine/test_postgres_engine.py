@@ -3,7 +3,6 @@ connection limits."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,6 @@ from tests.engine.helpers import Env, tool_steps, wait_for
 from tests.pgcluster import PrivateCluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-
-@pytest.fixture
-def pg_env(pg_url: str, tmp_path: Path) -> Iterator[Env]:
-    world = Env(tmp_path, pg_url)
-    try:
-        yield world
-    finally:
-        world.close()
 
 
 def test_postgres_restart_mid_runs_loses_nothing_and_effects_stay_once(

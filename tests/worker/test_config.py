@@ -38,3 +38,12 @@ def test_valid_settings_are_kept() -> None:
     config = WorkerConfig(concurrency=1, lease_seconds=0.5, poll_seconds=0.01)
     assert config.heartbeat_interval == pytest.approx(0.5 / 3)
     assert WorkerConfig(lease_seconds=10, heartbeat_seconds=5).heartbeat_interval == 5
+
+
+@pytest.mark.parametrize("value", [-1, math.nan, math.inf, 86_401])
+def test_a_store_retry_window_out_of_range_names_the_range(value: float) -> None:
+    with pytest.raises(ValueError) as caught:
+        WorkerConfig(store_retry_seconds=value)
+    assert str(caught.value).startswith(
+        "--store-retry-seconds must be 0 or more and at most 86400 (got "
+    ), caught.value

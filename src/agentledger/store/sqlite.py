@@ -64,13 +64,33 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
 
 # Primary result codes (sqlite3.h) of failures of the host, not of what was written.
 _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_FULL = 8, 10, 13
+# Extended codes of an I/O error met growing a file (a write, a truncate that extends,
+# the shared-memory index): what a write past the file size limit (EFBIG) is reported as.
+_SQLITE_GROWTH_ERRORS = {10 | (3 << 8), 10 | (6 << 8), 10 | (19 << 8)}  # WRITE, TRUNCATE, SHMSIZE
+
+
+def _at_size_limit(path: str, code: int) -> int | None:
+    """The file size limit (``ulimit -f``) that refused growing one of the database's
+    files, or None when the I/O error is not that. A write crossing the limit writes up
+    to it, then fails with EFBIG: the file is then at least the limit long. SQLite
+    reports EFBIG as a plain I/O error, so the sizes tell it from a failing disk."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if limit == resource.RLIM_INFINITY or code not in _SQLITE_GROWTH_ERRORS:
+        return None
+    for name in (path, f"{path}-wal", f"{path}-journal", f"{path}-shm"):
+        try:
+            if os.path.getsize(name) >= limit:
+                return limit
+        except OSError:
+            continue  # that file does not exist (or cannot be seen): not it
+    return None
 
 
 def _host_failure(path: str, exc: BaseException) -> StoreUnavailable | None:
     """The one-line cause of a write the disk refused (full, I/O error, read-only), or
     None when SQLite refused it for what it is. A file size limit (``ulimit -f``) makes
-    a growing file fail with EFBIG, which SQLite reports as a plain I/O error: named here
-    as the full disk it is for this process."""
+    a growing file fail with EFBIG, which SQLite reports as an I/O error: named here as
+    the full disk it is for this process, when a file of the database reached it."""
     code = getattr(exc, "sqlite_errorcode", None)
     if not isinstance(code, int):
         return None
@@ -80,14 +100,15 @@ def _host_failure(path: str, exc: BaseException) -> StoreUnavailable | None:
             f"database disk full: {path} (no space left on its disk: {text}); free some space on it"
         )
     if primary == _SQLITE_IOERR:
-        limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-        if limit != resource.RLIM_INFINITY:
+        limit = _at_size_limit(path, code)
+        if limit is not None:
             return StoreUnavailable(
                 f"database disk full: {path} (this process may write files of at most "
                 f"{limit} bytes: {text}); raise the file size limit (ulimit -f)"
             )
+        name = getattr(exc, "sqlite_errorname", None) or text
         return StoreUnavailable(
-            f"database I/O error: {path} ({text}); check the disk and its free space"
+            f"database I/O error: {path} ({text}, {name}); check the disk and its free space"
         )
     if primary == _SQLITE_READONLY:
         rights = "writable" if os.access(path, os.W_OK) else "not writable by this process"

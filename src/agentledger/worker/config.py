@@ -51,8 +51,8 @@ class WorkerConfig:
                 raise ValueError(f"{option} must be a {'whole ' if whole else ''}number")
             # `not (low <= value)` also refuses NaN.
             if not (low <= value) or (high is not None and not (value <= high)):
-                top = f"and at most {high:g}" if high is not None else "or more"
-                raise ValueError(f"{option} must be {low:g} {top} (got {value:g})")
+                top = f" and at most {high:g}" if high is not None else ""
+                raise ValueError(f"{option} must be {low:g} or more{top} (got {value:g})")
         hb = self.heartbeat_seconds
         if hb is not None:
             if isinstance(hb, bool) or not isinstance(hb, (int, float)):

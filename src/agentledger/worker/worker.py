@@ -204,7 +204,9 @@ class Worker:
             seal_every = sealer.period_from_env()
             sealer.key_at_start()
             side.append(
-                asyncio.create_task(sealer.seal_forever(self.store, seal_every), name="seal")
+                asyncio.create_task(
+                    sealer.seal_forever(self.store, seal_every, self._store_failing), name="seal"
+                )
             )
             for task in side:
                 task.add_done_callback(self._side_task_done)
@@ -215,7 +217,8 @@ class Worker:
             )
             await self.stopping.wait()
             await self._drain()
-            await sealer.seal_before_exit(self.store)  # what its last runs wrote
+            # What its last runs wrote.
+            await sealer.seal_before_exit(self.store, failing=self._store_failing)
             if self.burst and self.config.webhooks:
                 await self._deliver_last_webhooks()
         finally:
@@ -307,14 +310,14 @@ class Worker:
 
     async def _give_back(self, run_id: str, epoch: int) -> bool:
         """Release a run this worker cannot finish, retried for ``store_retry_seconds``;
-        False when the store still refuses (the run is then left to its lease)."""
+        False when the store still refuses (the run is then left to its lease), or when
+        the lease of ``epoch`` is no longer this worker's to give back."""
         try:
-            await self._retrying(
+            released = await self._retrying(
                 f"release of run {run_id}",
                 lambda: self.store.release_run(run_id, epoch, self.owner),
                 self.config.store_retry_seconds,
             )
-            return True
         except Exception as exc:
             cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             log.error(
@@ -326,6 +329,17 @@ class Worker:
                 else cause,
             )
             return False
+        if not released:
+            # The release is fenced by epoch and owner: while the store refused this
+            # worker's writes its lease expired and another worker took the run (or an
+            # earlier attempt of this release committed, its answer lost).
+            log.info(
+                "run %s not given back: its lease (epoch %d) is no longer this worker's "
+                "(taken over by another worker, or already released)",
+                run_id,
+                epoch,
+            )
+        return bool(released)
 
     async def _drain(self) -> None:
         tasks = [task for task, _ in self.active.values()]
@@ -340,8 +354,12 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        for run_id, (_, epoch) in list(self.active.items()):
-            if await self._give_back(run_id, epoch):
+        # All at once: each release may retry for store_retry_seconds while the store
+        # fails, and one after another the drain would last that long per run.
+        held = list(self.active.items())
+        released = await asyncio.gather(*(self._give_back(r, epoch) for r, (_, epoch) in held))
+        for (run_id, _), done in zip(held, released, strict=True):
+            if done:
                 log.info("run %s released", run_id)
         self.active.clear()
 

@@ -342,10 +342,15 @@ class PostgresDialect(Dialect):
         failure = self._host_failure(exc, text)
         if failure is not None:
             return failure
-        if isinstance(exc, pg_errors.QueryCanceled):
-            return StoreError(
-                f"PostgreSQL statement timed out at {self.where} ({text}); "
-                "look for long transactions holding locks"
+        if isinstance(exc, (pg_errors.QueryCanceled, pg_errors.LockNotAvailable)):
+            # The store's statements are short: one that runs out its statement (or
+            # lock) timeout waited for a lock another session holds (an open
+            # transaction, a VACUUM FULL, a migration), or was cancelled by an
+            # operator. Not what the run wrote: retried, the run given back, and a
+            # heartbeat meeting it does not stop the worker.
+            return StoreUnavailable(
+                f"database statement timed out: PostgreSQL at {self.where} ({text}); "
+                "look for long transactions holding locks (pg_stat_activity)"
             )
         if isinstance(exc, pg_errors.UndefinedTable):
             return StoreError(
