@@ -1,0 +1,134 @@
+"""Attacks on the signed audit chain by a writer of the database who does not hold
+AGENTLEDGER_AUDIT_KEY: each edits the tables directly, then runs what an operator
+would (a sealer, `audit verify`, `audit sign-unsigned`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentledger import auditkey, sealer
+from agentledger.store import SQLStore
+from tests.service.test_audit_signed import (
+    KEY,
+    _chain,
+    _rewrite_stripped,
+    _runs,
+    _sealed,
+    keyed,
+    run_cli,
+)
+
+__all__ = ["keyed"]  # the fixture, used by name
+
+
+async def test_a_tenant_whose_head_was_deleted_is_still_verified(
+    keyed: None, store: SQLStore, store_url: str
+) -> None:
+    """verify walked the heads: deleting a tenant's head row hid its records from it,
+    an edited record included."""
+    await _runs(store, "t1", 2)
+    await _runs(store, "t2", 1)
+    await _sealed(store)
+    victim = (await _chain(store, "t1"))[1]
+
+    def tamper(d: Any, c: Any) -> None:
+        d.execute(c, "UPDATE events SET actor = 'mallory' WHERE id = :id", {"id": victim["id"]})
+        d.execute(c, "DELETE FROM audit_heads WHERE tenant_id = 't1'")
+
+    await store.transact(tamper)
+    bad = await run_cli("verify", "--db", store_url, "--no-seal")
+    assert bad.exit_code == 1, bad.output
+    assert f"tenant t1, record 2 event {victim['id']}" in bad.output, bad.output
+    assert "t2" not in bad.output
+    # The edit undone, the missing head alone is named.
+    await store.transact(
+        lambda d, c: d.execute(c, "UPDATE events SET actor = :a WHERE id = :id",
+                               {"a": victim["actor"], "id": victim["id"]})
+    )  # fmt: skip
+    headless = await run_cli("verify", "--db", store_url, "--no-seal", "--tenant", "t1")
+    assert headless.exit_code == 1, headless.output
+    assert "tenant t1" in headless.output and "no head" in headless.output
+
+
+async def test_sign_unsigned_does_not_adopt_records_whose_signatures_were_removed(
+    keyed: None, store: SQLStore, store_url: str
+) -> None:
+    """A rewrite whose signatures were stripped after a signed record is not a history
+    sealed before the key: verify must not send the operator to sign-unsigned, and
+    sign-unsigned must not sign it (it would launder the rewrite)."""
+    await _runs(store, "t1", 2)
+    await _sealed(store)
+    await _rewrite_stripped(store, "t1", await _chain(store, "t1"))
+    bad = await run_cli("verify", "--db", store_url, "--no-seal")
+    assert bad.exit_code == 1 and "tenant t1, record 2" in bad.output, bad.output
+    assert "signature was removed" in bad.output and "sign-unsigned" not in bad.output
+    refused = await run_cli("sign-unsigned", "--db", store_url)
+    assert refused.exit_code != 0, refused.output
+    assert "record 2" in str(refused.exception) and "nothing was signed" in str(refused.exception)
+    assert all(r["sig"] is None for r in (await _chain(store, "t1"))[1:])
+    still = await run_cli("verify", "--db", store_url, "--no-seal")
+    assert still.exit_code == 1 and "tenant t1, record 2" in still.output
+
+
+async def test_a_sealer_does_not_extend_a_chain_whose_head_signature_is_forged(
+    keyed: None, store: SQLStore
+) -> None:
+    """The head's key id is public (logs, checkpoints): naming it on a rewritten,
+    stripped chain's head must not make a sealer sign after that chain."""
+    await _runs(store, "t1", 2)
+    await _sealed(store)
+    await _rewrite_stripped(store, "t1", await _chain(store, "t1"))
+    key_id = auditkey.key_from_text(KEY).key_id
+    await store.transact(
+        lambda d, c: d.execute(
+            c, "UPDATE audit_heads SET sig = :s WHERE tenant_id = 't1'",
+            {"s": f"{key_id}:{'0' * 64}"},
+        )
+    )  # fmt: skip
+    await _runs(store, "t1", 1)
+    assert await sealer.seal_once(store) == 0
+
+
+async def test_a_signature_that_is_not_text_of_hex_is_reported_not_a_crash(
+    keyed: None, store: SQLStore, store_url: str, backend: str
+) -> None:
+    """Stored values a writer chose (non-ASCII in a signature; on SQLite, a BLOB in a
+    TEXT column) make verify name the record, not end in a traceback."""
+    await _runs(store, "t1", 2)
+    await _runs(store, "t2", 1)
+    await _sealed(store)
+    chain = await _chain(store, "t1")
+    key_id = auditkey.key_from_text(KEY).key_id
+    await store.transact(
+        lambda d, c: d.execute(c, "UPDATE events SET sig = :s WHERE id = :id",
+                               {"s": f"{key_id}:\u00e9", "id": chain[1]["id"]})
+    )  # fmt: skip
+    bad = await run_cli("verify", "--db", store_url, "--no-seal")
+    assert bad.exit_code == 1 and isinstance(bad.exception, SystemExit), bad.exception
+    assert "tenant t1, record 2" in bad.output and "signature" in bad.output, bad.output
+    if backend != "sqlite":
+        return
+    await store.transact(
+        lambda d, c: d.execute(
+            c, "UPDATE events SET sig = :s, data = CAST(data AS BLOB) WHERE id = :id",
+            {"s": chain[1]["sig"], "id": chain[1]["id"]},
+        )
+    )  # fmt: skip
+    blob = await run_cli("verify", "--db", store_url, "--no-seal")
+    assert isinstance(blob.exception, SystemExit), blob.output
+    assert "tenant t1, record 2" in blob.output and "t2" not in blob.output, blob.output
+
+
+def test_the_key_is_not_in_its_repr() -> None:
+    """A key object in a log line or an error reporter's captured locals shows its id."""
+    key = auditkey.key_from_text(KEY)
+    assert KEY not in repr(key) and repr(KEY.encode()) not in repr(key)
+    assert key.key_id in repr(key)
+
+
+@pytest.mark.parametrize("sig", [None, 7, "x"])
+def test_verifies_is_false_for_a_signature_of_any_value(sig: Any) -> None:
+    key = auditkey.key_from_text(KEY)
+    assert not key.verifies("t1", 1, "0" * 64, sig)
