@@ -65,8 +65,8 @@ async def test_sign_unsigned_does_not_adopt_records_whose_signatures_were_remove
     assert bad.exit_code == 1 and "tenant t1, record 2" in bad.output, bad.output
     assert "signature was removed" in bad.output and "sign-unsigned" not in bad.output
     refused = await run_cli("sign-unsigned", "--db", store_url)
-    assert refused.exit_code != 0, refused.output
-    assert "record 2" in str(refused.exception) and "nothing was signed" in str(refused.exception)
+    assert refused.exit_code == 1, refused.output
+    assert "tenant t1: record 2" in refused.output and "nothing was signed" in refused.output
     assert all(r["sig"] is None for r in (await _chain(store, "t1"))[1:])
     still = await run_cli("verify", "--db", store_url, "--no-seal")
     assert still.exit_code == 1 and "tenant t1, record 2" in still.output
@@ -132,3 +132,44 @@ def test_the_key_is_not_in_its_repr() -> None:
 def test_verifies_is_false_for_a_signature_of_any_value(sig: Any) -> None:
     key = auditkey.key_from_text(KEY)
     assert not key.verifies("t1", 1, "0" * 64, sig)
+
+
+async def test_a_run_moved_to_another_tenant_is_named(
+    keyed: None, store: SQLStore, store_url: str
+) -> None:
+    """Moving a sealed run into another tenant (whose users then read it) leaves every
+    chain intact: the run's tenant must match the chain its records are sealed in."""
+    (moved,) = await _runs(store, "t1", 1)
+    await _runs(store, "t2", 1)
+    await _sealed(store)
+    ok = await run_cli("verify", "--db", store_url, "--no-seal")
+    assert ok.exit_code == 0, ok.output
+    await store.transact(
+        lambda d, c: d.execute(c, "UPDATE runs SET tenant_id = 't2' WHERE id = :r", {"r": moved})
+    )
+    bad = await run_cli("verify", "--db", store_url, "--no-seal")
+    assert bad.exit_code == 1, bad.output
+    assert f"run {moved} (tenant t2) has its audit records in tenant t1's chain" in bad.output
+    scoped = await run_cli("verify", "--db", store_url, "--no-seal", "--tenant", "t2")
+    assert scoped.exit_code == 1 and f"run {moved}" in scoped.output, scoped.output
+    checkpoint = await run_cli("checkpoint", "--db", store_url, "--no-seal")
+    assert checkpoint.exit_code == 1 and "no checkpoint taken" in checkpoint.output
+
+
+async def test_sign_unsigned_says_what_it_signed_before_a_refusal(
+    store: SQLStore, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tenants are adopted one transaction each: a refused tenant must not hide that
+    the ones before it were signed."""
+    monkeypatch.delenv("AGENTLEDGER_AUDIT_KEY", raising=False)
+    await _runs(store, "a", 1)
+    await _sealed(store)
+    monkeypatch.setenv("AGENTLEDGER_AUDIT_KEY", KEY)
+    await _runs(store, "b", 2)
+    await _sealed(store)
+    await _rewrite_stripped(store, "b", await _chain(store, "b"))
+    got = await run_cli("sign-unsigned", "--db", store_url)
+    assert got.exit_code == 1, got.output
+    assert "tenant a: signed" in got.output, got.output
+    assert "tenant b: record 2" in got.output and "nothing was signed" in got.output
+    assert all(r["sig"] for r in await _chain(store, "a"))

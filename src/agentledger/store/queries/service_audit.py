@@ -627,6 +627,25 @@ def runs_without_records(
     return [(str(r["id"]), str(r["tenant_id"])) for r in found]
 
 
+def runs_in_other_chains(
+    d: Dialect, conn: Any, tenant_id: str | None = None, limit: int = 100
+) -> list[tuple[str, str | None, str]]:
+    """Runs (id, tenant, the tenant whose chain holds its records) whose sealed records
+    are in another tenant's chain, up to ``limit`` (of ``tenant_id``: as the run's
+    tenant or the chain's). A run's records are sealed into its tenant's chain and no
+    run changes tenant, so such a run was moved -- into the reach of another tenant's
+    users -- and every chain is still intact."""
+    where = "" if tenant_id is None else "(r.tenant_id = :t OR e.tenant_id = :t) AND "
+    found = d.fetchall(
+        conn,
+        "SELECT DISTINCT r.id, r.tenant_id, e.tenant_id AS chained FROM runs r "
+        f"JOIN events e ON e.run_id = r.id WHERE {where}e.chain_no IS NOT NULL "
+        "AND (r.tenant_id IS NULL OR r.tenant_id <> e.tenant_id) ORDER BY r.id LIMIT :limit",
+        {"t": tenant_id, "limit": limit},
+    )
+    return [(str(r["id"]), r["tenant_id"], str(r["chained"])) for r in found]
+
+
 CHECKPOINT_FORMAT = "agentledger-audit-checkpoint/1"
 
 
