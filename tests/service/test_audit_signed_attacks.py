@@ -10,6 +10,7 @@ import pytest
 
 from agentledger import auditkey, sealer
 from agentledger.store import SQLStore
+from agentledger.store.queries import service_audit
 from tests.service.test_audit_signed import (
     KEY,
     _chain,
@@ -173,3 +174,104 @@ async def test_sign_unsigned_says_what_it_signed_before_a_refusal(
     assert "tenant a: signed" in got.output, got.output
     assert "tenant b: record 2" in got.output and "nothing was signed" in got.output
     assert all(r["sig"] for r in await _chain(store, "a"))
+
+
+def _swap_tenants(d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
+    d.execute(c, "UPDATE events SET tenant_id = 'x' WHERE tenant_id = 't1'")
+    d.execute(c, "UPDATE events SET tenant_id = 't1' WHERE tenant_id = 't2'")
+    d.execute(c, "UPDATE events SET tenant_id = 't2' WHERE tenant_id = 'x'")
+    heads = {r["tenant_id"]: r for r in d.fetchall(c, "SELECT * FROM audit_heads")}
+    for mine, theirs in (("t1", "t2"), ("t2", "t1")):
+        h = heads[theirs]
+        d.execute(
+            c, "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = :t",
+            {"n": h["chain_no"], "h": h["hash"], "s": h["sig"], "t": mine},
+        )  # fmt: skip
+
+
+def _move_other_tenants_record(
+    d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]
+) -> None:
+    """t2's record 2, with its hash and signature, moved to t1's position 2 (t1's own
+    record 2 deleted)."""
+    d.execute(c, "DELETE FROM events WHERE id = :i", {"i": t1[1]["id"]})
+    d.execute(c, "UPDATE events SET tenant_id = 't1' WHERE id = :i", {"i": t2[1]["id"]})
+
+
+def _swap_positions(d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
+    """t1's records 2 and 3 trade places (each keeps its hash and signature)."""
+    a, b = t1[1], t1[2]
+    d.execute(c, "UPDATE events SET chain_no = -1 WHERE id = :i", {"i": a["id"]})
+    d.execute(c, "UPDATE events SET chain_no = 2 WHERE id = :i", {"i": b["id"]})
+    d.execute(c, "UPDATE events SET chain_no = 3 WHERE id = :i", {"i": a["id"]})
+
+
+def _renumber(d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
+    d.execute(c, "UPDATE events SET chain_no = chain_no + 1000 WHERE tenant_id = 't1'")
+    d.execute(c, "UPDATE audit_heads SET chain_no = chain_no + 1000 WHERE tenant_id = 't1'")
+
+
+def _rechain_without_record_2(
+    d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]
+) -> None:
+    """Record 2 deleted, the later ones renumbered and re-chained, keeping their
+    signatures."""
+    d.execute(c, "DELETE FROM events WHERE id = :i", {"i": t1[1]["id"]})
+    prev = t1[0]["hash"]
+    for no, row in enumerate(t1[2:], start=2):
+        digest = service_audit.record_hash(prev, "t1", row, no)
+        d.execute(
+            c, "UPDATE events SET chain_no = :n, prev_hash = :p, hash = :h WHERE id = :i",
+            {"n": no, "p": prev, "h": digest, "i": row["id"]},
+        )  # fmt: skip
+        prev = digest
+    d.execute(
+        c, "UPDATE audit_heads SET chain_no = :n, hash = :h WHERE tenant_id = 't1'",
+        {"n": len(t1) - 1, "h": prev},
+    )  # fmt: skip
+
+
+def _tenant_nulled(d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
+    d.execute(c, "UPDATE events SET tenant_id = NULL WHERE id = :i", {"i": t1[1]["id"]})
+
+
+@pytest.mark.parametrize(
+    "splice",
+    [_swap_tenants, _move_other_tenants_record, _swap_positions, _renumber,
+     _rechain_without_record_2, _tenant_nulled],
+)  # fmt: skip
+async def test_a_spliced_chain_fails_verify(
+    keyed: None, store: SQLStore, store_url: str, splice: Any
+) -> None:
+    """Signed records moved between tenants or positions, tenants' chains swapped, the
+    numbering changed: each is named (the signature covers tenant, position and hash)."""
+    await _runs(store, "t1", 3)
+    await _runs(store, "t2", 3)
+    await _sealed(store)
+    t1, t2 = await _chain(store, "t1"), await _chain(store, "t2")
+    assert len(t1) == len(t2) == 3
+    await store.transact(lambda d, c: splice(d, c, t1, t2))
+    bad = await run_cli("verify", "--db", store_url, "--no-seal")
+    assert bad.exit_code == 1 and isinstance(bad.exception, SystemExit), bad.output
+    assert "TAMPERED: tenant t1" in bad.output and "None" not in bad.output, bad.output
+
+
+async def test_a_head_whose_signature_is_forged_is_named_by_verify(
+    keyed: None, store: SQLStore, store_url: str
+) -> None:
+    """An intact chain under a head whose signature a writer replaced: sealers refuse
+    to extend it, so verify must say why its records stay unsealed."""
+    await _runs(store, "t1", 1)
+    await _sealed(store)
+    key_id = auditkey.key_from_text(KEY).key_id
+    await store.transact(
+        lambda d, c: d.execute(
+            c, "UPDATE audit_heads SET sig = :s WHERE tenant_id = 't1'",
+            {"s": f"{key_id}:{'0' * 64}"},
+        )
+    )  # fmt: skip
+    await _runs(store, "t1", 1)
+    assert await sealer.seal_once(store) == 0
+    bad = await run_cli("verify", "--db", store_url)
+    assert bad.exit_code == 1, bad.output
+    assert "TAMPERED: tenant t1" in bad.output and "head's signature" in bad.output

@@ -420,7 +420,8 @@ def verify_chain(
         str(r["tenant_id"])
         for r in d.fetchall(
             conn,
-            f"SELECT DISTINCT tenant_id FROM events WHERE chain_no IS NOT NULL{where}",
+            "SELECT DISTINCT tenant_id FROM events WHERE chain_no IS NOT NULL "
+            f"AND tenant_id IS NOT NULL{where}",
             {"t": tenant_id},
         )
     }
@@ -490,6 +491,21 @@ def _verify_tenant(
         return checked, Broken(
             t, expected_no, None, None, None,
             f"the chain ends at {last} but its head says {head_no} (records deleted)",
+        )  # fmt: skip
+    # Sealers check the head's signature before extending the chain (``_may_extend``):
+    # a head whose signature was replaced stops them, and its records would wait
+    # unexplained.
+    head_sig = head["sig"]
+    if (
+        key is not None
+        and head_no > 0
+        and not (adopting and head_sig is None)
+        and not key.verifies(t, head_no, str(head["hash"]), head_sig)
+    ):
+        return checked, Broken(
+            t, head_no, None, None, None,
+            "the head's signature does not match its record (the head was rewritten); "
+            "sealers do not extend this chain",
         )  # fmt: skip
     return checked, None
 
