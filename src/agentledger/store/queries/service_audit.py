@@ -651,12 +651,22 @@ def runs_in_other_chains(
     tenant or the chain's). A run's records are sealed into its tenant's chain and no
     run changes tenant, so such a run was moved -- into the reach of another tenant's
     users -- and every chain is still intact."""
-    where = "" if tenant_id is None else "(r.tenant_id = :t OR e.tenant_id = :t) AND "
+    select = (
+        "SELECT r.id, r.tenant_id, e.tenant_id AS chained FROM runs r JOIN events e "
+        "ON e.run_id = r.id WHERE {} e.chain_no IS NOT NULL "
+        "AND (r.tenant_id IS NULL OR r.tenant_id <> e.tenant_id)"
+    )
+    if tenant_id is None:
+        sql = select.format("")
+    else:
+        # Each side by its own index (the tenant's chain; the tenant's runs), not an OR
+        # that joins every run with every sealed record.
+        sql = (
+            f"{select.format('e.tenant_id = :t AND')} UNION {select.format('r.tenant_id = :t AND')}"
+        )
     found = d.fetchall(
         conn,
-        "SELECT DISTINCT r.id, r.tenant_id, e.tenant_id AS chained FROM runs r "
-        f"JOIN events e ON e.run_id = r.id WHERE {where}e.chain_no IS NOT NULL "
-        "AND (r.tenant_id IS NULL OR r.tenant_id <> e.tenant_id) ORDER BY r.id LIMIT :limit",
+        f"SELECT DISTINCT id, tenant_id, chained FROM ({sql}) m ORDER BY id LIMIT :limit",
         {"t": tenant_id, "limit": limit},
     )
     return [(str(r["id"]), r["tenant_id"], str(r["chained"])) for r in found]
