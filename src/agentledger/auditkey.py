@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agentledger.errors import UsageError
 
@@ -35,16 +35,22 @@ _ID_LENGTH = 16  # hex characters of the key id
 class AuditKey:
     """A signing key for audit seals."""
 
-    secret: bytes
+    secret: bytes = field(repr=False)  # never in a log line or a captured traceback
     key_id: str
 
     def sign(self, tenant_id: str, chain_no: int, digest: str) -> str:
         """The signature of one chain link (also of a head: a head is its last link)."""
         return self._mac(["agentledger-audit-seal", tenant_id, chain_no, digest])
 
-    def verifies(self, tenant_id: str, chain_no: int, digest: str, sig: str) -> bool:
-        """Whether ``sig`` is this key's signature of the link (constant-time)."""
-        return hmac.compare_digest(self.sign(tenant_id, chain_no, digest), sig)
+    def verifies(self, tenant_id: str, chain_no: int, digest: str, sig: object) -> bool:
+        """Whether ``sig`` is this key's signature of the link (constant-time).
+
+        ``sig`` is whatever a writer of the database stored: anything but this key's
+        signature (another type, non-ASCII text) is False, never an exception."""
+        if not isinstance(sig, str):
+            return False
+        expected = self.sign(tenant_id, chain_no, digest).encode()
+        return hmac.compare_digest(expected, sig.encode("utf-8", "replace"))
 
     def sign_redaction(self, tenant_id: str, event_id: int, sealed: str, redacted: str) -> str:
         """The signature of a redaction: event ``event_id``'s data, chained by its digest
@@ -64,9 +70,9 @@ class AuditKey:
         return f"{self.key_id}:{mac}"
 
 
-def signer_of(sig: str) -> str:
-    """The key id a stored signature names."""
-    return sig.split(":", 1)[0]
+def signer_of(sig: object) -> str:
+    """The key id a stored signature names (``?`` for a value that is not text)."""
+    return sig.split(":", 1)[0] if isinstance(sig, str) else "?"
 
 
 def key_from_text(text: str) -> AuditKey:

@@ -65,6 +65,27 @@ async def _checkpoint(store_url: str, path: Path) -> dict[str, Any]:
     return dict(json.loads(got.stdout))
 
 
+async def _rewrite_stripped(store: SQLStore, tenant: str, chain: list[dict[str, Any]]) -> None:
+    """Rewrite records 2.. of ``chain`` (actor ``mallory``), re-chain them with the
+    public hash function and remove their signatures and the head's."""
+
+    def rewrite(d: Any, c: Any) -> None:
+        prev = chain[0]["hash"]
+        for row in chain[1:]:
+            digest = service_audit.record_hash(
+                prev, tenant, {**row, "actor": "mallory"}, int(row["chain_no"])
+            )
+            d.execute(
+                c, "UPDATE events SET actor = 'mallory', prev_hash = :p, hash = :h, sig = NULL "
+                "WHERE id = :id", {"p": prev, "h": digest, "id": row["id"]},
+            )  # fmt: skip
+            prev = digest
+        d.execute(c, "UPDATE audit_heads SET hash = :h, sig = NULL WHERE tenant_id = :t",
+                  {"h": prev, "t": tenant})  # fmt: skip
+
+    await store.transact(rewrite)
+
+
 async def _sealed(store: SQLStore) -> None:
     await sealer.seal_once(store)
     assert not await store.transact(service_audit.has_unsealed, write=False)
@@ -226,22 +247,7 @@ async def test_a_rewrite_with_its_signatures_stripped_is_not_blessed_by_the_next
     next seal's signature vouch for it."""
     await _runs(store, "t1", 2)
     await _sealed(store)
-    chain = await _chain(store, "t1")
-
-    def rewrite(d: Any, c: Any) -> None:
-        prev = chain[0]["hash"]
-        for row in chain[1:]:
-            digest = service_audit.record_hash(prev, "t1", {**row, "actor": "mallory"},
-                                               int(row["chain_no"]))  # fmt: skip
-            d.execute(
-                c, "UPDATE events SET actor = 'mallory', prev_hash = :p, hash = :h, sig = NULL "
-                "WHERE id = :id", {"p": prev, "h": digest, "id": row["id"]},
-            )  # fmt: skip
-            prev = digest
-        d.execute(c, "UPDATE audit_heads SET hash = :h, sig = NULL WHERE tenant_id = 't1'",
-                  {"h": prev})  # fmt: skip
-
-    await store.transact(rewrite)
+    await _rewrite_stripped(store, "t1", await _chain(store, "t1"))
     await _runs(store, "t1", 1)
     assert await sealer.seal_once(store) == 0
     bad = await run_cli("verify", "--db", store_url)

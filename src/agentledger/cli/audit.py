@@ -82,6 +82,7 @@ class _Report:
     checked: int
     broken: list[service_audit.Broken]
     missing_runs: list[tuple[str, str]]
+    moved_runs: list[tuple[str, str | None, str]]
     unsealed: int
     oldest: float | None
     heads: list[dict[str, Any]]
@@ -105,10 +106,13 @@ async def _check(
             if since is not None:
                 broken += service_audit.against_checkpoint(d, c, since, key)
             missing = service_audit.runs_without_records(d, c, tenant)
+            moved = service_audit.runs_in_other_chains(d, c, tenant)
             unsealed, oldest = service_audit.unsealed_tail(d, c, tenant)
             heads = service_audit.checkpoint(d, c, tenant)
             redacted = service_audit.redacted_count(d, c, tenant)
-            return _Report(sealed, checked, broken, missing, unsealed, oldest, heads, redacted)
+            return _Report(
+                sealed, checked, broken, missing, moved, unsealed, oldest, heads, redacted
+            )
 
         return await store.transact(read, write=False)
 
@@ -124,6 +128,12 @@ def _print_problems(report: _Report) -> None:
     for run_id, run_tenant in report.missing_runs:
         click.echo(
             f"TAMPERED: run {run_id} (tenant {run_tenant}) has no audit records (deleted)",
+            err=True,
+        )
+    for run_id, now_under, chained in report.moved_runs:
+        click.echo(
+            f"TAMPERED: run {run_id} (tenant {now_under}) has its audit records in tenant "
+            f"{chained}'s chain (moved between tenants)",
             err=True,
         )
 
@@ -142,7 +152,7 @@ async def _verify(
     report = await _check(db, tenant, seal, key, saved)
     age = max(0.0, time.time() - report.oldest) if report.oldest is not None else None
     stale = max_age is not None and age is not None and age > max_age
-    failed = bool(report.broken or report.missing_runs or stale)
+    failed = bool(report.broken or report.missing_runs or report.moved_runs or stale)
     if as_json:
         print_json(
             {
@@ -152,6 +162,10 @@ async def _verify(
                 "broken": [b.__dict__ for b in report.broken],
                 "runs_without_records": [
                     {"run_id": r, "tenant_id": t} for r, t in report.missing_runs
+                ],
+                "runs_in_other_chains": [
+                    {"run_id": r, "tenant_id": t, "chain_tenant_id": c}
+                    for r, t, c in report.moved_runs
                 ],
                 "unsealed": {"count": report.unsealed, "oldest_age_seconds": age},
                 "redacted": report.redacted,
@@ -202,7 +216,7 @@ async def _verify(
 async def _checkpoint(db: str, tenant: str | None, seal: bool) -> None:
     key = auditkey.configured()
     report = await _check(db, tenant, seal, key, None)
-    if report.broken or report.missing_runs:
+    if report.broken or report.missing_runs or report.moved_runs:
         _print_problems(report)
         click.echo("no checkpoint taken: the chain is broken (see above)", err=True)
         sys.exit(1)
@@ -226,7 +240,7 @@ async def _sign_unsigned(db: str, tenant: str | None) -> None:
     if key is None:
         raise UsageError(f"set {auditkey.ENV} to the key the sealers use, then run this again")
 
-    async def go(store: SQLStore) -> list[tuple[str, int]]:
+    async def go(store: SQLStore) -> tuple[list[tuple[str, int]], list[str]]:
         def unsigned(d: Dialect, c: Any) -> list[str]:
             where = "" if tenant is None else " AND tenant_id = :t"
             rows = d.fetchall(
@@ -235,15 +249,25 @@ async def _sign_unsigned(db: str, tenant: str | None) -> None:
             )  # fmt: skip
             return [str(r["tenant_id"]) for r in rows]
 
-        done = []
+        # One transaction per tenant: a tenant refused does not undo (nor hide) the
+        # tenants signed before it.
+        done, refused = [], []
         for t in await store.transact(unsigned, write=False):
-            n = await store.transact(lambda d, c: service_audit.sign_unsigned(d, c, t, key))
-            done.append((t, n))
-        return done
+            try:
+                n = await store.transact(lambda d, c: service_audit.sign_unsigned(d, c, t, key))
+            except UsageError as exc:
+                refused.append(str(exc))
+            else:
+                done.append((t, n))
+        return done, refused
 
-    done = await with_store(db, go)
+    done, refused = await with_store(db, go)
     for t, n in done:
         click.echo(f"tenant {t}: signed {n} records with key id {key.key_id}")
+    for why in refused:
+        click.echo(f"refused: {why}", err=True)
+    if refused:
+        sys.exit(1)
     if not done:
         click.echo("no unsigned records")
 

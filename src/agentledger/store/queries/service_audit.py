@@ -107,14 +107,17 @@ def seal(d: Dialect, conn: Any, limit: int = 5000) -> int:
     return sum(_seal_tenant(d, conn, t, by_tenant[t], key) for t in sorted(by_tenant))
 
 
-def _may_extend(tenant_id: str, head_no: int, head_sig: str | None, key: AuditKey | None) -> bool:
-    """Whether this process may chain records after a head (``head_no``, signed
-    ``head_sig``). Without a key: only an unsigned chain -- unsigned records after a
-    signed one fail ``audit verify``. With a key: an empty chain or one signed under it;
-    never an unsigned chain with records, since signing after it would vouch for
-    whatever a writer of the database left there (its signatures stripped, its records
-    rewritten): such a history is adopted only by an operator, with ``agentledger audit
-    sign-unsigned``. Refused records wait, unsealed, and ``audit verify`` reports them."""
+def _may_extend(tenant_id: str, head: dict[str, Any], key: AuditKey | None) -> bool:
+    """Whether this process may chain records after a tenant's ``head`` (its
+    ``chain_no``, ``hash`` and ``sig``). Without a key: only an unsigned chain --
+    unsigned records after a signed one fail ``audit verify``. With a key: an empty
+    chain or one whose head is signed under it (the signature checked, not only the key
+    id it names: the id is public); never an unsigned chain with records, since signing
+    after it would vouch for whatever a writer of the database left there (its
+    signatures stripped, its records rewritten): such a history is adopted only by an
+    operator, with ``agentledger audit sign-unsigned``. Refused records wait, unsealed,
+    and ``audit verify`` reports them."""
+    head_no, head_sig = int(head["chain_no"]), head["sig"]
     if key is None:
         if head_sig is None:
             return True
@@ -126,8 +129,13 @@ def _may_extend(tenant_id: str, head_no: int, head_sig: str | None, key: AuditKe
             f"has {head_no} unsigned records: after checking them, sign them with "
             "`agentledger audit sign-unsigned`"
         )
-    elif auditkey.signer_of(head_sig) == key.key_id:
+    elif key.verifies(tenant_id, head_no, str(head["hash"]), head_sig):
         return True
+    elif auditkey.signer_of(head_sig) == key.key_id:
+        why = (
+            "has a head whose signature does not match (the chain was rewritten): see "
+            "`agentledger audit verify`"
+        )
     else:
         why = (
             f"is signed under key id {auditkey.signer_of(head_sig)} but {auditkey.ENV} is "
@@ -170,11 +178,7 @@ def chain_at_insert(d: Dialect, conn: Any, records: list[dict[str, Any]]) -> Non
         f"SELECT tenant_id, chain_no, hash, sig FROM audit_heads WHERE tenant_id IN ({marks})",
         params,
     )
-    refused = {
-        r["tenant_id"]
-        for r in found
-        if not _may_extend(r["tenant_id"], int(r["chain_no"]), r["sig"], key)
-    }
+    refused = {r["tenant_id"] for r in found if not _may_extend(r["tenant_id"], r, key)}
     heads = {r["tenant_id"]: (int(r["chain_no"]), str(r["hash"])) for r in found}
     tenants = [t for t in tenants if t not in refused]
     # A tenant's first chained record starts its head (the writer holds the database:
@@ -270,7 +274,7 @@ def _seal_tenant(
         if not heads:
             return 0
     head = heads[0]
-    if not _may_extend(tenant_id, int(head["chain_no"]), head["sig"], key):
+    if not _may_extend(tenant_id, head, key):
         return 0
     chain_no, prev = int(head["chain_no"]), str(head["hash"])
     # Read again after the head's lock: a sealer holding it before us chained some.
@@ -412,67 +416,153 @@ class Broken:
 
 
 def verify_chain(
-    d: Dialect, conn: Any, tenant_id: str | None = None, key: AuditKey | None = None
+    d: Dialect,
+    conn: Any,
+    tenant_id: str | None = None,
+    key: AuditKey | None = None,
+    adopting: bool = False,
 ) -> tuple[int, list[Broken]]:
     """Recompute every tenant's chain; return (records checked, the first break of each
     tenant whose chain is broken).
 
-    With ``key``, every record must be signed under it (records sealed before the key
-    was configured are signed once by ``agentledger audit sign-unsigned``). Raises
-    :class:`UsageError` when the chains are signed, but under another key only."""
-    heads = d.fetchall(
-        conn, "SELECT tenant_id, chain_no, hash, sig FROM audit_heads ORDER BY tenant_id"
-    )
+    Every tenant with sealed records is checked, with or without a head: a writer of
+    the database deleting a tenant's head row must not take its records out of the
+    check. With ``key``, every record must be signed under it (records sealed before the
+    key was configured are signed once by ``agentledger audit sign-unsigned``; with
+    ``adopting``, the check it makes, unsigned records are accepted before the first
+    signed one only). Raises :class:`UsageError` when the chains are signed, but under
+    another key only."""
+    heads = {
+        h["tenant_id"]: h
+        for h in d.fetchall(
+            conn, "SELECT tenant_id, chain_no, hash, sig FROM audit_heads ORDER BY tenant_id"
+        )
+        if tenant_id is None or h["tenant_id"] == tenant_id
+    }
     if key is not None:
-        _check_key(key, [h for h in heads if tenant_id is None or h["tenant_id"] == tenant_id])
+        _check_key(key, list(heads.values()))
+    where = "" if tenant_id is None else " AND tenant_id = :t"
+    chained = {
+        str(r["tenant_id"])
+        for r in d.fetchall(
+            conn,
+            "SELECT DISTINCT tenant_id FROM events WHERE chain_no IS NOT NULL "
+            f"AND tenant_id IS NOT NULL{where}",
+            {"t": tenant_id},
+        )
+    }
     checked = 0
     broken: list[Broken] = []
-    for head in heads:
-        t = head["tenant_id"]
-        if tenant_id is not None and t != tenant_id:
-            continue
-        rows = d.fetchall(
-            conn,
-            "SELECT id, run_id, seq, type, actor, at, data, data_digest, redaction_sig, "
-            "chain_no, prev_hash, hash, sig FROM events WHERE tenant_id = :t "
-            "AND chain_no IS NOT NULL ORDER BY chain_no",
-            {"t": t},
-        )
-        head_no, head_hash = int(head["chain_no"]), str(head["hash"])
-        prev, expected_no, at_head = GENESIS, 1, GENESIS
-        problem = None
-        for row in rows:
-            checked += 1
-            no = int(row["chain_no"])
-            if no != expected_no:
-                problem = Broken(
-                    t, expected_no, None, None, None, f"record {expected_no} is missing"
-                )
-                break
-            if row["prev_hash"] != prev or not _matches(prev, t, row, no):
-                problem = Broken(
-                    t, no, int(row["id"]), row["run_id"], row["seq"],
-                    "record does not match its hash (edited)" if row["prev_hash"] == prev
-                    else "record's previous hash does not match (reordered or edited)",
-                )  # fmt: skip
-                break
-            if key is not None:
-                problem = _bad_signature(key, t, row) or _bad_redaction(key, t, row)
-                if problem is not None:
-                    break
-            prev, expected_no = row["hash"], no + 1
-            if no == head_no:
-                at_head = prev
-        if problem is None and not _ends_at_head(d, conn, t, expected_no - 1, prev,
-                                                 head_no, head_hash, at_head):  # fmt: skip
-            problem = Broken(
-                t, expected_no, None, None, None,
-                f"the chain ends at {expected_no - 1} but its head says {head['chain_no']} "
-                "(records deleted)",
-            )  # fmt: skip
+    for t in sorted(heads.keys() | chained):
+        # A tenant first sealed after the heads were read has one now.
+        head = heads.get(t) or _head(d, conn, t)
+        n, problem = _verify_tenant(d, conn, t, head, key, adopting)
+        checked += n
         if problem is not None:
             broken.append(problem)
     return checked, broken
+
+
+def _head(d: Dialect, conn: Any, tenant_id: str) -> dict[str, Any] | None:
+    found = d.fetchall(
+        conn, "SELECT tenant_id, chain_no, hash, sig FROM audit_heads WHERE tenant_id = :t",
+        {"t": tenant_id},
+    )  # fmt: skip
+    return found[0] if found else None
+
+
+def _verify_tenant(
+    d: Dialect,
+    conn: Any,
+    t: str,
+    head: dict[str, Any] | None,
+    key: AuditKey | None,
+    adopting: bool,
+) -> tuple[int, Broken | None]:
+    """(records checked, the first break) of one tenant's chain against its ``head``
+    (None: its head row is gone)."""
+    rows = d.fetchall(
+        conn,
+        "SELECT id, run_id, seq, type, actor, at, data, data_digest, redaction_sig, "
+        "chain_no, prev_hash, hash, sig FROM events WHERE tenant_id = :t "
+        "AND chain_no IS NOT NULL ORDER BY chain_no",
+        {"t": t},
+    )
+    head_no = int(head["chain_no"]) if head is not None else -1
+    prev, expected_no, at_head = GENESIS, 1, GENESIS
+    signed_at: int | None = None  # the first signed record's position
+    checked = 0
+    for row in rows:
+        checked += 1
+        try:
+            problem = _check_record(key, t, row, prev, expected_no, signed_at, adopting)
+        except (TypeError, ValueError) as exc:
+            # Values of a type the column does not hold (SQLite stores what it is given).
+            problem = Broken(t, expected_no, _int_or_none(row["id"]), row["run_id"], None,
+                             f"record's stored values are not of their types ({exc})")  # fmt: skip
+        if problem is not None:
+            return checked, problem
+        if signed_at is None and row["sig"] is not None:
+            signed_at = expected_no
+        prev = row["hash"]
+        if expected_no == head_no:
+            at_head = prev
+        expected_no += 1
+    last = expected_no - 1
+    if head is None:
+        return checked, Broken(
+            t, last, None, None, None,
+            f"the tenant's {last} records have no head (its audit_heads row was deleted)",
+        )  # fmt: skip
+    if not _ends_at_head(d, conn, t, last, prev, head_no, str(head["hash"]), at_head):
+        return checked, Broken(
+            t, expected_no, None, None, None,
+            f"the chain ends at {last} but its head says {head_no} (records deleted)",
+        )  # fmt: skip
+    # Sealers check the head's signature before extending the chain (``_may_extend``):
+    # a head whose signature was replaced stops them, and its records would wait
+    # unexplained.
+    head_sig = head["sig"]
+    if (
+        key is not None
+        and head_no > 0
+        and not (adopting and head_sig is None)
+        and not key.verifies(t, head_no, str(head["hash"]), head_sig)
+    ):
+        return checked, Broken(
+            t, head_no, None, None, None,
+            "the head's signature does not match its record (the head was rewritten); "
+            "sealers do not extend this chain",
+        )  # fmt: skip
+    return checked, None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _check_record(
+    key: AuditKey | None,
+    t: str,
+    row: dict[str, Any],
+    prev: str,
+    expected_no: int,
+    signed_at: int | None,
+    adopting: bool,
+) -> Broken | None:
+    """Why ``row``, expected at ``expected_no`` after ``prev``, breaks the chain, or None."""
+    no = int(row["chain_no"])
+    if no != expected_no:
+        return Broken(t, expected_no, None, None, None, f"record {expected_no} is missing")
+    if row["prev_hash"] != prev or not _matches(prev, t, row, no):
+        return Broken(
+            t, no, int(row["id"]), row["run_id"], row["seq"],
+            "record does not match its hash (edited)" if row["prev_hash"] == prev
+            else "record's previous hash does not match (reordered or edited)",
+        )  # fmt: skip
+    if key is None:
+        return None
+    return _bad_signature(key, t, row, signed_at, adopting) or _bad_redaction(key, t, row)
 
 
 def _check_key(key: AuditKey, heads: list[dict[str, Any]]) -> None:
@@ -487,21 +577,32 @@ def _check_key(key: AuditKey, heads: list[dict[str, Any]]) -> None:
         )
 
 
-def _bad_signature(key: AuditKey, tenant_id: str, row: dict[str, Any]) -> Broken | None:
-    """Why ``row``'s signature fails under ``key``, or None when it holds."""
-    if row["sig"] is None:
-        return Broken(
-            tenant_id, int(row["chain_no"]), int(row["id"]), row["run_id"], row["seq"],
-            f"record is not signed (sealed by a process without {auditkey.ENV} -- sign such "
-            "records with `agentledger audit sign-unsigned` -- or its signature was removed)",
-        )  # fmt: skip
-    signer = auditkey.signer_of(row["sig"])
-    if signer != key.key_id:
+def _bad_signature(
+    key: AuditKey, tenant_id: str, row: dict[str, Any], signed_at: int | None, adopting: bool
+) -> Broken | None:
+    """Why ``row``'s signature fails under ``key``, or None when it holds. ``signed_at``:
+    the first signed record before it. An unsigned record after a signed one was not
+    sealed before the key was configured (a sealer with no key never extends a signed
+    chain): its signature was removed, and it is never adopted."""
+    sig = row["sig"]
+    if sig is None and signed_at is not None:
         reason = (
-            f"record is signed under another key (key id {signer}; {auditkey.ENV} is key "
-            f"id {key.key_id})"
+            f"record is not signed, but record {signed_at} before it is: its signature "
+            "was removed (rewritten?), and it cannot be adopted"
         )
-    elif not key.verifies(tenant_id, int(row["chain_no"]), row["hash"], row["sig"]):
+    elif sig is None:
+        if adopting:
+            return None
+        reason = (
+            f"record is not signed (sealed by a process without {auditkey.ENV} -- sign such "
+            "records with `agentledger audit sign-unsigned` -- or its signature was removed)"
+        )
+    elif auditkey.signer_of(sig) != key.key_id:
+        reason = (
+            f"record is signed under another key (key id {auditkey.signer_of(sig)}; "
+            f"{auditkey.ENV} is key id {key.key_id})"
+        )
+    elif not key.verifies(tenant_id, int(row["chain_no"]), row["hash"], sig):
         reason = (
             "record's signature does not match (rewritten and re-chained with the public "
             "hash function)"
@@ -546,15 +647,18 @@ def redacted_count(d: Dialect, conn: Any, tenant_id: str | None = None) -> int:
 def sign_unsigned(d: Dialect, conn: Any, tenant_id: str, key: AuditKey) -> int:
     """Sign the tenant's sealed, unsigned records under ``key`` once their chain is
     verified: an operator's adoption of a history sealed before the key was configured
-    (it vouches for the records as they are now). Refused, raising :class:`UsageError`,
-    when the chain is broken or the head is being sealed; returns how many were signed."""
+    (it vouches for the records as they are now). Only unsigned records before the first
+    signed one are such a history, and the signed ones must verify under ``key``: an
+    unsigned record after a signed one had its signature removed. Refused, raising
+    :class:`UsageError`, when the chain is broken or the head is being sealed; returns
+    how many were signed."""
     head = d.fetchall(
         conn, f"SELECT chain_no FROM audit_heads WHERE tenant_id = :t{d.skip_locked}",
         {"t": tenant_id},
     )  # fmt: skip
     if not head:
         raise UsageError(f"tenant {tenant_id} has no audit chain, or it is being sealed: retry")
-    _, broken = verify_chain(d, conn, tenant_id)
+    _, broken = verify_chain(d, conn, tenant_id, key, adopting=True)
     if broken:
         raise UsageError(
             f"tenant {tenant_id}: record {broken[0].chain_no}: {broken[0].reason}; nothing "
@@ -595,6 +699,35 @@ def runs_without_records(
         {"t": tenant_id, "limit": limit},
     )
     return [(str(r["id"]), str(r["tenant_id"])) for r in found]
+
+
+def runs_in_other_chains(
+    d: Dialect, conn: Any, tenant_id: str | None = None, limit: int = 100
+) -> list[tuple[str, str | None, str]]:
+    """Runs (id, tenant, the tenant whose chain holds its records) whose sealed records
+    are in another tenant's chain, up to ``limit`` (of ``tenant_id``: as the run's
+    tenant or the chain's). A run's records are sealed into its tenant's chain and no
+    run changes tenant, so such a run was moved -- into the reach of another tenant's
+    users -- and every chain is still intact."""
+    select = (
+        "SELECT r.id, r.tenant_id, e.tenant_id AS chained FROM runs r JOIN events e "
+        "ON e.run_id = r.id WHERE {} e.chain_no IS NOT NULL "
+        "AND (r.tenant_id IS NULL OR r.tenant_id <> e.tenant_id)"
+    )
+    if tenant_id is None:
+        sql = select.format("")
+    else:
+        # Each side by its own index (the tenant's chain; the tenant's runs), not an OR
+        # that joins every run with every sealed record.
+        sql = (
+            f"{select.format('e.tenant_id = :t AND')} UNION {select.format('r.tenant_id = :t AND')}"
+        )
+    found = d.fetchall(
+        conn,
+        f"SELECT DISTINCT id, tenant_id, chained FROM ({sql}) m ORDER BY id LIMIT :limit",
+        {"t": tenant_id, "limit": limit},
+    )
+    return [(str(r["id"]), r["tenant_id"], str(r["chained"])) for r in found]
 
 
 CHECKPOINT_FORMAT = "agentledger-audit-checkpoint/1"
