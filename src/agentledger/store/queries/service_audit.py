@@ -59,7 +59,10 @@ def data_digest(data: str | None) -> str | None:
 
 
 def text_digest(data: str) -> str:
-    """The SHA-256 of stored data, in hex."""
+    """The SHA-256 of stored data, in hex. Raises :class:`TypeError` for a value that is
+    not text (SQLite stores what a writer gives it: verify names such a record)."""
+    if not isinstance(data, str):
+        raise TypeError(f"data is {type(data).__name__}, not text")
     return hashlib.sha256(data.encode()).hexdigest()
 
 
