@@ -32,6 +32,12 @@ INTERNAL = [
     "http://224.0.0.1/hook",
     "https://[fe80::1]/hook",
     "http://[fd00::1]/hook",
+    # IPv6 forms that carry an IPv4 address a relay forwards to: judged by that address.
+    "http://[2002:7f00:1::]/hook",  # 6to4 of 127.0.0.1
+    "http://[2002:a9fe:a9fe::1]/latest/meta-data/",  # 6to4 of 169.254.169.254
+    "http://[2002:a00:1::]/hook",  # 6to4 of 10.0.0.1
+    "http://[64:ff9b::a00:1]/hook",  # NAT64 of 10.0.0.1
+    "http://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/hook",  # Teredo, client 10.0.0.1
 ]
 FAST = {"workers_inline": 1, "audit_seal_every": 0.05, "webhook_poll": 0.05,
         "webhook_backoff": 0.05}  # fmt: skip
@@ -82,6 +88,8 @@ async def test_internal_targets_are_refused_at_submit(store_url: str) -> None:
         # Nothing was accepted; a public address literal is (nothing is sent at submit).
         assert (await api.client.get("/v1/runs", headers=h)).json()["runs"] == []
         assert (await _submit(api, h, "http://93.184.216.34/hook")).status_code == 202
+        # ...and so is the 6to4 form of a public address.
+        assert (await _submit(api, h, "http://[2002:5db8:d822::1]/hook")).status_code == 202
 
 
 async def test_an_allowed_host_is_accepted_and_delivered_to(

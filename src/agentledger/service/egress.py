@@ -77,6 +77,14 @@ def _address(text: str) -> Address | None:
 
 def _inside(ip: Address) -> str | None:
     """Why ``ip`` is inside the network (None: globally routable)."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        # 6to4 (2002::/16) and Teredo (its client part) carry an IPv4 address that a
+        # relay forwards to: 2002:7f00:1:: is 127.0.0.1 at the relay. Judge that too.
+        embedded = [ip.sixtofour, ip.teredo[1] if ip.teredo else None]
+        for v4 in (a for a in embedded if a is not None):
+            why = _inside(v4)
+            if why is not None:
+                return f"{why} ({v4} embedded)"
     for kind in ("loopback", "link_local", "multicast", "unspecified", "private", "reserved"):
         if getattr(ip, f"is_{kind}"):
             return kind.replace("_", "-")
