@@ -86,6 +86,18 @@ def test_serve_refuses_one_port_for_the_api_and_keyless_metrics(
     assert not db.exists()
 
 
+def test_serve_refuses_a_webhook_allow_item_that_names_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTLEDGER_KEY_PEPPER", "p" * 32)
+    db = tmp_path / "never.db"
+    result = run_cli("serve", "--app", APP, "--db", f"sqlite:///{db}", "--port", "0",
+                     "--webhook-allow-host", "*.internal")  # fmt: skip
+    line = one_line_error(result)
+    assert "'*.internal'" in line and "--webhook-allow-host" in line, line
+    assert not db.exists()
+
+
 # 10. a wrong --app ----------------------------------------------------------------------
 
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from agentledger.errors import UsageError
+from agentledger.service.egress import Egress
 from agentledger.store.queries import service_webhooks
 from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import Api, in_process, settings_for, until
@@ -162,3 +164,24 @@ async def test_a_name_rebound_inside_after_submit_is_refused_at_delivery(
         rows = await _dead(api)
         assert "127.0.0.1 is loopback" in rows[0]["last_error"], rows[0]
         assert posts.hosts == []
+
+
+@pytest.mark.parametrize(
+    "item",
+    ["10.0.0.7/8", "10.0.0.0/33", "hooks.internal/8", "*.internal", "a,b", "http://h.internal"],
+)
+def test_an_allow_list_item_that_names_nothing_is_refused(
+    item: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An item that is neither a host name nor an address or network (a wildcard, a mask
+    on a name, a network with host bits that would silently widen it) would be kept as
+    a name no URL ever matches, or as a wider network than written: refused instead."""
+    with pytest.raises(UsageError, match="webhook-allow-host"):
+        Egress.from_env((item,))
+    if "," not in item:  # the variable's separator: there "a,b" is two names
+        monkeypatch.setenv("AGENTLEDGER_WEBHOOK_ALLOW_HOSTS", f"hooks.internal {item}")
+        with pytest.raises(UsageError, match="AGENTLEDGER_WEBHOOK_ALLOW_HOSTS"):
+            Egress.from_env()
+        monkeypatch.delenv("AGENTLEDGER_WEBHOOK_ALLOW_HOSTS")
+    # Exact names, addresses and networks as written are taken.
+    Egress.from_env(("hooks.internal", "HOOKS-2.internal.", "10.0.0.7", "10.2.0.0/16", "[::1]"))
