@@ -4,6 +4,7 @@ resolved address pinned for the connection; an operator allows hosts by configur
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,11 +51,14 @@ class Posts:
 
     def __init__(self) -> None:
         self.hosts: list[str] = []
+        self.targets: list[str] = []
         self.lock = threading.Lock()
 
 
-@pytest.fixture
-def receiver() -> Iterator[tuple[Posts, int]]:
+@contextlib.contextmanager
+def _receiving(location: str | None = None) -> Iterator[tuple[Posts, int]]:
+    """A loopback receiver recording each POST's Host (and, for a proxy, its target);
+    it answers 200, or 307 to ``location``."""
     posts = Posts()
 
     class Handler(QuietHandler):
@@ -62,12 +66,21 @@ def receiver() -> Iterator[tuple[Posts, int]]:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with posts.lock:
                 posts.hosts.append(self.headers.get("Host", ""))
-            self.send_response(200)
+                posts.targets.append(self.path)
+            self.send_response(200 if location is None else 307)
+            if location is not None:
+                self.send_header("Location", location)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
     with serving(Handler) as url:
         yield posts, int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Posts, int]]:
+    with _receiving() as got:
+        yield got
 
 
 async def _submit(api: Api, headers: dict[str, str], webhook: str | None, **inp: Any) -> Any:
@@ -111,6 +124,52 @@ async def test_an_allowed_host_is_accepted_and_delivered_to(
 
         await until(delivered, 30)
         assert posts.hosts == [f"localhost:{port}"]
+
+
+async def test_a_redirect_to_an_inside_target_is_not_followed(tmp_path: Path) -> None:
+    """An allowed receiver answers 307 to loopback: the delivery fails (and is retried
+    to the same receiver), nothing is posted where the redirect points."""
+    db = f"sqlite:///{tmp_path / 'redirect.db'}"
+    # (the second receiver's Location names the first's port: entered in order)
+    with (
+        _receiving() as (inside, inside_port),
+        _receiving(f"http://127.0.0.1:{inside_port}/hook") as (front, port),
+    ):
+        settings = settings_for(db, webhook_allow_hosts=("localhost",), **FAST)
+        async with in_process(settings) as api:
+            h = await api.key()
+            assert (await _submit(api, h, f"http://localhost:{port}/hook")).status_code == 202
+
+            async def answered_307_twice() -> bool:
+                rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+                return any(r["attempts"] >= 2 and r["last_error"] == "HTTP 307" for r in rows)
+
+            await until(answered_307_twice, 30)
+    assert len(front.hosts) >= 2 and inside.hosts == []
+
+
+async def test_deliveries_do_not_go_through_a_proxy_from_the_environment(
+    tmp_path: Path, receiver: tuple[Posts, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy would make the connection the check did not look at (and over HTTPS it
+    cannot carry the pinned server name): deliveries connect directly."""
+    posts, port = receiver
+    with _receiving() as (proxy, proxy_port):
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+            monkeypatch.setenv(name, f"http://127.0.0.1:{proxy_port}")
+        db = f"sqlite:///{tmp_path / 'proxy.db'}"
+        settings = settings_for(db, webhook_allow_hosts=("localhost",), **FAST)
+        async with in_process(settings) as api:
+            h = await api.key()
+            assert (await _submit(api, h, f"http://localhost:{port}/hook")).status_code == 202
+
+            async def delivered() -> bool:
+                return bool(posts.hosts)
+
+            await until(delivered, 30)
+    assert posts.hosts == [f"localhost:{port}"] and proxy.hosts == []
 
 
 async def _dead(api: Api) -> list[dict[str, Any]]:
