@@ -45,8 +45,9 @@ def busy_port() -> Iterator[int]:
         (("sandbox",), "--port"),
         (("serve", "--app", APP), "--port"),
         (("worker", "--app", APP, "--burst", "--metrics-host", "127.0.0.1"), "--metrics-port"),
+        (("serve", "--app", APP, "--port", "0"), "--metrics-port"),
     ],
-    ids=["sandbox", "serve", "worker"],
+    ids=["sandbox", "serve", "worker", "serve-metrics"],
 )
 def test_a_busy_port_is_one_line_before_anything_starts(
     tmp_path: Path,
@@ -65,6 +66,35 @@ def test_a_busy_port_is_one_line_before_anything_starts(
         f"pick another with {option}"
     )
     assert "startup complete" not in result.stdout + result.stderr
+    assert not db.exists()
+
+
+def test_serve_refuses_one_port_for_the_api_and_keyless_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTLEDGER_KEY_PEPPER", "p" * 32)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    db = tmp_path / "never.db"
+    result = run_cli("serve", "--app", APP, "--db", f"sqlite:///{db}", "--port", port,
+                     "--metrics-port", port)  # fmt: skip
+    assert one_line_error(result) == (
+        f"error: --metrics-port {port} is the API's --port; give the keyless /metrics a "
+        "port of its own"
+    )
+    assert not db.exists()
+
+
+def test_serve_refuses_a_webhook_allow_item_that_names_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTLEDGER_KEY_PEPPER", "p" * 32)
+    db = tmp_path / "never.db"
+    result = run_cli("serve", "--app", APP, "--db", f"sqlite:///{db}", "--port", "0",
+                     "--webhook-allow-host", "*.internal")  # fmt: skip
+    line = one_line_error(result)
+    assert "'*.internal'" in line and "--webhook-allow-host" in line, line
     assert not db.exists()
 
 

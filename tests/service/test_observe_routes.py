@@ -62,3 +62,17 @@ async def test_stats_count_the_callers_tenant_only(api: Api) -> None:
     assert (await stats(ops, "?tenant=b"))["runs"] == 2
     # Deployment keys read; they do not act for a tenant's admin.
     assert (await api.client.get("/v1/audit", headers=ops)).status_code == 403
+
+
+async def test_a_deployment_key_reads_figures_and_starts_nothing(api: Api) -> None:
+    """The deployment role is a monitoring credential (a Prometheus scrape config holds
+    it): it reads deployment-wide figures, but is no writer in its own tenant."""
+    ops = await api.key("ops", "prom", ("deployment",))
+    reply = await api.client.post("/v1/runs", json={"agent": "free", "input": {}}, headers=ops)
+    assert reply.status_code == 403, reply.text
+    assert "deployment" in reply.json()["detail"]
+    assert (await api.client.get("/v1/stats", headers=ops)).json()["runs"] == 0
+    # With a writing role beside it, the same key starts runs as that role allows.
+    both = await api.key("ops", "prom", ("deployment", "operator"))
+    reply = await api.client.post("/v1/runs", json={"agent": "free", "input": {}}, headers=both)
+    assert reply.status_code == 202, reply.text

@@ -110,3 +110,36 @@ def test_connections_past_the_cap_are_closed_at_once(tmp_path: Path) -> None:
         assert _trickle_until_closed([extra], b"", b"") == [b""]
         for s in held:
             s.close()
+
+
+def test_a_head_past_its_size_bound_is_answered_431_and_closed(tmp_path: Path) -> None:
+    """A head sent fast but without end is cut off by its size, not left to grow in
+    memory until the head timeout; requests sent whole, a body of nearly the body limit
+    and a run of pipelined heads in one packet, are answered as before."""
+    bounds = ClientBounds(header_timeout=600, max_head_bytes=16 * 1024)  # only size ends it
+    settings = settings_for(f"sqlite:///{tmp_path / 'head.db'}", client_bounds=bounds)
+    with served(settings) as srv:
+        host, port = srv.base_url.rsplit("/", 1)[1].split(":")
+        sock = socket.create_connection((host, int(port)), timeout=OUTER)
+        with contextlib.suppress(OSError):  # the server may close while we still send
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: api\r\nX-Big: " + b"a" * (1 << 20))
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+
+        pipelined = _connect(srv.base_url)
+        pipelined.setblocking(True)
+        pipelined.sendall(b"GET /healthz HTTP/1.1\r\nHost: api\r\n\r\n" * 2000)
+        seen = b""
+        while seen.count(b"HTTP/1.1 200 ") < 2000:
+            assert select.select([pipelined], [], [], OUTER)[0]
+            chunk = pipelined.recv(1 << 20)
+            assert chunk, seen.count(b"HTTP/1.1 200 ")
+            seen += chunk
+        pipelined.close()
+        with httpx.Client(base_url=srv.base_url) as client:
+            big = {"agent": "free", "input": {"text": "x" * (900 * 1024)}}
+            assert client.post("/v1/runs", json=big).status_code == 401  # read whole, no key

@@ -4,6 +4,7 @@ resolved address pinned for the connection; an operator allows hosts by configur
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from agentledger.errors import UsageError
+from agentledger.service.egress import Egress
 from agentledger.store.queries import service_webhooks
 from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import Api, in_process, settings_for, until
@@ -32,6 +35,12 @@ INTERNAL = [
     "http://224.0.0.1/hook",
     "https://[fe80::1]/hook",
     "http://[fd00::1]/hook",
+    # IPv6 forms that carry an IPv4 address a relay forwards to: judged by that address.
+    "http://[2002:7f00:1::]/hook",  # 6to4 of 127.0.0.1
+    "http://[2002:a9fe:a9fe::1]/latest/meta-data/",  # 6to4 of 169.254.169.254
+    "http://[2002:a00:1::]/hook",  # 6to4 of 10.0.0.1
+    "http://[64:ff9b::a00:1]/hook",  # NAT64 of 10.0.0.1
+    "http://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/hook",  # Teredo, client 10.0.0.1
 ]
 FAST = {"workers_inline": 1, "audit_seal_every": 0.05, "webhook_poll": 0.05,
         "webhook_backoff": 0.05}  # fmt: skip
@@ -42,11 +51,14 @@ class Posts:
 
     def __init__(self) -> None:
         self.hosts: list[str] = []
+        self.targets: list[str] = []
         self.lock = threading.Lock()
 
 
-@pytest.fixture
-def receiver() -> Iterator[tuple[Posts, int]]:
+@contextlib.contextmanager
+def _receiving(location: str | None = None) -> Iterator[tuple[Posts, int]]:
+    """A loopback receiver recording each POST's Host (and, for a proxy, its target);
+    it answers 200, or 307 to ``location``."""
     posts = Posts()
 
     class Handler(QuietHandler):
@@ -54,12 +66,21 @@ def receiver() -> Iterator[tuple[Posts, int]]:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with posts.lock:
                 posts.hosts.append(self.headers.get("Host", ""))
-            self.send_response(200)
+                posts.targets.append(self.path)
+            self.send_response(200 if location is None else 307)
+            if location is not None:
+                self.send_header("Location", location)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
     with serving(Handler) as url:
         yield posts, int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Posts, int]]:
+    with _receiving() as got:
+        yield got
 
 
 async def _submit(api: Api, headers: dict[str, str], webhook: str | None, **inp: Any) -> Any:
@@ -82,6 +103,8 @@ async def test_internal_targets_are_refused_at_submit(store_url: str) -> None:
         # Nothing was accepted; a public address literal is (nothing is sent at submit).
         assert (await api.client.get("/v1/runs", headers=h)).json()["runs"] == []
         assert (await _submit(api, h, "http://93.184.216.34/hook")).status_code == 202
+        # ...and so is the 6to4 form of a public address.
+        assert (await _submit(api, h, "http://[2002:5db8:d822::1]/hook")).status_code == 202
 
 
 async def test_an_allowed_host_is_accepted_and_delivered_to(
@@ -101,6 +124,52 @@ async def test_an_allowed_host_is_accepted_and_delivered_to(
 
         await until(delivered, 30)
         assert posts.hosts == [f"localhost:{port}"]
+
+
+async def test_a_redirect_to_an_inside_target_is_not_followed(tmp_path: Path) -> None:
+    """An allowed receiver answers 307 to loopback: the delivery fails (and is retried
+    to the same receiver), nothing is posted where the redirect points."""
+    db = f"sqlite:///{tmp_path / 'redirect.db'}"
+    # (the second receiver's Location names the first's port: entered in order)
+    with (
+        _receiving() as (inside, inside_port),
+        _receiving(f"http://127.0.0.1:{inside_port}/hook") as (front, port),
+    ):
+        settings = settings_for(db, webhook_allow_hosts=("localhost",), **FAST)
+        async with in_process(settings) as api:
+            h = await api.key()
+            assert (await _submit(api, h, f"http://localhost:{port}/hook")).status_code == 202
+
+            async def answered_307_twice() -> bool:
+                rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+                return any(r["attempts"] >= 2 and r["last_error"] == "HTTP 307" for r in rows)
+
+            await until(answered_307_twice, 30)
+    assert len(front.hosts) >= 2 and inside.hosts == []
+
+
+async def test_deliveries_do_not_go_through_a_proxy_from_the_environment(
+    tmp_path: Path, receiver: tuple[Posts, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy would make the connection the check did not look at (and over HTTPS it
+    cannot carry the pinned server name): deliveries connect directly."""
+    posts, port = receiver
+    with _receiving() as (proxy, proxy_port):
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+            monkeypatch.setenv(name, f"http://127.0.0.1:{proxy_port}")
+        db = f"sqlite:///{tmp_path / 'proxy.db'}"
+        settings = settings_for(db, webhook_allow_hosts=("localhost",), **FAST)
+        async with in_process(settings) as api:
+            h = await api.key()
+            assert (await _submit(api, h, f"http://localhost:{port}/hook")).status_code == 202
+
+            async def delivered() -> bool:
+                return bool(posts.hosts)
+
+            await until(delivered, 30)
+    assert posts.hosts == [f"localhost:{port}"] and proxy.hosts == []
 
 
 async def _dead(api: Api) -> list[dict[str, Any]]:
@@ -154,3 +223,24 @@ async def test_a_name_rebound_inside_after_submit_is_refused_at_delivery(
         rows = await _dead(api)
         assert "127.0.0.1 is loopback" in rows[0]["last_error"], rows[0]
         assert posts.hosts == []
+
+
+@pytest.mark.parametrize(
+    "item",
+    ["10.0.0.7/8", "10.0.0.0/33", "hooks.internal/8", "*.internal", "a,b", "http://h.internal"],
+)
+def test_an_allow_list_item_that_names_nothing_is_refused(
+    item: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An item that is neither a host name nor an address or network (a wildcard, a mask
+    on a name, a network with host bits that would silently widen it) would be kept as
+    a name no URL ever matches, or as a wider network than written: refused instead."""
+    with pytest.raises(UsageError, match="webhook-allow-host"):
+        Egress.from_env((item,))
+    if "," not in item:  # the variable's separator: there "a,b" is two names
+        monkeypatch.setenv("AGENTLEDGER_WEBHOOK_ALLOW_HOSTS", f"hooks.internal {item}")
+        with pytest.raises(UsageError, match="AGENTLEDGER_WEBHOOK_ALLOW_HOSTS"):
+            Egress.from_env()
+        monkeypatch.delenv("AGENTLEDGER_WEBHOOK_ALLOW_HOSTS")
+    # Exact names, addresses and networks as written are taken.
+    Egress.from_env(("hooks.internal", "HOOKS-2.internal.", "10.0.0.7", "10.2.0.0/16", "[::1]"))

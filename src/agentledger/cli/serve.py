@@ -7,6 +7,7 @@ import click
 from agentledger import heap
 from agentledger.app import load_app
 from agentledger.cli.common import check_port_free, db_option
+from agentledger.errors import UsageError
 
 
 @click.command("serve")
@@ -104,6 +105,14 @@ def serve(
     # Before the app loads or the database opens: a busy port is one line, not uvicorn's
     # "startup complete" followed by an error.
     check_port_free(host, port)
+    if metrics_port is not None:
+        if metrics_port == port != 0:
+            raise UsageError(
+                f"--metrics-port {port} is the API's --port; give the keyless /metrics a "
+                "port of its own"
+            )
+        # The keyless /metrics listens on loopback (observe/metrics.py: start_metrics).
+        check_port_free("127.0.0.1", metrics_port, "--metrics-port")
     import uvicorn
 
     from agentledger.service import ServiceSettings, create_app

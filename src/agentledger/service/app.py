@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = None) -> FastAPI:
     """The service over ``settings.db_url`` (or an already open ``store``, which the
     caller then owns), serving the agents and workflows ``agent_app`` declares."""
+    # Webhook targets: checked at submit (routers/runs.py) and at delivery (webhooks.py).
+    # Built first: a malformed allow-list stops `serve` in one line, before any warning.
+    egress = Egress.from_env(settings.webhook_allow_hosts, settings.webhook_hosts)
     sealer.key_at_start()  # an unusable AGENTLEDGER_AUDIT_KEY stops `serve` before it listens
     own_store = store is None
     the_store: Store = store if store is not None else open_store(settings.db_url)
@@ -99,8 +102,7 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
     api.state.agent_app = agent_app
     api.state.keys = KeyCache(settings.key_cache_seconds)
     api.state.in_flight = InFlight()
-    # Webhook targets: checked at submit (routers/runs.py) and at delivery (webhooks.py).
-    api.state.egress = Egress.from_env(settings.webhook_allow_hosts, settings.webhook_hosts)
+    api.state.egress = egress
     problems.install(api)  # error documents, request ids, the body limit
 
     for module in (health, runs, events, approvals, audit, observe):

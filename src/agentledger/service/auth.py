@@ -29,6 +29,9 @@ VIEWER, OPERATOR, APPROVER, ADMIN = "viewer", "operator", "approver", "admin"
 # the database and the pepper) can give it.
 DEPLOYMENT = "deployment"
 BUILTIN_ROLES = (VIEWER, OPERATOR, APPROVER, ADMIN, DEPLOYMENT)
+# Roles that only read: a key holding no other cannot start or cancel runs. The
+# deployment role is a monitoring credential (a scrape config holds it), not a writer.
+READ_ONLY_ROLES = frozenset({VIEWER, DEPLOYMENT})
 _KEY = re.compile(r"^al_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")
 _ROLE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
@@ -48,6 +51,10 @@ class Principal:
         if self.roles.intersection(roles):
             return True
         return ADMIN in self.roles and any(r != DEPLOYMENT for r in roles)
+
+    def writes(self) -> bool:
+        """True when the principal holds a role beyond the read-only ones."""
+        return bool(self.roles - READ_ONLY_ROLES)
 
     def as_dict(self) -> dict[str, Any]:
         """What a run records about the principal that started it."""

@@ -54,6 +54,7 @@ class Unresolved(Exception):
     """The host name did not resolve (a transient failure at delivery)."""
 
 
+_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9_][a-z0-9_-]{0,62}(\.[a-z0-9_][a-z0-9_-]{0,62})*$")
 _NUMERIC = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}$", re.IGNORECASE)
 
 
@@ -75,8 +76,44 @@ def _address(text: str) -> Address | None:
     return ip
 
 
+def _allow_item(item: str, source: str) -> str | Network | None:
+    """One allow-list entry: a host name (lowercase, no trailing dot), an address or
+    network, or None for a blank. Anything else would be kept as a name no URL ever
+    matches (a wildcard, a mask on a name) or as a network wider than written (host bits
+    under the mask), so it is refused: :class:`UsageError` naming ``source``."""
+    item = item.strip().lower()
+    if not item:
+        return None
+    bare = item.strip("[]")
+    try:
+        return ipaddress.ip_network(bare)
+    except ValueError:
+        pass
+    try:
+        wide = ipaddress.ip_network(bare, strict=False)
+    except ValueError:
+        if _NAME.match(item.rstrip(".")):
+            return item.rstrip(".")
+        raise UsageError(
+            f"{source}: {item!r} is not a host name, address or network; give e.g. "
+            "hooks.internal, 10.0.0.7 or 10.2.0.0/16 (names match exactly, no wildcards)"
+        ) from None
+    raise UsageError(
+        f"{source}: {item!r} has bits set past its mask; give the network {wide} or the "
+        f"address {bare.split('/')[0]}"
+    )
+
+
 def _inside(ip: Address) -> str | None:
     """Why ``ip`` is inside the network (None: globally routable)."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        # 6to4 (2002::/16) and Teredo (its client part) carry an IPv4 address that a
+        # relay forwards to: 2002:7f00:1:: is 127.0.0.1 at the relay. Judge that too.
+        embedded = [ip.sixtofour, ip.teredo[1] if ip.teredo else None]
+        for v4 in (a for a in embedded if a is not None):
+            why = _inside(v4)
+            if why is not None:
+                return f"{why} ({v4} embedded)"
     for kind in ("loopback", "link_local", "multicast", "unspecified", "private", "reserved"):
         if getattr(ip, f"is_{kind}"):
             return kind.replace("_", "-")
@@ -103,13 +140,11 @@ class Egress:
     def __post_init__(self) -> None:
         names, networks = set(), []
         for item in self.allow:
-            item = item.strip().lower()
-            if not item:
-                continue
-            try:
-                networks.append(ipaddress.ip_network(item.strip("[]"), strict=False))
-            except ValueError:
-                names.add(item.rstrip("."))
+            parsed = _allow_item(item, f"{ALLOW_ENV} / --webhook-allow-host")
+            if isinstance(parsed, str):
+                names.add(parsed)
+            elif parsed is not None:
+                networks.append(parsed)
         object.__setattr__(self, "_names", frozenset(names))
         object.__setattr__(self, "_networks", tuple(networks))
 
@@ -122,6 +157,11 @@ class Egress:
 
         Raises :class:`UsageError` naming the variable when a value is malformed."""
         listed = os.environ.get(ALLOW_ENV, "").replace(",", " ").split()
+        # Each entry is checked against its own source, so the error names it.
+        for item in allow:
+            _allow_item(item, "--webhook-allow-host")
+        for item in listed:
+            _allow_item(item, ALLOW_ENV)
         table: dict[str, list[str]] = {}
         for item in os.environ.get(HOSTS_ENV, "").replace(",", " ").split():
             name, sep, addr = item.partition("=")

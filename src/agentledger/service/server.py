@@ -4,12 +4,15 @@ uvicorn closes a keep-alive connection idle between requests (``timeout_keep_ali
 but not a connection that sends a request's head or body a byte at a time, nor one that
 never sends anything: a few hundred such clients hold as many sockets (and, once the
 head is in, the request's task) for as long as they like. :class:`GuardedProtocol` is
-uvicorn's httptools protocol with three bounds of its own:
+uvicorn's httptools protocol with four bounds of its own:
 
 * a request's head must be complete within ``header_timeout`` seconds of its first byte
   (a new connection's clock starts when it opens): else 408 and the connection closes;
 * its body within ``body_timeout`` seconds of the head: else the connection closes (the
   route sees the client gone; the answer, if any, has nowhere to go);
+* a request's head may be at most ``max_head_bytes`` long (httptools sets no bound of
+  its own: a head sent fast but without end would grow in memory until its timeout):
+  else 431 and the connection closes;
 * at most ``max_connections`` connections are open; one more is closed at once.
 
 The clocks cost one float per phase on the request path; one sweep per server, a few
@@ -32,6 +35,11 @@ _TIMEOUT_408 = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"content-length: 40\r\nconnection: close\r\n\r\n"
     b"the request did not arrive within bounds"
+)
+_TOO_LARGE_431 = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; "
+    b"charset=utf-8\r\ncontent-length: 36\r\nconnection: close\r\n\r\n"
+    b"the request's head is over its bound"
 )
 
 
@@ -63,6 +71,7 @@ class GuardedProtocol(HttpToolsProtocol):
     bounds = ClientBounds()
     _deadline: float | None = None
     _in_head = False
+    _head_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -80,9 +89,20 @@ class GuardedProtocol(HttpToolsProtocol):
             state.agentledger_sweep = sweep  # type: ignore[attr-defined]
         sweep.ensure()
 
+    def data_received(self, data: bytes) -> None:
+        # Bytes that arrive while a head is incomplete count towards it. The packet in
+        # which a head begins is not counted (the count starts at that head's first
+        # byte), so a head is cut off within one read of its bound.
+        if self._in_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._in_head and self._head_bytes > self.bounds.max_head_bytes:
+            self._cut_off(_TOO_LARGE_431)
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
+        self._head_bytes = 0
         self._deadline = self.loop.time() + self.bounds.header_timeout
 
     def on_headers_complete(self) -> None:
@@ -104,9 +124,15 @@ class GuardedProtocol(HttpToolsProtocol):
                 self.bounds.header_timeout if self._in_head else self.bounds.body_timeout
             )
             return
+        self._cut_off(_TIMEOUT_408 if self._in_head else None)
+
+    def _cut_off(self, answer: bytes | None) -> None:
+        """Close the connection, with ``answer`` unless a response is under way."""
         self._deadline = None
-        if self._in_head and (self.cycle is None or self.cycle.response_complete):
-            self.transport.write(_TIMEOUT_408)
+        if self.transport.is_closing():
+            return
+        if answer is not None and (self.cycle is None or self.cycle.response_complete):
+            self.transport.write(answer)
         self.transport.close()
 
 

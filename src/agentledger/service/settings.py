@@ -24,14 +24,17 @@ def pepper_from_env() -> bytes:
 
 @dataclass(frozen=True)
 class ClientBounds:
-    """How long an HTTP client may take over a request's head and body, and how many
-    may be connected (service/server.py); ``keep_alive``: uvicorn's idle time between
-    requests."""
+    """How long an HTTP client may take over a request's head and body, how large a
+    head may be, and how many may be connected (service/server.py); ``keep_alive``:
+    uvicorn's idle time between requests."""
 
     header_timeout: float = 5.0
     body_timeout: float = 10.0
     keep_alive: int = 5
     max_connections: int = 2048
+    # A request line and headers beyond this many bytes are answered 431 (bodies have
+    # their own limit, service/problems.py).
+    max_head_bytes: int = 64 * 1024
 
     def __post_init__(self) -> None:
         for name in ("header_timeout", "body_timeout"):
@@ -42,6 +45,8 @@ class ClientBounds:
             raise ValueError(f"keep_alive = {self.keep_alive}: give 1 to 3600 seconds")
         if self.max_connections < 1:
             raise ValueError(f"max_connections = {self.max_connections}: give at least 1")
+        if self.max_head_bytes < 1024:
+            raise ValueError(f"max_head_bytes = {self.max_head_bytes}: give at least 1024")
 
 
 @dataclass

@@ -90,6 +90,19 @@ def verify(secret: str, header: str, body: bytes, tolerance: float = 300.0) -> b
     return hmac.compare_digest(expected, given) and abs(time.time() - timestamp) <= tolerance
 
 
+def delivery_client(timeout: float) -> httpx.AsyncClient:
+    """The HTTP client deliveries are sent with (every dispatcher's, the burst worker's
+    last round too). Redirects are not followed: a 3xx would send the POST to a target
+    never checked. Connections are direct -- a proxy from ``HTTP_PROXY``/``ALL_PROXY``
+    would make a connection the check never looked at, and over HTTPS could not carry
+    the pinned server name (service/egress.py) -- so an explicit transport, which
+    httpx does not route through environment proxies; certificates are still found
+    as usual (``SSL_CERT_FILE``)."""
+    return httpx.AsyncClient(
+        timeout=timeout, follow_redirects=False, transport=httpx.AsyncHTTPTransport()
+    )
+
+
 class Dispatcher:
     """Delivers due webhooks from this process (every service process and worker runs
     one: each delivery is leased to one of them at a time, see the module docstring)."""
@@ -123,8 +136,7 @@ class Dispatcher:
     async def run(self, stopping: asyncio.Event) -> None:
         """Deliver what is due every ``period`` until ``stopping`` is set. Never raises
         on a failed round (a store error, an unreachable receiver): it is retried."""
-        # Redirects are not followed: a 3xx would send the POST to a target never checked.
-        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as client:
+        async with delivery_client(self.timeout) as client:
             while not stopping.is_set():
                 try:
                     await self.once(client)

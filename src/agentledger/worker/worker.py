@@ -393,14 +393,12 @@ class Worker:
         (completed, failed, needs_human) after its dispatcher stopped: deliver what is due
         once before exiting, within the shutdown grace. A failed attempt is rescheduled
         as usual and retried by the next dispatcher (a worker or ``serve``)."""
-        import httpx
-
-        from agentledger.service.webhooks import Dispatcher, backoff_from_env
+        from agentledger.service.webhooks import Dispatcher, backoff_from_env, delivery_client
 
         dispatcher = Dispatcher(self.store, backoff=backoff_from_env(), owner=self.owner)
 
         async def rounds() -> None:
-            async with httpx.AsyncClient(timeout=dispatcher.timeout) as client:
+            async with delivery_client(dispatcher.timeout) as client:
                 while await dispatcher.once(client):  # a round takes up to 50
                     pass
 
