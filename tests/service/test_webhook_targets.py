@@ -4,16 +4,18 @@ resolved address pinned for the connection; an operator allows hosts by configur
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentledger.errors import UsageError
-from agentledger.service.egress import Egress
+from agentledger.service.egress import Egress, Refused
 from agentledger.store.queries import service_webhooks
 from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import Api, in_process, settings_for, until
@@ -244,3 +246,19 @@ def test_an_allow_list_item_that_names_nothing_is_refused(
         monkeypatch.delenv("AGENTLEDGER_WEBHOOK_ALLOW_HOSTS")
     # Exact names, addresses and networks as written are taken.
     Egress.from_env(("hooks.internal", "HOOKS-2.internal.", "10.0.0.7", "10.2.0.0/16", "[::1]"))
+
+
+async def test_names_resolve_beside_a_busy_default_executor() -> None:
+    """Webhook names resolve on threads of their own: with the loop's default executor
+    (which also runs the store's blocking calls) held, a check still answers."""
+    loop = asyncio.get_running_loop()
+    held = threading.Event()
+    busy = ThreadPoolExecutor(max_workers=1)
+    loop.set_default_executor(busy)
+    blocker = loop.run_in_executor(None, held.wait)
+    try:
+        with pytest.raises(Refused, match="inside the network"):
+            await asyncio.wait_for(Egress().check("http://localhost:9/hook"), 60)
+    finally:
+        held.set()
+        await blocker

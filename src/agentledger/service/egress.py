@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import os
 import re
 import socket
 from collections import ChainMap
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +43,14 @@ from agentledger.errors import UsageError
 
 ALLOW_ENV = "AGENTLEDGER_WEBHOOK_ALLOW_HOSTS"
 HOSTS_ENV = "AGENTLEDGER_WEBHOOK_HOSTS"
+
+#: How long one webhook host's name may take to resolve. A name that takes longer is
+#: treated as not resolving yet (a submit passes it; a delivery is retried later).
+RESOLVE_SECONDS = 3.0
+
+# Webhook names resolve on threads of their own: the loop's default executor also runs
+# the store's blocking calls, and a tenant's slow-resolving names must not hold them.
+_RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -184,10 +194,13 @@ class Egress:
         fixed = self.hosts.get(host)
         if fixed:
             return [a for a in map(_address, fixed) if a is not None]
+        lookup = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host, port, type=socket.SOCK_STREAM
+            infos = await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(_RESOLVER, lookup), RESOLVE_SECONDS
             )
+        except TimeoutError:
+            raise Unresolved(f"{host} did not resolve within {RESOLVE_SECONDS:g} s") from None
         except (OSError, UnicodeError) as exc:
             raise Unresolved(f"{host} does not resolve: {exc}") from None
         found = [_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
