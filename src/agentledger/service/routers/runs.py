@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from agentledger.canonical import NotJournalable, journal_value
+from agentledger.clock import Clock
 from agentledger.errors import UnknownTargetError
 from agentledger.service.auth import ADMIN, OPERATOR, VIEWER, Caller
 from agentledger.service.cursors import make_cursor, parse_cursor
@@ -19,6 +20,7 @@ from agentledger.service.deps import run_or_404
 from agentledger.service.egress import Refused
 from agentledger.service.idempotency import fingerprint, parse_key
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
+from agentledger.service.routers.approvals import clock_of
 from agentledger.service.views import run_view
 from agentledger.service.webhooks import webhook_for
 from agentledger.store import NewRun
@@ -200,22 +202,41 @@ async def get_result(
     wait: float = Query(0, ge=0, le=60, description="Seconds to wait for the end"),
 ) -> JSONResponse:
     """200 with the result once the run is terminal; otherwise waits up to ``wait`` s and
-    answers 202 + ``Retry-After``."""
+    answers 202 + ``Retry-After``. A run parked for an approval is answered at once
+    (202 with ``pending_approval``) unless the approval expires within the wait: only
+    a decision moves it on."""
     state = request.app.state
     deadline = time.monotonic() + min(wait, state.settings.max_wait)
-    await run_or_404(request, run_id, principal.tenant_id)  # watch only a run we may see
+    # Watch only a run we may see; one already answerable is answered without watching.
+    row = await run_or_404(request, run_id, principal.tenant_id)
+    clock = clock_of(request)
+    answer = _result_answer(row, deadline, clock)
+    if answer is not None:
+        return answer
     async with state.hub.watch(run_id) as changed:
         while True:
             changed.clear()
             row = await run_or_404(request, run_id, principal.tenant_id)
-            view = run_view(row)
-            if row["run"].terminal:
-                return JSONResponse(view, status_code=200)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return JSONResponse(view, status_code=202, headers={"Retry-After": "1"})
+            answer = _result_answer(row, deadline, clock)
+            if answer is not None:
+                return answer
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout=left)
+                await asyncio.wait_for(changed.wait(), timeout=deadline - time.monotonic())
+
+
+def _result_answer(row: dict[str, Any], deadline: float, clock: Clock) -> JSONResponse | None:
+    """``result``'s answer for ``row`` now: 200 when terminal; 202 when out of time, or
+    when parked for an approval that will not expire within the wait (only a person
+    moves it on, so holding the request helps nobody); None to keep waiting (an approval
+    expiring within the wait gets its default, and the run goes on)."""
+    if row["run"].terminal:
+        return JSONResponse(run_view(row), status_code=200)
+    left = deadline - time.monotonic()
+    pending = row.get("pending_approval")
+    parked = pending is not None and pending.expires_at - clock.now() > left
+    if parked or left <= 0:
+        return JSONResponse(run_view(row), status_code=202, headers={"Retry-After": "1"})
+    return None
 
 
 @router.get("/{run_id}/steps", responses=ERRORS)
