@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from agentledger.canonical import NotJournalable, journal_value
 from agentledger.clock import Clock
@@ -33,12 +34,33 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+_ONE_TARGET = (
+    "Name what to run in exactly one of agent, workflow or name; "
+    "`agent` and `name` take either kind, `workflow` only a workflow."
+)
+_TARGET_FIELDS = ("agent", "workflow", "name")
+
+
 class SubmitRun(BaseModel):
-    """``POST /v1/runs``."""
+    """``POST /v1/runs``. What to run is named by exactly one of ``agent``,
+    ``workflow`` or ``name``; the others stay unset. After validation ``agent`` holds
+    the name whichever field carried it (``named_by`` says which), so a body's
+    fingerprint (Idempotency-Key) is the same whichever field a retry uses."""
 
     model_config = ConfigDict(extra="forbid")
 
-    agent: str = Field(min_length=1, max_length=200, description="Agent or workflow name")
+    agent: str | None = Field(
+        default=None, min_length=1, max_length=200,
+        description=f"An agent's (or workflow's) name. {_ONE_TARGET}",
+    )  # fmt: skip
+    workflow: str | None = Field(
+        default=None, min_length=1, max_length=200, exclude=True,
+        description=f"A workflow's name. {_ONE_TARGET}",
+    )  # fmt: skip
+    name: str | None = Field(
+        default=None, min_length=1, max_length=200, exclude=True,
+        description=f"An agent's or workflow's name. {_ONE_TARGET}",
+    )  # fmt: skip
     version: str | None = Field(default=None, min_length=1, max_length=100)
     input: Any = Field(default_factory=dict, description="The run's input (JSON)")
     webhook: str | None = Field(
@@ -47,6 +69,30 @@ class SubmitRun(BaseModel):
         pattern=r"^https?://[^\s\x00-\x1f\x7f]+$",
         description="Webhook URL",
     )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> SubmitRun:
+        given = [f for f in _TARGET_FIELDS if getattr(self, f) is not None]
+        if len(given) != 1:
+            got = f"got {', '.join(given)}" if given else "got none"
+            raise PydanticCustomError(
+                "one_target",
+                "send exactly one of agent, workflow or name ({got}): "
+                "a workflow's name in workflow, an agent's in agent",
+                {"got": got},
+            )
+        self.agent = getattr(self, given[0])
+        return self
+
+    @property
+    def named_by(self) -> str:
+        """The field the body named its target in."""
+        return "workflow" if self.workflow is not None else "name" if self.name else "agent"
+
+    @property
+    def target(self) -> str:
+        """The agent's or workflow's name, whichever field carried it."""
+        return str(self.agent)
 
 
 class CancelRun(BaseModel):
@@ -87,19 +133,28 @@ async def submit_run(
     principal: Caller,
 ) -> JSONResponse:
     """Queue a run; nothing executes in the request. Answers 202, ``Location`` and
-    ``Retry-After``. With ``Idempotency-Key``, a retry gets the first answer again."""
+    ``Retry-After``. Name what to run in exactly one of ``workflow`` (a workflow),
+    ``agent`` (an agent, or any target as before) or ``name`` (either kind). With
+    ``Idempotency-Key``, a retry gets the first answer again."""
     state = request.app.state
     if not (principal.roles - {VIEWER}):
         raise Problem("forbidden", "a viewer key cannot start runs")
     key = parse_key(request.headers.get("idempotency-key"))
     try:
-        definition = state.agent_app.resolve(body.agent, body.version)
+        definition = state.agent_app.resolve(body.target, body.version)
     except UnknownTargetError as exc:
         raise Problem(
             "validation-error",
-            f"agent: {exc}",
-            errors=[{"loc": ["body", "agent"], "msg": str(exc)}],
+            f"{body.named_by}: {exc}",
+            errors=[{"loc": ["body", body.named_by], "msg": str(exc)}],
         ) from None
+    if body.named_by == "workflow" and definition.kind != "workflow":
+        msg = f'{body.target} is an {definition.kind}, not a workflow: send {{"agent": ...}}'
+        raise Problem(
+            "validation-error",
+            f"workflow: {msg}",
+            errors=[{"loc": ["body", "workflow"], "msg": msg}],
+        )
     _validate_input(definition, body.input)
     try:
         # What the store will journal: NaN, the infinities, nesting past the journal's
