@@ -152,10 +152,16 @@ async def test_health_ready_and_openapi(api: Api) -> None:
     assert_problem(await api.client.delete("/v1/runs"), 405, "method-not-allowed")
 
 
-@pytest.mark.parametrize("roles", [("viewer",)])
+@pytest.mark.parametrize("roles", [("viewer",), ("deployment",), ("viewer", "deployment")])
 async def test_a_viewer_cannot_start_runs(sqlite_api: Api, roles: tuple[str, ...]) -> None:
+    """Nor a key that reads deployment-wide figures (what Prometheus scrapes with)."""
     h = await sqlite_api.key(roles=roles)
     r = await sqlite_api.client.post("/v1/runs", json={"agent": "free"}, headers=h)
+    assert_problem(r, 403, "forbidden")
+    # Nor cancel a run, even one started under its own user's name.
+    own = await sqlite_api.key(roles=("operator",))
+    run = (await sqlite_api.client.post("/v1/runs", json={"agent": "free"}, headers=own)).json()
+    r = await sqlite_api.client.post(f"/v1/runs/{run['id']}/cancel", headers=h)
     assert_problem(r, 403, "forbidden")
 
 

@@ -29,6 +29,8 @@ VIEWER, OPERATOR, APPROVER, ADMIN = "viewer", "operator", "approver", "admin"
 # the database and the pepper) can give it.
 DEPLOYMENT = "deployment"
 BUILTIN_ROLES = (VIEWER, OPERATOR, APPROVER, ADMIN, DEPLOYMENT)
+# Roles that only read: a key holding none but these starts and cancels no runs.
+READ_ONLY_ROLES = frozenset({VIEWER, DEPLOYMENT})
 _KEY = re.compile(r"^al_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")
 _ROLE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
@@ -48,6 +50,12 @@ class Principal:
         if self.roles.intersection(roles):
             return True
         return ADMIN in self.roles and any(r != DEPLOYMENT for r in roles)
+
+    @property
+    def acts(self) -> bool:
+        """True when the key holds a role that acts (starts runs, cancels its user's
+        own): any role but the read-only ones (``viewer``, ``deployment``)."""
+        return bool(self.roles - READ_ONLY_ROLES)
 
     def as_dict(self) -> dict[str, Any]:
         """What a run records about the principal that started it."""

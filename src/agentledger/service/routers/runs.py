@@ -15,7 +15,7 @@ from pydantic_core import PydanticCustomError
 from agentledger.canonical import NotJournalable, journal_value
 from agentledger.clock import Clock
 from agentledger.errors import UnknownTargetError
-from agentledger.service.auth import ADMIN, OPERATOR, VIEWER, Caller
+from agentledger.service.auth import ADMIN, OPERATOR, Caller
 from agentledger.service.cursors import make_cursor, parse_cursor
 from agentledger.service.deps import run_or_404
 from agentledger.service.egress import Refused
@@ -137,8 +137,12 @@ async def submit_run(
     ``agent`` (an agent, or any target as before) or ``name`` (either kind). With
     ``Idempotency-Key``, a retry gets the first answer again."""
     state = request.app.state
-    if not (principal.roles - {VIEWER}):
-        raise Problem("forbidden", "a viewer key cannot start runs")
+    if not principal.acts:
+        raise Problem(
+            "forbidden",
+            f"a key with only the roles {', '.join(sorted(principal.roles))} cannot start "
+            "runs; use a key with the role operator",
+        )
     key = parse_key(request.headers.get("idempotency-key"))
     try:
         definition = state.agent_app.resolve(body.target, body.version)
@@ -358,7 +362,7 @@ async def cancel_run(
     """Request the cancel (idempotent): 202, or 200 when the run is already terminal.
     The worker stops at the next step boundary and compensates."""
     row = await run_or_404(request, run_id, principal.tenant_id)
-    own = row["run"].user_id == principal.user_id and bool(principal.roles - {VIEWER})
+    own = row["run"].user_id == principal.user_id and principal.acts
     if not (principal.has(OPERATOR, ADMIN) or own):
         raise Problem("forbidden", "cancelling another user's run needs the role operator")
     if row["run"].terminal:
