@@ -76,6 +76,18 @@ from agentledger.cli.common import check_port_free, db_option
     show_default=True,
     help="uvicorn's log level (debug, info, warning).",
 )
+@click.option(
+    "-v", "--verbose", is_flag=True,
+    help="Also log every step of the inline workers' runs (default: one line per run state).",
+)  # fmt: skip
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    help="json: one JSON object per line, for log collectors.",
+)  # fmt: skip
+@click.option(
+    "--access-log/--no-access-log", default=True, show_default=True,
+    help="One line per request: method, path, status, milliseconds, request id, tenant, key.",
+)  # fmt: skip
 def serve(
     app_path: str,
     db: str,
@@ -94,6 +106,9 @@ def serve(
     keep_alive: int,
     max_connections: int,
     log_level: str,
+    verbose: bool,
+    log_format: str,
+    access_log: bool,
 ) -> None:
     """Serve the HTTP API: POST /v1/runs, events, approvals, audit (docs at /docs).
 
@@ -104,11 +119,21 @@ def serve(
     # Before the app loads or the database opens: a busy port is one line, not uvicorn's
     # "startup complete" followed by an error.
     check_port_free(host, port)
-    import uvicorn
-
     from agentledger.service import ServiceSettings, create_app
     from agentledger.service.server import uvicorn_config
     from agentledger.service.settings import ClientBounds
+    from agentledger.service.startup import (
+        ListeningServer,
+        quiet_access_log,
+        route_uvicorn_logs,
+        start_line,
+    )  # fmt: skip
+    from agentledger.worker.runlog import configure_logging
+
+    # As the worker logs (worker/runlog.py); uvicorn's own lines too (route_uvicorn_logs).
+    configure_logging(verbose=int(verbose), fmt=log_format)
+    if not access_log:
+        quiet_access_log()
 
     settings = ServiceSettings(
         db_url=db,
@@ -123,10 +148,13 @@ def serve(
         metrics_port=metrics_port,
         client_bounds=ClientBounds(header_timeout, body_timeout, keep_alive, max_connections),
     )
-    api = create_app(settings, load_app(app_path))
+    agent_app = load_app(app_path)
+    api = create_app(settings, agent_app)
     heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
     # service/server.py: uvicorn with bounds on slow and idle clients.
-    uvicorn.Server(uvicorn_config(api, host, port, settings.client_bounds, log_level)).run()
+    config = uvicorn_config(api, host, port, settings.client_bounds, log_level)
+    route_uvicorn_logs()
+    ListeningServer(config, start_line(agent_app, settings)).run()
 
 
 def _agent_webhooks(given: tuple[str, ...]) -> dict[str, str]:
