@@ -16,7 +16,7 @@ from agentledger.app import App
 from agentledger.observe.metrics import start_metrics
 from agentledger.service import deltas, problems
 from agentledger.service.accepts import AcceptBatcher
-from agentledger.service.auth import KeyCache
+from agentledger.service.auth import KeyCache, warn_of_other_peppers
 from agentledger.service.egress import Egress
 from agentledger.service.fastpath import ServiceAPI
 from agentledger.service.hub import EventHub
@@ -47,6 +47,7 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
             if own_store:
                 await the_store.close()
             raise
+        await warn_of_other_peppers(the_store, settings.pepper)
         hub = EventHub(the_store, settings.event_poll)
         hub.start()
         api.state.hub = hub
