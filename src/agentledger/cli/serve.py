@@ -85,8 +85,9 @@ from agentledger.cli.common import check_port_free, db_option
     help="json: one JSON object per line, for log collectors.",
 )  # fmt: skip
 @click.option(
-    "--access-log/--no-access-log", default=True, show_default=True,
-    help="One line per request: method, path, status, milliseconds, request id, tenant, key.",
+    "--no-access-log", is_flag=True,
+    help="No access lines (by default one per request: method, path, status, milliseconds, "
+    "request id, tenant, key id).",
 )  # fmt: skip
 def serve(
     app_path: str,
@@ -108,7 +109,7 @@ def serve(
     log_level: str,
     verbose: bool,
     log_format: str,
-    access_log: bool,
+    no_access_log: bool,
 ) -> None:
     """Serve the HTTP API: POST /v1/runs, events, approvals, audit (docs at /docs).
 
@@ -132,7 +133,7 @@ def serve(
 
     # As the worker logs (worker/runlog.py); uvicorn's own lines too (route_uvicorn_logs).
     configure_logging(verbose=int(verbose), fmt=log_format)
-    if not access_log:
+    if no_access_log:
         quiet_access_log()
 
     settings = ServiceSettings(
