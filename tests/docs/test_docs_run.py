@@ -5,7 +5,8 @@ Blocks are taken in document order, each document in its own empty folder:
 * a ``python`` block whose first line is ``# NAME.py`` is appended to that file;
 * any other ``python`` block runs as a script (after the files so far are written);
 * a ``console`` block runs in bash (``set -e``): lines start with ``$ ``, the rest is
-  output and ignored.
+  output and ignored. ``PORT`` is a free port (a block that serves listens there), and
+  whatever a block started in the background is stopped when it ends.
 
 ``sh`` / plain blocks are reference material (command tables, sandbox examples that
 start servers) and are not run.
@@ -13,10 +14,14 @@ start servers) and are not run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -42,6 +47,9 @@ def _env(folder: Path) -> dict[str, str]:
     env["PATH"] = os.pathsep.join([bindir, env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH")) if p)
     env.pop("AGENTLEDGER_DB", None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        env["PORT"] = str(s.getsockname()[1])
     return env
 
 
@@ -80,15 +88,26 @@ def test_code_blocks_run_as_written(doc: Path, tmp_path: Path) -> None:
         elif lang == "console":
             commands = [line[2:] for line in text.splitlines() if line.startswith("$ ")]
             script = "set -euo pipefail\n" + "\n".join(commands)
-            result = subprocess.run(
-                ["bash", "-c", script],
-                cwd=tmp_path,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=180,
-                check=False,
-            )
-            _check(result, f"{doc.name} console block {n}")
+            _check(_bash(script, tmp_path, env), f"{doc.name} console block {n}")
             ran += 1
     assert ran > 0
+
+
+def _bash(script: str, folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in its own process group; what it left running (a server started
+    with ``&`` by a block that failed before stopping it) is stopped after it. Output
+    goes to files: a process left running would hold a pipe open."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            ["bash", "-c", script], cwd=folder, env=env, text=True, start_new_session=True,
+            stdout=out, stderr=err,
+        )  # fmt: skip
+        try:
+            proc.wait(timeout=180)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())

@@ -178,3 +178,32 @@ async def test_the_list_shows_what_the_caller_may_decide_past_others_approvals(
                 await api.client.get(f"/v1/approvals?cursor={bad}", headers=gina),
                 400, "bad-request",
             )  # fmt: skip
+
+
+async def test_a_result_long_poll_on_a_run_parked_for_approval_answers_at_once(
+    live: Api,
+) -> None:
+    """Nothing will finish a parked run but a person: ``result?wait=`` says so (202 with
+    the pending approval) instead of holding the wait. Were it to wait, it would still be
+    waiting (watching the run) when the approval is decided, and answer the result."""
+    guest = await live.key("t1", "gina", ("guest",))
+    manager = await live.key("t1", "mona", ("manager",))
+    run = await parked(live, guest, {"role": "manager"})
+    hub = live.app.state.hub
+    waiting = asyncio.create_task(
+        live.client.get(f"/v1/runs/{run['id']}/result?wait=60", headers=guest)
+    )
+
+    async def answered_or_held() -> bool:
+        return waiting.done() or run["id"] in hub._waiters
+
+    await until(answered_or_held)
+    approval = run["pending_approval"]
+    decision = {"decision": "approve", "arguments_hash": approval["arguments_hash"]}
+    url = f"/v1/approvals/{approval['id']}/decision"
+    assert (await live.client.post(url, json=decision, headers=manager)).status_code == 200
+    answer = await waiting
+    assert answer.status_code == 202, answer.text
+    assert answer.headers["retry-after"] == "1"
+    body = answer.json()
+    assert body["status"] == "waiting" and body["pending_approval"]["id"] == approval["id"]

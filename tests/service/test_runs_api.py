@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,10 +152,16 @@ async def test_health_ready_and_openapi(api: Api) -> None:
     assert_problem(await api.client.delete("/v1/runs"), 405, "method-not-allowed")
 
 
-@pytest.mark.parametrize("roles", [("viewer",)])
+@pytest.mark.parametrize("roles", [("viewer",), ("deployment",), ("viewer", "deployment")])
 async def test_a_viewer_cannot_start_runs(sqlite_api: Api, roles: tuple[str, ...]) -> None:
+    """Nor a key that reads deployment-wide figures (what Prometheus scrapes with)."""
     h = await sqlite_api.key(roles=roles)
     r = await sqlite_api.client.post("/v1/runs", json={"agent": "free"}, headers=h)
+    assert_problem(r, 403, "forbidden")
+    # Nor cancel a run, even one started under its own user's name.
+    own = await sqlite_api.key(roles=("operator",))
+    run = (await sqlite_api.client.post("/v1/runs", json={"agent": "free"}, headers=own)).json()
+    r = await sqlite_api.client.post(f"/v1/runs/{run['id']}/cancel", headers=h)
     assert_problem(r, 403, "forbidden")
 
 
@@ -183,3 +190,55 @@ async def test_cancel_of_a_started_run_stops_it_and_compensates(tmp_path: Path) 
         assert all(n != "after" for n, _ in names)
         again = await api.client.post(f"/v1/runs/{run_id}/cancel", headers=h)
         assert again.status_code == 200 and again.json()["status"] == "cancelled"
+
+
+def _named_app() -> Any:
+    """An agent and a workflow, to submit each by the name a user would write."""
+    from agentledger import Agent, App, ScriptedModel, Turn
+
+    named = App("named")
+
+    @named.workflow(name="nightly", version="1")
+    async def nightly(ctx: Any, input: Any) -> Any:
+        return {"ran": "nightly"}
+
+    model = ScriptedModel([Turn(text="Hello.")], name="scripted-greeter")
+    named.add_agent(Agent(name="greeter", model=model, instructions="Greet.", tools=[]))
+    return named
+
+
+async def test_a_run_is_submitted_by_workflow_agent_or_name_and_never_two(
+    store_url: str,
+) -> None:
+    async with in_process(settings_for(store_url), _named_app()) as api:
+        h = await api.key()
+        for body, name, kind in (
+            ({"workflow": "nightly"}, "nightly", "workflow"),
+            ({"name": "nightly"}, "nightly", "workflow"),
+            ({"agent": "greeter"}, "greeter", "agent"),
+            ({"name": "greeter"}, "greeter", "agent"),
+            ({"agent": "nightly"}, "nightly", "workflow"),  # as before: any target
+        ):
+            r = await api.client.post("/v1/runs", json=body, headers=h)
+            assert r.status_code == 202, (body, r.text)
+            assert (r.json()["agent"], r.json()["kind"]) == (name, kind)
+        # A retry naming the same target by another field is the same request.
+        key = {**h, "Idempotency-Key": "same-target"}
+        first = await api.client.post("/v1/runs", json={"agent": "nightly"}, headers=key)
+        again = await api.client.post("/v1/runs", json={"workflow": "nightly"}, headers=key)
+        assert again.status_code == 202 and again.json()["id"] == first.json()["id"]
+        both = await api.client.post(
+            "/v1/runs", json={"agent": "nightly", "workflow": "nightly"}, headers=h
+        )
+        detail = assert_problem(both, 422, "validation-error")["detail"]
+        assert "one of agent, workflow or name" in detail and "agent, workflow" in detail
+        none = assert_problem(await api.client.post("/v1/runs", json={}, headers=h), 422,
+                              "validation-error")  # fmt: skip
+        assert "workflow" in none["detail"] and "agent" in none["detail"]
+        wrong = await api.client.post("/v1/runs", json={"workflow": "greeter"}, headers=h)
+        detail = assert_problem(wrong, 422, "validation-error")["detail"]
+        assert detail.startswith("workflow: greeter is an agent"), detail
+        schema = (await api.client.get("/openapi.json")).json()["components"]["schemas"]
+        fields = schema["SubmitRun"]["properties"]
+        for field in ("agent", "workflow", "name"):
+            assert "exactly one of" in fields[field]["description"], fields[field]

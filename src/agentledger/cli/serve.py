@@ -77,6 +77,19 @@ from agentledger.errors import UsageError
     show_default=True,
     help="uvicorn's log level (debug, info, warning).",
 )
+@click.option(
+    "-v", "--verbose", is_flag=True,
+    help="Also log every step of the inline workers' runs (default: one line per run state).",
+)  # fmt: skip
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    help="json: one JSON object per line, for log collectors.",
+)  # fmt: skip
+@click.option(
+    "--no-access-log", is_flag=True,
+    help="No access lines (by default one per request: method, path, status, milliseconds, "
+    "request id, tenant, key id).",
+)  # fmt: skip
 def serve(
     app_path: str,
     db: str,
@@ -95,6 +108,9 @@ def serve(
     keep_alive: int,
     max_connections: int,
     log_level: str,
+    verbose: bool,
+    log_format: str,
+    no_access_log: bool,
 ) -> None:
     """Serve the HTTP API: POST /v1/runs, events, approvals, audit (docs at /docs).
 
@@ -113,11 +129,22 @@ def serve(
             )
         # The keyless /metrics listens on loopback (observe/metrics.py: start_metrics).
         check_port_free("127.0.0.1", metrics_port, "--metrics-port")
-    import uvicorn
 
     from agentledger.service import ServiceSettings, create_app
     from agentledger.service.server import uvicorn_config
     from agentledger.service.settings import ClientBounds
+    from agentledger.service.startup import (
+        ListeningServer,
+        quiet_access_log,
+        route_uvicorn_logs,
+        start_line,
+    )  # fmt: skip
+    from agentledger.worker.runlog import configure_logging
+
+    # As the worker logs (worker/runlog.py); uvicorn's own lines too (route_uvicorn_logs).
+    configure_logging(verbose=int(verbose), fmt=log_format)
+    if no_access_log:
+        quiet_access_log()
 
     settings = ServiceSettings(
         db_url=db,
@@ -132,10 +159,13 @@ def serve(
         metrics_port=metrics_port,
         client_bounds=ClientBounds(header_timeout, body_timeout, keep_alive, max_connections),
     )
-    api = create_app(settings, load_app(app_path))
+    agent_app = load_app(app_path)
+    api = create_app(settings, agent_app)
     heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
     # service/server.py: uvicorn with bounds on slow and idle clients.
-    uvicorn.Server(uvicorn_config(api, host, port, settings.client_bounds, log_level)).run()
+    config = uvicorn_config(api, host, port, settings.client_bounds, log_level)
+    route_uvicorn_logs()
+    ListeningServer(config, start_line(agent_app, settings)).run()
 
 
 def _agent_webhooks(given: tuple[str, ...]) -> dict[str, str]:

@@ -14,9 +14,9 @@ from fastapi import FastAPI
 from agentledger import sealer
 from agentledger.app import App
 from agentledger.observe.metrics import start_metrics
-from agentledger.service import deltas, problems
+from agentledger.service import deltas, docs_pages, problems
 from agentledger.service.accepts import AcceptBatcher
-from agentledger.service.auth import KeyCache
+from agentledger.service.auth import KeyCache, warn_of_other_peppers
 from agentledger.service.egress import Egress
 from agentledger.service.fastpath import ServiceAPI
 from agentledger.service.hub import EventHub
@@ -50,6 +50,7 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
             if own_store:
                 await the_store.close()
             raise
+        await warn_of_other_peppers(the_store, settings.pepper)
         hub = EventHub(the_store, settings.event_poll)
         hub.start()
         api.state.hub = hub
@@ -96,6 +97,9 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
         version="1",
         summary="Durable runs of AI agents: submit, watch, approve, audit.",
         lifespan=lifespan,
+        # Served by service/docs_pages.py with the assets from the package, not a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     api.state.settings = settings
     api.state.store = the_store
@@ -107,6 +111,7 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
 
     for module in (health, runs, events, approvals, audit, observe):
         api.include_router(module.router)
+    docs_pages.install(api)
     return api
 
 

@@ -8,8 +8,10 @@ key has an expiry; a revoke takes effect within ``key_cache_seconds``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import time
@@ -23,14 +25,15 @@ from agentledger.service.problems import Problem
 from agentledger.store import Store
 from agentledger.store.queries import service_keys
 
+log = logging.getLogger("agentledger.service")
+
 VIEWER, OPERATOR, APPROVER, ADMIN = "viewer", "operator", "approver", "admin"
 # Reads deployment-wide figures (``/metrics``, every tenant's ``/v1/stats``). A tenant's
 # admin does not hold it: only whoever mints keys (``agentledger keys create``, with
 # the database and the pepper) can give it.
 DEPLOYMENT = "deployment"
 BUILTIN_ROLES = (VIEWER, OPERATOR, APPROVER, ADMIN, DEPLOYMENT)
-# Roles that only read: a key holding no other cannot start or cancel runs. The
-# deployment role is a monitoring credential (a scrape config holds it), not a writer.
+# Roles that only read: a key holding none but these starts and cancels no runs.
 READ_ONLY_ROLES = frozenset({VIEWER, DEPLOYMENT})
 _KEY = re.compile(r"^al_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")
 _ROLE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
@@ -52,8 +55,10 @@ class Principal:
             return True
         return ADMIN in self.roles and any(r != DEPLOYMENT for r in roles)
 
-    def writes(self) -> bool:
-        """True when the principal holds a role beyond the read-only ones."""
+    @property
+    def acts(self) -> bool:
+        """True when the key holds a role that acts (starts runs, cancels its user's
+        own): any role but the read-only ones (``viewer``, ``deployment``)."""
         return bool(self.roles - READ_ONLY_ROLES)
 
     def as_dict(self) -> dict[str, Any]:
@@ -64,6 +69,45 @@ class Principal:
             "user_id": self.user_id,
             "roles": sorted(self.roles),
         }
+
+
+@functools.lru_cache(maxsize=8)
+def pepper_fingerprint(pepper: bytes) -> str:
+    """What identifies a pepper in the store (``api_keys.pepper_id``) without giving it
+    away: 16 hex digits of scrypt over it. Slow on purpose (~50 ms, 16 MB): the pepper
+    may be as short as 16 characters, and a fast hash of a constant would let a copy of
+    the database test guesses at it cheaply. Computed once per pepper per process."""
+    derived = hashlib.scrypt(pepper, salt=_FINGERPRINT_SALT, n=2**14, r=8, p=1, dklen=8)
+    return derived.hex()
+
+
+_FINGERPRINT_SALT = b"agentledger api key pepper fingerprint v1"
+_PEPPER_HELP = (
+    "start `serve` with the AGENTLEDGER_KEY_PEPPER `agentledger keys create` had when it "
+    "made them, or make new keys under this one"
+)
+
+
+async def warn_of_other_peppers(store: Store, pepper: bytes) -> None:
+    """At ``serve`` start: log a warning when live keys in the store were made under
+    another pepper (each such key answers 401 "unknown API key" here)."""
+    try:
+        counts = await store.transact(
+            lambda d, c: service_keys.live_keys_by_pepper(d, c, time.time()), write=False
+        )
+    except Exception as exc:  # a look at the keys never stops `serve` from starting
+        log.warning("could not compare the API keys' peppers with this one: %s", exc)
+        return
+    ours = pepper_fingerprint(pepper)
+    others = {p: n for p, n in counts.items() if p is not None and p != ours}
+    if not others:
+        return
+    log.warning(
+        "%d of %d API keys in the store were made under another AGENTLEDGER_KEY_PEPPER "
+        "(fingerprint %s; this process's: %s): they answer 401 \"unknown API key\" here; %s",
+        sum(others.values()), sum(counts.values()),
+        ", ".join(f"{p} ({n} keys)" for p, n in sorted(others.items())), ours, _PEPPER_HELP,
+    )  # fmt: skip
 
 
 def hash_secret(pepper: bytes, key_id: str, secret: str) -> str:
@@ -100,7 +144,7 @@ async def create_key(
     await store.transact(
         lambda d, c: service_keys.insert_key(
             d, c, key_id, tenant_id, user_id, roles, hash_secret(pepper, key_id, secret),
-            secret[-4:], expires_at,
+            secret[-4:], expires_at, pepper_fingerprint(pepper),
         )
     )  # fmt: skip
     row = await store.transact(lambda d, c: service_keys.get_key(d, c, key_id), write=False)
@@ -152,6 +196,8 @@ async def authenticate(request: Request) -> Principal:
     given = hash_secret(state.settings.pepper, key_id, secret)
     valid = hmac.compare_digest(expected, given)
     if row is None or not valid:
+        if row is not None:
+            _other_pepper(row, state.settings.pepper)
         raise Problem("unauthenticated", "unknown API key", headers=_UNAUTHENTICATED)
     if row["revoked_at"] is not None:
         raise Problem("unauthenticated", "this API key was revoked", headers=_UNAUTHENTICATED)
@@ -160,6 +206,18 @@ async def authenticate(request: Request) -> Principal:
     principal = Principal(key_id, row["tenant_id"], row["user_id"], frozenset(row["roles"]))
     request.state.principal = principal
     return principal
+
+
+def _other_pepper(row: dict[str, Any], pepper: bytes) -> None:
+    """Log why a key that exists answered 401 when the reason is its pepper."""
+    made_under = row.get("pepper_id")
+    ours = pepper_fingerprint(pepper)
+    if made_under is not None and made_under != ours:
+        log.warning(
+            "401 unknown API key: key %s (tenant %s, user %s) was made under another "
+            "AGENTLEDGER_KEY_PEPPER (fingerprint %s; this process's: %s); %s",
+            row["id"], row["tenant_id"], row["user_id"], made_under, ours, _PEPPER_HELP,
+        )  # fmt: skip
 
 
 class _BearerKey(HTTPBearer):

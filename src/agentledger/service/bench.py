@@ -364,7 +364,7 @@ async def run_api_bench(
     base = f"http://127.0.0.1:{port}"
     serve = subprocess.Popen(
         [sys.executable, "-m", "agentledger.cli.main", "serve", "--app", APP_PATH, "--db", db,
-         "--port", str(port), "--log-level", "warning"],
+         "--port", str(port), "--log-level", "warning", "--no-access-log"],
         env=env,
     )  # fmt: skip
     headers = {"Authorization": f"Bearer {key}"}

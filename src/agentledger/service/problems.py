@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -16,6 +17,9 @@ from agentledger.errors import StoreUnavailable
 from agentledger.randomness import random_hex
 
 log = logging.getLogger(__name__)
+# One line per request (``serve --no-access-log`` quiets it): RequestMiddleware.
+ACCESS_LOGGER = "agentledger.access"
+_access = logging.getLogger(ACCESS_LOGGER)
 
 TYPE_BASE = "https://agentledger.dev/problems/"
 MEDIA_TYPE = "application/problem+json"
@@ -117,7 +121,9 @@ class RequestMiddleware:
       ``request.state.request_id``, and echoes it on the response;
     * refuses request bodies over ``limit`` bytes with 413: by their Content-Length at
       once, else as soon as the streamed chunks pass it (nothing larger is buffered). It
-      raises from ``receive``, inside the route, so the answer is a problem document.
+      raises from ``receive``, inside the route, so the answer is a problem document;
+    * logs one access line per request when it ends (logger ``agentledger.access``,
+      INFO): method, path, status, milliseconds, request id, tenant and key id.
 
     One layer for both: each layer of the stack costs every request its calls. A request
     passes one of them however many are stacked (the submit fast path has its own in
@@ -164,14 +170,34 @@ class RequestMiddleware:
                     raise too_large()
             return message
 
+        status = 0
+
         async def send_with_id(message: Any) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
+                status = message["status"]
                 headers = [h for h in message.get("headers", ()) if h[0] != b"x-request-id"]
                 headers.append(rid_header)
                 message = {**message, "headers": headers}
             await send(message)
 
-        await self.app(scope, limited, send_with_id)
+        started = time.perf_counter()
+        try:
+            await self.app(scope, limited, send_with_id)
+        finally:
+            if _access.isEnabledFor(logging.INFO):
+                _log_access(scope, status, time.perf_counter() - started, rid)
+
+
+def _log_access(scope: Any, status: int, seconds: float, rid: str) -> None:
+    # The raw path: still percent-encoded, so a decoded newline cannot forge a line.
+    path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")[:300]
+    principal = scope.get("state", {}).get("principal")
+    _access.info(
+        "%s %s %s %.1f ms %s tenant %s key %s",
+        scope["method"], path, status or "-", seconds * 1000, rid,
+        getattr(principal, "tenant_id", "-"), getattr(principal, "key_id", "-"),
+    )  # fmt: skip
 
 
 def body_limit(app: FastAPI) -> int:

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+from agentledger.canonical import NotJournalable, canonical_json
 from agentledger.records import Approval
 
 TERMINAL_EVENTS = ("run.completed", "run.failed", "run.cancelled", "run.handover", "run.expired")
 
 
+def arguments_hash(arguments: Any) -> str:
+    """SHA-256 of the canonical JSON of an approval's arguments (what a decider saw):
+    a decision names it (``POST /v1/approvals/{id}/decision``)."""
+    try:
+        text = canonical_json(arguments)
+    except NotJournalable:
+        text = repr(arguments)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def approval_view(a: Approval | None) -> dict[str, Any] | None:
-    """An approval with the proposed action and its server-computed arguments."""
+    """An approval with the proposed action, its server-computed arguments and their
+    ``arguments_hash`` (what a decision names)."""
     if a is None:
         return None
     return {
@@ -19,6 +32,7 @@ def approval_view(a: Approval | None) -> dict[str, Any] | None:
         "step_no": a.step_no,
         "tool": a.tool,
         "arguments": a.arguments,
+        "arguments_hash": arguments_hash(a.arguments),
         "required_role": a.required_role,
         "requested_at": a.requested_at,
         "expires_at": a.expires_at,

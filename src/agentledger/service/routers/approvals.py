@@ -20,13 +20,13 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentledger.canonical import NotJournalable, canonical_json, clean_text
+from agentledger.canonical import clean_text
 from agentledger.clock import SYSTEM, Clock
 from agentledger.records import Approval
 from agentledger.service.auth import APPROVER, Caller, Principal
 from agentledger.service.cursors import make_cursor, parse_cursor
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
-from agentledger.service.views import approval_view
+from agentledger.service.views import approval_view, arguments_hash
 from agentledger.store import AlreadyDecided
 from agentledger.store.queries import service_approvals
 from agentledger.store.queries.approvals import SYSTEM_PREFIX, ApprovalExpired, NotPermitted
@@ -38,17 +38,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 EXPIRED_BY = "system:expired"  # engine/approvals.py: the expiry default's decider
 _PAGE = 200  # approvals read per store round trip while listing
 _MAX_PAGES = 25  # store reads per listing request at most (then next_cursor goes on)
-
-
-def arguments_hash(arguments: Any) -> str:
-    """SHA-256 of the canonical JSON of an approval's arguments (what a decider saw)."""
-    import hashlib
-
-    try:
-        text = canonical_json(arguments)
-    except NotJournalable:
-        text = repr(arguments)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def may_decide(p: Principal, required_role: str, run_user: str | None) -> bool:
@@ -83,7 +72,6 @@ def clock_of(request: Request) -> Clock:
 def _view(item: dict[str, Any], now: float) -> dict[str, Any]:
     a = item["approval"]
     view = approval_view(a) or {}
-    view["arguments_hash"] = arguments_hash(a.arguments)
     view["agent"] = item["agent"]
     view["run_user"] = item["run_user"]
     view["expired"] = a.decision is None and a.expires_at <= now

@@ -9,9 +9,11 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from agentledger.canonical import NotJournalable, journal_value
+from agentledger.clock import Clock
 from agentledger.errors import UnknownTargetError
 from agentledger.service.auth import ADMIN, OPERATOR, Caller
 from agentledger.service.cursors import make_cursor, parse_cursor
@@ -19,6 +21,7 @@ from agentledger.service.deps import run_or_404
 from agentledger.service.egress import Refused
 from agentledger.service.idempotency import fingerprint, parse_key
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
+from agentledger.service.routers.approvals import clock_of
 from agentledger.service.views import run_view
 from agentledger.service.webhooks import webhook_for
 from agentledger.store import NewRun
@@ -31,12 +34,33 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+_ONE_TARGET = (
+    "Name what to run in exactly one of agent, workflow or name; "
+    "`agent` and `name` take either kind, `workflow` only a workflow."
+)
+_TARGET_FIELDS = ("agent", "workflow", "name")
+
+
 class SubmitRun(BaseModel):
-    """``POST /v1/runs``."""
+    """``POST /v1/runs``. What to run is named by exactly one of ``agent``,
+    ``workflow`` or ``name``; the others stay unset. After validation ``agent`` holds
+    the name whichever field carried it (``named_by`` says which), so a body's
+    fingerprint (Idempotency-Key) is the same whichever field a retry uses."""
 
     model_config = ConfigDict(extra="forbid")
 
-    agent: str = Field(min_length=1, max_length=200, description="Agent or workflow name")
+    agent: str | None = Field(
+        default=None, min_length=1, max_length=200,
+        description=f"An agent's (or workflow's) name. {_ONE_TARGET}",
+    )  # fmt: skip
+    workflow: str | None = Field(
+        default=None, min_length=1, max_length=200, exclude=True,
+        description=f"A workflow's name. {_ONE_TARGET}",
+    )  # fmt: skip
+    name: str | None = Field(
+        default=None, min_length=1, max_length=200, exclude=True,
+        description=f"An agent's or workflow's name. {_ONE_TARGET}",
+    )  # fmt: skip
     version: str | None = Field(default=None, min_length=1, max_length=100)
     input: Any = Field(default_factory=dict, description="The run's input (JSON)")
     webhook: str | None = Field(
@@ -45,6 +69,30 @@ class SubmitRun(BaseModel):
         pattern=r"^https?://[^\s\x00-\x1f\x7f]+$",
         description="Webhook URL",
     )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> SubmitRun:
+        given = [f for f in _TARGET_FIELDS if getattr(self, f) is not None]
+        if len(given) != 1:
+            got = f"got {', '.join(given)}" if given else "got none"
+            raise PydanticCustomError(
+                "one_target",
+                "send exactly one of agent, workflow or name ({got}): "
+                "a workflow's name in workflow, an agent's in agent",
+                {"got": got},
+            )
+        self.agent = getattr(self, given[0])
+        return self
+
+    @property
+    def named_by(self) -> str:
+        """The field the body named its target in."""
+        return "workflow" if self.workflow is not None else "name" if self.name else "agent"
+
+    @property
+    def target(self) -> str:
+        """The agent's or workflow's name, whichever field carried it."""
+        return str(self.agent)
 
 
 class CancelRun(BaseModel):
@@ -85,23 +133,32 @@ async def submit_run(
     principal: Caller,
 ) -> JSONResponse:
     """Queue a run; nothing executes in the request. Answers 202, ``Location`` and
-    ``Retry-After``. With ``Idempotency-Key``, a retry gets the first answer again."""
+    ``Retry-After``. Name what to run in exactly one of ``workflow`` (a workflow),
+    ``agent`` (an agent, or any target as before) or ``name`` (either kind). With
+    ``Idempotency-Key``, a retry gets the first answer again."""
     state = request.app.state
-    if not principal.writes():
+    if not principal.acts:
         raise Problem(
             "forbidden",
             f"a key with only the roles {', '.join(sorted(principal.roles))} cannot start "
-            "runs; use one with the role operator",
+            "runs; use a key with the role operator",
         )
     key = parse_key(request.headers.get("idempotency-key"))
     try:
-        definition = state.agent_app.resolve(body.agent, body.version)
+        definition = state.agent_app.resolve(body.target, body.version)
     except UnknownTargetError as exc:
         raise Problem(
             "validation-error",
-            f"agent: {exc}",
-            errors=[{"loc": ["body", "agent"], "msg": str(exc)}],
+            f"{body.named_by}: {exc}",
+            errors=[{"loc": ["body", body.named_by], "msg": str(exc)}],
         ) from None
+    if body.named_by == "workflow" and definition.kind != "workflow":
+        msg = f'{body.target} is an {definition.kind}, not a workflow: send {{"agent": ...}}'
+        raise Problem(
+            "validation-error",
+            f"workflow: {msg}",
+            errors=[{"loc": ["body", "workflow"], "msg": msg}],
+        )
     _validate_input(definition, body.input)
     try:
         # What the store will journal: NaN, the infinities, nesting past the journal's
@@ -204,22 +261,41 @@ async def get_result(
     wait: float = Query(0, ge=0, le=60, description="Seconds to wait for the end"),
 ) -> JSONResponse:
     """200 with the result once the run is terminal; otherwise waits up to ``wait`` s and
-    answers 202 + ``Retry-After``."""
+    answers 202 + ``Retry-After``. A run parked for an approval is answered at once
+    (202 with ``pending_approval``) unless the approval expires within the wait: only
+    a decision moves it on."""
     state = request.app.state
     deadline = time.monotonic() + min(wait, state.settings.max_wait)
-    await run_or_404(request, run_id, principal.tenant_id)  # watch only a run we may see
+    # Watch only a run we may see; one already answerable is answered without watching.
+    row = await run_or_404(request, run_id, principal.tenant_id)
+    clock = clock_of(request)
+    answer = _result_answer(row, deadline, clock)
+    if answer is not None:
+        return answer
     async with state.hub.watch(run_id) as changed:
         while True:
             changed.clear()
             row = await run_or_404(request, run_id, principal.tenant_id)
-            view = run_view(row)
-            if row["run"].terminal:
-                return JSONResponse(view, status_code=200)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return JSONResponse(view, status_code=202, headers={"Retry-After": "1"})
+            answer = _result_answer(row, deadline, clock)
+            if answer is not None:
+                return answer
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout=left)
+                await asyncio.wait_for(changed.wait(), timeout=deadline - time.monotonic())
+
+
+def _result_answer(row: dict[str, Any], deadline: float, clock: Clock) -> JSONResponse | None:
+    """``result``'s answer for ``row`` now: 200 when terminal; 202 when out of time, or
+    when parked for an approval that will not expire within the wait (only a person
+    moves it on, so holding the request helps nobody); None to keep waiting (an approval
+    expiring within the wait gets its default, and the run goes on)."""
+    if row["run"].terminal:
+        return JSONResponse(run_view(row), status_code=200)
+    left = deadline - time.monotonic()
+    pending = row.get("pending_approval")
+    parked = pending is not None and pending.expires_at - clock.now() > left
+    if parked or left <= 0:
+        return JSONResponse(run_view(row), status_code=202, headers={"Retry-After": "1"})
+    return None
 
 
 @router.get("/{run_id}/steps", responses=ERRORS)
@@ -286,7 +362,7 @@ async def cancel_run(
     """Request the cancel (idempotent): 202, or 200 when the run is already terminal.
     The worker stops at the next step boundary and compensates."""
     row = await run_or_404(request, run_id, principal.tenant_id)
-    own = row["run"].user_id == principal.user_id and principal.writes()
+    own = row["run"].user_id == principal.user_id and principal.acts
     if not (principal.has(OPERATOR, ADMIN) or own):
         raise Problem("forbidden", "cancelling another user's run needs the role operator")
     if row["run"].terminal:

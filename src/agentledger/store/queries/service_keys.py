@@ -19,13 +19,15 @@ def insert_key(
     secret_hash: str,
     last4: str,
     expires_at: float,
+    pepper_id: str | None = None,
 ) -> None:
-    """Store a new key (its secret's HMAC, never the secret)."""
+    """Store a new key (its secret's HMAC, never the secret), with the fingerprint of
+    the pepper it was made under (``pepper_id``)."""
     ensure_tenant(d, conn, tenant_id)
     d.execute(
         conn,
         "INSERT INTO api_keys (id, tenant_id, user_id, roles, secret_hash, last4, created_at, "
-        "expires_at) VALUES (:id, :t, :u, :roles, :h, :last4, :now, :exp)",
+        "expires_at, pepper_id) VALUES (:id, :t, :u, :roles, :h, :last4, :now, :exp, :pid)",
         {
             "id": key_id,
             "t": tenant_id,
@@ -35,8 +37,21 @@ def insert_key(
             "last4": last4,
             "now": time.time(),
             "exp": expires_at,
+            "pid": pepper_id,
         },
     )
+
+
+def live_keys_by_pepper(d: Dialect, conn: Any, now: float) -> dict[str | None, int]:
+    """How many unrevoked, unexpired keys each pepper fingerprint has (None: keys made
+    before fingerprints were kept)."""
+    found = d.fetchall(
+        conn,
+        "SELECT pepper_id, COUNT(*) AS n FROM api_keys WHERE revoked_at IS NULL "
+        "AND expires_at > :now GROUP BY pepper_id",
+        {"now": now},
+    )
+    return {r["pepper_id"]: int(r["n"]) for r in found}
 
 
 def ensure_tenant(d: Dialect, conn: Any, tenant_id: str) -> None:
