@@ -6,8 +6,10 @@ become the ``system`` parameter; tools are ``input_schema`` tools; ``tool_use`` 
 ``tool_result`` blocks in one user turn; ``stop_reason="refusal"`` is a refusal; an
 answer with no text and no tool use is :class:`~agentledger.models.errors.InvalidResponse`.
 A stream is read event by event: it is an answer only once ``message_delta`` gave its
-``stop_reason`` and ``message_stop`` came; a stream that ends before is
-:class:`~agentledger.models.errors.IncompleteAnswer`. Usage the provider leaves out is
+``stop_reason`` and ``message_stop`` came; a stream that ends before, or a stop reason that does not say the
+answer is whole (``pause_turn``, one the gateway does not know), is
+:class:`~agentledger.models.errors.IncompleteAnswer`; tool use cut by ``max_tokens`` is
+never run. Usage the provider leaves out is
 counted by the gateway's estimate (:meth:`ProviderModel.counted`).
 """
 
@@ -16,9 +18,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentledger.errors import ToolError
 from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall
 from agentledger.models.errors import IncompleteAnswer, InvalidResponse
-from agentledger.models.provider import ProviderModel, import_sdk
+from agentledger.models.provider import ProviderModel, finished, import_sdk
+
+#: The stop reasons that say an answer is whole, as ours (``pause_turn`` asks the caller
+#: to continue the turn: not whole).
+STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "refusal",
+}
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
@@ -195,16 +209,18 @@ class AnthropicModel(ProviderModel):
             tokens_in += cached + written  # Anthropic counts cache reads and writes apart
         counts = (tokens_in, usage.get("output_tokens"), cached, written)
         text = "".join(texts) or None
-        if stop_reason == "refusal":
-            message, reason = Message("assistant", refusal=text or "refused"), "refusal"
-        elif calls:
-            message, reason = Message("assistant", content=text, tool_calls=calls), "tool_calls"
-        elif not text or not text.strip():
-            empty = InvalidResponse(f"{self.name}: empty answer (stop_reason={stop_reason})")
-            raise self.reported(empty, *counts)
-        else:
-            reason = "length" if stop_reason == "max_tokens" else "stop"
-            message = Message("assistant", content=text)
+        try:
+            reason = finished(self.name, stop_reason, STOP_REASONS, bool(calls))
+            if reason == "refusal":
+                message = Message("assistant", refusal=text or "refused")
+            elif calls:
+                message, reason = Message("assistant", content=text, tool_calls=calls), "tool_calls"
+            elif not text or not text.strip():
+                raise InvalidResponse(f"{self.name}: empty answer (stop_reason={stop_reason})")
+            else:
+                message = Message("assistant", content=text)
+        except ToolError as exc:
+            raise self.reported(exc, *counts) from None
         counted, cost, source = self.counted(request, message, *counts)
         return ModelResponse(
             message=message,

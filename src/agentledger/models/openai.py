@@ -11,8 +11,10 @@ step then treats as invalid arguments and feeds back to the model; tool results 
 ``tool`` messages; ``message.refusal`` is a refusal; ``finish_reason="content_filter"``
 is :class:`~agentledger.errors.Refused`; an answer with no text, no call and no refusal
 is :class:`~agentledger.models.errors.InvalidResponse`. A stream that ends with no
-``finish_reason`` (the connection closed early, no ``[DONE]``) is
-:class:`~agentledger.models.errors.IncompleteAnswer`, never an answer; a missing
+``finish_reason`` (the connection closed early, no ``[DONE]``), or with one that does not
+say the answer is whole (``error``, ``abort``), is
+:class:`~agentledger.models.errors.IncompleteAnswer`, never an answer; only the first
+choice is read; tool calls cut by ``length`` are never run; a missing
 ``usage`` is counted by the gateway's estimate (:meth:`ProviderModel.counted`).
 """
 
@@ -24,7 +26,7 @@ from typing import Any
 from agentledger.errors import Refused, ToolError
 from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall
 from agentledger.models.errors import IncompleteAnswer, InvalidResponse
-from agentledger.models.provider import ProviderModel, import_sdk, safe_url
+from agentledger.models.provider import ProviderModel, finished, import_sdk, safe_url
 
 
 def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -63,11 +65,23 @@ def to_openai_tools(request: ModelRequest) -> list[dict[str, Any]]:
     ]
 
 
+#: The finish reasons that say an answer is whole, as ours.
+FINISH_REASONS = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+
+
 def finish(
     content: str | None, calls: list[ToolCall], refusal: str | None, reason: str | None, name: str
 ) -> tuple[Message, str]:
-    """The assistant message and our finish reason, or the failure class of a bad answer."""
-    if reason == "content_filter":
+    """The assistant message and our finish reason, or the failure class of a bad answer
+    (an answer that is not whole: :func:`~agentledger.models.provider.finished`)."""
+    ours = finished(name, reason, FINISH_REASONS, bool(calls))
+    if ours == "content_filter":
         raise Refused(f"{name}: the provider's content filter blocked the answer")
     if refusal:
         return Message("assistant", content=None, refusal=refusal), "refusal"
@@ -75,7 +89,7 @@ def finish(
         return Message("assistant", content=content or None, tool_calls=calls), "tool_calls"
     if not content or not content.strip():
         raise InvalidResponse(f"{name}: empty answer (finish_reason={reason})")
-    return Message("assistant", content=content), "length" if reason == "length" else "stop"
+    return Message("assistant", content=content), ours
 
 
 def _counts(usage: Any) -> tuple[Any, Any, Any]:
@@ -157,6 +171,8 @@ class OpenAIModel(ProviderModel):
             usage = chunk.usage or usage
             model = chunk.model or model
             for choice in chunk.choices:
+                if choice.index != 0:  # n=1 is asked for: another choice is not the answer
+                    continue
                 delta = choice.delta
                 reason = choice.finish_reason or reason
                 if delta.content:
@@ -177,7 +193,7 @@ class OpenAIModel(ProviderModel):
             raise IncompleteAnswer(
                 f"{self.name}: the stream ended without a finish reason after "
                 f"{sum(len(t) for t in text)} characters: not an answer"
-            )
+            )  # (no usage: OpenAI sends it only after the finish)
         tool_calls = [ToolCall(**calls[i]) for i in sorted(calls)]
         try:
             message, reason = finish(

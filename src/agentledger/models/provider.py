@@ -15,7 +15,7 @@ import email.utils
 import json
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -220,6 +220,25 @@ def _count(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
     return min(value, MAX_TOKENS_COUNTED)
+
+
+def finished(name: str, raw: str | None, reasons: Mapping[str, str], has_calls: bool) -> str:
+    """Our finish reason (stop | tool_calls | refusal | length | content_filter) for the
+    provider's, or the failure class of an answer that is not whole.
+
+    Only a reason in ``reasons`` says the answer is whole: none, or one the gateway does
+    not know (``error`` and ``abort`` from compatible servers, Anthropic's
+    ``pause_turn``), is :class:`IncompleteAnswer`. Tool calls cut by the token limit are
+    :class:`InvalidResponse`: the last call's arguments and the list itself may be cut,
+    so none of them runs.
+    """
+    reason = reasons.get(raw) if raw is not None else None
+    if reason is None:
+        shown = "no finish reason" if raw is None else f"finish reason {str(raw)[:40]!r}"
+        raise IncompleteAnswer(f"{name}: {shown} does not say the answer is whole: not an answer")
+    if reason == "length" and has_calls:
+        raise InvalidResponse(f"{name}: tool calls cut at max_tokens: none of them is run")
+    return reason
 
 
 def _has_content(message: Message) -> bool:
