@@ -9,7 +9,19 @@ from typing import Any
 
 import pytest
 
-from tests.gateway.fakes import FakeProviders, Reply, anthropic_stream, openai_stream
+from agentledger.records import RunStatus
+
+from agentledger.budget import Budget
+from tests.fast.lifecycle_harness import Harness
+from tests.gateway.fakes import (
+    FakeProviders,
+    Reply,
+    anthropic_answer,
+    anthropic_stream,
+    openai_answer,
+    openai_stream,
+)
+from tests.gateway.worker_app import make_app
 from tests.gateway.test_gateway import close, model_steps, run_once
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -197,4 +209,100 @@ async def test_tool_calls_cut_at_max_tokens_are_never_run(
         assert failed["error_class"] == "invalid_response" and "max_tokens" in failed["error"]
         assert failed["usage_source"] == "reported"
     finally:
+        await close(h)
+
+
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+async def test_an_endless_stream_is_cut_by_the_model_timeout_and_counted_at_its_reservation(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """A provider that sends some text and then keeps the connection alive forever (SSE
+    comments, pings): the model's timeout ends each attempt, which counts at its
+    reservation, and the run is handed over with the reason once the chain is used up."""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    monkeypatch.setenv("AGENTLEDGER_MODEL_TIMEOUT", "0.5")
+    if model == OPENAI:
+        endless = Reply(sse=[chunk({"content": CUT})], endless=b": keep-alive\n\n", done=False)
+    else:
+        endless = anthropic_stream([CUT], finished=False)
+        endless.endless = b'event: ping\ndata: {"type": "ping"}\n\n'
+    fake.script(*[endless] * 2)
+    h, run_id = await run_once(tmp_path, model)
+    try:
+        run = await h.run(run_id)
+        assert run.status == RunStatus.NEEDS_HUMAN, run
+        assert "no answer within" in (run.handover_reason or "")
+        (step,) = model_steps(await h.journal(run_id))
+        attempts = step.output["attempts"]
+        assert [a["error_class"] for a in attempts] == ["timeout"] * len(attempts)
+        assert len(attempts) == len(fake.requests) >= 2
+        assert all(a["cost_usd"] == a["reserved_usd"] > 0 for a in attempts)
+        assert run.cost_usd == pytest.approx(sum(a["cost_usd"] for a in attempts))
+    finally:
+        await close(h)
+
+
+async def test_a_chain_of_models_that_all_break_off_hands_over_with_every_attempt_counted(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    fake.script(
+        *[openai_stream([CUT], finished=False)] * 3,
+        *[anthropic_stream([CUT], finished=False)] * 3,
+    )
+    h, run_id = await run_once(tmp_path, f"{OPENAI} -> {ANTHROPIC}")
+    try:
+        run = await h.run(run_id)
+        assert run.status == RunStatus.NEEDS_HUMAN, run
+        assert "incomplete" in (run.handover_reason or "") or "not an answer" in (
+            run.handover_reason or ""
+        ), run.handover_reason
+        (step,) = model_steps(await h.journal(run_id))
+        attempts = step.output["attempts"]
+        assert [a["error_class"] for a in attempts] == ["incomplete_answer"] * 6
+        assert step.error_class == "incomplete_answer"
+        assert all(a["cost_usd"] == a["reserved_usd"] > 0 for a in attempts)
+        assert run.cost_usd == pytest.approx(sum(a["cost_usd"] for a in attempts))
+        assert "message" not in step.output
+    finally:
+        await close(h)
+
+
+@pytest.mark.parametrize("bound", ["run", "tenant"])
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+async def test_usage_far_over_the_reservation_binds_the_run_and_the_tenant_after_the_fact(
+    fake: FakeProviders, tmp_path: Path, store_url: str, model: str, bound: str
+) -> None:
+    """The provider reports 50 million prompt tokens for a tool-calling answer that
+    reserved about a thousand: the step and the tenant's period count all of them, and
+    the next call is not sent (the run is handed over, or the tenant's runs park)."""
+    big = 50_000_000
+    if model == OPENAI:
+        call = openai_answer(calls=[("lookup", '{"city": "Lisbon"}')], usage=(big, 10, 0))
+    else:
+        call = anthropic_answer(calls=[("lookup", {"city": "Lisbon"})], usage=(big, 10, 0))
+    fake.script(call, call, call)
+    budget = Budget(max_spend_usd=10_000.0, max_tokens=10**9 if bound == "tenant" else 10_000)
+    h = Harness(tmp_path, make_app(model, budget), store_url)
+    async with h:
+        await h.store.set_tenant_budget(
+            "acme", 86_400, max_tokens=None if bound == "run" else 10_000
+        )
+        first = await h.app.submit(h.store, "concierge", {"message": "Hotels?"}, tenant_id="acme")
+        await h.execute(first)
+        steps = model_steps(await h.journal(first))
+        assert steps[0].tokens == big + 10 and steps[0].output["usage"]["source"] == "reported"
+        assert len(fake.requests) == 1, "the next call went out over the budget"
+        run = await h.run(first)
+        assert run.tokens == big + 10
+        if bound == "run":
+            assert run.status == RunStatus.NEEDS_HUMAN and "budget" in (run.handover_reason or "")
+            return await close(h)
+        row = await h.store.reserve_tenant_usage("acme", h.clock.now(), 0.0, 0)
+        assert row is not None and row["tokens"] == big + 10
+        assert run.status == RunStatus.WAITING
+        second = await h.app.submit(h.store, "concierge", {"message": "Hotels?"}, tenant_id="acme")
+        await h.execute(second)
+        assert (await h.run(second)).status == RunStatus.WAITING
+        assert len(fake.requests) == 1
         await close(h)
