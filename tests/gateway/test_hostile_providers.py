@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from agentledger.records import RunStatus
-
 from agentledger.budget import Budget
+from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import Harness
 from tests.gateway.fakes import (
     FakeProviders,
@@ -21,8 +20,8 @@ from tests.gateway.fakes import (
     openai_answer,
     openai_stream,
 )
-from tests.gateway.worker_app import make_app
 from tests.gateway.test_gateway import close, model_steps, run_once
+from tests.gateway.worker_app import make_app
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -305,4 +304,59 @@ async def test_usage_far_over_the_reservation_binds_the_run_and_the_tenant_after
         await h.execute(second)
         assert (await h.run(second)).status == RunStatus.WAITING
         assert len(fake.requests) == 1
+        await close(h)
+
+
+@pytest.mark.parametrize("usage_sent", [True, False], ids=["usage-sent", "usage-lost"])
+async def test_a_stream_dropped_after_its_finish_reason_is_the_answer(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, usage_sent: bool
+) -> None:
+    """The provider said the answer was finished, then the connection broke before
+    ``[DONE]``: the answer is whole, so it is journaled once (not sent again and billed
+    twice), at the usage reported or, when the usage chunk was lost too, the estimate."""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    events: list[Any] = [chunk({"content": WHOLE}), chunk({}, "stop")]
+    if usage_sent:
+        events.append(chunk(usage=usage(50, 9)))
+    fake.script(Reply(sse=events, done=False, cut=True), openai_stream(["Another answer."]))
+    h, run_id = await run_once(tmp_path, OPENAI)
+    try:
+        run = await h.run(run_id)
+        assert run.result == {"answer": WHOLE}, run
+        assert len(fake.requests) == 1
+        (step,) = model_steps(await h.journal(run_id))
+        (attempt,) = step.output["attempts"]
+        assert attempt["error_class"] is None
+        assert attempt["usage_source"] == ("reported" if usage_sent else "estimated")
+        assert step.output["finish_reason"] == "stop"
+    finally:
+        await close(h)
+
+
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+async def test_a_stream_dropped_before_its_finish_signal_is_an_incomplete_answer(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """The connection breaks mid-answer (Anthropic: after ``message_delta`` gave its stop
+    reason, before ``message_stop``): the class says the answer broke off."""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    if model == OPENAI:
+        cut = openai_stream([CUT], cut=True)
+        whole = openai_stream([WHOLE])
+    else:
+        cut = anthropic_events(CUT, "end_turn")
+        assert cut.sse is not None
+        cut.sse.pop()  # no message_stop
+        cut.cut = True
+        whole = anthropic_stream([WHOLE])
+    fake.script(cut, whole)
+    h, run_id = await run_once(tmp_path, model)
+    try:
+        assert (await h.run(run_id)).result == {"answer": WHOLE}
+        (step,) = model_steps(await h.journal(run_id))
+        broken, answered = step.output["attempts"]
+        assert broken["error_class"] == "incomplete_answer", broken
+        assert broken["cost_usd"] == broken["reserved_usd"] > 0
+        assert answered["error_class"] is None
+    finally:
         await close(h)

@@ -26,7 +26,13 @@ from typing import Any
 from agentledger.errors import Refused, ToolError
 from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall
 from agentledger.models.errors import IncompleteAnswer, InvalidResponse
-from agentledger.models.provider import ProviderModel, finished, import_sdk, safe_url
+from agentledger.models.provider import (
+    ProviderModel,
+    broke_off,
+    finished,
+    import_sdk,
+    safe_url,
+)
 
 
 def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -167,31 +173,39 @@ class OpenAIModel(ProviderModel):
         reason: str | None = None
         usage: Any = None
         model = self.model
-        async for chunk in stream:
-            usage = chunk.usage or usage
-            model = chunk.model or model
-            for choice in chunk.choices:
-                if choice.index != 0:  # n=1 is asked for: another choice is not the answer
-                    continue
-                delta = choice.delta
-                reason = choice.finish_reason or reason
-                if delta.content:
-                    text.append(delta.content)
-                    if request.on_delta is not None:
-                        maybe = request.on_delta(delta.content)
-                        if maybe is not None:
-                            await maybe
-                if getattr(delta, "refusal", None):
-                    refusal.append(delta.refusal)
-                for c in delta.tool_calls or []:
-                    slot = calls.setdefault(c.index, {"id": "", "name": "", "arguments": ""})
-                    slot["id"] = c.id or slot["id"]
-                    if c.function is not None:
-                        slot["name"] += c.function.name or ""
-                        slot["arguments"] += c.function.arguments or ""
+        broke: str | None = None
+        try:
+            async for chunk in stream:
+                usage = chunk.usage or usage
+                model = chunk.model or model
+                for choice in chunk.choices:
+                    if choice.index != 0:  # n=1 is asked for: another choice is not the answer
+                        continue
+                    delta = choice.delta
+                    reason = choice.finish_reason or reason
+                    if delta.content:
+                        text.append(delta.content)
+                        if request.on_delta is not None:
+                            maybe = request.on_delta(delta.content)
+                            if maybe is not None:
+                                await maybe
+                    if getattr(delta, "refusal", None):
+                        refusal.append(delta.refusal)
+                    for c in delta.tool_calls or []:
+                        slot = calls.setdefault(c.index, {"id": "", "name": "", "arguments": ""})
+                        slot["id"] = c.id or slot["id"]
+                        if c.function is not None:
+                            slot["name"] += c.function.name or ""
+                            slot["arguments"] += c.function.arguments or ""
+        except Exception as exc:
+            # Broken off after the provider said the answer was finished: it is whole (the
+            # usage chunk may be lost with [DONE]: then the estimate counts it).
+            broke = broke_off(self.sdk(), exc)
+            if broke is None:
+                raise
         if reason is None:  # the provider never said the answer was finished
             raise IncompleteAnswer(
-                f"{self.name}: the stream ended without a finish reason after "
+                f"{self.name}: the stream {broke or 'ended'} without a finish reason after "
                 f"{sum(len(t) for t in text)} characters: not an answer"
             )  # (no usage: OpenAI sends it only after the finish)
         tool_calls = [ToolCall(**calls[i]) for i in sorted(calls)]

@@ -241,6 +241,22 @@ def finished(name: str, raw: str | None, reasons: Mapping[str, str], has_calls: 
     return reason
 
 
+def broke_off(sdk: Any, exc: BaseException) -> str | None:
+    """What broke a stream while it was read, when it is the answer breaking off: the
+    connection dropped (not a timeout, which stays one), or an ``error`` event inside the
+    200 stream. None for anything else (a malformed event is an unusable answer)."""
+    # The SDK's own HTTP client's errors, by name: SDK versions ship httpx or a fork of it.
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, sdk.APITimeoutError) or "TimeoutException" in names:
+        return None
+    if isinstance(exc, sdk.APIConnectionError) or "TransportError" in names:
+        cause = exc.__cause__ if isinstance(exc, sdk.APIConnectionError) else None
+        return f"broke off ({type(cause or exc).__name__})"
+    if type(exc) is sdk.APIError:  # openai: an error event in the stream
+        return f"broke off with an error event ({_message(exc)})"
+    return None
+
+
 def _has_content(message: Message) -> bool:
     return bool(message.content or message.refusal or message.tool_calls)
 
