@@ -360,3 +360,25 @@ async def test_a_stream_dropped_before_its_finish_signal_is_an_incomplete_answer
         assert answered["error_class"] is None
     finally:
         await close(h)
+
+
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+async def test_an_answer_cut_at_max_tokens_is_never_presented_as_whole(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """``length`` / ``max_tokens`` is the provider's finish, but the text is cut: the step,
+    the proposal event and the run's result all say so (the reader of the result sees
+    ``finish_reason: length`` next to the cut answer)."""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    fake.script(_not_finished(model, "length" if model == OPENAI else "max_tokens"))
+    h, run_id = await run_once(tmp_path, model)
+    try:
+        run = await h.run(run_id)
+        assert run.status == RunStatus.COMPLETED
+        assert run.result == {"answer": CUT, "finish_reason": "length"}
+        (step,) = model_steps(await h.journal(run_id))
+        assert step.output["finish_reason"] == "length"
+        (proposed,) = [e for e in await h.events(run_id) if e.type == "model.proposed"]
+        assert proposed.data["finish_reason"] == "length"
+    finally:
+        await close(h)
