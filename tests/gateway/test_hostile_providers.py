@@ -382,3 +382,52 @@ async def test_an_answer_cut_at_max_tokens_is_never_presented_as_whole(
         assert proposed.data["finish_reason"] == "length"
     finally:
         await close(h)
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        [chunk({}, "stop"), {**BASE, "usage": usage(50, 9)}],
+        [chunk({}, "stop"), {**BASE, "choices": None, "usage": usage(50, 9)}],
+        [{**BASE, "choices": [{"index": 0, "delta": None, "finish_reason": "stop"}]}],
+    ],
+    ids=["usage-chunk-without-choices", "choices-null", "finish-with-delta-null"],
+)
+async def test_a_finished_answer_survives_the_shapes_compatible_servers_send(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: list[Any]
+) -> None:
+    """A usage chunk with no ``choices`` (or ``null``), a finishing choice with a ``null``
+    delta: the answer was finished, so it is the answer, not a failed attempt."""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    fake.script(Reply(sse=[chunk({"content": WHOLE}), *tail]))
+    h, run_id = await run_once(tmp_path, OPENAI)
+    try:
+        run = await h.run(run_id)
+        assert run.result == {"answer": WHOLE}, run
+        (step,) = model_steps(await h.journal(run_id))
+        assert [a["error_class"] for a in step.output["attempts"]] == [None]
+    finally:
+        await close(h)
+
+
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+async def test_a_count_far_below_what_the_text_could_be_is_not_a_count(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """300 000 characters of answer reported as 9 tokens (no tokenizer packs 32
+    characters in a token on average): the gateway's estimate counts it, so a provider
+    cannot make a long answer nearly free."""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    text = "Your refund was not approved. " * 10_000
+    if model == OPENAI:
+        reply = Reply(sse=[chunk({"content": text}), chunk({}, "stop"), chunk(usage=usage(50, 9))])
+    else:
+        reply = anthropic_events(text, "end_turn")  # message_delta reports 12
+    fake.script(reply)
+    h, run_id = await run_once(tmp_path, model)
+    try:
+        (step,) = model_steps(await h.journal(run_id))
+        assert step.output["usage"]["source"] == "estimated"
+        assert step.output["usage"]["output_tokens"] >= len(text) // 32
+    finally:
+        await close(h)

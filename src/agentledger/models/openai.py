@@ -178,11 +178,13 @@ class OpenAIModel(ProviderModel):
             async for chunk in stream:
                 usage = chunk.usage or usage
                 model = chunk.model or model
-                for choice in chunk.choices:
+                for choice in chunk.choices or []:  # a usage chunk may have none, or null
                     if choice.index != 0:  # n=1 is asked for: another choice is not the answer
                         continue
-                    delta = choice.delta
                     reason = choice.finish_reason or reason
+                    delta = choice.delta
+                    if delta is None:  # a finishing choice may carry no delta at all
+                        continue
                     if delta.content:
                         text.append(delta.content)
                         if request.on_delta is not None:

@@ -116,9 +116,7 @@ class ProviderModel(Model):
 
     def estimate_input_tokens(self, request: ModelRequest) -> int:
         """An upper-leaning estimate of the prompt's tokens (about 3 characters a token)."""
-        chars = sum(len(json.dumps(m.to_dict())) for m in request.messages)
-        chars += sum(len(json.dumps(t.parameters)) + len(t.description) for t in request.tools)
-        return math.ceil(chars / 3) + 16
+        return math.ceil(_prompt_chars(request) / 3) + 16
 
     def worst_case(self, request: ModelRequest) -> tuple[int, float]:
         """Tokens and USD the call can cost at most: estimated input + ``max_tokens``."""
@@ -127,7 +125,7 @@ class ProviderModel(Model):
 
     def estimate_output_tokens(self, message: Message) -> int:
         """An upper-leaning estimate of an answer's tokens (about 3 characters a token)."""
-        return math.ceil(len(json.dumps(message.to_dict())) / 3)
+        return math.ceil(_answer_chars(message) / 3)
 
     def counted(
         self,
@@ -140,18 +138,24 @@ class ProviderModel(Model):
     ) -> tuple[Usage, float, str]:
         """The usage, cost and usage source of a finished answer.
 
-        What the provider reported, where it is a plausible count; what it left out (no
-        usage object, a missing, negative or non-integer count, a zero count for a prompt
-        or for an answer that has content) is the gateway's own estimate, so an answer is
-        never free and budgets bind whatever the provider reports.
+        What the provider reported, where it is a plausible count; what it left out or
+        cannot be a count (no usage object, a missing, negative or non-integer count, a
+        zero count for a prompt or for an answer that has content, fewer tokens than
+        :data:`MAX_CHARS_PER_TOKEN` allows for the text) is the gateway's own estimate, so
+        an answer is never free and budgets bind whatever the provider reports.
         """
         source = "reported"
         reported_in = _count(tokens_in)
-        if not reported_in:  # a prompt is never 0 tokens
+        # A prompt is never 0 tokens, nor fewer than its characters allow.
+        if not reported_in or reported_in < _prompt_chars(request) // MAX_CHARS_PER_TOKEN:
             reported_in, cached, written = self.estimate_input_tokens(request), 0, 0
             source = "estimated"
         reported_out = _count(tokens_out)
-        if reported_out is None or (reported_out == 0 and _has_content(message)):
+        if (
+            reported_out is None
+            or (reported_out == 0 and _has_content(message))
+            or reported_out < _answer_chars(message) // MAX_CHARS_PER_TOKEN
+        ):
             reported_out = self.estimate_output_tokens(message)
             source = "estimated"
         cached_n = min(_count(cached) or 0, reported_in)
@@ -255,6 +259,20 @@ def broke_off(sdk: Any, exc: BaseException) -> str | None:
     if type(exc) is sdk.APIError:  # openai: an error event in the stream
         return f"broke off with an error event ({_message(exc)})"
     return None
+
+
+#: More characters per token than any tokenizer packs on average over a text: a reported
+#: count below a text's characters divided by this is not a count of that text.
+MAX_CHARS_PER_TOKEN = 32
+
+
+def _prompt_chars(request: ModelRequest) -> int:
+    chars = sum(len(json.dumps(m.to_dict())) for m in request.messages)
+    return chars + sum(len(json.dumps(t.parameters)) + len(t.description) for t in request.tools)
+
+
+def _answer_chars(message: Message) -> int:
+    return len(json.dumps(message.to_dict()))
 
 
 def _has_content(message: Message) -> bool:
