@@ -431,3 +431,34 @@ async def test_a_count_far_below_what_the_text_could_be_is_not_a_count(
         assert step.output["usage"]["output_tokens"] >= len(text) // 32
     finally:
         await close(h)
+
+
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+async def test_a_failed_answer_with_a_count_that_cannot_be_its_usage_counts_at_its_reservation(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """A broken-off answer (unknown finish reason) with 3 000 characters of text that
+    reports 1 prompt token and 0 output tokens: not its usage, so it is not nearly free;
+    it counts at its reservation like an attempt that reported nothing."""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    text = "Your refund was " * 200
+    if model == OPENAI:
+        bad = Reply(sse=[chunk({"content": text}), chunk({}, "error"), chunk(usage=usage(1, 0))])
+        whole = openai_stream([WHOLE])
+    else:
+        bad = anthropic_events(text, "error")
+        assert bad.sse is not None
+        bad.sse[0] = {"type": "message_start", "message": {**AMSG, "usage": {"input_tokens": 1}}}
+        bad.sse[-2]["usage"] = {"output_tokens": 0}
+        whole = anthropic_stream([WHOLE])
+    fake.script(bad, whole)
+    h, run_id = await run_once(tmp_path, model)
+    try:
+        assert (await h.run(run_id)).result == {"answer": WHOLE}
+        (step,) = model_steps(await h.journal(run_id))
+        failed = step.output["attempts"][0]
+        assert failed["error_class"] == "incomplete_answer"
+        assert failed["usage_source"] == "estimated"
+        assert failed["cost_usd"] == failed["reserved_usd"] > 0
+    finally:
+        await close(h)

@@ -228,7 +228,8 @@ class AnthropicModel(ProviderModel):
             else:
                 message = Message("assistant", content=text)
         except ToolError as exc:
-            raise self.reported(exc, *counts) from None
+            sent = Message("assistant", content=text, tool_calls=calls)
+            raise self.reported(exc, request, sent, *counts) from None
         counted, cost, source = self.counted(request, message, *counts)
         return ModelResponse(
             message=message,

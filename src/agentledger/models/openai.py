@@ -98,6 +98,12 @@ def finish(
     return Message("assistant", content=content), ours
 
 
+def _sent(content: Any, calls: list[ToolCall], refusal: Any) -> Message:
+    """What the provider sent for an answer that is not one (to weigh its usage)."""
+    text = content if isinstance(content, str) else None
+    return Message("assistant", content=text, tool_calls=calls, refusal=refusal or None)
+
+
 def _counts(usage: Any) -> tuple[Any, Any, Any]:
     """Prompt, completion and cached tokens as reported (None where left out)."""
     details = getattr(usage, "prompt_tokens_details", None)
@@ -161,7 +167,8 @@ class OpenAIModel(ProviderModel):
                 msg.content, calls, getattr(msg, "refusal", None), choice.finish_reason, self.name
             )
         except ToolError as exc:
-            raise self.reported(exc, *_counts(completion.usage)) from None
+            sent = _sent(msg.content, calls, getattr(msg, "refusal", None))
+            raise self.reported(exc, request, sent, *_counts(completion.usage)) from None
         return self._response(request, message, reason, completion.usage, completion.model)
 
     async def _send_streaming(self, request: ModelRequest, params: dict[str, Any]) -> ModelResponse:
@@ -211,12 +218,12 @@ class OpenAIModel(ProviderModel):
                 f"{sum(len(t) for t in text)} characters: not an answer"
             )  # (no usage: OpenAI sends it only after the finish)
         tool_calls = [ToolCall(**calls[i]) for i in sorted(calls)]
+        content, refused = "".join(text) or None, "".join(refusal) or None
         try:
-            message, reason = finish(
-                "".join(text) or None, tool_calls, "".join(refusal) or None, reason, self.name
-            )
+            message, reason = finish(content, tool_calls, refused, reason, self.name)
         except ToolError as exc:
-            raise self.reported(exc, *_counts(usage)) from None
+            sent = _sent(content, tool_calls, refused)
+            raise self.reported(exc, request, sent, *_counts(usage)) from None
         return self._response(request, message, reason, usage, model)
 
     def _response(

@@ -164,17 +164,23 @@ class ProviderModel(Model):
         return usage, self.pricer.cost(reported_in, reported_out, cached_n, written_n), source
 
     def reported(
-        self, exc: ToolError, tokens_in: Any, tokens_out: Any, cached: Any = 0, written: Any = 0
+        self,
+        exc: ToolError,
+        request: ModelRequest,
+        message: Message,
+        tokens_in: Any,
+        tokens_out: Any,
+        cached: Any = 0,
+        written: Any = 0,
     ) -> ToolError:
-        """A failed answer (empty, filtered) that came with its usage carries it as
+        """A failed answer (empty, filtered, cut) that came with its usage carries it as
         ``reported_usage`` (tokens, USD): the provider billed it, so the attempt counts
-        at that instead of its reservation."""
-        reported_in, reported_out = _count(tokens_in), _count(tokens_out)
-        if reported_in and reported_out is not None:
-            cached_n = min(_count(cached) or 0, reported_in)
-            written_n = min(_count(written) or 0, reported_in - cached_n)
-            cost = self.pricer.cost(reported_in, reported_out, cached_n, written_n)
-            exc.reported_usage = (reported_in + reported_out, cost)  # type: ignore[attr-defined]
+        at that instead of its reservation. Only a count :meth:`counted` takes as
+        reported is one: with any of it missing or implausible for ``message`` (what
+        the provider sent), the attempt stays at its reservation."""
+        usage, cost, source = self.counted(request, message, tokens_in, tokens_out, cached, written)
+        if source == "reported":
+            exc.reported_usage = (usage.total, cost)  # type: ignore[attr-defined]
         return exc
 
     # the call ----------------------------------------------------------------
