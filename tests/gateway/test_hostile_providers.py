@@ -4,6 +4,7 @@ dodged, streams that never end."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -418,6 +419,7 @@ async def test_a_count_far_below_what_the_text_could_be_is_not_a_count(
     characters in a token on average): the gateway's estimate counts it, so a provider
     cannot make a long answer nearly free."""
     monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    monkeypatch.setenv("AGENTLEDGER_MODEL_MAX_TOKENS", "16384")  # room for the text
     text = "Your refund was not approved. " * 10_000
     if model == OPENAI:
         reply = Reply(sse=[chunk({"content": text}), chunk({}, "stop"), chunk(usage=usage(50, 9))])
@@ -460,5 +462,39 @@ async def test_a_failed_answer_with_a_count_that_cannot_be_its_usage_counts_at_i
         assert failed["error_class"] == "incomplete_answer"
         assert failed["usage_source"] == "estimated"
         assert failed["cost_usd"] == failed["reserved_usd"] > 0
+    finally:
+        await close(h)
+
+
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+async def test_a_stream_longer_than_max_tokens_allows_is_not_read_to_its_end(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """A provider that ignores ``max_tokens`` and streams text without end: the gateway
+    stops reading once the text is longer than ``max_tokens`` tokens can be (the worker's
+    memory is not the provider's to fill until the timeout), and the attempt is an
+    unusable answer counted at its reservation."""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    monkeypatch.setenv("AGENTLEDGER_MODEL_MAX_TOKENS", "16")
+    monkeypatch.setenv("AGENTLEDGER_MODEL_TIMEOUT", "20")
+    word = "refund " * 20
+    if model == OPENAI:
+        endless = Reply(sse=[chunk({"content": CUT})], done=False)
+        endless.endless = f"data: {json.dumps(chunk({'content': word}))}\n\n".encode()
+    else:
+        endless = anthropic_stream([CUT], finished=False)
+        delta = {"type": "content_block_delta", "index": 0}
+        delta["delta"] = {"type": "text_delta", "text": word}
+        endless.endless = f"event: content_block_delta\ndata: {json.dumps(delta)}\n\n".encode()
+    fake.script(endless)
+    h, run_id = await run_once(tmp_path, model)
+    try:
+        run = await h.run(run_id)
+        assert run.status == RunStatus.NEEDS_HUMAN, run
+        (step,) = model_steps(await h.journal(run_id))
+        (attempt,) = step.output["attempts"]
+        assert attempt["error_class"] == "invalid_response", attempt
+        assert "max_tokens" in attempt["error"]
+        assert attempt["cost_usd"] == attempt["reserved_usd"] > 0
     finally:
         await close(h)

@@ -143,6 +143,7 @@ class AnthropicModel(ProviderModel):
         stopped = False
         model = self.model
         broke: str | None = None
+        chars = 0
         try:
             async with stream:
                 async for event in stream:
@@ -166,6 +167,9 @@ class AnthropicModel(ProviderModel):
                             event.index, {"type": "text", "text": "", "json": ""}
                         )
                         delta = event.delta
+                        chars += len(getattr(delta, "text", None) or "")
+                        chars += len(getattr(delta, "partial_json", None) or "")
+                        self.overlong(chars)
                         if delta.type == "text_delta":
                             slot["text"] += delta.text
                             if request.on_delta is not None:

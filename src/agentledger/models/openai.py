@@ -181,31 +181,42 @@ class OpenAIModel(ProviderModel):
         usage: Any = None
         model = self.model
         broke: str | None = None
+        chars = 0
         try:
-            async for chunk in stream:
-                usage = chunk.usage or usage
-                model = chunk.model or model
-                for choice in chunk.choices or []:  # a usage chunk may have none, or null
-                    if choice.index != 0:  # n=1 is asked for: another choice is not the answer
-                        continue
-                    reason = choice.finish_reason or reason
-                    delta = choice.delta
-                    if delta is None:  # a finishing choice may carry no delta at all
-                        continue
-                    if delta.content:
-                        text.append(delta.content)
-                        if request.on_delta is not None:
-                            maybe = request.on_delta(delta.content)
-                            if maybe is not None:
-                                await maybe
-                    if getattr(delta, "refusal", None):
-                        refusal.append(delta.refusal)
-                    for c in delta.tool_calls or []:
-                        slot = calls.setdefault(c.index, {"id": "", "name": "", "arguments": ""})
-                        slot["id"] = c.id or slot["id"]
-                        if c.function is not None:
-                            slot["name"] += c.function.name or ""
-                            slot["arguments"] += c.function.arguments or ""
+            async with stream:  # closed on every way out (the connection freed)
+                async for chunk in stream:
+                    usage = chunk.usage or usage
+                    model = chunk.model or model
+                    for choice in chunk.choices or []:  # a usage chunk may have none, or null
+                        if choice.index != 0:  # n=1 is asked for: another choice is not the answer
+                            continue
+                        reason = choice.finish_reason or reason
+                        delta = choice.delta
+                        if delta is None:  # a finishing choice may carry no delta at all
+                            continue
+                        chars += len(delta.content or "") + len(getattr(delta, "refusal", "") or "")
+                        chars += sum(
+                            len(c.function.arguments or "")
+                            for c in delta.tool_calls or []
+                            if c.function
+                        )
+                        self.overlong(chars)
+                        if delta.content:
+                            text.append(delta.content)
+                            if request.on_delta is not None:
+                                maybe = request.on_delta(delta.content)
+                                if maybe is not None:
+                                    await maybe
+                        if getattr(delta, "refusal", None):
+                            refusal.append(delta.refusal)
+                        for c in delta.tool_calls or []:
+                            slot = calls.setdefault(
+                                c.index, {"id": "", "name": "", "arguments": ""}
+                            )
+                            slot["id"] = c.id or slot["id"]
+                            if c.function is not None:
+                                slot["name"] += c.function.name or ""
+                                slot["arguments"] += c.function.arguments or ""
         except Exception as exc:
             # Broken off after the provider said the answer was finished: it is whole (the
             # usage chunk may be lost with [DONE]: then the estimate counts it).

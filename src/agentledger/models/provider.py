@@ -163,6 +163,16 @@ class ProviderModel(Model):
         usage = Usage(input_tokens=reported_in, output_tokens=reported_out, cached_tokens=cached_n)
         return usage, self.pricer.cost(reported_in, reported_out, cached_n, written_n), source
 
+    def overlong(self, chars: int) -> None:
+        """Stop reading a stream whose text is longer than ``max_tokens`` tokens can be: a
+        provider that ignores the limit does not get to fill the worker's memory until the
+        timeout (:class:`InvalidResponse`, counted at the reservation)."""
+        if chars > self.max_tokens * MAX_CHARS_PER_TOKEN:
+            raise InvalidResponse(
+                f"{self.name}: the stream sent over {chars} characters, more than "
+                f"max_tokens={self.max_tokens} can hold: not read further"
+            )
+
     def reported(
         self,
         exc: ToolError,
