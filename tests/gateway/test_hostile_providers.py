@@ -498,3 +498,73 @@ async def test_a_stream_longer_than_max_tokens_allows_is_not_read_to_its_end(
         assert attempt["cost_usd"] == attempt["reserved_usd"] > 0
     finally:
         await close(h)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "completion"),
+    [(100, 0), ("many", "20x"), (100.5, 20.5), (None, None), (float("nan"), 20), (1e308, 1e308)],
+    ids=["zero-output", "strings", "floats", "null", "nan", "1e308"],
+)
+async def test_usage_that_is_not_a_count_is_estimated_through_the_sdk(
+    fake: FakeProviders,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    prompt: Any,
+    completion: Any,
+) -> None:
+    """Counts as strings, fractions, null, NaN or 1e308 in a real usage chunk (the SDK
+    passes them on as they are): never taken as counts, never a crash, never a free
+    answer. (Integral strings and floats the SDK turns into the integers they are.)"""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    fake.script(
+        Reply(
+            sse=[
+                chunk({"content": WHOLE}),
+                chunk({}, "stop"),
+                chunk(usage=usage(prompt, completion)),
+            ]
+        )
+    )
+    h, run_id = await run_once(tmp_path, OPENAI)
+    try:
+        run = await h.run(run_id)
+        assert run.result == {"answer": WHOLE}, run
+        (step,) = model_steps(await h.journal(run_id))
+        assert step.output["usage"]["source"] == "estimated"
+        assert (
+            step.output["usage"]["output_tokens"] > 0 and step.output["usage"]["input_tokens"] > 0
+        )
+        assert 0 < step.tokens < step.output["attempts"][0]["reserved_tokens"]
+        assert run.cost_usd == pytest.approx(step.cost_usd) and step.cost_usd > 0
+    finally:
+        await close(h)
+
+
+async def test_anthropic_usage_in_message_start_and_message_delta_is_counted_once(
+    fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``message_start`` carries the input (and cache) counts and a placeholder output;
+    every ``message_delta`` repeats them cumulatively: each count is taken once, the last."""
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    reply = anthropic_events(WHOLE, "end_turn")
+    assert reply.sse is not None
+    start_usage = {"input_tokens": 60, "output_tokens": 1, "cache_read_input_tokens": 40}
+    reply.sse[0] = {"type": "message_start", "message": {**AMSG, "usage": start_usage}}
+    final = reply.sse[-2]
+    cumulative = {"input_tokens": 60, "cache_read_input_tokens": 40}
+    early = {**final, "delta": {"stop_reason": None}, "usage": {**cumulative, "output_tokens": 5}}
+    final["usage"] = {**cumulative, "output_tokens": 12}
+    reply.sse.insert(-2, early)
+    fake.script(reply)
+    h, run_id = await run_once(tmp_path, ANTHROPIC)
+    try:
+        (step,) = model_steps(await h.journal(run_id))
+        assert step.output["usage"] == {
+            "input_tokens": 100,
+            "output_tokens": 12,
+            "cached_tokens": 40,
+            "source": "reported",
+        }
+        assert step.tokens == 112
+    finally:
+        await close(h)
