@@ -568,3 +568,25 @@ async def test_anthropic_usage_in_message_start_and_message_delta_is_counted_onc
         assert step.tokens == 112
     finally:
         await close(h)
+
+
+@pytest.mark.parametrize("reason", ["error", None])
+async def test_a_whole_body_is_finished_unless_its_finish_reason_says_otherwise(
+    fake: FakeProviders, tmp_path: Path, reason: str | None
+) -> None:
+    """Not streamed: a complete body with a null finish reason (some compatible servers)
+    is the answer; one whose finish reason is ``error`` is not."""
+    reply = openai_answer(CUT, usage=(50, 9, 0))
+    reply.body["choices"][0]["finish_reason"] = reason
+    fake.script(reply, openai_answer(WHOLE))
+    h, run_id = await run_once(tmp_path, OPENAI)
+    try:
+        run = await h.run(run_id)
+        (step,) = model_steps(await h.journal(run_id))
+        classes = [a["error_class"] for a in step.output["attempts"]]
+        if reason is None:
+            assert run.result == {"answer": CUT} and classes == [None]
+        else:
+            assert run.result == {"answer": WHOLE} and classes == ["incomplete_answer", None]
+    finally:
+        await close(h)

@@ -129,7 +129,12 @@ class AnthropicModel(ProviderModel):
             answer = await client.messages.create(**params)
             texts, calls = _blocks(answer.content or [])
             return self._response(
-                request, texts, calls, answer.stop_reason, _usage(answer), answer.model
+                request,
+                texts,
+                calls,
+                answer.stop_reason or "end_turn",  # a whole body: finished (as for OpenAI)
+                _usage(answer),
+                answer.model,
             )
         return await self._send_streaming(request, params)
 

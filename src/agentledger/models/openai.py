@@ -163,8 +163,11 @@ class OpenAIModel(ProviderModel):
             if getattr(c, "function", None) is not None
         ]
         try:
+            # A whole (non-streamed) body is finished even when a compatible server leaves
+            # its finish reason null; a reason it does give must be one we know.
+            reason = choice.finish_reason or "stop"
             message, reason = finish(
-                msg.content, calls, getattr(msg, "refusal", None), choice.finish_reason, self.name
+                msg.content, calls, getattr(msg, "refusal", None), reason, self.name
             )
         except ToolError as exc:
             sent = _sent(msg.content, calls, getattr(msg, "refusal", None))
