@@ -31,7 +31,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     # JSON events (dicts) streamed as ``data:`` lines; a threading.Event among them holds
-    # the stream there until it is set (tokens sent, the rest of the answer pending).
+    # the stream there until it is set (tokens sent, the rest of the answer pending);
+    # bytes among them are sent as they are (SSE comments, pings, malformed lines).
     sse: list[Any] | None = None
     hold: threading.Event | None = None  # answer only once set (a call in flight)
     # A Chat Completions stream ends with ``data: [DONE]`` unless this is False (the
@@ -40,6 +41,9 @@ class Reply:
     # The connection breaks after the events (the body is never completed): a stream
     # dropped mid-answer after the provider processed the request.
     cut: bool = False
+    # After the events the stream never ends: these bytes are sent again and again (a
+    # provider that hangs mid-answer, keeping the connection alive) until the client leaves.
+    endless: bytes | None = None
 
 
 def openai_answer(
@@ -285,16 +289,22 @@ class FakeProviders:
         if reply.delay:
             await asyncio.sleep(reply.delay)
         if reply.sse is not None:
-            events, done, cut = reply.sse, reply.done, reply.cut
+            events, done, cut, endless = reply.sse, reply.done, reply.cut, reply.endless
 
             async def gen() -> Any:
                 for e in events:
                     if isinstance(e, threading.Event):
                         await asyncio.to_thread(e.wait, 30)
                         continue
+                    if isinstance(e, bytes):
+                        yield e
+                        continue
                     kind = e.get("type") if isinstance(e, dict) else None
                     prefix = f"event: {kind}\n" if kind and "/messages" in request.url.path else ""
                     yield f"{prefix}data: {json.dumps(e)}\n\n".encode()
+                while endless is not None:
+                    yield endless
+                    await asyncio.sleep(0.01)
                 if cut:  # the body is never completed: the client sees the connection drop
                     raise StreamCut("connection dropped mid-answer")
                 if done and "/chat/" in request.url.path:

@@ -92,7 +92,7 @@ async def test_streams_dropped_mid_answer_count_at_their_reservation_and_the_ten
         assert (await h.run(probe)).result == {"answer": WHOLE}
         (step,) = model_steps(await h.journal(probe))
         cut, answered = step.output["attempts"]
-        assert cut["error_class"] == "provider_error" and cut["usage_source"] == "estimated"
+        assert cut["error_class"] == "incomplete_answer" and cut["usage_source"] == "estimated"
         reserved = cut["reserved_usd"]
         assert cut["cost_usd"] == reserved > 0
         assert step.cost_usd == pytest.approx(reserved + answered["cost_usd"])

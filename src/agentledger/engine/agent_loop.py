@@ -69,6 +69,8 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
         if message.refusal is not None:
             raise RunFailed("refused", f"the model refused: {message.refusal}")
         if not message.tool_calls:
+            if prior.output.get("finish_reason") == "length":  # cut at max_tokens: say so
+                return {"answer": message.content, "finish_reason": "length"}
             return {"answer": message.content}
         for call in message.tool_calls:
             done = exe.prior(step_no, call.name, hash_of(call.arguments))

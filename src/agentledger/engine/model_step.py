@@ -413,6 +413,7 @@ class ModelCall:
                     ],
                     "text": message.content,
                     "refusal": message.refusal,
+                    "finish_reason": response.finish_reason,
                     "tokens": tokens,
                     "cost_usd": cost,
                     "attempts": len(self.attempts),

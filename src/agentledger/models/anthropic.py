@@ -6,8 +6,10 @@ become the ``system`` parameter; tools are ``input_schema`` tools; ``tool_use`` 
 ``tool_result`` blocks in one user turn; ``stop_reason="refusal"`` is a refusal; an
 answer with no text and no tool use is :class:`~agentledger.models.errors.InvalidResponse`.
 A stream is read event by event: it is an answer only once ``message_delta`` gave its
-``stop_reason`` and ``message_stop`` came; a stream that ends before is
-:class:`~agentledger.models.errors.IncompleteAnswer`. Usage the provider leaves out is
+``stop_reason`` and ``message_stop`` came; a stream that ends or breaks off before, or
+a stop reason that does not say the answer is whole (``pause_turn``, an unknown one), is
+:class:`~agentledger.models.errors.IncompleteAnswer`; tool use cut by ``max_tokens`` is
+never run. Usage the provider leaves out is
 counted by the gateway's estimate (:meth:`ProviderModel.counted`).
 """
 
@@ -16,9 +18,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentledger.errors import ToolError
 from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall
 from agentledger.models.errors import IncompleteAnswer, InvalidResponse
-from agentledger.models.provider import ProviderModel, import_sdk
+from agentledger.models.provider import ProviderModel, broke_off, finished, import_sdk
+
+#: The stop reasons that say an answer is whole, as ours (``pause_turn`` asks the caller
+#: to continue the turn: not whole).
+STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "refusal",
+}
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
@@ -115,7 +129,12 @@ class AnthropicModel(ProviderModel):
             answer = await client.messages.create(**params)
             texts, calls = _blocks(answer.content or [])
             return self._response(
-                request, texts, calls, answer.stop_reason, _usage(answer), answer.model
+                request,
+                texts,
+                calls,
+                answer.stop_reason or "end_turn",  # a whole body: finished (as for OpenAI)
+                _usage(answer),
+                answer.model,
             )
         return await self._send_streaming(request, params)
 
@@ -128,43 +147,55 @@ class AnthropicModel(ProviderModel):
         stop_reason: str | None = None
         stopped = False
         model = self.model
-        async with stream:
-            async for event in stream:
-                kind = getattr(event, "type", None)
-                if kind == "message_start":
-                    model = getattr(event.message, "model", None) or model
-                    # Its output count is a placeholder: only message_delta's is the answer's.
-                    usage.update(_usage(event.message))
-                    usage.pop("output_tokens", None)
-                elif kind == "content_block_start":
-                    block = event.content_block
-                    blocks[event.index] = {
-                        "type": block.type,
-                        "text": getattr(block, "text", "") or "",
-                        "id": getattr(block, "id", ""),
-                        "name": getattr(block, "name", ""),
-                        "json": "",
-                    }
-                elif kind == "content_block_delta":
-                    slot = blocks.setdefault(event.index, {"type": "text", "text": "", "json": ""})
-                    delta = event.delta
-                    if delta.type == "text_delta":
-                        slot["text"] += delta.text
-                        if request.on_delta is not None:
-                            maybe = request.on_delta(delta.text)
-                            if maybe is not None:
-                                await maybe
-                    elif delta.type == "input_json_delta":
-                        slot["json"] += delta.partial_json
-                elif kind == "message_delta":
-                    stop_reason = getattr(event.delta, "stop_reason", None) or stop_reason
-                    usage.update(_usage(event))
-                elif kind == "message_stop":
-                    stopped = True
+        broke: str | None = None
+        chars = 0
+        try:
+            async with stream:
+                async for event in stream:
+                    kind = getattr(event, "type", None)
+                    if kind == "message_start":
+                        model = getattr(event.message, "model", None) or model
+                        # Its output count is a placeholder: only message_delta's is the answer's.
+                        usage.update(_usage(event.message))
+                        usage.pop("output_tokens", None)
+                    elif kind == "content_block_start":
+                        block = event.content_block
+                        blocks[event.index] = {
+                            "type": block.type,
+                            "text": getattr(block, "text", "") or "",
+                            "id": getattr(block, "id", ""),
+                            "name": getattr(block, "name", ""),
+                            "json": "",
+                        }
+                    elif kind == "content_block_delta":
+                        slot = blocks.setdefault(
+                            event.index, {"type": "text", "text": "", "json": ""}
+                        )
+                        delta = event.delta
+                        chars += len(getattr(delta, "text", None) or "")
+                        chars += len(getattr(delta, "partial_json", None) or "")
+                        self.overlong(chars)
+                        if delta.type == "text_delta":
+                            slot["text"] += delta.text
+                            if request.on_delta is not None:
+                                maybe = request.on_delta(delta.text)
+                                if maybe is not None:
+                                    await maybe
+                        elif delta.type == "input_json_delta":
+                            slot["json"] += delta.partial_json
+                    elif kind == "message_delta":
+                        stop_reason = getattr(event.delta, "stop_reason", None) or stop_reason
+                        usage.update(_usage(event))
+                    elif kind == "message_stop":
+                        stopped = True
+        except Exception as exc:
+            broke = broke_off(self.sdk(), exc)
+            if broke is None:
+                raise
         if not stopped or stop_reason is None:  # the provider never said it was finished
             chars = sum(len(b["text"]) + len(b["json"]) for b in blocks.values())
             raise IncompleteAnswer(
-                f"{self.name}: the stream ended without "
+                f"{self.name}: the stream {broke or 'ended'} without "
                 f"{'a stop reason' if stop_reason is None else 'message_stop'} after "
                 f"{chars} characters: not an answer"
             )
@@ -195,16 +226,19 @@ class AnthropicModel(ProviderModel):
             tokens_in += cached + written  # Anthropic counts cache reads and writes apart
         counts = (tokens_in, usage.get("output_tokens"), cached, written)
         text = "".join(texts) or None
-        if stop_reason == "refusal":
-            message, reason = Message("assistant", refusal=text or "refused"), "refusal"
-        elif calls:
-            message, reason = Message("assistant", content=text, tool_calls=calls), "tool_calls"
-        elif not text or not text.strip():
-            empty = InvalidResponse(f"{self.name}: empty answer (stop_reason={stop_reason})")
-            raise self.reported(empty, *counts)
-        else:
-            reason = "length" if stop_reason == "max_tokens" else "stop"
-            message = Message("assistant", content=text)
+        try:
+            reason = finished(self.name, stop_reason, STOP_REASONS, bool(calls))
+            if reason == "refusal":
+                message = Message("assistant", refusal=text or "refused")
+            elif calls:
+                message, reason = Message("assistant", content=text, tool_calls=calls), "tool_calls"
+            elif not text or not text.strip():
+                raise InvalidResponse(f"{self.name}: empty answer (stop_reason={stop_reason})")
+            else:
+                message = Message("assistant", content=text)
+        except ToolError as exc:
+            sent = Message("assistant", content=text, tool_calls=calls)
+            raise self.reported(exc, request, sent, *counts) from None
         counted, cost, source = self.counted(request, message, *counts)
         return ModelResponse(
             message=message,

@@ -11,8 +11,10 @@ step then treats as invalid arguments and feeds back to the model; tool results 
 ``tool`` messages; ``message.refusal`` is a refusal; ``finish_reason="content_filter"``
 is :class:`~agentledger.errors.Refused`; an answer with no text, no call and no refusal
 is :class:`~agentledger.models.errors.InvalidResponse`. A stream that ends with no
-``finish_reason`` (the connection closed early, no ``[DONE]``) is
-:class:`~agentledger.models.errors.IncompleteAnswer`, never an answer; a missing
+``finish_reason`` (the connection closed early, no ``[DONE]``), or with one that does not
+say the answer is whole (``error``, ``abort``), is
+:class:`~agentledger.models.errors.IncompleteAnswer`, never an answer; only the first
+choice is read; tool calls cut by ``length`` are never run; a missing
 ``usage`` is counted by the gateway's estimate (:meth:`ProviderModel.counted`).
 """
 
@@ -24,7 +26,13 @@ from typing import Any
 from agentledger.errors import Refused, ToolError
 from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall
 from agentledger.models.errors import IncompleteAnswer, InvalidResponse
-from agentledger.models.provider import ProviderModel, import_sdk, safe_url
+from agentledger.models.provider import (
+    ProviderModel,
+    broke_off,
+    finished,
+    import_sdk,
+    safe_url,
+)
 
 
 def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -63,11 +71,23 @@ def to_openai_tools(request: ModelRequest) -> list[dict[str, Any]]:
     ]
 
 
+#: The finish reasons that say an answer is whole, as ours.
+FINISH_REASONS = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+
+
 def finish(
     content: str | None, calls: list[ToolCall], refusal: str | None, reason: str | None, name: str
 ) -> tuple[Message, str]:
-    """The assistant message and our finish reason, or the failure class of a bad answer."""
-    if reason == "content_filter":
+    """The assistant message and our finish reason, or the failure class of a bad answer
+    (an answer that is not whole: :func:`~agentledger.models.provider.finished`)."""
+    ours = finished(name, reason, FINISH_REASONS, bool(calls))
+    if ours == "content_filter":
         raise Refused(f"{name}: the provider's content filter blocked the answer")
     if refusal:
         return Message("assistant", content=None, refusal=refusal), "refusal"
@@ -75,7 +95,13 @@ def finish(
         return Message("assistant", content=content or None, tool_calls=calls), "tool_calls"
     if not content or not content.strip():
         raise InvalidResponse(f"{name}: empty answer (finish_reason={reason})")
-    return Message("assistant", content=content), "length" if reason == "length" else "stop"
+    return Message("assistant", content=content), ours
+
+
+def _sent(content: Any, calls: list[ToolCall], refusal: Any) -> Message:
+    """What the provider sent for an answer that is not one (to weigh its usage)."""
+    text = content if isinstance(content, str) else None
+    return Message("assistant", content=text, tool_calls=calls, refusal=refusal or None)
 
 
 def _counts(usage: Any) -> tuple[Any, Any, Any]:
@@ -137,11 +163,15 @@ class OpenAIModel(ProviderModel):
             if getattr(c, "function", None) is not None
         ]
         try:
+            # A whole (non-streamed) body is finished even when a compatible server leaves
+            # its finish reason null; a reason it does give must be one we know.
+            reason = choice.finish_reason or "stop"
             message, reason = finish(
-                msg.content, calls, getattr(msg, "refusal", None), choice.finish_reason, self.name
+                msg.content, calls, getattr(msg, "refusal", None), reason, self.name
             )
         except ToolError as exc:
-            raise self.reported(exc, *_counts(completion.usage)) from None
+            sent = _sent(msg.content, calls, getattr(msg, "refusal", None))
+            raise self.reported(exc, request, sent, *_counts(completion.usage)) from None
         return self._response(request, message, reason, completion.usage, completion.model)
 
     async def _send_streaming(self, request: ModelRequest, params: dict[str, Any]) -> ModelResponse:
@@ -153,38 +183,61 @@ class OpenAIModel(ProviderModel):
         reason: str | None = None
         usage: Any = None
         model = self.model
-        async for chunk in stream:
-            usage = chunk.usage or usage
-            model = chunk.model or model
-            for choice in chunk.choices:
-                delta = choice.delta
-                reason = choice.finish_reason or reason
-                if delta.content:
-                    text.append(delta.content)
-                    if request.on_delta is not None:
-                        maybe = request.on_delta(delta.content)
-                        if maybe is not None:
-                            await maybe
-                if getattr(delta, "refusal", None):
-                    refusal.append(delta.refusal)
-                for c in delta.tool_calls or []:
-                    slot = calls.setdefault(c.index, {"id": "", "name": "", "arguments": ""})
-                    slot["id"] = c.id or slot["id"]
-                    if c.function is not None:
-                        slot["name"] += c.function.name or ""
-                        slot["arguments"] += c.function.arguments or ""
+        broke: str | None = None
+        chars = 0
+        try:
+            async with stream:  # closed on every way out (the connection freed)
+                async for chunk in stream:
+                    usage = chunk.usage or usage
+                    model = chunk.model or model
+                    for choice in chunk.choices or []:  # a usage chunk may have none, or null
+                        if choice.index != 0:  # n=1 is asked for: another choice is not the answer
+                            continue
+                        reason = choice.finish_reason or reason
+                        delta = choice.delta
+                        if delta is None:  # a finishing choice may carry no delta at all
+                            continue
+                        chars += len(delta.content or "") + len(getattr(delta, "refusal", "") or "")
+                        chars += sum(
+                            len(c.function.arguments or "")
+                            for c in delta.tool_calls or []
+                            if c.function
+                        )
+                        self.overlong(chars)
+                        if delta.content:
+                            text.append(delta.content)
+                            if request.on_delta is not None:
+                                maybe = request.on_delta(delta.content)
+                                if maybe is not None:
+                                    await maybe
+                        if getattr(delta, "refusal", None):
+                            refusal.append(delta.refusal)
+                        for c in delta.tool_calls or []:
+                            slot = calls.setdefault(
+                                c.index, {"id": "", "name": "", "arguments": ""}
+                            )
+                            slot["id"] = c.id or slot["id"]
+                            if c.function is not None:
+                                slot["name"] += c.function.name or ""
+                                slot["arguments"] += c.function.arguments or ""
+        except Exception as exc:
+            # Broken off after the provider said the answer was finished: it is whole (the
+            # usage chunk may be lost with [DONE]: then the estimate counts it).
+            broke = broke_off(self.sdk(), exc)
+            if broke is None:
+                raise
         if reason is None:  # the provider never said the answer was finished
             raise IncompleteAnswer(
-                f"{self.name}: the stream ended without a finish reason after "
+                f"{self.name}: the stream {broke or 'ended'} without a finish reason after "
                 f"{sum(len(t) for t in text)} characters: not an answer"
-            )
+            )  # (no usage: OpenAI sends it only after the finish)
         tool_calls = [ToolCall(**calls[i]) for i in sorted(calls)]
+        content, refused = "".join(text) or None, "".join(refusal) or None
         try:
-            message, reason = finish(
-                "".join(text) or None, tool_calls, "".join(refusal) or None, reason, self.name
-            )
+            message, reason = finish(content, tool_calls, refused, reason, self.name)
         except ToolError as exc:
-            raise self.reported(exc, *_counts(usage)) from None
+            sent = _sent(content, tool_calls, refused)
+            raise self.reported(exc, request, sent, *_counts(usage)) from None
         return self._response(request, message, reason, usage, model)
 
     def _response(

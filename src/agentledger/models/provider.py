@@ -15,7 +15,7 @@ import email.utils
 import json
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -116,9 +116,7 @@ class ProviderModel(Model):
 
     def estimate_input_tokens(self, request: ModelRequest) -> int:
         """An upper-leaning estimate of the prompt's tokens (about 3 characters a token)."""
-        chars = sum(len(json.dumps(m.to_dict())) for m in request.messages)
-        chars += sum(len(json.dumps(t.parameters)) + len(t.description) for t in request.tools)
-        return math.ceil(chars / 3) + 16
+        return math.ceil(_prompt_chars(request) / 3) + 16
 
     def worst_case(self, request: ModelRequest) -> tuple[int, float]:
         """Tokens and USD the call can cost at most: estimated input + ``max_tokens``."""
@@ -127,7 +125,7 @@ class ProviderModel(Model):
 
     def estimate_output_tokens(self, message: Message) -> int:
         """An upper-leaning estimate of an answer's tokens (about 3 characters a token)."""
-        return math.ceil(len(json.dumps(message.to_dict())) / 3)
+        return math.ceil(_answer_chars(message) / 3)
 
     def counted(
         self,
@@ -140,18 +138,24 @@ class ProviderModel(Model):
     ) -> tuple[Usage, float, str]:
         """The usage, cost and usage source of a finished answer.
 
-        What the provider reported, where it is a plausible count; what it left out (no
-        usage object, a missing, negative or non-integer count, a zero count for a prompt
-        or for an answer that has content) is the gateway's own estimate, so an answer is
-        never free and budgets bind whatever the provider reports.
+        What the provider reported, where it is a plausible count; what it left out or
+        cannot be a count (no usage object, a missing, negative or non-integer count, a
+        zero count for a prompt or for an answer that has content, fewer tokens than
+        :data:`MAX_CHARS_PER_TOKEN` allows for the text) is the gateway's own estimate, so
+        an answer is never free and budgets bind whatever the provider reports.
         """
         source = "reported"
         reported_in = _count(tokens_in)
-        if not reported_in:  # a prompt is never 0 tokens
+        # A prompt is never 0 tokens, nor fewer than its characters allow.
+        if not reported_in or reported_in < _prompt_chars(request) // MAX_CHARS_PER_TOKEN:
             reported_in, cached, written = self.estimate_input_tokens(request), 0, 0
             source = "estimated"
         reported_out = _count(tokens_out)
-        if reported_out is None or (reported_out == 0 and _has_content(message)):
+        if (
+            reported_out is None
+            or (reported_out == 0 and _has_content(message))
+            or reported_out < _answer_chars(message) // MAX_CHARS_PER_TOKEN
+        ):
             reported_out = self.estimate_output_tokens(message)
             source = "estimated"
         cached_n = min(_count(cached) or 0, reported_in)
@@ -159,18 +163,34 @@ class ProviderModel(Model):
         usage = Usage(input_tokens=reported_in, output_tokens=reported_out, cached_tokens=cached_n)
         return usage, self.pricer.cost(reported_in, reported_out, cached_n, written_n), source
 
+    def overlong(self, chars: int) -> None:
+        """Stop reading a stream whose text is longer than ``max_tokens`` tokens can be: a
+        provider that ignores the limit does not get to fill the worker's memory until the
+        timeout (:class:`InvalidResponse`, counted at the reservation)."""
+        if chars > self.max_tokens * MAX_CHARS_PER_TOKEN:
+            raise InvalidResponse(
+                f"{self.name}: the stream sent over {chars} characters, more than "
+                f"max_tokens={self.max_tokens} can hold: not read further"
+            )
+
     def reported(
-        self, exc: ToolError, tokens_in: Any, tokens_out: Any, cached: Any = 0, written: Any = 0
+        self,
+        exc: ToolError,
+        request: ModelRequest,
+        message: Message,
+        tokens_in: Any,
+        tokens_out: Any,
+        cached: Any = 0,
+        written: Any = 0,
     ) -> ToolError:
-        """A failed answer (empty, filtered) that came with its usage carries it as
+        """A failed answer (empty, filtered, cut) that came with its usage carries it as
         ``reported_usage`` (tokens, USD): the provider billed it, so the attempt counts
-        at that instead of its reservation."""
-        reported_in, reported_out = _count(tokens_in), _count(tokens_out)
-        if reported_in and reported_out is not None:
-            cached_n = min(_count(cached) or 0, reported_in)
-            written_n = min(_count(written) or 0, reported_in - cached_n)
-            cost = self.pricer.cost(reported_in, reported_out, cached_n, written_n)
-            exc.reported_usage = (reported_in + reported_out, cost)  # type: ignore[attr-defined]
+        at that instead of its reservation. Only a count :meth:`counted` takes as
+        reported is one: with any of it missing or implausible for ``message`` (what
+        the provider sent), the attempt stays at its reservation."""
+        usage, cost, source = self.counted(request, message, tokens_in, tokens_out, cached, written)
+        if source == "reported":
+            exc.reported_usage = (usage.total, cost)  # type: ignore[attr-defined]
         return exc
 
     # the call ----------------------------------------------------------------
@@ -220,6 +240,55 @@ def _count(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
     return min(value, MAX_TOKENS_COUNTED)
+
+
+def finished(name: str, raw: str | None, reasons: Mapping[str, str], has_calls: bool) -> str:
+    """Our finish reason (stop | tool_calls | refusal | length | content_filter) for the
+    provider's, or the failure class of an answer that is not whole.
+
+    Only a reason in ``reasons`` says the answer is whole: none, or one the gateway does
+    not know (``error`` and ``abort`` from compatible servers, Anthropic's
+    ``pause_turn``), is :class:`IncompleteAnswer`. Tool calls cut by the token limit are
+    :class:`InvalidResponse`: the last call's arguments and the list itself may be cut,
+    so none of them runs.
+    """
+    reason = reasons.get(raw) if raw is not None else None
+    if reason is None:
+        shown = "no finish reason" if raw is None else f"finish reason {str(raw)[:40]!r}"
+        raise IncompleteAnswer(f"{name}: {shown} does not say the answer is whole: not an answer")
+    if reason == "length" and has_calls:
+        raise InvalidResponse(f"{name}: tool calls cut at max_tokens: none of them is run")
+    return reason
+
+
+def broke_off(sdk: Any, exc: BaseException) -> str | None:
+    """What broke a stream while it was read, when it is the answer breaking off: the
+    connection dropped (not a timeout, which stays one), or an ``error`` event inside the
+    200 stream. None for anything else (a malformed event is an unusable answer)."""
+    # The SDK's own HTTP client's errors, by name: SDK versions ship httpx or a fork of it.
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, sdk.APITimeoutError) or "TimeoutException" in names:
+        return None
+    if isinstance(exc, sdk.APIConnectionError) or "TransportError" in names:
+        cause = exc.__cause__ if isinstance(exc, sdk.APIConnectionError) else None
+        return f"broke off ({type(cause or exc).__name__})"
+    if type(exc) is sdk.APIError:  # openai: an error event in the stream
+        return f"broke off with an error event ({_message(exc)})"
+    return None
+
+
+#: More characters per token than any tokenizer packs on average over a text: a reported
+#: count below a text's characters divided by this is not a count of that text.
+MAX_CHARS_PER_TOKEN = 32
+
+
+def _prompt_chars(request: ModelRequest) -> int:
+    chars = sum(len(json.dumps(m.to_dict())) for m in request.messages)
+    return chars + sum(len(json.dumps(t.parameters)) + len(t.description) for t in request.tools)
+
+
+def _answer_chars(message: Message) -> int:
+    return len(json.dumps(message.to_dict()))
 
 
 def _has_content(message: Message) -> bool:
