@@ -92,13 +92,16 @@ def test_heartbeats_go_on_during_a_sigterm_drain(env: Env) -> None:
 def test_a_locked_database_does_not_stop_the_worker(env: Env) -> None:
     """Another process holds the write lock past the busy timeout: the worker waits it out."""
     ids = [env.submit("slow_writes", {"tag": f"t{n}", "n": 3, "pause": 0.2}) for n in range(3)]
-    worker = env.start_worker(db=f"{env.url}?busy_timeout_ms=200")
+    # -v: the cause is logged once at ERROR, its repeats at DEBUG (each retry).
+    worker = env.start_worker(db=f"{env.url}?busy_timeout_ms=200", extra=("-v",))
     wait_for(lambda: all(env.run(i).step_count >= 1 for i in ids), what="all runs started")
     holder = sqlite3.connect(env.db_path, isolation_level=None)
     try:
         holder.execute("BEGIN EXCLUSIVE")
         wait_log(env, 1, "locked")  # the worker met the lock (and said so)
         wait_for(lambda: env.worker_log(1).count("retrying") >= 3, what="several retries")
+        log = env.worker_log(1)
+        assert log.count("ERROR") == 1 and log.count("WARNING agentledger.service.webhooks") <= 1
         assert worker.poll() is None
     finally:
         holder.execute("ROLLBACK")

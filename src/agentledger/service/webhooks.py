@@ -136,12 +136,20 @@ class Dispatcher:
     async def run(self, stopping: asyncio.Event) -> None:
         """Deliver what is due every ``period`` until ``stopping`` is set. Never raises
         on a failed round (a store error, an unreachable receiver): it is retried."""
+        failing: str | None = None  # the cause last logged: a failing store fails every round
         async with delivery_client(self.timeout) as client:
             while not stopping.is_set():
                 try:
                     await self.once(client)
                 except Exception as exc:  # retried next period
-                    log.warning("webhook dispatch failed: %s", exc)
+                    cause = str(exc)
+                    level = logging.DEBUG if cause == failing else logging.WARNING
+                    log.log(level, "webhook dispatch failed: %s; retrying", cause)
+                    failing = cause
+                else:
+                    if failing is not None:
+                        log.info("webhook dispatch works again")
+                    failing = None
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), self.period)
 
