@@ -44,9 +44,7 @@ async def prune_tenant(
     cutoff = (time.time() if now is None else now) - policy.older_than
     key = auditkey.configured()
     t = policy.tenant_id
-    start = await store.transact(
-        lambda d, c: retention.pruned_through(d, c, t), write=False
-    )
+    start = await store.transact(lambda d, c: retention.pruned_through(d, c, t), write=False)
     walk = retention.Walk(start)
     after = start
     while not walk.done:

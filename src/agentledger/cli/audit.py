@@ -113,7 +113,15 @@ async def _check(
             redacted = service_audit.redacted_count(d, c, tenant)
             pruned = service_audit.pruned_summaries(d, c, tenant)
             return _Report(
-                sealed, checked, broken, missing, moved, unsealed, oldest, heads, redacted,
+                sealed,
+                checked,
+                broken,
+                missing,
+                moved,
+                unsealed,
+                oldest,
+                heads,
+                redacted,
                 pruned,
             )
 
@@ -173,9 +181,13 @@ async def _verify(
                 "unsealed": {"count": report.unsealed, "oldest_age_seconds": age},
                 "redacted": report.redacted,
                 "pruned": [
-                    {"tenant_id": p["tenant_id"], "records": int(p["records"]),
-                     "runs": int(p["runs"]), "through": int(p["last_chain_no"]),
-                     "signed_by": auditkey.signer_of(p["sig"]) if p["sig"] else None}
+                    {
+                        "tenant_id": p["tenant_id"],
+                        "records": int(p["records"]),
+                        "runs": int(p["runs"]),
+                        "through": int(p["last_chain_no"]),
+                        "signed_by": auditkey.signer_of(p["sig"]) if p["sig"] else None,
+                    }
                     for p in report.pruned or []
                 ],
             }

@@ -35,7 +35,9 @@ from agentledger.store.queries.retention import Policy, Removed
     help="Configure TENANT's retention (with --status), used by `prune` without "
     "--older-than and by `worker --prune-every`.",
 )
-@click.option("--unset-retention", default=None, metavar="TENANT", help="Remove TENANT's retention.")
+@click.option(
+    "--unset-retention", default=None, metavar="TENANT", help="Remove TENANT's retention."
+)
 @click.option("--show-retention", is_flag=True, help="List the configured retentions.")
 @db_option
 @json_option

@@ -29,13 +29,11 @@ next prune reaches them.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentledger import auditkey
 from agentledger.auditkey import AuditKey
 from agentledger.errors import UsageError
 from agentledger.records import RunStatus
@@ -373,7 +371,9 @@ def _extend_summary(
         "last_at": taken[-1]["at"],
         "pruned_at": time.time(),
     }
-    new["sig"] = key.sign_pruned(tenant_id, service_audit.summary_fields(new)) if key is not None else None
+    new["sig"] = (
+        key.sign_pruned(tenant_id, service_audit.summary_fields(new)) if key is not None else None
+    )
     d.execute(
         conn,
         "INSERT INTO audit_pruned (tenant_id, last_chain_no, last_hash, records, runs, counts, "

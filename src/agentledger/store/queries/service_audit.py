@@ -475,7 +475,6 @@ def fold(digest: str, record_hash: str) -> str:
     return hashlib.sha256(f"{digest}\n{record_hash}".encode()).hexdigest()
 
 
-
 @dataclass
 class Broken:
     """Where a tenant's chain breaks."""
@@ -562,8 +561,8 @@ def _verify_tenant(
         try:
             start, prev = int(pruned["last_chain_no"]), str(pruned["last_hash"])
         except (TypeError, ValueError) as exc:
-            return 0, Broken(t, 1, None, None, None,
-                             f"the pruned span's summary's values are not of their types ({exc})")  # fmt: skip
+            why = f"the pruned span's summary's values are not of their types ({exc})"
+            return 0, Broken(t, 1, None, None, None, why)
         why = summary_problem(key, t, pruned) if not adopting or pruned["sig"] else None
         if why is not None:
             return 0, Broken(t, start, None, None, None, why)
