@@ -561,8 +561,8 @@ def _verify_tenant(
         try:
             start, prev = int(pruned["last_chain_no"]), str(pruned["last_hash"])
         except (TypeError, ValueError) as exc:
-            why = f"the pruned span's summary's values are not of their types ({exc})"
-            return 0, Broken(t, 1, None, None, None, why)
+            bad = f"the pruned span's summary's values are not of their types ({exc})"
+            return 0, Broken(t, 1, None, None, None, bad)
         why = summary_problem(key, t, pruned) if not adopting or pruned["sig"] else None
         if why is not None:
             return 0, Broken(t, start, None, None, None, why)
