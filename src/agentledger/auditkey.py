@@ -64,6 +64,20 @@ class AuditKey:
         """Whether ``sig`` is this key's signature of the redaction (constant-time)."""
         return hmac.compare_digest(self.sign_redaction(tenant_id, event_id, sealed, redacted), sig)
 
+    def sign_pruned(self, tenant_id: str, summary: list[object]) -> str:
+        """The signature of a pruned span's summary (``summary``: its fields in a fixed
+        order, see ``store/queries/retention.summary_fields``): without it, whoever writes
+        the database could delete the front of a chain and write a summary of their own."""
+        return self._mac(["agentledger-audit-pruned", tenant_id, *summary])
+
+    def verifies_pruned(self, tenant_id: str, summary: list[object], sig: object) -> bool:
+        """Whether ``sig`` is this key's signature of the summary (constant-time; any
+        stored value that is not one is False, never an exception)."""
+        if not isinstance(sig, str):
+            return False
+        expected = self.sign_pruned(tenant_id, summary).encode()
+        return hmac.compare_digest(expected, sig.encode("utf-8", "replace"))
+
     def _mac(self, parts: list[object]) -> str:
         # JSON of a list: an unambiguous encoding of the parts, whatever text they hold.
         mac = hmac.new(self.secret, json.dumps(parts).encode(), hashlib.sha256).hexdigest()

@@ -87,6 +87,7 @@ class _Report:
     oldest: float | None
     heads: list[dict[str, Any]]
     redacted: int = 0
+    pruned: list[dict[str, Any]] | None = None  # each tenant's pruned-span summary
 
 
 async def _check(
@@ -110,8 +111,18 @@ async def _check(
             unsealed, oldest = service_audit.unsealed_tail(d, c, tenant)
             heads = service_audit.checkpoint(d, c, tenant)
             redacted = service_audit.redacted_count(d, c, tenant)
+            pruned = service_audit.pruned_summaries(d, c, tenant)
             return _Report(
-                sealed, checked, broken, missing, moved, unsealed, oldest, heads, redacted
+                sealed,
+                checked,
+                broken,
+                missing,
+                moved,
+                unsealed,
+                oldest,
+                heads,
+                redacted,
+                pruned,
             )
 
         return await store.transact(read, write=False)
@@ -169,6 +180,16 @@ async def _verify(
                 ],
                 "unsealed": {"count": report.unsealed, "oldest_age_seconds": age},
                 "redacted": report.redacted,
+                "pruned": [
+                    {
+                        "tenant_id": p["tenant_id"],
+                        "records": int(p["records"]),
+                        "runs": int(p["runs"]),
+                        "through": int(p["last_chain_no"]),
+                        "signed_by": auditkey.signer_of(p["sig"]) if p["sig"] else None,
+                    }
+                    for p in report.pruned or []
+                ],
             }
         )
     else:
@@ -194,6 +215,20 @@ async def _verify(
             click.echo(
                 f"{report.redacted} records had a forgotten user's text erased "
                 f"(`memory forget`): {vouched}"
+            )
+        if report.pruned:
+            records = sum(int(p["records"]) for p in report.pruned)
+            runs = sum(int(p["runs"]) for p in report.pruned)
+            if failed:
+                how = "see the problems below"
+            elif key is not None:
+                how = f"summary signed, verified with key id {key.key_id}"
+            else:
+                how = f"summary unsigned: set {auditkey.ENV} to check it"
+            click.echo(
+                f"{records} records pruned ({runs} runs, `agentledger prune`) from the front "
+                f"of {len(report.pruned)} tenants' chains ({how}); the chains go on from "
+                "their summaries"
             )
         if report.unsealed:
             click.echo(

@@ -14,11 +14,11 @@ from agentledger.store.queries import service_keys
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_duration(text: str) -> float:
-    """``90d``, ``12h``, ``30m``, ``45s`` -> seconds."""
-    match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text)
+def parse_duration(text: str, option: str = "--expires-in") -> float:
+    """``90d``, ``12h``, ``30m``, ``45s`` -> seconds (``option``: named in the error)."""
+    match = re.fullmatch(r"\s*(\d{1,9})\s*([smhd])\s*", text)
     if match is None:
-        raise UsageError(f"--expires-in {text!r}: give a number and a unit, e.g. 90d, 12h, 30m")
+        raise UsageError(f"{option} {text!r}: give a number and a unit, e.g. 90d, 12h, 30m")
     return int(match.group(1)) * _UNITS[match.group(2)]
 
 

@@ -14,6 +14,7 @@ from agentledger.cli import (
     keys,
     memory,
     ops,
+    prune,
     resume,
     runs,
     sandbox,
@@ -48,6 +49,7 @@ ops.outbox.add_command(resume.outbox_retry)
 cli.add_command(serve.serve)
 cli.add_command(keys.keys)
 cli.add_command(audit.audit)
+cli.add_command(prune.prune)
 
 # The example and its tools: part of the package, never optional.
 cli.add_command(sandbox.sandbox)

@@ -119,6 +119,13 @@ from agentledger.worker.runlog import configure_logging
     show_default=True,
     help="Address the /metrics server listens on (0.0.0.0: every interface).",
 )
+@click.option(
+    "--prune-every",
+    type=float,
+    default=None,
+    help="Every this many seconds (1 to 604800), prune the tenants with a configured "
+    "retention (`agentledger prune --set-retention`); one worker at a time does.",
+)
 def worker(
     app_path: str,
     db: str,
@@ -136,6 +143,7 @@ def worker(
     log_format: str,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    prune_every: float | None = None,
 ) -> None:
     """Claim and execute runs until SIGTERM (then release them and exit 0).
 
@@ -156,6 +164,7 @@ def worker(
             outbox=not no_outbox,
             webhooks=not no_webhooks,
             reap_dead_local_owners=not no_reap,
+            prune_every=prune_every,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -42,6 +42,9 @@ class WorkerConfig:
     # I/O error, read-only, connection lost) is retried: a run's journal write, then its
     # release; and, in burst mode, how long a failing claim loop goes on.
     store_retry_seconds: float = 10.0
+    # Seconds between scheduled prunes of the tenants with a configured retention
+    # (agentledger/prune.py); None: this worker never prunes.
+    prune_every: float | None = None
 
     def __post_init__(self) -> None:
         for name, option, low, high in _LIMITS:
@@ -53,6 +56,11 @@ class WorkerConfig:
             if not (low <= value) or (high is not None and not (value <= high)):
                 top = f" and at most {high:g}" if high is not None else ""
                 raise ValueError(f"{option} must be {low:g} or more{top} (got {value:g})")
+        pe = self.prune_every
+        if pe is not None and (
+            isinstance(pe, bool) or not isinstance(pe, (int, float)) or not (1 <= pe <= 604_800)
+        ):
+            raise ValueError(f"--prune-every must be 1 or more and at most 604800 (got {pe!r})")
         hb = self.heartbeat_seconds
         if hb is not None:
             if isinstance(hb, bool) or not isinstance(hb, (int, float)):

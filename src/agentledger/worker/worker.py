@@ -56,7 +56,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentledger import sealer
+from agentledger import prune, sealer
 from agentledger.app import App
 from agentledger.engine.runner import RELEASED, execute_run
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
@@ -208,6 +208,15 @@ class Worker:
                     sealer.seal_forever(self.store, seal_every, self._store_failing), name="seal"
                 )
             )
+            if self.config.prune_every is not None:  # agentledger/prune.py
+                side.append(
+                    asyncio.create_task(
+                        prune.prune_forever(
+                            self.store, self.config.prune_every, self._store_failing
+                        ),
+                        name="prune",
+                    )
+                )
             for task in side:
                 task.add_done_callback(self._side_task_done)
             # PostgreSQL wakes us on NOTIFY; polling stays as the fallback.

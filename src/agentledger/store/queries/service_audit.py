@@ -110,7 +110,7 @@ def seal(d: Dialect, conn: Any, limit: int = 5000) -> int:
     return sum(_seal_tenant(d, conn, t, by_tenant[t], key) for t in sorted(by_tenant))
 
 
-def _may_extend(tenant_id: str, head: dict[str, Any], key: AuditKey | None) -> bool:
+def may_extend(tenant_id: str, head: dict[str, Any], key: AuditKey | None) -> bool:
     """Whether this process may chain records after a tenant's ``head`` (its
     ``chain_no``, ``hash`` and ``sig``). Without a key: only an unsigned chain --
     unsigned records after a signed one fail ``audit verify``. With a key: an empty
@@ -181,7 +181,7 @@ def chain_at_insert(d: Dialect, conn: Any, records: list[dict[str, Any]]) -> Non
         f"SELECT tenant_id, chain_no, hash, sig FROM audit_heads WHERE tenant_id IN ({marks})",
         params,
     )
-    refused = {r["tenant_id"] for r in found if not _may_extend(r["tenant_id"], r, key)}
+    refused = {r["tenant_id"] for r in found if not may_extend(r["tenant_id"], r, key)}
     heads = {r["tenant_id"]: (int(r["chain_no"]), str(r["hash"])) for r in found}
     tenants = [t for t in tenants if t not in refused]
     # A tenant's first chained record starts its head (the writer holds the database:
@@ -277,7 +277,7 @@ def _seal_tenant(
         if not heads:
             return 0
     head = heads[0]
-    if not _may_extend(tenant_id, head, key):
+    if not may_extend(tenant_id, head, key):
         return 0
     chain_no, prev = int(head["chain_no"]), str(head["hash"])
     # Read again after the head's lock: a sealer holding it before us chained some.
@@ -406,6 +406,75 @@ def unsealed_tail(d: Dialect, conn: Any, tenant_id: str | None = None) -> tuple[
     return n, float(oldest) if oldest is not None else None
 
 
+# The pruned span: what `agentledger prune` removed from the front of a tenant's chain
+# (store/queries/retention.py), in its place.
+
+
+def pruned_summary(d: Dialect, conn: Any, tenant_id: str) -> dict[str, Any] | None:
+    """The tenant's pruned-span summary, or None when nothing of its chain was pruned."""
+    found = d.fetchall(
+        conn,
+        "SELECT tenant_id, last_chain_no, last_hash, records, runs, counts, digest, first_at, "
+        "last_at, pruned_at, sig FROM audit_pruned WHERE tenant_id = :t",
+        {"t": tenant_id},
+    )
+    return dict(found[0]) if found else None
+
+
+def pruned_summaries(d: Dialect, conn: Any, tenant_id: str | None = None) -> list[dict[str, Any]]:
+    """Every tenant's pruned-span summary (of ``tenant_id`` only, when given)."""
+    where = "" if tenant_id is None else " WHERE tenant_id = :t"
+    return [
+        dict(r)
+        for r in d.fetchall(
+            conn,
+            "SELECT tenant_id, last_chain_no, last_hash, records, runs, counts, digest, "
+            f"first_at, last_at, pruned_at, sig FROM audit_pruned{where} ORDER BY tenant_id",
+            {"t": tenant_id},
+        )
+    ]
+
+
+def summary_fields(s: dict[str, Any]) -> list[object]:
+    """The summary's signed fields, in order (times as their exact repr)."""
+
+    def at(v: Any) -> str | None:
+        return None if v is None else repr(float(v))
+
+    return [
+        int(s["last_chain_no"]), str(s["last_hash"]), int(s["records"]), int(s["runs"]),
+        str(s["counts"]), str(s["digest"]), at(s["first_at"]), at(s["last_at"]),
+    ]  # fmt: skip
+
+
+def summary_problem(key: AuditKey | None, tenant_id: str, s: dict[str, Any]) -> str | None:
+    """Why the summary ``s`` cannot stand for the records it replaced, or None. Without
+    a key nothing is signed or checked (the chain is unsigned); with one, it must be
+    signed under it."""
+    if key is None:
+        return None
+    sig = s["sig"]
+    if sig is None:
+        return f"the pruned span's summary is not signed (pruned without {auditkey.ENV}?)"
+    if auditkey.signer_of(sig) != key.key_id:
+        return (
+            f"the pruned span's summary is signed under another key (key id "
+            f"{auditkey.signer_of(sig)}; {auditkey.ENV} is key id {key.key_id})"
+        )
+    try:
+        fields = summary_fields(s)
+    except (TypeError, ValueError) as exc:
+        return f"the pruned span's summary's stored values are not of their types ({exc})"
+    if not key.verifies_pruned(tenant_id, fields, sig):
+        return "the pruned span's summary does not match its signature (forged or edited)"
+    return None
+
+
+def fold(digest: str, record_hash: str) -> str:
+    """The summary's digest after one more removed record (its hash), in chain order."""
+    return hashlib.sha256(f"{digest}\n{record_hash}".encode()).hexdigest()
+
+
 @dataclass
 class Broken:
     """Where a tenant's chain breaks."""
@@ -484,16 +553,30 @@ def _verify_tenant(
 ) -> tuple[int, Broken | None]:
     """(records checked, the first break) of one tenant's chain against its ``head``
     (None: its head row is gone)."""
+    # A pruned span (``agentledger prune``) stands for the chain's first records: the
+    # chain goes on from its last record's hash, and a signed summary counts as signed.
+    pruned = pruned_summary(d, conn, t)
+    start, prev, signed_at = 0, GENESIS, None  # signed_at: the first signed position
+    if pruned is not None:
+        try:
+            start, prev = int(pruned["last_chain_no"]), str(pruned["last_hash"])
+        except (TypeError, ValueError) as exc:
+            bad = f"the pruned span's summary's values are not of their types ({exc})"
+            return 0, Broken(t, 1, None, None, None, bad)
+        why = summary_problem(key, t, pruned) if not adopting or pruned["sig"] else None
+        if why is not None:
+            return 0, Broken(t, start, None, None, None, why)
+        signed_at = start if pruned["sig"] is not None else None
     rows = d.fetchall(
         conn,
         "SELECT id, run_id, seq, type, actor, at, data, data_digest, redaction_sig, "
         "chain_no, prev_hash, hash, sig FROM events WHERE tenant_id = :t "
-        "AND chain_no IS NOT NULL ORDER BY chain_no",
-        {"t": t},
+        "AND chain_no > :start ORDER BY chain_no",
+        {"t": t, "start": start},
     )
     head_no = int(head["chain_no"]) if head is not None else -1
-    prev, expected_no, at_head = GENESIS, 1, GENESIS
-    signed_at: int | None = None  # the first signed record's position
+    expected_no = start + 1
+    at_head = prev if head_no == start else GENESIS
     checked = 0
     for row in rows:
         checked += 1
@@ -522,7 +605,7 @@ def _verify_tenant(
             t, expected_no, None, None, None,
             f"the chain ends at {last} but its head says {head_no} (records deleted)",
         )  # fmt: skip
-    # Sealers check the head's signature before extending the chain (``_may_extend``):
+    # Sealers check the head's signature before extending the chain (``may_extend``):
     # a head whose signature was replaced stops them, and its records would wait
     # unexplained.
     head_sig = head["sig"]
@@ -676,6 +759,11 @@ def sign_unsigned(d: Dialect, conn: Any, tenant_id: str, key: AuditKey) -> int:
     for r in rows:
         sig = key.sign(tenant_id, int(r["chain_no"]), r["hash"])
         d.execute(conn, "UPDATE events SET sig = :s WHERE id = :id", {"s": sig, "id": r["id"]})
+    pruned = pruned_summary(d, conn, tenant_id)
+    if pruned is not None and pruned["sig"] is None:
+        sig = key.sign_pruned(tenant_id, summary_fields(pruned))
+        d.execute(conn, "UPDATE audit_pruned SET sig = :s WHERE tenant_id = :t",
+                  {"s": sig, "t": tenant_id})  # fmt: skip
     head_no = int(head[0]["chain_no"])
     last = [r for r in rows if int(r["chain_no"]) == head_no]
     if last:
@@ -777,6 +865,19 @@ def against_checkpoint(
             {"t": t, "n": n},
         )
         if found and found[0]["hash"] == digest:
+            continue
+        pruned = pruned_summary(d, conn, t) if not found else None
+        if pruned is not None and n <= int(pruned["last_chain_no"]):
+            # Pruned since the checkpoint: the summary keeps the last removed record's
+            # hash, which must be the checkpoint's at that position; a position before it
+            # is vouched for by the summary (the prune verified the chain through it).
+            if n < int(pruned["last_chain_no"]) or pruned["last_hash"] == digest:
+                continue
+            broken.append(Broken(
+                t, n, None, None, None,
+                "the pruned span's summary ends at the checkpoint's position with another "
+                "hash (the chain was rewritten before it was pruned, or the summary forged)",
+            ))  # fmt: skip
             continue
         if found:
             row = found[0]

@@ -1,0 +1,141 @@
+"""Retention, driven: ``agentledger prune`` and a worker's ``--prune-every`` schedule
+(docs/architecture.md, "Retention"; the SQL and the guarantees are in
+``store/queries/retention.py``).
+
+A tenant's prune is a read-only walk of its chain (how far the prefix of prunable
+records reaches), then transactions of :data:`retention.BATCH` records each, so a
+worker's journal commit never waits behind a long one: on SQLite the prune holds the
+single writer only for one batch at a time, on PostgreSQL it locks the tenant's head
+row (sealers skip the tenant meanwhile) and the batch's runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from agentledger import auditkey
+from agentledger.errors import StoreUnavailable
+from agentledger.store import Store
+from agentledger.store.dialect import Dialect
+from agentledger.store.queries import retention
+from agentledger.store.queries.retention import Policy, Removed
+
+log = logging.getLogger(__name__)
+
+Failing = Callable[[str, BaseException], None]
+
+
+async def prune_tenant(
+    store: Store,
+    policy: Policy,
+    *,
+    dry_run: bool = False,
+    batch: int = retention.BATCH,
+    now: float | None = None,
+) -> Removed:
+    """Prune one tenant's finished runs and the front of its audit chain under
+    ``policy``; with ``dry_run``, say what would go and change nothing."""
+    cutoff = (time.time() if now is None else now) - policy.older_than
+    key = auditkey.configured()
+    t = policy.tenant_id
+    start = await store.transact(lambda d, c: retention.pruned_through(d, c, t), write=False)
+    walk = retention.Walk(start)
+    after = start
+    while not walk.done:
+        # Each page in a read of its own: no snapshot held across the walk.
+        page = await store.transact(functools.partial(_plan, policy, cutoff, after, batch),
+                                    write=False)  # fmt: skip
+        walk.feed(page)
+        if len(page) < batch:
+            break
+        after = page[-1].chain_no
+    total = Removed(t, rows={})
+    if walk.end <= start:
+        return total
+    if dry_run:
+        # The batches, computed from the walk's end without writing (one read each).
+        at = start
+        while at < walk.end:
+            got = await store.transact(
+                functools.partial(_dry_batch, policy, cutoff, at, walk.end, key, batch),
+                write=False,
+            )
+            _add(total, got)
+            if got.records == 0 or got.stopped:
+                break
+            at += got.records
+        return total
+    while True:
+        got = await store.transact(
+            lambda d, c: _locked_batch(d, c, policy, cutoff, walk.end, key, batch)
+        )
+        _add(total, got)
+        if got.records == 0 or got.stopped:
+            break
+        await asyncio.sleep(0)  # let the loop's other work in between batches
+    return total
+
+
+def _plan(
+    policy: Policy, cutoff: float, after: int, batch: int, d: Dialect, c: Any
+) -> list[retention.Link]:
+    return retention.plan(d, c, policy, cutoff, after, batch)
+
+
+def _dry_batch(
+    policy: Policy, cutoff: float, at: int, end: int, key: auditkey.AuditKey | None,
+    batch: int, d: Dialect, c: Any,
+) -> Removed:  # fmt: skip
+    return retention.prune_batch(d, c, policy, cutoff, end, key, batch, dry=True, after=at)
+
+
+def _locked_batch(
+    d: Dialect, c: Any, policy: Policy, cutoff: float, end: int,
+    key: auditkey.AuditKey | None, batch: int,
+) -> Removed:  # fmt: skip
+    return retention.prune_batch(d, c, policy, cutoff, end, key, batch)
+
+
+def _add(total: Removed, got: Removed) -> None:
+    total.records += got.records
+    total.runs += got.runs
+    for table, n in got.rows.items():
+        total.rows[table] = total.rows.get(table, 0) + n
+    total.stopped = got.stopped or total.stopped
+
+
+async def prune_configured(store: Store, *, dry_run: bool = False) -> list[Removed]:
+    """Prune every tenant that has a configured retention (``prune --set-retention``)."""
+    out = []
+    for policy in await store.transact(retention.policies, write=False):
+        out.append(await prune_tenant(store, policy, dry_run=dry_run))
+    return out
+
+
+async def prune_forever(store: Store, period: float, failing: Failing | None = None) -> None:
+    """A worker's ``--prune-every``: every ``period`` seconds (jittered), prune each
+    tenant with a configured retention -- in the one worker whose claim of the round
+    lands (``retention.claim_round``): the others skip it."""
+    while True:
+        await asyncio.sleep(period * random.uniform(0.5, 1.5))
+        try:
+            if not await store.transact(lambda d, c: retention.claim_round(d, c, period)):
+                continue
+            for removed in await prune_configured(store):
+                if removed.records:
+                    log.info(
+                        "pruned tenant %s: %d runs, %d audit records summarized",
+                        removed.tenant_id, removed.runs, removed.records,
+                    )  # fmt: skip
+                if removed.stopped:
+                    log.warning("prune of tenant %s stopped: %s", removed.tenant_id,
+                                removed.stopped)  # fmt: skip
+        except StoreUnavailable as exc:
+            if failing is not None:
+                failing("prune", exc)
