@@ -170,3 +170,37 @@ def _backends(url: str) -> int:
             "AND state = 'idle in transaction'"
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def test_a_bulk_resume_reports_every_run_when_one_is_held_by_another_command(
+    backend_env: Env, backend: str
+) -> None:
+    """`runs resume --status needs_human` over: one run that can go, one whose row another
+    command holds (a settle stopped inside its transaction), one refused (unknown, not
+    settled). The held run must not stop the bulk, nor hide what it did: every run is in
+    the output with what happened to it, and the command says it did not finish them all."""
+    if backend != "postgres":
+        pytest.skip("SQLite locks the whole file: no single run can be held")
+    env = backend_env
+    env.start_worker(lease=2.0)
+    ready, held, unknown = _guarded_in_doubt(env, 3)
+    for run_id in (ready, held):
+        key = env.journal(run_id)[0].idempotency_key
+        (seen,) = [e for e in _ledger_effects(env) if e["key"] == key]
+        out = env.cli("runs", "settle", run_id, "1", "--applied", "--result", json.dumps(seen),
+                      "--reason", "seen", "--db", env.url)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+    with psycopg.connect(env.url) as holder:
+        holder.execute("SELECT 1 FROM runs WHERE id = %s FOR UPDATE", (held,))
+        out = env.cli("runs", "resume", "--status", "needs_human", "--json", "--db", env.url,
+                      timeout=300)  # fmt: skip
+        holder.rollback()
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    report = {r["run_id"]: r for r in json.loads(out.stdout)}
+    assert set(report) == {ready, held, unknown}, out.stdout
+    assert report[ready]["refused"] == [] and report[ready]["from_step"] == 2
+    assert "runs settle" in report[unknown].get("refused", ""), report
+    assert "look again" in report[held]["error"], report[held]
+    env.wait_status(ready, RunStatus.COMPLETED, timeout=60)
+    assert env.run(held).status == RunStatus.NEEDS_HUMAN  # untouched: run the bulk again
+    assert env.run(unknown).status == RunStatus.NEEDS_HUMAN
