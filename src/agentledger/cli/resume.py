@@ -32,7 +32,12 @@ def _actor(actor: str | None) -> str:
         return "cli"
 
 
-_STATES = {"executed": "EXECUTED", "unknown": "UNKNOWN outcome", "not_applied": "not applied"}
+_STATES = {
+    "executed": "EXECUTED",
+    "unknown": "UNKNOWN outcome",
+    "not_applied": "not applied",
+    "failed": "failed (applied nothing)",
+}
 
 
 def _describe(plan: ResumePlan, dry_run: bool) -> str:

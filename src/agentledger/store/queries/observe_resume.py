@@ -65,9 +65,10 @@ class ResumePlan:
     """What a resume does (or would do, for a dry run).
 
     ``effects``: every side effect from the first re-executed step on (and every write
-    kept in flight), each with its ``state`` (:func:`effect_state`), the ``key`` it has
-    and will use, and ``action``: what the resume does with it. ``refused``: why the
-    resume cannot go ahead (empty: it can).
+    kept in flight), each with its ``state`` (:func:`effect_state`, or ``failed``: a
+    write that applied nothing and is called again when its step re-executes), the
+    ``key`` it has and will use, and ``action``: what the resume does with it.
+    ``refused``: why the resume cannot go ahead (empty: it can).
     """
 
     run_id: str
@@ -224,6 +225,17 @@ def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> Re
         else:
             plan.reexecute.append(_brief(step))
         if state is None:
+            if _called_again(step):
+                # Not an effect yet, but a call the provider sees once the step runs.
+                plan.effects.append(
+                    {
+                        **_brief(step),
+                        "state": "failed",
+                        "key": step.idempotency_key,
+                        "action": "called again when its step re-executes, with this key "
+                        "if its arguments are unchanged (it applied nothing)",
+                    }
+                )
             continue
         entry = {**_brief(step), "state": state, "key": step.idempotency_key}
         entry["action"] = _judge(plan, step, state, undone.get(step.step_no))
@@ -232,6 +244,17 @@ def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> Re
         plan.effects.append(entry)
     plan.kept_in_flight.sort()
     return plan
+
+
+def _called_again(step: Step) -> bool:
+    """A write (it has a key) that failed applying nothing: re-executing its step calls
+    the provider again (a compensation re-runs only if the run fails again)."""
+    return (
+        step.kind == "tool"
+        and step.idempotency_key is not None
+        and step.status == StepStatus.FAILED
+        and not confirmed_effect(step)
+    )
 
 
 def _compensated(journal: list[Step]) -> dict[int, Step]:
