@@ -148,8 +148,15 @@ def finishing_compensation(journal: list[Step], status: str) -> Step | None:
     if decision is None or not isinstance(decision.output, dict):
         return None
     by_no = {s.step_no: s for s in journal}
-    plan = decision.output.get("plan") or []
-    states = [effect_state(by_no[int(p[1])]) if int(p[1]) in by_no else None for p in plan]
+    plan = decision.output.get("plan")
+    # [[target step, compensation step], ...] as engine/compensation.py journals it; a
+    # row of any other shape (an older or damaged journal) counts as not settled.
+    states = [
+        effect_state(by_no[p[1]])
+        if isinstance(p, list) and len(p) == 2 and isinstance(p[1], int) and p[1] in by_no
+        else None
+        for p in (plan if isinstance(plan, list) else [])
+    ]  # fmt: skip
     if any(s in ("unknown", "not_applied") for s in states):
         return decision
     if status == "needs_human" and states and all(s == "executed" for s in states):
