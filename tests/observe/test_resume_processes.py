@@ -22,6 +22,7 @@ import pytest
 
 from agentledger.records import RunStatus, StepStatus
 from tests.engine.helpers import ROOT, Env, wait_for
+from tests.observe.test_resume_attack import _waiting_on_a_lock
 
 
 def _guarded_in_doubt(env: Env, n: int) -> list[str]:
@@ -136,13 +137,13 @@ def test_a_resume_stopped_inside_its_transaction_then_killed_changes_nothing(
         # Its last write (the run.resumed event) waits: every other write of it is done.
         holder.execute("LOCK TABLE events IN SHARE MODE")
         proc = _cli(env, "runs", "resume", run_id, "--reason", "settled")
-        wait_for(lambda: _waiting_on_lock(env.url), 60, "the resume to wait inside its tx")
+        wait_for(lambda: _waiting_on_a_lock(env.url), 60, "the resume to wait inside its tx")
         proc.send_signal(signal.SIGSTOP)
         assert env.run(run_id).status == RunStatus.NEEDS_HUMAN  # not committed
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
         holder.rollback()
-    wait_for(lambda: not _waiting_on_lock(env.url) and _backends(env.url) == 0, 60,
+    wait_for(lambda: not _waiting_on_a_lock(env.url) and _backends(env.url) == 0, 60,
              "the killed resume's session to end")  # fmt: skip
     assert env.run(run_id).status == RunStatus.NEEDS_HUMAN
     assert [s.step_no for s in env.journal(run_id)] == [n for n, _ in before]
@@ -151,15 +152,6 @@ def test_a_resume_stopped_inside_its_transaction_then_killed_changes_nothing(
     assert done.returncode == 0, done.stderr
     assert env.wait_status(run_id, RunStatus.COMPLETED, timeout=60).result == seen
     assert env.calls("guarded")[key] == 1
-
-
-def _waiting_on_lock(url: str) -> bool:
-    with psycopg.connect(url, autocommit=True) as pg:
-        row = pg.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        ).fetchone()
-    return bool(row and row[0])
 
 
 def _backends(url: str) -> int:
