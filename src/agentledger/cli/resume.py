@@ -18,7 +18,7 @@ from agentledger.cli.common import (
     run_async,
     with_store,
 )
-from agentledger.errors import UsageError
+from agentledger.errors import StoreError, StoreUnavailable, UsageError
 from agentledger.store import SQLStore
 from agentledger.store.queries.observe_resume import ResumePlan, ResumeRefused
 
@@ -32,7 +32,12 @@ def _actor(actor: str | None) -> str:
         return "cli"
 
 
-_STATES = {"executed": "EXECUTED", "unknown": "UNKNOWN outcome", "not_applied": "not applied"}
+_STATES = {
+    "executed": "EXECUTED",
+    "unknown": "UNKNOWN outcome",
+    "not_applied": "not applied",
+    "failed": "failed (applied nothing)",
+}
 
 
 def _describe(plan: ResumePlan, dry_run: bool) -> str:
@@ -51,6 +56,16 @@ def _describe(plan: ResumePlan, dry_run: bool) -> str:
     if dry_run:
         text += "".join(f"\n  refused: {r}" for r in plan.refused)
     return text
+
+
+async def _answers(store: SQLStore, run_id: str) -> bool:
+    """Whether the store still answers a plain read (a lock held on one run's row, or
+    a statement cancelled, blocks no read of it)."""
+    try:
+        await store.get_run(run_id)
+    except StoreError:
+        return False
+    return True
 
 
 @click.command("resume")
@@ -102,10 +117,10 @@ async def resume(
         raise UsageError("--from-step applies to one run; drop it with --status")
     who = _actor(actor)
 
-    async def go(store: SQLStore) -> list[tuple[str, ResumePlan | str]]:
+    async def go(store: SQLStore) -> list[tuple[str, ResumePlan | str | Exception]]:
         ids = [run_id] if run_id else await store.resume_candidates(str(status), agent, limit)
-        done: list[tuple[str, ResumePlan | str]] = []
-        for rid in ids:
+        done: list[tuple[str, ResumePlan | str | Exception]] = []
+        for n, rid in enumerate(ids):
             assert rid is not None
             try:
                 if dry_run:
@@ -115,21 +130,51 @@ async def resume(
                     done.append((rid, plan))
             except ResumeRefused as exc:
                 done.append((rid, str(exc)))
+            except StoreError as exc:
+                # Each run is its own transaction: this one rolled back, the ones before
+                # it stand. A bulk goes on with the others and reports every run (a run
+                # held by another command must not hide what was already resumed).
+                if run_id is not None:
+                    raise
+                done.append((rid, exc))
+                if isinstance(exc, StoreUnavailable) and not await _answers(store, rid):
+                    # The store itself is gone (not one run's row held by another
+                    # command): the rest are reported, not each waited for in turn.
+                    done.extend((r, exc) for r in ids[n + 1 :] if r is not None)
+                    break
         return done
 
     results = await with_store(db, go)
     refused = [r for r in results if isinstance(r[1], str)]
+    failed = [r for r in results if isinstance(r[1], Exception)]
+
+    def error(rid: str, exc: Exception) -> str:
+        return (
+            f"not resumed, nothing changed for it: {exc}; look again "
+            f"(`agentledger runs show {rid}`), then run the command again"
+        )
+
     if as_json:
         out: list[dict[str, Any]] = []
         for rid, res in results:
-            out.append({"run_id": rid, "refused": res} if isinstance(res, str) else res.to_dict())
+            if isinstance(res, str):
+                out.append({"run_id": rid, "refused": res})
+            elif isinstance(res, Exception):
+                out.append({"run_id": rid, "error": error(rid, res)})
+            else:
+                out.append(res.to_dict())
         print_json(out)
     else:
         for rid, res in results:
-            click.echo(f"refused {rid}: {res}" if isinstance(res, str) else _describe(res, dry_run))
+            if isinstance(res, str):
+                click.echo(f"refused {rid}: {res}")
+            elif isinstance(res, Exception):
+                click.echo(f"error {rid}: {error(rid, res)}")
+            else:
+                click.echo(_describe(res, dry_run))
         if not results:
             click.echo("no runs to resume")
-    if refused and run_id is not None:
+    if failed or (refused and run_id is not None):
         raise SystemExit(1)
 
 

@@ -4,7 +4,11 @@ outcome is unknown; redeliver dead letters.
 A resume is one transaction:
 
 1. The run must be ``failed`` or ``needs_human``.
-2. The first step to re-execute, N: ``from_step`` if given; else the first failed step
+2. The first step to re-execute, N: ``from_step`` if given; else, when the run is
+   compensating (:func:`finishing_compensation`: a compensation in flight, or all
+   settled applied), after the last step: nothing is archived, the engine finishes the
+   compensation and ends the run as decided (a ``from_step`` that would archive such a
+   decision is refused); else the first failed step
    (not a compensation); else the step after the first one still in flight (that one
    is kept: the resumed engine resolves it by its status check, never by a blind call);
    else the compensation decision; else after the last step.
@@ -61,9 +65,10 @@ class ResumePlan:
     """What a resume does (or would do, for a dry run).
 
     ``effects``: every side effect from the first re-executed step on (and every write
-    kept in flight), each with its ``state`` (:func:`effect_state`), the ``key`` it has
-    and will use, and ``action``: what the resume does with it. ``refused``: why the
-    resume cannot go ahead (empty: it can).
+    kept in flight), each with its ``state`` (:func:`effect_state`, or ``failed``: a
+    write that applied nothing and is called again when its step re-executes), the
+    ``key`` it has and will use, and ``action``: what the resume does with it.
+    ``refused``: why the resume cannot go ahead (empty: it can).
     """
 
     run_id: str
@@ -128,8 +133,42 @@ def settle_command(run_id: str, step_no: int) -> str:
     )
 
 
-def first_step(journal: list[Step]) -> tuple[int, list[int]]:
+def finishing_compensation(journal: list[Step], status: str) -> Step | None:
+    """The compensation decision a resume must finish rather than undo, if any.
+
+    A decision whose compensations are in flight (a refund that timed out: it may have
+    happened) or, for a ``needs_human`` run, all executed (settled applied) stands: the
+    resumed run goes back to compensating and ends as decided (a failed run whose
+    compensations all took effect already ended so, and is refused as compensated).
+    Going forward instead would complete the run on a charge the provider may show
+    refunded, and leave the compensation in the journal at a step number the forward
+    steps then reach.
+    """
+    decision = next((s for s in journal if s.kind == DECISION_KIND), None)
+    if decision is None or not isinstance(decision.output, dict):
+        return None
+    by_no = {s.step_no: s for s in journal}
+    plan = decision.output.get("plan")
+    # [[target step, compensation step], ...] as engine/compensation.py journals it; a
+    # row of any other shape (an older or damaged journal) counts as not settled.
+    states = [
+        effect_state(by_no[p[1]])
+        if isinstance(p, list) and len(p) == 2 and isinstance(p[1], int) and p[1] in by_no
+        else None
+        for p in (plan if isinstance(plan, list) else [])
+    ]  # fmt: skip
+    if any(s in ("unknown", "not_applied") for s in states):
+        return decision
+    if status == "needs_human" and states and all(s == "executed" for s in states):
+        return decision
+    return None
+
+
+def first_step(journal: list[Step], status: str) -> tuple[int, list[int]]:
     """The default step to resume from, and the in-flight steps kept before it."""
+    if finishing_compensation(journal, status) is not None:
+        # Nothing is archived: the engine replays to the decision and compensates on.
+        return journal[-1].step_no + 1, []
     for step in journal:
         if step.status == StepStatus.FAILED and step.kind != "compensation":
             return step.step_no, []
@@ -165,12 +204,21 @@ def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> Re
         conn, "SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id}
     )
     journal = [rows.step_from(r) for r in found]
-    start, kept = first_step(journal)
+    start, kept = first_step(journal, run.status)
     if from_step is not None:
         if not 1 <= from_step <= MAX_STEP_NO:
             raise ResumeRefused(f"--from-step must be 1 to {MAX_STEP_NO} (got {from_step})")
         start, kept = from_step, []
     plan = ResumePlan(run_id=run_id, status=run.status, from_step=start)
+    decision = finishing_compensation(journal, run.status)
+    if decision is not None and decision.step_no >= start:
+        plan.refused.append(
+            f"run {run_id} is compensating (step {decision.step_no} decided to undo its "
+            f"effects, and a compensation is unsettled or done): resuming it from step "
+            f"{start} would go forward on effects the provider may show undone; resume it "
+            f"without --from-step to finish the compensation (`agentledger runs resume "
+            f"{run_id}`), then submit a new run to do the work again"
+        )
     undone = _compensated(journal)
     for step in journal:
         state = effect_state(step)
@@ -184,6 +232,17 @@ def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> Re
         else:
             plan.reexecute.append(_brief(step))
         if state is None:
+            if _called_again(step):
+                # Not an effect yet, but a call the provider sees once the step runs.
+                plan.effects.append(
+                    {
+                        **_brief(step),
+                        "state": "failed",
+                        "key": step.idempotency_key,
+                        "action": "called again when its step re-executes, with this key "
+                        "if its arguments are unchanged (it applied nothing)",
+                    }
+                )
             continue
         entry = {**_brief(step), "state": state, "key": step.idempotency_key}
         entry["action"] = _judge(plan, step, state, undone.get(step.step_no))
@@ -192,6 +251,17 @@ def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> Re
         plan.effects.append(entry)
     plan.kept_in_flight.sort()
     return plan
+
+
+def _called_again(step: Step) -> bool:
+    """A write (it has a key) that failed applying nothing: re-executing its step calls
+    the provider again (a compensation re-runs only if the run fails again)."""
+    return (
+        step.kind == "tool"
+        and step.idempotency_key is not None
+        and step.status == StepStatus.FAILED
+        and not confirmed_effect(step)
+    )
 
 
 def _compensated(journal: list[Step]) -> dict[int, Step]:
