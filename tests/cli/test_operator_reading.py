@@ -69,3 +69,25 @@ def test_a_handed_over_run_opens_with_the_operators_reason(tmp_path: Path) -> No
     said = next(i for i, line in enumerate(lines) if "a member of our team" in line)
     assert lines[said].startswith("message to the user: "), lines
     assert said > 2
+
+
+def test_runs_show_counts_an_operators_resume(tmp_path: Path) -> None:
+    url, run_id = ran(tmp_path, "one_call", {})
+    assert "resumes=0" in run_cli("runs", "show", run_id, "--db", url).stdout
+    resumed = run_cli("runs", "resume", run_id, "--db", url)
+    assert resumed.returncode == 0, resumed.stderr
+    assert run_cli("worker", "--app", APP, "--burst", "--db", url).returncode == 0
+    shown = run_cli("runs", "show", run_id, "--db", url)
+    assert "resumes=1 (1 by an operator)" in shown.stdout.splitlines()[1], shown.stdout
+    as_json = json.loads(run_cli("runs", "show", run_id, "--db", url, "--json").stdout)
+    assert as_json["run"]["operator_resumes"] == 1
+
+
+def test_an_outbox_step_shows_its_deliveries_not_att_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the table
+    url, run_id = ran(tmp_path, "notify_flow", {"msg": "hi"})  # the worker delivers it
+    row = [line for line in run_cli("runs", "show", run_id, "--db", url).stdout.splitlines()
+           if " notify " in line]  # fmt: skip
+    assert len(row) == 1 and " 1 delivered " in row[0], row

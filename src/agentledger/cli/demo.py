@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from agentledger.cli.tables import journal_entry, journal_view
+from agentledger.cli.tables import journal_entry, journal_notes, journal_view
 from agentledger.examples.stayhub.sandbox.faults import grammar_help
 from agentledger.records import Run, RunStatus
 
@@ -229,6 +229,7 @@ async def _demo(
         # One run's journal, shown at the end: the one that resumed most, if any did.
         sample = max(runs, key=lambda r: (r.resumes, -r.created_at)) if runs else None
         journal = await store.load_journal(sample.id) if sample is not None else []
+        notes = await journal_notes(store, sample.id) if sample is not None else {}
     finally:
         stop.set()
         if approver is not None and not approver.done():
@@ -282,7 +283,7 @@ async def _demo(
             "id": sample.id,
             "status": sample.status,
             "resumes": sample.resumes,
-            "journal": [journal_entry(s) for s in journal],
+            "journal": [journal_entry(s, notes) for s in journal],
         },
     }
 

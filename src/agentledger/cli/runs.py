@@ -28,7 +28,7 @@ from agentledger.cli.routing import (
     version_key,
     versions_of,
 )
-from agentledger.cli.tables import audit_view, journal_view
+from agentledger.cli.tables import audit_view, journal_notes, journal_view
 from agentledger.cli.text import cell, console, json_safe, markup_safe
 from agentledger.errors import UsageError
 from agentledger.observe.stuck import stuck_runs
@@ -269,25 +269,29 @@ async def show_run(run_id: str, db: str, as_json: bool, verbose: bool = False) -
     user was given; a failed run shows its error message (its traceback with -v).
     """
 
-    async def go(store: SQLStore) -> tuple[Run | None, list[Any], list[Any], list[Approval]]:
+    async def go(
+        store: SQLStore,
+    ) -> tuple[Run | None, list[Any], list[Any], list[Approval], dict[int, dict[str, Any]]]:
         run = await store.get_run(run_id)
         if run is None:
-            return None, [], [], []
+            return None, [], [], [], {}
         return (
             run,
             await store.load_journal(run_id),
             await store.list_events(run_id),
             await store.get_approvals(run_id=run_id, pending=True),
+            await journal_notes(store, run_id),
         )
 
-    run, steps, events, pending = await with_store(db, go, read_only=True)
+    run, steps, events, pending, notes = await with_store(db, go, read_only=True)
+    by_operator = sum(1 for e in events if e.type == "run.resumed")
     if run is None:
         raise UsageError(f"no run {run_id!r}; list runs with `agentledger runs list`")
     if as_json:
         print_json(
             {
-                "run": run_dict(run),
-                "steps": [s.to_dict() for s in steps],
+                "run": {**run_dict(run), "operator_resumes": by_operator},
+                "steps": [{**s.to_dict(), **notes.get(s.step_no, {})} for s in steps],
                 "events": [e.__dict__ for e in events],
             }
         )
@@ -296,7 +300,7 @@ async def show_run(run_id: str, db: str, as_json: bool, verbose: bool = False) -
     out.print(f"[bold]{markup_safe(run.id)}[/] {markup_safe(run.target)} [bold]{run.status}[/]")
     out.print(
         f"steps={run.step_count} tokens={run.tokens} cost=${run.cost_usd:.4f} "
-        f"epoch={run.lease_epoch} resumes={run.resumes}"
+        f"epoch={run.lease_epoch} {resumes_text(run.resumes, by_operator)}"
     )
     db_flag = "" if db in (DEFAULT_URL, os.environ.get("AGENTLEDGER_DB")) else f" --db {db}"
     for line in run_story(run, verbose, db_flag):
@@ -314,7 +318,7 @@ async def show_run(run_id: str, db: str, as_json: bool, verbose: bool = False) -
             f"   (or: approvals reject)",
             soft_wrap=True,  # a command to copy: never broken across lines
         )
-    out.print(journal_view(steps, out.width))
+    out.print(journal_view(steps, out.width, notes=notes))
     rows = []
     for e in events:
         stamp = time.strftime("%H:%M:%S", time.localtime(e.at)) + f".{int(e.at * 1000) % 1000:03d}"
@@ -322,6 +326,14 @@ async def show_run(run_id: str, db: str, as_json: bool, verbose: bool = False) -
         detail = json.dumps(json_safe(data), default=str) if data is not None else ""
         rows.append((stamp, e.type, e.actor, detail))
     out.print(audit_view(rows, out.width))
+
+
+def resumes_text(takeovers: int, by_operator: int) -> str:
+    """A run's resumes: by other workers after one was lost (the count an operator's
+    resume starts again from 0) and by operators (``runs resume``), said apart."""
+    if not by_operator:
+        return f"resumes={takeovers}"
+    return f"resumes={takeovers + by_operator} ({by_operator} by an operator)"
 
 
 def run_story(run: Run, verbose: bool, db_flag: str = "") -> list[str]:

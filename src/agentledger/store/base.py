@@ -332,7 +332,10 @@ class Store(ABC):
         row was claimed again since (this claimer's lease expired): nothing written."""
 
     @abstractmethod
-    async def list_outbox(self, status: str | None = None) -> list[OutboxItem]: ...
+    async def list_outbox(
+        self, status: str | None = None, run_id: str | None = None
+    ) -> list[OutboxItem]:
+        """Outbox rows, oldest first: all, or those in ``status`` and/or of ``run_id``."""
 
     # workers and versions --------------------------------------------------
     @abstractmethod
