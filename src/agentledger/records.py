@@ -91,6 +91,8 @@ class Run:
     request_id: str | None = None  # the submit's request id (a retried submit finds its run)
     # Who started the run through the API: {"key_id", "tenant_id", "user_id", "roles"}.
     principal: dict[str, Any] | None = None
+    # Its tokens and cost were simulated: an offline scripted model answered a model step.
+    usage_simulated: bool = False
 
     @property
     def target(self) -> str:

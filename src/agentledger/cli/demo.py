@@ -272,6 +272,7 @@ async def _demo(
         "duration_p50_s": _round(percentile(durations, 50)),
         "duration_p95_s": _round(percentile(durations, 95)),
         "tokens": sum(r.tokens for r in runs),
+        "usage_simulated": any(r.usage_simulated for r in runs),
         "cost_usd": round(sum(r.cost_usd for r in runs), 6),
         "outbox": {s: outbox.get(s, 0) for s in ("delivered", "pending", "dead")},
         "ledger": {
@@ -376,8 +377,8 @@ def _print_tables(report: dict[str, Any]) -> None:
         ("approvals (scripted guest)", "approvals"),
         ("p50 run duration (s)", "duration_p50_s"),
         ("p95 run duration (s)", "duration_p95_s"),
-        ("tokens", "tokens"),
-        ("cost (USD)", "cost_usd"),
+        ("tokens" + (" (simulated)" if report.get("usage_simulated") else ""), "tokens"),
+        ("cost (USD" + (", simulated)" if report.get("usage_simulated") else ")"), "cost_usd"),
         ("elapsed (s)", "elapsed_s"),
     ):
         figures.add_row(label, str(report[key]))

@@ -191,8 +191,8 @@ async def list_runs(
     for r in found:
         figures = {
             "steps": str(r.step_count),
-            "tokens": str(r.tokens),
-            "cost $": f"{r.cost_usd:.4f}",
+            "tokens": str(r.tokens) + (" sim" if r.usage_simulated else ""),
+            "cost $": f"{r.cost_usd:.4f}" + (" sim" if r.usage_simulated else ""),
             "resumes": str(r.resumes),
             "age": f"{now - r.created_at:.0f}s",
         }
@@ -298,8 +298,9 @@ async def show_run(run_id: str, db: str, as_json: bool, verbose: bool = False) -
         return
     out = console()
     out.print(f"[bold]{markup_safe(run.id)}[/] {markup_safe(run.target)} [bold]{run.status}[/]")
+    simulated = " (simulated: a scripted model answered)" if run.usage_simulated else ""
     out.print(
-        f"steps={run.step_count} tokens={run.tokens} cost=${run.cost_usd:.4f} "
+        f"steps={run.step_count} tokens={run.tokens} cost=${run.cost_usd:.4f}{simulated} "
         f"epoch={run.lease_epoch} {resumes_text(run.resumes, by_operator)}"
     )
     db_flag = "" if db in (DEFAULT_URL, os.environ.get("AGENTLEDGER_DB")) else f" --db {db}"

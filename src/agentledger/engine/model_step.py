@@ -50,7 +50,14 @@ from agentledger.errors import RateLimited, Refused, ToolError
 from agentledger.gateway import stream
 from agentledger.gateway.cooldown import COOLDOWNS
 from agentledger.gateway.tenants import TenantBudget, TenantUsage
-from agentledger.models.base import Message, Model, ModelRequest, ModelResponse, ToolSchema
+from agentledger.models.base import (
+    SIMULATED,
+    Message,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ToolSchema,
+)
 from agentledger.models.errors import FALLBACK_CLASSES, unbilled
 from agentledger.models.fallback import chain_of
 from agentledger.models.provider import ProviderModel
@@ -439,6 +446,7 @@ class ModelCall:
                 "output_tokens": response.usage.output_tokens,
                 "cached_tokens": response.usage.cached_tokens,
                 "source": response.usage_source,
+                "simulated": response.usage_source == SIMULATED,
             },
             prices=response.price_source,
         )

@@ -75,6 +75,7 @@ class RunUpdate:
     tokens: int | None = None
     cost_usd: float | None = None
     active_seconds: float | None = None
+    usage_simulated: bool | None = None  # set once a scripted model answered
     status: str | None = None
     available_at: float | None = None
     result: Any = _UNSET
