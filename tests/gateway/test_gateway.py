@@ -75,6 +75,7 @@ async def test_openai_tool_calls_and_answer_are_journaled_with_tokens_and_cost(
             "output_tokens": 30,
             "cached_tokens": 100,
             "source": "reported",
+            "simulated": False,
         }
         assert first["prices"] == f"genai-prices {genai_prices_version()}"
         # 20 plain input at $0.4/M, 100 cached at $0.1/M, 30 output at $1.6/M
