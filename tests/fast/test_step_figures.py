@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentledger import App, RunStatus, WorkflowContext
-from agentledger.cli.tables import journal_entry, journal_notes
+from agentledger.cli.tables import attempts_text, journal_entry, journal_notes
 from agentledger.outbox import OutboxDispatcher
 from tests.fast.lifecycle_harness import Harness
 from tests.fast.test_approvals_gate import make_app as gate_app
@@ -93,3 +93,11 @@ async def test_a_workflow_step_that_raised_was_called_once(store_url: str, tmp_p
         (step,) = await h.journal(run.id)
     assert run.status == RunStatus.FAILED
     assert (step.status, step.attempts) == ("failed", 1)
+
+
+async def test_a_step_that_called_nothing_shows_no_attempts(tmp_path: Path) -> None:
+    async with Harness(tmp_path, gate_app([])) as h:
+        run = await h.drive(await h.submit("wire_it"))  # denied by the policy: never called
+        (step,) = await h.journal(run.id)
+    assert (step.status, step.attempts) == ("failed", 0)
+    assert attempts_text(journal_entry(step)) == "-"

@@ -301,7 +301,8 @@ async def show_run(run_id: str, db: str, as_json: bool, verbose: bool = False) -
     simulated = " (simulated: a scripted model answered)" if run.usage_simulated else ""
     out.print(
         f"steps={run.step_count} tokens={run.tokens} cost=${run.cost_usd:.4f}{simulated} "
-        f"epoch={run.lease_epoch} {resumes_text(run.resumes, by_operator)}"
+        f"epoch={run.lease_epoch} {resumes_text(run.resumes, by_operator)}",
+        soft_wrap=True,  # one line: its figures are read (and grepped) together
     )
     db_flag = "" if db in (DEFAULT_URL, os.environ.get("AGENTLEDGER_DB")) else f" --db {db}"
     for line in run_story(run, verbose, db_flag):
