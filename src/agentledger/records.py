@@ -40,6 +40,22 @@ class StepStatus:
     WAITING = "waiting"  # parked for an approval
 
 
+#: Where a failed run's error turns from its message to its traceback: the engine keeps
+#: both in ``runs.error`` (engine/runner.py), readers show the message and the
+#: traceback only when asked.
+TRACEBACK_START = "\nTraceback (most recent call last):\n"
+
+
+def error_parts(error: str | None) -> tuple[str, str]:
+    """A run's ``error`` as (message, traceback); the traceback is "" when it has none."""
+    if not error:
+        return "", ""
+    at = error.find(TRACEBACK_START)
+    if at < 0:
+        return error, ""
+    return error[:at], error[at + 1 :]
+
+
 def target_of(name: str, version: str) -> str:
     """The claimable identity of an agent or workflow: ``name@version``."""
     return f"{name}@{version}"
@@ -75,6 +91,8 @@ class Run:
     request_id: str | None = None  # the submit's request id (a retried submit finds its run)
     # Who started the run through the API: {"key_id", "tenant_id", "user_id", "roles"}.
     principal: dict[str, Any] | None = None
+    # Its tokens and cost were simulated: an offline scripted model answered a model step.
+    usage_simulated: bool = False
 
     @property
     def target(self) -> str:
@@ -83,6 +101,18 @@ class Run:
     @property
     def terminal(self) -> bool:
         return self.status in RunStatus.TERMINAL
+
+    @property
+    def failure(self) -> str:
+        """Why a failed run failed, in one line: its error class (when the error does
+        not start with it) and the first line of its message; "" for any other run."""
+        if self.status != RunStatus.FAILED:
+            return ""
+        first = error_parts(self.error)[0].split("\n", 1)[0].strip()
+        kind = self.handover_reason or ""  # a failed run's error class, when it has one
+        if kind and not first.startswith(f"{kind}:") and kind != first:
+            first = f"{kind}: {first}" if first else kind
+        return first
 
 
 @dataclass

@@ -75,6 +75,7 @@ async def test_openai_tool_calls_and_answer_are_journaled_with_tokens_and_cost(
             "output_tokens": 30,
             "cached_tokens": 100,
             "source": "reported",
+            "simulated": False,
         }
         assert first["prices"] == f"genai-prices {genai_prices_version()}"
         # 20 plain input at $0.4/M, 100 cached at $0.1/M, 30 output at $1.6/M
@@ -432,3 +433,24 @@ async def test_a_tenant_request_rate_waits_briefly_or_parks_with_the_reason(
         assert (await h.run(run_id)).status == RunStatus.COMPLETED
         assert len(fake.requests) == 2
         await close(h)
+
+
+async def test_a_failed_model_is_named_once_and_its_cooldown_says_what_it_does(
+    fake: FakeProviders, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="agentledger")
+    fake.script(*[error(503, "overloaded")] * 3)
+    h, run_id = await run_once(tmp_path, "openai:gpt-4.1-mini")
+    try:
+        run = await h.run(run_id)
+        assert run.status == RunStatus.NEEDS_HUMAN
+        assert run.handover_reason == "model openai:gpt-4.1-mini failed: 503 error overloaded"
+        (said,) = [r.getMessage() for r in caplog.records if "cool" in r.getMessage()]
+        # The run had no other model: the cooldown is news for other runs, not for it.
+        assert said == (
+            "model openai:gpt-4.1-mini cooled down: for 30 s this worker's runs skip it "
+            "where a fallback model follows; run " + run_id + " had none"
+        ), said
+    finally:
+        await close(h)
+        COOLDOWNS.reset()

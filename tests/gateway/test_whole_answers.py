@@ -259,6 +259,7 @@ async def test_anthropic_streamed_tool_use_is_read_from_the_raw_events(
             "output_tokens": 15,
             "cached_tokens": 0,
             "source": "reported",
+            "simulated": False,
         }
     finally:
         await close(h)

@@ -32,7 +32,8 @@ def test_docs_add_list_search_remove(store_url: str, tmp_path: Path) -> None:
         invoke("docs", "search", "quiet hours", "--tenant", "acme", "--json", "--db", store_url)
     )
     assert hits[0]["title"] == "House rules"
-    assert "no match" in invoke("docs", "search", "quiet hours", "--db", store_url)  # default
+    other = invoke("docs", "search", "quiet hours", "--tenant", "default", "--db", store_url)
+    assert "tenant default has no documents (tenants with documents: acme)" in other
     assert "removed" in invoke("docs", "remove", str(page), "--tenant", "acme", "--db", store_url)
     assert count(store_url, "SELECT COUNT(*) FROM documents") == 1
     missing = CliRunner().invoke(cli, ["docs", "remove", "nope", "--db", store_url])

@@ -79,7 +79,7 @@ async def test_scrapes_read_the_history_once_per_refresh(store: SQLStore) -> Non
     await figures._reading
     found = await _scrape(counting)
     assert value(found, "agentledger_runs", **completed) == 2
-    assert value(found, "agentledger_run_tokens_total", agent="agent") == 15
+    assert value(found, "agentledger_run_tokens_total", agent="agent", usage="reported") == 15
 
 
 async def test_a_counter_never_goes_backwards_while_the_history_is_cached(
@@ -90,15 +90,15 @@ async def test_a_counter_never_goes_backwards_while_the_history_is_cached(
     figures_of(store).refresh = 3600
     run = await _running(store, tokens=40)
     found = await _scrape(store)
-    assert value(found, "agentledger_run_tokens_total", agent="agent") == 40
+    assert value(found, "agentledger_run_tokens_total", agent="agent", usage="reported") == 40
     await _finish(store, run)
     found = await _scrape(store)
     assert value(found, "agentledger_runs", status="running", agent="agent", version="1",
                  tenant="default") == 0  # fmt: skip
-    assert value(found, "agentledger_run_tokens_total", agent="agent") == 40
+    assert value(found, "agentledger_run_tokens_total", agent="agent", usage="reported") == 40
     figures_of(store).refresh = 0
     found = await _scrape(store)
-    assert value(found, "agentledger_run_tokens_total", agent="agent") == 40
+    assert value(found, "agentledger_run_tokens_total", agent="agent", usage="reported") == 40
 
 
 def test_the_refresh_interval_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -197,3 +197,15 @@ def test_run_id_header_is_recorded_and_finds_duplicate_bookings(
     assert [e["run_id"] for e in sb.ledger()] == ["run-x", "run-x"]
     result = check_invariants(sb.ledger())
     assert result["duplicate_bookings"] == 1
+
+
+def test_a_fault_counts_the_requests_it_met_apart_from_its_firings(
+    api: StayHub, sb: SandboxServer
+) -> None:
+    """A fault that never met its operation had no chance; one that met it and never
+    fired did (the demo's verdict tells them apart)."""
+    sb.set_faults("payments.refund:hold,hold=1;bookings.create:error@0.0")
+    api.book("run-m1:1")
+    stats = {f["fault"]: (f["met"], f["fired"]) for f in sb.fault_stats()["fired"]}
+    assert stats["payments.refund:hold,hold=1"] == (0, 0)  # no refund was asked for
+    assert stats["bookings.create:error@0"] == (1, 0)  # met, and did not fire

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,3 +109,40 @@ def test_demo_help_says_what_runs_by_default() -> None:
 def test_demo_rejects_a_bad_fault_spec() -> None:
     code, _, stderr = run_demo("--faults", "nope:nothing")
     assert code == 2 and "--faults" in stderr
+
+
+def test_a_fault_that_never_met_its_operation_is_reported_not_failed() -> None:
+    """Three guests, none cancels: no refund is asked for, so the refund fault had no
+    chance. A fault that met its operation and never fired still fails the verdict."""
+    code, report, stderr = run_demo(
+        "--runs", "3", "--workers", "1",
+        "--faults", "payments.refund:hold,hold=1;bookings.create:error@0.0",
+    )  # fmt: skip
+    assert report["faults_not_met"] == ["payments.refund:hold,hold=1"], report["faults_fired"]
+    assert report["faults_never_fired"] == ["bookings.create:error@0"], report["faults_fired"]
+    assert code == 1 and not report["ok"], (report, stderr)
+    code, report, stderr = run_demo(
+        "--runs", "3", "--workers", "1", "--faults", "payments.refund:hold,hold=1"
+    )
+    assert report["faults_not_met"] == ["payments.refund:hold,hold=1"]
+    assert report["faults_never_fired"] == []
+    assert report["runs"] == {"completed": 3}
+    assert code == 0 and report["ok"], (report, stderr)
+
+
+def test_demo_with_db_says_where_the_worker_logs_are(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'kept.db'}"
+    code, report, stderr = run_demo("--runs", "1", "--workers", "1", "--db", url)
+    assert code == 0, (report, stderr)
+    logs = report["worker_logs"]
+    assert logs is not None and (Path(logs) / "worker-1.log").exists(), report
+    text = subprocess.run(
+        [sys.executable, "-m", "agentledger.cli.main", "demo", "--runs", "1", "--workers", "1",
+         "--db", url],
+        capture_output=True, text=True, timeout=150, check=False,
+    )  # fmt: skip
+    assert text.returncode == 0, text.stderr
+    said = [line for line in text.stdout.splitlines() if line.startswith("worker logs: ")]
+    assert len(said) == 1 and "/worker-*.log" in said[0], text.stdout
+    code, report, stderr = run_demo("--runs", "1", "--workers", "1")  # nothing kept
+    assert code == 0 and report["worker_logs"] is None, (report, stderr)

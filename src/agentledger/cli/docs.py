@@ -19,10 +19,12 @@ from agentledger.cli.common import (
 )
 from agentledger.cli.memory import default_actor
 from agentledger.cli.text import cell, console
+from agentledger.errors import UsageError
 from agentledger.retrieval.embeddings import embedder
 from agentledger.retrieval.ingest import index_path, load_document
 from agentledger.retrieval.search import search as search_chunks
 from agentledger.store import SQLStore
+from agentledger.store.queries.retrieval_docs import ChunkHit
 
 tenant_option = click.option(
     "--tenant",
@@ -57,9 +59,8 @@ async def add(paths: tuple[Path, ...], tenant_id: str, db: str) -> None:
         for path in paths:
             doc, changed = await index_path(store, path, tenant_id, actor=actor)
             state = "indexed" if changed else "unchanged"
-            click.echo(
-                f"{state} {doc.id} {doc.title!r}: {doc.chunks} chunks{vectors} ({doc.source})"
-            )
+            chunks = f"{doc.chunks} chunk{'' if doc.chunks == 1 else 's'}"
+            click.echo(f"{state} {doc.id} {doc.title!r}: {chunks}{vectors} ({doc.source})")
 
     await with_store(db, go, create=True)
 
@@ -129,20 +130,59 @@ async def remove(refs: tuple[str, ...], tenant_id: str, db: str) -> None:
 
 @docs.command("search")
 @click.argument("query")
-@tenant_option
-@click.option("-k", "k", default=4, show_default=True, help="How many chunks.")
+@click.option(
+    "--tenant",
+    "tenant_id",
+    default=None,
+    help="The tenant whose documents to search [default: the only tenant with documents].",
+)
+@click.option("-k", "k", default=4, show_default=True, help="At most this many chunks.")
 @db_option
 @json_option
 @run_async
-async def search(query: str, tenant_id: str, k: int, db: str, as_json: bool) -> None:
-    """Search a tenant's documents as an agent's search_docs tool would."""
+async def search(query: str, tenant_id: str | None, k: int, db: str, as_json: bool) -> None:
+    """Search one tenant's documents as an agent's search_docs tool would.
+
+    Tenants are never mixed: without --tenant the only tenant that has documents is
+    searched; when several have, the command names them and asks for --tenant.
+    """
     check_text(tenant_id, "--tenant")
-    hits = await with_store(db, lambda s: search_chunks(s, tenant_id, query, k))
+
+    async def go(store: SQLStore) -> tuple[str, list[str], list[ChunkHit]]:
+        tenants = sorted({d.tenant_id for d in await store.list_documents(None)})
+        chosen = tenant_id
+        if chosen is None:
+            if not tenants:
+                raise UsageError("no documents; add some with `agentledger docs add PATH`")
+            if len(tenants) > 1:
+                raise UsageError(
+                    f"documents are in tenants {', '.join(tenants)}; pass --tenant "
+                    "(a search covers one tenant)"
+                )
+            chosen = tenants[0]
+        return chosen, tenants, await search_chunks(store, chosen, query, k)
+
+    chosen, tenants, hits = await with_store(db, go, read_only=True)
     if as_json:
         print_json([h.to_dict() for h in hits])
         return
-    if not hits:
-        click.echo("no match")
+    if tenant_id is None:
+        click.echo(f"tenant {chosen} (the only one with documents)")
+    if not hits and chosen not in tenants:
+        others = ", ".join(tenants) or "none"
+        click.echo(f"tenant {chosen} has no documents (tenants with documents: {others})")
+    elif not hits:
+        click.echo(f"no match in tenant {chosen}'s documents")
     for h in hits:
-        click.echo(f"[{h.chunk_id}] {h.title} > {h.heading}  (score {h.score:.3f})")
+        click.echo(f"[{h.chunk_id}] {hit_heading(h.title, h.heading)}  (score {h.score:.3g})")
         click.echo("    " + h.text[:300].replace("\n", " "))
+
+
+def hit_heading(title: str, heading: str) -> str:
+    """Where a chunk sits: its document's title, then the headings under it. A title
+    taken from the first heading starts the heading path already: said once."""
+    if not heading or heading == title:
+        return title
+    if heading.startswith(f"{title} > "):
+        return heading
+    return f"{title} > {heading}"

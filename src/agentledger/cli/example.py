@@ -9,7 +9,7 @@ import tempfile
 import click
 
 from agentledger.cli.common import db_option
-from agentledger.cli.tables import journal_view
+from agentledger.cli.tables import journal_notes, journal_view
 from agentledger.records import RunStatus
 
 
@@ -61,7 +61,8 @@ def example(ctx: click.Context, db: str, fresh: bool) -> None:
                     f"\n[bold]{run.target}[/] {run.id} -> [bold]{run.status}[/] result={run.result}"
                 )
                 steps = await store.load_journal(run.id)
-                console.print(journal_view(steps, console.width))
+                notes = await journal_notes(store, run.id)
+                console.print(journal_view(steps, console.width, notes=notes))
             click.echo(f"\ndatabase: {db}")  # not wrapped: it is copied into commands
         finally:
             await store.close()

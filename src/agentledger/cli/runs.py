@@ -28,11 +28,11 @@ from agentledger.cli.routing import (
     version_key,
     versions_of,
 )
-from agentledger.cli.tables import audit_view, journal_view
+from agentledger.cli.tables import audit_view, journal_notes, journal_view
 from agentledger.cli.text import cell, console, json_safe, markup_safe
 from agentledger.errors import UsageError
 from agentledger.observe.stuck import stuck_runs
-from agentledger.records import Approval, Run, RunStatus, WorkerInfo
+from agentledger.records import Approval, Run, RunStatus, WorkerInfo, error_parts
 from agentledger.store import DEFAULT_URL, NewRun, SQLStore
 from agentledger.worker.liveness import is_dead_local_owner
 
@@ -191,8 +191,8 @@ async def list_runs(
     for r in found:
         figures = {
             "steps": str(r.step_count),
-            "tokens": str(r.tokens),
-            "cost $": f"{r.cost_usd:.4f}",
+            "tokens": str(r.tokens) + (" sim" if r.usage_simulated else ""),
+            "cost $": f"{r.cost_usd:.4f}" + (" sim" if r.usage_simulated else ""),
             "resumes": str(r.resumes),
             "age": f"{now - r.created_at:.0f}s",
         }
@@ -237,7 +237,7 @@ def run_note(
     run: Run, serving: set[str], workers: list[WorkerInfo], pending: list[Approval], now: float
 ) -> str:
     """The note column of ``runs list``: why a run is where it is."""
-    note = run.handover_reason or ""
+    note = run.failure or run.handover_reason or ""
     if run.status == RunStatus.WAITING:
         waits = [a for a in pending if a.run_id == run.id]
         if waits:
@@ -258,48 +258,57 @@ def run_note(
 
 @runs.command("show")
 @click.argument("run_id")
+@click.option("-v", "--verbose", is_flag=True, help="Also show a failed run's traceback.")
 @db_option
 @json_option
 @run_async
-async def show_run(run_id: str, db: str, as_json: bool) -> None:
-    """A run and its journal (with the lease epoch that wrote each step)."""
+async def show_run(run_id: str, db: str, as_json: bool, verbose: bool = False) -> None:
+    """A run and its journal (with the lease epoch that wrote each step).
 
-    async def go(store: SQLStore) -> tuple[Run | None, list[Any], list[Any], list[Approval]]:
+    A run handed to a person opens with the operator's reason, then the message its
+    user was given; a failed run shows its error message (its traceback with -v).
+    """
+
+    async def go(
+        store: SQLStore,
+    ) -> tuple[Run | None, list[Any], list[Any], list[Approval], dict[int, dict[str, Any]]]:
         run = await store.get_run(run_id)
         if run is None:
-            return None, [], [], []
+            return None, [], [], [], {}
         return (
             run,
             await store.load_journal(run_id),
             await store.list_events(run_id),
             await store.get_approvals(run_id=run_id, pending=True),
+            await journal_notes(store, run_id),
         )
 
-    run, steps, events, pending = await with_store(db, go, read_only=True)
+    run, steps, events, pending, notes = await with_store(db, go, read_only=True)
+    by_operator = sum(1 for e in events if e.type == "run.resumed")
     if run is None:
         raise UsageError(f"no run {run_id!r}; list runs with `agentledger runs list`")
     if as_json:
         print_json(
             {
-                "run": run_dict(run),
-                "steps": [s.to_dict() for s in steps],
+                "run": {**run_dict(run), "operator_resumes": by_operator},
+                "steps": [{**s.to_dict(), **notes.get(s.step_no, {})} for s in steps],
                 "events": [e.__dict__ for e in events],
             }
         )
         return
     out = console()
     out.print(f"[bold]{markup_safe(run.id)}[/] {markup_safe(run.target)} [bold]{run.status}[/]")
+    simulated = " (simulated: a scripted model answered)" if run.usage_simulated else ""
     out.print(
-        f"steps={run.step_count} tokens={run.tokens} cost=${run.cost_usd:.4f} "
-        f"epoch={run.lease_epoch} resumes={run.resumes}"
+        f"steps={run.step_count} tokens={run.tokens} cost=${run.cost_usd:.4f}{simulated} "
+        f"epoch={run.lease_epoch} {resumes_text(run.resumes, by_operator)}",
+        soft_wrap=True,  # one line: its figures are read (and grepped) together
     )
-    if run.error:
-        out.print(f"error: {markup_safe(run.error)}")
-    if run.handover_reason:
-        out.print(f"reason: {markup_safe(run.handover_reason)}")
+    db_flag = "" if db in (DEFAULT_URL, os.environ.get("AGENTLEDGER_DB")) else f" --db {db}"
+    for line in run_story(run, verbose, db_flag):
+        out.print(line, soft_wrap=True)
     if getattr(run, "cancel_requested", None) and not run.terminal:
         out.print(f"cancel requested: {markup_safe(run.cancel_requested)}")
-    db_flag = "" if db in (DEFAULT_URL, os.environ.get("AGENTLEDGER_DB")) else f" --db {db}"
     for a in pending:
         args = json.dumps(json_safe(a.arguments), ensure_ascii=False, default=str)
         out.print(
@@ -311,13 +320,62 @@ async def show_run(run_id: str, db: str, as_json: bool) -> None:
             f"   (or: approvals reject)",
             soft_wrap=True,  # a command to copy: never broken across lines
         )
-    out.print(journal_view(steps, out.width))
+    out.print(journal_view(steps, out.width, notes=notes))
     rows = []
     for e in events:
         stamp = time.strftime("%H:%M:%S", time.localtime(e.at)) + f".{int(e.at * 1000) % 1000:03d}"
-        detail = json.dumps(json_safe(e.data), default=str) if e.data is not None else ""
+        data = e.data if verbose else without_traceback(e.data)
+        detail = json.dumps(json_safe(data), default=str) if data is not None else ""
         rows.append((stamp, e.type, e.actor, detail))
     out.print(audit_view(rows, out.width))
+
+
+def resumes_text(takeovers: int, by_operator: int) -> str:
+    """A run's resumes: by other workers after one was lost (the count an operator's
+    resume starts again from 0) and by operators (``runs resume``), said apart."""
+    if not by_operator:
+        return f"resumes={takeovers}"
+    return f"resumes={takeovers + by_operator} ({by_operator} by an operator)"
+
+
+def run_story(run: Run, verbose: bool, db_flag: str = "") -> list[str]:
+    """The lines under a run's header in ``runs show`` (markup-safe): for a run handed to
+    a person the operator's reason first, then what its user was told; for a failed run
+    its message, line by line, and its traceback only when ``verbose``."""
+    lines: list[str] = []
+    if run.status == RunStatus.NEEDS_HUMAN:
+        if run.handover_reason:
+            lines.append(f"reason: {markup_safe(run.handover_reason)}")
+        if run.error:
+            lines.append(f"message to the user: {markup_safe(run.error)}")
+        return lines
+    message, trace = error_parts(run.error)
+    if run.status == RunStatus.FAILED and run.handover_reason:
+        lines.append(f"error class: {markup_safe(run.handover_reason)}")
+    elif run.handover_reason:
+        lines.append(f"reason: {markup_safe(run.handover_reason)}")
+    if message:
+        first, *rest = message.split("\n")
+        lines.append(f"error: {markup_safe(first)}")
+        lines.extend(f"       {markup_safe(line)}" for line in rest)
+    if trace and verbose:
+        lines.extend(markup_safe(line) for line in trace.split("\n"))
+    elif trace:
+        where = markup_safe(f"{run.id}{db_flag}")
+        lines.append(f"       (traceback: agentledger runs show {where} -v)")
+    return lines
+
+
+def without_traceback(data: Any) -> Any:
+    """An event's data as ``runs show`` prints it without -v: no traceback, the run's
+    error cut to its message."""
+    if not isinstance(data, dict):
+        return data
+    data = {k: v for k, v in data.items() if k != "traceback"}
+    ended = data.get("run")
+    if isinstance(ended, dict) and isinstance(ended.get("error"), str):
+        data["run"] = {**ended, "error": error_parts(ended["error"])[0]}
+    return data
 
 
 @runs.command("cancel")

@@ -59,8 +59,12 @@ async def stats_command(since: str, agent: str | None, db: str, as_json: bool) -
         f"{s} {n}" for s, n in sorted(found.by_status.items())))  # fmt: skip
     out.print(f"duration          p50 {_seconds(found.p50_seconds)}  "
               f"p95 {_seconds(found.p95_seconds)}  (completed runs)")  # fmt: skip
+    simulated = ""
+    if found.simulated_runs:
+        simulated = (f"; simulated: {found.simulated_runs} of {found.runs} runs were answered "
+                     "by the scripted model")  # fmt: skip
     out.print(f"cost per run      {_money(found.cost_per_run_usd)}  "
-              f"(total {_money(found.cost_usd)}, {found.tokens} tokens)")  # fmt: skip
+              f"(total {_money(found.cost_usd)}, {found.tokens} tokens{simulated})")  # fmt: skip
     # The five numbers are always five lines: none failing is a figure too.
     failures = sum(int(row["failures"]) for row in found.failing_steps)
     out.print(f"failing steps     {failures or 'none'}")

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentledger.cli.text import cell, visible
+from agentledger.store.base import Store
 
 JOURNAL_FIELDS = (
     "step_no",
@@ -27,13 +28,55 @@ JOURNAL_FIELDS = (
 )
 
 
-def journal_entry(step: Any) -> dict[str, Any]:
-    """The fields of a journal entry a reader needs (a Step, or a dict of one)."""
+def journal_entry(step: Any, notes: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The fields of a journal entry a reader needs (a Step, or a dict of one), with
+    what :func:`journal_notes` found for it (``waited_s``, ``delivery``)."""
     data = step if isinstance(step, dict) else step.to_dict()
-    return {name: data.get(name) for name in JOURNAL_FIELDS}
+    entry = {name: data.get(name) for name in JOURNAL_FIELDS}
+    extra = (notes or {}).get(int(entry["step_no"] or 0), {})
+    for name in ("waited_s", "delivery"):
+        entry[name] = data.get(name, extra.get(name))
+    return entry
 
 
-def journal_table(steps: Iterable[Any], title: str | None = None) -> Table:
+async def journal_notes(store: Store, run_id: str) -> dict[int, dict[str, Any]]:
+    """Per step number, what a step's own figures do not hold: ``waited_s``, the wait
+    for its approval's decision (a step's duration is its own work, the wait is not);
+    ``delivery``, an outbox step's row ``{"status", "attempts"}`` (the step itself
+    calls nothing: the dispatcher delivers)."""
+    notes: dict[int, dict[str, Any]] = {}
+    for a in await store.get_approvals(run_id=run_id):
+        if a.decided_at is not None:
+            wait = max(0.0, a.decided_at - a.requested_at)
+            notes.setdefault(a.step_no, {})["waited_s"] = round(wait, 3)
+    for item in await store.list_outbox(run_id=run_id):
+        delivery = {"status": item.status, "attempts": item.attempts}
+        notes.setdefault(item.step_no, {})["delivery"] = delivery
+    return notes
+
+
+def attempts_text(entry: dict[str, Any]) -> str:
+    """The attempts of a step as a reader takes them: an outbox step's deliveries, "-"
+    for a step that called nothing (refused before a call: denied, rejected, invalid)."""
+    delivery = entry.get("delivery")
+    if delivery:
+        return f"{delivery['attempts']} {delivery['status']}"
+    if not entry["attempts"] and entry["status"] in ("succeeded", "failed"):
+        return "-"
+    return str(entry["attempts"])
+
+
+def duration_text(entry: dict[str, Any]) -> str:
+    """A step's duration in ms, and the wait for its approval apart."""
+    text = f"{entry['duration_ms'] or 0:.1f}"
+    if entry.get("waited_s") is not None:
+        text += f" +{entry['waited_s']:.1f} s approval"
+    return text
+
+
+def journal_table(
+    steps: Iterable[Any], title: str | None = None, notes: dict[int, dict[str, Any]] | None = None
+) -> Table:
     """Step, kind, name, status, attempts, key, duration, tokens, cost, epoch, error.
 
     Names, keys and errors come from models and providers: shown literally (no markup,
@@ -49,15 +92,15 @@ def journal_table(steps: Iterable[Any], title: str | None = None) -> Table:
         table.add_column(header, justify="right", overflow="fold")
     table.add_column("error", overflow="fold")
     for step in steps:
-        s = journal_entry(step)
+        s = journal_entry(step, notes)
         table.add_row(
             str(s["step_no"]),
             cell(s["kind"]),
             cell(s["name"]),
             cell(s["status"]),
-            str(s["attempts"]),
+            attempts_text(s),
             cell(s["idempotency_key"] or ""),
-            f"{s['duration_ms'] or 0:.1f}",
+            duration_text(s),
             str(s["tokens"]),
             f"{s['cost_usd'] or 0:.5f}",
             str(s["lease_epoch"]),
@@ -69,14 +112,20 @@ def journal_table(steps: Iterable[Any], title: str | None = None) -> Table:
 WIDE = 140  # below this many columns, journals and audit trails are shown as records
 
 
-def journal_view(steps: Iterable[Any], width: int, title: str | None = None) -> RenderableType:
+def journal_view(
+    steps: Iterable[Any],
+    width: int,
+    title: str | None = None,
+    notes: dict[int, dict[str, Any]] | None = None,
+) -> RenderableType:
     """The journal for a terminal ``width`` columns wide: a table when it fits, else one
-    record per step (its key on a line of its own), so nothing is ever cut."""
+    record per step (its key on a line of its own), so nothing is ever cut. ``notes``:
+    from :func:`journal_notes`."""
     if width >= WIDE:
-        return journal_table(steps, title=title)
+        return journal_table(steps, title=title, notes=notes)
     lines: list[Text] = [Text(title, style="bold")] if title else []
     for step in steps:
-        s = journal_entry(step)
+        s = journal_entry(step, notes)
         line = Text(f"{s['step_no']:>3}  ")
         line.append(cell(s["kind"]))
         line.append("  ")
@@ -84,8 +133,10 @@ def journal_view(steps: Iterable[Any], width: int, title: str | None = None) -> 
         line.append("  ")
         line.append(cell(s["status"]))
         line.append(
-            f"  attempts={s['attempts']} epoch={s['lease_epoch']} {s['duration_ms'] or 0:.1f} ms"
+            f"  attempts={attempts_text(s)} epoch={s['lease_epoch']} {s['duration_ms'] or 0:.1f} ms"
         )
+        if s.get("waited_s") is not None:
+            line.append(f" (+{s['waited_s']:.1f} s waiting for approval)")
         if s["tokens"] or s["cost_usd"]:
             line.append(f" tokens={s['tokens']} cost=${s['cost_usd'] or 0:.5f}")
         if s["error_class"]:

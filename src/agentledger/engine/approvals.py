@@ -135,6 +135,7 @@ async def _decided(
         if cancel is not None:
             approval = await _decide(exe, approval, "reject", CANCELLED_BY)
             if approval.decision != "approve":
+                step.started_at = exe.clock.now()  # the wait is the approval's, not the step's
                 await fail_step(
                     exe,
                     step,
@@ -146,6 +147,9 @@ async def _decided(
             raise Park(approval.expires_at, f"approval {approval.id} still pending")
         else:
             approval = await _decide(exe, approval, approval.default_decision, EXPIRED_BY)
+    # The step's duration is its own work from here on; the wait for the decision is
+    # the approval's (requested_at to decided_at), shown apart (cli/tables.py).
+    step.started_at = exe.clock.now()
     if approval.decision == "approve":
         # The decision covers the arguments the approver was shown (the approval row);
         # the call runs with the journaled ones: they must be the same call.

@@ -75,6 +75,7 @@ class Execution:
         self.step_count = run.step_count
         self.tokens = run.tokens
         self.cost_usd = run.cost_usd
+        self.usage_simulated = run.usage_simulated
         self._active_base = run.active_seconds
         self._segment_start = clock.monotonic()
 
@@ -174,6 +175,7 @@ class Execution:
         tokens = self.tokens + step.tokens - (previous.tokens if previous else 0)
         cost = self.cost_usd + step.cost_usd - (previous.cost_usd if previous else 0.0)
         step.lease_epoch = self.epoch
+        simulated = not self.usage_simulated and _simulated_usage(step)
         batch = Batch(
             self.run.id,
             self.epoch,
@@ -184,6 +186,7 @@ class Execution:
                 tokens=tokens,
                 cost_usd=cost,
                 active_seconds=self.active_seconds(),
+                usage_simulated=True if simulated else None,
                 status=RunStatus.WAITING if park_until is not None else None,
                 available_at=park_until,
             ),
@@ -196,6 +199,7 @@ class Execution:
         await self._commit(batch)
         self.journal[step.step_no] = step
         self.step_count, self.tokens, self.cost_usd = step_count, tokens, cost
+        self.usage_simulated = self.usage_simulated or simulated
 
     async def finish(
         self,
@@ -311,3 +315,10 @@ def _journalable_effect(effect: Effect) -> Effect:
     except NotJournalable:
         effect.result = None
     return effect
+
+
+def _simulated_usage(step: Step) -> bool:
+    """Whether ``step`` is a model step a scripted (offline) model answered."""
+    output = step.output if step.kind == "model" else None
+    usage = output.get("usage") if isinstance(output, dict) else None
+    return isinstance(usage, dict) and usage.get("simulated") is True

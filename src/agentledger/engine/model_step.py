@@ -50,7 +50,14 @@ from agentledger.errors import RateLimited, Refused, ToolError
 from agentledger.gateway import stream
 from agentledger.gateway.cooldown import COOLDOWNS
 from agentledger.gateway.tenants import TenantBudget, TenantUsage
-from agentledger.models.base import Message, Model, ModelRequest, ModelResponse, ToolSchema
+from agentledger.models.base import (
+    SIMULATED,
+    Message,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ToolSchema,
+)
 from agentledger.models.errors import FALLBACK_CLASSES, unbilled
 from agentledger.models.fallback import chain_of
 from agentledger.models.provider import ProviderModel
@@ -310,7 +317,16 @@ class ModelCall:
         now = self.exe.clock.monotonic()
         until = COOLDOWNS.record(model.name, now, error_class)
         if until is not None:
-            log.warning("model %s cooled down for %.0f s", model.name, until - now)
+            # Said as what it changes: a chain's last model is never skipped, so a run
+            # with no fallback (this one, maybe) is not waiting for the cooldown.
+            last = self.index >= len(chain_of(self.agent.model)) - 1
+            log.warning(
+                "model %s cooled down: for %.0f s this worker's runs skip it where a "
+                "fallback model follows%s",
+                model.name,
+                until - now,
+                f"; run {self.exe.run.id} had none" if last else "",
+            )
             self.exe.pending_events.append(
                 NewEvent(
                     "model.cooldown",
@@ -379,7 +395,7 @@ class ModelCall:
             self.index += 1
             self.state = RetryState()
         assert last is not None
-        return await self._failed(last)
+        return await self._failed(last, chain[min(self.index, len(chain) - 1)])
 
     async def _maybe_park_rate_limit(self, error: ToolError) -> None:
         """A Retry-After beyond what a worker waits, with no fallback left: park the run
@@ -431,14 +447,17 @@ class ModelCall:
                 "output_tokens": response.usage.output_tokens,
                 "cached_tokens": response.usage.cached_tokens,
                 "source": response.usage_source,
+                "simulated": response.usage_source == SIMULATED,
             },
             prices=response.price_source,
         )
         return message
 
-    async def _failed(self, error: ToolError) -> Message:
+    async def _failed(self, error: ToolError, model: Model) -> Message:
         await self._journal(StepStatus.FAILED, error=error)
-        reason = f"model {self.agent.model.name} failed: {error}"
+        # Provider errors start with the model's name (models/provider.py): said once.
+        text = str(error).removeprefix(f"{model.name}: ")
+        reason = f"model {model.name} failed: {text}"
         if isinstance(error, Refused):
             raise RunFailed("refused", reason)
         raise Handover("model_error", reason)

@@ -30,7 +30,7 @@ from agentledger.engine.signals import Abandon, Cancelled, Handover, Park, RunFa
 from agentledger.engine.workflow_runner import run_workflow
 from agentledger.errors import StoreError, StoreUnavailable
 from agentledger.observe import tracing
-from agentledger.records import Run, RunStatus, StepStatus
+from agentledger.records import TRACEBACK_START, Run, RunStatus, StepStatus
 from agentledger.store.base import NewEvent, Store
 
 log = logging.getLogger(__name__)
@@ -153,9 +153,11 @@ async def _drive(exe: Execution, definition: Any) -> str:
             # The traceback is kept with the error: a bare "KeyError: 'day'" names no line.
             message = f"{type(exc).__name__}: {exc}"
             trace = "".join(traceback.format_exception(exc)).rstrip()
+            if not trace.startswith(TRACEBACK_START[1:]):  # a cause raised elsewhere
+                trace = TRACEBACK_START[1:] + trace
             decision = Decision(
                 RunStatus.FAILED,
-                error=f"{message}\n{trace}",
+                error=f"{message}\n{trace}",  # records.error_parts splits them again
                 data={"error": message, "traceback": trace},
             )
         else:

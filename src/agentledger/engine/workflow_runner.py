@@ -134,6 +134,7 @@ class WorkflowContext:
             except Exception as exc:
                 failure = exc.error_class if isinstance(exc, NotJournalable) else type(exc).__name__
                 step.status, step.error_class, step.error = StepStatus.FAILED, failure, str(exc)
+                step.attempts = 1  # the function was called, once, and raised
                 close_duration(step)
                 await exe.record(step)
                 traced.resolution, traced.extra["error_class"] = "failed", failure

@@ -19,6 +19,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The usage source of an answer no provider counted or billed (the scripted model).
+SIMULATED = "simulated"
+
 
 @dataclass
 class ToolCall:
@@ -123,7 +126,7 @@ class ModelResponse:
     price_source: str | None = None  # e.g. "genai-prices 0.2.3", "override"
     #: Where ``usage`` comes from: "reported" by the provider, or "estimated" by the
     #: gateway for what the provider left out (an answer is never free).
-    usage_source: str = "reported"
+    usage_source: str = "reported"  # "reported", "estimated" or SIMULATED
 
 
 class Model(ABC):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger.models.base import (
+    SIMULATED,
     Message,
     Model,
     ModelRequest,
@@ -112,4 +113,8 @@ class ScriptedModel(Model):
             cost_usd=round(cost, 8),
             model=self.name,
             finish_reason=finish,
+            # No provider counted or billed this: the figures are the scripted model's own
+            # estimate, marked simulated wherever they are shown.
+            usage_source=SIMULATED,
+            price_source="scripted model (simulated)",
         )

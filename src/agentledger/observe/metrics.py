@@ -141,32 +141,42 @@ class _Snapshot(Collector):
             "agentledger_runs", "Runs by state, agent, version and tenant.",
             labels=("status", "agent", "version", "tenant"),
         )  # fmt: skip
+        # ``usage``: "simulated" for runs a scripted (offline) model answered, whose
+        # tokens and cost no provider counted or billed; "reported" for the others.
         tokens = CounterMetricFamily(
-            "agentledger_run_tokens", "Tokens spent by runs, per agent.", labels=("agent",)
+            "agentledger_run_tokens", "Tokens spent by runs, per agent.", labels=("agent", "usage")
         )
         cost = CounterMetricFamily(
-            "agentledger_run_cost_usd", "Spend of runs in USD, per agent.", labels=("agent",)
+            "agentledger_run_cost_usd",
+            "Spend of runs in USD, per agent.",
+            labels=("agent", "usage"),
         )
         takeovers = CounterMetricFamily(
             "agentledger_lease_takeovers",
             "Leases taken over from a worker that stopped renewing them, per agent.",
             labels=("agent",),
         )
-        per_agent: dict[str, list[float]] = {}
+        per_agent: dict[str, float] = {}
+        spend: dict[tuple[str, str], list[float]] = {}
         for row in data["runs"]:
             runs.add_metric(
                 [row["status"], row["name"], row["version"], row["tenant_id"]], float(row["n"])
             )
-            acc = per_agent.setdefault(row["name"], [0.0, 0.0, 0.0])
+            usage = "simulated" if row.get("usage_simulated") else "reported"
+            acc = spend.setdefault((row["name"], usage), [0.0, 0.0])
             acc[0] += float(row["tokens"] or 0)
             acc[1] += float(row["cost"] or 0)
-            acc[2] += float(row["resumes"] or 0)
+            per_agent[row["name"]] = per_agent.get(row["name"], 0.0) + float(row["resumes"] or 0)
         up = self.figures.counter
-        for (agent,) in self.figures.reported("tokens"):  # its runs moved out of view
-            per_agent.setdefault(agent, [0.0, 0.0, 0.0])
-        for agent, (t, c, r) in sorted(per_agent.items()):
-            tokens.add_metric([agent], up("tokens", (agent,), t))
-            cost.add_metric([agent], up("cost", (agent,), c))
+        for labels in self.figures.reported("tokens"):  # its runs moved out of view
+            if len(labels) == 2:
+                spend.setdefault((labels[0], labels[1]), [0.0, 0.0])
+        for (agent,) in self.figures.reported("takeovers"):
+            per_agent.setdefault(agent, 0.0)
+        for (agent, usage), (t, c) in sorted(spend.items()):
+            tokens.add_metric([agent, usage], up("tokens", (agent, usage), t))
+            cost.add_metric([agent, usage], up("cost", (agent, usage), c))
+        for agent, r in sorted(per_agent.items()):
             takeovers.add_metric([agent], up("takeovers", (agent,), r))
         yield from (runs, tokens, cost, takeovers)
         queued = GaugeMetricFamily(

@@ -49,6 +49,8 @@ class Stats:
     cost_per_run_usd: float | None
     cost_usd: float
     tokens: int
+    # Runs whose tokens and cost a scripted (offline) model simulated: part of the totals.
+    simulated_runs: int = 0
     failing_steps: list[dict[str, Any]] = field(default_factory=list)
     stuck: list[dict[str, Any]] = field(default_factory=list)
 
@@ -88,6 +90,7 @@ async def stats(
         cost_per_run_usd=(raw["cost_usd"] / raw["runs"]) if raw["runs"] else None,
         cost_usd=raw["cost_usd"],
         tokens=raw["tokens"],
+        simulated_runs=int(raw.get("simulated_runs", 0)),
         failing_steps=raw["failing_steps"],
         stuck=[s.to_dict() for s in stuck],
     )

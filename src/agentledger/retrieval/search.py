@@ -27,6 +27,12 @@ from agentledger.store.queries import retrieval_docs
 from agentledger.store.queries.retrieval_docs import ChunkHit
 
 RRF_K = 60
+#: A chunk the vectors alone find must be about the query: cosine similarity at least
+#: MIN_COSINE and at least RELATIVE_COSINE of the best chunk's (else every search would
+#: list ``k`` chunks, related or not). Both judge the query against the tenant's own
+#: chunks only.
+MIN_COSINE = 0.2
+RELATIVE_COSINE = 0.5
 #: Candidates taken from the vector ranking before fusing (the full-text ranking gives
 #: its usual ``k``, so its cost is that of a full-text search).
 POOL = 50
@@ -110,7 +116,9 @@ def _nearest(matrix: Any, vector: bytes, n: int = POOL) -> list[int]:
     if n == 0:
         return []
     top = np.argpartition(-scores, n - 1)[:n]
-    return [int(i) for i in top[np.argsort(-scores[top], kind="stable")]]
+    ranked = top[np.argsort(-scores[top], kind="stable")]
+    floor = max(MIN_COSINE, RELATIVE_COSINE * float(scores[ranked[0]]))
+    return [int(i) for i in ranked if float(scores[i]) >= floor]
 
 
 async def _load(store: Store, key: tuple[str, str, str], stamp: str) -> None:

@@ -75,6 +75,7 @@ class RunUpdate:
     tokens: int | None = None
     cost_usd: float | None = None
     active_seconds: float | None = None
+    usage_simulated: bool | None = None  # set once a scripted model answered
     status: str | None = None
     available_at: float | None = None
     result: Any = _UNSET
@@ -332,7 +333,10 @@ class Store(ABC):
         row was claimed again since (this claimer's lease expired): nothing written."""
 
     @abstractmethod
-    async def list_outbox(self, status: str | None = None) -> list[OutboxItem]: ...
+    async def list_outbox(
+        self, status: str | None = None, run_id: str | None = None
+    ) -> list[OutboxItem]:
+        """Outbox rows, oldest first: all, or those in ``status`` and/or of ``run_id``."""
 
     # workers and versions --------------------------------------------------
     @abstractmethod

@@ -30,7 +30,9 @@ def _record(cls: type[R], row: dict[str, Any], *json_columns: str) -> R:
 
 
 def run_from(row: dict[str, Any]) -> Run:
-    return _record(Run, row, "input", "result", "principal")
+    run = _record(Run, row, "input", "result", "principal")
+    run.usage_simulated = bool(run.usage_simulated)
+    return run
 
 
 def step_from(row: dict[str, Any]) -> Step:

@@ -562,8 +562,12 @@ class SQLStore(Store):
     async def settle_outbox(self, item: OutboxItem) -> bool:
         return await self._call(lambda c: q.settle_outbox(self.dialect, c, item))
 
-    async def list_outbox(self, status: str | None = None) -> list[OutboxItem]:
-        return await self._call(lambda c: q.list_outbox(self.dialect, c, status), write=False)
+    async def list_outbox(
+        self, status: str | None = None, run_id: str | None = None
+    ) -> list[OutboxItem]:
+        return await self._call(
+            lambda c: q.list_outbox(self.dialect, c, status, run_id), write=False
+        )
 
     # workers -----------------------------------------------------------------
 

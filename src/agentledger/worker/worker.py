@@ -10,7 +10,9 @@ SIGTERM/SIGINT: stop claiming and delivering; each run stops at its next step bo
 and is released (queued again, lease cleared); runs still inside a step after the grace
 period are cancelled and released -- a write left ``started`` is resolved by the next
 owner through the unknown-outcome path. Heartbeats go on until the drain is over, so a
-run still executing is never stolen while the grace lasts. Exit code 0. A signal that
+run still executing is never stolen while the grace lasts. A second SIGINT (Ctrl-C)
+during the grace ends it at once: what is still in flight is cancelled and released.
+Each released run gets a ``run ... released`` line. Exit code 0. A signal that
 arrives while the worker command still starts (app import, store open) also exits 0
 (:mod:`agentledger.worker.startup_signals`).
 
@@ -124,6 +126,7 @@ class Worker:
         self.identity = me()
         self.owner = str(self.identity)
         self.stopping = asyncio.Event()  # stop claiming; runs stop at a step boundary
+        self._hurry = asyncio.Event()  # a second Ctrl-C: end the grace now
         self._drained = asyncio.Event()  # every run is released: heartbeats may stop
         self.active: dict[str, tuple[asyncio.Task[str], int]] = {}
         # run id -> reason, refreshed by the heartbeat loop; the engine reads it live.
@@ -157,6 +160,19 @@ class Worker:
         self.stopping.set()
         self._wake.set()
 
+    def _signalled(self, sig: signal.Signals) -> None:
+        """SIGTERM/SIGINT: stop. A SIGINT while already stopping ends the grace at once
+        (the person pressing Ctrl-C again does not want to wait it out)."""
+        if sig == signal.SIGINT and self.stopping.is_set() and not self._hurry.is_set():
+            in_flight = sum(1 for task, _ in self.active.values() if not task.done())
+            log.warning(
+                "second signal (%s): stopping now; %d runs in flight are released",
+                sig.name,
+                in_flight,
+            )
+            self._hurry.set()
+        self.stop()
+
     async def run(self, install_signals: bool = True) -> None:
         """Work until stopped (SIGTERM/SIGINT or :meth:`stop`).
 
@@ -165,7 +181,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.stop)
+                loop.add_signal_handler(sig, self._signalled, sig)
         await self.app.startup()
         side: list[asyncio.Task[None]] = []
         stop_listening = None
@@ -359,17 +375,33 @@ class Worker:
             self.config.shutdown_grace,
         )
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_grace)
+            # Until every run is at a boundary, the grace is over, or a second Ctrl-C.
+            settled = asyncio.ensure_future(asyncio.wait(tasks))
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait(
+                (settled, hurry),
+                timeout=self.config.shutdown_grace,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            settled.cancel()  # the wait, not the runs
+            hurry.cancel()
+            pending = [task for task in tasks if not task.done()]
             for task in pending:
                 task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.gather(*pending, settled, hurry, return_exceptions=True)
+        why = "the second signal" if self._hurry.is_set() else "the end of the grace"
         # All at once: each release may retry for store_retry_seconds while the store
         # fails, and one after another the drain would last that long per run.
         held = list(self.active.items())
         released = await asyncio.gather(*(self._give_back(r, epoch) for r, (_, epoch) in held))
         for (run_id, _), done in zip(held, released, strict=True):
             if done:
-                log.info("run %s released", run_id)
+                log.info(
+                    "run %s released (stopped inside a step by %s; the next owner settles "
+                    "that step)",
+                    run_id,
+                    why,
+                )
         self.active.clear()
 
     # outbox ---------------------------------------------------------------

@@ -107,6 +107,8 @@ def _fence(batch: Batch, n_events: int) -> tuple[str, dict[str, Any]]:
             if value is not None:
                 sets.append(f"{name} = :{name}")
                 params[name] = value
+        if update.usage_simulated:  # only ever set: a simulated figure stays simulated
+            sets.append("usage_simulated = 1")
         for name in ("error", "handover_reason"):
             value = getattr(update, name)
             if value is not _UNSET:

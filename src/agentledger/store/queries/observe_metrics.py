@@ -48,9 +48,10 @@ def _live(d: Dialect, conn: Any) -> dict[str, Any]:
     now = d.now_sql
     runs = d.fetchall(
         conn,
-        "SELECT status, name, version, tenant_id, COUNT(*) AS n, SUM(tokens) AS tokens, "
+        "SELECT status, name, version, tenant_id, usage_simulated, COUNT(*) AS n, "
+        "SUM(tokens) AS tokens, "
         f"SUM(cost_usd) AS cost, SUM(resumes) AS resumes FROM runs WHERE {_LIVE} "
-        "GROUP BY status, name, version, tenant_id",
+        "GROUP BY status, name, version, tenant_id, usage_simulated",
     )
     queued = d.fetchall(
         conn,
@@ -70,9 +71,10 @@ def _settled(d: Dialect, conn: Any) -> dict[str, Any]:
     now = d.now_sql
     runs = d.fetchall(
         conn,
-        "SELECT status, name, version, tenant_id, COUNT(*) AS n, SUM(tokens) AS tokens, "
+        "SELECT status, name, version, tenant_id, usage_simulated, COUNT(*) AS n, "
+        "SUM(tokens) AS tokens, "
         f"SUM(cost_usd) AS cost, SUM(resumes) AS resumes FROM runs WHERE NOT ({_LIVE}) "
-        "GROUP BY status, name, version, tenant_id",
+        "GROUP BY status, name, version, tenant_id, usage_simulated",
     )
     outbox = d.fetchall(
         conn,

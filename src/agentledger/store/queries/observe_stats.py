@@ -52,7 +52,8 @@ def run_stats(
     totals = d.fetchall(
         conn,
         "SELECT COUNT(*) AS n, COALESCE(SUM(cost_usd), 0) AS cost, "
-        f"COALESCE(SUM(tokens), 0) AS tokens FROM runs WHERE {where}",
+        "COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(usage_simulated), 0) AS simulated "
+        f"FROM runs WHERE {where}",
         params,
     )[0]
     done = f"{where} AND status = 'completed'"
@@ -87,6 +88,7 @@ def run_stats(
         "runs": int(totals["n"]),
         "cost_usd": float(totals["cost"]),
         "tokens": int(totals["tokens"]),
+        "simulated_runs": int(totals["simulated"]),
         "duration": percentiles,
         "failing_steps": [
             {

@@ -150,11 +150,12 @@ def drop_outbox(d: Dialect, conn: Any, run_id: str, why: str) -> int:
     return dropped
 
 
-def list_outbox(d: Dialect, conn: Any, status: str | None) -> list[OutboxItem]:
-    if status:
-        found = d.fetchall(
-            conn, "SELECT * FROM outbox WHERE status = :s ORDER BY created_at", {"s": status}
-        )
-    else:
-        found = d.fetchall(conn, "SELECT * FROM outbox ORDER BY created_at")
+def list_outbox(
+    d: Dialect, conn: Any, status: str | None, run_id: str | None = None
+) -> list[OutboxItem]:
+    where = [w for w, v in (("status = :s", status), ("run_id = :r", run_id)) if v]
+    clause = f"WHERE {' AND '.join(where)} " if where else ""
+    found = d.fetchall(
+        conn, f"SELECT * FROM outbox {clause}ORDER BY created_at", {"s": status, "r": run_id}
+    )
     return [rows.outbox_from(r) for r in found]

@@ -370,6 +370,9 @@ class FaultInjector:
         self._config = config
         self._installed_at = self._clock()
         self._fired = [0] * len(config.faults)
+        # Requests each fault met (its kind and endpoint asked about it), fired or not: a
+        # fault that met none had no chance to fire.
+        self._met = [0] * len(config.faults)
         self._dropped: dict[str, int] = {}
         self._rngs = {ep: random.Random(f"{config.seed}:{ep}") for ep in ENDPOINTS}
 
@@ -378,6 +381,7 @@ class FaultInjector:
         for index, fault in enumerate(self._config.faults):
             if fault.kind not in kinds or fault.endpoint not in ("*", endpoint):
                 continue
+            self._met[index] += 1
             if fault.count is not None and self._fired[index] >= fault.count:
                 continue
             if fault.kind == "outage":
@@ -455,11 +459,12 @@ class FaultInjector:
         self._dropped[endpoint] = self._dropped.get(endpoint, 0) + 1
 
     def stats(self) -> dict[str, Any]:
-        """How often each configured fault fired and each endpoint's responses were dropped."""
+        """How often each configured fault fired and met its operation (``met``: requests
+        it applied to, fired or not), and each endpoint's responses were dropped."""
         return {
             "fired": [
-                {"fault": fault.to_spec(), "fired": n}
-                for fault, n in zip(self._config.faults, self._fired, strict=True)
+                {"fault": fault.to_spec(), "fired": n, "met": met}
+                for fault, n, met in zip(self._config.faults, self._fired, self._met, strict=True)
             ],
             "dropped": dict(sorted(self._dropped.items())),
         }
