@@ -122,5 +122,7 @@ async def test_keyless_crm_409_updates_the_existing_contact(stayhub: StackFactor
         assert counts.get("delivered") == 4 and not counts.get("dead"), counts
         crm = [(e["run_id"], e["booking_id"]) for e in s.ledger() if e["kind"] == "crm"]
         bookings = {e["run_id"]: e["booking_id"] for e in s.ledger() if e["kind"] == "booking"}
-        assert crm == [(first, bookings[first]), (second, bookings[second])]
+        # Each run's booking reaches the CRM once. The outbox promises no order between
+        # runs: a delivery that timed out on a loaded machine is retried after the next.
+        assert sorted(crm) == sorted([(first, bookings[first]), (second, bookings[second])])
         assert s.invariants()["ok"], s.invariants()["violations"]
