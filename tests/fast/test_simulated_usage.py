@@ -3,10 +3,14 @@ are shown: the model step's usage, the run, `runs show`, `runs list`, stats, met
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from agentledger import Agent, App, ScriptedModel, Turn
+from agentledger.cli.tables import journal_entry, journal_view
 from agentledger.observe.metrics import render_metrics
 from agentledger.observe.stats import stats
 from agentledger.observe.stuck import StuckPolicy
@@ -44,6 +48,18 @@ async def test_a_scripted_models_usage_is_marked_simulated(store_url: str, tmp_p
     assert "(simulated: a scripted model answered)" in shown.splitlines()[1], shown
     said = " ".join(_cli("stats", "--db", store_url).split())  # however wide the terminal
     assert "simulated: 1 of 1 runs were answered by the scripted model" in said, said
+    # The step's own figures too, as a table and as records (the demo shows entries it
+    # already read once).
+    entry = journal_entry(step)
+    for width in (200, 80):
+        text = _render(journal_view([journal_entry(entry)], width))
+        assert "sim" in text.split("helper", 1)[-1] or "(simulated)" in text, text
+
+
+def _render(view: Any) -> str:
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(view)
+    return console.export_text()
 
 
 def _cli(*args: str) -> Any:

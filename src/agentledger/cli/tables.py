@@ -36,7 +36,18 @@ def journal_entry(step: Any, notes: dict[int, dict[str, Any]] | None = None) -> 
     extra = (notes or {}).get(int(entry["step_no"] or 0), {})
     for name in ("waited_s", "delivery"):
         entry[name] = data.get(name, extra.get(name))
+    # A scripted model's tokens and dollars are simulated: nobody counted or billed them.
+    output = data.get("output")
+    usage = output.get("usage") if isinstance(output, dict) else None
+    derived = bool(isinstance(usage, dict) and usage.get("simulated"))
+    entry["simulated"] = bool(data.get("simulated", derived))  # an entry read again keeps it
     return entry
+
+
+def usage_text(entry: dict[str, Any], sep: str = " ") -> str:
+    """A step's tokens and cost as a reader takes them, marked when simulated."""
+    mark = " (simulated)" if entry.get("simulated") else ""
+    return f"tokens={entry['tokens']}{sep}cost=${entry['cost_usd'] or 0:.5f}{mark}"
 
 
 async def journal_notes(store: Store, run_id: str) -> dict[int, dict[str, Any]]:
@@ -101,8 +112,8 @@ def journal_table(
             attempts_text(s),
             cell(s["idempotency_key"] or ""),
             duration_text(s),
-            str(s["tokens"]),
-            f"{s['cost_usd'] or 0:.5f}",
+            str(s["tokens"]) + (" sim" if s["simulated"] else ""),
+            f"{s['cost_usd'] or 0:.5f}" + (" sim" if s["simulated"] else ""),
             str(s["lease_epoch"]),
             cell(s["error_class"] or ""),
         )
@@ -138,7 +149,7 @@ def journal_view(
         if s.get("waited_s") is not None:
             line.append(f" (+{s['waited_s']:.1f} s waiting for approval)")
         if s["tokens"] or s["cost_usd"]:
-            line.append(f" tokens={s['tokens']} cost=${s['cost_usd'] or 0:.5f}")
+            line.append(" " + usage_text(s))
         if s["error_class"]:
             line.append("  error=")
             line.append(cell(s["error_class"]))
