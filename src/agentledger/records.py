@@ -75,6 +75,9 @@ class Run:
     request_id: str | None = None  # the submit's request id (a retried submit finds its run)
     # Who started the run through the API: {"key_id", "tenant_id", "user_id", "roles"}.
     principal: dict[str, Any] | None = None
+    # When the store was restored from a backup while this run was not terminal: its
+    # journal may be older than the providers' ledgers (engine/unknown.py).
+    restored_at: float | None = None
 
     @property
     def target(self) -> str:

@@ -6,6 +6,7 @@ import click
 
 from agentledger.cli import (
     audit,
+    backup,
     bench,
     demo,
     describe,
@@ -48,6 +49,8 @@ ops.outbox.add_command(resume.outbox_retry)
 cli.add_command(serve.serve)
 cli.add_command(keys.keys)
 cli.add_command(audit.audit)
+cli.add_command(backup.backup)
+cli.add_command(backup.restore)
 
 # The example and its tools: part of the package, never optional.
 cli.add_command(sandbox.sandbox)

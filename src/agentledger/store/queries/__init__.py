@@ -64,8 +64,10 @@ from agentledger.store.queries.workers import (
     deregister_worker,
     heartbeat_worker,
     list_workers,
+    open_runs,
     register_worker,
     registrations,
+    version_counts,
 )
 
 __all__ = [
@@ -102,12 +104,14 @@ __all__ = [
     "list_outbox",
     "list_runs",
     "list_workers",
+    "open_runs",
     "load_journal",
     "migrate",
     "new_id",
     "new_token",
     "register_worker",
     "registrations",
+    "version_counts",
     "release_run",
     "renew_leases",
     "settle_outbox",
