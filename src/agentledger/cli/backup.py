@@ -116,7 +116,9 @@ def backup(target: str, db: str) -> None:
         os.link(partial, target)  # never over a file that appeared meanwhile
         _fsync(folder)
     except FileExistsError:
-        raise UsageError(f"{target} exists; give a new file (a backup never overwrites one)")
+        raise UsageError(
+            f"{target} exists; give a new file (a backup never overwrites one)"
+        ) from None
     finally:
         with contextlib.suppress(OSError):
             os.unlink(partial)

@@ -177,9 +177,7 @@ def worker(
         metrics = start_metrics(store, metrics_port, metrics_host)  # observe/metrics.py
         heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
         try:
-            await Worker(
-                store, app, config, burst=burst, exit_when_drained=exit_when_drained
-            ).run()
+            await Worker(store, app, config, burst=burst, exit_when_drained=exit_when_drained).run()
         finally:
             if metrics is not None:
                 metrics.stop()

@@ -448,7 +448,8 @@ class Worker:
                 log.info("worker %s: nothing left to run now (burst); stopping", self.owner)
                 self.stop()
                 return
-            if self.exit_when_drained and not runs and not self.active and await self._no_run_left():
+            idle = not runs and not self.active
+            if self.exit_when_drained and idle and await self._no_run_left():
                 log.info(
                     "worker %s: no run of %s left (drained); stopping",
                     self.owner,
