@@ -195,3 +195,28 @@ def test_backup_refuses_bad_targets(env: Env, tmp_path: Path) -> None:
     assert sqlite3.connect(env.db_path).execute("SELECT count(*) FROM runs").fetchone() == (0,)
     missing = env.cli("restore", "--from", str(tmp_path / "nope.db"), "--db", env.url)
     assert missing.returncode != 0 and "no backup" in missing.stderr, missing.stderr
+
+
+def test_an_outbox_row_delivered_after_the_backup_is_not_delivered_blind(
+    env: Env, tmp_path: Path
+) -> None:
+    """A finished run's pending outbox row, delivered after the backup: after the restore
+    its key-less delivery is not sent again (a dead letter for a person)."""
+    from tests.engine.helpers import APP as ENGINE_APP
+
+    run_id = env.submit("notify_flow", {"msg": "hi"})
+    worker = env.start_worker(app=ENGINE_APP, extra=("--burst", "--no-outbox"))
+    assert worker.wait(timeout=60) == 0
+    assert env.run(run_id).status == RunStatus.COMPLETED
+    backup = _backup(env, tmp_path)  # the row is pending in the backup
+    delivered = env.cli("outbox", "--app", ENGINE_APP, "--db", env.url)
+    assert delivered.returncode == 0, delivered.stderr
+    assert sum(env.effects("notify").values()) == 1
+
+    _restore(env, backup)
+    again = env.cli("outbox", "--app", ENGINE_APP, "--db", env.url)
+    assert again.returncode == 0, again.stderr
+    assert sum(env.effects("notify").values()) == 1  # never delivered a second time
+    dead = env.outbox("dead")
+    assert [i.run_id for i in dead] == [run_id]
+    assert "unknown" in (dead[0].last_error or "")

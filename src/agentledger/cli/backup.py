@@ -94,6 +94,8 @@ def backup(target: str, db: str) -> None:
     path = sqlite_path(db)[0]
     if path == ":memory:" or not os.path.isfile(path):
         raise UsageError(f"no database at {path}; check --db")
+    if not target.strip() or target.endswith(("/", os.sep)):
+        raise UsageError(f"--to {target!r} is not a file name; give the file to write")
     if os.path.lexists(target):
         raise UsageError(f"{target} exists; give a new file (a backup never overwrites one)")
     folder = os.path.dirname(os.path.abspath(target))
@@ -119,6 +121,8 @@ def backup(target: str, db: str) -> None:
         raise UsageError(
             f"{target} exists; give a new file (a backup never overwrites one)"
         ) from None
+    except OSError as exc:
+        fail(f"backup to {target} failed: {exc}", code=1)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(partial)
@@ -192,8 +196,10 @@ async def _restore_sqlite(source: str, db: str) -> None:
             conn.close()
         _fsync(staging)
         kept = _set_aside(path)
-        os.rename(staging, path)
+        os.replace(staging, path)  # atomic: the path always names a whole store
         _fsync(folder)
+    except OSError as exc:
+        fail(f"restore of {path} failed: {exc}; the store in place is unchanged", code=1)
     finally:
         for leftover in (staging, staging + "-wal", staging + "-shm"):
             with contextlib.suppress(FileNotFoundError):
@@ -205,11 +211,16 @@ async def _restore_sqlite(source: str, db: str) -> None:
 
 
 def _set_aside(path: str) -> str | None:
-    """Rename the store being replaced (and its WAL files) out of the way; its new name."""
+    """Keep the store being replaced under a new name; that name.
+
+    The main file is hard-linked (the path goes on naming it until the restored file
+    replaces it atomically), then its WAL files are moved beside the link: an old WAL
+    must never sit next to the restored file, which SQLite would read it into."""
     if not os.path.exists(path):
         return None
     kept = f"{path}.before-restore-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-    for suffix in ("-wal", "-shm", ""):  # the main file last: never a WAL without its file
+    os.link(path, kept)
+    for suffix in ("-wal", "-shm"):
         if os.path.exists(path + suffix):
             os.rename(path + suffix, kept + suffix)
     return kept

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from agentledger.cli.common import db_option, json_option, print_json, run_async, with_store
 from agentledger.cli.routing import LIVE_WITHIN, version_key
-from agentledger.cli.text import cell, console
+from agentledger.cli.text import cell, console, visible
 from agentledger.records import RunStatus, WorkerInfo, target_of
 from agentledger.store import SQLStore
 
@@ -50,7 +50,8 @@ def version_rows(
     for found in rows.values():
         left = sum(found["runs"].get(s, 0) for s in OPEN)
         if left and not found["workers"]:
-            found["flag"] = f"{NO_WORKER}: {left} unfinished run{'s' if left != 1 else ''} wait"
+            runs = "1 unfinished run waits" if left == 1 else f"{left} unfinished runs wait"
+            found["flag"] = f"{NO_WORKER}: {runs}"
     return sorted(rows.values(), key=lambda r: (r["name"], version_key(r["version"])))
 
 
@@ -77,13 +78,12 @@ async def versions(db: str, as_json: bool) -> None:
         click.echo("none")
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("version", overflow="fold")
-    table.add_column("kind", no_wrap=True)
+    table.add_column("version", no_wrap=True, overflow="fold")
+    table.add_column("kind", no_wrap=True, overflow="fold")
     for state in OPEN:
         table.add_column(state, justify="right", no_wrap=True)
-    table.add_column("finished", justify="right", no_wrap=True)
-    table.add_column("workers", overflow="fold")
-    table.add_column("note", overflow="fold")
+    table.add_column("done", justify="right", no_wrap=True)
+    table.add_column("workers", min_width=7, overflow="fold")
     for r in found:
         finished = sum(n for s, n in r["runs"].items() if s not in OPEN)
         table.add_row(
@@ -92,6 +92,9 @@ async def versions(db: str, as_json: bool) -> None:
             *(str(r["runs"].get(s, 0)) for s in OPEN),
             str(finished),
             cell(", ".join(r["workers"]) or "-"),
-            cell(r["flag"] or ""),
         )
     console().print(table)
+    # The flags as whole lines, after the table: never folded into a narrow column.
+    for r in found:
+        if r["flag"]:
+            click.echo(f"{visible(r['target'])}: {r['flag']}")

@@ -8,13 +8,21 @@ about to make for the first time instead of sending it blind (engine/unknown.py)
 same transaction the leases the backup holds are expired (their owners wrote to the store
 that was replaced) and the backup's worker rows are deleted (none of them serves this
 store); each marked run gets a ``run.restored`` audit event.
+
+Pending outbox rows are in the same position (a row may have been delivered after the
+backup, also one of a run that was already finished): each gets a history entry saying
+its outcome is unknown (``maybe_applied``, next ``check``: the retry state the outbox
+dispatcher resumes from, outbox.py ``_last_state``), so its next delivery asks the
+provider first, or resends with the same key, or, with neither, becomes a dead letter
+for a person instead of a second call.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from agentledger.records import RunStatus
+from agentledger.records import RunStatus, dumps, loads
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.events import insert_event
 
@@ -34,8 +42,33 @@ def mark_restored(d: Dialect, conn: Any, source: str, actor: str) -> int:
     )
     for row in found:
         insert_event(d, conn, str(row["id"]), RESTORED_EVENT, actor, {"from": source})
+    _mark_outbox(d, conn, source)
     d.execute(conn, "DELETE FROM workers")
     return len(found)
+
+
+def _mark_outbox(d: Dialect, conn: Any, source: str) -> None:
+    pending = d.fetchall(
+        conn, "SELECT key, attempts, history FROM outbox WHERE status = 'pending' ORDER BY key"
+    )
+    for row in pending:
+        history = loads(row["history"]) or []
+        last = next(
+            (
+                e
+                for e in reversed(history)
+                if isinstance(e, dict) and isinstance(e.get("retry"), dict)
+            ),
+            None,
+        )
+        retry = dict(last["retry"]) if last else {"attempts": int(row["attempts"] or 0)}
+        retry["maybe_applied"] = True
+        history.append({"at": time.time(), "restored": source, "retry": retry, "next": "check"})
+        d.execute(
+            conn,
+            "UPDATE outbox SET history = :history WHERE key = :key AND status = 'pending'",
+            {"key": row["key"], "history": dumps(history)},
+        )
 
 
 __all__ = ["RESTORED_EVENT", "mark_restored"]
