@@ -220,3 +220,29 @@ def test_an_outbox_row_delivered_after_the_backup_is_not_delivered_blind(
     dead = env.outbox("dead")
     assert [i.run_id for i in dead] == [run_id]
     assert "unknown" in (dead[0].last_error or "")
+
+
+def test_a_write_waiting_out_a_backoff_in_the_backup_is_checked_not_resent(
+    backend_env: Env, tmp_path: Path
+) -> None:
+    """The backup holds a write parked after a 429 (nothing applied yet); after the
+    backup it was sent again and applied. The restored run asks before sending."""
+    from tests.engine.helpers import APP as ENGINE_APP
+
+    env = backend_env
+    args = {"item": "x", "mode": "rate_limited", "fail_first": 1, "retry_after": 3}
+    run_id = env.submit("one_call", {"tool": "flaky_write", "args": args})
+    worker = env.start_worker(app=ENGINE_APP)
+    env.wait_status(run_id, RunStatus.WAITING)  # parked out the Retry-After
+    backup = _backup(env, tmp_path)
+    env.wait_status(run_id, RunStatus.COMPLETED)
+    _stop(worker)
+    key = env.journal(run_id)[0].idempotency_key
+
+    env.url = _restore(env, backup)
+    assert env.journal(run_id)[0].status == "unknown"
+    env.start_worker(app=ENGINE_APP)
+    env.wait_status(run_id, RunStatus.COMPLETED)
+    assert env.effects("flaky") == {key: 1}
+    # Two calls in all (the 429, then the one that applied): none after the restore.
+    assert ledger.bump(f"flaky:{key}") - 1 == 2

@@ -42,9 +42,38 @@ def mark_restored(d: Dialect, conn: Any, source: str, actor: str) -> int:
     )
     for row in found:
         insert_event(d, conn, str(row["id"]), RESTORED_EVENT, actor, {"from": source})
+    _unknown_retrying_writes(d, conn)
     _mark_outbox(d, conn, source)
     d.execute(conn, "DELETE FROM workers")
     return len(found)
+
+
+def _unknown_retrying_writes(d: Dialect, conn: Any) -> None:
+    """A write waiting out a backoff in the backup (``retrying``: nothing applied yet)
+    may have been sent again after it: its outcome is unknown now (resolved by its status
+    check, or by a person), never a plain resend. Only writes: a write's first journal
+    entry records whether it has a status check (engine/unknown.py)."""
+    found = d.fetchall(
+        conn,
+        "SELECT s.run_id, s.step_no, s.input, s.output FROM steps s JOIN runs r "
+        f"ON r.id = s.run_id WHERE r.status IN ({_OPEN}) AND s.status = 'retrying' "
+        "AND s.kind IN ('tool', 'compensation')",
+    )
+    for row in found:
+        step_input = loads(row["input"])
+        if not (isinstance(step_input, dict) and "status_check" in step_input):
+            continue
+        output = loads(row["output"])
+        retry = output.get("retry") if isinstance(output, dict) else None
+        state = dict(retry) if isinstance(retry, dict) else {}
+        state["maybe_applied"] = True
+        d.execute(
+            conn,
+            "UPDATE steps SET status = 'unknown', output = :output "
+            "WHERE run_id = :run_id AND step_no = :step_no AND status = 'retrying'",
+            {"run_id": row["run_id"], "step_no": row["step_no"],
+             "output": dumps({"retry": state})},
+        )  # fmt: skip
 
 
 def _mark_outbox(d: Dialect, conn: Any, source: str) -> None:
