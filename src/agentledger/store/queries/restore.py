@@ -28,6 +28,7 @@ from agentledger.store.queries.events import insert_event
 
 RESTORED_EVENT = "run.restored"
 _OPEN = ", ".join(f"'{s}'" for s in sorted(RunStatus.ALL) if s not in RunStatus.TERMINAL)
+_RESUMABLE = f"'{RunStatus.FAILED}', '{RunStatus.NEEDS_HUMAN}'"
 
 
 def mark_restored(d: Dialect, conn: Any, source: str, actor: str) -> int:
@@ -40,6 +41,9 @@ def mark_restored(d: Dialect, conn: Any, source: str, actor: str) -> int:
         f"lease_expires_at = CASE WHEN lease_owner IS NULL THEN lease_expires_at ELSE {now} END "
         f"WHERE status IN ({_OPEN})",
     )
+    # A failed or needs_human run may have been resumed by a person after the backup and
+    # made writes then: marked too, so a resume after the restore checks them the same way.
+    d.execute(conn, f"UPDATE runs SET restored_at = {now} WHERE status IN ({_RESUMABLE})")
     for row in found:
         insert_event(d, conn, str(row["id"]), RESTORED_EVENT, actor, {"from": source})
     _unknown_retrying_writes(d, conn)
