@@ -192,6 +192,7 @@ class WorkerInfo:
     targets: list[str]
     started_at: float
     heartbeat_at: float
+    draining: bool = False  # started with --exit-when-drained
 
 
 # json.dumps(value, separators=(",", ":"), default=str), built once: json.dumps with

@@ -91,3 +91,37 @@ def test_a_draining_worker_waits_for_a_parked_run(env: Env) -> None:
     env._store(lambda s: s.cancel_run(run_id, "deploy done", "test"))
     assert worker.wait(timeout=60) == 0
     assert env.run(run_id).status == RunStatus.CANCELLED
+
+
+def test_a_version_the_new_workers_also_serve_does_not_hold_the_old_worker(env: Env) -> None:
+    """Only `versioned` changed in the deploy; `quick@1` is in both apps. A parked
+    quick@1 run is the new worker's to take: the draining old worker leaves. Two draining
+    old workers never leave on each other's word while an old-only run is left."""
+    shared = "tests.apps.engine_app_v2_shared:app"
+    parked = env.submit("quick", {"n": 1}, version="1")
+    env._store(
+        lambda s: s._call(
+            lambda c: s.dialect.execute(
+                c,
+                f"UPDATE runs SET status = 'waiting', available_at = {s.dialect.now_sql} + 3600 "
+                "WHERE id = :id",
+                {"id": parked},
+            )
+        )
+    )
+    flag = env.hold_flag("v1")
+    held = {"hold": {"item": "v1", "phase": "after_started", "flag": str(flag)}}
+    old_only = env.submit("versioned", held, version="1")
+    first = env.start_worker(app=APP, extra=("--exit-when-drained",))
+    env.wait_marker(flag)
+    second = env.start_worker(app=APP, extra=("--exit-when-drained",))
+    _serving(env, "versioned@1", 2)
+    new = env.start_worker(app=shared)
+    _serving(env, "quick@1", 3)
+    # The draining one idle (not holding the run) stays: versioned@1 still has a run.
+    assert first.poll() is None and second.poll() is None
+    flag.unlink()
+    env.wait_status(old_only, RunStatus.COMPLETED)
+    assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
+    assert env.run(parked).status == RunStatus.WAITING  # left for the new worker
+    assert new.poll() is None

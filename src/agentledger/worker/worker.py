@@ -24,8 +24,10 @@ last seal enqueued (a failed delivery is retried by the next dispatcher).
 Drain mode (``agentledger worker --exit-when-drained``, docs/architecture.md "Versions"):
 the worker stops by itself, exit code 0, once no run of its targets is left at all --
 none queued, running or waiting (parked for a backoff, a sleep or an approval counts:
-it is still the old version's to finish) -- and no outbox row is due. The old version's
-workers of a deploy run so, beside the new version's, and leave when their work is done.
+it is still the old version's to finish) -- and no outbox row is due. A target a live
+worker that is not draining also serves does not count: that worker takes its runs. The
+old version's workers of a deploy run so, beside the new version's, and leave when their
+work is done.
 
 A store error the run did not cause (disk full, I/O error, read-only database, lost
 connection: :class:`StoreUnavailable`) never abandons a run silently. The engine retries
@@ -185,6 +187,7 @@ class Worker:
                 targets=self.targets,
                 started_at=time.time(),
                 heartbeat_at=time.time(),
+                draining=self.exit_when_drained,
             )
             await self._retrying(
                 "register", lambda: self.store.register_worker(info, self.app.targets())
@@ -484,8 +487,16 @@ class Worker:
 
     async def _no_run_left(self) -> bool:
         """Drain mode: True when no run of this worker's targets is left in any
-        non-terminal state (parked ones included) and nothing is left to run now."""
-        if await self.store.open_runs(self.targets):
+        non-terminal state (parked ones included) and nothing is left to run now.
+
+        A target another live worker serves without draining (the new deploy has the
+        same version of it) is that worker's: its runs do not keep this one. Draining
+        workers never cover for each other: the last old worker waits for the last run."""
+        from agentledger.observe.stuck import LIVE_WITHIN
+
+        live = await self.store.list_workers(live_within=LIVE_WITHIN)
+        covered = {t for w in live if w.id != self.owner and not w.draining for t in w.targets}
+        if await self.store.open_runs([t for t in self.targets if t not in covered]):
             return False
         return await self._nothing_left()
 

@@ -16,14 +16,15 @@ def register_worker(d: Dialect, conn: Any, info: WorkerInfo, kinds: dict[str, st
     now = d.now_sql  # worker liveness is judged by the database's clock, like leases
     d.execute(
         conn,
-        "INSERT INTO workers (id, host, pid, targets, started_at, heartbeat_at) VALUES "
-        f"(:id, :host, :pid, :targets, {now}, {now}) ON CONFLICT (id) DO UPDATE SET "
-        "heartbeat_at = excluded.heartbeat_at",
+        "INSERT INTO workers (id, host, pid, targets, started_at, heartbeat_at, draining) "
+        f"VALUES (:id, :host, :pid, :targets, {now}, {now}, :draining) ON CONFLICT (id) DO "
+        "UPDATE SET heartbeat_at = excluded.heartbeat_at",
         {
             "id": info.id,
             "host": info.host,
             "pid": info.pid,
             "targets": dumps(info.targets),
+            "draining": 1 if info.draining else 0,
         },
     )
     for target, kind in kinds.items():
