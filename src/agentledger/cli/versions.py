@@ -46,7 +46,8 @@ def version_rows(
     for w in workers:
         for target in w.targets:
             if target in rows:
-                rows[target]["workers"].append(f"{w.host}:{w.pid}")
+                draining = " (draining)" if w.draining else ""
+                rows[target]["workers"].append(f"{w.host}:{w.pid}{draining}")
     for found in rows.values():
         left = sum(found["runs"].get(s, 0) for s in OPEN)
         if left and not found["workers"]:
