@@ -93,6 +93,9 @@ class Run:
     principal: dict[str, Any] | None = None
     # Its tokens and cost were simulated: an offline scripted model answered a model step.
     usage_simulated: bool = False
+    # When the store was restored from a backup while this run was not terminal: its
+    # journal may be older than the providers' ledgers (engine/unknown.py).
+    restored_at: float | None = None
 
     @property
     def target(self) -> str:
@@ -219,6 +222,7 @@ class WorkerInfo:
     targets: list[str]
     started_at: float
     heartbeat_at: float
+    draining: bool = False  # started with --exit-when-drained
 
 
 # json.dumps(value, separators=(",", ":"), default=str), built once: json.dumps with

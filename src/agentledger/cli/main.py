@@ -6,6 +6,7 @@ import click
 
 from agentledger.cli import (
     audit,
+    backup,
     bench,
     demo,
     describe,
@@ -19,6 +20,7 @@ from agentledger.cli import (
     runs,
     sandbox,
     serve,
+    versions,
 )
 from agentledger.cli import stats as stats_cli
 from agentledger.cli.common import guarded
@@ -50,6 +52,9 @@ cli.add_command(serve.serve)
 cli.add_command(keys.keys)
 cli.add_command(audit.audit)
 cli.add_command(prune.prune)
+cli.add_command(backup.backup)
+cli.add_command(backup.restore)
+cli.add_command(versions.versions)
 
 # The example and its tools: part of the package, never optional.
 cli.add_command(sandbox.sandbox)

@@ -98,6 +98,12 @@ from agentledger.worker.runlog import configure_logging
     "Exit 1 when the database failed and runs were given back unfinished.",
 )
 @click.option(
+    "--exit-when-drained",
+    is_flag=True,
+    help="Exit 0 once no run of this worker's versions is left in any unfinished state "
+    "(queued, running, waiting): the old version's workers of a deploy.",
+)
+@click.option(
     "-v", "--verbose", is_flag=True, help="Also log every step (default: one line per run state)."
 )
 @click.option(
@@ -144,6 +150,7 @@ def worker(
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     prune_every: float | None = None,
+    exit_when_drained: bool = False,
 ) -> None:
     """Claim and execute runs until SIGTERM (then release them and exit 0).
 
@@ -179,7 +186,7 @@ def worker(
         metrics = start_metrics(store, metrics_port, metrics_host)  # observe/metrics.py
         heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
         try:
-            await Worker(store, app, config, burst=burst).run()
+            await Worker(store, app, config, burst=burst, exit_when_drained=exit_when_drained).run()
         finally:
             if metrics is not None:
                 metrics.stop()

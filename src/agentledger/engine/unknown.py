@@ -86,7 +86,37 @@ async def drive_write(
             return await _wait_for_winner(exe, step, tool, winner)
     else:
         await exe.record(step, events=take_events(exe))
+    if exe.run.restored_at is not None:
+        return await _first_write_after_restore(exe, ops)
     return await run_attempts(ops)
+
+
+async def _first_write_after_restore(exe: Execution, ops: WriteAttempts) -> ToolOutcome:
+    """A write a restored run makes for the first time (its ``started`` is journaled).
+
+    The store came from a backup that may be older than the provider's ledger: this very
+    write (same key) may have been made after the backup, by the run's earlier life. So
+    it is treated as an unknown outcome, never sent blind: a tool with a status check is
+    asked first (succeeded -> recorded; not found -> sent with the same key); one whose
+    provider dedupes keys is sent with the same key; one with neither goes to a person
+    (its effects-table claim was lost with the backup), who settles it (`runs settle`).
+    """
+    tool, key = ops.tool, ops.key
+    event = NewEvent("tool.restored_check", exe.owner, {"tool": tool.name, "key": key})
+    if ops.checkable:
+        exe.pending_events.append(event)
+        ops.state.maybe_applied = True
+        return await run_attempts(ops, checking=True)
+    if ops.keyed:
+        exe.pending_events.append(event)
+        return await run_attempts(ops)
+    await exe.event(event.type, event.data)
+    raise Handover(
+        "unknown_outcome",
+        f"{tool.name} (key {key}) was not called: the store was restored from a backup and "
+        "this write may have been made after it; it has no status check and no provider "
+        "keys. Check with the provider, then `agentledger runs settle` and `runs resume`",
+    )
 
 
 class WriteAttempts(StepAttempts):

@@ -355,6 +355,19 @@ class Store(ABC):
     async def registrations(self) -> list[dict[str, Any]]:
         """Every (name, version, kind) a worker ever registered."""
 
+    async def version_counts(self) -> list[dict[str, Any]]:
+        """Runs per name, version, kind and status (``agentledger versions``)."""
+        raise NotImplementedError
+
+    async def open_runs(self, targets: list[str]) -> int:
+        """How many runs of ``targets`` (``name@version``) are not terminal."""
+        raise NotImplementedError
+
+    async def mark_restored(self, source: str, actor: str) -> int:
+        """After a restore from a backup: mark every non-terminal run restored, expire
+        the backup's leases, forget its workers (store/queries/restore.py); how many runs."""
+        raise NotImplementedError
+
     # memory and retrieval (see agentledger.memory, agentledger.retrieval) ------
     # Backends without them raise NotImplementedError.
     async def remember_fact(

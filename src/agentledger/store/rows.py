@@ -64,4 +64,5 @@ def event_from(row: dict[str, Any]) -> Event:
 def worker_from(row: dict[str, Any]) -> WorkerInfo:
     info = _record(WorkerInfo, row, "targets")
     info.targets = info.targets or []
+    info.draining = bool(info.draining)
     return info

@@ -66,6 +66,7 @@ from agentledger.store.queries import (
     observe_stats,
     observe_stuck,
     observe_trace,
+    restore,
     retrieval_docs,
 )
 from agentledger.store.queries.memory_facts import Fact
@@ -585,6 +586,15 @@ class SQLStore(Store):
 
     async def registrations(self) -> list[dict[str, Any]]:
         return await self._call(lambda c: q.registrations(self.dialect, c), write=False)
+
+    async def version_counts(self) -> list[dict[str, Any]]:
+        return await self._call(lambda c: q.version_counts(self.dialect, c), write=False)
+
+    async def open_runs(self, targets: list[str]) -> int:
+        return await self._call(lambda c: q.open_runs(self.dialect, c, targets), write=False)
+
+    async def mark_restored(self, source: str, actor: str) -> int:
+        return await self._call(lambda c: restore.mark_restored(self.dialect, c, source, actor))
 
     # memory and retrieval ----------------------------------------------------
 

@@ -23,6 +23,14 @@ over, and no outbox row is due. Runs parked until later are left for later. Befo
 exits it seals the audit records its runs wrote and delivers, once, the webhooks that
 last seal enqueued (a failed delivery is retried by the next dispatcher).
 
+Drain mode (``agentledger worker --exit-when-drained``, docs/architecture.md "Versions"):
+the worker stops by itself, exit code 0, once no run of its targets is left at all --
+none queued, running or waiting (parked for a backoff, a sleep or an approval counts:
+it is still the old version's to finish) -- and no outbox row is due. A target a live
+worker that is not draining also serves does not count: that worker takes its runs. The
+old version's workers of a deploy run so, beside the new version's, and leave when their
+work is done.
+
 A store error the run did not cause (disk full, I/O error, read-only database, lost
 connection: :class:`StoreUnavailable`) never abandons a run silently. The engine retries
 the journal write with backoff for ``store_retry_seconds``; then the worker gives the
@@ -118,11 +126,13 @@ class Worker:
         config: WorkerConfig | None = None,
         *,
         burst: bool = False,
+        exit_when_drained: bool = False,
     ) -> None:
         self.store = store
         self.app = app
         self.config = config or WorkerConfig()
         self.burst = burst  # stop once nothing is left to run now (see the module docstring)
+        self.exit_when_drained = exit_when_drained  # stop once its targets have no run left
         self.identity = me()
         self.owner = str(self.identity)
         self.stopping = asyncio.Event()  # stop claiming; runs stop at a step boundary
@@ -193,6 +203,7 @@ class Worker:
                 targets=self.targets,
                 started_at=time.time(),
                 heartbeat_at=time.time(),
+                draining=self.exit_when_drained,
             )
             await self._retrying(
                 "register", lambda: self.store.register_worker(info, self.app.targets())
@@ -481,6 +492,15 @@ class Worker:
                 log.info("worker %s: nothing left to run now (burst); stopping", self.owner)
                 self.stop()
                 return
+            idle = not runs and not self.active
+            if self.exit_when_drained and idle and await self._no_run_left():
+                log.info(
+                    "worker %s: no run of %s left (drained); stopping",
+                    self.owner,
+                    ", ".join(self.targets) or "its targets",
+                )
+                self.stop()
+                return
         self._wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), self.config.poll_seconds)
@@ -505,6 +525,21 @@ class Worker:
             if await dispatcher.drain():
                 return False  # a delivery may have re-queued a run: look again
         return True
+
+    async def _no_run_left(self) -> bool:
+        """Drain mode: True when no run of this worker's targets is left in any
+        non-terminal state (parked ones included) and nothing is left to run now.
+
+        A target another live worker serves without draining (the new deploy has the
+        same version of it) is that worker's: its runs do not keep this one. Draining
+        workers never cover for each other: the last old worker waits for the last run."""
+        from agentledger.observe.stuck import LIVE_WITHIN
+
+        live = await self.store.list_workers(live_within=LIVE_WITHIN)
+        covered = {t for w in live if w.id != self.owner and not w.draining for t in w.targets}
+        if await self.store.open_runs([t for t in self.targets if t not in covered]):
+            return False
+        return await self._nothing_left()
 
     async def _reap_dead_local_owners(self) -> None:
         dead = [o for o in await self.store.lease_owners() if is_dead_local_owner(o, self.identity)]

@@ -64,8 +64,10 @@ from agentledger.store.queries.workers import (
     deregister_worker,
     heartbeat_worker,
     list_workers,
+    open_runs,
     register_worker,
     registrations,
+    version_counts,
 )
 
 __all__ = [
@@ -106,6 +108,7 @@ __all__ = [
     "migrate",
     "new_id",
     "new_token",
+    "open_runs",
     "register_worker",
     "registrations",
     "release_run",
@@ -114,5 +117,6 @@ __all__ = [
     "step_params",
     "upsert_step",
     "validate_batch",
+    "version_counts",
     "write_effect",
 ]

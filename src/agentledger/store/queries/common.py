@@ -15,7 +15,7 @@ RUN_COLUMNS = (
     "id, tenant_id, user_id, kind, name, version, input, status, step_count, tokens, "
     "cost_usd, active_seconds, created_at, updated_at, lease_owner, lease_epoch, "
     "lease_expires_at, available_at, resumes, result, error, handover_reason, cancel_requested, "
-    "request_id, principal, usage_simulated"
+    "request_id, principal, usage_simulated, restored_at"
 )
 
 

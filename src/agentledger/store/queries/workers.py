@@ -16,14 +16,15 @@ def register_worker(d: Dialect, conn: Any, info: WorkerInfo, kinds: dict[str, st
     now = d.now_sql  # worker liveness is judged by the database's clock, like leases
     d.execute(
         conn,
-        "INSERT INTO workers (id, host, pid, targets, started_at, heartbeat_at) VALUES "
-        f"(:id, :host, :pid, :targets, {now}, {now}) ON CONFLICT (id) DO UPDATE SET "
-        "heartbeat_at = excluded.heartbeat_at",
+        "INSERT INTO workers (id, host, pid, targets, started_at, heartbeat_at, draining) "
+        f"VALUES (:id, :host, :pid, :targets, {now}, {now}, :draining) ON CONFLICT (id) DO "
+        "UPDATE SET heartbeat_at = excluded.heartbeat_at",
         {
             "id": info.id,
             "host": info.host,
             "pid": info.pid,
             "targets": dumps(info.targets),
+            "draining": 1 if info.draining else 0,
         },
     )
     for target, kind in kinds.items():
@@ -65,3 +66,30 @@ def registrations(d: Dialect, conn: Any) -> list[dict[str, Any]]:
     return d.fetchall(
         conn, "SELECT target, name, version, kind, registered_at FROM registrations ORDER BY target"
     )
+
+
+_OPEN_STATES = ("queued", "running", "waiting")
+
+
+def version_counts(d: Dialect, conn: Any) -> list[dict[str, Any]]:
+    """Runs per (name, version, kind, status): ``agentledger versions``."""
+    return d.fetchall(
+        conn,
+        "SELECT name, version, kind, status, COUNT(*) AS runs FROM runs "
+        "GROUP BY name, version, kind, status ORDER BY name, version, status",
+    )
+
+
+def open_runs(d: Dialect, conn: Any, targets: list[str]) -> int:
+    """How many runs of ``targets`` are not terminal (queued, running or waiting, parked
+    or not): a worker draining its version exits when none is left."""
+    if not targets:
+        return 0
+    names = ", ".join(f":t{i}" for i in range(len(targets)))
+    states = ", ".join(f"'{s}'" for s in _OPEN_STATES)
+    found = d.fetchall(
+        conn,
+        f"SELECT COUNT(*) AS n FROM runs WHERE status IN ({states}) AND target IN ({names})",
+        {f"t{i}": t for i, t in enumerate(targets)},
+    )
+    return int(found[0]["n"]) if found else 0
