@@ -24,7 +24,8 @@ removes: a run that left its terminal state meanwhile (``runs resume``) ends the
 before its first record. A kill between two batches leaves a consistent state: the
 summary covers exactly the records removed, and a run's row goes with its last record,
 so a run may have its older records summarized and the rest still present until the
-next prune reaches them.
+next prune reaches them: such a run is in ``runs_pruning`` meanwhile, and `runs resume`
+refuses it.
 """
 
 from __future__ import annotations
@@ -299,7 +300,10 @@ def prune_batch(
         {links[int(r["chain_no"])].run_id for r in taken}
         & {link.run_id for link in links.values() if link.last <= last_no}
     )
-    existing = _existing(d, conn, done_runs)
+    existing = _existing(d, conn, sorted({links[int(r["chain_no"])].run_id for r in taken}))
+    # Runs whose first records go now and the rest with a later batch: marked, so that a
+    # `runs resume` in between never puts a run back to work without its history.
+    split = sorted(existing.difference(done_runs))
     done_runs = [r for r in done_runs if r in existing]
     out.records = len(taken)
     out.runs = len(done_runs)
@@ -316,6 +320,14 @@ def prune_batch(
         for table in _RUN_TABLES:
             d.execute(conn, f"DELETE FROM {table} WHERE run_id IN ({marks})", params)
         d.execute(conn, f"DELETE FROM runs WHERE id IN ({marks})", params)
+        d.execute(conn, f"DELETE FROM runs_pruning WHERE run_id IN ({marks})", params)
+    for run_id in split:
+        d.execute(
+            conn,
+            "INSERT INTO runs_pruning (run_id, pruned_at) VALUES (:r, :now) "
+            "ON CONFLICT (run_id) DO NOTHING",
+            {"r": run_id, "now": time.time()},
+        )
     _extend_summary(d, conn, t, s, taken, len(done_runs), key)
     return out
 

@@ -870,14 +870,24 @@ def against_checkpoint(
         if pruned is not None and n <= int(pruned["last_chain_no"]):
             # Pruned since the checkpoint: the summary keeps the last removed record's
             # hash, which must be the checkpoint's at that position; a position before it
-            # is vouched for by the summary (the prune verified the chain through it).
-            if n < int(pruned["last_chain_no"]) or pruned["last_hash"] == digest:
-                continue
-            broken.append(Broken(
-                t, n, None, None, None,
-                "the pruned span's summary ends at the checkpoint's position with another "
-                "hash (the chain was rewritten before it was pruned, or the summary forged)",
-            ))  # fmt: skip
+            # is vouched for by the summary (the prune verified the chain through it) --
+            # only when it is signed and checked under the key: an unsigned summary is
+            # what anyone who deleted the front of the chain could write.
+            last = int(pruned["last_chain_no"])
+            if n == last and pruned["last_hash"] != digest:
+                broken.append(Broken(
+                    t, n, None, None, None,
+                    "the pruned span's summary ends at the checkpoint's position with another "
+                    "hash (the chain was rewritten before it was pruned, or the summary forged)",
+                ))  # fmt: skip
+            elif key is None or pruned["sig"] is None or summary_problem(key, t, pruned):
+                broken.append(Broken(
+                    t, n, None, None, None,
+                    f"the checkpoint's position {n} is inside the pruned span (through {last}) "
+                    f"and nothing vouches for it: the summary is unsigned, or {auditkey.ENV} "
+                    "is not set to check it; verify with the key, or take a checkpoint after "
+                    "each prune",
+                ))  # fmt: skip
             continue
         if found:
             row = found[0]

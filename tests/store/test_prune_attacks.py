@@ -1,0 +1,273 @@
+"""Retention under attack (docs/architecture.md, "Retention"): a run taken back between
+two batches of a prune, prunes racing and killed mid-way, a pruned front forged without
+the key, a checkpoint inside the pruned span, hostile values."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentledger.store import SQLStore
+from agentledger.store.queries import retention, service_audit
+from agentledger.worker import Worker, WorkerConfig
+from tests.service import service_app
+from tests.store.test_prune import ENV, KEY, _count, _finished, _rows_of, run_cli
+
+
+async def _rows(store: SQLStore, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+    return await store.transact(lambda d, c: d.fetchall(c, sql, params or {}), write=False)
+
+
+async def _exec(store: SQLStore, sql: str, params: dict[str, Any] | None = None) -> None:
+    await store.transact(lambda d, c: d.execute(c, sql, params or {}))
+
+
+async def _handed_over(store: SQLStore, tenant: str, n: int) -> list[str]:
+    """``n`` runs ended ``needs_human`` by the service app's over-budget workflow (each
+    resumable by `runs resume`), their events sealed."""
+    ids = [
+        await service_app.app.submit(store, "over_budget", {}, tenant_id=tenant) for _ in range(n)
+    ]
+    await Worker(store, service_app.app, WorkerConfig(poll_seconds=0.02), burst=True).run(
+        install_signals=False
+    )
+    for run_id in ids:
+        run = await store.get_run(run_id)
+        assert run is not None and run.status == "needs_human", run
+    return ids
+
+
+async def test_a_run_split_by_a_batch_is_not_resumed_half_pruned(
+    keyed: None, store: SQLStore, store_url: str
+) -> None:
+    """A batch ends inside a run (its first records summarized, its row and the rest
+    still there): a `runs resume` between that batch and the next -- a kill, or just the
+    next batch not yet begun -- must not put a run back to work without its history."""
+    first, _second = await _handed_over(store, "t1", 2)
+    policy = retention.Policy("t1", 0.0, ("needs_human",))
+    # One batch of 2 records: the first run's front only (the state between batches).
+    got = await store.transact(
+        lambda d, c: retention.prune_batch(d, c, policy, 1e12, 10**9, _key(), limit=2)
+    )
+    assert got.records == 2 and got.runs == 0
+    assert (await _rows_of(store, first))["runs"] == 1
+    resumed = await run_cli("runs", "resume", first, "--db", store_url)
+    assert resumed.exit_code != 0, resumed.output
+    assert "being pruned" in resumed.output + str(resumed.exception)
+    run = await store.get_run(first)
+    assert run is not None and run.status == "needs_human"
+    # The next prune finishes what the first began; the chain verifies.
+    done = await run_cli("prune", "--older-than", "0s", "--status", "needs_human", "--db",
+                         store_url)  # fmt: skip
+    assert done.exit_code == 0 and "removed 2 runs" in done.output, done.output
+    assert set((await _rows_of(store, first)).values()) == {0}
+    assert not await _rows(store, "SELECT run_id FROM runs_pruning")
+    ok = await run_cli("audit", "verify", "--db", store_url)
+    assert ok.exit_code == 0 and "intact" in ok.output, ok.output
+
+
+def _key() -> Any:
+    from agentledger import auditkey
+
+    return auditkey.configured()
+
+
+@pytest.fixture
+def keyed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, KEY)
+
+
+async def test_a_front_deleted_past_a_checkpoint_is_found_on_an_unsigned_chain(
+    store: SQLStore, store_url: str, tmp_path: Path
+) -> None:
+    """No key: a writer of the database deletes the front of a chain beyond a
+    checkpoint's position and writes a summary of their own (unsigned, as a keyless
+    prune writes it). Nothing can vouch for the checkpoint's record: verify says so."""
+    await _finished(store, "t1", 2)
+    cp = await run_cli("audit", "checkpoint", "--db", store_url, key=None)
+    assert cp.exit_code == 0, cp.output
+    (tmp_path / "cp.json").write_text(cp.stdout)
+    await _finished(store, "t1", 2)
+    (at,) = json.loads(cp.stdout)["heads"] if "heads" in cp.stdout else json.loads(cp.stdout)
+    n = int(at["chain_no"]) + 2  # past the checkpoint's position
+    (row,) = await _rows(
+        store, "SELECT hash FROM events WHERE tenant_id = 't1' AND chain_no = :n", {"n": n}
+    )
+    await _exec(store, "DELETE FROM events WHERE tenant_id = 't1' AND chain_no <= :n", {"n": n})
+    await _exec(store, "DELETE FROM runs WHERE id NOT IN (SELECT run_id FROM events)")
+    await _exec(
+        store,
+        "INSERT INTO audit_pruned (tenant_id, last_chain_no, last_hash, records, runs, counts, "
+        "digest, first_at, last_at, pruned_at, sig) VALUES ('t1', :n, :h, :n, 0, '{}', 'x', "
+        "NULL, NULL, 0, NULL)",
+        {"n": n, "h": row["hash"]},
+    )
+    plain = await run_cli("audit", "verify", "--db", store_url, key=None)
+    assert plain.exit_code == 0, plain.output  # unsigned: nothing else can tell
+    since = await run_cli("audit", "verify", "--db", store_url, "--since-checkpoint",
+                          str(tmp_path / "cp.json"), key=None)  # fmt: skip
+    assert since.exit_code == 1, since.output
+    assert "inside the pruned span" in since.output
+
+
+async def test_the_summary_forged_moved_or_replayed_is_found(
+    keyed: None, store: SQLStore, store_url: str
+) -> None:
+    """Keyed: edits of every signed field, the row moved to another tenant, an older
+    summary put back after a later prune."""
+    await _finished(store, "t1", 2)
+    await _finished(store, "t2", 1)
+    assert (await run_cli("prune", "--older-than", "0s", "--tenant", "t1", "--db",
+                          store_url)).exit_code == 0  # fmt: skip
+    (old,) = await _rows(store, "SELECT * FROM audit_pruned WHERE tenant_id = 't1'")
+    old = dict(old)
+    edits = [
+        "UPDATE audit_pruned SET counts = '{\"run.submitted\":1}'",
+        f"UPDATE audit_pruned SET last_hash = '{'a' * 64}'",
+        f"UPDATE audit_pruned SET digest = '{'b' * 64}'",
+        "UPDATE audit_pruned SET runs = runs + 1",
+        "UPDATE audit_pruned SET first_at = first_at - 1",
+        "UPDATE audit_pruned SET tenant_id = 't2'",
+        "UPDATE audit_pruned SET sig = NULL",
+    ]
+    for edit in edits:
+        await _exec(store, edit)
+        bad = await run_cli("audit", "verify", "--db", store_url)
+        assert bad.exit_code == 1, (edit, bad.output)
+        await _exec(store, "DELETE FROM audit_pruned")
+        await _put_summary(store, old)
+        assert (await run_cli("audit", "verify", "--db", store_url)).exit_code == 0, edit
+    # Replayed: a later prune extends the summary; the older one put back is found.
+    await _finished(store, "t1", 1)
+    assert (await run_cli("prune", "--older-than", "0s", "--tenant", "t1", "--db",
+                          store_url)).exit_code == 0  # fmt: skip
+    await _exec(store, "DELETE FROM audit_pruned WHERE tenant_id = 't1'")
+    await _put_summary(store, old)
+    replayed = await run_cli("audit", "verify", "--db", store_url)
+    assert replayed.exit_code == 1, replayed.output
+    # Verified without the key, a keyed prune's chain is still intact (nothing to check
+    # the signature with, and it says so).
+    await _exec(store, "DELETE FROM audit_pruned WHERE tenant_id = 't1'")
+    (fresh,) = await _rows(store, "SELECT COUNT(*) AS n FROM events WHERE tenant_id = 't1'")
+    assert int(fresh["n"]) == 0
+
+
+async def _put_summary(store: SQLStore, s: dict[str, Any]) -> None:
+    cols = ", ".join(s)
+    marks = ", ".join(f":{k}" for k in s)
+    await _exec(store, f"INSERT INTO audit_pruned ({cols}) VALUES ({marks})", s)
+
+
+async def test_a_tenant_pruned_whole_goes_on_after_its_summary(
+    keyed: None, store: SQLStore, store_url: str
+) -> None:
+    await _finished(store, "t1", 3)
+    got = await run_cli("prune", "--older-than", "0s", "--db", store_url)
+    assert got.exit_code == 0 and "removed 3 runs" in got.output, got.output
+    assert await _count(store, "SELECT COUNT(*) AS n FROM events") == 0
+    empty = await run_cli("audit", "verify", "--db", store_url)
+    assert empty.exit_code == 0 and "intact" in empty.output, empty.output
+    (s,) = await _rows(store, "SELECT last_chain_no FROM audit_pruned")
+    later = await _finished(store, "t1", 1)
+    ok = await run_cli("audit", "verify", "--db", store_url)
+    assert ok.exit_code == 0 and "intact" in ok.output, ok.output
+    (first,) = await _rows(
+        store, "SELECT MIN(chain_no) AS n FROM events WHERE run_id = :r", {"r": later[0]}
+    )
+    assert int(first["n"]) == int(s["last_chain_no"]) + 1
+    # Verified without the key: intact, the summary's signature unchecked and said so.
+    nokey = await run_cli("audit", "verify", "--db", store_url, key=None)
+    assert nokey.exit_code == 0 and "summary" in nokey.output, nokey.output
+
+
+async def test_hostile_values_are_refused_in_one_line(store: SQLStore, store_url: str) -> None:
+    await _finished(store, "t1", 1)
+    for args, words in [
+        (["--older-than", "-1d"], "--older-than"),
+        (["--older-than", "10"], "--older-than"),
+        (["--older-than", "9999999999d"], "--older-than"),
+        (["--older-than", "1d", "--status", "queued"], "only finished runs"),
+        (["--older-than", "1d", "--status", "waiting,completed"], "only finished runs"),
+        (["--older-than", "1d", "--status", ","], "only finished runs"),
+        (["--set-retention", "t1", "0s", "--status", "running"], "only finished runs"),
+    ]:
+        got = await run_cli("prune", *args, "--db", store_url, key=None)
+        said = got.output + str(got.exception)
+        assert got.exit_code != 0 and words in said, (args, said)
+        assert len(said.strip().splitlines()) == 1, said
+    assert await _count(store, "SELECT COUNT(*) AS n FROM runs") == 1
+    # A huge age prunes nothing; text in --tenant is a value, never SQL.
+    for tenant in ("t1' OR '1'='1", "t1; DELETE FROM runs; --", "t\u00e9\u2603\U0001f600"):
+        got = await run_cli("prune", "--older-than", "999999999d", "--tenant", tenant, "--db",
+                            store_url, key=None)  # fmt: skip
+        assert got.exit_code == 0, got.output
+        got = await run_cli("prune", "--older-than", "0s", "--tenant", tenant, "--db",
+                            store_url, key=None)  # fmt: skip
+        assert got.exit_code == 0 and "removed 0 runs" in got.output, got.output
+    assert await _count(store, "SELECT COUNT(*) AS n FROM runs") == 1
+    # needs_human is pruned only when named: the default leaves it with its journal.
+    (held,) = await _handed_over(store, "t1", 1)
+    got = await run_cli("prune", "--older-than", "0s", "--db", store_url, key=None)
+    assert got.exit_code == 0, got.output
+    assert (await _rows_of(store, held))["runs"] == 1
+
+
+def _prune_proc(url: str, tenant: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "agentledger.cli.main", "prune", "--older-than", "0s",
+             "--tenant", tenant, "--json", "--db", url],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, ENV: KEY},
+        )  # fmt: skip
+
+
+async def test_prunes_racing_and_killed_between_batches_leave_an_exact_summary(
+    keyed: None, store: SQLStore, store_url: str, tmp_path: Path
+) -> None:
+    """Two prune processes of one tenant at once, the first stopped (SIGSTOP, maybe
+    inside a batch's transaction) after its first batch committed, then SIGKILLed; a
+    third finishes. The summary covers exactly the records gone, its digest is the fold
+    of their hashes, no run is left without being marked or whole, the chain verifies."""
+    await _finished(store, "t1", 200, steps=3)  # about 1,200 records: several batches
+    before = await _rows(
+        store, "SELECT chain_no, hash, run_id FROM events WHERE tenant_id = 't1' ORDER BY chain_no"
+    )
+    assert len(before) > 2 * retention.BATCH
+    a = _prune_proc(store_url, "t1", tmp_path / "a.log")
+    try:
+        while not await _rows(store, "SELECT 1 FROM audit_pruned WHERE tenant_id = 't1'"):
+            assert a.poll() is None, (tmp_path / "a.log").read_text()
+            await asyncio.sleep(0.005)
+        a.send_signal(signal.SIGSTOP)
+        b = _prune_proc(store_url, "t1", tmp_path / "b.log")
+        await asyncio.sleep(0.3)  # b meets a's held lock, or runs between a's batches
+        a.send_signal(signal.SIGKILL)
+        assert await asyncio.to_thread(b.wait) == 0, (tmp_path / "b.log").read_text()
+    finally:
+        if a.poll() is None:
+            a.kill()
+        a.wait()
+    c = await run_cli("prune", "--older-than", "0s", "--tenant", "t1", "--db", store_url)
+    assert c.exit_code == 0, c.output
+    (s,) = await _rows(store, "SELECT * FROM audit_pruned WHERE tenant_id = 't1'")
+    left = {int(r["chain_no"]) for r in await _rows(
+        store, "SELECT chain_no FROM events WHERE tenant_id = 't1'")}  # fmt: skip
+    gone = [r for r in before if int(r["chain_no"]) not in left]
+    assert [int(r["chain_no"]) for r in gone] == list(range(1, int(s["last_chain_no"]) + 1))
+    assert int(s["records"]) == len(gone) == len(before)
+    digest = service_audit.GENESIS
+    for r in gone:
+        digest = service_audit.fold(digest, str(r["hash"]))
+    assert s["digest"] == digest and s["last_hash"] == gone[-1]["hash"]
+    assert int(s["runs"]) == 200
+    assert await _count(store, "SELECT COUNT(*) AS n FROM runs") == 0
+    ok = await run_cli("audit", "verify", "--db", store_url)
+    assert ok.exit_code == 0 and "intact" in ok.output, ok.output
