@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 Failing = Callable[[str, BaseException], None]
 
+PAUSE = 0.15  # seconds at least between two batches: longer than SQLite's busy-retry sleep
+
 
 async def prune_tenant(
     store: Store,
@@ -72,13 +74,18 @@ async def prune_tenant(
             at += got.records
         return total
     while True:
+        began = time.monotonic()
         got = await store.transact(
             lambda d, c: _locked_batch(d, c, policy, cutoff, walk.end, key, batch)
         )
         _add(total, got)
         if got.records == 0 or got.stopped:
             break
-        await asyncio.sleep(0)  # let the loop's other work in between batches
+        # A pause as long as the batch took, and at least PAUSE: batches back to back
+        # starve other writers -- SQLite's busy handler sleeps up to 100 ms between
+        # tries and finds the lock taken again each time (a worker's step waited
+        # seconds) -- so a prune holds the writer at most half the time.
+        await asyncio.sleep(max(PAUSE, time.monotonic() - began))
     return total
 
 
