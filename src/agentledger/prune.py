@@ -117,14 +117,6 @@ def _add(total: Removed, got: Removed) -> None:
     total.stopped = got.stopped or total.stopped
 
 
-async def prune_configured(store: Store, *, dry_run: bool = False) -> list[Removed]:
-    """Prune every tenant that has a configured retention (``prune --set-retention``)."""
-    out = []
-    for policy in await store.transact(retention.policies, write=False):
-        out.append(await prune_tenant(store, policy, dry_run=dry_run))
-    return out
-
-
 async def prune_forever(store: Store, period: float, failing: Failing | None = None) -> None:
     """A worker's ``--prune-every``: every ``period`` seconds (jittered), prune each
     tenant with a configured retention -- in the one worker whose claim of the round
@@ -134,7 +126,17 @@ async def prune_forever(store: Store, period: float, failing: Failing | None = N
         try:
             if not await store.transact(lambda d, c: retention.claim_round(d, c, period)):
                 continue
-            for removed in await prune_configured(store):
+            for policy in await store.transact(retention.policies, write=False):
+                try:
+                    removed = await prune_tenant(store, policy)
+                except StoreUnavailable:
+                    raise
+                except Exception as exc:
+                    # One tenant's prune failing for its own reason is retried next
+                    # round; it stops neither the others nor the worker.
+                    log.warning("prune of tenant %s failed (%s); tried again next round",
+                                policy.tenant_id, exc)  # fmt: skip
+                    continue
                 if removed.records:
                     log.info(
                         "pruned tenant %s: %d runs, %d audit records summarized",

@@ -271,3 +271,34 @@ async def test_prunes_racing_and_killed_between_batches_leave_an_exact_summary(
     assert await _count(store, "SELECT COUNT(*) AS n FROM runs") == 0
     ok = await run_cli("audit", "verify", "--db", store_url)
     assert ok.exit_code == 0 and "intact" in ok.output, ok.output
+
+
+async def test_a_bad_retention_row_does_not_stop_the_worker_or_the_other_tenants(
+    store: SQLStore, store_url: str
+) -> None:
+    """A retention row no `--set-retention` would write (edited by hand: a status that
+    is not finished) is skipped with a warning; the worker goes on stepping runs and
+    pruning the other tenants on schedule."""
+    old = await _finished(store, "t1", 2)
+    got = await run_cli("prune", "--set-retention", "t1", "0s", "--db", store_url, key=None)
+    assert got.exit_code == 0, got.output
+    await _exec(
+        store,
+        "INSERT INTO retention (tenant_id, older_than, statuses, updated_at) "
+        "VALUES ('t0', 0, 'running', 0)",
+    )
+    worker = Worker(store, service_app.app, WorkerConfig(poll_seconds=0.05, prune_every=1))
+    task = asyncio.create_task(worker.run(install_signals=False))
+    try:
+        while await _count(store, "SELECT COUNT(*) AS n FROM runs WHERE tenant_id = 't1'"):
+            assert not task.done(), "the worker stopped"
+            await asyncio.sleep(0.05)
+        for r in old:
+            assert set((await _rows_of(store, r)).values()) == {0}
+        fresh = await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t2")
+        while (run := await store.get_run(fresh)) is None or run.status != "completed":
+            assert not task.done(), "the worker stopped"
+            await asyncio.sleep(0.05)
+    finally:
+        worker.stop()
+        await task

@@ -31,6 +31,7 @@ refuses it.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,8 @@ from agentledger.records import RunStatus
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries import service_audit
 from agentledger.store.queries.common import in_list
+
+log = logging.getLogger(__name__)
 
 DEFAULT_STATUSES = ("completed", "failed", "cancelled")
 BATCH = 500  # records per prune transaction (and run ids per IN list)
@@ -408,13 +411,22 @@ def chained_tenants(d: Dialect, conn: Any) -> list[str]:
 
 
 def policies(d: Dialect, conn: Any) -> list[Policy]:
-    """Every tenant's configured retention."""
-    return [
-        Policy(str(r["tenant_id"]), float(r["older_than"]), tuple(str(r["statuses"]).split(",")))
-        for r in d.fetchall(
-            conn, "SELECT tenant_id, older_than, statuses FROM retention ORDER BY tenant_id"
-        )
-    ]
+    """Every tenant's configured retention; a row that is not one (written by hand: a
+    status not finished, an age below 0) is skipped with a warning, never the others --
+    nor a worker's ``--prune-every``, which would stop on it."""
+    out = []
+    for r in d.fetchall(
+        conn, "SELECT tenant_id, older_than, statuses FROM retention ORDER BY tenant_id"
+    ):
+        try:
+            statuses = tuple(str(r["statuses"]).split(","))
+            out.append(Policy(str(r["tenant_id"]), float(r["older_than"]), statuses))
+        except (UsageError, TypeError, ValueError) as exc:
+            log.warning(
+                "retention of tenant %s skipped: %s; fix it with `agentledger prune "
+                "--set-retention`", r["tenant_id"], exc,
+            )  # fmt: skip
+    return out
 
 
 def set_policy(d: Dialect, conn: Any, policy: Policy) -> None:
