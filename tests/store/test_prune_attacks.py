@@ -257,6 +257,12 @@ async def test_prunes_racing_and_killed_between_batches_leave_an_exact_summary(
         a.wait()
     c = await run_cli("prune", "--older-than", "0s", "--tenant", "t1", "--db", store_url)
     assert c.exit_code == 0, c.output
+    await _exact_summary(store, store_url, before, 200)
+
+
+async def _exact_summary(store: SQLStore, url: str, before: list[Any], runs: int) -> None:
+    """Every record of ``before`` (t1's chain before the prunes) is gone, the summary
+    stands for exactly them, every run is gone, and the chain verifies."""
     (s,) = await _rows(store, "SELECT * FROM audit_pruned WHERE tenant_id = 't1'")
     left = {int(r["chain_no"]) for r in await _rows(
         store, "SELECT chain_no FROM events WHERE tenant_id = 't1'")}  # fmt: skip
@@ -267,10 +273,45 @@ async def test_prunes_racing_and_killed_between_batches_leave_an_exact_summary(
     for r in gone:
         digest = service_audit.fold(digest, str(r["hash"]))
     assert s["digest"] == digest and s["last_hash"] == gone[-1]["hash"]
-    assert int(s["runs"]) == 200
+    assert int(s["runs"]) == runs
     assert await _count(store, "SELECT COUNT(*) AS n FROM runs") == 0
-    ok = await run_cli("audit", "verify", "--db", store_url)
+    assert not await _rows(store, "SELECT run_id FROM runs_pruning")
+    ok = await run_cli("audit", "verify", "--db", url)
     assert ok.exit_code == 0 and "intact" in ok.output, ok.output
+
+
+async def test_a_cli_prune_beside_a_worker_pruning_on_schedule(
+    keyed: None, store: SQLStore, store_url: str, tmp_path: Path
+) -> None:
+    """`agentledger prune` and `worker --prune-every 1` (a real process) prune the same
+    tenant at once: their batches take turns, the summary is exact."""
+    await _finished(store, "t1", 200, steps=3)
+    before = await _rows(
+        store, "SELECT chain_no, hash, run_id FROM events WHERE tenant_id = 't1' ORDER BY chain_no"
+    )
+    got = await run_cli("prune", "--set-retention", "t1", "0s", "--db", store_url)
+    assert got.exit_code == 0, got.output
+    with (tmp_path / "w.log").open("ab") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "agentledger.cli.main", "worker", "--app",
+             "tests.service.service_app:app", "--db", store_url, "--poll-seconds", "0.05",
+             "--prune-every", "1"],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, ENV: KEY},
+        )  # fmt: skip
+    try:
+        while not await _rows(store, "SELECT 1 FROM audit_pruned"):  # its round began
+            assert worker.poll() is None, (tmp_path / "w.log").read_text()
+            await asyncio.sleep(0.005)
+        cli = _prune_proc(store_url, "t1", tmp_path / "cli.log")
+        assert await asyncio.to_thread(cli.wait) == 0, (tmp_path / "cli.log").read_text()
+        while await _count(store, "SELECT COUNT(*) AS n FROM runs"):
+            assert worker.poll() is None, (tmp_path / "w.log").read_text()
+            await asyncio.sleep(0.05)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(worker.wait)
+    assert worker.returncode == 0, (tmp_path / "w.log").read_text()
+    await _exact_summary(store, store_url, before, 200)
 
 
 async def test_a_bad_retention_row_does_not_stop_the_worker_or_the_other_tenants(
