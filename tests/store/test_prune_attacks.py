@@ -343,3 +343,27 @@ async def test_a_bad_retention_row_does_not_stop_the_worker_or_the_other_tenants
     finally:
         worker.stop()
         await task
+
+
+async def test_an_unsigned_prune_then_a_key_is_adopted_with_the_chain(
+    store: SQLStore, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pruned without a key (unsigned chain, unsigned summary); verified with a key the
+    summary is named unsigned, never taken as signed; `audit sign-unsigned` signs it
+    with the chain, and a keyed prune goes on from it."""
+    await _finished(store, "t1", 2)
+    got = await run_cli("prune", "--older-than", "0s", "--db", store_url, key=None)
+    assert got.exit_code == 0 and "removed 2 runs" in got.output, got.output
+    keyed_verify = await run_cli("audit", "verify", "--db", store_url)
+    assert keyed_verify.exit_code == 1, keyed_verify.output
+    assert "not signed" in keyed_verify.output, keyed_verify.output
+    signed = await run_cli("audit", "sign-unsigned", "--db", store_url)
+    assert signed.exit_code == 0, signed.output
+    ok = await run_cli("audit", "verify", "--db", store_url, "--require-signed")
+    assert ok.exit_code == 0 and "summary signed" in ok.output, ok.output
+    monkeypatch.setenv(ENV, KEY)  # the sealers have the key from now on
+    await _finished(store, "t1", 1)
+    more = await run_cli("prune", "--older-than", "0s", "--db", store_url)
+    assert more.exit_code == 0 and "removed 1 runs" in more.output, more.output
+    ok = await run_cli("audit", "verify", "--db", store_url, "--require-signed")
+    assert ok.exit_code == 0 and "intact" in ok.output, ok.output

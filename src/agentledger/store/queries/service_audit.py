@@ -765,11 +765,15 @@ def sign_unsigned(d: Dialect, conn: Any, tenant_id: str, key: AuditKey) -> int:
         d.execute(conn, "UPDATE audit_pruned SET sig = :s WHERE tenant_id = :t",
                   {"s": sig, "t": tenant_id})  # fmt: skip
     head_no = int(head[0]["chain_no"])
-    last = [r for r in rows if int(r["chain_no"]) == head_no]
+    last = [str(r["hash"]) for r in rows if int(r["chain_no"]) == head_no]
+    if not last and pruned is not None and int(pruned["last_chain_no"]) == head_no:
+        # Pruned whole: the head is the summary's last record (a keyed sealer extends
+        # only a signed head).
+        last = [str(pruned["last_hash"])]
     if last:
         d.execute(
             conn, "UPDATE audit_heads SET sig = :s WHERE tenant_id = :t",
-            {"s": key.sign(tenant_id, head_no, last[0]["hash"]), "t": tenant_id},
+            {"s": key.sign(tenant_id, head_no, last[0]), "t": tenant_id},
         )  # fmt: skip
     return len(rows)
 
