@@ -367,3 +367,21 @@ async def test_an_unsigned_prune_then_a_key_is_adopted_with_the_chain(
     assert more.exit_code == 0 and "removed 1 runs" in more.output, more.output
     ok = await run_cli("audit", "verify", "--db", store_url, "--require-signed")
     assert ok.exit_code == 0 and "intact" in ok.output, ok.output
+
+
+def test_a_shared_effect_key_outlives_its_pruned_run(backend_env: Any) -> None:
+    """A key shared across runs (``effect_key``: one gift per guest whatever the run) is
+    the effects table's at-most-once ledger: pruning the run that used it must not let
+    a later run call the provider again with it."""
+    from agentledger.records import RunStatus
+
+    env = backend_env
+    env.start_worker(concurrency=1)
+    first = env.submit("gift_flow", {"guest": "g-9"})
+    env.wait_status(first, RunStatus.COMPLETED)
+    assert env.cli("audit", "verify", "--db", env.url).returncode == 0  # sealed
+    pruned = env.cli("prune", "--older-than", "0s", "--db", env.url)
+    assert pruned.returncode == 0 and "removed 1 runs" in pruned.stdout, pruned.stdout
+    second = env.submit("gift_flow", {"guest": "g-9"})
+    assert env.wait_status(second, RunStatus.COMPLETED).result is not None
+    assert sum(env.calls("gift").values()) == 1  # one call at the provider, ever

@@ -48,8 +48,13 @@ log = logging.getLogger(__name__)
 DEFAULT_STATUSES = ("completed", "failed", "cancelled")
 BATCH = 500  # records per prune transaction (and run ids per IN list)
 
-# Tables holding a run's rows by ``run_id``, deleted with its ``runs`` row.
-_RUN_TABLES = ("steps", "effects", "outbox", "approvals", "idempotency_keys", "webhook_deliveries")
+# Tables holding a run's rows by ``run_id``, deleted with its ``runs`` row (effects
+# before steps: which effects go is read from the steps).
+_RUN_TABLES = ("effects", "steps", "outbox", "approvals", "idempotency_keys", "webhook_deliveries")
+# Only the effects keyed by the run's own steps go: a key shared across runs (a tool's
+# ``effect_key``, e.g. one gift per guest) is the at-most-once ledger of every later run
+# that uses it, and stays.
+_ONLY = {"effects": " AND key IN (SELECT idempotency_key FROM steps WHERE run_id IN ({marks}))"}
 
 # A run whose rows can go: every outcome settled, nothing left to deliver or decide,
 # every record sealed (``:cutoff``, ``:t`` and the statuses' and ids' placeholders).
@@ -321,7 +326,8 @@ def prune_batch(
     for chunk in range(0, len(done_runs), BATCH):
         marks, params = in_list("r", done_runs[chunk : chunk + BATCH])
         for table in _RUN_TABLES:
-            d.execute(conn, f"DELETE FROM {table} WHERE run_id IN ({marks})", params)
+            only = _ONLY.get(table, "").format(marks=marks)
+            d.execute(conn, f"DELETE FROM {table} WHERE run_id IN ({marks}){only}", params)
         d.execute(conn, f"DELETE FROM runs WHERE id IN ({marks})", params)
         d.execute(conn, f"DELETE FROM runs_pruning WHERE run_id IN ({marks})", params)
     for run_id in split:
@@ -352,8 +358,9 @@ def _count_rows(d: Dialect, conn: Any, run_ids: list[str]) -> dict[str, int]:
     for chunk in range(0, len(run_ids), BATCH):
         marks, params = in_list("r", run_ids[chunk : chunk + BATCH])
         for table in _RUN_TABLES:
+            only = _ONLY.get(table, "").format(marks=marks)
             n = d.fetchall(
-                conn, f"SELECT COUNT(*) AS n FROM {table} WHERE run_id IN ({marks})", params
+                conn, f"SELECT COUNT(*) AS n FROM {table} WHERE run_id IN ({marks}){only}", params
             )[0]["n"]
             counts[table] += int(n)
         counts["runs"] += len(run_ids[chunk : chunk + BATCH])
