@@ -18,6 +18,7 @@ import pytest
 from agentledger.store import SQLStore
 from agentledger.store.queries import retention, service_audit
 from agentledger.worker import Worker, WorkerConfig
+from tests.engine.helpers import wait_for
 from tests.service import service_app
 from tests.store.test_prune import ENV, KEY, _count, _finished, _rows_of, run_cli
 
@@ -385,3 +386,27 @@ def test_a_shared_effect_key_outlives_its_pruned_run(backend_env: Any) -> None:
     second = env.submit("gift_flow", {"guest": "g-9"})
     assert env.wait_status(second, RunStatus.COMPLETED).result is not None
     assert sum(env.calls("gift").values()) == 1  # one call at the provider, ever
+
+
+def test_a_shared_outbox_key_outlives_its_pruned_run(backend_env: Any) -> None:
+    """An outbox key shared across runs (``outbox_key``: one message per recipient) is
+    refused to a second run while the first run's row stands; pruning the first run
+    must not let the second send the message again."""
+    from agentledger.records import RunStatus
+
+    env = backend_env
+    env.start_worker(concurrency=1)
+    first = env.submit("note_flow", {"to": "g-3"})
+    own = env.submit("notify_flow", {"msg": "hi"})  # its key is its own step's: it goes
+    env.wait_status(first, RunStatus.COMPLETED)
+    env.wait_status(own, RunStatus.COMPLETED)
+    wait_for(lambda: sum(env.calls("note").values()) == 1, what="the message delivered")
+    wait_for(lambda: not env.outbox("pending"), what="the outbox row settled")
+    assert env.cli("audit", "verify", "--db", env.url).returncode == 0  # sealed
+    pruned = env.cli("prune", "--older-than", "0s", "--db", env.url)
+    assert pruned.returncode == 0 and "removed 2 runs" in pruned.stdout, pruned.stdout
+    assert [o.key for o in env.outbox()] == ["note:g-3"]
+    second = env.submit("note_flow", {"to": "g-3"})
+    run = env.wait_status(second, RunStatus.COMPLETED, RunStatus.NEEDS_HUMAN)
+    assert run.status == RunStatus.NEEDS_HUMAN, run  # refused, as before the prune
+    assert sum(env.calls("note").values()) == 1  # one message, ever

@@ -48,13 +48,17 @@ log = logging.getLogger(__name__)
 DEFAULT_STATUSES = ("completed", "failed", "cancelled")
 BATCH = 500  # records per prune transaction (and run ids per IN list)
 
-# Tables holding a run's rows by ``run_id``, deleted with its ``runs`` row (effects
-# before steps: which effects go is read from the steps).
-_RUN_TABLES = ("effects", "steps", "outbox", "approvals", "idempotency_keys", "webhook_deliveries")
-# Only the effects keyed by the run's own steps go: a key shared across runs (a tool's
-# ``effect_key``, e.g. one gift per guest) is the at-most-once ledger of every later run
-# that uses it, and stays.
-_ONLY = {"effects": " AND key IN (SELECT idempotency_key FROM steps WHERE run_id IN ({marks}))"}
+# Tables holding a run's rows by ``run_id``, deleted with its ``runs`` row (effects and
+# outbox before steps: which of their rows go is read from the steps).
+_RUN_TABLES = ("effects", "outbox", "steps", "approvals", "idempotency_keys", "webhook_deliveries")
+# Only the effects and outbox rows keyed by the run's own steps go: a key shared across
+# runs (a tool's ``effect_key``, one gift per guest; its ``outbox_key``, one message per
+# booking) is the at-most-once ledger of every later run that uses it, and stays.
+_ONLY = {
+    "effects": " AND key IN (SELECT idempotency_key FROM steps WHERE run_id IN ({marks}))",
+    "outbox": " AND EXISTS (SELECT 1 FROM steps s WHERE s.run_id = outbox.run_id "
+    "AND outbox.key = s.idempotency_key || ':' || outbox.tool)",
+}
 
 # A run whose rows can go: every outcome settled, nothing left to deliver or decide,
 # every record sealed (``:cutoff``, ``:t`` and the statuses' and ids' placeholders).
