@@ -115,6 +115,7 @@ def _add(total: Removed, got: Removed) -> None:
     for table, n in got.rows.items():
         total.rows[table] = total.rows.get(table, 0) + n
     total.stopped = got.stopped or total.stopped
+    total.broken = got.broken or total.broken
 
 
 async def prune_forever(store: Store, period: float, failing: Failing | None = None) -> None:

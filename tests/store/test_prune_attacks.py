@@ -410,3 +410,19 @@ def test_a_shared_outbox_key_outlives_its_pruned_run(backend_env: Any) -> None:
     run = env.wait_status(second, RunStatus.COMPLETED, RunStatus.NEEDS_HUMAN)
     assert run.status == RunStatus.NEEDS_HUMAN, run  # refused, as before the prune
     assert sum(env.calls("note").values()) == 1  # one message, ever
+
+
+async def test_a_prune_that_meets_tampering_exits_non_zero(
+    keyed: None, store: SQLStore, store_url: str
+) -> None:
+    """A record of the prunable front edited: the prune stops before it (it never
+    launders it into a summary) and says so with a non-zero exit, so a scheduled
+    `agentledger prune` is noticed; `audit verify` still names the record."""
+    ids = await _finished(store, "t1", 3)
+    await _exec(store, "UPDATE events SET actor = 'mallory' WHERE run_id = :r", {"r": ids[1]})
+    got = await run_cli("prune", "--older-than", "0s", "--db", store_url)
+    assert got.exit_code == 1, got.output
+    assert "does not verify" in got.output, got.output
+    assert (await _rows_of(store, ids[1]))["runs"] == 1
+    bad = await run_cli("audit", "verify", "--db", store_url)
+    assert bad.exit_code == 1 and "TAMPERED" in bad.output, bad.output

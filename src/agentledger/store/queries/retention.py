@@ -106,6 +106,7 @@ class Removed:
     runs: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     stopped: str | None = None  # why it stopped before the planned end, if it did
+    broken: bool = False  # it stopped on a record, summary or key that does not verify
 
 
 def _statuses(policy: Policy) -> tuple[str, dict[str, Any]]:
@@ -248,12 +249,13 @@ def prune_batch(
         return out
     if not service_audit.may_extend(t, head, key):
         out.stopped = "the chain is signed under another key, or not signed under this one"
+        out.broken = True
         return out
     s = service_audit.pruned_summary(d, conn, t)
     if s is not None:
         why = service_audit.summary_problem(key, t, s)
         if why is not None:
-            out.stopped = why
+            out.stopped, out.broken = why, True
             return out
     start = int(s["last_chain_no"]) if s else 0
     prev = str(s["last_hash"]) if s else service_audit.GENESIS
@@ -297,6 +299,7 @@ def prune_batch(
                 f"record {problem.chain_no} does not verify ({problem.reason}); nothing from "
                 "it on is pruned: see `agentledger audit verify`"
             )
+            out.broken = True
             break
         if signed_at is None and row["sig"] is not None:
             signed_at = expected
