@@ -119,6 +119,22 @@ async def test_a_front_deleted_past_a_checkpoint_is_found_on_an_unsigned_chain(
     assert "inside the pruned span" in since.output
 
 
+async def test_a_checkpoint_taken_after_a_tenant_was_pruned_whole_verifies(
+    store: SQLStore, store_url: str, tmp_path: Path
+) -> None:
+    """Unsigned: the checkpoint's position is the summary's last record (nothing after
+    it): the summary's hash is the checkpoint's, no false alarm."""
+    await _finished(store, "t1", 2)
+    got = await run_cli("prune", "--older-than", "0s", "--db", store_url, key=None)
+    assert got.exit_code == 0 and "removed 2 runs" in got.output, got.output
+    cp = await run_cli("audit", "checkpoint", "--db", store_url, key=None)
+    assert cp.exit_code == 0, cp.output
+    (tmp_path / "cp.json").write_text(cp.stdout)
+    since = await run_cli("audit", "verify", "--db", store_url, "--since-checkpoint",
+                          str(tmp_path / "cp.json"), key=None)  # fmt: skip
+    assert since.exit_code == 0, since.output
+
+
 async def test_the_summary_forged_moved_or_replayed_is_found(
     keyed: None, store: SQLStore, store_url: str
 ) -> None:

@@ -872,18 +872,21 @@ def against_checkpoint(
             continue
         pruned = pruned_summary(d, conn, t) if not found else None
         if pruned is not None and n <= int(pruned["last_chain_no"]):
-            # Pruned since the checkpoint: the summary keeps the last removed record's
-            # hash, which must be the checkpoint's at that position; a position before it
-            # is vouched for by the summary (the prune verified the chain through it) --
-            # only when it is signed and checked under the key: an unsigned summary is
-            # what anyone who deleted the front of the chain could write.
+            # Pruned: the summary keeps the last removed record's hash, which must be the
+            # checkpoint's at that position (where a checkpoint taken after a tenant was
+            # pruned whole sits); a position before it is vouched for by the summary (the
+            # prune verified the chain through it) -- only when it is signed and checked
+            # under the key: an unsigned summary is what anyone who deleted the front of
+            # the chain could write.
             last = int(pruned["last_chain_no"])
-            if n == last and pruned["last_hash"] != digest:
-                broken.append(Broken(
-                    t, n, None, None, None,
-                    "the pruned span's summary ends at the checkpoint's position with another "
-                    "hash (the chain was rewritten before it was pruned, or the summary forged)",
-                ))  # fmt: skip
+            if n == last:
+                if pruned["last_hash"] != digest:
+                    broken.append(Broken(
+                        t, n, None, None, None,
+                        "the pruned span's summary ends at the checkpoint's position with "
+                        "another hash (the chain was rewritten before it was pruned, or the "
+                        "summary forged)",
+                    ))  # fmt: skip
             elif key is None or pruned["sig"] is None or summary_problem(key, t, pruned):
                 broken.append(Broken(
                     t, n, None, None, None,
