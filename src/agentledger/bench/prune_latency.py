@@ -13,6 +13,9 @@ worker (an in-process ``Worker``, concurrency 8, waves of 8 runs of 50 steps in 
   calls); only the steps that ended between its first batch and its exit count;
 - ``after``: no prune again (the history gone), a second baseline against drift.
 
+With ``--in-worker`` the prune runs in the probe worker's own process and store instead
+(what ``worker --prune-every`` does: its batches share the worker's connections).
+
 Figures per phase: steps, p50, p99 and max in milliseconds; and the prune's records,
 runs and seconds. Nothing here is asserted: it is a measurement.
 """
@@ -94,7 +97,9 @@ def _figures(times: list[list[float]]) -> dict[str, Any]:
     }
 
 
-async def run(url: str, steps: int, waves: int, say: Any) -> dict[str, Any]:
+async def run(
+    url: str, steps: int, waves: int, say: Any, in_worker: bool = False
+) -> dict[str, Any]:
     """Seed, then the three phases; returns the report."""
     store = open_store(url)
     await store.open()
@@ -108,19 +113,28 @@ async def run(url: str, steps: int, waves: int, say: Any) -> dict[str, Any]:
             for _ in range(waves):
                 before += await _wave(store)
             say("before: done; pruning")
-            child = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "agentledger.bench.prune_latency", "--prune-child",
-                "--db", url, stdout=subprocess.PIPE, env=dict(os.environ),
-            )  # fmt: skip
-            assert child.stdout is not None
-            await child.stdout.readline()  # "started": its store is open, the prune begins
-            started = time.time()
             during: list[list[float]] = []
-            waiting = asyncio.create_task(child.wait())
-            while not waiting.done():
-                during += await _wave(store)
-            ended = time.time()
-            pruned = json.loads((await child.stdout.read()).decode() or "{}")
+            if in_worker:
+                started = time.time()
+                pruning = asyncio.create_task(prune_tenant(store, Policy(HISTORY, 0.0)))
+                while not pruning.done():
+                    during += await _wave(store)
+                ended = time.time()
+                got = pruning.result()
+                pruned = {"records": got.records, "runs": got.runs, "stopped": got.stopped}
+            else:
+                child = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "agentledger.bench.prune_latency", "--prune-child",
+                    "--db", url, stdout=subprocess.PIPE, env=dict(os.environ),
+                )  # fmt: skip
+                assert child.stdout is not None
+                await child.stdout.readline()  # "started": its store is open
+                started = time.time()
+                waiting = asyncio.create_task(child.wait())
+                while not waiting.done():
+                    during += await _wave(store)
+                ended = time.time()
+                pruned = json.loads((await child.stdout.read()).decode() or "{}")
             during = [t for t in during if started <= t[0] <= ended]
             say("pruning: done")
             after: list[list[float]] = []
@@ -133,6 +147,7 @@ async def run(url: str, steps: int, waves: int, say: Any) -> dict[str, Any]:
         await store.close()
     return {
         "backend": url.split(":", 1)[0],
+        "prune_in": "the worker's process" if in_worker else "another process",
         "history_steps": steps,
         "history_runs": max(1, steps // RUN_STEPS),
         "seed_seconds": round(seed_s, 1),
@@ -162,6 +177,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=100_000, help="history steps to prune")
     parser.add_argument("--waves", type=int, default=5, help="probe waves before and after")
     parser.add_argument("--json", action="store_true", help="print only the JSON report")
+    parser.add_argument(
+        "--in-worker", action="store_true", help="prune in the probe worker's process"
+    )
     parser.add_argument("--prune-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.prune_child:
@@ -174,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory(dir=".") as tmp:
         url = args.db or f"sqlite:///{Path(tmp) / 'prune-bench.db'}"
-        report = asyncio.run(run(url, args.steps, args.waves, say))
+        report = asyncio.run(run(url, args.steps, args.waves, say, args.in_worker))
     print(json.dumps(report, indent=2))
 
 
