@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 Failing = Callable[[str, BaseException], None]
 
+PAUSE = 0.15  # seconds at least between two batches: longer than SQLite's busy-retry sleep
+
 
 async def prune_tenant(
     store: Store,
@@ -72,13 +74,18 @@ async def prune_tenant(
             at += got.records
         return total
     while True:
+        began = time.monotonic()
         got = await store.transact(
             lambda d, c: _locked_batch(d, c, policy, cutoff, walk.end, key, batch)
         )
         _add(total, got)
         if got.records == 0 or got.stopped:
             break
-        await asyncio.sleep(0)  # let the loop's other work in between batches
+        # A pause as long as the batch took, and at least PAUSE: batches back to back
+        # starve other writers -- SQLite's busy handler sleeps up to 100 ms between
+        # tries and finds the lock taken again each time (a worker's step waited
+        # seconds) -- so a prune holds the writer at most half the time.
+        await asyncio.sleep(max(PAUSE, time.monotonic() - began))
     return total
 
 
@@ -108,14 +115,7 @@ def _add(total: Removed, got: Removed) -> None:
     for table, n in got.rows.items():
         total.rows[table] = total.rows.get(table, 0) + n
     total.stopped = got.stopped or total.stopped
-
-
-async def prune_configured(store: Store, *, dry_run: bool = False) -> list[Removed]:
-    """Prune every tenant that has a configured retention (``prune --set-retention``)."""
-    out = []
-    for policy in await store.transact(retention.policies, write=False):
-        out.append(await prune_tenant(store, policy, dry_run=dry_run))
-    return out
+    total.broken = got.broken or total.broken
 
 
 async def prune_forever(store: Store, period: float, failing: Failing | None = None) -> None:
@@ -127,7 +127,17 @@ async def prune_forever(store: Store, period: float, failing: Failing | None = N
         try:
             if not await store.transact(lambda d, c: retention.claim_round(d, c, period)):
                 continue
-            for removed in await prune_configured(store):
+            for policy in await store.transact(retention.policies, write=False):
+                try:
+                    removed = await prune_tenant(store, policy)
+                except StoreUnavailable:
+                    raise
+                except Exception as exc:
+                    # One tenant's prune failing for its own reason is retried next
+                    # round; it stops neither the others nor the worker.
+                    log.warning("prune of tenant %s failed (%s); tried again next round",
+                                policy.tenant_id, exc)  # fmt: skip
+                    continue
                 if removed.records:
                     log.info(
                         "pruned tenant %s: %d runs, %d audit records summarized",

@@ -206,6 +206,14 @@ async def notify(ctx: ToolContext, msg: str) -> dict[str, Any]:
     return ledger.apply(ctx.idempotency_key, "notify", dedupe=False, payload=msg)
 
 
+@app.tool(
+    effect="notify", delivery="outbox", timeout=5, outbox_key=lambda args, ctx: f"note:{args['to']}"
+)
+async def notify_once(ctx: ToolContext, to: str) -> dict[str, Any]:
+    """One message per recipient whatever the run: an outbox key shared across runs."""
+    return ledger.apply(f"note:{to}:{ctx.idempotency_key}", "note", dedupe=False, payload=to)
+
+
 # workflows ----------------------------------------------------------------------
 
 
@@ -241,6 +249,11 @@ async def slow_writes(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, 
         await ctx.tool("keyed_write", item=f"{input['tag']}-{i}")
         await ctx.step(f"pause_{i}", asyncio.sleep, float(input.get("pause", 0.3)))
     return {"ok": True}
+
+
+@app.workflow(name="note_flow", version="1")
+async def note_flow(ctx: WorkflowContext, input: dict[str, Any]) -> Any:
+    return await ctx.tool("notify_once", to=input["to"])
 
 
 @app.workflow(name="gift_flow", version="1")

@@ -104,6 +104,17 @@ async def bench_payload(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str
     return await _timed(input, lambda i: ctx.step("message", _message, i, size))
 
 
+async def bench_step_times(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:
+    """``steps`` no-op ``ctx.step`` calls, each timed on its own: ``[end wall time,
+    seconds]`` per step (a latency distribution, not only a mean)."""
+    times = []
+    for i in range(int(input["steps"])):
+        t0 = time.perf_counter()
+        await ctx.step("noop", _noop, i)
+        times.append([time.time(), time.perf_counter() - t0])
+    return {"steps": len(times), "times": times}
+
+
 async def bench_ticks(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:
     """A long run of small steps a few milliseconds apart (for kill -> resume)."""
     for _ in range(int(input["ticks"])):
@@ -112,5 +123,12 @@ async def bench_ticks(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, 
     return {"ticks": input["ticks"]}
 
 
-for _fn in (bench_read_tool, bench_step, bench_write_tool, bench_payload, bench_ticks):
+for _fn in (
+    bench_read_tool,
+    bench_step,
+    bench_write_tool,
+    bench_payload,
+    bench_step_times,
+    bench_ticks,
+):
     app.workflow(_fn, budget=_BUDGET)

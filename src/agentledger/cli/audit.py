@@ -278,9 +278,11 @@ async def _sign_unsigned(db: str, tenant: str | None) -> None:
     async def go(store: SQLStore) -> tuple[list[tuple[str, int]], list[str]]:
         def unsigned(d: Dialect, c: Any) -> list[str]:
             where = "" if tenant is None else " AND tenant_id = :t"
+            # A tenant pruned whole has no records left, only its unsigned summary.
             rows = d.fetchall(
-                c, "SELECT DISTINCT tenant_id FROM events WHERE chain_no IS NOT NULL "
-                f"AND sig IS NULL{where} ORDER BY tenant_id", {"t": tenant},
+                c, "SELECT tenant_id FROM events WHERE chain_no IS NOT NULL "
+                f"AND sig IS NULL{where} UNION SELECT tenant_id FROM audit_pruned "
+                f"WHERE sig IS NULL{where} ORDER BY tenant_id", {"t": tenant},
             )  # fmt: skip
             return [str(r["tenant_id"]) for r in rows]
 

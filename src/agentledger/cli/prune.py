@@ -114,7 +114,14 @@ async def prune(
     done = await with_store(db, go)
     if as_json:
         print_json([_as_dict(r, dry_run) for r in done])
-        return
+    else:
+        _say(done, dry_run)
+    if any(r.broken for r in done):
+        # What it removed stands; what failed verification was left for `audit verify`.
+        raise SystemExit(1)
+
+
+def _say(done: list[Removed], dry_run: bool) -> None:
     verb = "would remove" if dry_run else "removed"
     for r in done:
         rows = ", ".join(f"{n} {table}" for table, n in sorted(r.rows.items()) if n)
@@ -134,4 +141,5 @@ def _as_dict(r: Removed, dry_run: bool) -> dict[str, Any]:
         "records": r.records,
         "rows": r.rows,
         "stopped": r.stopped,
+        "broken": r.broken,
     }

@@ -200,6 +200,14 @@ def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> Re
         raise ResumeRefused(
             f"run {run_id} is {run.status}; only failed and needs_human runs are resumed"
         )
+    if d.fetchall(conn, "SELECT 1 FROM runs_pruning WHERE run_id = :id", {"id": run_id}):
+        # A prune removed its first records (retention.prune_batch): resumed, it would
+        # go on without its history. Read after resume_run's lock on the row, so a batch
+        # that held the row before it is seen.
+        raise ResumeRefused(
+            f"run {run_id} is being pruned (`agentledger prune` removed its first audit "
+            "records); run `agentledger prune` again to finish, or submit a new run"
+        )
     found = d.fetchall(
         conn, "SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id}
     )

@@ -24,12 +24,14 @@ removes: a run that left its terminal state meanwhile (``runs resume``) ends the
 before its first record. A kill between two batches leaves a consistent state: the
 summary covers exactly the records removed, and a run's row goes with its last record,
 so a run may have its older records summarized and the rest still present until the
-next prune reaches them.
+next prune reaches them: such a run is in ``runs_pruning`` meanwhile, and `runs resume`
+refuses it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,11 +43,22 @@ from agentledger.store.dialect import Dialect
 from agentledger.store.queries import service_audit
 from agentledger.store.queries.common import in_list
 
+log = logging.getLogger(__name__)
+
 DEFAULT_STATUSES = ("completed", "failed", "cancelled")
 BATCH = 500  # records per prune transaction (and run ids per IN list)
 
-# Tables holding a run's rows by ``run_id``, deleted with its ``runs`` row.
-_RUN_TABLES = ("steps", "effects", "outbox", "approvals", "idempotency_keys", "webhook_deliveries")
+# Tables holding a run's rows by ``run_id``, deleted with its ``runs`` row (effects and
+# outbox before steps: which of their rows go is read from the steps).
+_RUN_TABLES = ("effects", "outbox", "steps", "approvals", "idempotency_keys", "webhook_deliveries")
+# Only the effects and outbox rows keyed by the run's own steps go: a key shared across
+# runs (a tool's ``effect_key``, one gift per guest; its ``outbox_key``, one message per
+# booking) is the at-most-once ledger of every later run that uses it, and stays.
+_ONLY = {
+    "effects": " AND key IN (SELECT idempotency_key FROM steps WHERE run_id IN ({marks}))",
+    "outbox": " AND EXISTS (SELECT 1 FROM steps s WHERE s.run_id = outbox.run_id "
+    "AND outbox.key = s.idempotency_key || ':' || outbox.tool)",
+}
 
 # A run whose rows can go: every outcome settled, nothing left to deliver or decide,
 # every record sealed (``:cutoff``, ``:t`` and the statuses' and ids' placeholders).
@@ -93,6 +106,7 @@ class Removed:
     runs: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     stopped: str | None = None  # why it stopped before the planned end, if it did
+    broken: bool = False  # it stopped on a record, summary or key that does not verify
 
 
 def _statuses(policy: Policy) -> tuple[str, dict[str, Any]]:
@@ -235,12 +249,13 @@ def prune_batch(
         return out
     if not service_audit.may_extend(t, head, key):
         out.stopped = "the chain is signed under another key, or not signed under this one"
+        out.broken = True
         return out
     s = service_audit.pruned_summary(d, conn, t)
     if s is not None:
         why = service_audit.summary_problem(key, t, s)
         if why is not None:
-            out.stopped = why
+            out.stopped, out.broken = why, True
             return out
     start = int(s["last_chain_no"]) if s else 0
     prev = str(s["last_hash"]) if s else service_audit.GENESIS
@@ -284,6 +299,7 @@ def prune_batch(
                 f"record {problem.chain_no} does not verify ({problem.reason}); nothing from "
                 "it on is pruned: see `agentledger audit verify`"
             )
+            out.broken = True
             break
         if signed_at is None and row["sig"] is not None:
             signed_at = expected
@@ -299,7 +315,10 @@ def prune_batch(
         {links[int(r["chain_no"])].run_id for r in taken}
         & {link.run_id for link in links.values() if link.last <= last_no}
     )
-    existing = _existing(d, conn, done_runs)
+    existing = _existing(d, conn, sorted({links[int(r["chain_no"])].run_id for r in taken}))
+    # Runs whose first records go now and the rest with a later batch: marked, so that a
+    # `runs resume` in between never puts a run back to work without its history.
+    split = sorted(existing.difference(done_runs))
     done_runs = [r for r in done_runs if r in existing]
     out.records = len(taken)
     out.runs = len(done_runs)
@@ -314,8 +333,17 @@ def prune_batch(
     for chunk in range(0, len(done_runs), BATCH):
         marks, params = in_list("r", done_runs[chunk : chunk + BATCH])
         for table in _RUN_TABLES:
-            d.execute(conn, f"DELETE FROM {table} WHERE run_id IN ({marks})", params)
+            only = _ONLY.get(table, "").format(marks=marks)
+            d.execute(conn, f"DELETE FROM {table} WHERE run_id IN ({marks}){only}", params)
         d.execute(conn, f"DELETE FROM runs WHERE id IN ({marks})", params)
+        d.execute(conn, f"DELETE FROM runs_pruning WHERE run_id IN ({marks})", params)
+    for run_id in split:
+        d.execute(
+            conn,
+            "INSERT INTO runs_pruning (run_id, pruned_at) VALUES (:r, :now) "
+            "ON CONFLICT (run_id) DO NOTHING",
+            {"r": run_id, "now": time.time()},
+        )
     _extend_summary(d, conn, t, s, taken, len(done_runs), key)
     return out
 
@@ -337,8 +365,9 @@ def _count_rows(d: Dialect, conn: Any, run_ids: list[str]) -> dict[str, int]:
     for chunk in range(0, len(run_ids), BATCH):
         marks, params = in_list("r", run_ids[chunk : chunk + BATCH])
         for table in _RUN_TABLES:
+            only = _ONLY.get(table, "").format(marks=marks)
             n = d.fetchall(
-                conn, f"SELECT COUNT(*) AS n FROM {table} WHERE run_id IN ({marks})", params
+                conn, f"SELECT COUNT(*) AS n FROM {table} WHERE run_id IN ({marks}){only}", params
             )[0]["n"]
             counts[table] += int(n)
         counts["runs"] += len(run_ids[chunk : chunk + BATCH])
@@ -396,13 +425,22 @@ def chained_tenants(d: Dialect, conn: Any) -> list[str]:
 
 
 def policies(d: Dialect, conn: Any) -> list[Policy]:
-    """Every tenant's configured retention."""
-    return [
-        Policy(str(r["tenant_id"]), float(r["older_than"]), tuple(str(r["statuses"]).split(",")))
-        for r in d.fetchall(
-            conn, "SELECT tenant_id, older_than, statuses FROM retention ORDER BY tenant_id"
-        )
-    ]
+    """Every tenant's configured retention; a row that is not one (written by hand: a
+    status not finished, an age below 0) is skipped with a warning, never the others --
+    nor a worker's ``--prune-every``, which would stop on it."""
+    out = []
+    for r in d.fetchall(
+        conn, "SELECT tenant_id, older_than, statuses FROM retention ORDER BY tenant_id"
+    ):
+        try:
+            statuses = tuple(str(r["statuses"]).split(","))
+            out.append(Policy(str(r["tenant_id"]), float(r["older_than"]), statuses))
+        except (UsageError, TypeError, ValueError) as exc:
+            log.warning(
+                "retention of tenant %s skipped: %s; fix it with `agentledger prune "
+                "--set-retention`", r["tenant_id"], exc,
+            )  # fmt: skip
+    return out
 
 
 def set_policy(d: Dialect, conn: Any, policy: Policy) -> None:

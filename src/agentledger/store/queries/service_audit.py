@@ -765,11 +765,15 @@ def sign_unsigned(d: Dialect, conn: Any, tenant_id: str, key: AuditKey) -> int:
         d.execute(conn, "UPDATE audit_pruned SET sig = :s WHERE tenant_id = :t",
                   {"s": sig, "t": tenant_id})  # fmt: skip
     head_no = int(head[0]["chain_no"])
-    last = [r for r in rows if int(r["chain_no"]) == head_no]
+    last = [str(r["hash"]) for r in rows if int(r["chain_no"]) == head_no]
+    if not last and pruned is not None and int(pruned["last_chain_no"]) == head_no:
+        # Pruned whole: the head is the summary's last record (a keyed sealer extends
+        # only a signed head).
+        last = [str(pruned["last_hash"])]
     if last:
         d.execute(
             conn, "UPDATE audit_heads SET sig = :s WHERE tenant_id = :t",
-            {"s": key.sign(tenant_id, head_no, last[0]["hash"]), "t": tenant_id},
+            {"s": key.sign(tenant_id, head_no, last[0]), "t": tenant_id},
         )  # fmt: skip
     return len(rows)
 
@@ -868,16 +872,29 @@ def against_checkpoint(
             continue
         pruned = pruned_summary(d, conn, t) if not found else None
         if pruned is not None and n <= int(pruned["last_chain_no"]):
-            # Pruned since the checkpoint: the summary keeps the last removed record's
-            # hash, which must be the checkpoint's at that position; a position before it
-            # is vouched for by the summary (the prune verified the chain through it).
-            if n < int(pruned["last_chain_no"]) or pruned["last_hash"] == digest:
-                continue
-            broken.append(Broken(
-                t, n, None, None, None,
-                "the pruned span's summary ends at the checkpoint's position with another "
-                "hash (the chain was rewritten before it was pruned, or the summary forged)",
-            ))  # fmt: skip
+            # Pruned: the summary keeps the last removed record's hash, which must be the
+            # checkpoint's at that position (where a checkpoint taken after a tenant was
+            # pruned whole sits); a position before it is vouched for by the summary (the
+            # prune verified the chain through it) -- only when it is signed and checked
+            # under the key: an unsigned summary is what anyone who deleted the front of
+            # the chain could write.
+            last = int(pruned["last_chain_no"])
+            if n == last:
+                if pruned["last_hash"] != digest:
+                    broken.append(Broken(
+                        t, n, None, None, None,
+                        "the pruned span's summary ends at the checkpoint's position with "
+                        "another hash (the chain was rewritten before it was pruned, or the "
+                        "summary forged)",
+                    ))  # fmt: skip
+            elif key is None or pruned["sig"] is None or summary_problem(key, t, pruned):
+                broken.append(Broken(
+                    t, n, None, None, None,
+                    f"the checkpoint's position {n} is inside the pruned span (through {last}) "
+                    f"and nothing vouches for it: the summary is unsigned, or {auditkey.ENV} "
+                    "is not set to check it; verify with the key, or take a checkpoint after "
+                    "each prune",
+                ))  # fmt: skip
             continue
         if found:
             row = found[0]
