@@ -564,6 +564,7 @@ async def test_anthropic_usage_in_message_start_and_message_delta_is_counted_onc
             "output_tokens": 12,
             "cached_tokens": 40,
             "source": "reported",
+            "simulated": False,
         }
         assert step.tokens == 112
     finally:

@@ -225,7 +225,7 @@ def test_fault_control_endpoint(api: StayHub, sb: SandboxServer) -> None:
     assert api.get("/faults").json() == {
         "seed": 5,
         "faults": [{"endpoint": "crm", "kind": "latency", "probability": 1.0, "ms": 10.0}],
-        "stats": {"fired": [{"fault": "crm:latency,ms=10", "fired": 0}], "dropped": {}},
+        "stats": {"fired": [{"fault": "crm:latency,ms=10", "fired": 0, "met": 0}], "dropped": {}},
     }
     bad = api.put("/faults", json={"faults": [{"endpoint": "nope", "kind": "error"}]})
     assert bad.status_code == 422 and "unknown endpoint" in bad.json()["detail"]
