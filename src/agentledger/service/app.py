@@ -188,6 +188,22 @@ async def _start_workers(store: Store, app: App, n: int) -> list[tuple[Any, asyn
 async def _stop_workers(workers: list[tuple[Any, asyncio.Task[None]]]) -> None:
     for worker, _ in workers:
         worker.stop()
-    for _, task in workers:
+    for worker, task in workers:
+        # Bounded: a worker that outlives its grace (and the release after it) by this
+        # much is stuck on something that will not come; `serve` still stops, and says so.
+        bound = worker.config.shutdown_grace + _STOP_MARGIN
+        done, _ = await asyncio.wait({task}, timeout=bound)
+        if not done:
+            log.error(
+                "an inline worker did not stop within %.0f s of being asked; cancelled "
+                "(its runs are released when their leases expire)",
+                bound,
+            )
+            task.cancel()
+            continue
         with contextlib.suppress(Exception):
             await task
+
+
+# Seconds past an inline worker's shutdown grace before `serve` stops waiting for it.
+_STOP_MARGIN = 30.0
