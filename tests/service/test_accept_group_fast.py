@@ -1,4 +1,4 @@
-"""A group of accepts in a few statements (store/queries/service_accepts.py), on each
+"""A group of accepts in a few statements (service/accepting.py), on each
 backend: the same answers and the same rows as the per-request path, duplicates of a key
 inside the group, a key from an earlier group, a quota refusal mid-group, and a failing
 statement that sends the group to the per-request path."""

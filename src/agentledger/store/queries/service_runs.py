@@ -21,7 +21,7 @@ from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import RUN_COLUMNS
 from agentledger.store.queries.events import insert_event
 from agentledger.store.queries.runs import create_run, find_request, get_run
-from agentledger.store.queries.service_accepts import fast_path_fits, submit_fast
+from agentledger.service.accepting import fast_path_fits, submit_fast
 from agentledger.store.queries.service_quota import Quota, QuotaBook, QuotaExceeded
 from agentledger.store.queries.service_submits import (
     IdempotencyMismatch,
@@ -259,7 +259,7 @@ def submit_group(
     alone and its error returned in its place; the others commit.
 
     The group is first tried in a few statements for all of it
-    (:mod:`agentledger.store.queries.service_accepts`), with the same answers.
+    (:mod:`agentledger.service.accepting`), with the same answers.
 
     The quota locks of the group's tenants are taken first, in tenant order, outside
     any savepoint (a savepoint rolled back would release a lock taken inside it).

@@ -1,6 +1,6 @@
 """What a service submit takes and gives back: shared by the per-request path
 (:mod:`~agentledger.store.queries.service_runs`) and the set-based one
-(:mod:`~agentledger.store.queries.service_accepts`)."""
+(:mod:`~agentledger.service.accepting`)."""
 
 from __future__ import annotations
 
