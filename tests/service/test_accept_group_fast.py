@@ -1,7 +1,7 @@
-"""A group of accepts in a few statements (service/accepting.py), on each
-backend: the same answers and the same rows as the per-request path, duplicates of a key
-inside the group, a key from an earlier group, a quota refusal mid-group, and a failing
-statement that sends the group to the per-request path."""
+"""A group of accepts in a few statements (service/accepting.py), on each backend: the
+answers and the rows it writes, duplicates of a key inside the group, a key from an
+earlier group, a quota refusal mid-group, and a failing statement that makes each submit
+of the group accepted again alone."""
 
 from __future__ import annotations
 
@@ -13,10 +13,8 @@ from typing import Any
 import pytest
 
 from agentledger import sealer
-from agentledger.store import NewRun, SQLStore, open_store
-from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit, service_runs
-from agentledger.store.queries.service_runs import (
+from agentledger.service import accepting
+from agentledger.service.accepting import (
     IdempotencyMismatch,
     IdempotencyRequest,
     Quota,
@@ -24,6 +22,9 @@ from agentledger.store.queries.service_runs import (
     SubmitRequest,
     Submitted,
 )
+from agentledger.store import NewRun, SQLStore, open_store
+from agentledger.store.dialect import Dialect
+from agentledger.store.queries import service_audit
 from tests import dbutil
 from tests.store.pgproxy import READY_FOR_QUERY, LossyProxy
 
@@ -80,15 +81,16 @@ async def submit(
     def job(d: Dialect, c: Any) -> list[Submitted | BaseException]:
         counting = Counting(d)
         box.append(counting)
-        return service_runs.submit_group(counting, c, requests)  # type: ignore[arg-type]
+        return accepting.accept(counting, c, requests)  # type: ignore[arg-type]
 
     outcomes = await store.transact(job)
     return outcomes, box[-1].statements
 
 
 def took_fast_path(statements: list[str]) -> bool:
-    return "SAVEPOINT submit_fast" in statements and not any(
-        s.startswith("ROLLBACK TO SAVEPOINT") or s.startswith("SAVEPOINT submit0")
+    """Whether the group was accepted whole, set-based (not again one by one)."""
+    return "SAVEPOINT accept_group" in statements and not any(
+        s.startswith("ROLLBACK TO SAVEPOINT") or s.startswith("SAVEPOINT accept0")
         for s in statements
     )
 
@@ -107,10 +109,8 @@ async def test_a_group_costs_a_few_statements_not_a_few_per_run(store: SQLStore)
     outcomes, statements = await submit(store, group)
     assert took_fast_path(statements)
     assert all(not ok(o).replayed for o in outcomes)
-    # tenant quota, savepoint, request ids, keys, runs, events, (notify), keys, release;
-    # SQLite: the audit chain's heads too (created, read, moved: the events are inserted
-    # chained, service_audit.chain_at_insert)
-    assert len(statements) <= 10 + (3 if store.dialect.name == "sqlite" else 0), statements
+    # tenant quota, savepoint, request ids, keys, runs, events, (notify), keys, release
+    assert len(statements) <= 10, statements
     assert len(await table(store, "SELECT id FROM runs")) == 40
 
 
@@ -206,13 +206,13 @@ async def test_the_quota_refuses_mid_group_and_a_replay_needs_no_quota(store: SQ
     assert len(await table(store, "SELECT id FROM runs")) == 4
 
 
-async def test_a_failing_statement_sends_the_group_to_the_per_request_path(
+async def test_a_failing_statement_accepts_each_submit_again_alone(
     store: SQLStore,
 ) -> None:
     """A statement of the set-based path fails (here: the key row of the second submit
     appears, written on the same connection, between the read and the INSERT): its
     savepoint is rolled back -- the row with it -- and every submit of the group is
-    made again one by one."""
+    accepted again alone, each under its own savepoint."""
     injected: list[bool] = []
 
     def injecting(run: Any) -> dict[str, Any]:
@@ -234,11 +234,11 @@ async def test_a_failing_statement_sends_the_group_to_the_per_request_path(
     def job(d: Dialect, c: Any) -> Any:
         holder.append(c)
         counting = Counting(d)
-        return service_runs.submit_group(counting, c, group), counting.statements  # type: ignore[arg-type]
+        return accepting.accept(counting, c, group), counting.statements  # type: ignore[arg-type]
 
     outcomes, statements = await store.transact(job)
-    assert "ROLLBACK TO SAVEPOINT submit_fast" in statements
-    assert "SAVEPOINT submit0" in statements  # the per-request path
+    assert "ROLLBACK TO SAVEPOINT accept_group" in statements
+    assert "SAVEPOINT accept0" in statements  # each alone
     assert all(not ok(o).replayed for o in outcomes)
     keys = await table(store, "SELECT key, run_id FROM idempotency_keys ORDER BY key")
     assert keys == [
@@ -268,10 +268,11 @@ async def test_a_key_committed_by_another_connection_fails_alone_in_the_fallback
             d2 = store.dialect
             c2 = d2.connect()
             try:
-                done = service_runs.submit_run(
-                    d2, c2, request(9, tag="other").new, {"user_id": "bob"}, None,
+                theirs = SubmitRequest(
+                    request(9, tag="other").new, {"user_id": "bob"}, None,
                     IdempotencyRequest("k1", "fp-same", 3600.0), Quota(), respond,
                 )  # fmt: skip
+                done = accepting.accept(d2, c2, [theirs])[0]
                 c2.commit()
             finally:
                 c2.close()
@@ -282,8 +283,8 @@ async def test_a_key_committed_by_another_connection_fails_alone_in_the_fallback
         group = [request(0, key="k0"), request(1, key="k1"), request(2)]
         group[0].respond = racing
         outcomes, statements = await submit(store, group)
-        assert "ROLLBACK TO SAVEPOINT submit_fast" in statements
-        theirs = other[0]
+        assert "ROLLBACK TO SAVEPOINT accept_group" in statements
+        theirs = ok(other[0])
         assert not ok(outcomes[0]).replayed and not ok(outcomes[2]).replayed
         assert ok(outcomes[1]).replayed and ok(outcomes[1]).run.id == theirs.run.id
         assert ok(outcomes[1]).response == theirs.response
@@ -293,7 +294,7 @@ async def test_a_key_committed_by_another_connection_fails_alone_in_the_fallback
         await store.close()
 
 
-# -- the rows of both paths ------------------------------------------------------------
+# -- the rows an accept writes, grouped or alone ----------------------------------------
 
 
 def varied_group(tag: str) -> list[SubmitRequest]:
@@ -342,34 +343,39 @@ def outcome_view(outcome: Submitted | BaseException, run_ids: dict[str, str]) ->
     return (run_ids[outcome.run.id], outcome.replayed, run, response)
 
 
-async def rows_after(url: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+async def rows_after(url: str, grouped: bool) -> dict[str, Any]:
+    """``varied_group`` accepted as one group, or each submit in its own transaction:
+    the rows written, the answers, and the audit chain once sealed."""
     store = open_store(url)
     await store.open()
     try:
         await submit(store, [request(0, key="old", tag="early")])
-        with monkeypatch.context() as patch:
-            if not fast:
-                patch.setattr(service_runs, "fast_path_fits", lambda requests: False)
+        if grouped:
             outcomes, statements = await submit(store, varied_group("g"))
-        assert took_fast_path(statements) == fast
-        # The fast path chains its events at insert on SQLite, the sealer chains the
-        # per-request path's: the same positions either way, and both chains verify.
+            assert took_fast_path(statements)
+        else:
+            outcomes = []
+            for r in varied_group("g"):
+                outcomes += (await submit(store, [r]))[0]
+        # The events are written unsealed, on every backend; the sealer chains them.
         unsealed = await table(store, "SELECT id FROM events WHERE hash IS NULL")
-        chained_at_insert = fast and store.dialect.name == "sqlite"
-        assert (len(unsealed) == 0) == chained_at_insert, unsealed
-        await sealer.seal_once(store)
+        assert len(unsealed) == 12, unsealed  # 6 runs, 2 events each
+        assert await sealer.seal_once(store) == 12
         checked, broken = await store.transact(
             lambda d, c: service_audit.verify_chain(d, c), write=False
         )
-        assert checked == 12 and broken == [], broken  # 6 runs, 2 events each
+        assert checked == 12 and broken == [], broken
         runs = await table(store, "SELECT * FROM runs ORDER BY request_id")
         run_ids = {r["id"]: r["request_id"] for r in runs}
         return {
             "runs": comparable(runs, {"id", "created_at", "updated_at", "available_at"}, run_ids),
-            "events": comparable(
-                await table(store, "SELECT * FROM events ORDER BY id"),
-                {"id", "at", "prev_hash", "hash"},  # a hash covers its time
-                run_ids,
+            "events": sorted(
+                comparable(
+                    await table(store, "SELECT * FROM events"),
+                    {"id", "at", "prev_hash", "hash", "chain_no"},  # a hash covers its time
+                    run_ids,
+                ),
+                key=lambda e: (e["run_id"], e["seq"]),
             ),
             "keys": comparable(
                 [
@@ -381,6 +387,9 @@ async def rows_after(url: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> d
                 {"created_at", "expires_at"},
                 run_ids,
             ),
+            "heads": await table(
+                store, "SELECT tenant_id, chain_no FROM audit_heads ORDER BY tenant_id"
+            ),
             "outcomes": [outcome_view(o, run_ids) for o in outcomes],
         }
     finally:
@@ -390,7 +399,7 @@ async def rows_after(url: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> d
 @pytest.fixture
 def two_urls(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
     if backend == "sqlite":
-        yield [f"sqlite:///{tmp_path / 'fast.db'}", f"sqlite:///{tmp_path / 'slow.db'}"]
+        yield [f"sqlite:///{tmp_path / 'grouped.db'}", f"sqlite:///{tmp_path / 'alone.db'}"]
         return
     request.getfixturevalue("_pg_session")
     urls = [dbutil.make_pg_database(), dbutil.make_pg_database()]
@@ -401,14 +410,51 @@ def two_urls(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> It
             dbutil.drop_pg_database(url)
 
 
-async def test_the_fast_path_writes_the_rows_and_answers_of_the_per_request_path(
-    two_urls: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fast = await rows_after(two_urls[0], True, monkeypatch)
-    slow = await rows_after(two_urls[1], False, monkeypatch)
-    assert len(fast["runs"]) == 6  # early, and 5 new of the group
-    for part in ("runs", "events", "keys", "outcomes"):
-        assert fast[part] == slow[part], part
+async def test_an_accept_writes_these_rows_and_answers(two_urls: list[str]) -> None:
+    """What each submit of a varied group gets and leaves, stated; and the same whether
+    the submits shared one transaction or each had its own."""
+    grouped = await rows_after(two_urls[0], grouped=True)
+    outcomes = grouped["outcomes"]
+    new = [(o[0], o[1]) for o in outcomes if isinstance(o[1], bool) and not o[1]]
+    assert new == [("qg_0", False), ("qg_1", False), ("qg_4", False), ("qg_6", False),
+                   ("qg_7", False)]  # fmt: skip
+    assert outcomes[2][:2] == ("qg_0", True)  # a replay of the group's own run
+    assert outcomes[2][3] == outcomes[0][3]  # with its response
+    assert outcomes[3] == (
+        "IdempotencyMismatch", "Idempotency-Key 'a' was used with a different request body"
+    )  # fmt: skip
+    assert outcomes[5][:2] == ("qearly_0", True)  # a replay of an earlier group's run
+    for refused in (outcomes[8], outcomes[9]):
+        assert refused == (
+            "QuotaExceeded", "tenant t1 started 5 runs in the last minute (limit 5)"
+        )  # fmt: skip
+    runs = {r["request_id"]: r for r in grouped["runs"]}
+    assert sorted(runs) == ["qearly_0", "qg_0", "qg_1", "qg_4", "qg_6", "qg_7"]
+    assert runs["qg_1"]["webhook"] == "http://127.0.0.1:9/hook"
+    assert runs["qg_0"]["idempotency_key"] == "a" and runs["qg_1"]["idempotency_key"] is None
+    assert json.loads(runs["qg_4"]["principal"]) == {
+        "user_id": "user0", "key_id": "k4", "roles": ["operator"]
+    }  # fmt: skip
+    assert {(r["status"], r["event_seq"]) for r in runs.values()} == {("queued", 2)}
+    events = [e for e in grouped["events"] if e["run_id"] == "qg_1"]
+    assert [(e["seq"], e["type"], e["actor"]) for e in events] == [
+        (1, "run.submitted", "user1"), (2, "run.accepted", "user1"),
+    ]  # fmt: skip
+    assert json.loads(events[0]["data"]) == {"input": {"i": 1, "body": "same"}}
+    assert json.loads(events[1]["data"]) == {
+        "key_id": "k1", "roles": ["operator"], "request_id": "req1", "idempotency_key": None,
+        "webhook": "http://127.0.0.1:9/hook",
+    }  # fmt: skip
+    assert [(k["tenant_id"], k["key"], k["run_id"]) for k in grouped["keys"]] == [
+        ("t1", "a", "qg_0"), ("t1", "c", "qg_6"), ("t1", "old", "qearly_0"),
+        ("t2", "b", "qg_4"),
+    ]  # fmt: skip
+    assert grouped["heads"] == [
+        {"tenant_id": "t1", "chain_no": 10}, {"tenant_id": "t2", "chain_no": 2},
+    ]  # fmt: skip
+    alone = await rows_after(two_urls[1], grouped=False)
+    for part in ("runs", "events", "keys", "heads", "outcomes"):
+        assert grouped[part] == alone[part], part
 
 
 @pytest.mark.postgres

@@ -8,22 +8,22 @@ from typing import Any
 
 import pytest
 
+from agentledger.service import accepting
 from agentledger.store import NewRun, open_store
-from agentledger.store.queries import service_runs
 from tests.store.pgproxy import COMMIT, LossyProxy
 
 pytestmark = pytest.mark.postgres
 
 
-def _request(i: int) -> service_runs.SubmitRequest:
+def _request(i: int) -> accepting.SubmitRequest:
     new = NewRun(
         kind="workflow", name="free", version="1", input={"i": i}, tenant_id="t1",
         user_id="alice", request_id=f"q_lost_commit_{i}",
     )  # fmt: skip
     # Every other submit has an Idempotency-Key (its row must not answer it as a replay).
-    idem = service_runs.IdempotencyRequest(f"key-{i}", f"fp-{i}", 3600.0) if i % 2 else None
-    return service_runs.SubmitRequest(
-        new, {"user_id": "alice", "key_id": "k"}, None, idem, service_runs.Quota(),
+    idem = accepting.IdempotencyRequest(f"key-{i}", f"fp-{i}", 3600.0) if i % 2 else None
+    return accepting.SubmitRequest(
+        new, {"user_id": "alice", "key_id": "k"}, None, idem, accepting.Quota(),
         lambda run: {"id": run.id}, f"req-{i}",
     )  # fmt: skip
 
@@ -36,11 +36,11 @@ async def test_a_group_whose_commit_reply_is_lost_makes_one_run_per_submit(
     try:
         requests = [_request(i) for i in range(5)]
         proxy.arm(COMMIT)
-        outcomes = await store.transact(lambda d, c: service_runs.submit_group(d, c, requests))
+        outcomes = await store.transact(lambda d, c: accepting.accept(d, c, requests))
         assert proxy.cut.is_set()  # the reply really was lost, after the server committed
-        assert all(isinstance(o, service_runs.Submitted) for o in outcomes), outcomes
-        answered = [o.run.id for o in outcomes if isinstance(o, service_runs.Submitted)]
-        assert not any(isinstance(o, service_runs.Submitted) and o.replayed for o in outcomes)
+        assert all(isinstance(o, accepting.Submitted) for o in outcomes), outcomes
+        answered = [o.run.id for o in outcomes if isinstance(o, accepting.Submitted)]
+        assert not any(isinstance(o, accepting.Submitted) and o.replayed for o in outcomes)
 
         def stored(d: Any, c: Any) -> dict[str, Any]:
             return {

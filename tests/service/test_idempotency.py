@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
+from agentledger.service import accepting
 from agentledger.store import open_store
-from agentledger.store.queries import service_runs
 from tests.service.conftest import Api, in_process, mint, served, settings_for
 from tests.service.test_runs_api import assert_problem
 
@@ -101,14 +101,14 @@ async def test_a_request_in_flight_with_the_same_key_is_409(tmp_path: Any) -> No
         h["Idempotency-Key"] = "slow"
         release = threading.Event()
         entered = threading.Event()
-        real = service_runs.submit_group
+        real = accepting.accept
 
         def held(*args: Any, **kwargs: Any) -> Any:
             entered.set()
             release.wait(30)
             return real(*args, **kwargs)
 
-        service_runs.submit_group = held  # type: ignore[assignment]
+        accepting.accept = held  # type: ignore[assignment]
         try:
             first = asyncio.create_task(api.client.post("/v1/runs", json=BODY, headers=h))
             await asyncio.to_thread(entered.wait, 10)
@@ -118,7 +118,7 @@ async def test_a_request_in_flight_with_the_same_key_is_409(tmp_path: Any) -> No
             release.set()
             assert (await first).status_code == 202
         finally:
-            service_runs.submit_group = real  # type: ignore[assignment]
+            accepting.accept = real  # type: ignore[assignment]
             release.set()
         third = await api.client.post("/v1/runs", json=BODY, headers=h)
         assert third.headers["Idempotent-Replayed"] == "true"

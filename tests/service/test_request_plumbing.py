@@ -68,8 +68,7 @@ async def test_openapi_declares_the_bearer_scheme_on_the_runs_operations(api: Ap
 
 async def test_seal_once_seals_at_most_batch_times_max_batches(api: Api) -> None:
     """The serve process seals in small slices (service/app.py); the sizes are honoured."""
-    # Runs created through the store's own path: their events are written unsealed (the
-    # service's accepts are chained at insert on SQLite, service_audit.chain_at_insert).
+    # Runs created through the store's own path: their events are written unsealed.
     for i in range(6):
         await api.store.create_run(
             NewRun("agent", "echo", "1", {"text": "hi"}, tenant_id="t1", request_id=f"rq{i}")

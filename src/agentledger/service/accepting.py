@@ -1,59 +1,157 @@
-"""A group of accepted runs in a few statements (the set-based path of ``submit_group``).
+"""Accepting a run: what ``POST /v1/runs`` decides and writes, in one place.
 
-:func:`agentledger.store.queries.service_runs.submit_run` costs about ten statements a
-run (lookups, INSERT, UPDATEs, events, key row), each a round trip on PostgreSQL. Here a
-whole group costs a few: one SELECT for the group's request ids already committed (a
-group retried after a lost COMMIT reply), one for the rows of its Idempotency-Keys, the
-quota decisions in memory from the group's :class:`QuotaBook`, then one multi-row INSERT
-each for the runs (their service columns and ``event_seq`` already set), their
-``run.submitted`` and ``run.accepted`` events and the key rows.
+An accept is ONE transaction: the quota check, the run row with its service columns,
+its ``run.submitted`` and ``run.accepted`` events and the Idempotency-Key row, so a key
+never exists without its run nor a run without its key. :func:`accept` takes a group of
+submits (concurrent requests the :class:`~agentledger.service.accepts.AcceptBatcher`
+commits together, or one alone) and answers each, in group order:
 
-The decisions are those ``submit_run`` makes, in group order, with the same answers:
-a request id already committed answers its run; a live key answers a replay, or
-:class:`IdempotencyMismatch` for a different body; a key used twice in the group
-answers the second as a replay of the first (or the mismatch); the quota refuses what
-``submit_run`` would refuse. The rows written are those ``create_run``, ``insert_event``
-and ``submit_run`` write.
+* a request id already committed answers the run it made (a group retried after its
+  COMMIT reply was lost writes nothing twice);
+* a live Idempotency-Key answers the run it names with the response recorded with it
+  (a replay), or :class:`IdempotencyMismatch` for a different body; a key used twice in
+  one group answers the second as a replay of the first;
+* the tenant's quota (:class:`~agentledger.store.queries.service_quota.QuotaBook`)
+  refuses with :class:`QuotaExceeded`;
+* otherwise the run is written.
 
-The caller runs this under ONE savepoint: when any statement fails (a key committed by
-another process since the read, say) it rolls the savepoint back and takes the
-per-request path, where a refused submit fails alone.
+The group costs a few statements, not a few per run: one SELECT for the group's request
+ids already committed, one for the rows of its keys, the decisions in memory, then one
+multi-row INSERT each for the runs (service columns and ``event_seq`` set), their events
+and the key rows. The events are inserted unsealed; the sealer (``agentledger/sealer.py``)
+chains them into their tenants' audit chains, as every other event.
+
+The group runs under one savepoint. When a statement fails (a key another process
+committed since the read, two submits with one request id) the savepoint is rolled back
+and each submit is accepted again alone, by the same code under a savepoint of its own,
+reading afresh: the other process's key is then replayed, and a submit that still fails
+fails alone. A lost connection or a deadlock is not caught: the store retries the whole
+group.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
 from agentledger.records import Run, dumps
 from agentledger.store import rows
+from agentledger.store.base import NewRun
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit
 from agentledger.store.queries.common import RUN_COLUMNS, in_list
 from agentledger.store.queries.runs import run_params
-from agentledger.store.queries.service_quota import QuotaBook
-from agentledger.store.queries.service_submits import (
-    IdempotencyMismatch,
-    SubmitRequest,
-    Submitted,
-)
+from agentledger.store.queries.service_quota import Quota, QuotaBook, QuotaExceeded
+
+__all__ = [
+    "IdempotencyMismatch",
+    "IdempotencyRequest",
+    "Quota",
+    "QuotaExceeded",
+    "SubmitRequest",
+    "Submitted",
+    "accept",
+]
 
 
-def fast_path_fits(requests: list[SubmitRequest]) -> bool:
-    """True when the set-based path decides exactly as ``submit_run`` would.
+class IdempotencyMismatch(StoreError):
+    """The Idempotency-Key was used before with a different request body."""
 
-    Two submits of one group with the same request id (never sent by the service: each
-    POST has its own) take the per-request path: the second answers the run the first
-    made, as read back from its row.
+
+@dataclass
+class IdempotencyRequest:
+    """The key, the request's fingerprint, how long the key is kept."""
+
+    key: str
+    fingerprint: str
+    ttl_seconds: float
+
+
+@dataclass
+class Submitted:
+    """The run a submit created or found, and the response body recorded with it."""
+
+    run: Run
+    replayed: bool
+    response: Any = None
+
+
+@dataclass
+class SubmitRequest:
+    """One submit: the run, who asks, its webhook, key and quota. ``respond(run)``
+    builds the response body recorded with the key, so a replay answers exactly what the
+    first request answered; ``request_id`` is the HTTP request's (for the audit record)."""
+
+    new: NewRun
+    principal: dict[str, Any]
+    webhook: str | None
+    idem: IdempotencyRequest | None
+    quota: Quota
+    respond: Callable[[Run], Any]
+    request_id: str | None = None
+
+
+Outcome = Submitted | BaseException
+
+
+def accept(d: Dialect, conn: Any, requests: list[SubmitRequest]) -> list[Outcome]:
+    """Accept ``requests`` in this transaction; the outcome of each, in order: its
+    :class:`Submitted`, or the error refusing it (rolled back alone).
+
+    The quota locks of the group's tenants are taken first, in tenant order, outside any
+    savepoint (a savepoint rolled back would release a lock taken inside it). One
+    default quota per ``serve`` process: every request of a group carries the same.
     """
-    ids = [r.new.request_id for r in requests if r.new.request_id is not None]
-    return len(ids) == len(set(ids))
+    if not requests:
+        return []
+    book = QuotaBook(requests[0].quota, time.time())
+    book.prepare(d, conn, [r.new.tenant_id for r in requests])
+    spare = copy.deepcopy(book)
+    try:
+        return _savepoint(d, conn, "accept_group", lambda: _accept_set(d, conn, requests, book))
+    except _RolledBack:
+        book = spare
+    out: list[Outcome] = []
+    for i, r in enumerate(requests):
+        before = copy.deepcopy(book)
+        try:
+            out += _savepoint(d, conn, f"accept{i}", lambda r=r: _accept_set(d, conn, [r], book))
+        except _RolledBack as rolled:
+            book = before  # nothing of it was written: its run is not counted
+            out.append(rolled.error)
+    return out
+
+
+class _RolledBack(Exception):
+    """A savepoint was rolled back after ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _savepoint(
+    d: Dialect, conn: Any, name: str, work: Callable[[], list[Outcome]]
+) -> list[Outcome]:
+    """``work()`` under savepoint ``name``; :class:`_RolledBack` when it raised (a lost
+    connection or a transient error is raised as it is: the store retries the group)."""
+    d.execute(conn, f"SAVEPOINT {name}")
+    try:
+        done = work()
+    except Exception as exc:
+        if d.is_disconnect(exc) or d.is_transient(exc):
+            raise
+        d.execute(conn, f"ROLLBACK TO SAVEPOINT {name}")
+        d.execute(conn, f"RELEASE SAVEPOINT {name}")
+        raise _RolledBack(exc) from exc
+    d.execute(conn, f"RELEASE SAVEPOINT {name}")
+    return done
 
 
 @dataclass
@@ -63,7 +161,7 @@ class _New:
     request: SubmitRequest
     params: dict[str, Any]
     run: Run | None = None
-    answered: Run | None = None  # the run as submit_run answers it (no principal)
+    answered: Run | None = None  # the run as the response shows it (no principal)
     body: Any = None
 
 
@@ -77,21 +175,17 @@ class _Key:
     new: _New | None = None  # written by this group
 
 
-def submit_fast(
+def _accept_set(
     d: Dialect, conn: Any, requests: list[SubmitRequest], book: QuotaBook
-) -> list[Submitted | BaseException]:
-    """Submit ``requests`` in a few statements; the outcome of each, in order.
-
-    Raises when a statement fails: the caller rolls back its savepoint and takes the
-    per-request path with the quota state it had before (``book`` is spent).
-    """
+) -> list[Outcome]:
+    """Decide and write ``requests`` in a few statements; raises when a statement fails
+    (``book`` is then spent: the caller restores its copy)."""
     now = book.now
     committed = _committed_requests(d, conn, requests)
     keys, expired = _key_rows(d, conn, requests, now)
     replayed = _replayed_runs(d, conn, keys)
 
-    # The decisions, in group order, as submit_run makes them (see its body).
-    out: list[Submitted | BaseException | _New | tuple[_New, bool]] = []
+    out: list[Outcome | _New | tuple[_New, bool]] = []
     inserts: list[_New] = []
     for r in requests:
         new = r.new
@@ -133,16 +227,16 @@ def submit_fast(
         d.notify_runnable(conn)  # one hint for the group: a wake-up, not a count
         _insert_keys(d, conn, inserts, expired, now)
 
-    results: list[Submitted | BaseException] = []
+    results: list[Outcome] = []
     for item in out:
         if isinstance(item, _New):
             assert item.answered is not None
-            # As submit_run answers: the run as read before its service columns were set.
             results.append(Submitted(item.answered, False, item.body))
         elif isinstance(item, tuple):
             first = item[0]
             assert first.run is not None
-            # As find_idempotent answers: the run's row, the response as stored.
+            # As a replay from an earlier group answers: the run's row, the response
+            # as stored.
             results.append(Submitted(first.run, True, json.loads(dumps(first.body))))
         else:
             results.append(item)
@@ -215,7 +309,8 @@ def _replayed_runs(d: Dialect, conn: Any, keys: dict[tuple[str, str], _Key]) -> 
 
 
 def _run_params(r: SubmitRequest) -> dict[str, Any]:
-    """The run row's values, checked as ``create_run`` checks them (raises alike)."""
+    """The run row's values with its service columns, checked as the store checks a new
+    run's (a bad time or input raises, refusing that submit alone)."""
     return {
         **run_params(r.new),
         "principal": dumps(r.principal),
@@ -255,33 +350,26 @@ def _insert_runs(d: Dialect, conn: Any, inserts: list[_New]) -> None:
     found = {row["id"]: row for row in d.fetchall(conn, _runs_sql(d.now_sql, len(inserts)), params)}
     for item in inserts:
         item.run = rows.run_from(found[item.params["id"]])
-        # The response is built from the run as submit_run reads it (no principal column).
+        # A new run is answered as the store's create_run answers it: without the
+        # service's columns (the response states the caller from the request).
         item.answered = dataclasses.replace(item.run, principal=None)
         item.body = item.request.respond(item.answered)
 
 
 @functools.lru_cache(maxsize=64)
-def _events_sql(n: int, chained: bool) -> str:
-    chain = ", :tenant{i}, :chain_no{i}, :prev_hash{i}, :hash{i}, :sig{i}" if chained else ""
+def _events_sql(n: int) -> str:
     values = ", ".join(
-        f"(:run{i}, :at, :type{i}, :actor{i}, :data{i}, :seq{i}, NULL{chain.format(i=i)})"
-        for i in range(n)
+        f"(:run{i}, :at, :type{i}, :actor{i}, :data{i}, :seq{i}, NULL)" for i in range(n)
     )
-    columns = "run_id, at, type, actor, data, seq, token"
-    if chained:
-        columns += ", tenant_id, chain_no, prev_hash, hash, sig"
-    return f"INSERT INTO events ({columns}) VALUES {values}"
+    return f"INSERT INTO events (run_id, at, type, actor, data, seq, token) VALUES {values}"
 
 
 def _insert_events(d: Dialect, conn: Any, inserts: list[_New]) -> None:
-    """Each run's ``run.submitted`` (seq 1, as create_run) and ``run.accepted`` (seq 2,
-    as submit_run), in the order the per-request path appends them (ONE statement).
-
-    Where the backend allows it (``service_audit.CHAINED_AT_INSERT``: SQLite) they are
-    inserted already chained into their tenant's audit chain, so the sealer has nothing
-    to do for an accept; elsewhere the sealer chains them after the commit."""
-    at = time.time()
-    records: list[dict[str, Any]] = []
+    """Each run's ``run.submitted`` (seq 1, as the store's ``create_run`` writes it) and
+    ``run.accepted`` (seq 2: who started the run, in the audit trail with it), in
+    group order (ONE statement)."""
+    params: dict[str, Any] = {"at": time.time()}
+    n = 0
     for item in inserts:
         r, new = item.request, item.request.new
         principal = r.principal
@@ -296,29 +384,13 @@ def _insert_events(d: Dialect, conn: Any, inserts: list[_New]) -> None:
             (1, "run.submitted", new.user_id or "api", {"input": new.input}),
             (2, "run.accepted", str(principal.get("user_id")), accepted),
         ):
-            # Text as it will be stored (every text parameter is cleaned on the way in):
-            # the hash covers the stored row, and the tenant's head row is found by it.
-            records.append({
-                "tenant_id": clean_text(new.tenant_id), "run_id": item.params["id"], "seq": seq,
-                "type": type_, "actor": clean_text(actor), "at": at, "data": dumps(data),
-            })  # fmt: skip
-    chained = d.name in service_audit.CHAINED_AT_INSERT
-    if chained:
-        service_audit.chain_at_insert(d, conn, records)
-    params: dict[str, Any] = {"at": at}
-    for n, rec in enumerate(records):
-        params[f"run{n}"] = rec["run_id"]
-        params[f"type{n}"] = rec["type"]
-        params[f"actor{n}"] = rec["actor"]
-        params[f"data{n}"] = rec["data"]
-        params[f"seq{n}"] = rec["seq"]
-        if chained:
-            params[f"tenant{n}"] = rec["tenant_id"]
-            params[f"chain_no{n}"] = rec["chain_no"]
-            params[f"prev_hash{n}"] = rec["prev_hash"]
-            params[f"hash{n}"] = rec["hash"]
-            params[f"sig{n}"] = rec["sig"]
-    d.execute(conn, _events_sql(len(records), chained), params)
+            params[f"run{n}"] = item.params["id"]
+            params[f"type{n}"] = type_
+            params[f"actor{n}"] = actor
+            params[f"data{n}"] = dumps(data)
+            params[f"seq{n}"] = seq
+            n += 1
+    d.execute(conn, _events_sql(n), params)
 
 
 def _key_order(item: _New) -> tuple[str, str]:
@@ -370,3 +442,9 @@ def _insert_keys(
             {"now": now, **where_params},
         )
     d.execute(conn, _keys_sql(len(keyed)), params)
+
+
+def purge_idempotency_keys(d: Dialect, conn: Any, now: float) -> int:
+    """Delete expired Idempotency-Key rows (an expired key answers nothing: the next
+    submit with it starts a new run)."""
+    return d.execute(conn, "DELETE FROM idempotency_keys WHERE expires_at <= :now", {"now": now})

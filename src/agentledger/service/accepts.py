@@ -2,8 +2,9 @@
 
 Each ``POST /v1/runs`` hands its submit to the :class:`AcceptBatcher`; while one group
 commits, the next fills up, so under load many accepts cost one fsync. Nothing is
-acknowledged before the transaction holding it committed. A submit refused inside a
-group (quota, a reused Idempotency-Key) fails alone under its savepoint.
+acknowledged before the transaction holding it committed. Every group, of one submit or
+many, is decided and written by :func:`agentledger.service.accepting.accept`; a submit
+refused inside a group (quota, a reused Idempotency-Key) fails alone under its savepoint.
 """
 
 from __future__ import annotations
@@ -12,8 +13,14 @@ import asyncio
 import contextlib
 import logging
 
+from agentledger.service import accepting
+from agentledger.service.accepting import (
+    IdempotencyMismatch,
+    QuotaExceeded,
+    SubmitRequest,
+    Submitted,
+)
 from agentledger.store import Store
-from agentledger.store.queries import service_runs
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +32,10 @@ class AcceptBatcher:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._queue: asyncio.Queue[
-            tuple[service_runs.SubmitRequest, asyncio.Future[service_runs.Submitted]]
-        ] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[SubmitRequest, asyncio.Future[Submitted]]] = (
+            asyncio.Queue()
+        )
         self._task: asyncio.Task[None] | None = None
-        self.group_sizes: list[int] = []
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="accept-batcher")
@@ -41,9 +47,28 @@ class AcceptBatcher:
                 await self._task
             self._task = None
 
-    async def submit(self, request: service_runs.SubmitRequest) -> service_runs.Submitted:
-        """Commit ``request`` with whatever else is waiting; raise its own error."""
-        future: asyncio.Future[service_runs.Submitted] = asyncio.get_running_loop().create_future()
+    async def submit(self, request: SubmitRequest) -> Submitted:
+        """Commit ``request`` with whatever else is waiting; raise its own refusal
+        (:class:`IdempotencyMismatch`, :class:`QuotaExceeded`) or error.
+
+        A submit that failed otherwise -- its group failed whole, or another process
+        committed its Idempotency-Key between the group's read and its insert (a unique
+        violation) -- is accepted once more alone, reading afresh: the other process's
+        key is then replayed. Safe to repeat: the request id makes a committed submit
+        answer itself."""
+        try:
+            return await self._grouped(request)
+        except (IdempotencyMismatch, QuotaExceeded):
+            raise
+        except Exception:
+            pass
+        outcome = (await self.store.transact(lambda d, c: accepting.accept(d, c, [request])))[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def _grouped(self, request: SubmitRequest) -> Submitted:
+        future: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((request, future))
         return await future
 
@@ -57,16 +82,12 @@ class AcceptBatcher:
                 continue
             requests = [r for r, _ in live]
             try:
-                outcomes = await self.store.transact(
-                    lambda d, c: service_runs.submit_group(d, c, requests)
-                )
+                outcomes = await self.store.transact(lambda d, c: accepting.accept(d, c, requests))
             except Exception as exc:  # the whole group failed: every caller sees it
                 for _, future in live:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            if len(self.group_sizes) < 100_000:
-                self.group_sizes.append(len(live))
             for (_, future), outcome in zip(live, outcomes, strict=True):
                 if future.done():
                     continue

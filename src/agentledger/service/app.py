@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from agentledger import sealer
 from agentledger.app import App
 from agentledger.observe.metrics import start_metrics
-from agentledger.service import deltas, docs_pages, problems
+from agentledger.service import accepting, deltas, docs_pages, problems
 from agentledger.service.accepts import AcceptBatcher
 from agentledger.service.auth import KeyCache, warn_of_other_peppers
 from agentledger.service.egress import Egress
@@ -25,7 +25,6 @@ from agentledger.service.routers import approvals, audit, events, health, observ
 from agentledger.service.settings import ServiceSettings
 from agentledger.service.webhooks import Dispatcher
 from agentledger.store import SQLStore, Store, open_store
-from agentledger.store.queries import service_runs
 
 log = logging.getLogger(__name__)
 
@@ -162,9 +161,7 @@ async def _seal_forever(store: Store, period: float) -> None:
         try:
             # Workers seal too (agentledger/sealer.py).
             await sealer.seal_once(store, _SEAL_SLICE, _SEAL_SLICES)
-            await store.transact(
-                lambda d, c: service_runs.purge_idempotency_keys(d, c, time.time())
-            )
+            await store.transact(lambda d, c: accepting.purge_idempotency_keys(d, c, time.time()))
         except Exception as exc:  # retried next period; the chain catches up
             log.warning("audit sealing failed: %s", exc)
         await asyncio.sleep(period)

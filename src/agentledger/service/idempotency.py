@@ -1,7 +1,7 @@
 """Idempotency-Key (IETF httpapi draft): parsing, fingerprints, in-process in-flight waits.
 
 The durable part -- key row and run row in one transaction, a replay of the recorded
-response, a different body refused -- is in ``store/queries/service_runs.py``. Here:
+response, a different body refused -- is in ``service/accepting.py``. Here:
 the header's syntax (1-255 printable ASCII characters, bare or as a quoted sf-string),
 the fingerprint (SHA-256 of the canonical JSON body), and concurrent requests with the
 same key in this process: they wait for the first to commit and then replay it; one

@@ -15,6 +15,7 @@ from pydantic_core import PydanticCustomError
 from agentledger.canonical import NotJournalable, journal_value
 from agentledger.clock import Clock
 from agentledger.errors import UnknownTargetError
+from agentledger.service import accepting
 from agentledger.service.auth import ADMIN, OPERATOR, Caller
 from agentledger.service.cursors import make_cursor, parse_cursor
 from agentledger.service.deps import run_or_404
@@ -185,7 +186,7 @@ async def submit_run(
         )
     idem = None
     if key is not None:
-        idem = service_runs.IdempotencyRequest(
+        idem = accepting.IdempotencyRequest(
             key, fingerprint(body.model_dump(mode="json")), settings.idempotency_ttl
         )
     new = NewRun(
@@ -197,50 +198,33 @@ async def submit_run(
         user_id=principal.user_id,
         request_id=new_id("q"),
     )
-    quota = service_runs.Quota(settings.runs_per_minute, settings.max_in_flight)
+    quota = accepting.Quota(settings.runs_per_minute, settings.max_in_flight)
 
     def respond(run: Any) -> dict[str, Any]:
         return run_view({"run": run, "principal": principal.as_dict()})
 
-    submit_request = service_runs.SubmitRequest(
+    submit_request = accepting.SubmitRequest(
         new, principal.as_dict(),
         webhook_for(definition, settings.agent_webhooks, body.webhook), idem, quota, respond,
         getattr(request.state, "request_id", None),
     )  # fmt: skip
 
-    async def submit(grouped: bool) -> service_runs.Submitted:
+    async def submit() -> accepting.Submitted:
         try:
-            if grouped:  # committed with the other accepts waiting now (one fsync)
-                return await state.accepts.submit(submit_request)
-            r = submit_request
-            return await state.store.transact(
-                lambda d, c: service_runs.submit_run(
-                    d, c, r.new, r.principal, r.webhook, r.idem, r.quota, r.respond, r.request_id
-                )
-            )
-        except service_runs.IdempotencyMismatch as exc:
+            # Committed with the other accepts waiting now (one fsync).
+            return await state.accepts.submit(submit_request)
+        except accepting.IdempotencyMismatch as exc:
             raise Problem("idempotency-key-reused", str(exc)) from None
-        except service_runs.QuotaExceeded as exc:
+        except accepting.QuotaExceeded as exc:
             raise Problem(
                 "quota-exceeded", str(exc), headers={"Retry-After": str(exc.retry_after)}
             ) from None
 
-    async def submit_once() -> service_runs.Submitted:
-        try:
-            return await submit(grouped=True)
-        except Problem:
-            raise
-        except Exception:
-            # E.g. another process committed the same Idempotency-Key between our read and
-            # our insert (a unique violation): alone, the retry replays that key's run.
-            # Safe to repeat: the request id makes a committed submit answer itself.
-            return await submit(grouped=False)
-
     if idem is None:
-        done = await submit_once()
+        done = await submit()
     else:
         async with state.in_flight.hold(principal.tenant_id, idem.key, settings.idempotency_wait):
-            done = await submit_once()
+            done = await submit()
     headers = {"Location": f"/v1/runs/{done.run.id}", "Retry-After": "1"}
     if done.replayed:
         headers["Idempotent-Replayed"] = "true"
