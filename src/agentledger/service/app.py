@@ -139,7 +139,7 @@ async def _open_seal_store(store: Store) -> Store:
     queued behind a seal transaction: with keys, ``serve`` held 840-860 runs/s at a fixed
     1,000/s. On its own connection the seal runs beside the groups (sealers of one tenant
     are serialized by its head row's lock, as across processes). SQLite has one writer
-    whatever the connections, and its accepts are chained at insert."""
+    whatever the connections."""
     if not isinstance(store, SQLStore) or store.dialect.name == "sqlite":
         return store
     own = open_store(store.url)
