@@ -120,8 +120,9 @@ def accept(d: Dialect, conn: Any, requests: list[SubmitRequest]) -> list[Outcome
     out: list[Outcome] = []
     for i, r in enumerate(requests):
         before = copy.deepcopy(book)
+        alone = functools.partial(_accept_set, d, conn, [r], book)
         try:
-            out += _savepoint(d, conn, f"accept{i}", lambda r=r: _accept_set(d, conn, [r], book))
+            out += _savepoint(d, conn, f"accept{i}", alone)
         except _RolledBack as rolled:
             book = before  # nothing of it was written: its run is not counted
             out.append(rolled.error)
