@@ -182,6 +182,19 @@ async def test_a_retried_group_answers_its_committed_runs(store: SQLStore) -> No
     assert len(await table(store, "SELECT id FROM runs")) == 4
 
 
+async def test_one_request_id_twice_in_a_group_makes_one_run(store: SQLStore) -> None:
+    """Never sent by the service (each POST has its own request id), but a group holding
+    one twice still writes one run: the group's INSERT meets the unique index, and
+    accepted again alone, the second submit answers the run the first made."""
+    group = [request(0), request(1), request(0)]
+    outcomes, statements = await submit(store, group)
+    assert "ROLLBACK TO SAVEPOINT accept_group" in statements
+    assert ok(outcomes[2]).run.id == ok(outcomes[0]).run.id != ok(outcomes[1]).run.id
+    assert not any(ok(o).replayed for o in outcomes)
+    assert len(await table(store, "SELECT id FROM runs")) == 2
+    assert len(await table(store, "SELECT id FROM events")) == 4
+
+
 async def test_the_quota_refuses_mid_group_and_a_replay_needs_no_quota(store: SQLStore) -> None:
     quota = Quota(runs_per_minute=3)
     await submit(store, [request(0, key="old", quota=quota, tag="a")])
