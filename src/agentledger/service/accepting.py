@@ -415,7 +415,7 @@ def _insert_keys(
 ) -> None:
     """The key rows (ONE statement; one more first when an expired row of a key is
     replaced). Only an expired row is deleted: a live row committed by another process
-    since the read makes the INSERT fail, and the group takes the per-request path."""
+    since the read makes the INSERT fail, and each submit is accepted again alone."""
     keyed = [item for item in inserts if item.request.idem is not None]
     if not keyed:
         return
