@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agentledger.cli.bench import bench
+from agentledger_bench.cli import bench
 
 KEYS = [
     "raw_commit_us",

@@ -24,15 +24,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "agentledger.engine",
             "agentledger.worker",
             "agentledger.cli",
-            "agentledger.examples",
+            "agentledger_examples",
             "agentledger.outbox",
         ),
     ),
-    ("agentledger.engine", ("agentledger.worker", "agentledger.cli", "agentledger.examples")),
-    ("agentledger.worker", ("agentledger.cli", "agentledger.examples")),
+    ("agentledger.engine", ("agentledger.worker", "agentledger.cli", "agentledger_examples")),
+    ("agentledger.worker", ("agentledger.cli", "agentledger_examples")),
     (
         "agentledger.tools",
-        ("agentledger.engine", "agentledger.worker", "agentledger.cli", "agentledger.examples"),
+        ("agentledger.engine", "agentledger.worker", "agentledger.cli", "agentledger_examples"),
     ),
     (
         "agentledger.models",
@@ -40,13 +40,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "agentledger.engine",
             "agentledger.worker",
             "agentledger.cli",
-            "agentledger.examples",
+            "agentledger_examples",
             "agentledger.store",
         ),
     ),
 ]
 # The only runtime modules allowed to import the examples: the commands that run them.
-EXAMPLE_USERS = ("agentledger.cli", "agentledger.bench", "agentledger.examples")
+EXAMPLE_USERS = ("agentledger.cli", "agentledger_bench", "agentledger_examples")
 
 
 def module_name(path: Path) -> str:
@@ -117,7 +117,7 @@ def test_the_runtime_never_imports_the_examples() -> None:
         for mod, imps in GRAPH.items()
         if not mod.startswith(EXAMPLE_USERS)
         for imp in imps
-        if imp.startswith("agentledger.examples")
+        if imp.startswith("agentledger_examples")
     )
     assert not bad, "\n".join(bad)
 

@@ -215,13 +215,10 @@ def _where(exc: BaseException) -> str:
     the import machinery), or nothing."""
     library = [str(Path(__file__).resolve().parent)]
     library += [sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
-    examples = str(Path(__file__).resolve().parent / "examples")
     found = ""
     for frame in traceback.extract_tb(exc.__traceback__):
         name = str(Path(frame.filename).resolve()) if not frame.filename.startswith("<") else ""
-        if not name or (
-            any(name.startswith(root) for root in library if root) and not name.startswith(examples)
-        ):
+        if not name or any(name.startswith(root) for root in library if root):
             continue
         found = f" at {frame.filename}, line {frame.lineno}"
     return found

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.examples.stayhub.sandbox import SandboxServer
+from agentledger_examples.stayhub.sandbox import SandboxServer
 from agentledger.records import RunStatus
 from tests import dbutil
 from tests.apps import ledger

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentledger.bench import gateway_overhead
+from agentledger_bench import gateway_overhead
 
 
 def test_the_overhead_bench_prints_its_figures(

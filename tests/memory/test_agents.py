@@ -4,7 +4,7 @@ only, on both backends; StayHub answers "can I cancel for free?" from its policy
 from __future__ import annotations
 
 from agentledger.app import App
-from agentledger.examples.stayhub.knowledge import NOT_FOUND, help_agent, index_policy
+from agentledger_examples.stayhub.knowledge import NOT_FOUND, help_agent, index_policy
 from agentledger.models.base import ModelRequest, ModelResponse
 from agentledger.models.scripted import ScriptedModel
 from agentledger.records import RunStatus
@@ -123,7 +123,7 @@ async def test_a_run_without_a_user_gets_a_clear_tool_answer(store: SQLStore) ->
 
 
 def test_the_stayhub_app_registers_the_help_agent() -> None:
-    from agentledger.examples.stayhub.app import app
+    from agentledger_examples.stayhub.app import app
 
     assert app.resolve("stayhub_help").name == "stayhub_help"
     assert {"search_docs", "remember", "recall"} <= set(app.tools)

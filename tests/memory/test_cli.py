@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from agentledger.cli.main import cli
-from agentledger.examples.stayhub.knowledge import POLICY_PATH
+from agentledger_examples.stayhub.knowledge import POLICY_PATH
 from agentledger.store import open_store
 from tests.memory.runs import count
 

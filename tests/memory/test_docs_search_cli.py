@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agentledger.cli.main import cli
-from agentledger.examples.stayhub.knowledge import POLICY_PATH
+from agentledger_examples.stayhub.knowledge import POLICY_PATH
 from tests.cli.helpers import run_cli
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentledger.examples.stayhub.knowledge import POLICY_SOURCE, index_policy
+from agentledger_examples.stayhub.knowledge import POLICY_SOURCE, index_policy
 from agentledger.retrieval import index_path
 from agentledger.retrieval.tools import search_docs
 from agentledger.store import SQLStore
@@ -87,7 +87,7 @@ async def test_remove_deletes_the_rows_and_the_index(store: SQLStore, store_url:
 
 
 async def test_the_retrieval_bench_runs_and_cleans_up(tmp_path: Path) -> None:
-    from agentledger.bench.retrieval import measure
+    from agentledger_bench.retrieval import measure
     from agentledger.retrieval.embeddings import embedder
     from agentledger.store import open_store
 

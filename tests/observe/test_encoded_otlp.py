@@ -40,7 +40,7 @@ from opentelemetry.trace import (
     TraceState,
 )
 
-from agentledger.bench.observe_overhead import CollectorStub
+from agentledger_bench.observe_overhead import CollectorStub
 from agentledger.observe import finished, otlp, tracing
 from agentledger.observe.encoded import EncodingSpanProcessor, encoding_processor
 from tests.observe.test_otlp_encoding import VALUES, _sdk_spans

@@ -320,7 +320,7 @@ async def test_a_receiver_gets_the_same_spans_as_before(tmp_path: Path) -> None:
         OTLPSpanExporter as OfficialExporter,
     )
 
-    from agentledger.bench.observe_overhead import CollectorStub
+    from agentledger_bench.observe_overhead import CollectorStub
 
     results = []
     for configured in (False, True):

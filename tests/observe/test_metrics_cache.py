@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentledger.bench.metrics_scrape import measure
+from agentledger_bench.metrics_scrape import measure
 from agentledger.observe.metrics import REFRESH_ENV, figures_of, refresh_seconds, render_metrics
 from agentledger.observe.stuck import StuckPolicy
 from agentledger.records import Run, RunStatus

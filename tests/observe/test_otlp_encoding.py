@@ -32,7 +32,7 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from agentledger.bench.observe_overhead import CollectorStub
+from agentledger_bench.observe_overhead import CollectorStub
 from agentledger.observe import otlp
 
 

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 
-from agentledger.bench.observe_overhead import CollectorStub
+from agentledger_bench.observe_overhead import CollectorStub
 from agentledger.observe import semconv as sc
 from agentledger.observe import tracing
 from agentledger.records import RunStatus

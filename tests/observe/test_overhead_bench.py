@@ -1,4 +1,4 @@
-"""``python -m agentledger.bench.observe_overhead``: every figure is there, the OTLP
+"""``python -m agentledger_bench.observe_overhead``: every figure is there, the OTLP
 condition really exported spans and scraped /metrics, and tracing is off afterwards."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentledger.bench import observe_overhead
+from agentledger_bench import observe_overhead
 from agentledger.observe import tracing
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger.examples.stayhub.sandbox import SandboxServer
+from agentledger_examples.stayhub.sandbox import SandboxServer
 
 STAY: dict[str, Any] = {
     "hotel_id": "h-lis-1",

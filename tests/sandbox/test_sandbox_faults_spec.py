@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentledger.examples.stayhub.sandbox import FaultConfig, parse_faults
-from agentledger.examples.stayhub.sandbox.faults import EXAMPLE_SPEC, Fault, FaultInjector
+from agentledger_examples.stayhub.sandbox import FaultConfig, parse_faults
+from agentledger_examples.stayhub.sandbox.faults import EXAMPLE_SPEC, Fault, FaultInjector
 
 
 class FakeClock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentledger.examples.stayhub.sandbox import INVARIANTS, check_invariants
+from agentledger_examples.stayhub.sandbox import INVARIANTS, check_invariants
 
 ADDRESS = "g-1@guests.stayhub.example"
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger.examples.stayhub.sandbox import SandboxServer, serve
+from agentledger_examples.stayhub.sandbox import SandboxServer, serve
 
 STAY: dict[str, Any] = {
     "hotel_id": "h-por-1",
@@ -112,7 +112,7 @@ def test_cli_rejects_a_bad_fault_spec() -> None:
         [
             sys.executable,
             "-m",
-            "agentledger.examples.stayhub.sandbox",
+            "agentledger_examples.stayhub.sandbox",
             "--port",
             "1",
             "--faults",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from agentledger.examples.stayhub.sandbox import SandboxServer, check_invariants
+from agentledger_examples.stayhub.sandbox import SandboxServer, check_invariants
 
 if TYPE_CHECKING:
     from conftest import StayHub

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from agentledger.cli.main import cli
-from agentledger.service.bench import run_api_bench
+from agentledger_bench.api import run_api_bench
 
 _AT_RATE = {
     "mode", "target_per_s", "seconds", "requests", "connections", "accepted_per_s",

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from agentledger.examples.stayhub.app import app
-from agentledger.examples.stayhub.harness import (
+from agentledger_examples.stayhub.app import app
+from agentledger_examples.stayhub.harness import (
     AGENT,
     WorkerPool,
     approve_as_guests,
     wait_outbox_drained,
     wait_terminal,
 )
-from agentledger.examples.stayhub.sandbox import SandboxServer, check_invariants
+from agentledger_examples.stayhub.sandbox import SandboxServer, check_invariants
 from agentledger.records import Event, Run, Step
 from agentledger.store import SQLStore, open_store
 

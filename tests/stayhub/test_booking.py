@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from agentledger.examples.stayhub.sandbox.catalog import GUEST_EMAIL_DOMAIN
-from agentledger.examples.stayhub.script import INVENTED_ADDRESS
+from agentledger_examples.stayhub.sandbox.catalog import GUEST_EMAIL_DOMAIN
+from agentledger_examples.stayhub.script import INVENTED_ADDRESS
 
 from .conftest import StackFactory
 

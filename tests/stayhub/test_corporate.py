@@ -14,9 +14,9 @@ import httpx
 import pytest
 import uvicorn
 
-from agentledger.examples.stayhub.app import app as stayhub_app
-from agentledger.examples.stayhub.harness import AGENT
-from agentledger.examples.stayhub.sandbox.catalog import GUEST_EMAIL_DOMAIN
+from agentledger_examples.stayhub.app import app as stayhub_app
+from agentledger_examples.stayhub.harness import AGENT
+from agentledger_examples.stayhub.sandbox.catalog import GUEST_EMAIL_DOMAIN
 from agentledger.service import create_app
 from agentledger.service.auth import create_key
 from tests.service.conftest import PEPPER, free_port, settings_for, until

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentledger.examples.stayhub.sandbox import INVARIANTS
+from agentledger_examples.stayhub.sandbox import INVARIANTS
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""``python -m agentledger.bench.fair_claim`` runs on each backend, and the store's claim
+"""``python -m agentledger_bench.fair_claim`` runs on each backend, and the store's claim
 takes as many runs as the full-rank statement in every shape."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentledger.bench import fair_claim
+from agentledger_bench import fair_claim
 
 
 def test_fair_claim_bench_runs(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""``python -m agentledger.bench.prune_latency`` runs on each backend: the history is
+"""``python -m agentledger_bench.prune_latency`` runs on each backend: the history is
 pruned whole by the other process while the probe worker steps, before and after."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentledger.bench import prune_latency
+from agentledger_bench import prune_latency
 
 
 def test_prune_latency_bench_runs(store_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentledger.bench import engine_runs
+from agentledger_bench import engine_runs
 from agentledger.store import open_store
 from agentledger.store.sqlite import SQLiteDialect
 

@@ -86,7 +86,7 @@ def schema_summary(schema: dict[str, Any] | None) -> str:
     "app_path",
     envvar="AGENTLEDGER_APP",
     required=True,
-    help="module:attr of the App to describe, e.g. agentledger.examples.stayhub.app:app",
+    help="module:attr of the App to describe, e.g. agentledger_examples.stayhub.app:app",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def describe(app_path: str, as_json: bool) -> None:

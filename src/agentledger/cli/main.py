@@ -7,23 +7,21 @@ import click
 from agentledger.cli import (
     audit,
     backup,
-    bench,
-    demo,
     describe,
     docs,
-    example,
     keys,
     memory,
     ops,
     prune,
     resume,
     runs,
-    sandbox,
     serve,
     versions,
 )
 from agentledger.cli import stats as stats_cli
 from agentledger.cli.common import guarded
+from agentledger_bench import cli as bench
+from agentledger_examples.cli import demo, example, sandbox
 
 
 @click.group()

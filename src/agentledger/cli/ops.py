@@ -39,7 +39,7 @@ from agentledger.worker.runlog import configure_logging
     "app_path",
     envvar="AGENTLEDGER_APP",
     required=True,
-    help="module:attr of the App to run, e.g. agentledger.examples.stayhub.app:app",
+    help="module:attr of the App to run, e.g. agentledger_examples.stayhub.app:app",
 )
 @db_option
 @click.option(

@@ -1,0 +1,321 @@
+"""What tracing and metrics cost per step: ``python -m agentledger_bench.observe_overhead
+[--db URL] [--reps N] [--steps N]`` prints JSON.
+
+Conditions, measured in one process, interleaved (each repetition runs every condition,
+in a rotating order, so the noise of a shared machine hits them alike):
+
+- ``none``: no tracer provider (the default: every tracing hook is a type check);
+- ``memory``: the OpenTelemetry SDK with a ``BatchSpanProcessor`` into an in-memory
+  exporter (the cost of making the spans, without encoding or sending them);
+- ``otlp``: what a user configures (:func:`agentledger.observe.tracing.otlp_provider`:
+  the SDK, the SDK's ``BatchSpanProcessor`` with its default batch of 512 spans queueing
+  each span's encoded bytes, :class:`agentledger.observe.encoded.EncodingSpanProcessor`,
+  OTLP/HTTP with :class:`agentledger.observe.otlp.OTLPSpanExporter`; attempt spans made
+  finished and encoded from their fields, :mod:`agentledger.observe.finished`) sending
+  to a collector stub on loopback, and ``/metrics`` scraped every ``--scrape-every``
+  seconds while the runs execute (store queries on the worker's event loop): the whole
+  cost of being watched. The target is on this condition.
+- ``unsampled``: the same provider with ``OTEL_TRACES_SAMPLER=parentbased_always_off``:
+  what a run costs when a sampler left its trace out (each run's root span decides and
+  its steps follow, a resume too). A sampled fraction ``p`` of runs costs about
+  ``p * otlp + (1 - p) * unsampled``.
+
+With ``--compare``, four more conditions take ``otlp`` apart (same collector, same
+scraping), each one step further back: ``otlp_batch`` queues span objects in the SDK's
+``BatchSpanProcessor`` (``otlp`` before the encoding processor: the finished spans are
+made ``ReadableSpan`` objects and encoded by the processor's thread);
+``otlp_sdk_spans`` also makes the attempt spans through the SDK's ``Tracer.start_span``
+(:func:`agentledger.observe.tracing.use_finished_spans` off);
+``otlp_official_encoder`` queues span objects into the official ``OTLPSpanExporter``;
+``otlp_before`` does both of the last two, as agentledger did before any of these.
+
+Figures per condition: the median per-step time of a ``--steps``-step workflow of no-op
+read tools (``read_step_us``, timed inside the run as ``agentledger bench`` does) and of
+no-op ``ctx.step`` calls (``ctx_step_us``), and their ratio to ``none`` (a ratio of
+medians, and the median of the per-repetition ratios). The process histograms (step
+duration, ``gen_ai.client.*``) are recorded in every condition; their own cost per
+observation is ``histogram_observe_us``. ``read_step_cpu_us``: the process's CPU time per
+read step (all threads, run start and end included, and the export of every span the
+run made: what is still queued when the run ends is flushed inside the measurement),
+steadier than wall time on a loaded machine. The default ``--steps`` (1024) is two export
+batches, so the processor's thread encodes and sends during the timed run as it does on
+a busy worker. Target: ``otlp`` read-step overhead <= 10 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+
+from agentledger_bench.engine_runs import per_step_us
+from agentledger.observe import tracing
+from agentledger.observe.instruments import STEP_DURATION
+from agentledger.observe.metrics import MetricsServer
+from agentledger.store import open_store
+
+_SAMPLER_ENV = "OTEL_TRACES_SAMPLER"
+CONDITIONS = ("none", "memory", "otlp", "unsampled")
+COMPARE = ("otlp_batch", "otlp_sdk_spans", "otlp_official_encoder", "otlp_before")
+# Conditions that make the attempt spans through the SDK's own path.
+_SDK_SPANS = ("otlp_sdk_spans", "otlp_before")
+
+
+class CollectorStub:
+    """An OTLP/HTTP trace endpoint on loopback that accepts every export (counts requests
+    and bytes; with ``keep_bodies``, keeps each request body too)."""
+
+    def __init__(self, keep_bodies: bool = False) -> None:
+        stub = self
+        self.requests = 0
+        self.bytes = 0
+        self.bodies: list[bytes] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                stub.requests += 1
+                stub.bytes += len(body)
+                if keep_bodies:
+                    stub.bodies.append(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Scraper:
+    """Scrapes ``/metrics`` every ``every`` seconds from a thread while switched on."""
+
+    def __init__(self, port: int, every: float) -> None:
+        self.url, self.every = f"http://127.0.0.1:{port}/metrics", every
+        self.on = threading.Event()
+        self.stop = threading.Event()
+        self.scrapes = 0
+        self.errors = 0
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop.wait(self.every):
+            if self.on.is_set():
+                try:
+                    with urllib.request.urlopen(self.url, timeout=30) as reply:
+                        reply.read()
+                    self.scrapes += 1
+                except OSError:
+                    self.errors += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=35)
+
+
+def _batch_provider(url: str) -> Any:
+    """``otlp_provider`` before the encoding processor: the SDK's ``BatchSpanProcessor``
+    queueing span objects into agentledger's exporter."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from agentledger.observe.otlp import OTLPSpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
+    return provider
+
+
+def _official_provider(url: str) -> Any:
+    """``otlp_provider`` as it was: the SDK, a batch processor, the official exporter."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
+    return provider
+
+
+def _providers(collector: CollectorStub, compare: bool) -> dict[str, Any]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = TracerProvider()
+    exporter = InMemorySpanExporter()
+    memory.add_span_processor(BatchSpanProcessor(exporter))
+    otlp = tracing.otlp_provider(collector.url)  # the user's configuration, to loopback
+    # The SDK reads its sampler from the environment, as a user would set it.
+    saved = os.environ.get(_SAMPLER_ENV)
+    os.environ[_SAMPLER_ENV] = "parentbased_always_off"
+    try:
+        unsampled = tracing.otlp_provider(collector.url)
+    finally:
+        if saved is None:
+            del os.environ[_SAMPLER_ENV]
+        else:
+            os.environ[_SAMPLER_ENV] = saved
+    providers = {
+        "none": trace.NoOpTracerProvider(),
+        "memory": memory,
+        "otlp": otlp,
+        "unsampled": unsampled,
+        "_mem": exporter,
+    }
+    if compare:
+        providers["otlp_batch"] = _batch_provider(collector.url)
+        providers["otlp_sdk_spans"] = _batch_provider(collector.url)
+        providers["otlp_official_encoder"] = _official_provider(collector.url)
+        providers["otlp_before"] = _official_provider(collector.url)
+    return providers
+
+
+def _flush(provider: Any) -> None:
+    if hasattr(provider, "force_flush"):
+        provider.force_flush()
+
+
+@contextmanager
+def _condition(name: str, providers: dict[str, Any], scraper: Scraper) -> Iterator[None]:
+    tracing.set_provider(providers[name])
+    tracing.use_finished_spans(name not in _SDK_SPANS)
+    if name.startswith("otlp") or name == "unsampled":  # a watched worker: /metrics scraped
+        scraper.on.set()
+    try:
+        yield
+    finally:
+        scraper.on.clear()
+        _flush(providers[name])  # export what was batched, outside the timing
+        providers["_mem"].clear()
+        tracing.set_provider(None)
+        tracing.use_finished_spans(True)
+
+
+def histogram_observe_us(n: int = 20000) -> float:
+    """The cost of one step-duration observation (recorded in every condition)."""
+    child = STEP_DURATION.labels("bench_overhead", "read", "ok")
+    started = time.perf_counter()
+    for _ in range(n):
+        child.observe(0.001)
+    return (time.perf_counter() - started) / n * 1e6
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+async def measure(
+    url: str, reps: int, steps: int, scrape_every: float, compare: bool = False
+) -> dict[str, Any]:
+    """Every condition ``reps`` times, interleaved; the report."""
+    conditions = CONDITIONS + (COMPARE if compare else ())
+    store = open_store(url)
+    await store.open()
+    collector = CollectorStub()
+    metrics = MetricsServer(store, 0, asyncio.get_running_loop(), host="127.0.0.1").start()
+    scraper = Scraper(metrics.port, scrape_every)
+    providers = _providers(collector, compare)
+    read: dict[str, list[float]] = {c: [] for c in conditions}
+    step: dict[str, list[float]] = {c: [] for c in conditions}
+    read_cpu: dict[str, list[float]] = {c: [] for c in conditions}
+    try:
+        for name in conditions:  # warm up: imports, schema, page cache, the first spans
+            with _condition(name, providers, scraper):
+                await per_step_us(store, "bench_read_tool", 10)
+        for rep in range(reps):
+            turn = rep % len(conditions)
+            order = conditions[turn:] + conditions[:turn]
+            for name in order:
+                with _condition(name, providers, scraper):
+                    cpu = time.process_time()  # every thread: the exporter's too
+                    read[name].append(await per_step_us(store, "bench_read_tool", steps))
+                    _flush(providers[name])  # the rest of this run's spans, counted
+                    read_cpu[name].append((time.process_time() - cpu) / steps * 1e6)
+                    step[name].append(await per_step_us(store, "bench_step", steps))
+    finally:
+        # The scraper's last request is answered on this loop: never block it to wait.
+        await asyncio.to_thread(scraper.close)
+        metrics.stop()
+        for name in conditions[1:]:
+            providers[name].shutdown()
+        collector.close()
+        await store.close()
+    report: dict[str, Any] = {
+        "backend": "postgresql" if url.startswith("postgres") else "sqlite",
+        "reps": reps,
+        "steps": steps,
+        "scrape_every_s": scrape_every,
+        "scrapes": scraper.scrapes,
+        "scrape_errors": scraper.errors,
+        "otlp_exports": {"requests": collector.requests, "bytes": collector.bytes},
+        "histogram_observe_us": round(histogram_observe_us(), 3),
+    }
+    figures = (("read_step", read), ("ctx_step", step), ("read_step_cpu", read_cpu))
+    for figure, samples in figures:
+        base = _median(samples["none"])
+        for name in conditions:
+            report[f"{figure}_us_{name}"] = round(_median(samples[name]), 1)
+            if name == "none":
+                continue
+            report[f"{figure}_ratio_{name}"] = round(_median(samples[name]) / base, 3)
+            paired = [v / b for v, b in zip(samples[name], samples["none"], strict=True)]
+            report[f"{figure}_ratio_{name}_paired_median"] = round(_median(paired), 3)
+        report[f"{figure}_samples_us"] = {k: [round(v, 1) for v in vs] for k, vs in samples.items()}
+    report["target"] = "read_step_ratio_otlp <= 1.10"
+    report["target_met"] = report["read_step_ratio_otlp"] <= 1.10
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the options, run the benchmark, print its JSON."""
+    parser = argparse.ArgumentParser(prog="python -m agentledger_bench.observe_overhead")
+    parser.add_argument("--db", help="database URL (default: a temporary SQLite file)")
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=1024)
+    parser.add_argument("--scrape-every", type=float, default=1.0)
+    parser.add_argument(
+        "--compare", action="store_true", help="also the otlp condition taken apart"
+    )
+    args = parser.parse_args(argv)
+    workdir = None
+    url = args.db
+    if not url:
+        workdir = Path(tempfile.mkdtemp(prefix=".agentledger-observe-bench-"))
+        url = f"sqlite:///{workdir / 'engine.db'}"
+    try:
+        report = asyncio.run(measure(url, args.reps, args.steps, args.scrape_every, args.compare))
+    finally:
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
