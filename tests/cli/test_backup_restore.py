@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from agentledger_examples.stayhub.sandbox import SandboxServer
 from agentledger.records import RunStatus
+from agentledger_examples.stayhub.sandbox import SandboxServer
 from tests import dbutil
 from tests.apps import ledger
 from tests.engine.helpers import Env

@@ -9,8 +9,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from agentledger.cli.main import cli
-from agentledger_examples.stayhub.knowledge import POLICY_PATH
 from agentledger.store import open_store
+from agentledger_examples.stayhub.knowledge import POLICY_PATH
 from tests.memory.runs import count
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentledger_examples.stayhub.knowledge import POLICY_SOURCE, index_policy
 from agentledger.retrieval import index_path
 from agentledger.retrieval.tools import search_docs
 from agentledger.store import SQLStore
 from agentledger.store.queries.retrieval_docs import docs_audit_id, query_terms
 from agentledger.tools.context import ToolContext
+from agentledger_examples.stayhub.knowledge import POLICY_SOURCE, index_policy
 from tests.memory.runs import count
 
 
@@ -87,9 +87,9 @@ async def test_remove_deletes_the_rows_and_the_index(store: SQLStore, store_url:
 
 
 async def test_the_retrieval_bench_runs_and_cleans_up(tmp_path: Path) -> None:
-    from agentledger_bench.retrieval import measure
     from agentledger.retrieval.embeddings import embedder
     from agentledger.store import open_store
+    from agentledger_bench.retrieval import measure
 
     url = f"sqlite:///{tmp_path / 'bench.db'}"
     result = await measure(url, n=120, queries=20, k=3, chars=300)

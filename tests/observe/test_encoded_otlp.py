@@ -40,9 +40,9 @@ from opentelemetry.trace import (
     TraceState,
 )
 
-from agentledger_bench.observe_overhead import CollectorStub
 from agentledger.observe import finished, otlp, tracing
 from agentledger.observe.encoded import EncodingSpanProcessor, encoding_processor
+from agentledger_bench.observe_overhead import CollectorStub
 from tests.observe.test_otlp_encoding import VALUES, _sdk_spans
 
 RESOURCE = Resource.create({"service.name": "svc"}, "https://schema/r")

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from agentledger_bench.metrics_scrape import measure
 from agentledger.observe.metrics import REFRESH_ENV, figures_of, refresh_seconds, render_metrics
 from agentledger.observe.stuck import StuckPolicy
 from agentledger.records import Run, RunStatus
 from agentledger.store import Batch, NewRun, RunUpdate, SQLStore
+from agentledger_bench.metrics_scrape import measure
 from tests.observe.test_stuck_metrics import samples, value
 
 TARGET = "agent@1"

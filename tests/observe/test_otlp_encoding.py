@@ -32,8 +32,8 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from agentledger_bench.observe_overhead import CollectorStub
 from agentledger.observe import otlp
+from agentledger_bench.observe_overhead import CollectorStub
 
 
 class Color(enum.Enum):

@@ -13,10 +13,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 
-from agentledger_bench.observe_overhead import CollectorStub
 from agentledger.observe import semconv as sc
 from agentledger.observe import tracing
 from agentledger.records import RunStatus
+from agentledger_bench.observe_overhead import CollectorStub
 from tests.fast.lifecycle_harness import KILLED, Harness
 from tests.observe.apps import Payments, booking_app
 

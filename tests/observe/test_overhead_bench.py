@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from agentledger_bench import observe_overhead
 from agentledger.observe import tracing
+from agentledger_bench import observe_overhead
 
 
 def test_observe_overhead_quick(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from agentledger.records import Event, Run, Step
+from agentledger.store import SQLStore, open_store
 from agentledger_examples.stayhub.app import app
 from agentledger_examples.stayhub.harness import (
     AGENT,
@@ -21,8 +23,6 @@ from agentledger_examples.stayhub.harness import (
     wait_terminal,
 )
 from agentledger_examples.stayhub.sandbox import SandboxServer, check_invariants
-from agentledger.records import Event, Run, Step
-from agentledger.store import SQLStore, open_store
 
 INPUT = {
     "guest_id": "g-123",

@@ -14,11 +14,11 @@ import httpx
 import pytest
 import uvicorn
 
+from agentledger.service import create_app
+from agentledger.service.auth import create_key
 from agentledger_examples.stayhub.app import app as stayhub_app
 from agentledger_examples.stayhub.harness import AGENT
 from agentledger_examples.stayhub.sandbox.catalog import GUEST_EMAIL_DOMAIN
-from agentledger.service import create_app
-from agentledger.service.auth import create_key
 from tests.service.conftest import PEPPER, free_port, settings_for, until
 
 from .conftest import INPUT, Stack, StackFactory

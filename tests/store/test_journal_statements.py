@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from agentledger_bench import engine_runs
 from agentledger.store import open_store
 from agentledger.store.sqlite import SQLiteDialect
+from agentledger_bench import engine_runs
 
 
 async def test_read_step_is_three_statements(

@@ -15,7 +15,7 @@ And SSE lag -- from an event's insert time to its arrival at a client -- with
 ``streams`` open streams while a worker subprocess runs the runs (measured after the
 closed-loop phases, before the fixed-rate ones).
 
-The load generator is aiohttp's client (``pip install 'agentledger[bench]'``): httpx
+The load generator is aiohttp's client (a dependency of this package): httpx
 spent 2.4-2.7 ms of CPU per request here against aiohttp's 0.14-0.16 ms, and on two
 cores the generator shares the CPU with the server. Each load phase also reports the CPU
 time the server and the generator spent per request (Linux), so a missed target shows
@@ -94,7 +94,7 @@ def _aiohttp() -> Any:
         import aiohttp
     except ImportError:
         raise UsageError(
-            "the API benchmark's load generator needs aiohttp: pip install 'agentledger[bench]'"
+            "the API benchmark's load generator needs aiohttp: pip install -e ./bench"
         ) from None
     return aiohttp
 

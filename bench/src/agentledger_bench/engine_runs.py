@@ -6,10 +6,10 @@ import asyncio
 import time
 from typing import Any
 
-from agentledger_bench.apps import app as bench_app
 from agentledger.records import RunStatus
 from agentledger.store import SQLStore
 from agentledger.worker import Worker, WorkerConfig
+from agentledger_bench.apps import app as bench_app
 
 
 async def execute(

@@ -63,11 +63,11 @@ from typing import Any
 
 from opentelemetry import trace
 
-from agentledger_bench.engine_runs import per_step_us
 from agentledger.observe import tracing
 from agentledger.observe.instruments import STEP_DURATION
 from agentledger.observe.metrics import MetricsServer
 from agentledger.store import open_store
+from agentledger_bench.engine_runs import per_step_us
 
 _SAMPLER_ENV = "OTEL_TRACES_SAMPLER"
 CONDITIONS = ("none", "memory", "otlp", "unsampled")

@@ -10,10 +10,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from agentledger_bench.apps import app as bench_app
-from agentledger_bench.apps import worker_command
 from agentledger.records import RunStatus
 from agentledger.store import SQLStore
+from agentledger_bench.apps import app as bench_app
+from agentledger_bench.apps import worker_command
 
 
 def _pg_poll_done(url: str, ids: list[str]) -> int:

@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from agentledger import sealer
-from agentledger_bench.apps import app as bench_app
 from agentledger.prune import prune_tenant
 from agentledger.records import RunStatus
 from agentledger.store import SQLStore, open_store
 from agentledger.store.queries.retention import Policy
 from agentledger.worker import Worker, WorkerConfig
+from agentledger_bench.apps import app as bench_app
 
 HISTORY = "hist"
 PROBE = "probe"

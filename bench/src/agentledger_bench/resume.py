@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentledger.store.sqlstore import SQLStore
 from agentledger_bench.apps import app as bench_app
 from agentledger_bench.apps import worker_command
-from agentledger.store.sqlstore import SQLStore
 
 LEASE_SECONDS = 2.0
 

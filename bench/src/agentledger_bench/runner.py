@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentledger.store import open_store
 from agentledger_bench.baseline import (
     drop_postgres_raw,
     postgres_settings,
@@ -45,7 +46,6 @@ from agentledger_bench.engine_runs import concurrent, per_step_us
 from agentledger_bench.processes import process_throughput
 from agentledger_bench.resume import resume_latency
 from agentledger_bench.storage import postgres_bytes, sqlite_bytes
-from agentledger.store import open_store
 
 Progress = Callable[[str], None]
 

@@ -6,8 +6,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from agentledger_bench.engine_runs import execute
 from agentledger.store import SQLStore, open_store
+from agentledger_bench.engine_runs import execute
 
 
 def _sqlite_size(path: str) -> tuple[int, int]:

@@ -8,6 +8,7 @@ import click
 
 from agentledger.cli.common import db_option, json_option, print_json, run_async, with_store
 from agentledger.errors import UsageError
+from agentledger.extras import require
 from agentledger.store import SQLStore
 from agentledger.store.queries import service_keys
 
@@ -40,6 +41,7 @@ def keys() -> None:
 async def create(tenant: str, user: str, roles: str, expires_in: str, db: str) -> None:
     """Create a key and print it ONCE (only an HMAC of it is stored)."""
     # Imported here: the service (FastAPI) loads only for the commands that need it.
+    require("service", "agentledger keys create")
     from agentledger.service.auth import create_key
     from agentledger.service.settings import pepper_from_env
     from agentledger.store.queries.approvals import SYSTEM_PREFIX

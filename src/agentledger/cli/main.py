@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from agentledger.cli import (
@@ -20,11 +22,56 @@ from agentledger.cli import (
 )
 from agentledger.cli import stats as stats_cli
 from agentledger.cli.common import guarded
-from agentledger_bench import cli as bench
-from agentledger_examples.cli import demo, example, sandbox
+from agentledger.extras import PACKAGES, ExtraNotInstalled, installed, package_hint
+
+# The commands of the installables beside the runtime (examples/ and bench/ in the
+# repository): loaded from them when they are installed, else a stand-in that says in one
+# line what to install. Loaded when named, so other commands never import them.
+PACKAGED: dict[str, tuple[str, str, str]] = {
+    "sandbox": ("examples", "agentledger_examples.cli.sandbox", "StayHub's providers over HTTP."),
+    "example": ("examples", "agentledger_examples.cli.example", "A workflow and an agent run."),
+    "demo": ("examples", "agentledger_examples.cli.demo", "The StayHub demo on worker processes."),
+    "bench": ("bench", "agentledger_bench.cli", "The benchmarks."),
+}  # fmt: skip
 
 
-@click.group()
+def _stand_in(name: str, package: str, summary: str) -> click.Command:
+    message = package_hint(package, f"agentledger {name}")
+
+    def refuse() -> None:
+        raise ExtraNotInstalled(message)
+
+    return click.Command(
+        name,
+        callback=refuse,
+        help=f"{summary} Not installed: {PACKAGES[package][1]}.",
+        short_help=f"(not installed) {summary}",
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+
+
+def packaged_command(name: str) -> click.Command:
+    """The command ``name`` of :data:`PACKAGED`, or its stand-in when not installed."""
+    package, module, summary = PACKAGED[name]
+    if not installed(PACKAGES[package][0]):
+        return _stand_in(name, package, summary)
+    command = getattr(importlib.import_module(module), name)
+    assert isinstance(command, click.Command)
+    return command
+
+
+class _Commands(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *PACKAGED})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in PACKAGED and cmd_name not in self.commands:
+            self.add_command(packaged_command(cmd_name))
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Commands)
 @click.version_option(package_name="agentledger")
 def cli() -> None:
     """agentledger: a durable runtime for AI agents that change things in the world.
@@ -53,12 +100,6 @@ cli.add_command(prune.prune)
 cli.add_command(backup.backup)
 cli.add_command(backup.restore)
 cli.add_command(versions.versions)
-
-# The example and its tools: part of the package, never optional.
-cli.add_command(sandbox.sandbox)
-cli.add_command(example.example)
-cli.add_command(demo.demo)
-cli.add_command(bench.bench)
 
 
 @guarded

@@ -26,7 +26,7 @@ from agentledger.cli.common import (
 from agentledger.cli.text import cell, console, json_safe, visible
 from agentledger.clock import SYSTEM
 from agentledger.errors import UsageError
-from agentledger.observe.metrics import start_metrics
+from agentledger.extras import require
 from agentledger.store import SQLStore, open_store
 from agentledger.store.queries.approvals import SYSTEM_PREFIX
 from agentledger.worker import Worker, WorkerConfig, WorkerFailed, startup_signals
@@ -176,6 +176,7 @@ def worker(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if metrics_port is not None:  # before the app loads or the database opens
+        require("metrics", "agentledger worker --metrics-port")
         check_port_free(metrics_host, metrics_port, "--metrics-port")
     configure_logging(verbose=int(verbose), fmt=log_format)
     app = load_app(app_path)
@@ -183,7 +184,11 @@ def worker(
     async def main() -> None:
         store = open_store(db)
         await store.open()
-        metrics = start_metrics(store, metrics_port, metrics_host)  # observe/metrics.py
+        metrics = None
+        if metrics_port is not None:
+            from agentledger.observe.metrics import start_metrics
+
+            metrics = start_metrics(store, metrics_port, metrics_host)
         heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
         try:
             await Worker(store, app, config, burst=burst, exit_when_drained=exit_when_drained).run()

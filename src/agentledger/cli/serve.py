@@ -8,6 +8,7 @@ from agentledger import heap
 from agentledger.app import load_app
 from agentledger.cli.common import check_port_free, db_option
 from agentledger.errors import UsageError
+from agentledger.extras import require
 
 
 @click.command("serve")
@@ -118,6 +119,9 @@ def serve(
     `agentledger keys`). The process is stateless: run several behind a load
     balancer on one PostgreSQL database to scale out.
     """
+    require("service", "agentledger serve")
+    if metrics_port is not None:
+        require("metrics", "agentledger serve --metrics-port")
     # Before the app loads or the database opens: a busy port is one line, not uvicorn's
     # "startup complete" followed by an error.
     check_port_free(host, port)

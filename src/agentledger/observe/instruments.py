@@ -3,9 +3,30 @@ model calls, stuck episodes it reported). The store's figures are in metrics.py.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from typing import Any
 
 from agentledger.observe import semconv as sc
+
+try:
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+except ModuleNotFoundError:  # no metrics extra: nothing can scrape them, so record nothing
+
+    class _Unrecorded:
+        """An instrument without prometheus-client: every observation is dropped."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def labels(self, *values: str) -> _Unrecorded:
+            return self
+
+        def observe(self, amount: float) -> None:
+            pass
+
+        def inc(self, amount: float = 1) -> None:
+            pass
+
+    CollectorRegistry = Histogram = Counter = _Unrecorded  # type: ignore[assignment,misc]
 
 #: This process's instruments (histograms and counters only the process can see).
 PROCESS = CollectorRegistry(auto_describe=True)

@@ -26,15 +26,32 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from agentledger.extras import require
 from agentledger.observe import semconv as sc
-from agentledger.observe.finished import Pending, SpanMaker, maker
 from agentledger.observe.instruments import OPERATION_DURATION, STEP_DURATION, TOKEN_USAGE
+
+if TYPE_CHECKING:
+    from agentledger.observe.finished import SpanMaker
+
+try:
+    from agentledger.observe.finished import Pending, maker
+except ModuleNotFoundError:  # no SDK (the otel extra): no span is ever made finished
+
+    class Pending:  # type: ignore[no-redef]
+        """Never made without the SDK."""
+
+        def end(self, ending: dict[str, Any], status: Status | None) -> None:
+            raise NotImplementedError
+
+    def maker(provider: Any, tracer: Any) -> SpanMaker | None:  # type: ignore[misc]
+        return None
+
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TRACER_NAME = "agentledger"
@@ -111,6 +128,7 @@ def otlp_provider(endpoint: str | None = None) -> trace.TracerProvider:
     settings and ``OTEL_BSP_*`` variables); the exporter is the official one with a
     faster encoder of the same bytes (:class:`agentledger.observe.otlp.OTLPSpanExporter`).
     """
+    require("otel", "exporting spans with OTLP")
     from opentelemetry.sdk.trace import TracerProvider
 
     from agentledger.observe.encoded import encoding_processor

@@ -13,7 +13,6 @@ from fastapi import FastAPI
 
 from agentledger import sealer
 from agentledger.app import App
-from agentledger.observe.metrics import start_metrics
 from agentledger.service import accepting, deltas, docs_pages, problems
 from agentledger.service.accepts import AcceptBatcher
 from agentledger.service.auth import KeyCache, warn_of_other_peppers
@@ -59,7 +58,11 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
         api.state.accepts = accepts
         workers = await _start_workers(the_store, agent_app, settings.workers_inline)
         # /metrics without a key, on a port of its own (observe/metrics.py, as the worker's).
-        metrics = start_metrics(the_store, settings.metrics_port)
+        metrics = None
+        if settings.metrics_port is not None:  # prometheus-client: the metrics extra
+            from agentledger.observe.metrics import start_metrics
+
+            metrics = start_metrics(the_store, settings.metrics_port)
         dispatcher = Dispatcher(
             the_store, period=settings.webhook_poll, backoff=settings.webhook_backoff,
             egress=api.state.egress,

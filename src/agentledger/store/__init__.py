@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agentledger.errors import UsageError
+from agentledger.extras import hint
 from agentledger.store.base import (
     AlreadyDecided,
     Batch,
@@ -32,7 +33,8 @@ def open_store(url: str | None = None) -> SQLStore:
             from agentledger.store.postgres import PostgresDialect
         except ImportError as exc:
             raise UsageError(
-                "PostgreSQL support is not installed; run: pip install 'agentledger[postgres]'"
+                hint("postgres", "a postgresql:// database")
+                + " ('agentledger[postgres-binary]' where the host has no libpq)"
             ) from exc
         return SQLStore(PostgresDialect(url))
     if url.startswith("sqlite:") or "://" not in url:

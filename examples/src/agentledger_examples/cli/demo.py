@@ -29,8 +29,8 @@ from typing import Any
 import click
 
 from agentledger.cli.tables import journal_entry, journal_notes, journal_view
-from agentledger_examples.stayhub.sandbox.faults import grammar_help
 from agentledger.records import Run, RunStatus
+from agentledger_examples.stayhub.sandbox.faults import grammar_help
 
 DEFAULT_CHAOS = (
     "payments.create:error_after_commit@0.1,status=500,save=1;"
@@ -186,6 +186,7 @@ async def _demo(
     as_json: bool,
     tmp: Path,
 ) -> dict[str, Any]:
+    from agentledger.store import open_store
     from agentledger_examples.stayhub.app import app
     from agentledger_examples.stayhub.harness import (
         AGENT,
@@ -196,7 +197,6 @@ async def _demo(
         wait_outbox_drained,
     )
     from agentledger_examples.stayhub.sandbox import INVARIANTS, SandboxServer, check_invariants
-    from agentledger.store import open_store
 
     rng = random.Random(seed)
     kill_rng = random.Random(seed + 1)

@@ -42,11 +42,11 @@ from agentledger.agent import Agent
 from agentledger.app import App
 from agentledger.budget import Budget
 from agentledger.errors import BusinessError, InProgress
-from agentledger_examples.stayhub.script import booking_script
 from agentledger.models.scripted import ScriptedModel
 from agentledger.policies import Allow, Decision, ProposedCall, RequireApproval
 from agentledger.tools import Compensation, RetryPolicy, Status, ToolContext
 from agentledger.tools.http import call_provider
+from agentledger_examples.stayhub.script import booking_script
 
 DEFAULT_URL = "http://127.0.0.1:8700"
 

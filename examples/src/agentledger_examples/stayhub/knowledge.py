@@ -25,7 +25,6 @@ from typing import Any
 from agentledger.agent import Agent
 from agentledger.app import App
 from agentledger.budget import Budget
-from agentledger_examples.stayhub.script import Result, run_input, tool_results
 from agentledger.memory import memory_tools
 from agentledger.models.base import ModelRequest
 from agentledger.models.scripted import ScriptedModel, Turn
@@ -33,6 +32,7 @@ from agentledger.retrieval import index_path, search_docs
 from agentledger.store import open_store
 from agentledger.store.base import Store
 from agentledger.store.queries.retrieval_docs import Document
+from agentledger_examples.stayhub.script import Result, run_input, tool_results
 
 POLICY_PATH = Path(__file__).with_name("policy.md")
 POLICY_SOURCE = "stayhub:policy.md"

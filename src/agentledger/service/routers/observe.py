@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from agentledger.observe.metrics import CONTENT_TYPE, render_metrics
+from agentledger.extras import hint, missing
 from agentledger.observe.stats import parse_since, stats
 from agentledger.service.auth import ADMIN, DEPLOYMENT, Caller, require
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
@@ -28,6 +28,10 @@ async def metrics(request: Request, principal: Caller) -> Response:
     """Prometheus text format: runs by state, queue depth and wait, outbox, stuck runs...
     (a ``deployment`` key; ``serve --metrics-port`` serves it without one)."""
     require(principal, DEPLOYMENT, action="reading deployment-wide metrics")
+    if missing("metrics") is not None:
+        raise Problem("not-found", hint("metrics", "serving /metrics"))
+    from agentledger.observe.metrics import CONTENT_TYPE, render_metrics
+
     text = await render_metrics(request.app.state.store)
     return Response(content=text, media_type=CONTENT_TYPE)
 
