@@ -1,8 +1,10 @@
 # The one place the project's commands live.
-.PHONY: install demo test lint typecheck bench
+.PHONY: install demo test lint typecheck bench core-install
 
+# The README's test command installs the same: the runtime with every extra, the
+# examples (StayHub, the sandbox, the demo) and the benchmarks.
 install:
-	pip install -e '.[dev]'
+	pip install -e '.[dev]' -e ./examples -e ./bench
 
 demo:
 	agentledger demo
@@ -11,11 +13,15 @@ test:
 	pytest
 
 lint:
-	ruff check src tests
-	ruff format --check src tests
+	ruff check src tests examples bench
+	ruff format --check src tests examples bench
 
 typecheck:
 	mypy src/agentledger
 
 bench:
 	agentledger bench
+
+# `pip install agentledger` alone, in a fresh venv: what it pulls and that the core works.
+core-install:
+	python tests/install/check_core_install.py

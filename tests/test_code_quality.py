@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The runtime, the tests, and the installables beside the runtime (README, Two commands).
+CODE = ("src", "tests", "examples", "bench")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -21,9 +23,9 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_ruff_lint_and_format() -> None:
     if shutil.which("ruff") is None and _run("ruff", "--version").returncode != 0:
         pytest.skip("ruff is not installed (pip install -e '.[dev]')")
-    lint = _run("ruff", "check", "src", "tests")
+    lint = _run("ruff", "check", *CODE)
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    fmt = _run("ruff", "format", "--check", "src", "tests")
+    fmt = _run("ruff", "format", "--check", *CODE)
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 
