@@ -17,7 +17,7 @@ lint:
 	ruff format --check src tests examples bench
 
 typecheck:
-	mypy src/agentledger
+	mypy src/agentledger examples/src/agentledger_examples bench/src/agentledger_bench
 
 bench:
 	agentledger bench

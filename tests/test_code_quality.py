@@ -32,5 +32,10 @@ def test_ruff_lint_and_format() -> None:
 def test_mypy() -> None:
     if _run("mypy", "--version").returncode != 0:
         pytest.skip("mypy is not installed (pip install -e '.[dev]')")
-    result = _run("mypy", "src/agentledger")
+    result = _run(
+        "mypy",
+        "src/agentledger",
+        "examples/src/agentledger_examples",
+        "bench/src/agentledger_bench",
+    )
     assert result.returncode == 0, result.stdout + result.stderr

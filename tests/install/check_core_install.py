@@ -36,9 +36,7 @@ FORBIDDEN = {
 
 
 def run(*cmd: str | Path) -> str:
-    return subprocess.run(
-        [str(c) for c in cmd], check=True, capture_output=True, text=True
-    ).stdout
+    return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True).stdout
 
 
 def main() -> None:

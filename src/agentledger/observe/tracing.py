@@ -49,7 +49,7 @@ except ModuleNotFoundError:  # no SDK (the otel extra): no span is ever made fin
         def end(self, ending: dict[str, Any], status: Status | None) -> None:
             raise NotImplementedError
 
-    def maker(provider: Any, tracer: Any) -> SpanMaker | None:  # type: ignore[misc]
+    def maker(provider: Any, tracer: Any) -> SpanMaker | None:
         return None
 
 

@@ -63,7 +63,9 @@ class WorkerPool:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        roots = [str(Path(m.__file__).resolve().parents[1]) for m in (agentledger, examples)]
+        # The same agentledger and examples as this process, wherever they are installed.
+        roots = [str(Path(agentledger.__file__).resolve().parents[1])]
+        roots.append(str(Path(examples.__file__).resolve().parents[1]))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [*roots, env.get("PYTHONPATH")]))
         env["STAYHUB_URL"] = self.stayhub_url
         env.update(self.env)

@@ -126,7 +126,9 @@ class SandboxServer:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
-        roots = [str(Path(m.__file__).resolve().parents[1]) for m in (agentledger, examples)]
+        # The same agentledger and examples as this process, wherever they are installed.
+        roots = [str(Path(agentledger.__file__).resolve().parents[1])]
+        roots.append(str(Path(examples.__file__).resolve().parents[1]))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [*roots, env.get("PYTHONPATH")]))
         with open(self.log_path, "ab") as log:
             return subprocess.Popen(
