@@ -76,3 +76,15 @@ async def test_a_deployment_key_reads_figures_and_starts_nothing(api: Api) -> No
     both = await api.key("ops", "prom", ("deployment", "operator"))
     reply = await api.client.post("/v1/runs", json={"agent": "free", "input": {}}, headers=both)
     assert reply.status_code == 202, reply.text
+
+
+async def test_metrics_without_the_metrics_extra_say_what_to_install(
+    api: Api, monkeypatch: Any
+) -> None:
+    from agentledger import extras
+
+    real = extras.installed
+    monkeypatch.setattr(extras, "installed", lambda m: m != "prometheus_client" and real(m))
+    reply = await api.client.get("/metrics", headers=await api.key("ops", "prom", ("deployment",)))
+    assert reply.status_code == 404, reply.text
+    assert "pip install 'agentledger[metrics]'" in reply.json()["detail"]
