@@ -293,7 +293,11 @@ def cli_commands() -> dict[str, object]:
         if not isinstance(command, click.Group) or command.invoke_without_command:
             found[path] = command
         if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
+            # Through click's listing: the examples' and benchmarks' commands load by name.
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, name
                 walk(sub, f"{path} {name}")
 
     walk(cli, "agentledger")
