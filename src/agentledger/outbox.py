@@ -31,6 +31,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from agentledger import envsettings
 from agentledger.app import App
 from agentledger.clock import SYSTEM, Clock
 from agentledger.engine import inflight
@@ -41,7 +42,6 @@ from agentledger.engine.retries import (
     call_with_timeout,
     run_attempts,
 )
-from agentledger.envsettings import seconds_from_env
 from agentledger.errors import ToolError
 from agentledger.records import Effect, OutboxItem, Run
 from agentledger.store.base import Store
@@ -51,7 +51,7 @@ from agentledger.tools.status import Status
 
 log = logging.getLogger(__name__)
 
-BASE_DELAY = 1.0
+BASE_DELAY: float = envsettings.default("outbox_base_delay")
 MAX_DELAY = 300.0
 #: Overrides :data:`BASE_DELAY` for dispatchers built without one (a worker's): the
 #: first backoff of a delivery, doubled per retry or pending status check, in seconds.
@@ -139,7 +139,7 @@ class OutboxDispatcher:
 
 def default_base_delay() -> float:
     """The outbox's first backoff: ``$AGENTLEDGER_OUTBOX_BASE_DELAY`` or 1 s."""
-    return seconds_from_env(BASE_DELAY_ENV, BASE_DELAY, above_minimum=True)
+    return envsettings.current().outbox_base_delay
 
 
 class Delivery(Attempts[str]):

@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agentledger.envsettings import seconds_from_env
+from agentledger import envsettings
 from agentledger.observe.instruments import PROCESS
 from agentledger.observe.stuck import StuckPolicy
 from agentledger.store.base import Store
@@ -44,13 +44,13 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: How often a process reads the store's settled history again (seconds), overridden by
 #: ``$AGENTLEDGER_METRICS_REFRESH``; in between, scrapes read only the live part.
-REFRESH = 60.0
+REFRESH: float = envsettings.default("metrics_refresh")
 REFRESH_ENV = "AGENTLEDGER_METRICS_REFRESH"
 
 
 def refresh_seconds() -> float:
     """``$AGENTLEDGER_METRICS_REFRESH`` or :data:`REFRESH`."""
-    return seconds_from_env(REFRESH_ENV, REFRESH)
+    return envsettings.current().metrics_refresh
 
 
 class StoreFigures:
