@@ -160,92 +160,100 @@ class EnvSettings(BaseSettings):
 
     # The commands.
     db: Text = Field(
-        "sqlite:///agentledger.db",
+        default="sqlite:///agentledger.db",
         description="Database of every command without `--db`: `sqlite:///file.db` or "
         "`postgresql://user@host/db`.",
     )
     app: Text = Field(
-        "",
+        default="",
         description="App of the commands that take `--app`: `module:attribute` or "
         "`path/to/file.py:attribute`.",
     )
-    debug: Flag = Field(False, description="Commands print a traceback with their error.")
+    debug: Flag = Field(default=False, description="Commands print a traceback with their error.")
     demo_keep: Flag = Field(
-        False, description="`agentledger demo` keeps its temporary database and prints its path."
+        default=False,
+        description="`agentledger demo` keeps its temporary database and prints its path.",
     )
     # The service and the audit chain.
     key_pepper: SecretStr = Field(
-        SecretStr(""),
+        default=SecretStr(""),
         description="Secret that API keys are HMACed under, 16 characters or more: the same "
         "for `agentledger keys` and every `serve`.",
     )
     audit_key: SecretStr = Field(
-        SecretStr(""),
+        default=SecretStr(""),
         description="Secret audit seals are signed with, 32 characters or more (unset: "
         "unsigned seals); the same for every sealer and `audit verify`.",
     )
     audit_seal_every: Annotated[
         float, BeforeValidator(_seconds(0.01, 3600)), Field(ge=0.01, le=3600)
-    ] = Field(1.0, description="Seconds between audit seals (0.01 to 3600).")
+    ] = Field(default=1.0, description="Seconds between audit seals (0.01 to 3600).")
     webhook_backoff: Annotated[
         float, BeforeValidator(_seconds(0.01, 3600)), Field(ge=0.01, le=3600)
     ] = Field(
-        2.0,
+        default=2.0,
         description="Seconds before a worker's first webhook retry, doubling (0.01 to 3600; "
         "`serve` has its own setting).",
     )
     webhook_allow_hosts: Words = Field(
-        (),
+        default=(),
         description="Webhook targets inside the network that are allowed: host names, "
         "addresses or networks, separated by commas or spaces.",
     )
     webhook_hosts: Words = Field(
-        (),
+        default=(),
         description="Fixed addresses of webhook hosts, consulted before DNS: "
         "`name=address` entries separated by commas or spaces.",
     )
     # The workers.
     outbox_base_delay: Annotated[float, BeforeValidator(_seconds(above_minimum=True))] = Field(
-        1.0, gt=0, description="Seconds before an outbox delivery's first retry, doubling."
+        default=1.0, gt=0, description="Seconds before an outbox delivery's first retry, doubling."
     )
     stuck_after: Annotated[float, BeforeValidator(_seconds(above_minimum=True))] = Field(
-        900.0, gt=0, description="Seconds without progress after which a run counts as stuck."
+        default=900.0,
+        gt=0,
+        description="Seconds without progress after which a run counts as stuck.",
     )
     stuck_takeovers: Annotated[int, BeforeValidator(_count)] = Field(
-        3, ge=1, description="Lease takeovers after which a run counts as stuck (a crash loop)."
+        default=3,
+        ge=1,
+        description="Lease takeovers after which a run counts as stuck (a crash loop).",
     )
     stuck_check: Annotated[float | None, BeforeValidator(_seconds(above_minimum=True))] = Field(
-        None,
+        default=None,
         description="Seconds between a worker's looks for stuck runs (unset: 60 or a third "
         "of `AGENTLEDGER_STUCK_AFTER`, whichever is less).",
     )
     metrics_refresh: Seconds = Field(
-        60.0,
+        default=60.0,
         ge=0,
         description="Seconds a scrape's figures from the database are reused for "
         "(0: read on every scrape).",
     )
     # Models.
     model: Text = Field(
-        "",
+        default="",
         description="Model of every agent in this process, e.g. `openai:gpt-4.1-mini` or "
         "`openai:gpt-4.1-mini -> anthropic:claude-sonnet-4-5`.",
     )
     model_max_tokens: Annotated[int | None, BeforeValidator(_count)] = Field(
-        None,
+        default=None,
         description="Most output tokens of a model named by a string (unset: 1024).",
     )
     model_timeout: Annotated[float | None, BeforeValidator(_seconds(above_minimum=True))] = Field(
-        None, description="Seconds a call to a model named by a string may take (unset: 60)."
+        default=None,
+        description="Seconds a call to a model named by a string may take (unset: 60).",
     )
-    model_stream: Flag = Field(False, description="Models named by a string stream their answers.")
+    model_stream: Flag = Field(
+        default=False, description="Models named by a string stream their answers."
+    )
     model_prices: Text = Field(
-        "",
+        default="",
         description="Prices overriding `genai-prices`: a JSON object keyed by model, or the "
         "path of a JSON file.",
     )
     embeddings: Flag = Field(
-        True,
+        default=True,
         description="Documents and memory get vectors when the `embeddings` extra is "
         "installed (off: full-text search only).",
     )
@@ -299,7 +307,7 @@ def current() -> EnvSettings:
 @functools.lru_cache(maxsize=8)
 def _built(values: tuple[str | None, ...]) -> EnvSettings:
     # ``values`` is only the cache key: the model reads the environment itself.
-    return _checked(EnvSettings)
+    return _checked(lambda: EnvSettings())
 
 
 _NAMES = tuple(env_name(name) for name in EnvSettings.model_fields)

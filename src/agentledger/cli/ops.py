@@ -26,6 +26,7 @@ from agentledger.cli.common import (
 from agentledger.cli.text import cell, console, json_safe, visible
 from agentledger.clock import SYSTEM
 from agentledger.errors import UsageError
+from agentledger.records import ApprovalDecision
 from agentledger.observe.metrics import start_metrics
 from agentledger.store import SQLStore, open_store
 from agentledger.store.queries.approvals import SYSTEM_PREFIX
@@ -184,7 +185,7 @@ def worker(
         store = open_store(db)
         await store.open()
         metrics = start_metrics(store, metrics_port, metrics_host)  # observe/metrics.py
-        heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
+        heap.freeze_startup()  # agentledger/heap.py: full collections skip the start-up heap
         try:
             await Worker(store, app, config, burst=burst, exit_when_drained=exit_when_drained).run()
         finally:
@@ -292,8 +293,8 @@ def _decide(decision: str) -> Any:
     return command
 
 
-approvals.command("approve")(_decide("approve"))
-approvals.command("reject")(_decide("reject"))
+approvals.command("approve")(_decide(ApprovalDecision.APPROVE))
+approvals.command("reject")(_decide(ApprovalDecision.REJECT))
 
 
 @click.group("outbox", invoke_without_command=True)

@@ -19,7 +19,7 @@ from typing import Any
 from agentledger.agent import Agent
 from agentledger.engine.execution import Execution
 from agentledger.engine.model_step import model_step
-from agentledger.engine.signals import Handover, RunFailed
+from agentledger.engine.signals import Handover, HandoverReason, RunFailed
 from agentledger.engine.tool_step import run_tool_step
 from agentledger.engine.workflow_runner import hash_of, journaled_outcome
 from agentledger.memory.context import memory_note
@@ -48,9 +48,11 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
     while True:
         prior = exe.journal.get(step_no)
         if prior is not None and prior.kind != "model":
-            raise Handover("nondeterminism", f"step {step_no} should be a model call")
+            raise Handover(HandoverReason.NONDETERMINISM, f"step {step_no} should be a model call")
         if prior is not None and prior.status == StepStatus.FAILED:
-            raise Handover("model_error", f"model step {step_no} failed: {prior.error}")
+            raise Handover(
+                HandoverReason.MODEL_ERROR, f"model step {step_no} failed: {prior.error}"
+            )
         if prior is None or prior.status != StepStatus.SUCCEEDED:
             if prior is None:
                 exe.between_steps()
@@ -58,7 +60,9 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
                 await model_step(exe, agent, step_no, messages, schemas)
             entry = exe.journal[step_no]
             if entry.status != StepStatus.SUCCEEDED:
-                raise Handover("model_error", f"model step {step_no} failed: {entry.error}")
+                raise Handover(
+                    HandoverReason.MODEL_ERROR, f"model step {step_no} failed: {entry.error}"
+                )
             prior = entry
         else:  # answered from the journal: a span marked replayed, its tokens not counted
             tracing.replayed_step(exe, prior)
@@ -87,7 +91,7 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
                 invalid_streak += 1
                 if invalid_streak > agent.max_invalid_calls:
                     raise Handover(
-                        "invalid_arguments",
+                        HandoverReason.INVALID_ARGUMENTS,
                         f"the model kept sending invalid tool calls: {outcome.error}",
                     )
             else:

@@ -24,9 +24,14 @@ from agentledger.app import App
 from agentledger.canonical import journal_value
 from agentledger.clock import SYSTEM, Clock
 from agentledger.engine.agent_loop import run_agent
-from agentledger.engine.compensation import Decision, compensate, decide, journaled_decision
+from agentledger.engine.compensation import (
+    CompensationDecision,
+    compensate,
+    journaled_decision,
+    plan_compensation,
+)
 from agentledger.engine.execution import STORE_RETRY_SECONDS, Execution
-from agentledger.engine.signals import Abandon, Cancelled, Handover, Park, RunFailed
+from agentledger.engine.signals import Abandon, Cancelled, Handover, HandoverReason, Park, RunFailed
 from agentledger.engine.workflow_runner import run_workflow
 from agentledger.errors import StoreError, StoreUnavailable
 from agentledger.observe import tracing
@@ -122,10 +127,10 @@ async def _drive(exe: Execution, definition: Any) -> str:
         except Park as park:
             return await _park(exe, park)
         except Handover as handover:
-            if handover.reason == "unknown_outcome":
+            if handover.reason == HandoverReason.UNKNOWN_OUTCOME:
                 # An unknown outcome is left exactly as it is for a human to resolve.
                 return await _hand_over(exe, definition, handover.reason, handover.detail)
-            decision = Decision(
+            decision = CompensationDecision(
                 RunStatus.NEEDS_HUMAN,
                 error=definition.end_user_message,
                 handover_reason=handover.detail,
@@ -133,14 +138,14 @@ async def _drive(exe: Execution, definition: Any) -> str:
                 data={"reason": handover.reason, "detail": handover.detail},
             )
         except Cancelled as cancelled:
-            decision = Decision(
+            decision = CompensationDecision(
                 RunStatus.CANCELLED,
                 error=f"cancelled: {cancelled.reason}",
                 event="run.cancelled",
                 data={"reason": cancelled.reason},
             )
         except RunFailed as failed:
-            decision = Decision(
+            decision = CompensationDecision(
                 RunStatus.FAILED,
                 error=failed.message,
                 handover_reason=failed.error_class,
@@ -155,7 +160,7 @@ async def _drive(exe: Execution, definition: Any) -> str:
             trace = "".join(traceback.format_exception(exc)).rstrip()
             if not trace.startswith(TRACEBACK_START[1:]):  # a cause raised elsewhere
                 trace = TRACEBACK_START[1:] + trace
-            decision = Decision(
+            decision = CompensationDecision(
                 RunStatus.FAILED,
                 error=f"{message}\n{trace}",  # records.error_parts splits them again
                 data={"error": message, "traceback": trace},
@@ -169,7 +174,7 @@ async def _drive(exe: Execution, definition: Any) -> str:
         stuck = in_flight(exe)
         if stuck is not None:  # never decide past a write nobody settled
             return await _hand_over(exe, definition, "unknown_outcome", stuck)
-        decision = await decide(exe, decision)
+        decision = await plan_compensation(exe, decision)
     try:
         await compensate(exe, decision)
     except Park as park:

@@ -17,10 +17,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-#: The usage source of an answer no provider counted or billed (the scripted model).
-SIMULATED = "simulated"
+
+class UsageSource(StrEnum):
+    """Where an answer's usage comes from."""
+
+    REPORTED = "reported"  # the provider counted it
+    ESTIMATED = "estimated"  # the gateway counted what the provider left out
+    SIMULATED = "simulated"  # no provider counted or billed it (the scripted model)
+    NONE = "none"  # a failed attempt that provably cost nothing
 
 
 @dataclass
@@ -126,7 +133,7 @@ class ModelResponse:
     price_source: str | None = None  # e.g. "genai-prices 0.2.3", "override"
     #: Where ``usage`` comes from: "reported" by the provider, or "estimated" by the
     #: gateway for what the provider left out (an answer is never free).
-    usage_source: str = "reported"  # "reported", "estimated" or SIMULATED
+    usage_source: str = UsageSource.REPORTED
 
 
 class Model(ABC):

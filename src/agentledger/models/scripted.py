@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger.models.base import (
-    SIMULATED,
     Message,
     Model,
     ModelRequest,
     ModelResponse,
     ToolCall,
     Usage,
+    UsageSource,
 )
 
 
@@ -115,6 +115,6 @@ class ScriptedModel(Model):
             finish_reason=finish,
             # No provider counted or billed this: the figures are the scripted model's own
             # estimate, marked simulated wherever they are shown.
-            usage_source=SIMULATED,
+            usage_source=UsageSource.SIMULATED,
             price_source="scripted model (simulated)",
         )

@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 from agentledger import envsettings
 from agentledger.observe.instruments import PROCESS
 from agentledger.observe.stuck import StuckPolicy
+from agentledger.records import DeliveryStatus
 from agentledger.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -217,9 +218,9 @@ class _Snapshot(Collector):
         oldest = 0.0
         for row in data["outbox"]:
             backlog.add_metric([row["status"]], float(row["n"]))
-            if row["status"] == "dead":
+            if row["status"] == DeliveryStatus.DEAD:
                 dead = float(row["n"])
-            if row["status"] == "pending":
+            if row["status"] == DeliveryStatus.PENDING:
                 oldest = max(0.0, float(row["age"] or 0))
         yield backlog
         yield GaugeMetricFamily("agentledger_outbox_dead_letters", "Dead letters.", value=dead)

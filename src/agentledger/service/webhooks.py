@@ -213,7 +213,7 @@ class Dispatcher:
         delay = min(self.backoff * 2 ** (attempts - 1), self.max_backoff)
         dead = error is not None and (refused or attempts >= self.max_attempts)
         settled = await self.store.transact(
-            lambda d, c: service_webhooks.settle(
+            lambda d, c: service_webhooks.settle_delivery(
                 d, c, row["id"], error is None, error, time.time() + delay, dead,
                 int(row["lease_epoch"]),
             )
