@@ -13,7 +13,7 @@ import pytest
 from agentledger.engine.retries import RetryAction
 from agentledger.engine.signals import HandoverReason
 from agentledger.errors import FailureClass
-from agentledger.models.base import UsageSource
+from agentledger.models.base import FinishReason, UsageSource
 from agentledger.records import (
     ApprovalDecision,
     DeliveryStatus,
@@ -34,11 +34,12 @@ STORED = {
     ApprovalDecision: "approve reject",
     RetryAction: "retry check fail give_up",
     HandoverReason: "budget unknown_outcome compensation model_error nondeterminism "
-    "invalid_arguments outbox_key",
+    "invalid_arguments outbox_key resumes",
     UsageSource: "reported estimated simulated none",
     EffectKind: "read write money notify",
     Idempotency: "none provider effects",
     Delivery: "direct outbox",
+    FinishReason: "stop length tool_calls content_filter refusal",
 }
 
 

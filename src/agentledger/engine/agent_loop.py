@@ -23,7 +23,7 @@ from agentledger.engine.signals import Handover, HandoverReason, RunFailed
 from agentledger.engine.tool_step import run_tool_step
 from agentledger.engine.workflow_runner import hash_of, journaled_outcome
 from agentledger.memory.context import memory_note
-from agentledger.models.base import Message
+from agentledger.models.base import FinishReason, Message
 from agentledger.observe import tracing
 from agentledger.records import StepStatus
 
@@ -73,8 +73,9 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
         if message.refusal is not None:
             raise RunFailed("refused", f"the model refused: {message.refusal}")
         if not message.tool_calls:
-            if prior.output.get("finish_reason") == "length":  # cut at max_tokens: say so
-                return {"answer": message.content, "finish_reason": "length"}
+            # Cut at max_tokens: say so.
+            if prior.output.get("finish_reason") == FinishReason.LENGTH:
+                return {"answer": message.content, "finish_reason": FinishReason.LENGTH}
             return {"answer": message.content}
         for call in message.tool_calls:
             done = exe.prior(step_no, call.name, hash_of(call.arguments))

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import traceback
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 from agentledger.agent import Agent
@@ -40,8 +41,12 @@ from agentledger.store.base import NewEvent, Store
 
 log = logging.getLogger(__name__)
 
-RELEASED = "released"
-ABANDONED = "abandoned"
+
+class Stopped(StrEnum):
+    """How :func:`execute_run` ends when it leaves the run unfinished to others."""
+
+    RELEASED = "released"  # given back: another worker picks it up at once
+    ABANDONED = "abandoned"  # left to its lease's expiry (the lease was lost)
 
 
 async def execute_run(
@@ -102,7 +107,7 @@ async def _execute(exe: Execution, definition: Any, max_resumes: int) -> str:
                 exe,
                 RunStatus.NEEDS_HUMAN,
                 "run.handover",
-                {"reason": "resumes", "detail": detail},
+                {"reason": HandoverReason.RESUMES, "detail": detail},
                 error=definition.end_user_message,
                 handover_reason=detail,
             )
@@ -112,7 +117,7 @@ async def _execute(exe: Execution, definition: Any, max_resumes: int) -> str:
         if abandon.error is not None:
             raise abandon.error from None  # the store failed: the worker reports it
         log.info("run %s abandoned: %s", run.id, abandon.why)
-        return RELEASED if abandon.release else ABANDONED
+        return Stopped.RELEASED if abandon.release else Stopped.ABANDONED
 
 
 async def _drive(exe: Execution, definition: Any) -> str:
@@ -168,12 +173,12 @@ async def _drive(exe: Execution, definition: Any) -> str:
         else:
             stuck = in_flight(exe)
             if stuck is not None:
-                return await _hand_over(exe, definition, "unknown_outcome", stuck)
+                return await _hand_over(exe, definition, HandoverReason.UNKNOWN_OUTCOME, stuck)
             await _end(exe, RunStatus.COMPLETED, "run.completed", _totals(exe), result=result)
             return RunStatus.COMPLETED
         stuck = in_flight(exe)
         if stuck is not None:  # never decide past a write nobody settled
-            return await _hand_over(exe, definition, "unknown_outcome", stuck)
+            return await _hand_over(exe, definition, HandoverReason.UNKNOWN_OUTCOME, stuck)
         decision = await plan_compensation(exe, decision)
     try:
         await compensate(exe, decision)
@@ -272,7 +277,7 @@ async def _park(exe: Execution, park: Park) -> str:
     return RunStatus.WAITING
 
 
-async def _hand_over(exe: Execution, definition: Any, reason: str, detail: str) -> str:
+async def _hand_over(exe: Execution, definition: Any, reason: HandoverReason, detail: str) -> str:
     await _end(
         exe,
         RunStatus.NEEDS_HUMAN,

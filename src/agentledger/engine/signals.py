@@ -33,6 +33,7 @@ class HandoverReason(StrEnum):
     NONDETERMINISM = "nondeterminism"  # the code no longer matches the journal
     INVALID_ARGUMENTS = "invalid_arguments"  # the model kept proposing unusable arguments
     OUTBOX_KEY = "outbox_key"  # an outbox key was taken by another call
+    RESUMES = "resumes"  # resumed too often after losing its worker
 
 
 class Handover(RunSignal):

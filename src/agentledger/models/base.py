@@ -21,6 +21,16 @@ from enum import StrEnum
 from typing import Any
 
 
+class FinishReason(StrEnum):
+    """Why a model stopped answering, in the same words for every provider."""
+
+    STOP = "stop"  # a whole answer
+    LENGTH = "length"  # cut at the most output tokens
+    TOOL_CALLS = "tool_calls"  # it proposes calls
+    CONTENT_FILTER = "content_filter"
+    REFUSAL = "refusal"
+
+
 class UsageSource(StrEnum):
     """Where an answer's usage comes from."""
 
@@ -127,7 +137,7 @@ class ModelResponse:
     usage: Usage
     cost_usd: float = 0.0
     model: str = ""
-    finish_reason: str = "stop"
+    finish_reason: str = FinishReason.STOP
     provider: str = ""
     latency_ms: float | None = None
     price_source: str | None = None  # e.g. "genai-prices 0.2.3", "override"

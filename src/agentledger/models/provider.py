@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agentledger.errors import NotSent, ProviderError, RateLimited, ToolError, ToolTimeout
 from agentledger.models.base import (
+    FinishReason,
     Message,
     Model,
     ModelRequest,
@@ -263,7 +264,7 @@ def finished(name: str, raw: str | None, reasons: Mapping[str, str], has_calls: 
     if reason is None:
         shown = "no finish reason" if raw is None else f"finish reason {str(raw)[:40]!r}"
         raise IncompleteAnswer(f"{name}: {shown} does not say the answer is whole: not an answer")
-    if reason == "length" and has_calls:
+    if reason == FinishReason.LENGTH and has_calls:
         raise InvalidResponse(f"{name}: tool calls cut at max_tokens: none of them is run")
     return reason
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger.models.base import (
+    FinishReason,
     Message,
     Model,
     ModelRequest,
@@ -102,11 +103,11 @@ class ScriptedModel(Model):
         output = count_tokens(json.dumps(message.to_dict()))
         cost = prompt / 1000 * self.usd_per_1k_input + output / 1000 * self.usd_per_1k_output
         if turn.refusal is not None:
-            finish = "refusal"
+            finish = FinishReason.REFUSAL
         elif calls:
-            finish = "tool_calls"
+            finish = FinishReason.TOOL_CALLS
         else:
-            finish = "stop"
+            finish = FinishReason.STOP
         return ModelResponse(
             message=message,
             usage=Usage(input_tokens=prompt, output_tokens=output),
