@@ -26,8 +26,8 @@ from agentledger.cli.common import (
 from agentledger.cli.text import cell, console, json_safe, visible
 from agentledger.clock import SYSTEM
 from agentledger.errors import UsageError
-from agentledger.records import ApprovalDecision
 from agentledger.observe.metrics import start_metrics
+from agentledger.records import ApprovalDecision
 from agentledger.store import SQLStore, open_store
 from agentledger.store.queries.approvals import SYSTEM_PREFIX
 from agentledger.worker import Worker, WorkerConfig, WorkerFailed, startup_signals
