@@ -134,7 +134,7 @@ async def list_approvals(
 
 
 @router.post("/{approval_id}/decision", responses=ERRORS)
-async def decide_approval(
+async def decide(
     approval_id: str, body: ApprovalDecisionBody, request: Request, principal: Caller
 ) -> dict[str, Any]:
     """Approve or reject. Exactly one decision wins; none is recorded at or after the
