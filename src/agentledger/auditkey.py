@@ -21,9 +21,9 @@ import functools
 import hashlib
 import hmac
 import json
-import os
 from dataclasses import dataclass, field
 
+from agentledger import envsettings
 from agentledger.errors import UsageError
 
 ENV = "AGENTLEDGER_AUDIT_KEY"
@@ -109,7 +109,7 @@ def configured() -> AuditKey | None:
 
     Read on every call (cached per value), so a process and the commands it runs agree;
     raises :class:`UsageError` naming the variable when it is unusable."""
-    raw = os.environ.get(ENV, "")
+    raw = envsettings.current().audit_key.get_secret_value()
     return _parsed(raw) if raw.strip() else None
 
 

@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any
 
-from agentledger.errors import ToolError
+from agentledger.errors import FailureClass, ToolError
 
 MAX_DEPTH = 200
 REPLACEMENT = "\ufffd"
@@ -28,7 +28,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 class NotJournalable(ToolError):
     """A value JSON cannot carry exactly (set, datetime, non-string key, NaN, too deep)."""
 
-    error_class = "not_journalable"
+    error_class = FailureClass.NOT_JOURNALABLE
 
 
 def clean_text(text: str) -> str:

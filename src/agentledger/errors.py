@@ -26,7 +26,32 @@ Control signals (not errors) live in :mod:`agentledger.engine.signals`.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
+
+
+class FailureClass(StrEnum):
+    """The class of a failed call (``error_class``): it selects the retry rule
+    (:mod:`agentledger.engine.retries`) and is journaled with the failure."""
+
+    TOOL_ERROR = "tool_error"
+    RATE_LIMITED = "rate_limited"
+    PROVIDER_ERROR = "provider_error"
+    DEADLINE = "deadline"
+    TIMEOUT = "timeout"
+    IN_PROGRESS = "in_progress"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    REFUSED = "refused"
+    BUSINESS_ERROR = "business_error"
+    # The engine's and the gateway's own.
+    STEP_FAILED = "step_failed"
+    NOT_ALLOWED = "not_allowed"
+    NOT_JOURNALABLE = "not_journalable"
+    INCOMPLETE_ANSWER = "incomplete_answer"
+    CONTEXT_WINDOW = "context_window"
+    INVALID_RESPONSE = "invalid_response"
+    MODEL_REJECTED = "model_rejected"
+    MISSING_EXTRA = "missing_extra"
 
 
 class AgentLedgerError(Exception):
@@ -68,7 +93,7 @@ class LeaseLost(AgentLedgerError):
 class ToolError(AgentLedgerError):
     """A tool call failed. ``error_class`` selects the retry rule."""
 
-    error_class = "tool_error"
+    error_class: str = FailureClass.TOOL_ERROR
 
     def __init__(self, message: str, *, data: Any = None) -> None:
         super().__init__(message)
@@ -78,7 +103,7 @@ class ToolError(AgentLedgerError):
 class RateLimited(ToolError):
     """The provider said 429; ``retry_after`` is its Retry-After in seconds, if any."""
 
-    error_class = "rate_limited"
+    error_class = FailureClass.RATE_LIMITED
 
     def __init__(self, message: str = "rate limited", *, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -93,7 +118,7 @@ class ProviderError(ToolError):
     replayed for the same key): the engine treats it as an unknown outcome.
     """
 
-    error_class = "provider_error"
+    error_class = FailureClass.PROVIDER_ERROR
     #: True only when the request provably never reached the provider.
     not_sent = False
 
@@ -111,35 +136,35 @@ class DeadlineReached(ToolError):
     Not called means not applied: a final failure, never an unknown outcome.
     """
 
-    error_class = "deadline"
+    error_class = FailureClass.DEADLINE
 
 
 class ToolTimeout(ToolError):
     """The call did not answer in time; for a write the outcome is unknown."""
 
-    error_class = "timeout"
+    error_class = FailureClass.TIMEOUT
 
 
 class InProgress(ToolError):
     """409 "request in progress": the same key's first request is still running at the
     provider. Not an answer: wait, then check or send again with the same key."""
 
-    error_class = "in_progress"
+    error_class = FailureClass.IN_PROGRESS
 
 
 class InvalidArguments(ToolError):
     """The arguments do not fit the tool's schema (or the tool is unknown)."""
 
-    error_class = "invalid_arguments"
+    error_class = FailureClass.INVALID_ARGUMENTS
 
 
 class Refused(ToolError):
     """A refusal or policy block. Never retried."""
 
-    error_class = "refused"
+    error_class = FailureClass.REFUSED
 
 
 class BusinessError(ToolError):
     """The tool's own answer, such as sold out or card declined. Never retried."""
 
-    error_class = "business_error"
+    error_class = FailureClass.BUSINESS_ERROR

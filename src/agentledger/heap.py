@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 
 
-def settle() -> None:
+def freeze_startup() -> None:
     """Collect the start-up garbage, then move every surviving object out of the
     collector's reach. Call once, in a process's entry point, after imports and
     set-up and before serving: frozen objects are never collected, so freezing a heap

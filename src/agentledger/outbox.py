@@ -31,6 +31,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from agentledger import envsettings
 from agentledger.app import App
 from agentledger.clock import SYSTEM, Clock
 from agentledger.engine import inflight
@@ -41,9 +42,8 @@ from agentledger.engine.retries import (
     call_with_timeout,
     run_attempts,
 )
-from agentledger.envsettings import seconds_from_env
 from agentledger.errors import ToolError
-from agentledger.records import Effect, OutboxItem, Run
+from agentledger.records import DeliveryStatus, Effect, EffectStatus, OutboxItem, Run
 from agentledger.store.base import Store
 from agentledger.tools.context import ToolContext
 from agentledger.tools.contract import Tool
@@ -51,12 +51,11 @@ from agentledger.tools.status import Status
 
 log = logging.getLogger(__name__)
 
-BASE_DELAY = 1.0
+BASE_DELAY: float = envsettings.default("outbox_base_delay")
 MAX_DELAY = 300.0
 #: Overrides :data:`BASE_DELAY` for dispatchers built without one (a worker's): the
 #: first backoff of a delivery, doubled per retry or pending status check, in seconds.
 BASE_DELAY_ENV = "AGENTLEDGER_OUTBOX_BASE_DELAY"
-PENDING, DELIVERED, DEAD = "pending", "delivered", "dead"
 UNKNOWN_OUTCOME = "outcome unknown, check with the provider"
 
 
@@ -106,7 +105,7 @@ class OutboxDispatcher:
 
     async def deliver(self, item: OutboxItem) -> str | None:
         """Deliver one claimed row; return its status after (None: not touched)."""
-        if item.status != PENDING:
+        if item.status != DeliveryStatus.PENDING:
             # Delivered, dead or dropped (its step was compensated): never sent again.
             log.warning("outbox %s is %s, not pending: not delivered", item.key, item.status)
             return None
@@ -128,9 +127,9 @@ class OutboxDispatcher:
         checking = checking == "check"
         if tool.idempotency == "effects":
             effect = await self.store.get_effect(ops.effect_key)
-            if effect is not None and effect.status == "done":
+            if effect is not None and effect.status == EffectStatus.DONE:
                 return await ops.succeeded(effect.result, "effect_found")
-            if effect is not None and effect.status == "claimed":
+            if effect is not None and effect.status == EffectStatus.CLAIMED:
                 # A delivery called (or was about to) and never recorded the outcome.
                 ops.state.maybe_applied, checking = True, True
             ops.claim_status = None if effect is None else effect.status
@@ -139,7 +138,7 @@ class OutboxDispatcher:
 
 def default_base_delay() -> float:
     """The outbox's first backoff: ``$AGENTLEDGER_OUTBOX_BASE_DELAY`` or 1 s."""
-    return seconds_from_env(BASE_DELAY_ENV, BASE_DELAY, above_minimum=True)
+    return envsettings.current().outbox_base_delay
 
 
 class Delivery(Attempts[str]):
@@ -199,7 +198,7 @@ class Delivery(Attempts[str]):
             key=self.effect_key,
             run_id=self.item.run_id,
             step_no=self.item.step_no,
-            status="claimed",
+            status=EffectStatus.CLAIMED,
             result={"outbox": self.item.key, "attempt": self.state.attempts + 1},
         )
         written, _ = await self.d.store.swap_effect(claim, self.claim_status)
@@ -229,10 +228,10 @@ class Delivery(Attempts[str]):
     async def succeeded(self, result: Any, how: str) -> str:
         await self._settle_effect("done", result)
         self.state.maybe_applied = False
-        self.item.status, self.item.last_error = DELIVERED, None
+        self.item.status, self.item.last_error = DeliveryStatus.DELIVERED, None
         self._note(ok=True, how=how)
         await self.d.store.settle_outbox(self.item)
-        return DELIVERED
+        return DeliveryStatus.DELIVERED
 
     async def failed(self, error: ToolError) -> str:
         await self._settle_effect("failed")
@@ -253,10 +252,12 @@ class Delivery(Attempts[str]):
             next="check" if checking else "call",
         )
         await self.d.store.settle_outbox(self.item)
-        return PENDING
+        return DeliveryStatus.PENDING
 
     async def _settle_effect(self, status: str, result: Any = None) -> None:
-        held = self.holding or self.claim_status == "claimed"  # ours, or an earlier delivery's
+        held = (
+            self.holding or self.claim_status == EffectStatus.CLAIMED
+        )  # ours, or an earlier delivery's
         if self.tool.idempotency != "effects" or not held:
             return
         effect = Effect(
@@ -301,14 +302,14 @@ def _last_state(item: OutboxItem) -> RetryState:
 async def _settle_dead(
     d: OutboxDispatcher, item: OutboxItem, reason: str, ops: Delivery | None = None
 ) -> str:
-    item.status, item.last_error = DEAD, reason
+    item.status, item.last_error = DeliveryStatus.DEAD, reason
     if ops is not None:
         ops._note(error=reason, dead=True)
     else:
         item.history.append({"at": d.clock.now(), "attempt": item.attempts, "error": reason})
     log.warning("outbox %s dead after %d attempts: %s", item.key, item.attempts, reason)
     await d.store.settle_outbox(item)
-    return DEAD
+    return DeliveryStatus.DEAD
 
 
 __all__ = ["UNKNOWN_OUTCOME", "Delivery", "OutboxDispatcher"]

@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentledger.records import ApprovalDecision
+
 
 @dataclass(frozen=True)
 class Allow:
@@ -41,7 +43,7 @@ class RequireApproval:
 
     role: str
     expires_in: float = 24 * 3600.0
-    default: str = "reject"  # applied on expiry
+    default: str = ApprovalDecision.REJECT  # applied on expiry
     not_requester: bool = False
     approvals_needed: int = 1
 
@@ -69,7 +71,7 @@ class ProposedCall:
 Policy = Callable[[ProposedCall], Decision | Awaitable[Decision]]
 
 
-async def decide(policy: Policy | None, call: ProposedCall) -> Decision:
+async def run_policy(policy: Policy | None, call: ProposedCall) -> Decision:
     """Run a (sync or async) policy; no policy allows everything."""
     if policy is None:
         return Allow()

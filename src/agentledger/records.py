@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum, nonmember
 from typing import Any
 
 from agentledger.canonical import clean_text
 
 
-class RunStatus:
+class RunStatus(StrEnum):
     """Run states (docs/architecture.md, "Run states")."""
 
     QUEUED = "queued"
@@ -21,11 +22,11 @@ class RunStatus:
     EXPIRED = "expired"
     NEEDS_HUMAN = "needs_human"
 
-    ALL = (QUEUED, RUNNING, WAITING, COMPLETED, FAILED, CANCELLED, EXPIRED, NEEDS_HUMAN)
-    TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, EXPIRED, NEEDS_HUMAN})
+    ALL = nonmember((QUEUED, RUNNING, WAITING, COMPLETED, FAILED, CANCELLED, EXPIRED, NEEDS_HUMAN))
+    TERMINAL = nonmember(frozenset({COMPLETED, FAILED, CANCELLED, EXPIRED, NEEDS_HUMAN}))
 
 
-class StepStatus:
+class StepStatus(StrEnum):
     """Journal entry states. ``retrying``: parked for a later attempt; ``waiting``: for approval.
 
     ``NEW`` marks a step built in memory and not journaled yet; it is never stored.
@@ -38,6 +39,29 @@ class StepStatus:
     UNKNOWN = "unknown"
     RETRYING = "retrying"
     WAITING = "waiting"  # parked for an approval
+
+
+class EffectStatus(StrEnum):
+    """States of an effects-table guard (:class:`Effect`)."""
+
+    CLAIMED = "claimed"  # a call may be under way: its outcome is unknown until settled
+    DONE = "done"
+    FAILED = "failed"
+
+
+class DeliveryStatus(StrEnum):
+    """States of a delivery: an outbox row (:class:`OutboxItem`) or a webhook delivery."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    DEAD = "dead"  # its retries are used up: an operator retries or drops it
+
+
+class ApprovalDecision(StrEnum):
+    """What a human (or an approval's expiry) decides."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
 
 
 #: Where a failed run's error turns from its message to its traceback: the engine keeps
@@ -166,7 +190,7 @@ class OutboxItem:
     payload: Any
     attempts: int = 0
     next_attempt_at: float = 0.0
-    status: str = "pending"
+    status: str = DeliveryStatus.PENDING
     last_error: str | None = None
     history: list[Any] = field(default_factory=list)
     # The claim this copy was handed out under: a settle must carry both, so a

@@ -17,8 +17,7 @@ import logging
 import random
 from collections.abc import Callable
 
-from agentledger import auditkey
-from agentledger.envsettings import seconds_from_env
+from agentledger import auditkey, envsettings
 from agentledger.errors import StoreUnavailable
 from agentledger.store import Store
 from agentledger.store.queries import service_audit
@@ -30,7 +29,7 @@ log = logging.getLogger(__name__)
 Failing = Callable[[str, BaseException], None]
 
 PERIOD_ENV = "AGENTLEDGER_AUDIT_SEAL_EVERY"
-DEFAULT_PERIOD = 1.0
+DEFAULT_PERIOD: float = envsettings.default("audit_seal_every")
 BATCH = 500  # records per transaction (a backlog is sealed in several)
 MAX_BATCHES = 20  # per round, so one round's backlog cannot hold a process's loop
 
@@ -39,7 +38,7 @@ def period_from_env() -> float:
     """Seconds between seals (env ``AGENTLEDGER_AUDIT_SEAL_EVERY``, default 1; 0.01-3600).
 
     Raises :class:`UsageError` naming the variable when it is set to anything else."""
-    return seconds_from_env(PERIOD_ENV, DEFAULT_PERIOD, minimum=0.01, maximum=3600)
+    return envsettings.current().audit_seal_every
 
 
 def key_at_start() -> auditkey.AuditKey | None:

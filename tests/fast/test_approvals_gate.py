@@ -9,7 +9,7 @@ import pytest
 
 from agentledger import App, RunStatus, ToolContext
 from agentledger.clock import FakeClock
-from agentledger.engine.runner import ABANDONED
+from agentledger.engine.runner import Stopped
 from agentledger.errors import Refused, StoreError
 from agentledger.policies import Allow, Deny, ProposedCall, RequireApproval
 from agentledger.store.queries.approvals import ApprovalExpired
@@ -194,7 +194,7 @@ async def test_a_store_failure_while_deciding_leaves_the_run_for_resume(tmp_path
             raise StoreError("database is locked")
 
         h.store.decide_approval = broken  # type: ignore[method-assign]
-        assert await h.execute(run_id) == ABANDONED
+        assert await h.execute(run_id) == Stopped.ABANDONED
         assert not (await h.run(run_id)).terminal
         h.store.decide_approval = original  # type: ignore[method-assign]
         run = await h.drive(run_id)

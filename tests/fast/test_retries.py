@@ -15,10 +15,10 @@ from agentledger.engine.retries import (
     GIVE_UP,
     RETRY,
     RetryState,
+    after_failure,
     as_tool_error,
     backoff,
     call_with_timeout,
-    decide,
     next_delay,
 )
 from agentledger.engine.signals import Park
@@ -53,7 +53,7 @@ POLICY = RetryPolicy()
 def test_a_retry_after_past_the_cap_is_no_delay_at_all(retry_after: float) -> None:
     assert backoff(POLICY, 1, retry_after) is None
     state = RetryState()
-    decision = decide(POLICY, state, RateLimited(retry_after=retry_after), write=False)
+    decision = after_failure(POLICY, state, RateLimited(retry_after=retry_after), write=False)
     assert decision.action == FAIL
 
 
@@ -80,53 +80,62 @@ def test_retry_after_parsing_keeps_infinity_for_the_cap_and_drops_nan() -> None:
 @pytest.mark.parametrize("error", [BusinessError("x"), Refused("x"), InvalidArguments("x")])
 def test_answers_are_final_for_reads_and_writes(error: ToolError) -> None:
     for write in (False, True):
-        assert decide(POLICY, RetryState(), error, write=write).action == FAIL
+        assert after_failure(POLICY, RetryState(), error, write=write).action == FAIL
 
 
 def test_a_reads_classes() -> None:
     state = RetryState()
-    assert [decide(POLICY, state, ProviderError("5xx"), write=False).action for _ in range(3)] == [
+    assert [
+        after_failure(POLICY, state, ProviderError("5xx"), write=False).action for _ in range(3)
+    ] == [
         RETRY,
         RETRY,
         FAIL,
     ]
     state = RetryState()
-    assert [decide(POLICY, state, ToolTimeout("t"), write=False).action for _ in range(2)] == [
+    assert [
+        after_failure(POLICY, state, ToolTimeout("t"), write=False).action for _ in range(2)
+    ] == [
         RETRY,
         FAIL,
     ]
     state = RetryState()
-    actions = [decide(POLICY, state, InProgress("409"), write=False).action for _ in range(6)]
+    actions = [
+        after_failure(POLICY, state, InProgress("409"), write=False).action for _ in range(6)
+    ]
     assert actions == [RETRY] * 5 + [FAIL]
-    assert decide(POLICY, RetryState(), ToolError("bug"), write=False).action == FAIL
-    assert decide(POLICY, RetryState(), DeadlineReached("x"), write=False).action == FAIL
+    assert after_failure(POLICY, RetryState(), ToolError("bug"), write=False).action == FAIL
+    assert after_failure(POLICY, RetryState(), DeadlineReached("x"), write=False).action == FAIL
     assert next_delay(POLICY, RetryState(), ProviderError("5xx"), is_read=True) is not None
     assert next_delay(POLICY, RetryState(), BusinessError("no"), is_read=True) is None
 
 
 def test_a_writes_5xx_is_unknown_never_safe_to_resend_blind() -> None:
     state = RetryState()
-    assert decide(POLICY, state, ProviderError("500"), write=True, checkable=True).action == CHECK
+    assert (
+        after_failure(POLICY, state, ProviderError("500"), write=True, checkable=True).action
+        == CHECK
+    )
     assert state.maybe_applied and state.doubt == "provider_error"
-    keyed = decide(POLICY, RetryState(), ProviderError("500"), write=True, keyed=True)
+    keyed = after_failure(POLICY, RetryState(), ProviderError("500"), write=True, keyed=True)
     assert keyed.action == RETRY  # the same key: the provider dedupes it
-    assert decide(POLICY, RetryState(), ProviderError("500"), write=True).action == GIVE_UP
+    assert after_failure(POLICY, RetryState(), ProviderError("500"), write=True).action == GIVE_UP
 
 
 def test_not_sent_and_429_are_safe_to_resend_unless_an_earlier_attempt_is_in_doubt() -> None:
     state = RetryState()
     for error in (NotSent("refused"), RateLimited()):
-        assert decide(POLICY, state, error, write=True).action == RETRY
+        assert after_failure(POLICY, state, error, write=True).action == RETRY
     doubt = RetryState(maybe_applied=True, provider_error=2)
-    assert decide(POLICY, doubt, NotSent("refused"), write=True).action == GIVE_UP
+    assert after_failure(POLICY, doubt, NotSent("refused"), write=True).action == GIVE_UP
     doubt = RetryState(maybe_applied=True, rate_limited=3)
-    assert decide(POLICY, doubt, RateLimited(), write=True, checkable=True).action == CHECK
+    assert after_failure(POLICY, doubt, RateLimited(), write=True, checkable=True).action == CHECK
 
 
 def test_a_deadline_is_not_applied_unless_an_earlier_attempt_is_in_doubt() -> None:
-    assert decide(POLICY, RetryState(), DeadlineReached("x"), write=True).action == FAIL
+    assert after_failure(POLICY, RetryState(), DeadlineReached("x"), write=True).action == FAIL
     doubt = RetryState(maybe_applied=True)
-    assert decide(POLICY, doubt, DeadlineReached("x"), write=True).action == GIVE_UP
+    assert after_failure(POLICY, doubt, DeadlineReached("x"), write=True).action == GIVE_UP
 
 
 # calls -------------------------------------------------------------------------------------

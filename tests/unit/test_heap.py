@@ -1,4 +1,4 @@
-"""heap.settle: start-up garbage collected, the survivors frozen out of full collections."""
+"""heap.freeze_startup: start-up garbage collected, the survivors frozen out of full collections."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ class _Node:
         self.other: _Node | None = None
 
 
-def test_settle_collects_garbage_cycles_and_freezes_survivors() -> None:
+def test_freeze_startup_collects_garbage_cycles_and_freezes_survivors() -> None:
     a, b = _Node(), _Node()
     a.other, b.other = b, a  # a cycle: only the collector frees it
     dead = weakref.ref(a)
     kept = _Node()
     del a, b
     try:
-        heap.settle()
+        heap.freeze_startup()
         assert dead() is None, "the start-up garbage must be collected, not frozen"
         assert gc.get_freeze_count() > 0
         # What survived is out of the collector's reach: a full collection skips it.

@@ -166,10 +166,12 @@ async def test_an_attempt_is_written_back_only_under_its_own_claim(store: Any) -
     )
     assert [r["lease_epoch"] for r in late + later] == [1, 2]
     assert not await store.transact(  # "a"'s attempt ended after its lease: ignored
-        lambda d, c: service_webhooks.settle(d, c, "evt_x_1", False, "HTTP 500", now, False, 1)
+        lambda d, c: service_webhooks.settle_delivery(
+            d, c, "evt_x_1", False, "HTTP 500", now, False, 1
+        )
     )
     assert await store.transact(
-        lambda d, c: service_webhooks.settle(d, c, "evt_x_1", True, None, now, False, 2)
+        lambda d, c: service_webhooks.settle_delivery(d, c, "evt_x_1", True, None, now, False, 2)
     )
     (row,) = await store.transact(lambda d, c: service_webhooks.deliveries(d, c))
     assert row["status"] == "delivered" and row["attempts"] == 1 and row["last_error"] is None

@@ -140,7 +140,7 @@ async def _load(
 
     connector = aiohttp.TCPConnector(limit=concurrency)
     timeout = aiohttp.ClientTimeout(total=60)
-    heap.settle()  # as in _fixed_rate
+    heap.freeze_startup()  # as in _fixed_rate
     async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as session:
         server_before = _cpu_seconds(server_pid) if server_pid else None
         own_before = _own_cpu_seconds()
@@ -208,7 +208,7 @@ async def _fixed_rate(
     # The generator's own heap (the earlier phases' streams and results) out of the
     # collector's reach: a full collection of it stopped this process for 50-65 ms in
     # the middle of a phase, and every request scheduled meanwhile was charged for it.
-    heap.settle()
+    heap.freeze_startup()
     async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as session:
         server_before = _cpu_seconds(server_pid) if server_pid else None
         own_before = _own_cpu_seconds()
@@ -282,7 +282,7 @@ async def _sse_lag(
     lags: list[float] = []
     connector = aiohttp.TCPConnector(limit=streams + 10)
     timeout = aiohttp.ClientTimeout(total=300)
-    heap.settle()  # as in _fixed_rate
+    heap.freeze_startup()  # as in _fixed_rate
     async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as client:
         ids = []
         for _ in range(streams):

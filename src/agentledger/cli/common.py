@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from agentledger import envsettings
 from agentledger.canonical import MAX_DEPTH, NotJournalable, journal_value
 from agentledger.cli.text import json_safe
 from agentledger.errors import AgentLedgerError, UsageError
@@ -171,7 +172,12 @@ def check_text(value: str | None, option: str, limit: int | None = 200) -> None:
 
 
 def debug_enabled() -> bool:
-    return os.environ.get("AGENTLEDGER_DEBUG", "") not in ("", "0")
+    """``AGENTLEDGER_DEBUG`` is on; off when any variable is unusable (the error about it
+    is what is being shown)."""
+    try:
+        return envsettings.current().debug
+    except UsageError:
+        return False
 
 
 def fail(message: str, code: int = 2) -> None:

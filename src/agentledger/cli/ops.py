@@ -27,6 +27,7 @@ from agentledger.cli.text import cell, console, json_safe, visible
 from agentledger.clock import SYSTEM
 from agentledger.errors import UsageError
 from agentledger.extras import require
+from agentledger.records import ApprovalDecision
 from agentledger.store import SQLStore, open_store
 from agentledger.store.queries.approvals import SYSTEM_PREFIX
 from agentledger.worker import Worker, WorkerConfig, WorkerFailed, startup_signals
@@ -189,7 +190,7 @@ def worker(
             from agentledger.observe.metrics import start_metrics
 
             metrics = start_metrics(store, metrics_port, metrics_host)
-        heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
+        heap.freeze_startup()  # agentledger/heap.py: full collections skip the start-up heap
         try:
             await Worker(store, app, config, burst=burst, exit_when_drained=exit_when_drained).run()
         finally:
@@ -297,8 +298,8 @@ def _decide(decision: str) -> Any:
     return command
 
 
-approvals.command("approve")(_decide("approve"))
-approvals.command("reject")(_decide("reject"))
+approvals.command("approve")(_decide(ApprovalDecision.APPROVE))
+approvals.command("reject")(_decide(ApprovalDecision.REJECT))
 
 
 @click.group("outbox", invoke_without_command=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
@@ -11,6 +10,7 @@ import click
 from rich import box
 from rich.table import Table
 
+from agentledger import envsettings
 from agentledger.app import load_app
 from agentledger.cli.common import (
     check_text,
@@ -304,7 +304,7 @@ async def show_run(run_id: str, db: str, as_json: bool, verbose: bool = False) -
         f"epoch={run.lease_epoch} {resumes_text(run.resumes, by_operator)}",
         soft_wrap=True,  # one line: its figures are read (and grepped) together
     )
-    db_flag = "" if db in (DEFAULT_URL, os.environ.get("AGENTLEDGER_DB")) else f" --db {db}"
+    db_flag = "" if db in (DEFAULT_URL, envsettings.current().db) else f" --db {db}"
     for line in run_story(run, verbose, db_flag):
         out.print(line, soft_wrap=True)
     if getattr(run, "cancel_requested", None) and not run.terminal:

@@ -165,7 +165,7 @@ def serve(
     )
     agent_app = load_app(app_path)
     api = create_app(settings, agent_app)
-    heap.settle()  # agentledger/heap.py: full collections skip the start-up heap
+    heap.freeze_startup()  # agentledger/heap.py: full collections skip the start-up heap
     # service/server.py: uvicorn with bounds on slow and idle clients.
     config = uvicorn_config(api, host, port, settings.client_bounds, log_level)
     route_uvicorn_logs()

@@ -19,11 +19,11 @@ from typing import Any
 from agentledger.agent import Agent
 from agentledger.engine.execution import Execution
 from agentledger.engine.model_step import model_step
-from agentledger.engine.signals import Handover, RunFailed
+from agentledger.engine.signals import Handover, HandoverReason, RunFailed
 from agentledger.engine.tool_step import run_tool_step
 from agentledger.engine.workflow_runner import hash_of, journaled_outcome
 from agentledger.memory.context import memory_note
-from agentledger.models.base import Message
+from agentledger.models.base import FinishReason, Message
 from agentledger.observe import tracing
 from agentledger.records import StepStatus
 
@@ -48,9 +48,11 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
     while True:
         prior = exe.journal.get(step_no)
         if prior is not None and prior.kind != "model":
-            raise Handover("nondeterminism", f"step {step_no} should be a model call")
+            raise Handover(HandoverReason.NONDETERMINISM, f"step {step_no} should be a model call")
         if prior is not None and prior.status == StepStatus.FAILED:
-            raise Handover("model_error", f"model step {step_no} failed: {prior.error}")
+            raise Handover(
+                HandoverReason.MODEL_ERROR, f"model step {step_no} failed: {prior.error}"
+            )
         if prior is None or prior.status != StepStatus.SUCCEEDED:
             if prior is None:
                 exe.between_steps()
@@ -58,7 +60,9 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
                 await model_step(exe, agent, step_no, messages, schemas)
             entry = exe.journal[step_no]
             if entry.status != StepStatus.SUCCEEDED:
-                raise Handover("model_error", f"model step {step_no} failed: {entry.error}")
+                raise Handover(
+                    HandoverReason.MODEL_ERROR, f"model step {step_no} failed: {entry.error}"
+                )
             prior = entry
         else:  # answered from the journal: a span marked replayed, its tokens not counted
             tracing.replayed_step(exe, prior)
@@ -69,8 +73,9 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
         if message.refusal is not None:
             raise RunFailed("refused", f"the model refused: {message.refusal}")
         if not message.tool_calls:
-            if prior.output.get("finish_reason") == "length":  # cut at max_tokens: say so
-                return {"answer": message.content, "finish_reason": "length"}
+            # Cut at max_tokens: say so.
+            if prior.output.get("finish_reason") == FinishReason.LENGTH:
+                return {"answer": message.content, "finish_reason": FinishReason.LENGTH}
             return {"answer": message.content}
         for call in message.tool_calls:
             done = exe.prior(step_no, call.name, hash_of(call.arguments))
@@ -87,7 +92,7 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
                 invalid_streak += 1
                 if invalid_streak > agent.max_invalid_calls:
                     raise Handover(
-                        "invalid_arguments",
+                        HandoverReason.INVALID_ARGUMENTS,
                         f"the model kept sending invalid tool calls: {outcome.error}",
                     )
             else:

@@ -24,9 +24,9 @@ from agentledger.canonical import NotJournalable, canonical_json
 from agentledger.engine.execution import Execution
 from agentledger.engine.signals import Cancelled, Park
 from agentledger.engine.steps import ToolOutcome, fail_step
-from agentledger.errors import Refused
-from agentledger.policies import Allow, Deny, ProposedCall, RequireApproval, decide
-from agentledger.records import Approval, Step, StepStatus
+from agentledger.errors import FailureClass, Refused
+from agentledger.policies import Allow, Deny, ProposedCall, RequireApproval, run_policy
+from agentledger.records import Approval, ApprovalDecision, Step, StepStatus
 from agentledger.store.base import NewEvent
 from agentledger.store.queries import new_id
 from agentledger.tools.contract import Tool
@@ -38,7 +38,7 @@ CANCELLED_BY = "system:cancelled"
 class NotAllowed(Refused):
     """A policy denied the call: the model is told ``not_allowed`` and the reason."""
 
-    error_class = "not_allowed"
+    error_class = FailureClass.NOT_ALLOWED
 
 
 async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> ToolOutcome | None:
@@ -54,7 +54,7 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> 
         tenant_id=exe.run.tenant_id,
         run_input=exe.run.input,
     )
-    decision = await decide(exe.policy, call)
+    decision = await run_policy(exe.policy, call)
     if isinstance(decision, Allow) and tool.approval:
         decision = RequireApproval(role=tool.approval)
     # Every decision is in the audit trail: an Allow in the step's journal entry and its
@@ -133,8 +133,8 @@ async def _decided(
     if approval.decision is None:
         cancel = exe.cancel_reason()
         if cancel is not None:
-            approval = await _decide(exe, approval, "reject", CANCELLED_BY)
-            if approval.decision != "approve":
+            approval = await _decide(exe, approval, ApprovalDecision.REJECT, CANCELLED_BY)
+            if approval.decision != ApprovalDecision.APPROVE:
                 step.started_at = exe.clock.now()  # the wait is the approval's, not the step's
                 await fail_step(
                     exe,
@@ -150,7 +150,7 @@ async def _decided(
     # The step's duration is its own work from here on; the wait for the decision is
     # the approval's (requested_at to decided_at), shown apart (cli/tables.py).
     step.started_at = exe.clock.now()
-    if approval.decision == "approve":
+    if approval.decision == ApprovalDecision.APPROVE:
         # The decision covers the arguments the approver was shown (the approval row);
         # the call runs with the journaled ones: they must be the same call.
         if _digest(approval.arguments) != _digest(args):

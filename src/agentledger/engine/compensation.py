@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger.engine.execution import Execution
-from agentledger.engine.signals import Handover
+from agentledger.engine.signals import Handover, HandoverReason
 from agentledger.engine.steps import fail_step, new_step
 from agentledger.engine.tool_step import run_tool_step
 from agentledger.errors import ToolError
@@ -34,7 +34,7 @@ DECISION_NAME = "compensate"
 
 
 @dataclass
-class Decision:
+class CompensationDecision:
     """Where a run is heading once its compensations are done."""
 
     status: str
@@ -55,7 +55,7 @@ class Decision:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Decision:
+    def from_dict(cls, data: dict[str, Any]) -> CompensationDecision:
         return cls(
             status=data["status"],
             error=data.get("error"),
@@ -66,11 +66,11 @@ class Decision:
         )
 
 
-def journaled_decision(exe: Execution) -> Decision | None:
+def journaled_decision(exe: Execution) -> CompensationDecision | None:
     """The decision to compensate, if the journal holds one (the run is compensating)."""
     for step in exe.journal.values():
         if step.kind == DECISION_KIND and isinstance(step.output, dict):
-            return Decision.from_dict(step.output)
+            return CompensationDecision.from_dict(step.output)
     return None
 
 
@@ -98,7 +98,7 @@ def owed(exe: Execution) -> list[Step]:
     return steps
 
 
-async def decide(exe: Execution, decision: Decision) -> Decision:
+async def plan_compensation(exe: Execution, decision: CompensationDecision) -> CompensationDecision:
     """Journal ``decision`` with its compensation plan; return it.
 
     Nothing owed: nothing is journaled (the run finishes at once, no resume needed).
@@ -124,7 +124,7 @@ async def decide(exe: Execution, decision: Decision) -> Decision:
     return decision
 
 
-async def compensate(exe: Execution, decision: Decision) -> list[int]:
+async def compensate(exe: Execution, decision: CompensationDecision) -> list[int]:
     """Run the compensations of ``decision``'s plan still owed; return the steps undone.
 
     Raises Park (a compensation waits: the run parks and resumes here) or Handover
@@ -182,7 +182,9 @@ async def compensate(exe: Execution, decision: Decision) -> list[int]:
         else:
             failures.append(_failure(target, comp.tool, reason))
     if failures:
-        raise Handover("compensation", "compensation could not be settled: " + "; ".join(failures))
+        raise Handover(
+            HandoverReason.COMPENSATION, "compensation could not be settled: " + "; ".join(failures)
+        )
     return compensated
 
 
@@ -190,4 +192,4 @@ def _failure(target: Step, comp_tool: str, error: str | None) -> str:
     return f"{comp_tool} for step {target.step_no} ({target.name}): {error or 'failed'}"
 
 
-__all__ = ["Decision", "compensate", "decide", "journaled_decision", "owed"]
+__all__ = ["CompensationDecision", "compensate", "journaled_decision", "owed", "plan_compensation"]

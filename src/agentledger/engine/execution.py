@@ -18,7 +18,7 @@ from typing import Any
 from agentledger.agent import Agent
 from agentledger.canonical import NotJournalable, clean_text, journal_value
 from agentledger.clock import SYSTEM, Clock
-from agentledger.engine.signals import Abandon, Cancelled, Handover
+from agentledger.engine.signals import Abandon, Cancelled, Handover, HandoverReason
 from agentledger.errors import LeaseLost, StoreError, StoreUnavailable
 from agentledger.records import Approval, Effect, OutboxItem, Run, RunStatus, Step, StepStatus
 from agentledger.store.base import Batch, NewEvent, RunUpdate, Store
@@ -103,13 +103,13 @@ class Execution:
         step = self.journal.get(step_no)
         if step is not None and step.name != name:
             raise Handover(
-                "nondeterminism",
+                HandoverReason.NONDETERMINISM,
                 f"step {step_no} is {step.name!r} in the journal but the code asked for {name!r}",
             )
         if input_hash is not None:
             if step is not None and step.input_hash and step.input_hash != input_hash:
                 raise Handover(
-                    "nondeterminism",
+                    HandoverReason.NONDETERMINISM,
                     f"step {step_no} ({name!r}) was journaled with other arguments "
                     f"(input hash {step.input_hash}, now {input_hash})",
                 )
@@ -143,7 +143,7 @@ class Execution:
             self.step_count, self.active_seconds(), self.tokens, self.cost_usd
         )
         if reason is not None:
-            raise Handover("budget", reason)
+            raise Handover(HandoverReason.BUDGET, reason)
 
     # writes -------------------------------------------------------------------
 

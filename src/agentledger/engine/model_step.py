@@ -44,19 +44,19 @@ from agentledger.agent import Agent
 from agentledger.canonical import input_hash
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import Attempts, RetryState, call_with_timeout, run_attempts
-from agentledger.engine.signals import Handover, Park, RunFailed
+from agentledger.engine.signals import Handover, HandoverReason, Park, RunFailed
 from agentledger.engine.steps import close_duration, new_step, take_events
 from agentledger.errors import RateLimited, Refused, ToolError
 from agentledger.gateway import stream
 from agentledger.gateway.cooldown import COOLDOWNS
 from agentledger.gateway.tenants import TenantBudget, TenantUsage
 from agentledger.models.base import (
-    SIMULATED,
     Message,
     Model,
     ModelRequest,
     ModelResponse,
     ToolSchema,
+    UsageSource,
 )
 from agentledger.models.errors import FALLBACK_CLASSES, unbilled
 from agentledger.models.fallback import chain_of
@@ -104,7 +104,7 @@ class ModelAttempts(Attempts["ModelResponse | ToolError"]):
             raise
         if not isinstance(response, ModelResponse) or not isinstance(response.message, Message):
             raise Handover(
-                "model_error",
+                HandoverReason.MODEL_ERROR,
                 f"model {self.model.name} returned {type(response).__name__}, not a ModelResponse",
             )
         c.settle_success(self.model, response, started)
@@ -155,7 +155,7 @@ class ModelCall:
             lost.pop("inflight")
             lost["error_class"] = "lost"
             lost["error"] = "no answer journaled (the worker stopped during the call)"
-            lost["usage_source"] = "estimated"  # counted at its reservation
+            lost["usage_source"] = UsageSource.ESTIMATED  # counted at its reservation
 
     # the journal entry ----------------------------------------------------------
 
@@ -199,7 +199,7 @@ class ModelCall:
                 f"{exe.tokens} of {budget.max_tokens} tokens: not sent"
             )
             await self._journal(StepStatus.FAILED, error=_budget_error(reason))
-            raise Handover("budget", reason)
+            raise Handover(HandoverReason.BUDGET, reason)
         usage = await self._reserve_tenant(usd, tokens)
         attempt: dict[str, Any] = {
             "provider": model.provider,
@@ -257,11 +257,11 @@ class ModelCall:
         attempt.pop("inflight", None)
         reported = getattr(exc, "reported_usage", None)
         if reported is not None:
-            (tokens, cost), source = reported, "reported"
+            (tokens, cost), source = reported, UsageSource.REPORTED
         elif reserved is not None and not unbilled(exc):
-            (tokens, cost), source = reserved, "estimated"
+            (tokens, cost), source = reserved, UsageSource.ESTIMATED
         else:
-            tokens, cost, source = 0, 0.0, "none"
+            tokens, cost, source = 0, 0.0, UsageSource.NONE
         attempt.update(
             error_class=error_class,
             error=str(exc)[:300],
@@ -447,7 +447,7 @@ class ModelCall:
                 "output_tokens": response.usage.output_tokens,
                 "cached_tokens": response.usage.cached_tokens,
                 "source": response.usage_source,
-                "simulated": response.usage_source == SIMULATED,
+                "simulated": response.usage_source == UsageSource.SIMULATED,
             },
             prices=response.price_source,
         )
@@ -460,7 +460,7 @@ class ModelCall:
         reason = f"model {model.name} failed: {text}"
         if isinstance(error, Refused):
             raise RunFailed("refused", reason)
-        raise Handover("model_error", reason)
+        raise Handover(HandoverReason.MODEL_ERROR, reason)
 
 
 def _budget_error(reason: str, error_class: str = "budget") -> ToolError:

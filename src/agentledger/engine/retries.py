@@ -34,6 +34,7 @@ import math
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from agentledger.errors import (
@@ -60,11 +61,18 @@ MAX_SAME_KEY_RETRIES = 3
 
 _STATES = ("succeeded", "failed", "not_found", "pending")
 
-# Decisions after a failed attempt.
-RETRY = "retry"  # call again with the same key after ``delay``
-CHECK = "check"  # the outcome is unknown: resolve it (status check) after ``delay``
-FAIL = "fail"  # final, and nothing was applied (or it is the tool's own answer)
-GIVE_UP = "give_up"  # the outcome is unknown and cannot be settled: a human looks
+
+class RetryAction(StrEnum):
+    """What to do after a failed attempt (or a status check)."""
+
+    RETRY = "retry"  # call again with the same key after ``delay``
+    CHECK = "check"  # the outcome is unknown: resolve it (status check) after ``delay``
+    FAIL = "fail"  # final, and nothing was applied (or it is the tool's own answer)
+    GIVE_UP = "give_up"  # the outcome is unknown and cannot be settled: a human looks
+
+
+# The module's shorthand for the actions.
+RETRY, CHECK, FAIL, GIVE_UP = RetryAction
 
 
 @dataclass
@@ -98,10 +106,10 @@ class RetryState:
 
 
 @dataclass
-class Decision:
+class RetryDecision:
     """What to do after a failed attempt (or a status check)."""
 
-    action: str
+    action: RetryAction
     delay: float = 0.0
     why: str = ""
 
@@ -133,7 +141,7 @@ def _counted(
     return delay
 
 
-def decide(
+def after_failure(
     policy: RetryPolicy,
     state: RetryState,
     error: ToolError,
@@ -141,7 +149,7 @@ def decide(
     write: bool,
     checkable: bool = False,
     keyed: bool = False,
-) -> Decision:
+) -> RetryDecision:
     """Classify a failed attempt and record it in ``state``.
 
     ``write``: the call may change something; ``checkable``: the tool has a status
@@ -149,10 +157,12 @@ def decide(
     """
     state.history.append(error.error_class)
     if isinstance(error, BusinessError | Refused | InvalidArguments):
-        return Decision(FAIL, why=error.error_class)
+        return RetryDecision(FAIL, why=error.error_class)
     if isinstance(error, DeadlineReached):
         # Not called. Final -- unless an earlier attempt may have been applied.
-        return _unsettled(state, checkable) if write and state.maybe_applied else Decision(FAIL)
+        return (
+            _unsettled(state, checkable) if write and state.maybe_applied else RetryDecision(FAIL)
+        )
     if isinstance(error, RateLimited | NotSent):
         # Answered "not now", or provably never sent: this attempt applied nothing.
         if isinstance(error, RateLimited):
@@ -162,52 +172,56 @@ def decide(
             n = state.provider_error + 1
             delay = _counted(policy, state, "provider_error", backoff(policy, n))
         if delay is not None:
-            return Decision(RETRY, delay)
-        return _unsettled(state, checkable) if write and state.maybe_applied else Decision(FAIL)
+            return RetryDecision(RETRY, delay)
+        return (
+            _unsettled(state, checkable) if write and state.maybe_applied else RetryDecision(FAIL)
+        )
     if isinstance(error, InProgress):
         # The same key's first request is still running: wait, then look again.
         delay = _counted(policy, state, "in_progress", backoff(policy, state.in_progress + 1))
         if not write:
-            return Decision(RETRY, delay) if delay is not None else Decision(FAIL)
+            return RetryDecision(RETRY, delay) if delay is not None else RetryDecision(FAIL)
         _doubt(state, error)
         if delay is None:
             return _unsettled(state, checkable, "still in progress at the provider")
         if checkable:
-            return Decision(CHECK, delay)
+            return RetryDecision(CHECK, delay)
         if keyed:
-            return Decision(RETRY, delay)
-        return Decision(GIVE_UP, why="the provider reports the request in progress")
+            return RetryDecision(RETRY, delay)
+        return RetryDecision(GIVE_UP, why="the provider reports the request in progress")
     if not write:
         if isinstance(error, ProviderError):
             n = state.provider_error + 1
             delay = _counted(policy, state, "provider_error", backoff(policy, n))
-            return Decision(RETRY, delay) if delay is not None else Decision(FAIL)
+            return RetryDecision(RETRY, delay) if delay is not None else RetryDecision(FAIL)
         if isinstance(error, ToolTimeout):
             delay = _counted(policy, state, "timeout", 0.0)
-            return Decision(RETRY, delay) if delay is not None else Decision(FAIL)
-        return Decision(FAIL)
+            return RetryDecision(RETRY, delay) if delay is not None else RetryDecision(FAIL)
+        return RetryDecision(FAIL)
     # A write answered 5xx, timed out, failed in transit or crashed: did it apply?
     _doubt(state, error)
     if checkable:
-        return Decision(CHECK)
+        return RetryDecision(CHECK)
     return resend_same_key(policy, state, keyed, error)
 
 
 def resend_same_key(
     policy: RetryPolicy, state: RetryState, keyed: bool, error: ToolError | None = None
-) -> Decision:
+) -> RetryDecision:
     """An unknown write with no status check: resend with the same key if the provider
     dedupes it (bounded), else nobody can know."""
     if not keyed:
-        return Decision(GIVE_UP, why="no status check and no provider idempotency")
+        return RetryDecision(GIVE_UP, why="no status check and no provider idempotency")
     state.same_key += 1
     if state.same_key > MAX_SAME_KEY_RETRIES:
-        return Decision(GIVE_UP, why=f"still unknown after {state.same_key - 1} same-key resends")
+        return RetryDecision(
+            GIVE_UP, why=f"still unknown after {state.same_key - 1} same-key resends"
+        )
     delay = backoff(policy, state.same_key) if isinstance(error, ProviderError) else 0.0
-    return Decision(RETRY, delay or 0.0)
+    return RetryDecision(RETRY, delay or 0.0)
 
 
-def after_status(policy: RetryPolicy, state: RetryState, status: Status) -> Decision | None:
+def after_status(policy: RetryPolicy, state: RetryState, status: Status) -> RetryDecision | None:
     """What a status check's answer means: None for ``succeeded`` / ``failed`` (the
     caller records them), else call again, check again later, fail or give up."""
     if status.state in ("succeeded", "failed"):
@@ -219,14 +233,16 @@ def after_status(policy: RetryPolicy, state: RetryState, status: Status) -> Deci
         if doubt == ProviderError.error_class:
             n = state.provider_error + 1
             delay = _counted(policy, state, "provider_error", backoff(policy, n))
-            return Decision(RETRY, delay) if delay is not None else Decision(FAIL, why=doubt)
+            return (
+                RetryDecision(RETRY, delay) if delay is not None else RetryDecision(FAIL, why=doubt)
+            )
         state.not_found += 1
         if state.not_found > MAX_SAME_KEY_RETRIES:
-            return Decision(FAIL, why=doubt or "not_found")
-        return Decision(RETRY, 0.0)
+            return RetryDecision(FAIL, why=doubt or "not_found")
+        return RetryDecision(RETRY, 0.0)
     if state.checks >= MAX_STATUS_CHECKS:
-        return Decision(GIVE_UP, why=f"still pending after {state.checks} status checks")
-    return Decision(CHECK, backoff(policy, state.checks) or 0.0)
+        return RetryDecision(GIVE_UP, why=f"still pending after {state.checks} status checks")
+    return RetryDecision(CHECK, backoff(policy, state.checks) or 0.0)
 
 
 def _doubt(state: RetryState, error: ToolError) -> None:
@@ -235,11 +251,11 @@ def _doubt(state: RetryState, error: ToolError) -> None:
         state.doubt = error.error_class
 
 
-def _unsettled(state: RetryState, checkable: bool, why: str = "") -> Decision:
+def _unsettled(state: RetryState, checkable: bool, why: str = "") -> RetryDecision:
     state.maybe_applied = True
     if checkable:
-        return Decision(CHECK, why=why)
-    return Decision(GIVE_UP, why=why or "an earlier attempt may have been applied")
+        return RetryDecision(CHECK, why=why)
+    return RetryDecision(GIVE_UP, why=why or "an earlier attempt may have been applied")
 
 
 def next_delay(
@@ -247,7 +263,7 @@ def next_delay(
 ) -> float | None:
     """Record a failure of a call with no side effect; the delay before the next
     attempt, or None for no retry (model calls use this)."""
-    decision = decide(policy, state, exc, write=not is_read)
+    decision = after_failure(policy, state, exc, write=not is_read)
     return decision.delay if decision.action == RETRY else None
 
 
@@ -311,7 +327,7 @@ async def run_attempts(ops: Attempts[T], *, checking: bool = False) -> T:
         error: ToolError | None = None
         if checking:
             resolved = await _resolve(ops)
-            if not isinstance(resolved, Decision):
+            if not isinstance(resolved, RetryDecision):
                 return resolved
             decision = resolved
         else:
@@ -322,7 +338,7 @@ async def run_attempts(ops: Attempts[T], *, checking: bool = False) -> T:
                 result = await ops.call()
             except Exception as exc:
                 error = as_tool_error(exc)
-                decision = decide(
+                decision = after_failure(
                     ops.policy,
                     ops.state,
                     error,
@@ -351,7 +367,7 @@ async def run_attempts(ops: Attempts[T], *, checking: bool = False) -> T:
                 return stop
 
 
-async def _resolve(ops: Attempts[T]) -> Decision | T:
+async def _resolve(ops: Attempts[T]) -> RetryDecision | T:
     """Settle an unknown outcome: status check, same-key resend, or give up."""
     if not ops.checkable:
         return _bounded(ops, resend_same_key(ops.policy, ops.state, ops.keyed))
@@ -372,16 +388,16 @@ async def _resolve(ops: Attempts[T]) -> Decision | T:
     return _bounded(ops, decision)
 
 
-def _bounded(ops: Attempts[Any], decision: Decision) -> Decision:
+def _bounded(ops: Attempts[Any], decision: RetryDecision) -> RetryDecision:
     """Stop calling once ``max_calls`` calls were made (the outbox's attempts)."""
     if decision.action != RETRY or ops.max_calls is None or ops.state.attempts < ops.max_calls:
         return decision
     if ops.write and ops.state.maybe_applied:
-        return Decision(GIVE_UP, why=f"outcome unknown after {ops.state.attempts} attempts")
-    return Decision(FAIL, why="attempts exhausted")
+        return RetryDecision(GIVE_UP, why=f"outcome unknown after {ops.state.attempts} attempts")
+    return RetryDecision(FAIL, why="attempts exhausted")
 
 
-def _proven_failure(decision: Decision) -> ToolError:
+def _proven_failure(decision: RetryDecision) -> ToolError:
     """The failure recorded when status checks proved every attempt not applied and
     the retries of the doubt's class are used up."""
     doubt = decision.why or "not_found"

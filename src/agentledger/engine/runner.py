@@ -17,6 +17,7 @@ import asyncio
 import logging
 import traceback
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 from agentledger.agent import Agent
@@ -24,9 +25,14 @@ from agentledger.app import App
 from agentledger.canonical import journal_value
 from agentledger.clock import SYSTEM, Clock
 from agentledger.engine.agent_loop import run_agent
-from agentledger.engine.compensation import Decision, compensate, decide, journaled_decision
+from agentledger.engine.compensation import (
+    CompensationDecision,
+    compensate,
+    journaled_decision,
+    plan_compensation,
+)
 from agentledger.engine.execution import STORE_RETRY_SECONDS, Execution
-from agentledger.engine.signals import Abandon, Cancelled, Handover, Park, RunFailed
+from agentledger.engine.signals import Abandon, Cancelled, Handover, HandoverReason, Park, RunFailed
 from agentledger.engine.workflow_runner import run_workflow
 from agentledger.errors import StoreError, StoreUnavailable
 from agentledger.observe import tracing
@@ -35,8 +41,12 @@ from agentledger.store.base import NewEvent, Store
 
 log = logging.getLogger(__name__)
 
-RELEASED = "released"
-ABANDONED = "abandoned"
+
+class Stopped(StrEnum):
+    """How :func:`execute_run` ends when it leaves the run unfinished to others."""
+
+    RELEASED = "released"  # given back: another worker picks it up at once
+    ABANDONED = "abandoned"  # left to its lease's expiry (the lease was lost)
 
 
 async def execute_run(
@@ -97,7 +107,7 @@ async def _execute(exe: Execution, definition: Any, max_resumes: int) -> str:
                 exe,
                 RunStatus.NEEDS_HUMAN,
                 "run.handover",
-                {"reason": "resumes", "detail": detail},
+                {"reason": HandoverReason.RESUMES, "detail": detail},
                 error=definition.end_user_message,
                 handover_reason=detail,
             )
@@ -107,7 +117,7 @@ async def _execute(exe: Execution, definition: Any, max_resumes: int) -> str:
         if abandon.error is not None:
             raise abandon.error from None  # the store failed: the worker reports it
         log.info("run %s abandoned: %s", run.id, abandon.why)
-        return RELEASED if abandon.release else ABANDONED
+        return Stopped.RELEASED if abandon.release else Stopped.ABANDONED
 
 
 async def _drive(exe: Execution, definition: Any) -> str:
@@ -122,10 +132,10 @@ async def _drive(exe: Execution, definition: Any) -> str:
         except Park as park:
             return await _park(exe, park)
         except Handover as handover:
-            if handover.reason == "unknown_outcome":
+            if handover.reason == HandoverReason.UNKNOWN_OUTCOME:
                 # An unknown outcome is left exactly as it is for a human to resolve.
                 return await _hand_over(exe, definition, handover.reason, handover.detail)
-            decision = Decision(
+            decision = CompensationDecision(
                 RunStatus.NEEDS_HUMAN,
                 error=definition.end_user_message,
                 handover_reason=handover.detail,
@@ -133,14 +143,14 @@ async def _drive(exe: Execution, definition: Any) -> str:
                 data={"reason": handover.reason, "detail": handover.detail},
             )
         except Cancelled as cancelled:
-            decision = Decision(
+            decision = CompensationDecision(
                 RunStatus.CANCELLED,
                 error=f"cancelled: {cancelled.reason}",
                 event="run.cancelled",
                 data={"reason": cancelled.reason},
             )
         except RunFailed as failed:
-            decision = Decision(
+            decision = CompensationDecision(
                 RunStatus.FAILED,
                 error=failed.message,
                 handover_reason=failed.error_class,
@@ -155,7 +165,7 @@ async def _drive(exe: Execution, definition: Any) -> str:
             trace = "".join(traceback.format_exception(exc)).rstrip()
             if not trace.startswith(TRACEBACK_START[1:]):  # a cause raised elsewhere
                 trace = TRACEBACK_START[1:] + trace
-            decision = Decision(
+            decision = CompensationDecision(
                 RunStatus.FAILED,
                 error=f"{message}\n{trace}",  # records.error_parts splits them again
                 data={"error": message, "traceback": trace},
@@ -163,13 +173,13 @@ async def _drive(exe: Execution, definition: Any) -> str:
         else:
             stuck = in_flight(exe)
             if stuck is not None:
-                return await _hand_over(exe, definition, "unknown_outcome", stuck)
+                return await _hand_over(exe, definition, HandoverReason.UNKNOWN_OUTCOME, stuck)
             await _end(exe, RunStatus.COMPLETED, "run.completed", _totals(exe), result=result)
             return RunStatus.COMPLETED
         stuck = in_flight(exe)
         if stuck is not None:  # never decide past a write nobody settled
-            return await _hand_over(exe, definition, "unknown_outcome", stuck)
-        decision = await decide(exe, decision)
+            return await _hand_over(exe, definition, HandoverReason.UNKNOWN_OUTCOME, stuck)
+        decision = await plan_compensation(exe, decision)
     try:
         await compensate(exe, decision)
     except Park as park:
@@ -267,7 +277,7 @@ async def _park(exe: Execution, park: Park) -> str:
     return RunStatus.WAITING
 
 
-async def _hand_over(exe: Execution, definition: Any, reason: str, detail: str) -> str:
+async def _hand_over(exe: Execution, definition: Any, reason: HandoverReason, detail: str) -> str:
     await _end(
         exe,
         RunStatus.NEEDS_HUMAN,

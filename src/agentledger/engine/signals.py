@@ -6,6 +6,8 @@ They derive from ``BaseException`` so that workflow code with a broad
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 
 class RunSignal(BaseException):
     """Base of the engine's control flow."""
@@ -21,10 +23,23 @@ class Park(RunSignal):
         self.committed = committed  # the run was already set waiting in the step's batch
 
 
+class HandoverReason(StrEnum):
+    """Why a run was handed to a human (``runs.handover_reason`` of a ``needs_human`` run)."""
+
+    BUDGET = "budget"  # a budget of the run or its tenant was used up
+    UNKNOWN_OUTCOME = "unknown_outcome"  # a write may or may not have been applied
+    COMPENSATION = "compensation"  # an undo could not be settled
+    MODEL_ERROR = "model_error"  # every model of the chain failed
+    NONDETERMINISM = "nondeterminism"  # the code no longer matches the journal
+    INVALID_ARGUMENTS = "invalid_arguments"  # the model kept proposing unusable arguments
+    OUTBOX_KEY = "outbox_key"  # an outbox key was taken by another call
+    RESUMES = "resumes"  # resumed too often after losing its worker
+
+
 class Handover(RunSignal):
     """Hand the run to a human (``needs_human``): a budget was hit or an outcome is unknown."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: HandoverReason, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail

@@ -20,7 +20,7 @@ from agentledger.engine.retries import Attempts, RetryState, call_with_timeout
 from agentledger.engine.signals import Park
 from agentledger.errors import ToolError
 from agentledger.observe import tracing
-from agentledger.records import Effect, Step, StepStatus
+from agentledger.records import Effect, EffectStatus, Step, StepStatus
 from agentledger.store.base import EffectClaimed, NewEvent
 from agentledger.tools.context import Principal, ToolContext
 from agentledger.tools.contract import Tool
@@ -178,7 +178,7 @@ async def claim_effect(exe: Execution, step: Step, key: str) -> Effect | None:
 
     Returns the winner's effect when another run or step already holds the key.
     """
-    effect = Effect(key=key, run_id=exe.run.id, step_no=step.step_no, status="claimed")
+    effect = Effect(key=key, run_id=exe.run.id, step_no=step.step_no, status=EffectStatus.CLAIMED)
     try:
         await exe.record(step, effects=[effect], events=take_events(exe))
     except EffectClaimed as exc:

@@ -27,7 +27,7 @@ from agentledger.engine import approvals as approval_gate
 from agentledger.engine import inflight
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, run_attempts
-from agentledger.engine.signals import Cancelled, Handover
+from agentledger.engine.signals import Cancelled, Handover, HandoverReason
 from agentledger.engine.steps import (
     StepAttempts,
     ToolOutcome,
@@ -237,7 +237,7 @@ async def _enqueue(
         # The tool's key is not unique per run: a fault of its definition, not of this
         # run. Nothing was written; a human fixes ``outbox_key`` and resumes the run
         # (this step is then decided again), or cancels it.
-        raise Handover("outbox_key", str(taken)) from None
+        raise Handover(HandoverReason.OUTBOX_KEY, str(taken)) from None
     return ToolOutcome(True, result=step.output)
 
 

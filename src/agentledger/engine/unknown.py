@@ -28,7 +28,7 @@ from typing import Any
 
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, run_attempts
-from agentledger.engine.signals import Handover
+from agentledger.engine.signals import Handover, HandoverReason
 from agentledger.engine.steps import (
     StepAttempts,
     ToolOutcome,
@@ -39,7 +39,7 @@ from agentledger.engine.steps import (
     tool_context,
 )
 from agentledger.errors import BusinessError, ToolError
-from agentledger.records import Effect, Step, StepStatus
+from agentledger.records import Effect, EffectStatus, Step, StepStatus
 from agentledger.store.base import NewEvent
 from agentledger.tools.contract import Tool
 from agentledger.tools.status import Status
@@ -112,7 +112,7 @@ async def _first_write_after_restore(exe: Execution, ops: WriteAttempts) -> Tool
         return await run_attempts(ops)
     await exe.event(event.type, event.data)
     raise Handover(
-        "unknown_outcome",
+        HandoverReason.UNKNOWN_OUTCOME,
         f"{tool.name} (key {key}) was not called: the store was restored from a backup and "
         "this write may have been made after it; it has no status check and no provider "
         "keys. Check with the provider, then `agentledger runs settle` and `runs resume`",
@@ -203,14 +203,16 @@ class WriteAttempts(StepAttempts):
         tool, key = self.tool, self.key
         if tool.idempotency == "effects":
             effect = await self.exe.store.get_effect(guard_key(self.step, key))
-            if effect is not None and effect.status == "done":
+            if effect is not None and effect.status == EffectStatus.DONE:
                 return await self.succeeded(effect.result, "effect_found")
             raise Handover(
-                "unknown_outcome",
+                HandoverReason.UNKNOWN_OUTCOME,
                 f"{tool.name} (key {key}) may or may not have happened and has no status "
                 f"check ({why}); check with the provider, then resolve the run by hand",
             )
-        raise Handover("unknown_outcome", f"{tool.name} (key {key}): outcome unknown, {why}")
+        raise Handover(
+            HandoverReason.UNKNOWN_OUTCOME, f"{tool.name} (key {key}): outcome unknown, {why}"
+        )
 
     def _effect(self, status: str, result: Any = None) -> Effect:
         return Effect(
@@ -234,7 +236,7 @@ async def _wait_for_winner(exe: Execution, step: Step, tool: Tool, winner: Effec
     deadline = exe.clock.monotonic() + max(tool.timeout, 1.0) * SHARED_WAIT_TIMEOUTS
     while exe.clock.monotonic() < deadline:
         current = await exe.store.get_effect(winner.key)
-        if current is not None and current.status == "done":
+        if current is not None and current.status == EffectStatus.DONE:
             step.status, step.output = StepStatus.SUCCEEDED, current.result
             step.idempotency_key = None  # the winner's step holds the key
             close_duration(step, exe.clock.now())
@@ -250,13 +252,13 @@ async def _wait_for_winner(exe: Execution, step: Step, tool: Tool, winner: Effec
                 ],
             )
             return ToolOutcome(True, result=current.result)
-        if current is not None and current.status == "failed":
+        if current is not None and current.status == EffectStatus.FAILED:
             return await fail_step(
                 exe, step, BusinessError(f"{tool.name} failed in {winner.run_id}")
             )
         await exe.clock.sleep(SHARED_POLL_SECONDS)
     raise Handover(
-        "unknown_outcome",
+        HandoverReason.UNKNOWN_OUTCOME,
         f"{tool.name}: effect {winner.key} held by {winner.run_id} has no result yet",
     )
 

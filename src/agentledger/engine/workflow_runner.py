@@ -18,11 +18,12 @@ from typing import Any
 
 from agentledger.canonical import NotJournalable, input_hash, journal_value
 from agentledger.engine.execution import Execution
-from agentledger.engine.signals import Cancelled, Handover, Park
+from agentledger.engine.signals import Cancelled, Handover, HandoverReason, Park
 from agentledger.engine.steps import ToolOutcome, close_duration, fail_step, new_step
 from agentledger.engine.tool_step import run_tool_step
 from agentledger.errors import (
     BusinessError,
+    FailureClass,
     InProgress,
     InvalidArguments,
     ProviderError,
@@ -78,7 +79,7 @@ class StepFailed(ToolError):
     class it was journaled with (the original exception's type name, or
     ``not_journalable``)."""
 
-    error_class = "step_failed"
+    error_class = FailureClass.STEP_FAILED
 
     def __init__(self, message: str, *, failure: str | None = None) -> None:
         super().__init__(message)
@@ -166,7 +167,7 @@ class WorkflowContext:
             exe.between_steps()
         if args is None and prior is not None and prior.status not in _DONE:
             raise Handover(
-                "nondeterminism",
+                HandoverReason.NONDETERMINISM,
                 f"step {step_no} ({name}) is in flight but the code now passes: {refusal}",
             )
         if args is None and prior is None:

@@ -19,19 +19,25 @@ import json
 from typing import Any
 
 from agentledger.errors import ToolError
-from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall
+from agentledger.models.base import (
+    FinishReason,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+)
 from agentledger.models.errors import IncompleteAnswer, InvalidResponse
 from agentledger.models.provider import ProviderModel, broke_off, finished, import_sdk
 
 #: The stop reasons that say an answer is whole, as ours (``pause_turn`` asks the caller
 #: to continue the turn: not whole).
 STOP_REASONS = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "tool_use": "tool_calls",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "refusal": "refusal",
+    "end_turn": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP,
+    "tool_use": FinishReason.TOOL_CALLS,
+    "max_tokens": FinishReason.LENGTH,
+    "model_context_window_exceeded": FinishReason.LENGTH,
+    "refusal": FinishReason.REFUSAL,
 }
 
 
@@ -228,10 +234,13 @@ class AnthropicModel(ProviderModel):
         text = "".join(texts) or None
         try:
             reason = finished(self.name, stop_reason, STOP_REASONS, bool(calls))
-            if reason == "refusal":
+            if reason == FinishReason.REFUSAL:
                 message = Message("assistant", refusal=text or "refused")
             elif calls:
-                message, reason = Message("assistant", content=text, tool_calls=calls), "tool_calls"
+                message, reason = (
+                    Message("assistant", content=text, tool_calls=calls),
+                    FinishReason.TOOL_CALLS,
+                )
             elif not text or not text.strip():
                 raise InvalidResponse(f"{self.name}: empty answer (stop_reason={stop_reason})")
             else:

@@ -17,10 +17,27 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-#: The usage source of an answer no provider counted or billed (the scripted model).
-SIMULATED = "simulated"
+
+class FinishReason(StrEnum):
+    """Why a model stopped answering, in the same words for every provider."""
+
+    STOP = "stop"  # a whole answer
+    LENGTH = "length"  # cut at the most output tokens
+    TOOL_CALLS = "tool_calls"  # it proposes calls
+    CONTENT_FILTER = "content_filter"
+    REFUSAL = "refusal"
+
+
+class UsageSource(StrEnum):
+    """Where an answer's usage comes from."""
+
+    REPORTED = "reported"  # the provider counted it
+    ESTIMATED = "estimated"  # the gateway counted what the provider left out
+    SIMULATED = "simulated"  # no provider counted or billed it (the scripted model)
+    NONE = "none"  # a failed attempt that provably cost nothing
 
 
 @dataclass
@@ -120,13 +137,13 @@ class ModelResponse:
     usage: Usage
     cost_usd: float = 0.0
     model: str = ""
-    finish_reason: str = "stop"
+    finish_reason: str = FinishReason.STOP
     provider: str = ""
     latency_ms: float | None = None
     price_source: str | None = None  # e.g. "genai-prices 0.2.3", "override"
     #: Where ``usage`` comes from: "reported" by the provider, or "estimated" by the
     #: gateway for what the provider left out (an answer is never free).
-    usage_source: str = "reported"  # "reported", "estimated" or SIMULATED
+    usage_source: str = UsageSource.REPORTED
 
 
 class Model(ABC):

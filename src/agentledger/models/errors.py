@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from agentledger.errors import (
     DeadlineReached,
+    FailureClass,
     NotSent,
     ProviderError,
     RateLimited,
@@ -30,25 +31,25 @@ class IncompleteAnswer(ProviderError):
     """A streamed answer stopped before the provider's finish signal (a finish reason,
     ``message_stop``): the text so far is not the answer, whatever it says."""
 
-    error_class = "incomplete_answer"
+    error_class = FailureClass.INCOMPLETE_ANSWER
 
 
 class ContextWindowExceeded(ToolError):
     """The conversation does not fit the model's context window."""
 
-    error_class = "context_window"
+    error_class = FailureClass.CONTEXT_WINDOW
 
 
 class InvalidResponse(ToolError):
     """The provider answered, but the answer is unusable (empty, unparseable)."""
 
-    error_class = "invalid_response"
+    error_class = FailureClass.INVALID_RESPONSE
 
 
 class ModelRejected(ToolError):
     """The provider rejected the request (bad request, key, permission, model name)."""
 
-    error_class = "model_rejected"
+    error_class = FailureClass.MODEL_REJECTED
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
@@ -58,7 +59,7 @@ class ModelRejected(ToolError):
 class MissingExtra(ModelRejected):
     """The SDK of a provider is not installed (``pip install agentledger[openai]``)."""
 
-    error_class = "missing_extra"
+    error_class = FailureClass.MISSING_EXTRA
 
 
 #: Classes after which the next model of a fallback chain is tried (once the engine's

@@ -24,7 +24,13 @@ import os
 from typing import Any
 
 from agentledger.errors import Refused, ToolError
-from agentledger.models.base import Message, ModelRequest, ModelResponse, ToolCall
+from agentledger.models.base import (
+    FinishReason,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+)
 from agentledger.models.errors import IncompleteAnswer, InvalidResponse
 from agentledger.models.provider import (
     ProviderModel,
@@ -73,11 +79,11 @@ def to_openai_tools(request: ModelRequest) -> list[dict[str, Any]]:
 
 #: The finish reasons that say an answer is whole, as ours.
 FINISH_REASONS = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "tool_calls",
-    "function_call": "tool_calls",
-    "content_filter": "content_filter",
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "content_filter": FinishReason.CONTENT_FILTER,
 }
 
 
@@ -87,12 +93,13 @@ def finish(
     """The assistant message and our finish reason, or the failure class of a bad answer
     (an answer that is not whole: :func:`~agentledger.models.provider.finished`)."""
     ours = finished(name, reason, FINISH_REASONS, bool(calls))
-    if ours == "content_filter":
+    if ours == FinishReason.CONTENT_FILTER:
         raise Refused(f"{name}: the provider's content filter blocked the answer")
     if refusal:
-        return Message("assistant", content=None, refusal=refusal), "refusal"
+        return Message("assistant", content=None, refusal=refusal), FinishReason.REFUSAL
     if calls:
-        return Message("assistant", content=content or None, tool_calls=calls), "tool_calls"
+        message = Message("assistant", content=content or None, tool_calls=calls)
+        return message, FinishReason.TOOL_CALLS
     if not content or not content.strip():
         raise InvalidResponse(f"{name}: empty answer (finish_reason={reason})")
     return Message("assistant", content=content), ours
@@ -165,7 +172,7 @@ class OpenAIModel(ProviderModel):
         try:
             # A whole (non-streamed) body is finished even when a compatible server leaves
             # its finish reason null; a reason it does give must be one we know.
-            reason = choice.finish_reason or "stop"
+            reason = choice.finish_reason or FinishReason.STOP
             message, reason = finish(
                 msg.content, calls, getattr(msg, "refusal", None), reason, self.name
             )

@@ -15,11 +15,13 @@ which the journal records with the cost.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from agentledger import envsettings
+from agentledger.envsettings import EnvSettings
 
 PRICES_ENV = "AGENTLEDGER_MODEL_PRICES"
 
@@ -65,7 +67,8 @@ def _opt(value: Any) -> float | None:
 
 def overrides_from_env(environ: dict[str, str] | None = None) -> dict[str, Price]:
     """The override table of ``AGENTLEDGER_MODEL_PRICES`` (inline JSON or a file path)."""
-    raw = (environ if environ is not None else os.environ).get(PRICES_ENV, "").strip()
+    env = envsettings.current() if environ is None else EnvSettings.from_environ(environ)
+    raw = env.model_prices
     if not raw:
         return {}
     text = raw if raw.startswith("{") else Path(raw).read_text()

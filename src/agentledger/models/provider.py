@@ -20,7 +20,15 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from agentledger.errors import NotSent, ProviderError, RateLimited, ToolError, ToolTimeout
-from agentledger.models.base import Message, Model, ModelRequest, ModelResponse, Usage
+from agentledger.models.base import (
+    FinishReason,
+    Message,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    Usage,
+    UsageSource,
+)
 from agentledger.models.errors import (
     ContextWindowExceeded,
     IncompleteAnswer,
@@ -144,12 +152,12 @@ class ProviderModel(Model):
         :data:`MAX_CHARS_PER_TOKEN` allows for the text) is the gateway's own estimate, so
         an answer is never free and budgets bind whatever the provider reports.
         """
-        source = "reported"
+        source = UsageSource.REPORTED
         reported_in = _count(tokens_in)
         # A prompt is never 0 tokens, nor fewer than its characters allow.
         if not reported_in or reported_in < _prompt_chars(request) // MAX_CHARS_PER_TOKEN:
             reported_in, cached, written = self.estimate_input_tokens(request), 0, 0
-            source = "estimated"
+            source = UsageSource.ESTIMATED
         reported_out = _count(tokens_out)
         if (
             reported_out is None
@@ -157,7 +165,7 @@ class ProviderModel(Model):
             or reported_out < _answer_chars(message) // MAX_CHARS_PER_TOKEN
         ):
             reported_out = self.estimate_output_tokens(message)
-            source = "estimated"
+            source = UsageSource.ESTIMATED
         cached_n = min(_count(cached) or 0, reported_in)
         written_n = min(_count(written) or 0, reported_in - cached_n)
         usage = Usage(input_tokens=reported_in, output_tokens=reported_out, cached_tokens=cached_n)
@@ -189,7 +197,7 @@ class ProviderModel(Model):
         reported is one: with any of it missing or implausible for ``message`` (what
         the provider sent), the attempt stays at its reservation."""
         usage, cost, source = self.counted(request, message, tokens_in, tokens_out, cached, written)
-        if source == "reported":
+        if source == UsageSource.REPORTED:
             exc.reported_usage = (usage.total, cost)  # type: ignore[attr-defined]
         return exc
 
@@ -256,7 +264,7 @@ def finished(name: str, raw: str | None, reasons: Mapping[str, str], has_calls: 
     if reason is None:
         shown = "no finish reason" if raw is None else f"finish reason {str(raw)[:40]!r}"
         raise IncompleteAnswer(f"{name}: {shown} does not say the answer is whole: not an answer")
-    if reason == "length" and has_calls:
+    if reason == FinishReason.LENGTH and has_calls:
         raise InvalidResponse(f"{name}: tool calls cut at max_tokens: none of them is run")
     return reason
 

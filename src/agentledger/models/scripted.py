@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger.models.base import (
-    SIMULATED,
+    FinishReason,
     Message,
     Model,
     ModelRequest,
     ModelResponse,
     ToolCall,
     Usage,
+    UsageSource,
 )
 
 
@@ -102,11 +103,11 @@ class ScriptedModel(Model):
         output = count_tokens(json.dumps(message.to_dict()))
         cost = prompt / 1000 * self.usd_per_1k_input + output / 1000 * self.usd_per_1k_output
         if turn.refusal is not None:
-            finish = "refusal"
+            finish = FinishReason.REFUSAL
         elif calls:
-            finish = "tool_calls"
+            finish = FinishReason.TOOL_CALLS
         else:
-            finish = "stop"
+            finish = FinishReason.STOP
         return ModelResponse(
             message=message,
             usage=Usage(input_tokens=prompt, output_tokens=output),
@@ -115,6 +116,6 @@ class ScriptedModel(Model):
             finish_reason=finish,
             # No provider counted or billed this: the figures are the scripted model's own
             # estimate, marked simulated wherever they are shown.
-            usage_source=SIMULATED,
+            usage_source=UsageSource.SIMULATED,
             price_source="scripted model (simulated)",
         )

@@ -18,11 +18,12 @@ so naming a model needs no extra installed.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from agentledger import envsettings
+from agentledger.envsettings import EnvSettings
 from agentledger.errors import UsageError
 from agentledger.models.base import Model
 
@@ -30,27 +31,28 @@ MODEL_ENV = "AGENTLEDGER_MODEL"
 PROVIDERS = ("openai", "anthropic", "openai-compatible")
 
 
-def _options(environ: Mapping[str, str]) -> dict[str, Any]:
+def _settings(environ: Mapping[str, str] | None) -> EnvSettings:
+    return envsettings.current() if environ is None else EnvSettings.from_environ(environ)
+
+
+def _options(env: EnvSettings) -> dict[str, Any]:
     options: dict[str, Any] = {}
-    try:
-        if environ.get("AGENTLEDGER_MODEL_MAX_TOKENS"):
-            options["max_tokens"] = int(environ["AGENTLEDGER_MODEL_MAX_TOKENS"])
-        if environ.get("AGENTLEDGER_MODEL_TIMEOUT"):
-            options["timeout"] = float(environ["AGENTLEDGER_MODEL_TIMEOUT"])
-    except ValueError as exc:
-        raise UsageError(f"bad model option in the environment: {exc}") from None
-    if environ.get("AGENTLEDGER_MODEL_STREAM", "").lower() in ("1", "true", "yes"):
+    if env.model_max_tokens is not None:
+        options["max_tokens"] = env.model_max_tokens
+    if env.model_timeout is not None:
+        options["timeout"] = env.model_timeout
+    if env.model_stream:
         options["stream"] = True
     return options
 
 
 def model_from_string(spec: str, environ: Mapping[str, str] | None = None) -> Model:
     """Build the model (or fallback chain) a string names."""
-    env = os.environ if environ is None else environ
     parts = [p.strip() for p in re.split(r"->|,", spec) if p.strip()]
     if not parts:
         raise UsageError("empty model name; expected e.g. openai:gpt-4.1-mini")
-    models = [_one(p, _options(env)) for p in parts]
+    options = _options(_settings(environ))
+    models = [_one(p, dict(options)) for p in parts]
     if len(models) == 1:
         return models[0]
     from agentledger.models.fallback import FallbackModel
@@ -84,10 +86,9 @@ def _one(spec: str, options: dict[str, Any]) -> Model:
 def resolve_model(model: Model | str, environ: Mapping[str, str] | None = None) -> Model:
     """The model an agent uses: ``AGENTLEDGER_MODEL`` if set, else its own (a string is
     parsed)."""
-    env = os.environ if environ is None else environ
-    override = env.get(MODEL_ENV, "").strip()
+    override = _settings(environ).model
     if override:
-        return model_from_string(override, env)
+        return model_from_string(override, environ)
     if isinstance(model, str):
-        return model_from_string(model, env)
+        return model_from_string(model, environ)
     return model

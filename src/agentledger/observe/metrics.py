@@ -32,9 +32,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agentledger.envsettings import seconds_from_env
+from agentledger import envsettings
 from agentledger.observe.instruments import PROCESS
 from agentledger.observe.stuck import StuckPolicy
+from agentledger.records import DeliveryStatus
 from agentledger.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -44,13 +45,13 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: How often a process reads the store's settled history again (seconds), overridden by
 #: ``$AGENTLEDGER_METRICS_REFRESH``; in between, scrapes read only the live part.
-REFRESH = 60.0
+REFRESH: float = envsettings.default("metrics_refresh")
 REFRESH_ENV = "AGENTLEDGER_METRICS_REFRESH"
 
 
 def refresh_seconds() -> float:
     """``$AGENTLEDGER_METRICS_REFRESH`` or :data:`REFRESH`."""
-    return seconds_from_env(REFRESH_ENV, REFRESH)
+    return envsettings.current().metrics_refresh
 
 
 class StoreFigures:
@@ -217,9 +218,9 @@ class _Snapshot(Collector):
         oldest = 0.0
         for row in data["outbox"]:
             backlog.add_metric([row["status"]], float(row["n"]))
-            if row["status"] == "dead":
+            if row["status"] == DeliveryStatus.DEAD:
                 dead = float(row["n"])
-            if row["status"] == "pending":
+            if row["status"] == DeliveryStatus.PENDING:
                 oldest = max(0.0, float(row["age"] or 0))
         yield backlog
         yield GaugeMetricFamily("agentledger_outbox_dead_letters", "Dead letters.", value=dead)

@@ -12,32 +12,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentledger import envsettings
 from agentledger.observe.instruments import STUCK_REPORTED
 from agentledger.store.base import Store
 from agentledger.store.queries.observe_stuck import STUCK_EVENT, StuckRun
 
 log = logging.getLogger(__name__)
 
-DEFAULT_AFTER = 900.0  # 15 minutes without progress
-DEFAULT_TAKEOVERS = 3  # leases taken over this often: a crash loop
+DEFAULT_AFTER: float = envsettings.default("stuck_after")
+DEFAULT_TAKEOVERS: int = envsettings.default("stuck_takeovers")
 DEFAULT_CHECK = 60.0
 LIVE_WITHIN = 60.0  # a worker is live if it heartbeat within this (cli/routing.py's)
 
 __all__ = ["STUCK_EVENT", "StuckDetector", "StuckPolicy", "StuckRun"]
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    value = float(raw)
-    if not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds (got {raw!r})")
-    return value
 
 
 @dataclass
@@ -54,11 +44,13 @@ class StuckPolicy:
     def from_env(cls, app: Any = None) -> StuckPolicy:
         """From ``AGENTLEDGER_STUCK_AFTER``, ``AGENTLEDGER_STUCK_TAKEOVERS``,
         ``AGENTLEDGER_STUCK_CHECK`` and, with an app, its definitions' ``stuck_after``."""
-        after = _env_float("AGENTLEDGER_STUCK_AFTER", DEFAULT_AFTER)
+        env = envsettings.current()
+        after = env.stuck_after
+        check = env.stuck_check
         policy = cls(
             after=after,
-            takeovers=int(_env_float("AGENTLEDGER_STUCK_TAKEOVERS", DEFAULT_TAKEOVERS)),
-            check_seconds=_env_float("AGENTLEDGER_STUCK_CHECK", min(DEFAULT_CHECK, after / 3)),
+            takeovers=env.stuck_takeovers,
+            check_seconds=min(DEFAULT_CHECK, after / 3) if check is None else check,
         )
         for definition in _definitions(app):
             seconds = getattr(definition, "stuck_after", None)

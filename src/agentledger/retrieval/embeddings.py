@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from pathlib import Path
 from typing import Any
+
+from agentledger import envsettings
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,6 @@ def _load() -> Embedder | None:
 def embedder() -> Embedder | None:
     """The process's embedding model, loaded on first use; None when not installed or
     turned off with ``AGENTLEDGER_EMBEDDINGS=0``."""
-    if os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off"):
+    if not envsettings.current().embeddings:
         return None
     return _load()

@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import functools
 import ipaddress
-import os
 import re
 import socket
 from collections import ChainMap
@@ -39,6 +38,7 @@ from typing import Any
 
 import httpx
 
+from agentledger import envsettings
 from agentledger.errors import UsageError
 
 ALLOW_ENV = "AGENTLEDGER_WEBHOOK_ALLOW_HOSTS"
@@ -166,14 +166,15 @@ class Egress:
         space separated) and ``AGENTLEDGER_WEBHOOK_HOSTS`` (``name=address,...``) add.
 
         Raises :class:`UsageError` naming the variable when a value is malformed."""
-        listed = os.environ.get(ALLOW_ENV, "").replace(",", " ").split()
+        env = envsettings.current()
+        listed = env.webhook_allow_hosts
         # Each entry is checked against its own source, so the error names it.
         for item in allow:
             _allow_item(item, "--webhook-allow-host")
         for item in listed:
             _allow_item(item, ALLOW_ENV)
         table: dict[str, list[str]] = {}
-        for item in os.environ.get(HOSTS_ENV, "").replace(",", " ").split():
+        for item in env.webhook_hosts:
             name, sep, addr = item.partition("=")
             if not sep or not name or _address(addr) is None:
                 raise UsageError(

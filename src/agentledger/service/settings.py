@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
+from agentledger import envsettings
 from agentledger.errors import UsageError
 
 PEPPER_ENV = "AGENTLEDGER_KEY_PEPPER"
@@ -12,7 +12,7 @@ PEPPER_ENV = "AGENTLEDGER_KEY_PEPPER"
 
 def pepper_from_env() -> bytes:
     """The server pepper API key secrets are HMACed under (env ``AGENTLEDGER_KEY_PEPPER``)."""
-    value = os.environ.get(PEPPER_ENV, "")
+    value = envsettings.current().key_pepper.get_secret_value()
     if len(value) < 16:
         raise UsageError(
             f"set {PEPPER_ENV} to a secret of at least 16 characters (the same value for "

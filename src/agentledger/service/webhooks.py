@@ -47,7 +47,7 @@ from typing import Any
 
 import httpx
 
-from agentledger.envsettings import seconds_from_env
+from agentledger import envsettings
 from agentledger.service.egress import Egress, Refused, Unresolved
 from agentledger.store import Store
 from agentledger.store.queries import service_webhooks
@@ -57,12 +57,12 @@ log = logging.getLogger(__name__)
 BACKOFF_ENV = "AGENTLEDGER_WEBHOOK_BACKOFF"
 
 
-def backoff_from_env(default: float = 2.0) -> float:
+def backoff_from_env() -> float:
     """First retry delay of a worker's deliveries (env ``AGENTLEDGER_WEBHOOK_BACKOFF``,
     seconds, 0.01-3600; ``serve`` takes its own setting).
 
     Raises :class:`UsageError` naming the variable when it is set to anything else."""
-    return seconds_from_env(BACKOFF_ENV, default, minimum=0.01, maximum=3600)
+    return envsettings.current().webhook_backoff
 
 
 def webhook_for(definition: Any, agent_webhooks: dict[str, str], given: str | None) -> str | None:
@@ -213,7 +213,7 @@ class Dispatcher:
         delay = min(self.backoff * 2 ** (attempts - 1), self.max_backoff)
         dead = error is not None and (refused or attempts >= self.max_attempts)
         settled = await self.store.transact(
-            lambda d, c: service_webhooks.settle(
+            lambda d, c: service_webhooks.settle_delivery(
                 d, c, row["id"], error is None, error, time.time() + delay, dead,
                 int(row["lease_epoch"]),
             )

@@ -81,11 +81,11 @@ class ThreadReply:
 
     def set_result(self, value: Any) -> None:
         self._done = True
-        self._loop.call_soon_threadsafe(settle, self.future, value, None)
+        self._loop.call_soon_threadsafe(resolve_future, self.future, value, None)
 
     def set_exception(self, exc: BaseException) -> None:
         self._done = True
-        self._loop.call_soon_threadsafe(settle, self.future, None, exc)
+        self._loop.call_soon_threadsafe(resolve_future, self.future, None, exc)
 
 
 class LocalReply:
@@ -111,12 +111,12 @@ class LocalReply:
     def _answer(self, value: Any, exc: BaseException | None) -> None:
         self._done = True
         if self.loop is None:
-            settle(self.future, value, exc)
+            resolve_future(self.future, value, exc)
         else:
-            self.loop.call_soon_threadsafe(settle, self.future, value, exc)
+            self.loop.call_soon_threadsafe(resolve_future, self.future, value, exc)
 
 
-def settle(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+def resolve_future(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
     if future.done():  # cancelled by its caller meanwhile
         return
     if exc is not None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_type_hints
+from enum import StrEnum
+from typing import Any, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -24,9 +25,41 @@ from agentledger.models.base import ToolSchema
 from agentledger.tools.context import ToolContext
 from agentledger.tools.status import Status
 
-EffectKind = Literal["read", "write", "money", "notify"]
-Idempotency = Literal["none", "provider", "effects"]
-Delivery = Literal["direct", "outbox"]
+
+class EffectKind(StrEnum):
+    """What a tool changes: anything but ``read`` is a write."""
+
+    READ = "read"
+    WRITE = "write"
+    MONEY = "money"
+    NOTIFY = "notify"
+
+
+class Idempotency(StrEnum):
+    """What keeps a write from applying twice."""
+
+    NONE = "none"
+    PROVIDER = "provider"  # the provider dedupes the step's key
+    EFFECTS = "effects"  # the effects table guards the call
+
+
+class Delivery(StrEnum):
+    """When a tool is called: in its step, or later by the outbox."""
+
+    DIRECT = "direct"
+    OUTBOX = "outbox"
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def _member(kind: type[E], value: str, tool: str, option: str) -> E:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(repr(m.value) for m in kind)
+        raise UsageError(f"tool {tool}: {option}={value!r}; give one of {allowed}") from None
+
 
 ToolFn = Callable[..., Awaitable[Any]]
 StatusCheck = Callable[[ToolContext, dict[str, Any]], Awaitable[Status]]
@@ -63,15 +96,15 @@ class Tool:
     name: str
     fn: ToolFn
     description: str
-    effect: EffectKind = "read"
+    effect: EffectKind | str = EffectKind.READ
     timeout: float = 10.0
-    idempotency: Idempotency = "none"
+    idempotency: Idempotency | str = Idempotency.NONE
     status_check: StatusCheck | None = None
     compensation: Compensation | None = None
     approval: str | None = None
     server_args: dict[str, ServerArg] = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    delivery: Delivery = "direct"
+    delivery: Delivery | str = Delivery.DIRECT
     outbox_attempts: int = 5
     outbox_key: Callable[[dict[str, Any], ToolContext], str] | None = None
     effect_key: Callable[[dict[str, Any], ToolContext], str] | None = None
@@ -79,9 +112,12 @@ class Tool:
     _schema: ToolSchema | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.effect = _member(EffectKind, self.effect, self.name, "effect")
+        self.idempotency = _member(Idempotency, self.idempotency, self.name, "idempotency")
+        self.delivery = _member(Delivery, self.delivery, self.name, "delivery")
         if self.effect != "read" and self.idempotency == "none":
             # A write with no declared guard is guarded by the effects table.
-            self.idempotency = "effects"
+            self.idempotency = Idempotency.EFFECTS
         if self.effect_key is not None and self.idempotency != "effects":
             raise UsageError(
                 f"tool {self.name}: effect_key needs idempotency='effects' (the effects table)"
@@ -161,15 +197,15 @@ def tool(
     fn: ToolFn | None = None,
     *,
     name: str | None = None,
-    effect: EffectKind = "read",
+    effect: EffectKind | str = EffectKind.READ,
     timeout: float = 10.0,
-    idempotency: Idempotency = "none",
+    idempotency: Idempotency | str = Idempotency.NONE,
     status_check: StatusCheck | None = None,
     compensation: Compensation | None = None,
     approval: str | None = None,
     server_args: dict[str, ServerArg] | None = None,
     retry: RetryPolicy | None = None,
-    delivery: Delivery = "direct",
+    delivery: Delivery | str = Delivery.DIRECT,
     outbox_attempts: int = 5,
     outbox_key: Callable[[dict[str, Any], ToolContext], str] | None = None,
     effect_key: Callable[[dict[str, Any], ToolContext], str] | None = None,

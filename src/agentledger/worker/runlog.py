@@ -12,6 +12,7 @@ import logging
 import time
 from typing import Any
 
+from agentledger.engine.runner import Stopped
 from agentledger.records import Run, RunStatus
 from agentledger.store.base import Store
 
@@ -37,10 +38,10 @@ async def waiting_for(store: Store, run: Run) -> str:
 
 async def log_outcome(store: Store, run: Run, outcome: str) -> None:
     """Log where an execution of ``run`` left it (reads the run back once)."""
-    if outcome not in RunStatus.ALL and outcome != "released":
+    if outcome not in RunStatus.ALL and outcome != Stopped.RELEASED:
         log.info("run %s %s", run.id, outcome)
         return
-    if outcome == "released":
+    if outcome == Stopped.RELEASED:
         log.info("run %s released", run.id)
         return
     try:

@@ -68,7 +68,7 @@ from typing import Any
 
 from agentledger import prune, sealer
 from agentledger.app import App
-from agentledger.engine.runner import RELEASED, execute_run
+from agentledger.engine.runner import Stopped, execute_run
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
 from agentledger.records import Run, RunStatus, WorkerInfo
 from agentledger.store.base import Store
@@ -584,7 +584,7 @@ class Worker:
                 **kwargs,
             )
             self._ended.add((run.id, run.lease_epoch))
-            if outcome == RELEASED:
+            if outcome == Stopped.RELEASED:
                 await self._retrying(
                     f"release of run {run.id}",
                     lambda: self.store.release_run(run.id, run.lease_epoch, self.owner),
@@ -599,7 +599,7 @@ class Worker:
                 # The store failed mid-run (the engine retried its write): nothing was
                 # written past the journal, so give the run back for another worker.
                 self._store_failing(f"run {run.id}", exc)
-                outcome = RELEASED
+                outcome = Stopped.RELEASED
                 if await self._give_back(run.id, run.lease_epoch):
                     log.info("run %s released for another worker (the store failed)", run.id)
                 self._given_back += 1

@@ -28,6 +28,7 @@ from typing import Any
 
 import click
 
+from agentledger import envsettings
 from agentledger.cli.tables import journal_entry, journal_notes, journal_view
 from agentledger.records import Run, RunStatus
 from agentledger_examples.stayhub.sandbox.faults import grammar_help
@@ -161,9 +162,9 @@ def demo(
         sys.exit(130)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if db is None and not os.environ.get("AGENTLEDGER_DEMO_KEEP"):
+        if db is None and not envsettings.current().demo_keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    report["db_kept"] = db is not None or bool(os.environ.get("AGENTLEDGER_DEMO_KEEP"))
+    report["db_kept"] = db is not None or envsettings.current().demo_keep
     # The workers' logs stay with a kept database (they tell its runs' story); said
     # where, so nothing is left behind unsaid.
     report["worker_logs"] = str(tmp) if report["db_kept"] else None

@@ -78,7 +78,7 @@ def _view(item: dict[str, Any], now: float) -> dict[str, Any]:
     return view
 
 
-class Decision(BaseModel):
+class ApprovalDecisionBody(BaseModel):
     """``POST /v1/approvals/{id}/decision``."""
 
     model_config = ConfigDict(extra="forbid")
@@ -135,7 +135,7 @@ async def list_approvals(
 
 @router.post("/{approval_id}/decision", responses=ERRORS)
 async def decide(
-    approval_id: str, body: Decision, request: Request, principal: Caller
+    approval_id: str, body: ApprovalDecisionBody, request: Request, principal: Caller
 ) -> dict[str, Any]:
     """Approve or reject. Exactly one decision wins; none is recorded at or after the
     approval's expiry (410)."""

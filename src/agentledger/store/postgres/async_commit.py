@@ -34,7 +34,7 @@ from psycopg.rows import dict_row
 
 from agentledger.errors import LeaseLost
 from agentledger.store.base import Batch
-from agentledger.store.groupcommit import settle
+from agentledger.store.groupcommit import resolve_future
 from agentledger.store.postgres.batches import batch_statement, is_plain
 from agentledger.store.postgres.connection import EVENTS_CHANNEL, SESSION_SETUP
 from agentledger.store.retrying import Reconnect
@@ -142,12 +142,12 @@ class AsyncBatchCommitter:
                     if len(group) > 1:
                         await self._one_by_one(group)  # the poisoned batch fails alone
                         return
-                    settle(group[0][1], None, self._translate(exc))
+                    resolve_future(group[0][1], None, self._translate(exc))
                     return
                 if not retry.within_window():
                     error = self._translate(exc)
                     for _, future in group:
-                        settle(future, None, error)
+                        resolve_future(future, None, error)
                     return
                 log.warning("journal connection lost (%s); reconnecting", exc)
                 retried = True  # the COMMIT may have committed: look before resending
@@ -155,7 +155,7 @@ class AsyncBatchCommitter:
                 await self._reconnect()
         self._sizes.append(len(group))
         for (_, future), refused in zip(group, outcomes, strict=True):
-            settle(future, None, refused)
+            resolve_future(future, None, refused)
 
     async def _one_by_one(self, group: list[tuple[Batch, asyncio.Future[None]]]) -> None:
         for item in group:
@@ -177,7 +177,7 @@ class AsyncBatchCommitter:
         rest = []
         for batch, future in group:
             if batch.token in tokens:
-                settle(future, None, None)
+                resolve_future(future, None, None)
             else:
                 rest.append((batch, future))
         return rest

@@ -9,6 +9,7 @@ from agentledger.clock import SYSTEM, Clock
 from agentledger.errors import StoreError
 from agentledger.records import (
     Approval,
+    ApprovalDecision,
     dumps,
     loads,
 )
@@ -54,7 +55,7 @@ def _conditions(
             raise NotPermitted(
                 f"approval {a.id} may not be decided by {by}, the user who started the run"
             )
-        if decision != "approve" or a.approvals_needed <= 1:
+        if decision != ApprovalDecision.APPROVE or a.approvals_needed <= 1:
             return None
         if by in a.approvers:
             return a  # this approver's approval is recorded already (a retry)

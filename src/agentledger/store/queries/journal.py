@@ -11,6 +11,7 @@ from agentledger.canonical import clean_text
 from agentledger.errors import LeaseLost
 from agentledger.records import (
     Effect,
+    EffectStatus,
     RunStatus,
     Step,
     dumps,
@@ -335,7 +336,7 @@ def write_effect(d: Dialect, conn: Any, effect: Effect) -> None:
         "result": dumps(effect.result),
         "now": time.time(),
     }
-    if effect.status == "claimed":
+    if effect.status == EffectStatus.CLAIMED:
         found = d.fetchall(conn, "SELECT * FROM effects WHERE key = :key", params)
         if found:
             existing = rows.effect_from(found[0])

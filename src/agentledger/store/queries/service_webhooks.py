@@ -20,7 +20,7 @@ import secrets
 import time
 from typing import Any
 
-from agentledger.records import dumps
+from agentledger.records import DeliveryStatus, dumps
 from agentledger.store.dialect import Dialect
 
 # Event type in the journal -> webhook event type.
@@ -196,13 +196,17 @@ def claim_due(
     return claimed
 
 
-def settle(
+def settle_delivery(
     d: Dialect, conn: Any, delivery_id: str, delivered: bool, error: str | None,
     next_attempt_at: float, dead: bool, epoch: int | None = None,
 ) -> bool:  # fmt: skip
     """Record one attempt's outcome; with ``epoch``, only under that claim (else False:
     the lease ran out and another claimer owns the delivery now)."""
-    status = "delivered" if delivered else ("dead" if dead else "pending")
+    status = (
+        DeliveryStatus.DELIVERED
+        if delivered
+        else (DeliveryStatus.DEAD if dead else DeliveryStatus.PENDING)
+    )
     fence = "" if epoch is None else " AND lease_epoch = :epoch AND status = 'pending'"
     return bool(d.execute(
         conn,
