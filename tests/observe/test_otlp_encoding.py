@@ -277,7 +277,7 @@ def test_the_exporter_posts_the_official_bytes(collector: CollectorStub) -> None
         "odd", SpanContext(1, 2, is_remote=False), attributes={"too.big": 2**64}
     )
     ours, theirs = OTLPExporters(collector.url)
-    assert ours._encoded  # this exporter version: the encoded path, not the fallback
+    assert ours.fast  # this exporter version: the fast encoder, not the fallback
     for batch in (spans, [*spans, unhandled]):
         collector.bodies.clear()
         assert ours.export(batch).name == "SUCCESS"
