@@ -14,16 +14,18 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as official
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
-from opentelemetry.trace import SpanKind, TraceState
+from opentelemetry.trace import SpanContext, SpanKind, TraceState
 from opentelemetry.util.types import Attributes
 
 import agentledger
+from agentledger.bench.observe_overhead import CollectorStub
+from agentledger.observe import otlp, tracing
 from agentledger.observe import semconv as sc
-from agentledger.observe import tracing
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import KILLED, Harness
 from tests.observe.apps import Payments, booking_agent_app
@@ -152,3 +154,19 @@ def test_no_module_imports_a_private_opentelemetry_name() -> None:
             if any(p.startswith("_") for p in parts):
                 found.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert found == []
+
+
+def test_the_fast_encoder_stands_aside_outside_its_tested_versions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(otlp, "TESTED_VERSIONS", ((0, 0), (0, 1)))
+    collector = CollectorStub(keep_bodies=True)
+    try:
+        exporter = otlp.OTLPSpanExporter(endpoint=collector.url)
+        assert not exporter.fast
+        span = ReadableSpan("x", SpanContext(1, 2, is_remote=False), attributes={"a": 1})
+        assert exporter.export([span]).name == "SUCCESS"
+        exporter.shutdown()
+    finally:
+        collector.close()
+    assert collector.bodies == [official([span]).SerializePartialToString()]
