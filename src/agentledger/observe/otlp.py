@@ -118,7 +118,7 @@ class _Unsupported(Exception):
 _ATTRS: dict[tuple[str, Any], bytes] = {}
 _ATTRS_MAX = 4096
 # The same for int values (a dict of their own: True == 1 must not find an int's bytes).
-_INTS: dict[tuple[str, int], bytes] = {}
+_INTS: dict[tuple[str, Any], bytes] = {}
 # The encoded key field (tag, length, UTF-8) of each attribute key seen.
 _KEYS: dict[str, bytes] = {}
 _KEYS_MAX = 4096
@@ -245,7 +245,9 @@ def _span(span: ReadableSpan) -> bytes:
     if attributes:
         for key, value in attributes.items():
             vtype = type(value)
-            cache = _ATTRS if vtype is str or vtype is bool else _INTS if vtype is int else None
+            cache: dict[tuple[str, Any], bytes] | None = (
+                _ATTRS if vtype is str or vtype is bool else _INTS if vtype is int else None
+            )
             if cache is None:
                 append(_field(b"\x4a", _key_value(key, value)))
                 continue
@@ -274,9 +276,9 @@ def _span(span: ReadableSpan) -> bytes:
         if code is StatusCode.UNSET and not description:
             append(b"\x7a\x00")  # present, empty: as the official encoder sends it
         else:
-            text = _field(b"\x12", description.encode()) if description else b""
-            value = code.value
-            append(_field(b"\x7a", text + b"\x18" + _varint(value) if value else text))
+            message = _field(b"\x12", description.encode()) if description else b""
+            number = code.value
+            append(_field(b"\x7a", message + b"\x18" + _varint(number) if number else message))
     append(_FLAGS_REMOTE if parent and parent.is_remote else _FLAGS_LOCAL)
     return _field(b"\x12", b"".join(parts))  # ScopeSpans.spans: field 2
 

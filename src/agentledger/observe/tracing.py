@@ -94,16 +94,15 @@ def otlp_provider(endpoint: str | None = None, fast_encoder: bool = False) -> tr
     ``fast_encoder``: export with :class:`agentledger.observe.otlp.OTLPSpanExporter`
     instead, the official exporter writing the same bytes with less CPU, on the exporter
     versions it is tested with (elsewhere it exports as the official one does)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    if fast_encoder:
-        from agentledger.observe.otlp import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
+    exporter_type: type[OTLPSpanExporter] = OTLPSpanExporter
+    if fast_encoder:  # a subclass: the same constructor and settings
+        from agentledger.observe.otlp import OTLPSpanExporter as exporter_type
     provider = TracerProvider()
-    exporter = OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()
+    exporter = exporter_type(endpoint=endpoint) if endpoint else exporter_type()
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
 
