@@ -44,7 +44,7 @@ __all__ = ["TESTED_VERSIONS", "OTLPSpanExporter", "encode_spans", "tested_versio
 
 #: The ``opentelemetry-exporter-otlp-proto-http`` versions (from, to excluded) whose
 #: internals :class:`OTLPSpanExporter` relies on and whose encoder's bytes the tests
-#: compare with (older ones lack the internals or encode differently).
+#: compare with (1.30 has neither those internals nor the same bytes).
 TESTED_VERSIONS = ((1, 45), (1, 46))
 
 
