@@ -35,6 +35,12 @@ from opentelemetry.trace import (
 from agentledger.observe import otlp
 from agentledger_bench.observe_overhead import CollectorStub
 
+# The encoder is used only on the exporter versions it is tested with; on another one the
+# exporter is the official one and these comparisons do not apply.
+pytestmark = pytest.mark.skipif(
+    not otlp.tested_version(), reason="an OTLP exporter version the fast encoder is not for"
+)
+
 
 class Color(enum.Enum):
     RED = "red"
@@ -277,7 +283,7 @@ def test_the_exporter_posts_the_official_bytes(collector: CollectorStub) -> None
         "odd", SpanContext(1, 2, is_remote=False), attributes={"too.big": 2**64}
     )
     ours, theirs = OTLPExporters(collector.url)
-    assert ours._encoded  # this exporter version: the encoded path, not the fallback
+    assert ours.fast  # this exporter version: the fast encoder, not the fallback
     for batch in (spans, [*spans, unhandled]):
         collector.bodies.clear()
         assert ours.export(batch).name == "SUCCESS"

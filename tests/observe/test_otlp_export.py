@@ -32,10 +32,11 @@ def collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[CollectorStub]:
     stub.close()
 
 
+@pytest.mark.parametrize("fast_encoder", [False, True])
 async def test_spans_are_batched_then_exported_over_otlp_http(
-    tmp_path: Path, collector: CollectorStub
+    tmp_path: Path, collector: CollectorStub, fast_encoder: bool
 ) -> None:
-    provider = tracing.otlp_provider(collector.url)
+    provider = tracing.otlp_provider(collector.url, fast_encoder=fast_encoder)
     tracing.set_provider(provider)
     try:
         async with Harness(tmp_path, booking_app(Payments())) as h:

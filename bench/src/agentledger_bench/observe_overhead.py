@@ -8,26 +8,22 @@ in a rotating order, so the noise of a shared machine hits them alike):
 - ``memory``: the OpenTelemetry SDK with a ``BatchSpanProcessor`` into an in-memory
   exporter (the cost of making the spans, without encoding or sending them);
 - ``otlp``: what a user configures (:func:`agentledger.observe.tracing.otlp_provider`:
-  the SDK, the SDK's ``BatchSpanProcessor`` with its default batch of 512 spans queueing
-  each span's encoded bytes, :class:`agentledger.observe.encoded.EncodingSpanProcessor`,
-  OTLP/HTTP with :class:`agentledger.observe.otlp.OTLPSpanExporter`; attempt spans made
-  finished and encoded from their fields, :mod:`agentledger.observe.finished`) sending
-  to a collector stub on loopback, and ``/metrics`` scraped every ``--scrape-every``
-  seconds while the runs execute (store queries on the worker's event loop): the whole
-  cost of being watched. The target is on this condition.
+  the SDK's ``TracerProvider`` and ``BatchSpanProcessor`` with its default batch of 512
+  spans, the official OTLP/HTTP exporter) sending to a collector stub on loopback, and
+  ``/metrics`` scraped every ``--scrape-every`` seconds while the runs execute (store
+  queries on the worker's event loop): the whole cost of being watched. The target is
+  on this condition.
 - ``unsampled``: the same provider with ``OTEL_TRACES_SAMPLER=parentbased_always_off``:
   what a run costs when a sampler left its trace out (each run's root span decides and
   its steps follow, a resume too). A sampled fraction ``p`` of runs costs about
   ``p * otlp + (1 - p) * unsampled``.
 
-With ``--compare``, four more conditions take ``otlp`` apart (same collector, same
-scraping), each one step further back: ``otlp_batch`` queues span objects in the SDK's
-``BatchSpanProcessor`` (``otlp`` before the encoding processor: the finished spans are
-made ``ReadableSpan`` objects and encoded by the processor's thread);
-``otlp_sdk_spans`` also makes the attempt spans through the SDK's ``Tracer.start_span``
-(:func:`agentledger.observe.tracing.use_finished_spans` off);
-``otlp_official_encoder`` queues span objects into the official ``OTLPSpanExporter``;
-``otlp_before`` does both of the last two, as agentledger did before any of these.
+With ``--compare``, variants of ``otlp`` (same collector, same scraping):
+``otlp_fast_encoder`` exports with the opt-in encoder
+(``otlp_provider(fast_encoder=True)``, :mod:`agentledger.observe.otlp`);
+``otlp_batch_2048`` exports batches of 2,048 spans (``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``,
+a queue of 8,192); ``otlp_ratio_10`` samples a tenth of the runs
+(``OTEL_TRACES_SAMPLER=parentbased_traceidratio``, argument 0.1).
 
 Figures per condition: the median per-step time of a ``--steps``-step workflow of no-op
 read tools (``read_step_us``, timed inside the run as ``agentledger bench`` does) and of
@@ -69,11 +65,21 @@ from agentledger.observe.metrics import MetricsServer
 from agentledger.store import open_store
 from agentledger_bench.engine_runs import per_step_us
 
-_SAMPLER_ENV = "OTEL_TRACES_SAMPLER"
 CONDITIONS = ("none", "memory", "otlp", "unsampled")
-COMPARE = ("otlp_batch", "otlp_sdk_spans", "otlp_official_encoder", "otlp_before")
-# Conditions that make the attempt spans through the SDK's own path.
-_SDK_SPANS = ("otlp_sdk_spans", "otlp_before")
+COMPARE = ("otlp_fast_encoder", "otlp_batch_2048", "otlp_ratio_10")
+# The OTEL_* settings of each condition's provider beyond the defaults, read by the SDK
+# as a user would set them.
+_SETTINGS: dict[str, dict[str, str]] = {
+    "unsampled": {"OTEL_TRACES_SAMPLER": "parentbased_always_off"},
+    "otlp_batch_2048": {
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "2048",
+        "OTEL_BSP_MAX_QUEUE_SIZE": "8192",
+    },
+    "otlp_ratio_10": {
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.1",
+    },
+}
 
 
 class CollectorStub:
@@ -137,31 +143,21 @@ class Scraper:
         self.thread.join(timeout=35)
 
 
-def _batch_provider(url: str) -> Any:
-    """``otlp_provider`` before the encoding processor: the SDK's ``BatchSpanProcessor``
-    queueing span objects into agentledger's exporter."""
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    from agentledger.observe.otlp import OTLPSpanExporter
-
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
-    return provider
-
-
-def _official_provider(url: str) -> Any:
-    """``otlp_provider`` as it was: the SDK, a batch processor, the official exporter."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
-    return provider
+@contextmanager
+def _environment(settings: dict[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
-def _providers(collector: CollectorStub, compare: bool) -> dict[str, Any]:
+def _providers(collector: CollectorStub, conditions: tuple[str, ...]) -> dict[str, Any]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -169,29 +165,13 @@ def _providers(collector: CollectorStub, compare: bool) -> dict[str, Any]:
     memory = TracerProvider()
     exporter = InMemorySpanExporter()
     memory.add_span_processor(BatchSpanProcessor(exporter))
-    otlp = tracing.otlp_provider(collector.url)  # the user's configuration, to loopback
-    # The SDK reads its sampler from the environment, as a user would set it.
-    saved = os.environ.get(_SAMPLER_ENV)
-    os.environ[_SAMPLER_ENV] = "parentbased_always_off"
-    try:
-        unsampled = tracing.otlp_provider(collector.url)
-    finally:
-        if saved is None:
-            del os.environ[_SAMPLER_ENV]
-        else:
-            os.environ[_SAMPLER_ENV] = saved
-    providers = {
-        "none": trace.NoOpTracerProvider(),
-        "memory": memory,
-        "otlp": otlp,
-        "unsampled": unsampled,
-        "_mem": exporter,
-    }
-    if compare:
-        providers["otlp_batch"] = _batch_provider(collector.url)
-        providers["otlp_sdk_spans"] = _batch_provider(collector.url)
-        providers["otlp_official_encoder"] = _official_provider(collector.url)
-        providers["otlp_before"] = _official_provider(collector.url)
+    providers: dict[str, Any] = {"none": trace.NoOpTracerProvider(), "memory": memory}
+    for name in conditions:
+        if name not in providers:  # the user's configuration, to loopback
+            with _environment(_SETTINGS.get(name, {})):
+                fast = name == "otlp_fast_encoder"
+                providers[name] = tracing.otlp_provider(collector.url, fast_encoder=fast)
+    providers["_mem"] = exporter
     return providers
 
 
@@ -203,7 +183,6 @@ def _flush(provider: Any) -> None:
 @contextmanager
 def _condition(name: str, providers: dict[str, Any], scraper: Scraper) -> Iterator[None]:
     tracing.set_provider(providers[name])
-    tracing.use_finished_spans(name not in _SDK_SPANS)
     if name.startswith("otlp") or name == "unsampled":  # a watched worker: /metrics scraped
         scraper.on.set()
     try:
@@ -213,7 +192,6 @@ def _condition(name: str, providers: dict[str, Any], scraper: Scraper) -> Iterat
         _flush(providers[name])  # export what was batched, outside the timing
         providers["_mem"].clear()
         tracing.set_provider(None)
-        tracing.use_finished_spans(True)
 
 
 def histogram_observe_us(n: int = 20000) -> float:
@@ -239,7 +217,7 @@ async def measure(
     collector = CollectorStub()
     metrics = MetricsServer(store, 0, asyncio.get_running_loop(), host="127.0.0.1").start()
     scraper = Scraper(metrics.port, scrape_every)
-    providers = _providers(collector, compare)
+    providers = _providers(collector, conditions)
     read: dict[str, list[float]] = {c: [] for c in conditions}
     step: dict[str, list[float]] = {c: [] for c in conditions}
     read_cpu: dict[str, list[float]] = {c: [] for c in conditions}
@@ -299,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1024)
     parser.add_argument("--scrape-every", type=float, default=1.0)
     parser.add_argument(
-        "--compare", action="store_true", help="also the otlp condition taken apart"
+        "--compare", action="store_true", help="also otlp with larger batches, and sampled"
     )
     args = parser.parse_args(argv)
     workdir = None

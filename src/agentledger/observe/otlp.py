@@ -1,29 +1,31 @@
-"""OTLP/HTTP span export with a faster encoder of the same bytes.
+"""An opt-in OTLP/HTTP span exporter with a faster encoder of the same bytes.
 
-The official encoder (``opentelemetry.exporter.otlp.proto.common``) builds one protobuf
-object per span, per attribute and per attribute value, and hashes the span's
-``Resource`` (a JSON dump of its attributes) once per span to group the batch: about
-40 us of CPU per span, on the batch processor's thread but holding the GIL, so a busy
-worker's event loop waits for it. :func:`encode_spans` writes the same
+The stock pipeline (:func:`agentledger.observe.tracing.otlp_provider`) exports through
+the official ``OTLPSpanExporter``, whose encoder builds one protobuf object per span,
+per attribute and per attribute value on the batch processor's thread, holding the GIL
+while a busy worker's event loop waits for it. :func:`encode_spans` writes the same
 ``ExportTraceServiceRequest`` directly in protobuf's wire format: the same bytes as
 ``encode_spans(spans).SerializePartialToString()`` of the official encoder (the tests
 compare both, byte for byte and decoded, over every attribute type, events, links,
-status, parents and trace state). What it does not handle exactly -- an attribute value
-of a type the official encoder would convert or drop, an integer outside int64, a string
-that is not valid UTF-8 -- makes it return ``None``, and the whole batch goes through the
-official encoder instead.
+status, parents, trace state, resources and scopes). What it does not handle exactly --
+an attribute value of a type the official encoder would convert or drop, an integer
+outside int64, a string that is not valid UTF-8 -- makes it return ``None``, and the
+whole batch goes through the official encoder instead.
 
 :class:`OTLPSpanExporter` is the official OTLP/HTTP exporter (endpoint, headers, TLS,
-compression, retries, size limit, all from the same settings) with only the encoding
-replaced. It relies on three private attributes of the official exporter; when an
-installed version lacks them it exports exactly as the official one does.
+compression, retries, size limit, its own metrics, all from the same settings) with only
+the encoding replaced; opt in with ``otlp_provider(fast_encoder=True)``. It posts through
+private attributes of the official exporter, so it is used only on the exporter versions
+it is tested with (:data:`TESTED_VERSIONS`, the bound on the ``otel`` extra in
+pyproject.toml); on any other version, or when those attributes are missing, it exports
+exactly as the official exporter does.
 """
 
 from __future__ import annotations
 
-import logging
 import struct
 from collections.abc import Mapping, Sequence
+from importlib import metadata
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
@@ -31,37 +33,31 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as _PB2Span
 from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags as _PB2SpanFlags
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.semconv.attributes.http_attributes import HTTP_RESPONSE_STATUS_CODE
-from opentelemetry.trace import DEFAULT_TRACE_STATE, Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanKind, StatusCode
 
-try:  # the official encoder's own functions for the resource and the scope (once a batch)
-    from opentelemetry.exporter.otlp.proto.common._internal import (
-        _encode_instrumentation_scope,
-        _encode_resource,
-    )
-except ImportError:  # pragma: no cover - another layout: the official encoder does it all
-    _encode_resource = None  # type: ignore[assignment]
-try:  # what the official exporter reports for a request over its size limit
-    from opentelemetry.exporter.otlp.proto.http._common import RequestPayloadTooLargeError
-except ImportError:  # pragma: no cover - another version: its own export does everything
-    RequestPayloadTooLargeError = None  # type: ignore[assignment,misc]
+__all__ = ["TESTED_VERSIONS", "OTLPSpanExporter", "encode_spans", "tested_version"]
 
-__all__ = [
-    "KIND_VALUE",
-    "UNSET",
-    "OTLPSpanExporter",
-    "encode_request",
-    "encode_spans",
-    "span_bytes",
-    "span_fields",
-    "span_message",
-    "trace_state_text",
-]
+#: The ``opentelemetry-exporter-otlp-proto-http`` versions (from, to excluded) whose
+#: internals :class:`OTLPSpanExporter` relies on and whose encoder's bytes the tests
+#: compare with (1.30 has neither those internals nor the same bytes).
+TESTED_VERSIONS = ((1, 45), (1, 46))
 
-# The official exporter's logger: what export_encoded logs comes from the same place.
-_logger = logging.getLogger(_OfficialExporter.__module__)
+
+def tested_version() -> bool:
+    """True when the installed OTLP/HTTP exporter is in :data:`TESTED_VERSIONS`."""
+    try:
+        installed = metadata.version("opentelemetry-exporter-otlp-proto-http")
+        major, minor = (int(part) for part in installed.split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        return False
+    low, high = TESTED_VERSIONS
+    return low <= (major, minor) < high
+
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<Q").pack
@@ -122,7 +118,7 @@ class _Unsupported(Exception):
 _ATTRS: dict[tuple[str, Any], bytes] = {}
 _ATTRS_MAX = 4096
 # The same for int values (a dict of their own: True == 1 must not find an int's bytes).
-_INTS: dict[tuple[str, int], bytes] = {}
+_INTS: dict[tuple[str, Any], bytes] = {}
 # The encoded key field (tag, length, UTF-8) of each attribute key seen.
 _KEYS: dict[str, bytes] = {}
 _KEYS_MAX = 4096
@@ -218,142 +214,26 @@ def _span_id(span_id: int) -> bytes:
 
 
 def _span(span: ReadableSpan) -> bytes:
-    """One ``Span`` message, as the ``ScopeSpans.spans`` field (tag, length, message)."""
-    if type(span) is ReadableSpan:
-        # What the SDK hands to exporters (and what agentledger's finished spans are):
-        # read its fields, not its properties, which copy the attributes into a proxy,
-        # the events and links into tuples, and test three containers' types.
-        context = span._context
-        if context is None:
-            raise _Unsupported
-        return span_message(
-            context.trace_id,
-            context.span_id,
-            context.trace_state,
-            span._parent,
-            span._name,
-            span._kind,
-            span._start_time,
-            span._end_time,
-            span._attributes,
-            span._status,
-            span._events,
-            span._links,
-            span,
-        )
+    """One ``Span`` message as the ``ScopeSpans.spans`` field (tag, length, message;
+    fields in number order, as protobuf serializes them), read through the span's public
+    properties."""
     context = span.get_span_context()
     if context is None:
         raise _Unsupported
-    return span_message(
-        context.trace_id,
-        context.span_id,
-        context.trace_state,
-        span.parent,
-        span.name,
-        span.kind,
-        span.start_time,
-        span.end_time,
-        span.attributes,
-        span.status,
-        span.events,
-        span.links,
-        span,
-    )
-
-
-def span_message(
-    trace_id: int,
-    span_id: int,
-    state: Any,
-    parent: Any,
-    name: str,
-    kind: SpanKind,
-    start: int | None,
-    end: int | None,
-    attributes: Mapping[str, Any] | None,
-    status: Status | None,
-    events: Sequence[Event] = (),
-    links: Sequence[Link] = (),
-    span: ReadableSpan | None = None,
-) -> bytes:
-    """One ``Span`` message from its fields, as the ``ScopeSpans.spans`` field (tag,
-    length, message; fields in number order, as protobuf serializes them): the bytes the
-    official encoder writes for a ``ReadableSpan`` of these fields. ``span`` says how
-    many attributes, events and links were dropped (None: a plain dict of attributes
-    and tuples of events and links, nothing dropped). Raises an internal exception for
-    what this encoder does not handle (see :func:`span_bytes`)."""
-    if status is None:
-        code, description = None, None
-    elif status is UNSET:
-        code, description = 0, None
-    else:
-        code, description = status.status_code.value, status.description
-    return span_fields(
-        trace_id,
-        span_id,
-        trace_state_text(state),
-        parent.span_id if parent else None,
-        bool(parent) and parent.is_remote,
-        name,
-        KIND_VALUE[id(kind)],
-        start,
-        end,
-        attributes,
-        code,
-        description,
-        events,
-        links,
-        span,
-    )
-
-
-def trace_state_text(state: Any) -> str:
-    """A trace state as the official encoder writes it ("" for none or empty)."""
-    if state is None or state is _NO_STATE or not state:
-        return ""
-    return ",".join([f"{key}={value}" for key, value in state.items()])
-
-
-def span_fields(
-    trace_id: int,
-    span_id: int,
-    state: str,
-    parent_id: int | None,
-    remote: bool,
-    name: str,
-    kind: int,
-    start: int | None,
-    end: int | None,
-    attributes: Mapping[str, Any] | tuple[Any, ...] | None,
-    code: int | None,
-    description: str | None,
-    events: Sequence[Event] = (),
-    links: Sequence[Link] = (),
-    span: ReadableSpan | None = None,
-) -> bytes:
-    """:func:`span_message` of fields the garbage collector does not track: the trace
-    state's text (:func:`trace_state_text`), the parent's span id (None: no parent) and
-    whether it is remote, the ``SpanKind`` value, the attributes (a mapping, or a
-    flat tuple: key, value, key, value...), the ``StatusCode`` value (None: no status) and
-    description."""
-    # A run's spans share its trace id and mostly one parent (the run's span): their
-    # encodings are kept from the previous span (one tuple each, replaced whole, so a
-    # thread reads a consistent pair).
-    ids = _LAST_TRACE
-    if ids[0] != trace_id:
-        ids = _remember_trace(trace_id)
-    parts = [ids[1] + span_id.to_bytes(8, "big")]
+    parts = [_trace_span_ids(context.trace_id, context.span_id)]
     append = parts.append
+    state = context.trace_state
     if state:
-        append(_field(b"\x1a", state.encode()))
-    if parent_id is not None:
-        known = _LAST_PARENT
-        if known[0] != parent_id:
-            known = _remember_parent(parent_id)
-        append(known[1])
+        text = ",".join([f"{key}={value}" for key, value in state.items()])
+        append(_field(b"\x1a", text.encode()))
+    parent = span.parent
+    if parent:
+        append(b"\x22\x08" + _span_id(parent.span_id))
+    name = span.name
     if name:
         append(_field(b"\x2a", name.encode()))
-    append(_KIND_FIELDS[kind])
+    append(_KIND_FIELDS[span.kind])
+    start, end = span.start_time, span.end_time
     if start and end:
         append(_pack_times(0x39, start, 0x41, end))
     else:
@@ -361,14 +241,13 @@ def span_fields(
             append(b"\x39" + _pack_fixed64(start))
         if end:
             append(b"\x41" + _pack_fixed64(end))
+    attributes = span.attributes
     if attributes:
-        if type(attributes) is tuple:  # key, value, key, value...
-            pairs: Any = zip(attributes[::2], attributes[1::2], strict=True)
-        else:
-            pairs = attributes.items()  # type: ignore[union-attr]
-        for key, value in pairs:
+        for key, value in attributes.items():
             vtype = type(value)
-            cache = _ATTRS if vtype is str or vtype is bool else _INTS if vtype is int else None
+            cache: dict[tuple[str, Any], bytes] | None = (
+                _ATTRS if vtype is str or vtype is bool else _INTS if vtype is int else None
+            )
             if cache is None:
                 append(_field(b"\x4a", _key_value(key, value)))
                 continue
@@ -379,84 +258,76 @@ def span_fields(
                     cache.clear()
                 cache[(key, value)] = found
             append(found)
-    # Dropped counts: a plain dict / tuple (a finished span's) drops nothing; the SDK's
-    # bounded containers say what they dropped.
-    dropped = 0 if span is None or type(attributes) is dict else span.dropped_attributes
-    if dropped:
-        append(b"\x50" + _varint(dropped))
+    if span.dropped_attributes:
+        append(b"\x50" + _varint(span.dropped_attributes))
+    events = span.events
     if events:
         append(_events(events))
-    dropped = 0 if span is None or type(events) is tuple else span.dropped_events
-    if dropped:
-        append(b"\x60" + _varint(dropped))
+    if span.dropped_events:
+        append(b"\x60" + _varint(span.dropped_events))
+    links = span.links
     if links:
         append(_links(links))
-    dropped = 0 if span is None or type(links) is tuple else span.dropped_links
-    if dropped:
-        append(b"\x70" + _varint(dropped))
-    if code is not None:
-        if not code and not description:
+    if span.dropped_links:
+        append(b"\x70" + _varint(span.dropped_links))
+    status = span.status
+    if status is not None:
+        code, description = status.status_code, status.description
+        if code is StatusCode.UNSET and not description:
             append(b"\x7a\x00")  # present, empty: as the official encoder sends it
         else:
-            text = _field(b"\x12", description.encode()) if description else b""
-            append(_field(b"\x7a", text + b"\x18" + _varint(code) if code else text))
-    append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
+            message = _field(b"\x12", description.encode()) if description else b""
+            number = code.value
+            append(_field(b"\x7a", message + b"\x18" + _varint(number) if number else message))
+    append(_FLAGS_REMOTE if parent and parent.is_remote else _FLAGS_LOCAL)
     return _field(b"\x12", b"".join(parts))  # ScopeSpans.spans: field 2
 
 
-#: The unset status (no code, no description): encoded without reading it.
-UNSET = Status(StatusCode.UNSET)
-_NO_STATE = DEFAULT_TRACE_STATE
-#: Each ``SpanKind``'s value by the member's id (an enum's ``value`` is a property).
-KIND_VALUE = {id(kind): kind.value for kind in SpanKind}
-_KIND_FIELDS = [b"\x30" + _KIND[kind] for kind in sorted(SpanKind, key=lambda k: k.value)]
+_KIND_FIELDS = {kind: b"\x30" + _KIND[kind] for kind in SpanKind}
+# A run's spans share its trace id: its encoding is kept from the previous span (one
+# tuple, replaced whole, so a thread reads a consistent pair).
 _LAST_TRACE: tuple[int, bytes] = (-1, b"")
-_LAST_PARENT: tuple[int, bytes] = (-1, b"")
 
 
-def _remember_trace(trace_id: int) -> tuple[int, bytes]:
-    """The trace id's field and the span id's tag (what every span starts with)."""
+def _trace_span_ids(trace_id: int, span_id: int) -> bytes:
+    """The trace id field and the span id field (what every span starts with)."""
     global _LAST_TRACE
-    _LAST_TRACE = (trace_id, b"\x0a\x10" + trace_id.to_bytes(16, "big") + b"\x12\x08")
-    return _LAST_TRACE
+    last = _LAST_TRACE
+    if last[0] != trace_id:
+        last = _LAST_TRACE = (trace_id, b"\x0a\x10" + _trace_id(trace_id) + b"\x12\x08")
+    return last[1] + _span_id(span_id)
 
 
-def _remember_parent(parent_id: int) -> tuple[int, bytes]:
-    """The parent span id's field."""
-    global _LAST_PARENT
-    _LAST_PARENT = (parent_id, b"\x22\x08" + parent_id.to_bytes(8, "big"))
-    return _LAST_PARENT
+#: What :func:`_span` raises for what only the official encoder handles.
+_ENCODE_ERRORS = (_Unsupported, KeyError, OverflowError, UnicodeError, AttributeError, TypeError)
 
 
-#: What :func:`span_message` raises for what only the official encoder handles.
-ENCODE_ERRORS = (_Unsupported, KeyError, OverflowError, UnicodeError, AttributeError, TypeError)
+def _resource(resource: Resource) -> bytes:
+    """A ``Resource`` message, as the official encoder builds it (its attributes)."""
+    return _attributes(b"\x0a", resource.attributes)
 
 
-def span_bytes(span: ReadableSpan) -> bytes:
-    """One span's ``ScopeSpans.spans`` field: what the official encoder writes for it in
-    a batch (a repeated message field is each message's tag, length and bytes, so a
-    batch's spans are the concatenation of these). By :func:`span_message` where it
-    handles the span, else by the official encoder, which also logs and drops what it
-    cannot send (an integer outside int64, a string that is not UTF-8)."""
-    try:
-        return _span(span)
-    except ENCODE_ERRORS:
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-        request = encode_spans([span])
-        message = request.resource_spans[0].scope_spans[0].spans[0]
-        return _field(b"\x12", message.SerializePartialToString())
+def _scope(scope: InstrumentationScope | None) -> bytes:
+    """An ``InstrumentationScope`` message, as the official encoder builds it."""
+    if scope is None:
+        return b""
+    parts = []
+    if scope.name:
+        parts.append(_field(b"\x0a", scope.name.encode()))
+    if scope.version:
+        parts.append(_field(b"\x12", scope.version.encode()))
+    parts.append(_attributes(b"\x1a", scope.attributes))
+    return b"".join(parts)
 
 
-def encode_request(groups: Mapping[Any, Mapping[Any, Sequence[bytes]]]) -> bytes:
-    """The serialized ``ExportTraceServiceRequest`` of encoded spans (each as
-    :func:`span_bytes` makes it) grouped by resource, then by instrumentation scope."""
+def _request(groups: Mapping[Resource, Mapping[InstrumentationScope | None, list[bytes]]]) -> bytes:
+    """The serialized ``ExportTraceServiceRequest`` of encoded spans grouped by resource,
+    then by instrumentation scope."""
     resource_spans = []
     for resource, scopes in groups.items():
-        parts = [_field(b"\x0a", _encode_resource(resource).SerializePartialToString())]
+        parts = [_field(b"\x0a", _resource(resource))]
         for scope, encoded in scopes.items():
-            scope_message = _encode_instrumentation_scope(scope)
-            scope_parts = [_field(b"\x0a", scope_message.SerializePartialToString()), *encoded]
+            scope_parts = [_field(b"\x0a", _scope(scope)), *encoded]
             schema = scope.schema_url if scope else None
             if schema:
                 scope_parts.append(_field(b"\x1a", schema.encode()))
@@ -474,33 +345,29 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> bytes | None:
     # Grouped by resource, then instrumentation scope, in order of first appearance and
     # by equality as the official encoder's dictionaries group them; a run of spans of
     # the same objects (the common case: one provider) is grouped without hashing.
-    if _encode_resource is None:  # pragma: no cover
-        return None
-    groups: dict[Any, dict[Any, list[bytes]]] = {}
+    groups: dict[Resource, dict[InstrumentationScope | None, list[bytes]]] = {}
     last_resource: Any = None
     last_scope: Any = None
     current: list[bytes] | None = None
     try:
         for span in spans:
-            if type(span) is ReadableSpan:  # its fields, as in _span
-                resource, scope = span._resource, span._instrumentation_scope or None
-            else:
-                resource, scope = span.resource, span.instrumentation_scope or None
+            resource, scope = span.resource, span.instrumentation_scope or None
             if current is None or resource is not last_resource or scope is not last_scope:
                 current = groups.setdefault(resource, {}).setdefault(scope, [])
                 last_resource, last_scope = resource, scope
             current.append(_span(span))
-        return encode_request(groups)
-    except ENCODE_ERRORS:
+        return _request(groups)
+    except _ENCODE_ERRORS:
         return None
 
 
 class OTLPSpanExporter(_OfficialExporter):
     """The official OTLP/HTTP span exporter, encoding with :func:`encode_spans`.
 
-    Same constructor, settings and behaviour; a batch the fast encoder does not handle,
-    one over the size limit, and every batch on an exporter version whose internals
-    differ from what this relies on go through the official ``export`` unchanged.
+    Same constructor, settings and behaviour. A batch the fast encoder does not handle,
+    one over the size limit, and every batch on an exporter version outside
+    :data:`TESTED_VERSIONS` or without the internals this relies on go through the
+    official ``export`` unchanged.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -509,56 +376,30 @@ class OTLPSpanExporter(_OfficialExporter):
         # headers), its own metrics, its size limit.
         client = getattr(self, "_client", None)
         metrics = getattr(self, "_metrics", None)
-        self._encoded = (
-            callable(getattr(client, "export", None))
+        self._fast = (
+            tested_version()
+            and callable(getattr(client, "export", None))
             and callable(getattr(metrics, "export_operation", None))
             and isinstance(getattr(self, "_max_request_size", None), int)
             and isinstance(getattr(self, "_shutdown", None), bool)
-            and RequestPayloadTooLargeError is not None
         )
+
+    @property
+    def fast(self) -> bool:
+        """True when batches are encoded by :func:`encode_spans` (a tested exporter
+        version with the internals this relies on), False when every batch goes through
+        the official ``export``."""
+        return bool(self._fast)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Export ``spans`` (see the class docstring)."""
-        if not self._encoded or self._shutdown:
+        if not self._fast or self._shutdown:
             return super().export(spans)
         body = encode_spans(spans)
         limit = self._max_request_size
         if body is None or 0 < limit < len(body):
             return super().export(spans)  # it logs, counts and refuses as it does
-        return self._post(body, len(spans))
-
-    @property
-    def encoded(self) -> bool:
-        """True when :meth:`export_encoded` posts through the official exporter's own
-        steps (this exporter version has the internals it reuses)."""
-        return bool(self._encoded)
-
-    def export_encoded(self, body: bytes, count: int) -> SpanExportResult:
-        """Post ``body``, a serialized ``ExportTraceServiceRequest`` of ``count`` spans,
-        as the official ``export`` posts its own encoding of them: refused after shutdown
-        and over the size limit (logged and counted as it does), else sent through its
-        HTTP client and counted in its metrics. Only when :attr:`encoded`."""
-        if self._shutdown:
-            _logger.warning("Exporter already shutdown, ignoring batch")
-            return SpanExportResult.FAILURE
-        limit = self._max_request_size
-        if 0 < limit < len(body):
-            with self._metrics.export_operation(count) as result:
-                _logger.warning(
-                    "Dropping span batch: serialized size %d bytes exceeds max_request_size "
-                    "%d bytes.",
-                    len(body),
-                    limit,
-                )
-                result.error = RequestPayloadTooLargeError(
-                    f"Serialized span request size {len(body)} bytes exceeds "
-                    f"max_request_size {limit} bytes."
-                )
-                return SpanExportResult.FAILURE
-        return self._post(body, count)
-
-    def _post(self, body: bytes, count: int) -> SpanExportResult:
-        with self._metrics.export_operation(count) as result:
+        with self._metrics.export_operation(len(spans)) as result:
             sent = self._client.export(body)
             if not sent.success:
                 result.error = sent.error

@@ -5,10 +5,10 @@ Nothing is exported unless a tracer provider is configured (the OpenTelemetry SD
 :func:`configure_otlp`); without one every hook is a no-op costing a type check. The
 process histograms (:mod:`agentledger.observe.instruments`) are recorded either way.
 
-Attempt spans (tool attempts, model attempts, replayed steps) are never made current and
-are known whole when the attempt ends: with the SDK's provider and processors they are
-handed to the processors finished (:mod:`agentledger.observe.finished`, the same spans
-for a fraction of the CPU); otherwise they go through ``Tracer.start_span``.
+Every span is made through the configured provider's public ``Tracer.start_span``: its
+sampler, span limits, processors and exporter decide what is recorded and sent. This
+module needs only the OpenTelemetry API; the SDK and the OTLP exporter are imported by
+:func:`otlp_provider` when a process asks for them.
 
 A run's trace context is stored with the run by its first execution (a guarded UPDATE:
 the first one wins), and every later execution -- a resume on another worker -- starts
@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
@@ -35,23 +35,6 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from agentledger.extras import require
 from agentledger.observe import semconv as sc
 from agentledger.observe.instruments import OPERATION_DURATION, STEP_DURATION, TOKEN_USAGE
-
-if TYPE_CHECKING:
-    from agentledger.observe.finished import SpanMaker
-
-try:
-    from agentledger.observe.finished import Pending, maker
-except ModuleNotFoundError:  # no SDK (the otel extra): no span is ever made finished
-
-    class Pending:  # type: ignore[no-redef]
-        """Never made without the SDK."""
-
-        def end(self, ending: dict[str, Any], status: Status | None) -> None:
-            raise NotImplementedError
-
-    def maker(provider: Any, tracer: Any) -> SpanMaker | None:
-        return None
-
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TRACER_NAME = "agentledger"
@@ -81,68 +64,55 @@ def capture_content() -> bool:
     return os.environ.get(sc.ENV_CAPTURE_CONTENT, "").lower() in ("1", "true", "yes")
 
 
-# (provider, its tracer or None when the provider records nothing, its span maker or None
-# when spans must go the SDK's way): made once per provider, not per span. The global
-# provider is asked for on every hook because it can be set at any time (about 0.05 us
-# once set; 0.6 us while unset, when the API also looks for OTEL_PYTHON_TRACER_PROVIDER).
-_CACHED: tuple[Any, trace.Tracer | None, SpanMaker | None] | None = None
-_OFF = ("ProxyTracerProvider", "NoOpTracerProvider")
-# Whether spans known whole at their end (tool attempts, replayed steps, model attempts)
-# are handed to the SDK's processors finished (:mod:`agentledger.observe.finished`).
-_FINISHED = True
-
-
-def use_finished_spans(on: bool) -> None:
-    """Hand attempt spans to the SDK's processors finished (the default) or make them
-    through the SDK's ``Tracer.start_span`` (the same spans, more CPU; for comparison)."""
-    global _FINISHED, _CACHED
-    _FINISHED = on
-    _CACHED = None
-
-
-def _active() -> tuple[Any, trace.Tracer | None, SpanMaker | None]:
-    global _CACHED
-    provider = _PROVIDER if _PROVIDER is not None else trace.get_tracer_provider()
-    cached = _CACHED
-    if cached is None or cached[0] is not provider:
-        if type(provider).__name__ in _OFF:
-            cached = (provider, None, None)
-        else:
-            tracer = provider.get_tracer(_TRACER_NAME)
-            cached = (provider, tracer, maker(provider, tracer) if _FINISHED else None)
-        _CACHED = cached
-    return cached
+# (provider, its tracer or None when the provider records nothing): made once per
+# provider, not per span. The global provider is asked for on every hook because it can
+# be set at any time (cheap once set; while unset the API also looks for
+# OTEL_PYTHON_TRACER_PROVIDER).
+_CACHED: tuple[Any, trace.Tracer | None] | None = None
+# What the API returns while no SDK provider is configured: nothing is recorded.
+_OFF = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 def _recording_tracer() -> trace.Tracer | None:
     """agentledger's tracer from the active provider, or None when nothing is recorded."""
-    return _active()[1]
+    global _CACHED
+    provider = _PROVIDER if _PROVIDER is not None else trace.get_tracer_provider()
+    cached = _CACHED
+    if cached is None or cached[0] is not provider:
+        tracer = None if isinstance(provider, _OFF) else provider.get_tracer(_TRACER_NAME)
+        cached = _CACHED = (provider, tracer)
+    return cached[1]
 
 
-def otlp_provider(endpoint: str | None = None) -> trace.TracerProvider:
-    """A tracer provider exporting OTLP over HTTP through a batch processor: spans are
-    queued on end and sent by the processor's thread, never on the worker's event loop
-    (a simple processor would export each span as it ends). The processor is the SDK's
-    ``BatchSpanProcessor`` queueing each span's encoded bytes instead of the span
-    (:class:`agentledger.observe.encoded.EncodingSpanProcessor`: the same requests,
-    settings and ``OTEL_BSP_*`` variables); the exporter is the official one with a
-    faster encoder of the same bytes (:class:`agentledger.observe.otlp.OTLPSpanExporter`).
-    """
+def otlp_provider(endpoint: str | None = None, fast_encoder: bool = False) -> trace.TracerProvider:
+    """A tracer provider exporting OTLP over HTTP (the ``agentledger[otel]`` extra): the
+    SDK's ``TracerProvider`` (sampler, span limits and resource from the ``OTEL_*``
+    environment) with its ``BatchSpanProcessor`` (``OTEL_BSP_*``) into the official
+    ``OTLPSpanExporter`` (``OTEL_EXPORTER_OTLP_*``; ``endpoint`` overrides the traces
+    endpoint). Spans are queued when they end and encoded and sent by the processor's
+    thread, never on the worker's event loop.
+
+    ``fast_encoder``: export with :class:`agentledger.observe.otlp.OTLPSpanExporter`
+    instead, the official exporter writing the same bytes with less CPU, on the exporter
+    versions it is tested with (elsewhere it exports as the official one does)."""
     require("otel", "exporting spans with OTLP")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from agentledger.observe.encoded import encoding_processor
-    from agentledger.observe.otlp import OTLPSpanExporter
-
+    exporter_type: type[OTLPSpanExporter] = OTLPSpanExporter
+    if fast_encoder:  # a subclass: the same constructor and settings
+        from agentledger.observe.otlp import OTLPSpanExporter as exporter_type
     provider = TracerProvider()
-    exporter = OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()
-    provider.add_span_processor(encoding_processor(exporter))
+    exporter = exporter_type(endpoint=endpoint) if endpoint else exporter_type()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
 
 
-def configure_otlp(endpoint: str | None = None) -> None:
-    """Export spans with OTLP over HTTP (the ``agentledger[otel]`` extra)."""
-    trace.set_tracer_provider(otlp_provider(endpoint))
+def configure_otlp(endpoint: str | None = None, fast_encoder: bool = False) -> None:
+    """Export spans with OTLP over HTTP (the ``agentledger[otel]`` extra; see
+    :func:`otlp_provider`)."""
+    trace.set_tracer_provider(otlp_provider(endpoint, fast_encoder))
 
 
 @contextlib.asynccontextmanager
@@ -226,8 +196,8 @@ def _child(metric: Any, *labels: str) -> Any:
 
 # Per (tool, effect class): the span name and the attributes every attempt carries, built
 # once; an attempt adds its own four (tools are registered, so this stays small). The
-# step's idempotency key is ``gen_ai.tool.call.id``, not also a second attribute: each
-# attribute costs about 2 us to make and encode per span.
+# step's idempotency key is ``gen_ai.tool.call.id``, not also a second attribute: every
+# attribute is validated, queued and encoded once per span.
 _TOOL_SPANS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
 
 
@@ -250,11 +220,9 @@ def _tool_span(name: str, effect: str) -> tuple[str, dict[str, Any]]:
 class ToolAttempt:
     """One tool attempt: the ``execute_tool {tool}`` span and the duration histogram.
 
-    A plain context manager (no generator). With the SDK's provider the span is made
-    finished at the end of the attempt (:mod:`agentledger.observe.finished`); otherwise
-    it is started with all its attributes and ended with the outcome. The span is never
-    made current: nothing inside a tool attempt starts spans of ours, so no context is
-    attached and detached per step.
+    A plain context manager (no generator). The span is started with all its attributes
+    and ended with the outcome; it is never made current: nothing inside a tool attempt
+    starts spans of ours, so no context is attached and detached per step.
     """
 
     __slots__ = ("_effect", "_span", "_started", "_tool", "rec")
@@ -262,8 +230,8 @@ class ToolAttempt:
     def __init__(self, exe: Any, step: Any, tool: Any, key: str, attempt: int) -> None:
         self.rec = Attempt()
         self._tool, self._effect = tool.name, _effect(tool)
-        self._span: Any = None
-        _, tracer, made = _active()
+        self._span: trace.Span | None = None
+        tracer = _recording_tracer()
         if tracer is not None:
             name, constant = _tool_span(self._tool, self._effect)
             attributes = {
@@ -273,10 +241,7 @@ class ToolAttempt:
                 sc.STEP_NO: step.step_no,
                 sc.STEP_ATTEMPT: attempt,
             }
-            span: Any = made.start(name, attributes) if made is not None else None
-            if span is None:
-                span = tracer.start_span(name, attributes=attributes)
-            self._span = span
+            self._span = tracer.start_span(name, attributes=attributes)
         self._started = time.perf_counter()
 
     def __enter__(self) -> Attempt:
@@ -299,30 +264,13 @@ class ToolAttempt:
         _end(span, ending, status)
 
 
-def _end(span: Any, ending: dict[str, Any], status: Status | None) -> None:
-    """End a span of :func:`_start` with ``ending`` attributes and ``status``."""
-    if isinstance(span, Pending):
-        span.end(ending, status)
-        return
+def _end(span: trace.Span, ending: dict[str, Any], status: Status | None) -> None:
+    """End ``span`` with ``ending`` attributes (one call for all of them) and ``status``."""
     if status is not None:
         span.set_status(status)
     if ending:
         span.set_attributes(ending)
     span.end()
-
-
-def _start(name: str, attributes: dict[str, Any], kind: SpanKind = SpanKind.INTERNAL) -> Any:
-    """A span that is never made current: made finished where the provider allows it
-    (a :class:`~agentledger.observe.finished.Pending`), else an SDK span; None without a
-    recording provider."""
-    _, tracer, made = _active()
-    if tracer is None:
-        return None
-    if made is not None:
-        span = made.start(name, attributes, kind)
-        if span is not None:
-            return span
-    return tracer.start_span(name, kind=kind, attributes=attributes)
 
 
 def tool_attempt(exe: Any, step: Any, tool: Any, key: str, attempt: int) -> ToolAttempt:
@@ -336,7 +284,8 @@ def replayed_step(exe: Any, step: Any) -> None:
     A model step keeps its GenAI attributes (provider, models, finish reason) from the
     journal but never its token counts, so usage summed over spans counts each call once.
     """
-    if _recording_tracer() is None:
+    tracer = _recording_tracer()
+    if tracer is None:
         return
     kind = getattr(step, "kind", "tool")
     attributes: dict[str, Any] = {
@@ -356,7 +305,7 @@ def replayed_step(exe: Any, step: Any) -> None:
         attributes[sc.GEN_AI_TOOL_NAME] = step.name
         if step.idempotency_key:
             attributes[sc.GEN_AI_TOOL_CALL_ID] = step.idempotency_key
-    _end(_start(name, attributes), {}, None)
+    tracer.start_span(name, attributes=attributes).end()
 
 
 def _replayed_model(step: Any, attributes: dict[str, Any]) -> str:
@@ -409,11 +358,12 @@ def workflow_step(exe: Any, step_no: int, name: str) -> Iterator[Attempt]:
             yield rec
     finally:
         outcome = rec.resolution or "interrupted"  # the caller sets succeeded / failed
-        span.set_attribute(sc.STEP_OUTCOME, outcome)
+        ending: dict[str, Any] = {sc.STEP_OUTCOME: outcome}
+        status = None
         if outcome != "succeeded":
-            span.set_attribute(sc.ERROR_TYPE, str(rec.extra.get("error_class") or outcome))
-            span.set_status(Status(StatusCode.ERROR))
-        span.end()
+            ending[sc.ERROR_TYPE] = str(rec.extra.get("error_class") or outcome)
+            status = Status(StatusCode.ERROR)
+        _end(span, ending, status)
 
 
 @contextlib.contextmanager
@@ -424,7 +374,8 @@ def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
     requested = str(getattr(model, "model", "") or model.name)
     started = time.perf_counter()
     span = None
-    if _recording_tracer() is not None:
+    tracer = _recording_tracer()
+    if tracer is not None:
         attributes: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: sc.OP_CHAT,
             sc.GEN_AI_PROVIDER_NAME: provider,
@@ -436,7 +387,9 @@ def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
         step_no = _MODEL_STEP.get()
         if step_no is not None:
             attributes[sc.STEP_NO] = step_no
-        span = _start(f"{sc.OP_CHAT} {requested}", attributes, SpanKind.CLIENT)
+        span = tracer.start_span(
+            f"{sc.OP_CHAT} {requested}", kind=SpanKind.CLIENT, attributes=attributes
+        )
     error: str | None = None
     ending: dict[str, Any] = {}
     status: Status | None = None
