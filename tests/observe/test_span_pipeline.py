@@ -23,10 +23,10 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceState
 from opentelemetry.util.types import Attributes
 
 import agentledger
-from agentledger_bench.observe_overhead import CollectorStub
 from agentledger.observe import otlp, tracing
 from agentledger.observe import semconv as sc
 from agentledger.records import RunStatus
+from agentledger_bench.observe_overhead import CollectorStub
 from tests.fast.lifecycle_harness import KILLED, Harness
 from tests.observe.apps import Payments, booking_agent_app
 
