@@ -1,5 +1,5 @@
 # The one place the project's commands live.
-.PHONY: install demo test lint typecheck bench core-install env-table
+.PHONY: install demo test lint typecheck bench core-install env-table bench-compare bench-anchors
 
 # The README's test command installs the same: the runtime with every extra, the
 # examples (StayHub, the sandbox, the demo) and the benchmarks.
@@ -29,3 +29,16 @@ core-install:
 # The README's table of AGENTLEDGER_* variables, rendered from agentledger/envsettings.py.
 env-table:
 	python -c 'import pathlib, agentledger.envsettings as e; p = pathlib.Path("README.md"); p.write_text(e.with_table(p.read_text()))'
+
+# Side by side with another commit:
+#   make bench-compare REF=main [N=3] [DB=postgresql://...] [KILLS=0]
+bench-compare:
+	@test -n "$(REF)" || { echo "usage: make bench-compare REF=<git ref> [N=3] [DB=postgresql://...] [KILLS=0]"; exit 2; }
+	python3 bench/compare.py $(REF) --rounds $(or $(N),3) $(if $(DB),--db $(DB)) $(if $(KILLS),--kills $(KILLS))
+
+# agentledger, DBOS Transact and LangGraph in one run (their own venv, not the runtime's deps)
+ANCHORS_VENV ?= /tmp/anchors-venv
+bench-anchors:
+	test -x $(ANCHORS_VENV)/bin/python || python3 -m venv $(ANCHORS_VENV)
+	$(ANCHORS_VENV)/bin/pip install -q -e '.[postgres-binary]' -e './bench[postgres]' -e bench/anchors
+	$(ANCHORS_VENV)/bin/python -m agentledger_anchors $(if $(DB),--db $(DB))
