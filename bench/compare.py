@@ -47,7 +47,7 @@ _NOT_MEASURED = {"anchors"}
 
 # (JSON path, label, which way is better). Missing figures (an older REF) print as "-".
 FIGURES: list[tuple[str, str, str]] = [
-    ("raw_commit_us", "(a) raw INSERT+COMMIT, µs", "lower"),
+    ("raw_commit_us", "(a) raw INSERT+COMMIT, µs (the disk, not the code)", ""),
     ("read_step_us", "(b) read tool step, µs", "lower"),
     ("read_step_ratio", "(b) read step / raw commit", "lower"),
     ("read_step_ratio_paired_median", "(b) read step / raw, paired", "lower"),
@@ -56,7 +56,7 @@ FIGURES: list[tuple[str, str, str]] = [
     ("write_step_ratio", "(c) write step / raw commit", "lower"),
     ("write_step_ratio_paired_median", "(c) write step / raw, paired", "lower"),
     ("concurrent_steps_per_s", "(d) 200 runs x 10 steps, steps/s", "higher"),
-    ("raw_commits_per_s", "(d) raw commits/s beside it", "higher"),
+    ("raw_commits_per_s", "(d) raw commits/s beside it", ""),
     ("concurrent_over_raw_commits", "(d) steps/s / raw commits/s", "higher"),
     ("group_sizes.median", "(d) group commit batch, median", ""),
     ("bytes_per_step_500", "(e) stored bytes per 500-B step", "lower"),
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for round_no in range(args.rounds):
         for backend in backends:
-            say(f"round {round_no + 1}/{args.rounds}")
+            say(f"round {round_no + 1}/{args.rounds}, {backend}")
             results[backend]["ref"].append(bench_once("REF", old, backend, args, admin))
             results[backend]["head"].append(bench_once("HEAD", new, backend, args, admin))
     if args.json_out:

@@ -43,9 +43,10 @@ VARIANTS = {
 }
 RESUME_VARIANT = {"dbos": "default", "langgraph": "functional"}
 CANNOT_STANDBY = {
-    "dbos": "cannot: another process does not take over (recovery by a second "
-    "process needs DBOS Conductor)",
-    "langgraph": "cannot: no worker or lease; the application must re-invoke the thread",
+    "dbos": "cannot: a running process does not recover another's workflows (DBOS "
+    "Conductor does, or a restart with the same executor id)",
+    "langgraph": "cannot: no worker or lease; the application must find the thread "
+    "and invoke it again",
 }
 PACKAGES = (
     "agentledger",

@@ -28,8 +28,10 @@ import sqlite3
 import time
 from typing import Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
+from langgraph.types import Durability
 
 from agentledger_anchors.common import Clock, message
 from agentledger_anchors.ticks import TICKS, tick
@@ -117,7 +119,7 @@ async def _aloop_step(state: LoopState) -> LoopState:
     return {"i": state["i"] + 1, "out": state["i"]}
 
 
-def _thread(key: str, n: int = 0) -> dict[str, Any]:
+def _thread(key: str, n: int = 0) -> RunnableConfig:
     return {"configurable": {"thread_id": key}, "recursion_limit": n + 100}
 
 
@@ -128,7 +130,7 @@ class System:
 
     def __init__(self, store: str, target: str, variant: str = "functional") -> None:
         self.store, self.target, self.variant = store, target, variant
-        self.durability = "async" if variant.endswith("-async") else "sync"
+        self.durability: Durability = "async" if variant.endswith("-async") else "sync"
         if store == "sqlite":
             from langgraph.checkpoint.sqlite import SqliteSaver
 
