@@ -200,10 +200,20 @@ async def resume_round(system: str, store: str, case: str, args: argparse.Namesp
 # the report --------------------------------------------------------------------------
 
 
+def attempt(measure: Any, *args: Any) -> Any:
+    """One measurement; a failure is recorded (and shown) instead of ending the session."""
+    try:
+        return measure(*args)
+    except Exception as exc:
+        say(f"failed: {exc!r}"[:2000])
+        return {"error": repr(exc)[:2000]}
+
+
 def summarise(per_variant: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Medians over rounds per configuration."""
     out = {}
-    for variant, rounds in per_variant.items():
+    for variant, measured in per_variant.items():
+        rounds = [r for r in measured if "error" not in r]
         if not rounds:
             continue
         out[variant] = {
@@ -235,7 +245,8 @@ def fmt(value: float | None, unit: str = "") -> str:
     return f"{value:,.2f}{unit}"
 
 
-def resume_cell(samples: list[Any]) -> tuple[str, float | None]:
+def resume_cell(measured: list[Any]) -> tuple[str, float | None]:
+    samples = [s for s in measured if not (isinstance(s, dict) and "error" in s)]
     if samples and isinstance(samples[0], str):
         return samples[0], None
     seconds = [s["seconds"] for s in samples]
@@ -254,13 +265,16 @@ def store_table(store: str, data: dict[str, Any]) -> list[str]:
     summaries = {s: summarise(data["steps"][s]) for s in names}
     for system, per_variant in data["bytes"].items():
         for variant, figures in per_variant.items():
-            summaries[system].setdefault(variant, {"config": variant}).update(figures)
+            if "error" not in figures:
+                summaries[system].setdefault(variant, {"config": variant}).update(figures)
     if "agentledger" in summaries:
-        for variant, rounds in data["steps"]["agentledger"].items():
-            summaries["agentledger"][variant]["bytes_per_step"] = median(
-                [r["bytes_per_step"] for r in rounds]
-            )
-            summaries["agentledger"][variant]["growth"] = median([r["growth"] for r in rounds])
+        for variant, measured in data["steps"]["agentledger"].items():
+            rounds = [r for r in measured if "error" not in r]
+            if variant in summaries["agentledger"]:
+                summaries["agentledger"][variant]["bytes_per_step"] = median(
+                    [r["bytes_per_step"] for r in rounds]
+                )
+                summaries["agentledger"][variant]["growth"] = median([r["growth"] for r in rounds])
     header = ["figure", *(SYSTEMS[s] for s in names), "agentledger's advantage over the best"]
     lines = [
         f"**{store}**",
@@ -403,7 +417,9 @@ def main(argv: list[str] | None = None) -> int:
             for system in systems:
                 for variant in VARIANTS[system][store]:
                     say(f"{store} round {round_no + 1}/{args.rounds}: {system} {variant}")
-                    data["steps"][system][variant].append(steps_round(system, variant, store, args))
+                    data["steps"][system][variant].append(
+                        attempt(steps_round, system, variant, store, args)
+                    )
                     load.append(os.getloadavg()[0])
         for system in systems:
             if system == "agentledger":
@@ -411,15 +427,17 @@ def main(argv: list[str] | None = None) -> int:
             data["bytes"][system] = {}
             for variant in VARIANTS[system][store]:
                 say(f"{store} bytes: {system} {variant}")
-                data["bytes"][system][variant] = bytes_of(system, variant, store, args)
+                data["bytes"][system][variant] = attempt(bytes_of, system, variant, store, args)
         for kill in range(args.kills):
             for system in systems:
                 for case in ("standby", "restart"):
                     say(f"{store} kill {kill + 1}/{args.kills}: {system} {case}")
                     data["resume"][system][case].append(
-                        asyncio.run(resume_round(system, store, case, args))
+                        attempt(lambda *a: asyncio.run(resume_round(*a)), system, store, case, args)
                     )
             load.append(os.getloadavg()[0])
+        if args.json_out:  # each store as soon as it is done
+            args.json_out.write_text(json.dumps(results, indent=2, default=str))
     lines = [
         f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(started))} UTC, "
         f"{(time.time() - started) / 60:.0f} min; load average "
