@@ -388,6 +388,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="which systems")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per store")
     parser.add_argument("--kills", type=int, default=5, help="kills per system, store and case")
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="configurations not to measure: system:variant[@store], comma-separated "
+        "(e.g. dbos:default@sqlite,langgraph:functional-async)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     parser.add_argument("--workdir", default=os.getcwd(), help="where SQLite files go")
     parser.add_argument("--json", dest="json_out", type=Path, help="write every figure here")
@@ -402,6 +408,12 @@ def main(argv: list[str] | None = None) -> int:
         args.stores.split(",") if args.stores else ["sqlite"] + (["postgresql"] if args.db else [])
     )
     systems = args.systems.split(",")
+    for skipped in filter(None, args.skip.split(",")):
+        system, _, rest = skipped.partition(":")
+        variant, _, only = rest.partition("@")
+        for store_name, per_store in VARIANTS[system].items():
+            if variant in per_store and only in ("", store_name):
+                per_store.remove(variant)
     started = time.time()
     load = [os.getloadavg()[0]]
     results: dict[str, Any] = {}

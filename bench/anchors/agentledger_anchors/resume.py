@@ -80,7 +80,7 @@ async def _kill_when_going(first: subprocess.Popen[bytes], trace: Path) -> float
             raise RuntimeError(f"resume: the first process exited ({first.returncode})")
         return done_by(trace, first.pid) >= FINISHED_BEFORE_KILL
 
-    await _until(going, 60, "the first process to run its steps")
+    await _until(going, 120, "the first process to run its steps")
     await asyncio.sleep(random.uniform(0, 0.02))
     killed_at = time.time()
     first.send_signal(signal.SIGKILL)
@@ -107,6 +107,12 @@ async def agentledger_round(url: str, workdir: Path, case: str) -> dict[str, Any
         run_id = await app.submit(store, "anchors_ticks", {"path": str(trace)})
         first = _spawn(_agentledger_worker(url), workdir / "a.log")
         if case == "standby":
+            started = first
+
+            async def claimed() -> bool:  # else the standby could take the run first
+                return done_by(trace, started.pid) >= 1
+
+            await _until(claimed, 120, "the first worker to start the run")
             second = _spawn(_agentledger_worker(url), workdir / "b.log")
             standby = second
 
