@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,14 +124,41 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def install_targets(tree: Path) -> list[str]:
-    """The runtime with its PostgreSQL extra, plus any bench package the tree ships."""
-    targets = [f"{tree}[postgres]"]
+def _extras(project: Path) -> set[str]:
+    try:
+        with open(project, "rb") as handle:
+            return set(tomllib.load(handle).get("project", {}).get("optional-dependencies", {}))
+    except FileNotFoundError:
+        return set()
+
+
+def bench_projects(tree: Path) -> list[Path]:
+    """The bench packages a tree ships besides the runtime (``bench/`` itself or folders
+    under it); this tool's own optional installs are not part of what is measured."""
     bench = tree / "bench"
-    if bench.is_dir():
-        for project in sorted(bench.glob("*/pyproject.toml")):
-            if project.parent.name not in _NOT_MEASURED:
-                targets.append(str(project.parent))
+    found = [bench] if (bench / "pyproject.toml").is_file() else []
+    found += [
+        project.parent
+        for project in sorted(bench.glob("*/pyproject.toml"))
+        if project.parent.name not in _NOT_MEASURED
+    ]
+    return found
+
+
+def install_targets(tree: Path) -> list[str]:
+    """The runtime with its PostgreSQL driver, plus any bench package the tree ships.
+
+    psycopg's own build of libpq where the tree offers it (``postgres-binary``), so that
+    an old tree (whose ``postgres`` extra was the binary build) and a new one use the
+    same driver.
+    """
+    driver = (
+        "postgres-binary" if "postgres-binary" in _extras(tree / "pyproject.toml") else "postgres"
+    )
+    targets = [f"{tree}[{driver}]"]
+    for project in bench_projects(tree):
+        postgres = "postgres" in _extras(project / "pyproject.toml")
+        targets.append(f"{project}[postgres]" if postgres else str(project))
     return targets
 
 
@@ -185,9 +213,8 @@ def copy_working_tree(dest: Path) -> None:
 def head_venv(cache: Path) -> Path:
     """A venv with the working tree installed; its dependencies cached by pyproject."""
     digest = hashlib.sha256(sys.version.encode())
-    for project in [REPO / "pyproject.toml", *sorted((REPO / "bench").glob("*/pyproject.toml"))]:
-        if project.parent.name not in _NOT_MEASURED:
-            digest.update(project.read_bytes())
+    for project in [REPO, *bench_projects(REPO)]:
+        digest.update((project / "pyproject.toml").read_bytes())
     key = digest.hexdigest()[:12]
     venv = cache / f"venv-worktree-{key}"
     with locked(cache / f"venv-worktree-{key}.lock"):

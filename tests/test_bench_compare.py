@@ -69,6 +69,22 @@ def test_installs_the_runtime_and_its_bench_packages_not_the_anchors(tmp_path: P
     ]
 
 
+def test_a_bench_project_at_the_root_of_bench_and_the_binary_driver(tmp_path: Path) -> None:
+    compare = _compare()
+    (tmp_path / "pyproject.toml").write_text(
+        '[project.optional-dependencies]\npostgres = []\n"postgres-binary" = []\n'
+    )
+    (tmp_path / "bench" / "anchors").mkdir(parents=True)
+    (tmp_path / "bench" / "anchors" / "pyproject.toml").write_text("[project]\n")
+    (tmp_path / "bench" / "pyproject.toml").write_text(
+        "[project.optional-dependencies]\npostgres = []\n"
+    )
+    assert compare.install_targets(tmp_path) == [
+        f"{tmp_path}[postgres-binary]",
+        f"{tmp_path / 'bench'}[postgres]",
+    ]
+
+
 def test_children_do_not_inherit_a_pythonpath(monkeypatch: Any) -> None:
     compare = _compare()
     monkeypatch.setenv("PYTHONPATH", "/somewhere/src")
