@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentledger.agent import Agent
+from agentledger.backoff import Backoff
 from agentledger.canonical import NotJournalable, clean_text, journal_value
 from agentledger.clock import SYSTEM, Clock
 from agentledger.engine.signals import Abandon, Cancelled, Handover, HandoverReason
@@ -264,17 +264,17 @@ class Execution:
         first looks whether the failed attempt committed after all."""
         # Real time, not the run's clock: a test's fake clock must not stretch retries.
         deadline = time.monotonic() + self.store_retry_seconds
-        delay = 0.05
+        backoff = Backoff(first=0.05, cap=2.0)
         while True:
             try:
                 await self.store.commit(batch)
                 return
             except StoreUnavailable as exc:
-                if self.stopping.is_set() or time.monotonic() + delay > deadline:
+                pause = backoff.next()
+                if self.stopping.is_set() or time.monotonic() + pause > deadline:
                     raise
                 log.debug("run %s: journal write failed (%s); retrying", self.run.id, exc)
-                await asyncio.sleep(random.uniform(delay / 2, delay))
-                delay = min(delay * 2, 2.0)
+                await asyncio.sleep(pause)
                 batch.resent = True
 
     async def _poke_cancel(self, reason: str) -> None:

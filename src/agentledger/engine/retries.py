@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
+from agentledger.backoff import exponential, jittered
 from agentledger.errors import (
     BusinessError,
     DeadlineReached,
@@ -120,8 +120,7 @@ def backoff(policy: RetryPolicy, n: int, retry_after: float | None = None) -> fl
     Returns None when Retry-After is beyond ``policy.max_retry_after`` (or not a
     finite number): that is the class's failure, not a delay.
     """
-    delay = min(policy.max_delay, policy.base_delay * (2 ** (max(1, n) - 1)))
-    delay = delay * random.uniform(0.5, 1.0)
+    delay = jittered(exponential(n, policy.base_delay, policy.max_delay))
     if retry_after is not None:
         if math.isnan(retry_after):
             return delay

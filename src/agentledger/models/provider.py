@@ -11,7 +11,6 @@ journal entries or its error messages.
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import json
 import math
 import time
@@ -19,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from agentledger.backoff import retry_after
 from agentledger.errors import NotSent, ProviderError, RateLimited, ToolError, ToolTimeout
 from agentledger.models.base import (
     FinishReason,
@@ -358,25 +358,3 @@ def _message(exc: Any) -> str:
 def _headers(exc: Any) -> Any:
     response = getattr(exc, "response", None)
     return getattr(response, "headers", {}) or {}
-
-
-def retry_after(headers: Any) -> float | None:
-    """Seconds from ``retry-after-ms`` / ``Retry-After`` (seconds or an HTTP date)."""
-    try:
-        ms = headers.get("retry-after-ms")
-        if ms is not None:
-            return float(ms) / 1000
-        value = headers.get("retry-after")
-    except Exception:
-        return None
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())

@@ -48,6 +48,7 @@ from typing import Any
 import httpx
 
 from agentledger import envsettings
+from agentledger.backoff import exponential
 from agentledger.service.egress import Egress, Refused, Unresolved
 from agentledger.store import Store
 from agentledger.store.queries import service_webhooks
@@ -210,7 +211,7 @@ class Dispatcher:
         except TimeoutError:
             error = f"Timeout: no whole answer within {self.timeout:g} s"
         attempts = int(row["attempts"]) + 1
-        delay = min(self.backoff * 2 ** (attempts - 1), self.max_backoff)
+        delay = exponential(attempts, self.backoff, self.max_backoff)
         dead = error is not None and (refused or attempts >= self.max_attempts)
         settled = await self.store.transact(
             lambda d, c: service_webhooks.settle_delivery(

@@ -14,6 +14,8 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from agentledger.backoff import Backoff
+
 RECONNECT_WINDOW = 60.0  # seconds a lost connection gets before its callers are failed
 TRANSIENT_TRIES = 5  # a rolled-back transaction (deadlock, serialization) is tried again
 
@@ -26,12 +28,12 @@ class Reconnect:
     cap: float = 2.0
     window: float = RECONNECT_WINDOW
     transient_tries: int = TRANSIENT_TRIES
-    delay: float = field(init=False)
     transients: int = field(init=False, default=0)
     deadline: float = field(init=False)
+    backoff: Backoff = field(init=False)
 
     def __post_init__(self) -> None:
-        self.delay = self.first
+        self.backoff = Backoff(self.first, self.cap, jitter=False)
         self.deadline = time.monotonic() + self.window
 
     def may_retry_transient(self) -> bool:
@@ -51,12 +53,11 @@ class Reconnect:
 
     def next_pause(self) -> float:
         """The pause before the next reconnect attempt (doubling up to ``cap``)."""
-        pause, self.delay = self.delay, min(self.delay * 2, self.cap)
-        return pause
+        return self.backoff.next()
 
     def reset(self) -> None:
         """Connected again: the next loss starts from the first delay."""
-        self.delay = self.first
+        self.backoff.reset()
 
 
 __all__ = ["RECONNECT_WINDOW", "TRANSIENT_TRIES", "Reconnect"]

@@ -6,13 +6,11 @@ retry by class (429 with Retry-After, 5xx, business errors never).
 
 from __future__ import annotations
 
-import math
-import time
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 
+from agentledger.backoff import retry_after_seconds
 from agentledger.errors import (
     BusinessError,
     InProgress,
@@ -23,26 +21,6 @@ from agentledger.errors import (
     Refused,
     ToolTimeout,
 )
-
-
-def retry_after_seconds(value: str | None) -> float | None:
-    """Parse Retry-After: delta-seconds or an HTTP date.
-
-    ``inf`` stays infinite (the engine's cap turns it into the class's failure);
-    ``nan`` and garbage mean "no Retry-After".
-    """
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return None if math.isnan(seconds) else max(0.0, seconds)
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 def _error_code(detail: Any) -> Any:

@@ -59,7 +59,6 @@ import contextlib
 import inspect
 import logging
 import os
-import random
 import signal
 import socket
 import time
@@ -68,6 +67,7 @@ from typing import Any
 
 from agentledger import prune, sealer
 from agentledger.app import App
+from agentledger.backoff import Backoff
 from agentledger.engine.runner import Stopped, execute_run
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
 from agentledger.records import Run, RunStatus, WorkerInfo
@@ -99,21 +99,6 @@ def _cause_key(cause: str) -> str:
     is read-only: PostgreSQL at h/db (cannot execute UPDATE ...)" is one cause for
     every statement it refuses."""
     return cause.split(" (", 1)[0]
-
-
-class _Backoff:
-    """Exponential backoff with jitter for side loops that meet transient errors."""
-
-    def __init__(self, first: float = 0.05, cap: float = 2.0) -> None:
-        self.first, self.cap, self.delay = first, cap, first
-
-    def reset(self) -> None:
-        self.delay = self.first
-
-    def next(self) -> float:
-        delay = self.delay
-        self.delay = min(self.delay * 2, self.cap)
-        return random.uniform(delay / 2, delay)
 
 
 class Worker:
@@ -306,7 +291,7 @@ class Worker:
     ) -> Any:
         """Call ``fn`` until it does not meet a transient store error; with ``window``,
         the last error is raised once that many seconds have passed."""
-        backoff = _Backoff()
+        backoff = Backoff()
         deadline = None if window is None else time.monotonic() + window
         while True:
             try:
@@ -323,7 +308,7 @@ class Worker:
     async def _supervise(self, what: str, once: Callable[[], Awaitable[None]]) -> None:
         """Call ``once`` until stopping; retry transient errors, stop on any other (and,
         in burst mode, on a transient one that lasts past ``store_retry_seconds``)."""
-        backoff = _Backoff()
+        backoff = Backoff()
         failing_since: float | None = None
         while not self.stopping.is_set():
             try:
@@ -635,7 +620,7 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         """Renew leases until every run is released (through a SIGTERM drain too)."""
         interval = self.config.heartbeat_interval
-        backoff = _Backoff()
+        backoff = Backoff()
         while not self._drained.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), interval)

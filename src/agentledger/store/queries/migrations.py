@@ -6,6 +6,7 @@ import logging
 import time
 from typing import Any
 
+from agentledger.backoff import Backoff
 from agentledger.store.dialect import Dialect
 
 log = logging.getLogger("agentledger.store")
@@ -42,7 +43,7 @@ def migrate(d: Dialect, conn: Any, *, wait: float | None = None) -> list[int]:
     waited out for up to ``wait`` seconds (:data:`MIGRATION_WAIT`), never a failed start.
     """
     deadline = time.monotonic() + (MIGRATION_WAIT if wait is None else wait)
-    delay = 0.05
+    backoff = Backoff(first=0.05, cap=1.0, jitter=False)
     while True:
         try:
             return _migrate_locked(d, conn)
@@ -52,8 +53,7 @@ def migrate(d: Dialect, conn: Any, *, wait: float | None = None) -> list[int]:
                 raise
             log.warning("schema migration: the database is locked by another process (%s); "
                         "waiting", exc)  # fmt: skip
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, 1.0)
+            time.sleep(min(backoff.next(), max(0.0, deadline - time.monotonic())))
 
 
 def _migrate_locked(d: Dialect, conn: Any) -> list[int]:
