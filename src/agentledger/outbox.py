@@ -38,7 +38,7 @@ from agentledger.engine import inflight
 from agentledger.engine.retries import (
     Attempts,
     RetryState,
-    as_tool_error,
+    ask_status,
     call_with_timeout,
     run_attempts,
 )
@@ -211,14 +211,7 @@ class Delivery(Attempts[str]):
         return await call_with_timeout(lambda: self.tool.call(ctx, self.args), self.tool.timeout)
 
     async def check(self) -> Status:
-        status_check = self.tool.status_check
-        assert status_check is not None
-        ctx = self._context()
-        try:
-            return await call_with_timeout(lambda: status_check(ctx, self.args), self.tool.timeout)
-        except Exception as exc:  # could not ask: ask again later
-            self.state.history.append(f"status_check:{as_tool_error(exc).error_class}")
-            return Status.pending()
+        return await ask_status(self.tool, self._context(), self.args, self.state.history)
 
     # outcomes --------------------------------------------------------------------
 

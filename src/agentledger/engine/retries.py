@@ -49,7 +49,8 @@ from agentledger.errors import (
     ToolError,
     ToolTimeout,
 )
-from agentledger.tools.contract import RetryPolicy
+from agentledger.tools.context import ToolContext
+from agentledger.tools.contract import RetryPolicy, Tool
 from agentledger.tools.status import Status
 
 T = TypeVar("T")
@@ -419,6 +420,21 @@ async def call_with_timeout(fn: Callable[[], Awaitable[T]], timeout: float) -> T
             return await fn()
     except TimeoutError:
         raise ToolTimeout(f"no answer within {timeout:.2f} s") from None
+
+
+async def ask_status(
+    tool: Tool, ctx: ToolContext, args: dict[str, Any], history: list[str]
+) -> Status:
+    """Ask ``tool``'s status check about the key ``ctx`` carries, within the tool's
+    timeout. A check that could not ask (it raised, timed out) answers ``pending``:
+    ask again later; its failure class goes to ``history``."""
+    status_check = tool.status_check
+    assert status_check is not None
+    try:
+        return await call_with_timeout(lambda: status_check(ctx, args), tool.timeout)
+    except Exception as exc:
+        history.append(f"status_check:{as_tool_error(exc).error_class}")
+        return Status.pending()
 
 
 def as_tool_error(exc: BaseException) -> ToolError:

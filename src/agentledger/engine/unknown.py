@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger.engine.execution import Execution
-from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, run_attempts
+from agentledger.engine.retries import RetryState, ask_status, run_attempts
 from agentledger.engine.signals import Handover, HandoverReason
 from agentledger.engine.steps import (
     StepAttempts,
@@ -132,16 +132,10 @@ class WriteAttempts(StepAttempts):
         self.keyed = tool.idempotency == "provider"
 
     async def check(self) -> Status:
-        status_check = self.tool.status_check
-        assert status_check is not None
         ctx = tool_context(self.exe, self.step.step_no, self.key, self.tool, self.state.attempts)
         # A status check reads; it runs even past the run's deadline.
         ctx.deadline = self.exe.clock.monotonic() + self.tool.timeout
-        try:
-            return await call_with_timeout(lambda: status_check(ctx, self.args), self.tool.timeout)
-        except Exception as exc:  # could not ask: ask again later
-            self.state.history.append(f"status_check:{as_tool_error(exc).error_class}")
-            return Status.pending()
+        return await ask_status(self.tool, ctx, self.args, self.state.history)
 
     async def unknown(self, error: ToolError) -> None:
         exe, step = self.exe, self.step
