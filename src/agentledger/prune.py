@@ -16,19 +16,17 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable
 from typing import Any
 
 from agentledger import auditkey
 from agentledger.errors import StoreUnavailable
+from agentledger.failures import FailureLog
 from agentledger.store import Store
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries import retention
 from agentledger.store.queries.retention import Policy, Removed
 
 log = logging.getLogger(__name__)
-
-Failing = Callable[[str, BaseException], None]
 
 PAUSE = 0.15  # seconds at least between two batches: longer than SQLite's busy-retry sleep
 
@@ -118,7 +116,7 @@ def _add(total: Removed, got: Removed) -> None:
     total.broken = got.broken or total.broken
 
 
-async def prune_forever(store: Store, period: float, failing: Failing | None = None) -> None:
+async def prune_forever(store: Store, period: float, failures: FailureLog | None = None) -> None:
     """A worker's ``--prune-every``: every ``period`` seconds (jittered), prune each
     tenant with a configured retention -- in the one worker whose claim of the round
     lands (``retention.claim_round``): the others skip it."""
@@ -147,5 +145,5 @@ async def prune_forever(store: Store, period: float, failing: Failing | None = N
                     log.warning("prune of tenant %s stopped: %s", removed.tenant_id,
                                 removed.stopped)  # fmt: skip
         except StoreUnavailable as exc:
-            if failing is not None:
-                failing("prune", exc)
+            if failures is not None:
+                failures.failed("prune", exc)

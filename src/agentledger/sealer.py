@@ -15,18 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
 
 from agentledger import auditkey, envsettings
 from agentledger.errors import StoreUnavailable
+from agentledger.failures import FailureLog
 from agentledger.store import Store
 from agentledger.store.queries import service_audit
 
 log = logging.getLogger(__name__)
-
-# Told of a store failure that is not the sealer's (disk full, read-only, connection
-# lost): a worker logs each such cause once for all its loops (worker.py).
-Failing = Callable[[str, BaseException], None]
 
 PERIOD_ENV = "AGENTLEDGER_AUDIT_SEAL_EVERY"
 DEFAULT_PERIOD: float = envsettings.default("audit_seal_every")
@@ -76,36 +72,55 @@ async def seal_once(store: Store, batch: int | None = None, max_batches: int | N
     return total
 
 
-async def seal_quietly(store: Store, failing: Failing | None = None) -> int:
-    """:func:`seal_once`, logging instead of raising (the next seal catches up); a
-    store that refuses for its own reason is reported to ``failing`` when given."""
+async def seal_quietly(
+    store: Store,
+    failures: FailureLog | None = None,
+    batch: int | None = None,
+    max_batches: int | None = None,
+) -> int:
+    """:func:`seal_once`, logging instead of raising (the next seal catches up). A store
+    that refuses for its own reason (disk full, read-only, connection lost) is told to
+    ``failures``, shared with the process's other loops, so it is logged once; a seal
+    that wrote tells it the store works again."""
     try:
-        return await seal_once(store)
+        sealed = await seal_once(store, batch, max_batches)
     except NotImplementedError:
         return 0  # a store without the service's tables: nothing to seal
     except Exception as exc:
-        if failing is not None and isinstance(exc, StoreUnavailable):
-            failing("audit sealing", exc)
+        if failures is not None and isinstance(exc, StoreUnavailable):
+            failures.failed("audit sealing", exc)
         else:
             log.warning("audit sealing failed (%s); retried at the next seal", exc)
         return 0
+    if sealed and failures is not None:
+        # Only a seal that wrote proves the store takes writes again: an idle round
+        # only read, which a full disk or a read-only database still allows.
+        failures.recovered("audit sealing")
+    return sealed
 
 
 async def seal_before_exit(
-    store: Store, timeout: float = 5.0, failing: Failing | None = None
+    store: Store, timeout: float = 5.0, failures: FailureLog | None = None
 ) -> int:
     """A last :func:`seal_quietly`, bounded: a process stopping because its database is
     gone must not hang on it."""
     try:
-        return await asyncio.wait_for(seal_quietly(store, failing), timeout)
+        return await asyncio.wait_for(seal_quietly(store, failures), timeout)
     except TimeoutError:
         log.warning("audit sealing did not finish within %g s; the next sealer will", timeout)
         return 0
 
 
-async def seal_forever(store: Store, period: float, failing: Failing | None = None) -> None:
-    """Seal about every ``period`` seconds until cancelled (``failing``: see
-    :func:`seal_quietly`).
+async def seal_forever(
+    store: Store,
+    period: float,
+    failures: FailureLog | None = None,
+    batch: int | None = None,
+    max_batches: int | None = None,
+) -> None:
+    """Seal about every ``period`` seconds until cancelled (``failures``, ``batch`` and
+    ``max_batches``: see :func:`seal_quietly` and :func:`seal_once`). The one seal loop
+    of every process: workers and ``serve``.
 
     The rounds are jittered (0.5-1.5 periods, the first one too): a seal takes the
     write lock on SQLite, and in phase with the worker's other periodic writes (its
@@ -113,4 +128,4 @@ async def seal_forever(store: Store, period: float, failing: Failing | None = No
     """
     while True:
         await asyncio.sleep(period * random.uniform(0.5, 1.5))
-        await seal_quietly(store, failing)
+        await seal_quietly(store, failures, batch, max_batches)

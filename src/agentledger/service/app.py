@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from agentledger import sealer
 from agentledger.app import App
+from agentledger.failures import FailureLog
 from agentledger.service import accepting, deltas, docs_pages, problems
 from agentledger.service.accepts import AcceptBatcher
 from agentledger.service.auth import KeyCache, warn_of_other_peppers
@@ -67,8 +68,16 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
             the_store, period=settings.webhook_poll, backoff=settings.webhook_backoff,
             egress=api.state.egress,
         )  # fmt: skip
+        failures = FailureLog(log)  # the store's failures, each cause logged once
         background = [
-            asyncio.create_task(_seal_forever(seal_store, settings.audit_seal_every)),
+            asyncio.create_task(
+                sealer.seal_forever(
+                    seal_store, settings.audit_seal_every, failures, _SEAL_SLICE, _SEAL_SLICES
+                )
+            ),
+            asyncio.create_task(
+                _purge_keys_forever(seal_store, settings.audit_seal_every, failures)
+            ),
             asyncio.create_task(dispatcher.run_forever()),
         ]
         try:
@@ -137,12 +146,12 @@ async def _open_seal_store(store: Store) -> Store:
     another database than ``settings.db_url`` names. It writes no journal batches, so
     it opens no journal connection: a writer and a read connection.
 
-    On PostgreSQL the sealer on the accepts' one writer connection took about 40 % of its
-    time at 1,000 runs/s (two events to chain per accepted run), and every accept group
-    queued behind a seal transaction: with keys, ``serve`` held 840-860 runs/s at a fixed
-    1,000/s. On its own connection the seal runs beside the groups (sealers of one tenant
-    are serialized by its head row's lock, as across processes). SQLite has one writer
-    whatever the connections."""
+    On PostgreSQL, sealing on the accepts' one writer connection would queue every accept
+    group behind a seal transaction (each accepted run has two events to chain), holding
+    ``serve`` below the rate it accepts at otherwise (docs/benchmarks.md). On its own
+    connection the seal runs beside the groups (sealers of one tenant are serialized by
+    its head row's lock, as across processes). SQLite has one writer whatever the
+    connections."""
     if not isinstance(store, SQLStore) or store.dialect.name == "sqlite":
         return store
     own = open_store(store.url)
@@ -152,22 +161,23 @@ async def _open_seal_store(store: Store) -> Store:
 
 # Records per seal transaction here: on SQLite the accept groups share the database's one
 # writer with the sealer, and a group queued behind a seal transaction waits for all of
-# it (500 records: ~40 ms, the p99 at 1,000 runs/s). Small slices interleave with the
-# groups; as many slices per round as the default sealer's batches.
+# it, a whole default batch costing about the accepts' p99 (docs/benchmarks.md). Small
+# slices interleave with the groups; as many slices per round as the default sealer's
+# batches.
 _SEAL_SLICE = 100
 _SEAL_SLICES = sealer.BATCH * sealer.MAX_BATCHES // _SEAL_SLICE
 
 
-async def _seal_forever(store: Store, period: float) -> None:
-    """Seal new audit events into their tenants' chains, every ``period`` seconds."""
+async def _purge_keys_forever(store: Store, period: float, failures: FailureLog) -> None:
+    """Remove expired idempotency keys every ``period`` seconds (beside the sealer)."""
     while True:
-        try:
-            # Workers seal too (agentledger/sealer.py).
-            await sealer.seal_once(store, _SEAL_SLICE, _SEAL_SLICES)
-            await store.transact(lambda d, c: accepting.purge_idempotency_keys(d, c, time.time()))
-        except Exception as exc:  # retried next period; the chain catches up
-            log.warning("audit sealing failed: %s", exc)
         await asyncio.sleep(period)
+        try:
+            await store.transact(lambda d, c: accepting.purge_idempotency_keys(d, c, time.time()))
+        except Exception as exc:  # retried next period
+            failures.failed("idempotency key purge", exc)
+        else:
+            failures.recovered("idempotency key purge")
 
 
 async def _start_workers(store: Store, app: App, n: int) -> list[tuple[Any, asyncio.Task[None]]]:

@@ -49,6 +49,7 @@ import httpx
 
 from agentledger import envsettings
 from agentledger.backoff import exponential
+from agentledger.failures import FailureLog
 from agentledger.service.egress import Egress, Refused, Unresolved
 from agentledger.store import Store
 from agentledger.store.queries import service_webhooks
@@ -137,20 +138,16 @@ class Dispatcher:
     async def run(self, stopping: asyncio.Event) -> None:
         """Deliver what is due every ``period`` until ``stopping`` is set. Never raises
         on a failed round (a store error, an unreachable receiver): it is retried."""
-        failing: str | None = None  # the cause last logged: a failing store fails every round
+        # A failing store fails every round: each cause is logged once.
+        failures = FailureLog(log, "webhook dispatch", logging.WARNING)
         async with delivery_client(self.timeout) as client:
             while not stopping.is_set():
                 try:
                     await self.once(client)
                 except Exception as exc:  # retried next period
-                    cause = str(exc)
-                    level = logging.DEBUG if cause == failing else logging.WARNING
-                    log.log(level, "webhook dispatch failed: %s; retrying", cause)
-                    failing = cause
+                    failures.failed("webhooks", exc)
                 else:
-                    if failing is not None:
-                        log.info("webhook dispatch works again")
-                    failing = None
+                    failures.recovered("webhooks")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), self.period)
 

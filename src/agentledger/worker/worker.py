@@ -70,6 +70,7 @@ from agentledger.app import App
 from agentledger.backoff import Backoff
 from agentledger.engine.runner import Stopped, execute_run
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
+from agentledger.failures import FailureLog, cause_of
 from agentledger.records import Run, RunStatus, WorkerInfo
 from agentledger.store.base import Store
 from agentledger.store.sqlstore import redacted_url
@@ -92,13 +93,6 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, StoreUnavailable) or (
         isinstance(exc, StoreError) and bool(getattr(exc, "transient", False))
     )
-
-
-def _cause_key(cause: str) -> str:
-    """What a store error says failed, without the statement's own words: "database
-    is read-only: PostgreSQL at h/db (cannot execute UPDATE ...)" is one cause for
-    every statement it refuses."""
-    return cause.split(" (", 1)[0]
 
 
 class Worker:
@@ -136,8 +130,8 @@ class Worker:
         # (run id, epoch) of executions the engine has returned from: their lease was
         # given back (or is about to be), so a renewal that misses it is no loss.
         self._ended: set[tuple[str, int]] = set()
-        # Store failures already logged at ERROR (each cause once; repeats at DEBUG).
-        self._store_causes: set[str] = set()
+        # Store failures of every loop and run, each cause logged once at ERROR.
+        self._store_log = FailureLog(log)
         # Runs given back unfinished because the store failed, and the first cause.
         self._given_back = 0
         self._given_back_cause: str | None = None
@@ -217,15 +211,13 @@ class Worker:
             sealer.key_at_start()
             side.append(
                 asyncio.create_task(
-                    sealer.seal_forever(self.store, seal_every, self._store_failing), name="seal"
+                    sealer.seal_forever(self.store, seal_every, self._store_log), name="seal"
                 )
             )
             if self.config.prune_every is not None:  # agentledger/prune.py
                 side.append(
                     asyncio.create_task(
-                        prune.prune_forever(
-                            self.store, self.config.prune_every, self._store_failing
-                        ),
+                        prune.prune_forever(self.store, self.config.prune_every, self._store_log),
                         name="prune",
                     )
                 )
@@ -239,7 +231,7 @@ class Worker:
             await self.stopping.wait()
             await self._drain()
             # What its last runs wrote.
-            await sealer.seal_before_exit(self.store, failing=self._store_failing)
+            await sealer.seal_before_exit(self.store, failures=self._store_log)
             if self.burst and self.config.webhooks:
                 await self._deliver_last_webhooks()
         finally:
@@ -276,16 +268,6 @@ class Worker:
         log.info("worker %s failed: %s; stopping", what, reason)
         self.stop()
 
-    def _store_failing(self, what: str, exc: BaseException) -> None:
-        """Log a transient store error: its cause once at ERROR, repeats at DEBUG (a full
-        disk fails every write of every run and loop; the log names it once)."""
-        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if _cause_key(cause) in self._store_causes:
-            log.debug("%s: %s; retrying", what, cause)
-            return
-        self._store_causes.add(_cause_key(cause))
-        log.error("store failing: %s (%s; retrying)", cause, what)
-
     async def _retrying(
         self, what: str, fn: Callable[[], Awaitable[Any]], window: float | None = None
     ) -> Any:
@@ -299,7 +281,7 @@ class Worker:
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-                self._store_failing(what, exc)
+                self._store_log.failed(what, exc)
                 pause = backoff.next()
                 if deadline is not None and time.monotonic() + pause > deadline:
                     raise
@@ -315,6 +297,7 @@ class Worker:
                 await once()
                 backoff.reset()
                 failing_since = None
+                self._store_log.recovered(what)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -325,7 +308,7 @@ class Worker:
                 ):
                     self._fail(what, exc)
                     return
-                self._store_failing(what, exc)
+                self._store_log.failed(what, exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), backoff.next())
 
@@ -340,14 +323,11 @@ class Worker:
                 self.config.store_retry_seconds,
             )
         except Exception as exc:
-            cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             log.error(
                 "run %s not released (%s); another worker takes it over when its lease "
                 "expires, or at once when it finds this worker gone",
                 run_id,
-                "the store still fails, see above"
-                if _cause_key(cause) in self._store_causes
-                else cause,
+                "the store still fails, see above" if self._store_log.knows(exc) else cause_of(exc),
             )
             return False
         if not released:
@@ -583,7 +563,7 @@ class Worker:
             if is_transient(exc):
                 # The store failed mid-run (the engine retried its write): nothing was
                 # written past the journal, so give the run back for another worker.
-                self._store_failing(f"run {run.id}", exc)
+                self._store_log.failed(f"run {run.id}", exc)
                 outcome = Stopped.RELEASED
                 if await self._give_back(run.id, run.lease_epoch):
                     log.info("run %s released for another worker (the store failed)", run.id)
@@ -629,6 +609,7 @@ class Worker:
             try:
                 await self._heartbeat_once()
                 backoff.reset()
+                self._store_log.recovered("heartbeat")  # a heartbeat always writes
                 interval = self.config.heartbeat_interval
             except asyncio.CancelledError:
                 raise
@@ -636,7 +617,7 @@ class Worker:
                 if not is_transient(exc):
                     self._fail("heartbeat", exc)
                     return
-                self._store_failing("heartbeat", exc)
+                self._store_log.failed("heartbeat", exc)
                 interval = min(backoff.next(), self.config.heartbeat_interval)
 
     async def _heartbeat_once(self) -> None:
