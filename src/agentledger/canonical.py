@@ -91,6 +91,16 @@ def canonical_json(value: Any) -> str:
     return _CANONICAL.encode(journal_value(value))
 
 
+def exact_json(value: Any) -> str:
+    """The canonical encoding of ``value`` as it is, for hashes over stored values.
+
+    The same encoder as :func:`canonical_json`, without sanitizing: text keeps its NUL
+    (escaped) instead of turning into U+FFFD, so two different stored values never
+    encode alike. NaN and the infinities are refused (:class:`ValueError`): JSON has no
+    such numbers. ``value`` holds only JSON types (a tuple is a list)."""
+    return _CANONICAL.encode(value)
+
+
 def input_hash(value: Any) -> str:
     """SHA-256 of the canonical JSON of ``value`` (hex, first 16 characters)."""
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
@@ -101,6 +111,7 @@ __all__ = [
     "NotJournalable",
     "canonical_json",
     "clean_text",
+    "exact_json",
     "input_hash",
     "journal_value",
 ]

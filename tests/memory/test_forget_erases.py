@@ -163,9 +163,11 @@ async def test_records_sealed_over_their_text_before_digests_still_verify(
         rows = d.fetchall(c, "SELECT * FROM events WHERE tenant_id = 'acme' ORDER BY chain_no")
         prev = service_audit.GENESIS
         for row in rows:
-            digest = service_audit.record_hash(prev, "acme", row, row["chain_no"], by_text=True)
-            d.execute(c, "UPDATE events SET prev_hash = :p, hash = :h WHERE id = :i",
-                      {"p": prev, "h": digest, "i": row["id"]})  # fmt: skip
+            digest = service_audit.record_hash(
+                prev, "acme", row, row["chain_no"], by_text=True, version=None
+            )
+            d.execute(c, "UPDATE events SET prev_hash = :p, hash = :h, hash_v = NULL "
+                      "WHERE id = :i", {"p": prev, "h": digest, "i": row["id"]})  # fmt: skip
             prev = digest
         d.execute(c, "UPDATE audit_heads SET hash = :h WHERE tenant_id = 'acme'", {"h": prev})
         return len(rows)

@@ -272,7 +272,7 @@ def prune_batch(
     rows = d.fetchall(
         conn,
         "SELECT id, run_id, seq, type, actor, at, data, data_digest, redaction_sig, "
-        "chain_no, prev_hash, hash, sig FROM events WHERE tenant_id = :t "
+        "chain_no, prev_hash, hash, sig, hash_v FROM events WHERE tenant_id = :t "
         "AND chain_no > :start AND chain_no <= :end ORDER BY chain_no LIMIT :limit",
         {"t": t, "start": start, "end": end, "limit": limit},
     )

@@ -7,8 +7,14 @@ behind one row). A sealer -- every ``serve`` process and every worker, each seco
 row lock, then gives each committed, unsealed event of the tenant the next ``chain_no``,
 the previous record's hash and its own hash:
 
-    hash = SHA-256(prev_hash || canonical JSON of [tenant, chain_no, run_id, seq, type,
-                                                   actor, at, "sha256:" + SHA-256(data)])
+    hash = SHA-256(prev_hash || "\n" || canonical JSON of [tenant, chain_no, run_id, seq,
+                                     type, actor, at, "sha256:" + SHA-256(data)])
+
+in ``agentledger/canonical.py``'s encoding (:func:`~agentledger.canonical.exact_json`:
+sorted, compact, UTF-8, the time as a JSON number). A record says which encoding hashed
+it (``hash_v``, :data:`HASH_CANONICAL`); records sealed before it (``hash_v`` NULL) were
+hashed in their own encoding (ASCII-escaped text, the time as the string of its
+``repr``) and are checked that way, so chains already stored keep verifying.
 
 The data enters by its digest, so a record's data can be erased (``memory forget``
 redacts a forgotten user's text) and the chain still checks: the redacting transaction
@@ -43,6 +49,7 @@ from typing import Any
 
 from agentledger import auditkey
 from agentledger.auditkey import AuditKey
+from agentledger.canonical import exact_json
 from agentledger.errors import StoreError, UsageError
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries import service_webhooks
@@ -66,29 +73,41 @@ def text_digest(data: str) -> str:
     return hashlib.sha256(data.encode()).hexdigest()
 
 
+#: ``events.hash_v`` of a record hashed in canonical JSON (what every sealer writes).
+HASH_CANONICAL = 2
+
+
 def record_hash(
-    prev_hash: str, tenant_id: str, row: dict[str, Any], chain_no: int, *, by_text: bool = False
+    prev_hash: str,
+    tenant_id: str,
+    row: dict[str, Any],
+    chain_no: int,
+    *,
+    by_text: bool = False,
+    version: int | None = HASH_CANONICAL,
 ) -> str:
     """The hash of one audit record chained to ``prev_hash``: over its data's digest
     (the redacted record's ``data_digest``, else the digest of ``data``), or, with
-    ``by_text``, over the data's text (records sealed before migration 0090)."""
+    ``by_text``, over the data's text (records sealed before migration 0090).
+
+    ``version`` is the record's ``hash_v``: :data:`HASH_CANONICAL`, or None for a record
+    sealed before it (see the module docstring). Raises :class:`ValueError` for a time
+    that is no number (NaN, infinite) in canonical JSON."""
     at = row["at"]
     if by_text:
         data = row["data"]
     else:
         digest = row.get("data_digest") or data_digest(row["data"])
         data = None if digest is None else "sha256:" + digest
-    body = [
-        tenant_id,
-        chain_no,
-        row["run_id"],
-        row["seq"],
-        row["type"],
-        row["actor"],
-        repr(float(at)) if at is not None else None,
-        data,
-    ]
-    text = json.dumps(body, separators=(",", ":"), ensure_ascii=True)
+    when = None if at is None else float(at)
+    fields = [tenant_id, chain_no, row["run_id"], row["seq"], row["type"], row["actor"]]
+    if version == HASH_CANONICAL:
+        text = exact_json([*fields, when, data])
+    elif version is None:
+        stamp = None if when is None else repr(when)
+        text = json.dumps([*fields, stamp, data], separators=(",", ":"), ensure_ascii=True)
+    else:
+        raise ValueError(f"unknown audit hash encoding {version!r}")
     return hashlib.sha256((prev_hash + "\n" + text).encode()).hexdigest()
 
 
@@ -265,14 +284,22 @@ def _write_links(d: Dialect, conn: Any, tenant_id: str, links: list[_Link]) -> N
             d.execute(
                 conn,
                 "UPDATE events SET tenant_id = :t, chain_no = :n, prev_hash = :p, hash = :h, "
-                "sig = :s WHERE id = :id AND hash IS NULL",
-                {"t": tenant_id, "n": number, "p": prev, "h": digest, "s": sig, "id": event_id},
+                "sig = :s, hash_v = :v WHERE id = :id AND hash IS NULL",
+                {
+                    "t": tenant_id,
+                    "n": number,
+                    "p": prev,
+                    "h": digest,
+                    "s": sig,
+                    "id": event_id,
+                    "v": HASH_CANONICAL,
+                },
             )
             for event_id, number, prev, digest, sig in links
         )
         _all_changed(tenant_id, len(links), changed)
         return
-    params: dict[str, Any] = {"t": tenant_id}
+    params: dict[str, Any] = {"t": tenant_id, "v": HASH_CANONICAL}
     values = []
     for i, (event_id, number, prev, digest, sig) in enumerate(links):
         values.append(
@@ -285,7 +312,7 @@ def _write_links(d: Dialect, conn: Any, tenant_id: str, links: list[_Link]) -> N
     changed = d.execute(
         conn,
         "UPDATE events SET tenant_id = :t, chain_no = v.column2, prev_hash = v.column3, "
-        f"hash = v.column4, sig = v.column5 FROM (VALUES {', '.join(values)}) AS v "
+        f"hash = v.column4, sig = v.column5, hash_v = :v FROM (VALUES {', '.join(values)}) AS v "
         "WHERE events.id = v.column1 AND events.hash IS NULL",
         params,
     )
@@ -506,7 +533,7 @@ def _verify_tenant(
     rows = d.fetchall(
         conn,
         "SELECT id, run_id, seq, type, actor, at, data, data_digest, redaction_sig, "
-        "chain_no, prev_hash, hash, sig FROM events WHERE tenant_id = :t "
+        "chain_no, prev_hash, hash, sig, hash_v FROM events WHERE tenant_id = :t "
         "AND chain_no > :start ORDER BY chain_no",
         {"t": t, "start": start},
     )
@@ -854,12 +881,16 @@ def against_checkpoint(
 
 
 def _matches(prev: str, tenant_id: str, row: dict[str, Any], chain_no: int) -> bool:
-    """Whether a sealed record matches its hash: by its data's digest, or (never
-    redacted, sealed before digests) by its data's text."""
-    if record_hash(prev, tenant_id, row, chain_no) == row["hash"]:
+    """Whether a sealed record matches its hash, in the encoding it names (``hash_v``):
+    by its data's digest, or (never redacted, sealed before digests and before canonical
+    JSON) by its data's text."""
+    version = _int_or_none(row["hash_v"])
+    if record_hash(prev, tenant_id, row, chain_no, version=version) == row["hash"]:
         return True
-    return row.get("data_digest") is None and (
-        record_hash(prev, tenant_id, row, chain_no, by_text=True) == row["hash"]
+    return (
+        version is None
+        and row.get("data_digest") is None
+        and record_hash(prev, tenant_id, row, chain_no, by_text=True, version=None) == row["hash"]
     )
 
 
