@@ -101,12 +101,7 @@ class AnthropicModel(ProviderModel):
         return import_sdk("anthropic", self.extra)
 
     def make_client(self) -> Any:
-        kwargs: dict[str, Any] = {"max_retries": 0, "timeout": self.timeout}
-        if self.base_url:
-            kwargs["base_url"] = self.base_url
-        if self._api_key:
-            kwargs["api_key"] = self._api_key
-        return self.sdk().AsyncAnthropic(**kwargs)
+        return self.sdk().AsyncAnthropic(**self.client_options())
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         system, messages = to_anthropic(request.messages)

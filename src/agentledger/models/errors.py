@@ -21,7 +21,6 @@ from agentledger.errors import (
     NotSent,
     ProviderError,
     RateLimited,
-    Refused,
     ToolError,
     ToolTimeout,
 )
@@ -74,10 +73,6 @@ FALLBACK_CLASSES = frozenset(
         IncompleteAnswer.error_class,
     }
 )
-
-#: Classes that end the model step at once, whatever the chain.
-FATAL_CLASSES = frozenset({ModelRejected.error_class, Refused.error_class, "missing_extra"})
-
 
 def unbilled(exc: BaseException) -> bool:
     """Whether a failed attempt provably cost nothing: it never left (not sent, no time

@@ -132,14 +132,11 @@ class OpenAIModel(ProviderModel):
 
     def make_client(self) -> Any:
         sdk = self.sdk()
-        kwargs: dict[str, Any] = {"max_retries": 0, "timeout": self.timeout}
-        if self.base_url:
-            kwargs["base_url"] = self.base_url
-        if self._api_key:
-            kwargs["api_key"] = self._api_key
-        elif self.provider == "openai-compatible" and not os.environ.get("OPENAI_API_KEY"):
-            kwargs["api_key"] = "not-needed"  # local servers take any key
-        return sdk.AsyncOpenAI(**kwargs)
+        options = self.client_options()
+        local = self.provider == "openai-compatible" and not os.environ.get("OPENAI_API_KEY")
+        if local and "api_key" not in options:
+            options["api_key"] = "not-needed"  # local servers take any key
+        return sdk.AsyncOpenAI(**options)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {

@@ -14,7 +14,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -48,8 +48,6 @@ _CONTEXT_HINTS = (
     "prompt is too long",
     "too many tokens",
 )
-
-Delta = Callable[[str], Awaitable[None] | None]
 
 
 def import_sdk(module: str, extra: str) -> Any:
@@ -211,6 +209,17 @@ class ProviderModel(Model):
 
     def make_client(self) -> Any:
         raise NotImplementedError
+
+    def client_options(self) -> dict[str, Any]:
+        """What every SDK client is made with: no retries of its own (the engine retries
+        by failure class, and an SDK retry would be a second, unjournaled attempt), the
+        model's timeout, and its base URL and key when given."""
+        options: dict[str, Any] = {"max_retries": 0, "timeout": self.timeout}
+        if self.base_url:
+            options["base_url"] = self.base_url
+        if self._api_key:
+            options["api_key"] = self._api_key
+        return options
 
     async def aclose(self) -> None:
         """Close the SDK client's connections (a new one is made on the next call)."""

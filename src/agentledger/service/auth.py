@@ -32,7 +32,6 @@ VIEWER, OPERATOR, APPROVER, ADMIN = "viewer", "operator", "approver", "admin"
 # admin does not hold it: only whoever mints keys (``agentledger keys create``, with
 # the database and the pepper) can give it.
 DEPLOYMENT = "deployment"
-BUILTIN_ROLES = (VIEWER, OPERATOR, APPROVER, ADMIN, DEPLOYMENT)
 # Roles that only read: a key holding none but these starts and cancels no runs.
 READ_ONLY_ROLES = frozenset({VIEWER, DEPLOYMENT})
 _KEY = re.compile(r"^al_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")

@@ -23,7 +23,6 @@ UNKNOWN_RESOLUTIONS = {
 UNKNOWN_SEEN = ("tool.unknown_outcome", "tool.resumed_unknown")
 
 
-LIVE_STATUSES = ("queued", "running", "waiting")
 _LIVE = "status IN ('queued', 'running', 'waiting')"  # the runs_live partial index's
 
 
