@@ -74,6 +74,7 @@ FALLBACK_CLASSES = frozenset(
     }
 )
 
+
 def unbilled(exc: BaseException) -> bool:
     """Whether a failed attempt provably cost nothing: it never left (not sent, no time
     left), or the provider answered it with an error status before doing the work
