@@ -1,11 +1,12 @@
 """The garbage collector in long-running processes (``serve``, ``worker``).
 
-A full (oldest-generation) collection walks every container object the process holds:
-in ``serve`` that is ~75,000 objects of imported modules, the FastAPI app and its
-pydantic models, and it stopped the process for 24-42 ms -- every request in flight
-waited, the tail of ``POST /v1/runs`` at 1,000 runs/s. Those objects live as long as
-the process, so the entry points collect once after start-up and freeze what survived
-(:func:`gc.freeze`): later full collections walk only what the process made since.
+A full (oldest-generation) collection walks every container object the process holds,
+and stops the process while it does: every request in flight waits for it. Most of
+those objects -- imported modules, the FastAPI app, its pydantic models -- live as long
+as the process and are never garbage, so walking them again and again only adds to the
+latency tail (how much: docs/benchmarks.md, "Full collections out of the tail"). The
+entry points collect once after start-up and freeze what survived (:func:`gc.freeze`):
+later full collections walk only what the process made since.
 """
 
 from __future__ import annotations

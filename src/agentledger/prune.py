@@ -80,9 +80,9 @@ async def prune_tenant(
         if got.records == 0 or got.stopped:
             break
         # A pause as long as the batch took, and at least PAUSE: batches back to back
-        # starve other writers -- SQLite's busy handler sleeps up to 100 ms between
-        # tries and finds the lock taken again each time (a worker's step waited
-        # seconds) -- so a prune holds the writer at most half the time.
+        # starve other writers -- SQLite's busy handler sleeps between tries, longer
+        # than a gap between two batches, and finds the lock taken again each time --
+        # so a prune holds the writer at most half the time.
         await asyncio.sleep(max(PAUSE, time.monotonic() - began))
     return total
 

@@ -1,13 +1,12 @@
 """Random hex for ids and tokens, drawn from the OS a page at a time.
 
 ``secrets.token_hex`` makes one ``getrandom`` system call per id, and CPython releases
-the GIL around it. In ``serve`` every accepted run takes three (the run id, its request
-id and the HTTP request id) on the event loop's thread, and each release lets the
-store's writer thread take the GIL: the event loop then waits until that thread gives it
-back (up to the interpreter's switch interval, 5 ms), which under load shows in every
-request's latency. Here the bytes come from one ``os.urandom`` of 4 KiB, handed out in
-slices: the same source and quality as ``secrets`` (never the ``random`` module), one
-system call per few hundred ids.
+the GIL around it. ``serve`` draws several ids per accepted run on the event loop's
+thread, and each release lets the store's writer thread take the GIL: the event loop
+then waits until that thread gives it back (up to the interpreter's switch interval),
+which under load shows in every request's latency. Here the bytes come from one
+``os.urandom`` of a page, handed out in slices: the same source and quality as
+``secrets`` (never the ``random`` module), one system call per few hundred ids.
 
 A forked child drops the parent's unread bytes: parent and child must never hand out
 the same ones.

@@ -109,8 +109,9 @@ def _nearest(matrix: Any, vector: bytes, n: int = POOL) -> list[int]:
 
     if len(matrix) == 0:
         return []
-    # einsum, not ``@``: a single-threaded loop (0.25 ms at 10,000 x 256) instead of the
-    # BLAS thread pool, whose wake-ups on a busy machine cost milliseconds at the tail.
+    # einsum, not ``@``: a single-threaded loop, fast enough for a tenant's vectors,
+    # instead of the BLAS thread pool, whose wake-ups on a busy machine cost more than
+    # the product at the latency tail.
     scores = np.einsum("ij,j->i", matrix, np.frombuffer(vector, dtype="<f4"))
     n = min(n, len(scores))
     if n == 0:

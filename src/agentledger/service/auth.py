@@ -73,7 +73,7 @@ class Principal:
 @functools.lru_cache(maxsize=8)
 def pepper_fingerprint(pepper: bytes) -> str:
     """What identifies a pepper in the store (``api_keys.pepper_id``) without giving it
-    away: 16 hex digits of scrypt over it. Slow on purpose (~50 ms, 16 MB): the pepper
+    away: 16 hex digits of scrypt over it. Slow and memory-hard on purpose: the pepper
     may be as short as 16 characters, and a fast hash of a constant would let a copy of
     the database test guesses at it cheaply. Computed once per pepper per process."""
     derived = hashlib.scrypt(pepper, salt=_FINGERPRINT_SALT, n=2**14, r=8, p=1, dklen=8)

@@ -35,10 +35,10 @@ IDLE_IN_TRANSACTION_TIMEOUT = "60s"
 
 # Every session of the store, in one round trip: short statements, no transaction
 # left idle, synchronous_commit never "off" (a stronger server setting stays), and no
-# JIT compilation. The store's statements are short index reads and writes, but past
-# a few hundred thousand runs the planner's cost estimate of a claim crosses
-# jit_above_cost, and compiling the claim took ~50 ms of every claim at 300,000 due
-# runs (one tenant: 68 ms with JIT, 19-20 ms without; docs/benchmarks.md).
+# JIT compilation. The store's statements are short index reads and writes, but on a
+# large table the planner's cost estimate of a claim crosses jit_above_cost, and
+# compiling the statement then costs more than running it, on every claim
+# (docs/benchmarks.md).
 SESSION_SETUP = (
     f"SELECT set_config('statement_timeout', '{STATEMENT_TIMEOUT}', false), "
     f"set_config('idle_in_transaction_session_timeout', '{IDLE_IN_TRANSACTION_TIMEOUT}', false), "

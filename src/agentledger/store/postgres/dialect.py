@@ -13,7 +13,7 @@ psycopg 3 connection (non-autocommit, READ COMMITTED, ``dict_row`` rows):
 * the claim is one statement, ``FOR UPDATE SKIP LOCKED``: concurrent claimers
   never wait for each other and never claim the same run twice.
 
-Wake-ups (docs/architecture.md, "Scale") use LISTEN/NOTIFY on the channel
+Wake-ups use LISTEN/NOTIFY on the channel
 :data:`RUNS_CHANNEL`: :func:`notify_runs` inside a transaction that made a run
 runnable, :class:`RunListener` in a worker. Notifications are only a hint --
 workers keep polling as a fallback, because a notification sent while a
@@ -194,8 +194,8 @@ class PostgresDialect(Dialect):
         # ``few``, ``spread`` takes those tenants' oldest runs (with the
         # expired leases up to the probe's last run, ranked with them), oldest first:
         # the fair order starts with exactly them. Many tenants with a few due runs each
-        # are claimed from the probe alone, with no walk over the tenants (5,000 index
-        # seeks at 5,000 tenants); when ``spread`` comes short (one big tenant has the
+        # are claimed from the probe alone, with no walk over the tenants (an index
+        # seek per tenant); when ``spread`` comes short (one big tenant has the
         # oldest runs, or their tenants' oldest are held), the claim goes on below,
         # leaving out what ``spread`` took.
         #
@@ -236,8 +236,8 @@ class PostgresDialect(Dialect):
         # SKIP LOCKED exact when even that is held: when ``mid`` came short too AND some
         # tenant had more due runs than the wide window showed, or ranks ``mid`` left
         # out, the whole backlog is ranked (the rows ``near`` and ``mid`` took left out)
-        # and locked in rank order; it read 700 ms a claim at 300,000 due runs, so it is
-        # the last resort.
+        # and locked in rank order; its cost grows with the backlog, so it is the last
+        # resort.
         # Otherwise ``due`` held every claimable run, ``near`` tried them all, and
         # neither ``mid`` nor ``far`` is run (the outer LIMIT stops pulling once
         # ``near`` filled the claim; their conditions are one-time filters).

@@ -277,8 +277,9 @@ _Link = tuple[int, int, str, str, str | None]
 def _write_links(d: Dialect, conn: Any, tenant_id: str, links: list[_Link]) -> None:
     """Chain ``links`` (event id, chain_no, prev_hash, hash, sig), each only if still
     unsealed; every one must change, or the whole seal is rolled back. One UPDATE for
-    all on a server (a round trip per record cost PostgreSQL 0.15 ms each); one per
-    record on SQLite, in process, where that is cheaper than its UPDATE ... FROM join."""
+    all on a server, where a round trip per record would cost more than the write;
+    one per record on SQLite, in process, where that is cheaper than its
+    UPDATE ... FROM join."""
     if d.name == "sqlite":
         changed = sum(
             d.execute(
