@@ -10,7 +10,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentledger.records import RunStatus
 from agentledger.store import rows
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import RUN_COLUMNS
@@ -96,8 +95,3 @@ def run_steps(d: Dialect, conn: Any, run_id: str) -> list[dict[str, Any]]:
         conn, "SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id}
     )
     return [rows.step_from(r).to_dict() for r in found]
-
-
-def is_terminal(status: str) -> bool:
-    """True for a status no transition leaves."""
-    return status in RunStatus.TERMINAL
