@@ -173,7 +173,8 @@ def _chained_at_insert(d: Dialect, c: Any, tenant: str, run_id: str, key: Any) -
         chain_no += 1
         row = {"run_id": run_id, "seq": seq, "type": type_, "actor": "alice", "at": at,
                "data": data}  # fmt: skip
-        digest = service_audit.record_hash(prev, tenant, row, chain_no)
+        # Earlier releases hashed in the chain's earlier encoding (``hash_v`` NULL).
+        digest = service_audit.record_hash(prev, tenant, row, chain_no, version=None)
         sig = key.sign(tenant, chain_no, digest) if key is not None else None
         d.execute(
             c,
