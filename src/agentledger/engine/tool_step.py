@@ -104,6 +104,9 @@ async def _tool_step(
         return await fail_step(
             exe, step, InvalidArguments(f"unknown tool {name!r}; tools: {known}")
         )
+    if not tool.writes or tool.server_args:
+        # This step calls something before its own journal write: a held outcome first.
+        await exe.durable()
     if prior is not None and prior.status in _IN_FLIGHT | {StepStatus.WAITING}:
         args = prior.input["args"]
         if prior.status == StepStatus.RETRYING and kind != "compensation":

@@ -186,7 +186,11 @@ class WriteAttempts(StepAttempts):
                     },
                 )
             )
-        await exe.record(step, effects=effects, events=events)
+        # A plain success of a tool whose outcome resume can settle by asking (status
+        # check) or resending with the same key is carried by the run's next write: a
+        # crash before that leaves ``started``, settled by the same check or resend.
+        hold = not effects and not events and (self.checkable or self.keyed)
+        await exe.record(step, effects=effects, events=events, hold=hold)
         return ToolOutcome(True, result=result)
 
     async def failed(self, error: ToolError) -> ToolOutcome:

@@ -125,6 +125,7 @@ class WorkflowContext:
                 return prior.output
             raise StepFailed(prior.error or "step failed", failure=prior.error_class)
         exe.between_steps()
+        await exe.durable()  # a held outcome commits before this step's function runs
         step = new_step(exe, step_no, "step", name, status=StepStatus.NEW)
         with tracing.workflow_step(exe, step_no, name) as traced:
             try:
