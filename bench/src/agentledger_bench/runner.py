@@ -252,9 +252,10 @@ async def _run(config: BenchConfig, workdir: Path, postgres: bool, say: Progress
 
         if postgres:
             assert config.db is not None
-            throughput = {}
+            throughput, costs = {}, {}
             for procs in config.procs:
                 say(f"throughput with {procs} worker process(es)")
+                cost: dict[str, Any] = {}
                 throughput[str(procs)] = round(
                     await process_throughput(
                         store,
@@ -264,10 +265,13 @@ async def _run(config: BenchConfig, workdir: Path, postgres: bool, say: Progress
                         config.concurrent_steps,
                         config.proc_concurrency,
                         workdir,
+                        costs=cost,
                     ),
                     1,
                 )
+                costs[str(procs)] = cost
             report["process_throughput_steps_per_s"] = throughput
+            report["process_costs"] = costs
             await asyncio.to_thread(drop_postgres_raw, config.db)
         if config.kills:
             say(f"kill -> resume, {config.kills} kills per case")
