@@ -72,3 +72,24 @@ def test_kill_between_intent_and_call_finds_the_carried_outcome_durable(env: Env
     assert env.effects("keyed") == dict.fromkeys(keys, 1)
     resumed = [e for e in env.events(run_id) if e.type == "tool.resumed_unknown"]
     assert [e.data["key"] for e in resumed] == [keys[1]]
+
+
+def test_cancel_read_back_by_a_carried_entry_stops_before_the_call(env: Env) -> None:
+    # c2 is held inside its call while the cancel is requested; its outcome is then
+    # carried by c3's ``started``, whose fence reads the cancel back: c3 is not called.
+    flag = env.hold_flag("cancel")
+    run_id = env.submit(
+        "write_chain", {"hold": {"item": "c2", "phase": "after_effect", "flag": str(flag)}}
+    )
+    env.start_worker(lease=120.0)  # no heartbeat during the test: only fences see it
+    env.wait_marker(flag)
+    env._store(lambda s: s.cancel_run(run_id, "changed my mind", "user:ann"))
+    flag.unlink()
+    run = env.wait_status(run_id, RunStatus.CANCELLED, RunStatus.COMPLETED)
+    assert run.status == RunStatus.CANCELLED
+    writes = tool_steps(env.journal(run_id), "keyed_write")
+    assert [s.status for s in writes] == [StepStatus.SUCCEEDED] * 2 + [StepStatus.FAILED]
+    assert writes[2].error_class == "refused" and "not called" in (writes[2].error or "")
+    calls = env.calls("keyed")
+    assert writes[2].idempotency_key not in calls
+    assert [calls[s.idempotency_key or ""] for s in writes[:2]] == [1, 1]

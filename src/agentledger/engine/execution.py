@@ -158,6 +158,16 @@ class Execution:
         if reason is not None:
             raise Handover(HandoverReason.BUDGET, reason)
 
+    async def before_step(self, *, carries: bool = False) -> None:
+        """The boundary before a brand-new step: a held outcome is committed first (its
+        fence reads back any cancel request), then :meth:`between_steps`. ``carries``:
+        the step is a plain write whose ``started`` entry carries the held outcome
+        instead (see :func:`carries_held`); a cancel that entry reads back is honoured
+        before the call (``engine/unknown.py``)."""
+        if not carries:
+            await self.durable()
+        self.between_steps()
+
     # writes -------------------------------------------------------------------
 
     async def record(
@@ -350,6 +360,18 @@ class Execution:
             await self.store.cancel_run(self.run.id, reason, self.owner)
         except StoreError as exc:  # the park stands; the cancel is honoured when it ends
             log.warning("run %s: cancel not made due at once (%s)", self.run.id, exc)
+
+
+def carries_held(tool: Tool | None) -> bool:
+    """Whether a call of ``tool`` journals ``started`` before it runs anything, with no
+    effect claim, outbox row or server arguments: that entry may carry a held outcome."""
+    return (
+        tool is not None
+        and tool.writes
+        and tool.delivery != "outbox"
+        and tool.idempotency != "effects"
+        and not tool.server_args
+    )
 
 
 def _carried(held: Batch, batch: Batch) -> Batch:

@@ -28,7 +28,7 @@ from typing import Any
 
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, run_attempts
-from agentledger.engine.signals import Handover, HandoverReason
+from agentledger.engine.signals import Cancelled, Handover, HandoverReason
 from agentledger.engine.steps import (
     StepAttempts,
     ToolOutcome,
@@ -38,7 +38,7 @@ from agentledger.engine.steps import (
     take_events,
     tool_context,
 )
-from agentledger.errors import BusinessError, ToolError
+from agentledger.errors import BusinessError, Refused, ToolError
 from agentledger.records import Effect, EffectStatus, Step, StepStatus
 from agentledger.store.base import NewEvent
 from agentledger.tools.contract import Tool
@@ -85,7 +85,19 @@ async def drive_write(
         if winner is not None:
             return await _wait_for_winner(exe, step, tool, winner)
     else:
+        known = exe.cancel_reason()
         await exe.record(step, events=take_events(exe))
+        cancel = exe.cancel_reason()
+        if cancel is not None and known is None and step.kind != "compensation":
+            # Read back by this entry's fence (it carried the previous write's outcome,
+            # whose own commit would have stopped the run at the boundary): not called.
+            await fail_step(
+                exe,
+                step,
+                Refused(f"{tool.name} was not called: the run was cancelled ({cancel})"),
+                events=take_events(exe),
+            )
+            raise Cancelled(cancel)
     if exe.run.restored_at is not None:
         return await _first_write_after_restore(exe, ops)
     return await run_attempts(ops)
