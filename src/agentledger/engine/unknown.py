@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentledger.engine import inflight
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, run_attempts
 from agentledger.engine.signals import Cancelled, Handover, HandoverReason
@@ -201,7 +202,13 @@ class WriteAttempts(StepAttempts):
         # A plain success of a tool whose outcome resume can settle by asking (status
         # check) or resending with the same key is carried by the run's next write: a
         # crash before that leaves ``started``, settled by the same check or resend.
-        hold = not effects and not events and (self.checkable or self.keyed)
+        # Not when another execution of this step waits to re-read the journal.
+        hold = (
+            not effects
+            and not events
+            and (self.checkable or self.keyed)
+            and not inflight.contended((exe.run.id, step.step_no))
+        )
         await exe.record(step, effects=effects, events=events, hold=hold)
         return ToolOutcome(True, result=result)
 
