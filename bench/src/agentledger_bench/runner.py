@@ -10,8 +10,8 @@ Figures (see ``docs/benchmarks.md``):
     Worker; time from just before the first step to just after the last step
     was committed, divided by the step count (measured inside the run, so worker
     start, claim, journal load and the final run update are excluded).
-(c) ``write_step_us``: the same with a write tool (``idempotency="provider"``):
-    two commits per step (``started``, then the outcome).
+(c) ``write_step_us``: the same with a write tool (``idempotency="provider"``): one
+    commit per step, its ``started`` carrying the previous write's held outcome.
 (d) ``concurrent_steps_per_s``: N runs x M steps on one worker with
     concurrency N; total steps / (last step end - first step start).
 (e) bytes stored per run of 10, 100 and 500 steps of 500-byte messages.
