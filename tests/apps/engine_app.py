@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from typing import Any
 
@@ -234,6 +235,24 @@ async def five_writes(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, 
         result = await ctx.tool("keyed_write", item=item)
         await ctx.step(f"post_{item}", gate, input, item, "after_outcome")
         done.append(result["effect_id"])
+    return {"effects": done}
+
+
+@app.workflow(name="write_chain", version="1")
+async def write_chain(ctx: WorkflowContext, input: dict[str, Any]) -> dict[str, Any]:
+    """Keyed writes back to back (each one's ``started`` carries the outcome before it).
+
+    ``die_after``: ``{"item", "flag"}``: right after that write returns, while its outcome
+    is held for the next write, the process kills itself (once: it removes the flag)."""
+    done = []
+    die = input.get("die_after") or {}
+    for i in range(1, int(input.get("writes", 3)) + 1):
+        item = f"c{i}"
+        result = await ctx.tool("keyed_write", item=item)
+        done.append(result["effect_id"])
+        if die.get("item") == item and os.path.exists(die["flag"]):
+            os.unlink(die["flag"])
+            os.kill(os.getpid(), signal.SIGKILL)  # no await in between: nothing more committed
     return {"effects": done}
 
 

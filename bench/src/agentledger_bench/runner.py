@@ -10,8 +10,8 @@ Figures (see ``docs/benchmarks.md``):
     Worker; time from just before the first step to just after the last step
     was committed, divided by the step count (measured inside the run, so worker
     start, claim, journal load and the final run update are excluded).
-(c) ``write_step_us``: the same with a write tool (``idempotency="provider"``):
-    two commits per step (``started``, then the outcome).
+(c) ``write_step_us``: the same with a write tool (``idempotency="provider"``): one
+    commit per step, its ``started`` carrying the previous write's held outcome.
 (d) ``concurrent_steps_per_s``: N runs x M steps on one worker with
     concurrency N; total steps / (last step end - first step start).
 (e) bytes stored per run of 10, 100 and 500 steps of 500-byte messages.
@@ -252,9 +252,10 @@ async def _run(config: BenchConfig, workdir: Path, postgres: bool, say: Progress
 
         if postgres:
             assert config.db is not None
-            throughput = {}
+            throughput, costs = {}, {}
             for procs in config.procs:
                 say(f"throughput with {procs} worker process(es)")
+                cost: dict[str, Any] = {}
                 throughput[str(procs)] = round(
                     await process_throughput(
                         store,
@@ -264,10 +265,13 @@ async def _run(config: BenchConfig, workdir: Path, postgres: bool, say: Progress
                         config.concurrent_steps,
                         config.proc_concurrency,
                         workdir,
+                        costs=cost,
                     ),
                     1,
                 )
+                costs[str(procs)] = cost
             report["process_throughput_steps_per_s"] = throughput
+            report["process_costs"] = costs
             await asyncio.to_thread(drop_postgres_raw, config.db)
         if config.kills:
             say(f"kill -> resume, {config.kills} kills per case")

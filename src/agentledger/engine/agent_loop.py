@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from agentledger.agent import Agent
-from agentledger.engine.execution import Execution
+from agentledger.engine.execution import Execution, carries_held
 from agentledger.engine.model_step import model_step
 from agentledger.engine.signals import Handover, HandoverReason, RunFailed
 from agentledger.engine.tool_step import run_tool_step
@@ -55,7 +55,7 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
             )
         if prior is None or prior.status != StepStatus.SUCCEEDED:
             if prior is None:
-                exe.between_steps()
+                await exe.before_step()
             with tracing.model_step_scope(step_no):  # observe/tracing.py: the chat spans
                 await model_step(exe, agent, step_no, messages, schemas)
             entry = exe.journal[step_no]
@@ -80,7 +80,7 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
         for call in message.tool_calls:
             done = exe.prior(step_no, call.name, hash_of(call.arguments))
             if done is None:
-                exe.between_steps()
+                await exe.before_step(carries=carries_held(exe.tools.get(call.name)))
             key = done.idempotency_key if done is not None else None
             outcome = await run_tool_step(exe, step_no, call.name, call.arguments, key=key)
             outcome = journaled_outcome(exe, step_no, outcome)

@@ -4,6 +4,17 @@ Every write goes through :meth:`Execution.record` or :meth:`Execution.finish`,
 which build one fenced :class:`~agentledger.store.base.Batch`; a rejected fence
 becomes :class:`~agentledger.engine.signals.Abandon`, so a worker that lost its
 lease stops that run at its next write.
+
+A write's plain success may be *held* (``record(..., hold=True)``): the run's next
+journal write carries it in its own transaction, so a write step that follows a write
+commits once (the outcome before it and its own ``started``) instead of twice. The
+hold is exact for the unknown-outcome protocol: a ``started`` entry is always durable
+before its call, and a held outcome lost in a crash leaves that ``started`` entry,
+which resume settles by the status check or a same-key resend like any call whose
+outcome was not journaled. A held outcome is committed before anything else of the
+run runs: with the next journal write, or on its own when the next step runs code
+before journaling (:meth:`Execution.durable`), or when the run's code waits on
+anything else (the event loop's next turn), or when the execution ends.
 """
 
 from __future__ import annotations
@@ -78,6 +89,8 @@ class Execution:
         self.usage_simulated = run.usage_simulated
         self._active_base = run.active_seconds
         self._segment_start = clock.monotonic()
+        self._held: Batch | None = None  # a write's outcome the next write carries
+        self._flushing: asyncio.Task[None] | None = None  # a held outcome on its own
 
     async def load(self) -> None:
         for step in await self.store.load_journal(self.run.id):
@@ -145,6 +158,16 @@ class Execution:
         if reason is not None:
             raise Handover(HandoverReason.BUDGET, reason)
 
+    async def before_step(self, *, carries: bool = False) -> None:
+        """The boundary before a brand-new step: a held outcome is committed first (its
+        fence reads back any cancel request), then :meth:`between_steps`. ``carries``:
+        the step is a plain write whose ``started`` entry carries the held outcome
+        instead (see :func:`carries_held`); a cancel that entry reads back is honoured
+        before the call (``engine/unknown.py``)."""
+        if not carries:
+            await self.durable()
+        self.between_steps()
+
     # writes -------------------------------------------------------------------
 
     async def record(
@@ -157,8 +180,14 @@ class Execution:
         events: Sequence[NewEvent] = (),
         park_until: float | None = None,
         drop_outbox: bool = False,
+        hold: bool = False,
     ) -> None:
         """Journal a step (fenced) and commit it before anything else happens.
+
+        ``hold``: the step is a write's plain success (no effect, outbox row, approval,
+        park or event of its own; its tool can be status-checked or resent with the same
+        key): it is not committed here but carried by the run's next write (see the
+        module's docstring).
 
         ``park_until``: also set the run ``waiting`` until then (dropping the lease) in the
         same transaction, so a decision that lands right after it finds the run waiting.
@@ -196,7 +225,13 @@ class Execution:
             events=list(events),
             drop_outbox=drop_outbox,
         )
-        await self._commit(batch)
+        if hold and not (effects or outbox or approvals or events or drop_outbox):
+            if park_until is None and previous is not None:
+                self._hold(batch)
+            else:
+                await self._commit(batch)
+        else:
+            await self._commit(batch)
         self.journal[step.step_no] = step
         self.step_count, self.tokens, self.cost_usd = step_count, tokens, cost
         self.usage_simulated = self.usage_simulated or simulated
@@ -231,7 +266,45 @@ class Execution:
             Batch(self.run.id, self.epoch, self.owner, events=[NewEvent(type, self.owner, data)])
         )
 
-    async def _commit(self, batch: Batch) -> None:
+    def _hold(self, batch: Batch) -> None:
+        if self._held is not None:  # two holds in a row (parallel writes): one batch
+            batch = _carried(self._held, batch)
+        self._held = batch
+        # The run's code waiting on anything but its next write commits the hold then.
+        asyncio.get_running_loop().call_soon(self._flush_held)
+
+    def _flush_held(self) -> None:
+        if self._held is None or self._flushing is not None:
+            return
+        batch, self._held = self._held, None
+        self._flushing = asyncio.create_task(self._send(batch))
+
+    async def durable(self) -> None:
+        """Commit a held outcome now: the next step is about to run code (a read, a
+        ``ctx.step`` function, server arguments) before its own journal write."""
+        if self._held is not None or self._flushing is not None:
+            await self._commit(None)
+
+    async def settle_held(self) -> None:
+        """At the end of an execution: commit what is still held (best effort: an
+        outcome that cannot be committed now is settled by resume's status check)."""
+        try:
+            await self.durable()
+        except Abandon as exc:
+            log.info("run %s: a held outcome was not committed (%s)", self.run.id, exc.why)
+
+    async def _commit(self, batch: Batch | None) -> None:
+        """Commit ``batch`` with whatever is held (held outcomes first, in order)."""
+        if self._flushing is not None:
+            flushing, self._flushing = self._flushing, None
+            await flushing  # its Abandon (lease lost, store error) is this write's too
+        if self._held is not None:
+            held, self._held = self._held, None
+            batch = held if batch is None else _carried(held, batch)
+        if batch is not None:
+            await self._send(batch)
+
+    async def _send(self, batch: Batch) -> None:
         known = self.cancel_reason()
         try:
             await self._commit_retrying(batch)
@@ -287,6 +360,31 @@ class Execution:
             await self.store.cancel_run(self.run.id, reason, self.owner)
         except StoreError as exc:  # the park stands; the cancel is honoured when it ends
             log.warning("run %s: cancel not made due at once (%s)", self.run.id, exc)
+
+
+def carries_held(tool: Tool | None) -> bool:
+    """Whether a call of ``tool`` journals ``started`` before it runs anything, with no
+    effect claim, outbox row or server arguments: that entry may carry a held outcome."""
+    return (
+        tool is not None
+        and tool.writes
+        and tool.delivery != "outbox"
+        and tool.idempotency != "effects"
+        and not tool.server_args
+    )
+
+
+def _carried(held: Batch, batch: Batch) -> Batch:
+    """``batch`` carrying a held outcome: the held journal entry (and its step event)
+    first, then ``batch``'s own writes; the run's counters are ``batch``'s (absolute,
+    and newer). An entry of the same step in both keeps only ``batch``'s."""
+    mine = {s.step_no for s in batch.steps}
+    batch.steps = [s for s in held.steps if s.step_no not in mine] + batch.steps
+    batch.events = held.events + batch.events
+    if batch.run is None:
+        batch.run = held.run
+    batch.encoded = None
+    return batch
 
 
 def _settle_values(step: Step, previous: Step | None, input_hash: str | None) -> None:

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 
 _held: dict[Hashable, asyncio.Event] = {}
+_waiting: dict[Hashable, int] = {}  # entrants waiting for each held key
 
 
 @asynccontextmanager
@@ -24,7 +25,13 @@ async def exclusive(key: Hashable) -> AsyncIterator[bool]:
     waited = False
     while key in _held:
         waited = True
-        await _held[key].wait()
+        _waiting[key] = _waiting.get(key, 0) + 1
+        try:
+            await _held[key].wait()
+        finally:
+            _waiting[key] -= 1
+            if not _waiting[key]:
+                del _waiting[key]
     done = asyncio.Event()
     _held[key] = done
     try:
@@ -32,6 +39,12 @@ async def exclusive(key: Hashable) -> AsyncIterator[bool]:
     finally:
         del _held[key]
         done.set()
+
+
+def contended(key: Hashable) -> bool:
+    """Whether another entrant waits for ``key`` now (it will re-read the journal as
+    soon as the holder leaves: what the holder decided must be committed by then)."""
+    return key in _waiting
 
 
 @asynccontextmanager
@@ -45,4 +58,4 @@ async def try_exclusive(key: Hashable) -> AsyncIterator[bool]:
         yield fresh
 
 
-__all__ = ["exclusive", "try_exclusive"]
+__all__ = ["contended", "exclusive", "try_exclusive"]

@@ -116,6 +116,9 @@ async def _execute(exe: Execution, definition: Any, max_resumes: int) -> str:
     except Abandon as abandon:
         if abandon.error is not None:
             raise abandon.error from None  # the store failed: the worker reports it
+        # A held outcome goes in before the lease is given back (a lost lease refuses it:
+        # the next owner's status check settles that call).
+        await exe.settle_held()
         log.info("run %s abandoned: %s", run.id, abandon.why)
         return Stopped.RELEASED if abandon.release else Stopped.ABANDONED
 

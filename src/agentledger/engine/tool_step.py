@@ -25,7 +25,7 @@ from typing import Any
 from agentledger.canonical import NotJournalable, journal_value
 from agentledger.engine import approvals as approval_gate
 from agentledger.engine import inflight
-from agentledger.engine.execution import Execution
+from agentledger.engine.execution import Execution, carries_held
 from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, run_attempts
 from agentledger.engine.signals import Cancelled, Handover, HandoverReason
 from agentledger.engine.steps import (
@@ -104,6 +104,9 @@ async def _tool_step(
         return await fail_step(
             exe, step, InvalidArguments(f"unknown tool {name!r}; tools: {known}")
         )
+    if not carries_held(tool):
+        # This step runs something before its own journal write: a held outcome first.
+        await exe.durable()
     if prior is not None and prior.status in _IN_FLIGHT | {StepStatus.WAITING}:
         args = prior.input["args"]
         if prior.status == StepStatus.RETRYING and kind != "compensation":

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentledger.engine import inflight
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import RetryState, ask_status, run_attempts
-from agentledger.engine.signals import Handover, HandoverReason
+from agentledger.engine.signals import Cancelled, Handover, HandoverReason
 from agentledger.engine.steps import (
     StepAttempts,
     ToolOutcome,
@@ -38,7 +39,7 @@ from agentledger.engine.steps import (
     take_events,
     tool_context,
 )
-from agentledger.errors import BusinessError, ToolError
+from agentledger.errors import BusinessError, Refused, ToolError
 from agentledger.records import Effect, EffectStatus, Step, StepStatus
 from agentledger.store.base import NewEvent
 from agentledger.tools.contract import Tool
@@ -85,7 +86,19 @@ async def drive_write(
         if winner is not None:
             return await _wait_for_winner(exe, step, tool, winner)
     else:
+        known = exe.cancel_reason()
         await exe.record(step, events=take_events(exe))
+        cancel = exe.cancel_reason()
+        if cancel is not None and known is None and step.kind != "compensation":
+            # Read back by this entry's fence (it carried the previous write's outcome,
+            # whose own commit would have stopped the run at the boundary): not called.
+            await fail_step(
+                exe,
+                step,
+                Refused(f"{tool.name} was not called: the run was cancelled ({cancel})"),
+                events=take_events(exe),
+            )
+            raise Cancelled(cancel)
     if exe.run.restored_at is not None:
         return await _first_write_after_restore(exe, ops)
     return await run_attempts(ops)
@@ -180,7 +193,17 @@ class WriteAttempts(StepAttempts):
                     },
                 )
             )
-        await exe.record(step, effects=effects, events=events)
+        # A plain success of a tool whose outcome resume can settle by asking (status
+        # check) or resending with the same key is carried by the run's next write: a
+        # crash before that leaves ``started``, settled by the same check or resend.
+        # Not when another execution of this step waits to re-read the journal.
+        hold = (
+            not effects
+            and not events
+            and (self.checkable or self.keyed)
+            and not inflight.contended((exe.run.id, step.step_no))
+        )
+        await exe.record(step, effects=effects, events=events, hold=hold)
         return ToolOutcome(True, result=result)
 
     async def failed(self, error: ToolError) -> ToolOutcome:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentledger.canonical import NotJournalable, input_hash, journal_value
-from agentledger.engine.execution import Execution
+from agentledger.engine.execution import Execution, carries_held
 from agentledger.engine.signals import Cancelled, Handover, HandoverReason, Park
 from agentledger.engine.steps import ToolOutcome, close_duration, fail_step, new_step
 from agentledger.engine.tool_step import run_tool_step
@@ -124,7 +124,7 @@ class WorkflowContext:
             if prior.status == StepStatus.SUCCEEDED:
                 return prior.output
             raise StepFailed(prior.error or "step failed", failure=prior.error_class)
-        exe.between_steps()
+        await exe.before_step()
         step = new_step(exe, step_no, "step", name, status=StepStatus.NEW)
         with tracing.workflow_step(exe, step_no, name) as traced:
             try:
@@ -164,7 +164,7 @@ class WorkflowContext:
             refusal = f"arguments of {name} are not JSON ({exc}); pass JSON values only"
         prior = exe.prior(step_no, name, digest)
         if prior is None:
-            exe.between_steps()
+            await exe.before_step(carries=carries_held(exe.tools.get(name)))
         if args is None and prior is not None and prior.status not in _DONE:
             raise Handover(
                 HandoverReason.NONDETERMINISM,
@@ -196,7 +196,7 @@ class WorkflowContext:
         if prior is not None and prior.status == StepStatus.SUCCEEDED:
             return
         if prior is None:
-            exe.between_steps()
+            await exe.before_step()
             step = new_step(exe, step_no, "sleep", "sleep", status=StepStatus.STARTED)
             step.output = {"until": exe.clock.now() + seconds}
             await exe.record(step)

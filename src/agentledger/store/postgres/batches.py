@@ -2,7 +2,7 @@
 
 On PostgreSQL every statement is a network round trip, so the generic path
 (savepoint, fence, step, events, release: five per batch) is slow. Here each
-plain batch -- a fence, at most one journal entry and its audit events -- is ONE
+plain batch -- a fence, at most two journal entries and its audit events -- is ONE
 statement: data-modifying CTEs that insert only ``FROM fence``, so a batch whose
 fence fails writes nothing and needs no savepoint.
 
@@ -43,17 +43,31 @@ _STEP_VALUE_TYPES = (
     ("error", "text"),
     ("lease_epoch", "bigint"),
 )
-_STEP_VALUES = ", ".join(f":s_{name}::{kind}" for name, kind in _STEP_VALUE_TYPES)
-_STEP_PART = (
-    f"s AS (INSERT INTO steps ({STEP_COLUMNS}) SELECT {_STEP_VALUES} FROM fence {STEP_UPSERT})"
-)
+
+
+@functools.lru_cache(maxsize=8)
+def _steps_part(n: int) -> str:
+    """The journal entries ``s0_*``, ``s1_*``, ... inserted only FROM fence."""
+    if n == 1:
+        values = ", ".join(f":s0_{name}::{kind}" for name, kind in _STEP_VALUE_TYPES)
+        return f"s AS (INSERT INTO steps ({STEP_COLUMNS}) SELECT {values} FROM fence {STEP_UPSERT})"
+    rows = ", ".join(
+        "(" + ", ".join(f":s{i}_{name}::{kind}" for name, kind in _STEP_VALUE_TYPES) + ")"
+        for i in range(n)
+    )
+    names = ", ".join(name for name, _ in _STEP_VALUE_TYPES)
+    return (
+        f"s AS (INSERT INTO steps ({STEP_COLUMNS}) SELECT v.* FROM fence, (VALUES {rows}) "
+        f"AS v({names}) {STEP_UPSERT})"
+    )
 
 
 def is_plain(batch: Batch) -> bool:
     """True when the batch fits in one statement."""
     return (
         not (batch.effects or batch.outbox or batch.approvals or batch.drop_outbox)
-        and len(batch.steps) <= 1
+        and len(batch.steps) <= 2  # a write's ``started`` may carry a held outcome
+        and len({s.step_no for s in batch.steps}) == len(batch.steps)
     )
 
 
@@ -69,8 +83,9 @@ def batch_statement(batch: Batch, notify: bool = False) -> tuple[str, dict[str, 
     fence_sql, params = encoded.fence(NOW_SQL)
     parts = [f"fence AS ({fence_sql} RETURNING id, event_seq, cancel_requested)"]
     if encoded.steps:
-        params.update({f"s_{k}": v for k, v in encoded.steps[0].items()})
-        parts.append(_STEP_PART)
+        for i, step in enumerate(encoded.steps):
+            params.update({f"s{i}_{k}": v for k, v in step.items()})
+        parts.append(_steps_part(len(encoded.steps)))
     events = encoded.events
     if events:
         for i, (type_, actor, data) in enumerate(events):
