@@ -54,3 +54,20 @@ def test_exported_names_are_pinned() -> None:
     assert set(agentledger.__all__) == EXPECTED
     for name in EXPECTED:
         assert getattr(agentledger, name) is not None
+
+
+def test_the_testing_surface_is_pinned() -> None:
+    import agentledger.testing
+
+    expected = {
+        "FAULTS",
+        "FakeProvider",
+        "Harness",
+        "KeyConflict",
+        "KeyInProgress",
+        "ProviderDown",
+        "ProviderTimeout",
+    }
+    assert set(agentledger.testing.__all__) == expected
+    for name in expected:
+        assert getattr(agentledger.testing, name) is not None
