@@ -2,7 +2,7 @@
 that produces them.
 
 Events are committed unsealed by whoever writes them (the journal's hot path stays free
-of a per-tenant chain head, see ``store/queries/service_audit.py``); a sealer run by each
+of a per-tenant chain head, see ``service/queries/audit.py``); a sealer run by each
 ``serve`` process and each worker seals them shortly after, and a stopping worker seals
 once more after its last run is released, so nothing it wrote is left unsealed.
 Sealers may run in many processes at once: each tenant's head row lock serializes them
@@ -19,8 +19,8 @@ import random
 from agentledger import auditkey, envsettings
 from agentledger.errors import StoreUnavailable
 from agentledger.failures import FailureLog
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import Store
-from agentledger.store.queries import service_audit
 
 log = logging.getLogger(__name__)
 

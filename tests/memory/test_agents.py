@@ -4,11 +4,11 @@ only, on both backends; StayHub answers "can I cancel for free?" from its policy
 from __future__ import annotations
 
 from agentledger.app import App
+from agentledger.memory.queries import memory_audit_id
 from agentledger.models.base import ModelRequest, ModelResponse
 from agentledger.models.scripted import ScriptedModel
 from agentledger.records import RunStatus
 from agentledger.store import SQLStore
-from agentledger.store.queries.memory_facts import memory_audit_id
 from agentledger_examples.stayhub.knowledge import NOT_FOUND, help_agent, index_policy
 from tests.memory.runs import count, run_to_rest
 

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 
 from agentledger import auditkey
 from agentledger.cli.main import cli
+from agentledger.memory.queries import memory_audit_id
 from agentledger.records import RunStatus
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import SQLStore, open_store
-from agentledger.store.queries import service_audit
-from agentledger.store.queries.memory_facts import memory_audit_id
 from agentledger.store.sqlite import sqlite_path
 from tests.memory.runs import count, run_to_rest
 from tests.memory.test_agents import help_app

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentledger.retrieval import index_path
+from agentledger.retrieval.queries import docs_audit_id, query_terms
 from agentledger.retrieval.tools import search_docs
 from agentledger.store import SQLStore
-from agentledger.store.queries.retrieval_docs import docs_audit_id, query_terms
 from agentledger.tools.context import ToolContext
 from agentledger_examples.stayhub.knowledge import POLICY_SOURCE, index_policy
 from tests.memory.runs import count

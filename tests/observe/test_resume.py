@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from agentledger.cli.main import cli
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.store.queries.observe_resume import ResumeRefused
 from tests.fast.lifecycle_harness import Harness
 from tests.observe.apps import BUG_FLAG, Payments, booking_app
 

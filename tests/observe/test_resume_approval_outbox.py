@@ -11,8 +11,8 @@ import pytest
 
 from agentledger import App, ToolContext
 from agentledger.errors import BusinessError
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus
-from agentledger.store.queries.observe_resume import ResumeRefused
 from tests.fast.lifecycle_harness import Harness
 
 STATE: dict[str, Any] = {}

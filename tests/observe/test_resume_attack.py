@@ -18,9 +18,9 @@ import pytest
 
 from agentledger import App, ToolContext, open_store
 from agentledger.errors import ToolTimeout
+from agentledger.observe.queries import resume as observe_resume
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.store.queries import observe_resume
-from agentledger.store.queries.observe_resume import ResumeRefused
 from agentledger.tools.contract import Compensation, RetryPolicy
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness

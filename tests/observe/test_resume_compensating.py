@@ -15,8 +15,8 @@ import pytest
 
 from agentledger import App, Status, ToolContext
 from agentledger.errors import ToolTimeout
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.store.queries.observe_resume import ResumeRefused
 from agentledger.tools.contract import Compensation, RetryPolicy
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness

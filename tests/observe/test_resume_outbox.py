@@ -10,7 +10,7 @@ import pytest
 
 from agentledger import App, RunStatus, Status, ToolContext
 from agentledger.errors import BusinessError
-from agentledger.store.queries.observe_resume import ResumeRefused
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.tools.contract import Compensation
 from tests.fast.lifecycle_harness import Harness
 

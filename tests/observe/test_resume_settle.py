@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from agentledger import App, Status, ToolContext
 from agentledger.cli.main import cli
 from agentledger.errors import ToolTimeout
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.store.queries.observe_resume import ResumeRefused
 from agentledger.tools.contract import Compensation, RetryPolicy
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness

@@ -16,9 +16,10 @@ import pytest
 
 from agentledger.records import RunStatus
 from agentledger.service.egress import Egress
+from agentledger.service.queries import audit as service_audit
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.service.webhooks import Dispatcher, verify
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit, service_webhooks
 from tests.engine.helpers import APP_V2, Env, wait_for
 from tests.observe.test_stuck_metrics import samples, value
 

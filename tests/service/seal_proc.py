@@ -8,8 +8,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 
 
 async def main(url: str, ready: Path, stop: Path) -> None:

@@ -22,9 +22,9 @@ from agentledger.service.accepting import (
     SubmitRequest,
     Submitted,
 )
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import NewRun, SQLStore, open_store
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit
 from tests import dbutil
 from tests.store.pgproxy import READY_FOR_QUERY, LossyProxy
 

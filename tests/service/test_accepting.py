@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from agentledger import sealer
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
 from tests.service.conftest import in_process, settings_for
 from tests.service.test_runs_api import assert_problem
 

@@ -20,9 +20,9 @@ import psycopg
 
 from agentledger.clock import FakeClock
 from agentledger.records import Approval, Run
+from agentledger.service.queries import approvals as service_approvals
 from agentledger.service.routers.approvals import arguments_hash
 from agentledger.store import RunUpdate, SQLStore, Store, open_store
-from agentledger.store.queries import service_approvals
 from tests.service.conftest import Api, in_process, settings_for
 from tests.service.test_runs_api import assert_problem
 from tests.store.test_contract import batch, new_run

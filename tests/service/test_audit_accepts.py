@@ -18,9 +18,9 @@ from agentledger.service.accepting import (
     IdempotencyRequest,
     SubmitRequest,
 )
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import SQLStore
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit
 from agentledger.store.queries.events import insert_event
 from tests.service.test_accept_group_fast import ok, request, submit, table, took_fast_path
 

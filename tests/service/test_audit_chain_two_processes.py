@@ -8,15 +8,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 from tests.service.test_accept_group_fast import ok, request, submit
 
 SEALER = textwrap.dedent(
     """
     import asyncio, sys
     from agentledger.store import open_store
-    from agentledger.store.queries import service_audit
+    from agentledger.service.queries import audit as service_audit
     from agentledger.store.queries.events import insert_event
 
     async def main(url, run_id, rounds):

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from agentledger import sealer
 from agentledger.cli.main import cli
+from agentledger.service.queries import audit as service_audit
+from agentledger.service.queries.audit import GENESIS, HASH_CANONICAL, record_hash
 from agentledger.store import SQLStore, open_store
-from agentledger.store.queries import service_audit
-from agentledger.store.queries.service_audit import GENESIS, HASH_CANONICAL, record_hash
 from tests.service import service_app
 
 LEGACY_DUMP = Path(__file__).parent / "data" / "audit_before_canonical.sql"

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from agentledger import sealer
+from agentledger.retrieval.queries import NewChunk
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import SQLStore, Store
-from agentledger.store.queries import service_audit
-from agentledger.store.queries.retrieval_docs import NewChunk
 from tests.service import service_app
 from tests.service.conftest import in_process, settings_for
 

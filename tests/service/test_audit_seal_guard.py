@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from agentledger.errors import StoreError
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 from tests.service import service_app
 
 

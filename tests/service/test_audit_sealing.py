@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from agentledger import sealer
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 from agentledger.store.queries.events import insert_event
 from tests.engine.helpers import ROOT, Env
 from tests.loopback_http import QuietHandler, serving

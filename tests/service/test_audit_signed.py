@@ -17,8 +17,8 @@ from click.testing import CliRunner, Result
 from agentledger import sealer
 from agentledger.cli.main import cli
 from agentledger.errors import UsageError
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import SQLStore, Store
-from agentledger.store.queries import service_audit
 from tests.service import service_app
 
 KEY = "0f9b6c1d2e3a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c"

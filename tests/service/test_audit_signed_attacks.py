@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from agentledger import auditkey, sealer
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import SQLStore
-from agentledger.store.queries import service_audit
 from tests.service.test_audit_signed import (
     KEY,
     _chain,

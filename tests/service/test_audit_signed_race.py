@@ -13,8 +13,8 @@ import textwrap
 import pytest
 
 from agentledger import auditkey
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import SQLStore
-from agentledger.store.queries import service_audit
 from tests.service.test_audit_signed import ENV, KEY, _chain, _runs, _sealed, keyed, run_cli
 
 __all__ = ["keyed"]  # the fixture, used by name
@@ -23,7 +23,7 @@ SEALER = textwrap.dedent(
     """
     import asyncio, sys
     from agentledger.store import open_store
-    from agentledger.store.queries import service_audit
+    from agentledger.service.queries import audit as service_audit
     from agentledger.store.queries.events import insert_event
 
     async def main(url, run_id, rounds):

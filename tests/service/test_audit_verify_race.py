@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 from tests.service import service_app
 
 

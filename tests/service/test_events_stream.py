@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from agentledger.service.queries import events as service_events
 from agentledger.store import open_store
-from agentledger.store.queries import service_events
 from tests.engine.helpers import Env
 from tests.service.conftest import Api, mint, served, settings_for, until
 

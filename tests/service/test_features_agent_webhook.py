@@ -13,8 +13,8 @@ import httpx
 from agentledger import App, WorkflowContext
 from agentledger.service import create_app
 from agentledger.service.auth import create_key
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.service.webhooks import verify
-from agentledger.store.queries import service_webhooks
 from tests.service.conftest import PEPPER, settings_for, until
 from tests.service.test_webhooks import FAST, Receiver, receiver  # noqa: F401 (fixture)
 

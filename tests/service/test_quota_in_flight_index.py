@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger.records import RunStatus
+from agentledger.service.queries.quota import LIVE, Quota, QuotaBook, in_flight_sql
 from agentledger.store import SQLStore
 from agentledger.store.base import NewRun
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries import create_run
-from agentledger.store.queries.service_quota import LIVE, Quota, QuotaBook, in_flight_sql
 
 HISTORY = 300  # finished runs of the tenant
 LIVE_RUNS = {"queued": 4, "running": 3, "waiting": 2}

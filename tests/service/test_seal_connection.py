@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 
 from agentledger.service import create_app
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 from tests.service import service_app
 from tests.service.conftest import in_process, settings_for, until
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from agentledger.cli.main import cli
-from agentledger.store.queries import service_keys
+from agentledger.service.queries import keys as service_keys
 from tests.service.conftest import PEPPER, Api, in_process, settings_for
 from tests.service.test_runs_api import assert_problem
 

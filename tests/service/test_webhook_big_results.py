@@ -10,7 +10,7 @@ import pytest
 
 from agentledger import App, WorkflowContext, sealer
 from agentledger.canonical import MAX_DEPTH
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
 from tests.service.conftest import in_process, settings_for, until
 from tests.service.test_webhook_event_state import NO_SEALER, Received, receiver  # noqa: F401
 

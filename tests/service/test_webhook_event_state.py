@@ -15,8 +15,8 @@ import pytest
 
 from agentledger import App, WorkflowContext, sealer
 from agentledger.budget import Budget
-from agentledger.store.queries import service_webhooks
-from agentledger.store.queries.observe_stuck import StuckRun, mark_stuck
+from agentledger.observe.queries.stuck import StuckRun, mark_stuck
+from agentledger.service.queries import webhooks as service_webhooks
 from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import Api, in_process, settings_for, until
 

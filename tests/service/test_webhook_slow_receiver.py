@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from agentledger.service.egress import Egress
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.service.webhooks import Dispatcher
 from agentledger.store import open_store
-from agentledger.store.queries import service_webhooks
 from tests.loopback_http import QuietHandler, serving
 
 TIMEOUT = 0.3  # the dispatchers' HTTP timeout; a claim lasts three of them

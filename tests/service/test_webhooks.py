@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.service.webhooks import verify
-from agentledger.store.queries import service_webhooks
 from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import in_process, settings_for, until
 

@@ -16,8 +16,8 @@ import pytest
 
 from agentledger.clock import FakeClock
 from agentledger.records import Approval, Run
+from agentledger.service.queries import approvals as service_approvals
 from agentledger.store import RunUpdate, SQLStore
-from agentledger.store.queries import service_approvals
 from agentledger.store.queries.approvals import ApprovalExpired
 from tests.store.test_contract import batch, new_run
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from agentledger.service.queries import audit as service_audit
 from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
-from agentledger.store.queries import service_audit
 from tests.store.pg_claims import rows_read
 
 pytestmark = pytest.mark.postgres

@@ -11,8 +11,8 @@ import time
 import psycopg
 import pytest
 
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 from tests.service import service_app
 
 pytestmark = pytest.mark.postgres

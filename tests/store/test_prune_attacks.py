@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import SQLStore
-from agentledger.store.queries import retention, service_audit
+from agentledger.store.queries import retention
 from agentledger.worker import Worker, WorkerConfig
 from tests.engine.helpers import wait_for
 from tests.service import service_app

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.service.webhooks import verify
 from agentledger.store import open_store
-from agentledger.store.queries import service_webhooks
 from tests.engine.helpers import Env, wait_for
 from tests.loopback_http import QuietHandler, serving
 

@@ -40,8 +40,8 @@ import httpx
 
 from agentledger import App, WorkflowContext, heap
 from agentledger.errors import UsageError
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 
 app = App("api-bench")
 

@@ -29,9 +29,9 @@ import time
 from typing import Any
 
 from agentledger.retrieval.embeddings import Embedder, embedder
+from agentledger.retrieval.queries import NewChunk
 from agentledger.retrieval.search import hybrid_search
 from agentledger.store import SQLStore, open_store
-from agentledger.store.queries.retrieval_docs import NewChunk
 
 TENANT = "bench-retrieval"
 OTHER = "bench-retrieval-other"

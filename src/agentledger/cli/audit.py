@@ -15,9 +15,9 @@ import click
 from agentledger import auditkey
 from agentledger.cli.common import db_option, json_option, print_json, run_async, with_store
 from agentledger.errors import UsageError
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import SQLStore
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit
 
 
 @click.command("audit")

@@ -22,9 +22,9 @@ from agentledger.cli.text import cell, console
 from agentledger.errors import UsageError
 from agentledger.retrieval.embeddings import embedder
 from agentledger.retrieval.ingest import index_path, load_document
+from agentledger.retrieval.queries import ChunkHit
 from agentledger.retrieval.search import search as search_chunks
 from agentledger.store import SQLStore
-from agentledger.store.queries.retrieval_docs import ChunkHit
 
 tenant_option = click.option(
     "--tenant",

@@ -9,8 +9,8 @@ import click
 from agentledger.cli.common import db_option, json_option, print_json, run_async, with_store
 from agentledger.errors import UsageError
 from agentledger.extras import require
+from agentledger.service.queries import keys as service_keys
 from agentledger.store import SQLStore
-from agentledger.store.queries import service_keys
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -118,7 +118,7 @@ async def revoke(key_id: str, db: str) -> None:
 async def webhook_secret(tenant: str, db: str) -> None:
     """Print the tenant's webhook signing secret (made on first use); receivers verify
     `AgentLedger-Signature` with it (see agentledger.service.webhooks.verify)."""
-    from agentledger.store.queries import service_webhooks
+    from agentledger.service.queries import webhooks as service_webhooks
 
     async def go(store: SQLStore) -> str:
         return await store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, tenant))

@@ -19,7 +19,7 @@ from agentledger.cli.common import (
     with_store,
 )
 from agentledger.cli.text import cell, console
-from agentledger.store.queries import memory_facts
+from agentledger.memory import queries as memory_facts
 from agentledger.store.sqlstore import SQLStore
 
 

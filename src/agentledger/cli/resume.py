@@ -19,8 +19,8 @@ from agentledger.cli.common import (
     with_store,
 )
 from agentledger.errors import StoreError, StoreUnavailable, UsageError
+from agentledger.observe.queries.resume import ResumePlan, ResumeRefused
 from agentledger.store import SQLStore
-from agentledger.store.queries.observe_resume import ResumePlan, ResumeRefused
 
 
 def _actor(actor: str | None) -> str:

@@ -2,7 +2,7 @@
 episode once (a ``run.stuck`` event, which the webhook layer forwards, and the
 ``agentledger_stuck_reported`` counter); ``/metrics`` shows the stuck runs now.
 
-What "stuck" means is in :mod:`agentledger.store.queries.observe_stuck` (the SQL, on the
+What "stuck" means is in :mod:`agentledger.observe.queries.stuck` (the SQL, on the
 database's clock). The threshold is per agent: an agent or workflow definition may carry
 ``stuck_after`` (seconds); otherwise ``AGENTLEDGER_STUCK_AFTER`` (default 900 s).
 """
@@ -17,8 +17,8 @@ from typing import Any
 
 from agentledger import envsettings
 from agentledger.observe.instruments import STUCK_REPORTED
+from agentledger.observe.queries.stuck import STUCK_EVENT, StuckRun
 from agentledger.store.base import Store
-from agentledger.store.queries.observe_stuck import STUCK_EVENT, StuckRun
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from agentledger.errors import UsageError
 from agentledger.retrieval.chunking import MAX_CHARS, OVERLAP, Chunk, chunk_markdown, chunk_text
 from agentledger.retrieval.embeddings import embedder
 from agentledger.retrieval.html import html_to_markdown
+from agentledger.retrieval.queries import Document, NewChunk
 from agentledger.store.base import Store
-from agentledger.store.queries.retrieval_docs import Document, NewChunk
 
 KINDS = {
     ".md": "markdown",

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from agentledger.retrieval import queries as retrieval_docs
 from agentledger.retrieval.embeddings import Embedder, embedder
+from agentledger.retrieval.queries import ChunkHit
 from agentledger.store.base import Store
-from agentledger.store.queries import retrieval_docs
-from agentledger.store.queries.retrieval_docs import ChunkHit
 
 RRF_K = 60
 #: A chunk the vectors alone find must be about the query: cosine similarity at least

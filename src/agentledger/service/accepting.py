@@ -11,7 +11,7 @@ commits together, or one alone) and answers each, in group order:
 * a live Idempotency-Key answers the run it names with the response recorded with it
   (a replay), or :class:`IdempotencyMismatch` for a different body; a key used twice in
   one group answers the second as a replay of the first;
-* the tenant's quota (:class:`~agentledger.store.queries.service_quota.QuotaBook`)
+* the tenant's quota (:class:`~agentledger.service.queries.quota.QuotaBook`)
   refuses with :class:`QuotaExceeded`;
 * otherwise the run is written.
 
@@ -42,12 +42,12 @@ from typing import Any
 
 from agentledger.errors import StoreError
 from agentledger.records import Run, dumps
+from agentledger.service.queries.quota import Quota, QuotaBook, QuotaExceeded
 from agentledger.store import rows
 from agentledger.store.base import NewRun
 from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import RUN_COLUMNS, in_list
 from agentledger.store.queries.runs import run_params
-from agentledger.store.queries.service_quota import Quota, QuotaBook, QuotaExceeded
 
 __all__ = [
     "IdempotencyMismatch",

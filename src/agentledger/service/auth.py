@@ -22,8 +22,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from agentledger.service.problems import Problem
+from agentledger.service.queries import keys as service_keys
 from agentledger.store import Store
-from agentledger.store.queries import service_keys
 
 log = logging.getLogger("agentledger.service")
 

@@ -26,8 +26,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from agentledger.service.queries import events as service_events
 from agentledger.store import Store
-from agentledger.store.queries import service_events
 
 log = logging.getLogger(__name__)
 

@@ -51,8 +51,8 @@ from agentledger import envsettings
 from agentledger.backoff import exponential
 from agentledger.failures import FailureLog
 from agentledger.service.egress import Egress, Refused, Unresolved
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.store import Store
-from agentledger.store.queries import service_webhooks
 
 log = logging.getLogger(__name__)
 

@@ -36,11 +36,11 @@ from agentledger.records import (
 if TYPE_CHECKING:
     from agentledger.auditkey import AuditKey
     from agentledger.clock import Clock
+    from agentledger.memory.queries import Fact
+    from agentledger.observe.queries.resume import ResumePlan
+    from agentledger.observe.queries.stuck import StuckRun
+    from agentledger.retrieval.queries import ChunkHit, Document, NewChunk
     from agentledger.store.dialect import Dialect
-    from agentledger.store.queries.memory_facts import Fact
-    from agentledger.store.queries.observe_resume import ResumePlan
-    from agentledger.store.queries.observe_stuck import StuckRun
-    from agentledger.store.queries.retrieval_docs import ChunkHit, Document, NewChunk
 
 T = TypeVar("T")
 _UNSET: Any = object()

@@ -40,7 +40,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from agentledger.auditkey import AuditKey
@@ -58,22 +58,14 @@ from agentledger.store.groupcommit import (
     run_group,
     run_single,
 )
-from agentledger.store.queries import (
-    gateway_budgets,
-    memory_facts,
-    observe_metrics,
-    observe_resume,
-    observe_stats,
-    observe_stuck,
-    observe_trace,
-    restore,
-    retrieval_docs,
-)
-from agentledger.store.queries.memory_facts import Fact
-from agentledger.store.queries.observe_resume import ResumePlan
-from agentledger.store.queries.observe_stuck import StuckRun
-from agentledger.store.queries.retrieval_docs import ChunkHit, Document, NewChunk
+from agentledger.store.queries import restore
 from agentledger.store.retrying import Reconnect
+
+if TYPE_CHECKING:
+    from agentledger.memory.queries import Fact
+    from agentledger.observe.queries.resume import ResumePlan
+    from agentledger.observe.queries.stuck import StuckRun
+    from agentledger.retrieval.queries import ChunkHit, Document, NewChunk
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -484,6 +476,8 @@ class SQLStore(Store):
         max_tokens: int | None = None,
         max_rps: float | None = None,
     ) -> None:
+        from agentledger.gateway import queries as gateway_budgets
+
         await self._call(
             lambda c: gateway_budgets.set_tenant_budget(
                 self.dialect, c, tenant_id, period_seconds, max_spend_usd, max_tokens, max_rps
@@ -493,6 +487,8 @@ class SQLStore(Store):
     async def reserve_tenant_usage(
         self, tenant_id: str, now: float, usd: float, tokens: int
     ) -> dict[str, Any] | None:
+        from agentledger.gateway import queries as gateway_budgets
+
         return await self._call(
             lambda c: gateway_budgets.reserve_tenant_usage(
                 self.dialect, c, tenant_id, now, usd, tokens
@@ -502,6 +498,8 @@ class SQLStore(Store):
     async def settle_tenant_usage(
         self, tenant_id: str, period_start: float, usd: float, tokens: int
     ) -> None:
+        from agentledger.gateway import queries as gateway_budgets
+
         await self._call(
             lambda c: gateway_budgets.settle_tenant_usage(
                 self.dialect, c, tenant_id, period_start, usd, tokens
@@ -607,6 +605,8 @@ class SQLStore(Store):
         source_run: str | None = None,
         source_key: str | None = None,
     ) -> Fact:
+        from agentledger.memory import queries as memory_facts
+
         return await self._call(
             lambda c: memory_facts.upsert_fact(
                 self.dialect, c, tenant_id, user_id, fact_key, fact, source_run, source_key
@@ -616,6 +616,8 @@ class SQLStore(Store):
     async def list_facts(
         self, tenant_id: str | None, user_id: str, created_before: float | None = None
     ) -> list[Fact]:
+        from agentledger.memory import queries as memory_facts
+
         if tenant_id is None:
             return await self._call(
                 lambda c: memory_facts.all_facts(self.dialect, c, None, user_id), write=False
@@ -628,6 +630,8 @@ class SQLStore(Store):
         )
 
     async def fact_by_source(self, tenant_id: str, user_id: str, source_key: str) -> Fact | None:
+        from agentledger.memory import queries as memory_facts
+
         return await self._call(
             lambda c: memory_facts.fact_by_source(self.dialect, c, tenant_id, user_id, source_key),
             write=False,
@@ -641,6 +645,8 @@ class SQLStore(Store):
         actor: str,
         audit_key: AuditKey | None = None,
     ) -> int:
+        from agentledger.memory import queries as memory_facts
+
         return await self._call(
             lambda c: memory_facts.forget_facts(
                 self.dialect, c, tenant_id, user_id, fact_key, actor, audit_key
@@ -657,6 +663,8 @@ class SQLStore(Store):
         chunks: list[NewChunk],
         actor: str,
     ) -> tuple[Document, bool]:
+        from agentledger.retrieval import queries as retrieval_docs
+
         return await self._call(
             lambda c: retrieval_docs.add_document(
                 self.dialect, c, tenant_id, source, title, kind, sha256, chunks, actor
@@ -664,16 +672,22 @@ class SQLStore(Store):
         )
 
     async def list_documents(self, tenant_id: str | None = None) -> list[Document]:
+        from agentledger.retrieval import queries as retrieval_docs
+
         return await self._call(
             lambda c: retrieval_docs.list_documents(self.dialect, c, tenant_id), write=False
         )
 
     async def remove_document(self, tenant_id: str, ref: str, actor: str) -> int:
+        from agentledger.retrieval import queries as retrieval_docs
+
         return await self._call(
             lambda c: retrieval_docs.remove_document(self.dialect, c, tenant_id, ref, actor)
         )
 
     async def search_chunks(self, tenant_id: str, query: str, k: int = 5) -> list[ChunkHit]:
+        from agentledger.retrieval import queries as retrieval_docs
+
         return await self._call(
             lambda c: retrieval_docs.search_chunks(self.dialect, c, tenant_id, query, k),
             write=False,
@@ -682,6 +696,8 @@ class SQLStore(Store):
     # observability -------------------------------------------------------------
 
     async def observe_snapshot(self, *, live: bool = True, settled: bool = True) -> dict[str, Any]:
+        from agentledger.observe.queries import metrics as observe_metrics
+
         return await self._call(
             lambda c: observe_metrics.snapshot(self.dialect, c, live=live, settled=settled),
             write=False,
@@ -690,6 +706,8 @@ class SQLStore(Store):
     async def run_stats(
         self, since: float | None, agent: str | None, tenant: str | None = None
     ) -> dict[str, Any]:
+        from agentledger.observe.queries import stats as observe_stats
+
         return await self._call(
             lambda c: observe_stats.run_stats(self.dialect, c, since, agent, tenant), write=False
         )
@@ -697,6 +715,8 @@ class SQLStore(Store):
     async def find_stuck(
         self, default_after: float, per_agent: dict[str, float], takeovers: int, live_within: float
     ) -> list[StuckRun]:
+        from agentledger.observe.queries import stuck as observe_stuck
+
         return await self._call(
             lambda c: observe_stuck.find_stuck(
                 self.dialect, c, default_after, per_agent, takeovers, live_within
@@ -705,9 +725,13 @@ class SQLStore(Store):
         )
 
     async def mark_stuck(self, run: StuckRun, actor: str) -> bool:
+        from agentledger.observe.queries import stuck as observe_stuck
+
         return await self._call(lambda c: observe_stuck.mark_stuck(self.dialect, c, run, actor))
 
     async def plan_resume(self, run_id: str, from_step: int | None) -> ResumePlan:
+        from agentledger.observe.queries import resume as observe_resume
+
         return await self._call(
             lambda c: observe_resume.plan_resume(self.dialect, c, run_id, from_step), write=False
         )
@@ -719,6 +743,8 @@ class SQLStore(Store):
         actor: str,
         reason: str | None = None,
     ) -> ResumePlan:
+        from agentledger.observe.queries import resume as observe_resume
+
         return await self._call(
             lambda c: observe_resume.resume_run(self.dialect, c, run_id, from_step, actor, reason)
         )
@@ -732,6 +758,8 @@ class SQLStore(Store):
         actor: str,
         reason: str,
     ) -> Step:
+        from agentledger.observe.queries import resume as observe_resume
+
         return await self._call(
             lambda c: observe_resume.settle_step(
                 self.dialect, c, run_id, step_no, applied, result, actor, reason
@@ -739,20 +767,28 @@ class SQLStore(Store):
         )
 
     async def resume_candidates(self, status: str, agent: str | None, limit: int) -> list[str]:
+        from agentledger.observe.queries import resume as observe_resume
+
         return await self._call(
             lambda c: observe_resume.candidates(self.dialect, c, status, agent, limit),
             write=False,
         )
 
     async def retry_outbox(self, key: str, actor: str) -> bool:
+        from agentledger.observe.queries import resume as observe_resume
+
         return await self._call(lambda c: observe_resume.retry_outbox(self.dialect, c, key, actor))
 
     async def trace_context(self, run_id: str) -> str | None:
+        from agentledger.observe.queries import trace as observe_trace
+
         return await self._call(
             lambda c: observe_trace.get_trace_context(self.dialect, c, run_id), write=False
         )
 
     async def claim_trace_context(self, run_id: str, context: str) -> str | None:
+        from agentledger.observe.queries import trace as observe_trace
+
         return await self._call(
             lambda c: observe_trace.claim_trace_context(self.dialect, c, run_id, context)
         )

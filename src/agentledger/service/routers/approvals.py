@@ -26,9 +26,9 @@ from agentledger.records import Approval
 from agentledger.service.auth import APPROVER, Caller, Principal
 from agentledger.service.cursors import make_cursor, parse_cursor
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
+from agentledger.service.queries import approvals as service_approvals
 from agentledger.service.views import approval_view, arguments_hash
 from agentledger.store import AlreadyDecided
-from agentledger.store.queries import service_approvals
 from agentledger.store.queries.approvals import SYSTEM_PREFIX, ApprovalExpired, NotPermitted
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request
 from agentledger.service.auth import ADMIN, Caller, require
 from agentledger.service.deps import run_or_404
 from agentledger.service.problems import PROBLEM_SCHEMA
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
 
 router = APIRouter(tags=["audit"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: PROBLEM_SCHEMA for code in (401, 403, 404, 422)}

@@ -21,8 +21,8 @@ from agentledger.service import deltas
 from agentledger.service.auth import Caller
 from agentledger.service.deps import run_or_404
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
+from agentledger.service.queries import events as service_events
 from agentledger.service.views import TERMINAL_EVENTS
-from agentledger.store.queries import service_events
 
 router = APIRouter(prefix="/v1/runs", tags=["events"])
 _PAGE = 500

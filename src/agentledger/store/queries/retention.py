@@ -39,8 +39,8 @@ from typing import Any
 from agentledger.auditkey import AuditKey
 from agentledger.errors import UsageError
 from agentledger.records import RunStatus
+from agentledger.service.queries import audit as service_audit
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit
 from agentledger.store.queries.common import in_list
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Webhook deliveries: enqueued once per reported event, claimed with a lease, settled.
 
 A delivery row is written in the transaction that seals its event into the audit chain
-(:func:`agentledger.store.queries.service_audit.seal`), which happens exactly once per
+(:func:`agentledger.service.queries.audit.seal`), which happens exactly once per
 event, so each event is enqueued once; its id (``evt_<run>_<seq>``) is what receivers
 deduplicate on, the same on every retry.
 

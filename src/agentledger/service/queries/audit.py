@@ -51,8 +51,8 @@ from agentledger import auditkey
 from agentledger.auditkey import AuditKey
 from agentledger.canonical import exact_json
 from agentledger.errors import StoreError, UsageError
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_webhooks
 from agentledger.store.queries.common import in_list
 
 GENESIS = "0" * 64

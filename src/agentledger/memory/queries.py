@@ -18,8 +18,8 @@ from typing import Any
 
 from agentledger.auditkey import AuditKey
 from agentledger.records import dumps
+from agentledger.service.queries import audit as service_audit
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit
 from agentledger.store.queries.common import new_id
 from agentledger.store.queries.events import insert_tenant_event
 
