@@ -61,11 +61,11 @@ async def seal_once(store: Store, batch: int | None = None, max_batches: int | N
     batch = batch or BATCH
     max_batches = max_batches or MAX_BATCHES
     # A read first: an idle process does not take SQLite's write lock every period.
-    if not await store.transact(service_audit.has_unsealed, write=False):
+    if not await store.read(service_audit.has_unsealed):
         return 0
     total = 0
     for _ in range(max_batches):
-        sealed = await store.transact(lambda d, c: service_audit.seal(d, c, batch))
+        sealed = await store.transact(service_audit.seal, batch)
         total += sealed
         if sealed < batch:
             break

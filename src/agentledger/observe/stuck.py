@@ -17,8 +17,9 @@ from typing import Any
 
 from agentledger import envsettings
 from agentledger.observe.instruments import STUCK_REPORTED
+from agentledger.observe.queries import stuck as observe_stuck
 from agentledger.observe.queries.stuck import STUCK_EVENT, StuckRun
-from agentledger.store.base import Store
+from agentledger.store.sqlstore import Store
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,9 @@ class StuckPolicy:
 
     async def find(self, store: Store) -> list[StuckRun]:
         """The stuck runs now."""
-        return await store.find_stuck(self.after, self.per_agent, self.takeovers, self.live_within)
+        return await store.read(
+            observe_stuck.find_stuck, self.after, self.per_agent, self.takeovers, self.live_within
+        )
 
 
 def _definitions(app: Any) -> list[Any]:
@@ -86,7 +89,7 @@ class StuckDetector:
         for run in await self.policy.find(self.store):
             if run.reported:
                 continue
-            if await self.store.mark_stuck(run, self.actor):
+            if await self.store.transact(observe_stuck.mark_stuck, run, self.actor):
                 STUCK_REPORTED.labels(run.reason).inc()
                 log.warning(
                     "run %s (%s@%s) is stuck: %s for %.0f s",
