@@ -1,4 +1,4 @@
-"""Read-only transactions (``transact(write=False)``: the service's GETs, key lookups and
+"""Read-only transactions (``store.read``: the service's GETs, key lookups and
 stream polls) run on the store's read connection: they neither queue behind a write in
 progress nor see it before it commits, and they see every write awaited before them."""
 

@@ -116,12 +116,13 @@ class _Operation(Generic[P, T]):
     def __get__(self, store: Store | None, owner: type) -> Any:
         if store is None:
             return self
-        run = store.transact if self.write else store.read
+        run = store.transact if self.write else store._query
         return functools.partial(run, self.op)
 
 
 def reads(op: Callable[Concatenate[Tx, P], T]) -> _Operation[P, T]:
-    """Name a read-only operation on the store: ``get_run = reads(runs.get_run)``."""
+    """Name a read-only kernel operation on the store: ``get_run = reads(runs.get_run)``
+    (run on the writer's connection, in order with its writes)."""
     return _Operation(op, write=False)
 
 
@@ -464,6 +465,14 @@ class Store:
             self._add_reader()  # every read connection busy: one more
         result: T = await reply.future
         return result
+
+    async def _query(
+        self, op: Callable[Concatenate[Tx, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """A kernel read (:func:`reads`): on the writer thread's connection, in order with
+        the writes queued there, so the engine and the worker read what they wrote
+        without waiting for a read connection."""
+        return await self._call(lambda tx: op(tx, *args, **kwargs), write=False)
 
     async def create_run(self, new: NewRun) -> Run:
         """Submit a run (queued). A retried submit (same ``request_id``) returns the run
