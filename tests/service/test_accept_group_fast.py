@@ -82,7 +82,7 @@ async def submit(
     def job(tx: Tx) -> list[Submitted | BaseException]:
         counting = Counting(tx.dialect)
         box.append(counting)
-        return accepting.accept(counting, tx.conn, requests)  # type: ignore[arg-type]
+        return accepting.accept(Tx(counting, tx.conn), requests)  # type: ignore[arg-type]
 
     outcomes = await store.transact(job)
     return outcomes, box[-1].statements
@@ -248,7 +248,7 @@ async def test_a_failing_statement_accepts_each_submit_again_alone(
     def job(tx: Tx) -> Any:
         holder.append(tx.conn)
         counting = Counting(tx.dialect)
-        return accepting.accept(counting, tx.conn, group), counting.statements  # type: ignore[arg-type]
+        return accepting.accept(Tx(counting, tx.conn), group), counting.statements  # type: ignore[arg-type]
 
     outcomes, statements = await store.transact(job)
     assert "ROLLBACK TO SAVEPOINT accept_group" in statements
@@ -286,7 +286,7 @@ async def test_a_key_committed_by_another_connection_fails_alone_in_the_fallback
                     request(9, tag="other").new, {"user_id": "bob"}, None,
                     IdempotencyRequest("k1", "fp-same", 3600.0), Quota(), respond,
                 )  # fmt: skip
-                done = accepting.accept(d2, c2, [theirs])[0]
+                done = accepting.accept(Tx(d2, c2), [theirs])[0]
                 c2.commit()
             finally:
                 c2.close()

@@ -28,7 +28,7 @@ class _SealsBetweenReads:
         self._reads += 1
         if self._reads == 1:
             self._d.begin_write(self._other)
-            assert service_audit.seal(self._d, self._other) == 1
+            assert service_audit.seal(Tx(self._d, self._other)) == 1
             self._d.commit(self._other)
             self._d.close(self._other)
         return found
@@ -44,7 +44,7 @@ async def test_verify_does_not_report_records_sealed_while_it_reads(store_url: s
         racing = _SealsBetweenReads(store.dialect)
 
         def verify(tx: Tx) -> Any:
-            return service_audit.verify_chain(racing, tx.conn)  # type: ignore[arg-type]
+            return service_audit.verify_chain(Tx(racing, tx.conn))  # type: ignore[arg-type]
 
         checked, broken = await store.read(verify)
         assert broken == [], broken  # nothing was deleted: one record was sealed meanwhile
