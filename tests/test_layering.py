@@ -53,10 +53,6 @@ KNOWN_EXCEPTIONS: dict[str, tuple[str, ...]] = {
     # The audit chain is sealed and pruned with the kernel's events.
     "agentledger.sealer": ("agentledger.service",),
     "agentledger.store.queries.retention": ("agentledger.service",),
-    # Accepting a run: being rewritten as one path in the service.
-    "agentledger.store.queries.service_accepts": ("agentledger.service",),
-    "agentledger.store.queries.service_runs": ("agentledger.service",),
-    "agentledger.store.queries.service_submits": ("agentledger.service",),
 }
 # The installables beside the runtime (examples/ and bench/): the CLI loads their
 # commands by name when they are installed (cli/main.py), no module imports them.
