@@ -325,7 +325,7 @@ def resume_run(
     run_id: str,
     from_step: int | None,
     actor: str,
-    reason: str | None,
+    reason: str | None = None,
 ) -> ResumePlan:
     """Resume ``run_id`` (see the module docstring); returns the plan carried out."""
     # The run row is locked before the journal is read: the plan judges the journal this
