@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.store import SQLStore, open_store
+from agentledger.store import Store, open_store
 from tests import dbutil, netguard
 from tests.engine.helpers import Env
 from tests.pgcluster import ClusterUnavailable, PrivateCluster
@@ -125,7 +125,7 @@ def store_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> s
 
 
 @pytest.fixture
-async def store(store_url: str) -> AsyncIterator[SQLStore]:
+async def store(store_url: str) -> AsyncIterator[Store]:
     """An opened store on ``store_url``."""
     opened = open_store(store_url)
     await opened.open()

@@ -91,15 +91,16 @@ def template_database() -> str:
     """The session's template database with the current schema (built on first use)."""
     global _template
     if _template is None:
-        from agentledger.store import queries
         from agentledger.store.postgres import PostgresDialect
+        from agentledger.store.queries import migrations
+        from agentledger.store.tx import Tx
 
         name = TEMPLATE_NAME
         _create(name, None)
         dialect = PostgresDialect(url_for(name))
         conn = dialect.connect()
         try:
-            queries.migrate(dialect, conn)
+            migrations.migrate(Tx(dialect, conn))
         finally:
             conn.close()
         with _admin() as admin:  # nobody (not even autovacuum) may sit in the template

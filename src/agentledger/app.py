@@ -23,7 +23,8 @@ from typing import Any
 from agentledger.agent import Agent
 from agentledger.errors import UnknownTargetError, UsageError
 from agentledger.records import target_of
-from agentledger.store.base import NewRun, Store
+from agentledger.store.base import NewRun
+from agentledger.store.sqlstore import Store
 from agentledger.tools.contract import Tool, tool
 from agentledger.workflow import Workflow, WorkflowFn
 

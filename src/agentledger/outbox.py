@@ -44,7 +44,7 @@ from agentledger.engine.retries import (
 )
 from agentledger.errors import ToolError
 from agentledger.records import DeliveryStatus, Effect, EffectStatus, OutboxItem, Run
-from agentledger.store.base import Store
+from agentledger.store.sqlstore import Store
 from agentledger.tools.context import ToolContext
 from agentledger.tools.contract import Tool
 from agentledger.tools.status import Status

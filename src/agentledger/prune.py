@@ -16,15 +16,14 @@ import functools
 import logging
 import random
 import time
-from typing import Any
 
 from agentledger import auditkey
 from agentledger.errors import StoreUnavailable
 from agentledger.failures import FailureLog
 from agentledger.store import Store
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries import retention
 from agentledger.store.queries.retention import Policy, Removed
+from agentledger.store.tx import Tx
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +43,12 @@ async def prune_tenant(
     cutoff = (time.time() if now is None else now) - policy.older_than
     key = auditkey.configured()
     t = policy.tenant_id
-    start = await store.transact(lambda d, c: retention.pruned_through(d, c, t), write=False)
+    start = await store.read(retention.pruned_through, t)
     walk = retention.Walk(start)
     after = start
     while not walk.done:
         # Each page in a read of its own: no snapshot held across the walk.
-        page = await store.transact(functools.partial(_plan, policy, cutoff, after, batch),
-                                    write=False)  # fmt: skip
+        page = await store.read(functools.partial(_plan, policy, cutoff, after, batch))
         walk.feed(page)
         if len(page) < batch:
             break
@@ -62,9 +60,8 @@ async def prune_tenant(
         # The batches, computed from the walk's end without writing (one read each).
         at = start
         while at < walk.end:
-            got = await store.transact(
-                functools.partial(_dry_batch, policy, cutoff, at, walk.end, key, batch),
-                write=False,
+            got = await store.read(
+                functools.partial(_dry_batch, policy, cutoff, at, walk.end, key, batch)
             )
             _add(total, got)
             if got.records == 0 or got.stopped:
@@ -73,9 +70,7 @@ async def prune_tenant(
         return total
     while True:
         began = time.monotonic()
-        got = await store.transact(
-            lambda d, c: _locked_batch(d, c, policy, cutoff, walk.end, key, batch)
-        )
+        got = await store.transact(_locked_batch, policy, cutoff, walk.end, key, batch)
         _add(total, got)
         if got.records == 0 or got.stopped:
             break
@@ -87,24 +82,22 @@ async def prune_tenant(
     return total
 
 
-def _plan(
-    policy: Policy, cutoff: float, after: int, batch: int, d: Dialect, c: Any
-) -> list[retention.Link]:
-    return retention.plan(d, c, policy, cutoff, after, batch)
+def _plan(policy: Policy, cutoff: float, after: int, batch: int, tx: Tx) -> list[retention.Link]:
+    return retention.plan(tx, policy, cutoff, after, batch)
 
 
 def _dry_batch(
     policy: Policy, cutoff: float, at: int, end: int, key: auditkey.AuditKey | None,
-    batch: int, d: Dialect, c: Any,
+    batch: int, tx: Tx,
 ) -> Removed:  # fmt: skip
-    return retention.prune_batch(d, c, policy, cutoff, end, key, batch, dry=True, after=at)
+    return retention.prune_batch(tx, policy, cutoff, end, key, batch, dry=True, after=at)
 
 
 def _locked_batch(
-    d: Dialect, c: Any, policy: Policy, cutoff: float, end: int,
+    tx: Tx, policy: Policy, cutoff: float, end: int,
     key: auditkey.AuditKey | None, batch: int,
 ) -> Removed:  # fmt: skip
-    return retention.prune_batch(d, c, policy, cutoff, end, key, batch)
+    return retention.prune_batch(tx, policy, cutoff, end, key, batch)
 
 
 def _add(total: Removed, got: Removed) -> None:
@@ -123,9 +116,9 @@ async def prune_forever(store: Store, period: float, failures: FailureLog | None
     while True:
         await asyncio.sleep(period * random.uniform(0.5, 1.5))
         try:
-            if not await store.transact(lambda d, c: retention.claim_round(d, c, period)):
+            if not await store.transact(retention.claim_round, period):
                 continue
-            for policy in await store.transact(retention.policies, write=False):
+            for policy in await store.read(retention.policies):
                 try:
                     removed = await prune_tenant(store, policy)
                 except StoreUnavailable:

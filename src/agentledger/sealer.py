@@ -2,7 +2,7 @@
 that produces them.
 
 Events are committed unsealed by whoever writes them (the journal's hot path stays free
-of a per-tenant chain head, see ``store/queries/service_audit.py``); a sealer run by each
+of a per-tenant chain head, see ``service/queries/audit.py``); a sealer run by each
 ``serve`` process and each worker seals them shortly after, and a stopping worker seals
 once more after its last run is released, so nothing it wrote is left unsealed.
 Sealers may run in many processes at once: each tenant's head row lock serializes them
@@ -19,8 +19,8 @@ import random
 from agentledger import auditkey, envsettings
 from agentledger.errors import StoreUnavailable
 from agentledger.failures import FailureLog
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import Store
-from agentledger.store.queries import service_audit
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +61,11 @@ async def seal_once(store: Store, batch: int | None = None, max_batches: int | N
     batch = batch or BATCH
     max_batches = max_batches or MAX_BATCHES
     # A read first: an idle process does not take SQLite's write lock every period.
-    if not await store.transact(service_audit.has_unsealed, write=False):
+    if not await store.read(service_audit.has_unsealed):
         return 0
     total = 0
     for _ in range(max_batches):
-        sealed = await store.transact(lambda d, c: service_audit.seal(d, c, batch))
+        sealed = await store.transact(service_audit.seal, batch)
         total += sealed
         if sealed < batch:
             break

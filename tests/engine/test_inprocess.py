@@ -24,7 +24,7 @@ from agentledger import (
     WorkerConfig,
     open_store,
 )
-from agentledger.store import SQLStore
+from agentledger.store import Store
 
 
 class GarbageModel(Model):
@@ -70,7 +70,7 @@ def make_app(provider: dict[str, Any]) -> App:
     return app
 
 
-async def drain(store: SQLStore, app: App, run_id: str, **config: Any) -> Any:
+async def drain(store: Store, app: App, run_id: str, **config: Any) -> Any:
     """Run an in-process worker until ``run_id`` is terminal; return the run."""
     worker = Worker(store, app, WorkerConfig(poll_seconds=0.02, **config))
     task = asyncio.create_task(worker.run(install_signals=False))
@@ -87,12 +87,12 @@ async def drain(store: SQLStore, app: App, run_id: str, **config: Any) -> Any:
         await task
 
 
-async def run_to_rest(store: SQLStore, app: App, name: str) -> Any:
+async def run_to_rest(store: Store, app: App, name: str) -> Any:
     return await drain(store, app, await app.submit(store, name, {"message": "go"}))
 
 
 @pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLStore]:
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[Store]:
     store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
     await store.open()
     try:
@@ -101,14 +101,14 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLStore]:
         await store.close()
 
 
-async def test_a_model_returning_garbage_hands_over_cleanly(sqlite_store: SQLStore) -> None:
+async def test_a_model_returning_garbage_hands_over_cleanly(sqlite_store: Store) -> None:
     run = await run_to_rest(sqlite_store, make_app({}), "garbage")
     assert run.status == RunStatus.NEEDS_HUMAN
     assert "not a ModelResponse" in (run.handover_reason or "")
     assert "Traceback" not in (run.error or "") and run.error
 
 
-async def test_a_read_tool_that_raises_is_told_to_the_model(sqlite_store: SQLStore) -> None:
+async def test_a_read_tool_that_raises_is_told_to_the_model(sqlite_store: Store) -> None:
     run = await run_to_rest(sqlite_store, make_app({}), "crashy")
     journal = await sqlite_store.load_journal(run.id)
     assert run.status == RunStatus.COMPLETED
@@ -119,7 +119,7 @@ async def test_a_read_tool_that_raises_is_told_to_the_model(sqlite_store: SQLSto
 
 
 async def test_a_write_tool_that_raises_is_an_unknown_outcome_resolved_by_status(
-    sqlite_store: SQLStore,
+    sqlite_store: Store,
 ) -> None:
     provider: dict[str, Any] = {}
     run = await run_to_rest(sqlite_store, make_app(provider), "write_then_crash")
@@ -135,7 +135,7 @@ async def test_a_store_error_mid_run_abandons_it_for_resume_not_failure(tmp_path
     from agentledger.errors import StoreError
     from agentledger.store.base import Batch
 
-    class FlakyStore(SQLStore):
+    class FlakyStore(Store):
         commits = 0
 
         async def commit(self, batch: Batch) -> None:
@@ -158,7 +158,7 @@ async def test_a_store_error_mid_run_abandons_it_for_resume_not_failure(tmp_path
     assert run.resumes >= 1  # re-claimed after its lease expired
 
 
-async def test_a_run_that_keeps_losing_its_worker_is_handed_over(sqlite_store: SQLStore) -> None:
+async def test_a_run_that_keeps_losing_its_worker_is_handed_over(sqlite_store: Store) -> None:
     app = make_app({})
     run_id = await app.submit(sqlite_store, "crashy", {"message": "go"})
     for _ in range(4):  # four owners that died holding it (leases already expired)

@@ -18,7 +18,7 @@ from agentledger.clock import FakeClock
 from agentledger.engine.runner import execute_run
 from agentledger.records import Event, Run, Step
 from agentledger.store.base import Batch
-from agentledger.store.sqlstore import SQLStore
+from agentledger.store.sqlstore import Store
 
 KILLED = "killed"
 
@@ -38,7 +38,7 @@ class Harness:
         if url is not None and url.startswith("sqlite:///"):
             self.path = Path(url.removeprefix("sqlite:///"))
         self.url = url or f"sqlite:///{self.path}"
-        self.store: SQLStore = open_store(self.url)
+        self.store: Store = open_store(self.url)
         # Far enough in the past that anything parked on it is due by the DB's clock.
         self.clock = FakeClock(start=time.time() - 30 * 86400)
         self.cancels: dict[str, str] = {}

@@ -32,7 +32,7 @@ from agentledger.errors import (
 from agentledger.outbox import OutboxDispatcher
 from agentledger.records import OutboxItem, Run, Step
 from agentledger.store.base import NewEvent, NewRun
-from agentledger.store.sqlstore import SQLStore
+from agentledger.store.sqlstore import Store
 from agentledger.tools.context import ToolContext
 from agentledger.tools.contract import RetryPolicy, Tool, tool
 from agentledger.tools.status import Status
@@ -167,7 +167,7 @@ class World:
 
     def __init__(self, tmp_path: Path) -> None:
         self.path = tmp_path / "writes.db"
-        self.store: SQLStore = open_store(f"sqlite:///{self.path}")
+        self.store: Store = open_store(f"sqlite:///{self.path}")
         self.app = App("writes")
         self.clock = FakeClock()
         self.workflow = Workflow(name="wf", fn=_unused)

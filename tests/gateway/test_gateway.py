@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentledger.budget import Budget
+from agentledger.gateway import queries as gateway_budgets
 from agentledger.gateway.cooldown import COOLDOWNS
 from agentledger.models.pricing import genai_prices_version
 from agentledger.records import RunStatus, StepStatus
@@ -341,7 +342,9 @@ async def test_a_tenant_period_limit_parks_the_run_with_the_reason(
 ) -> None:
     h = Harness(tmp_path, make_app("openai:gpt-4.1-mini"))
     async with h:
-        await h.store.set_tenant_budget("default", 86_400, max_spend_usd=0.0001)
+        await h.store.transact(
+            gateway_budgets.set_tenant_budget, "default", 86_400, max_spend_usd=0.0001
+        )
         run_id = await h.submit("concierge", {"message": "Hotels?"})
         await h.execute(run_id)
         run = await h.run(run_id)
@@ -351,12 +354,16 @@ async def test_a_tenant_period_limit_parks_the_run_with_the_reason(
         assert "tenant default spend limit" in parked[-1].data["why"]
         assert run.available_at is not None
         # Raised limit: the run goes on from the same step.
-        await h.store.set_tenant_budget("default", 86_400, max_spend_usd=10.0)
+        await h.store.transact(
+            gateway_budgets.set_tenant_budget, "default", 86_400, max_spend_usd=10.0
+        )
         await h.drive(run_id)
         assert (await h.run(run_id)).status == RunStatus.COMPLETED
         assert len(fake.requests) == 1
         # The period's row was settled from the reservation to the real cost.
-        row = await h.store.reserve_tenant_usage("default", h.clock.now(), 0.0, 0)
+        row = await h.store.transact(
+            gateway_budgets.reserve_tenant_usage, "default", h.clock.now(), 0.0, 0
+        )
         assert row is not None
         assert row["spend_usd"] == pytest.approx((await h.run(run_id)).cost_usd)
         await close(h)
@@ -412,14 +419,14 @@ async def test_a_tenant_request_rate_waits_briefly_or_parks_with_the_reason(
     two_calls = (openai_answer(calls=[("lookup", '{"city": "Lisbon"}')]), openai_answer("3."))
     h = Harness(tmp_path, make_app("openai:gpt-4.1-mini"))
     async with h:
-        await h.store.set_tenant_budget("default", 86_400, max_rps=1.0)
+        await h.store.transact(gateway_budgets.set_tenant_budget, "default", 86_400, max_rps=1.0)
         fake.script(*two_calls)
         run_id = await h.submit("concierge", {"message": "Hotels?"})
         await h.execute(run_id)
         assert (await h.run(run_id)).status == RunStatus.COMPLETED
         assert h.clock.slept and h.clock.slept[-1] == pytest.approx(1.0, abs=0.01)
 
-        await h.store.set_tenant_budget("default", 86_400, max_rps=0.001)
+        await h.store.transact(gateway_budgets.set_tenant_budget, "default", 86_400, max_rps=0.001)
         fake.reset()
         fake.script(*two_calls)
         run_id = await h.submit("concierge", {"message": "Hotels?"})

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from agentledger.budget import Budget
+from agentledger.gateway import queries as gateway_budgets
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import Harness
 from tests.gateway.fakes import (
@@ -285,8 +286,11 @@ async def test_usage_far_over_the_reservation_binds_the_run_and_the_tenant_after
     budget = Budget(max_spend_usd=10_000.0, max_tokens=10**9 if bound == "tenant" else 10_000)
     h = Harness(tmp_path, make_app(model, budget), store_url)
     async with h:
-        await h.store.set_tenant_budget(
-            "acme", 86_400, max_tokens=None if bound == "run" else 10_000
+        await h.store.transact(
+            gateway_budgets.set_tenant_budget,
+            "acme",
+            86_400,
+            max_tokens=None if bound == "run" else 10_000,
         )
         first = await h.app.submit(h.store, "concierge", {"message": "Hotels?"}, tenant_id="acme")
         await h.execute(first)
@@ -298,7 +302,9 @@ async def test_usage_far_over_the_reservation_binds_the_run_and_the_tenant_after
         if bound == "run":
             assert run.status == RunStatus.NEEDS_HUMAN and "budget" in (run.handover_reason or "")
             return await close(h)
-        row = await h.store.reserve_tenant_usage("acme", h.clock.now(), 0.0, 0)
+        row = await h.store.transact(
+            gateway_budgets.reserve_tenant_usage, "acme", h.clock.now(), 0.0, 0
+        )
         assert row is not None and row["tokens"] == big + 10
         assert run.status == RunStatus.WAITING
         second = await h.app.submit(h.store, "concierge", {"message": "Hotels?"}, tenant_id="acme")

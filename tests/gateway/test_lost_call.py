@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agentledger.gateway import queries as gateway_budgets
 from agentledger.records import RunStatus, StepStatus
 from tests.engine.helpers import Env
 from tests.gateway import worker_app
@@ -23,7 +24,9 @@ WORKER_APP = "tests.gateway.worker_app:app"
 
 def tenant_spend(env: Env, tenant: str) -> float:
     """The tenant's spend in the current period (a reservation of nothing reads it)."""
-    row: Any = env._store(lambda s: s.reserve_tenant_usage(tenant, time.time(), 0.0, 0))
+    row: Any = env._store(
+        lambda s: s.transact(gateway_budgets.reserve_tenant_usage, tenant, time.time(), 0.0, 0)
+    )
     assert row is not None
     return float(row["spend_usd"])
 
@@ -39,7 +42,11 @@ def test_a_worker_killed_during_a_model_call_costs_one_more_call_and_its_spend_c
     )
     env = Env(tmp_path, store_url)
     try:
-        env._store(lambda s: s.set_tenant_budget("default", 86_400, max_spend_usd=10.0))
+        env._store(
+            lambda s: s.transact(
+                gateway_budgets.set_tenant_budget, "default", 86_400, max_spend_usd=10.0
+            )
+        )
         run_id = str(
             env._store(lambda s: worker_app.app.submit(s, "concierge", {"message": "Hotels?"}))
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from agentledger.gateway import queries as gateway_budgets
 from agentledger.store import open_store
 
 
@@ -16,22 +17,28 @@ async def test_concurrent_reservations_never_exceed_the_period_limit(store_url: 
     for s in stores:
         await s.open()
     try:
-        await stores[0].set_tenant_budget("acme", 86_400, max_spend_usd=0.10, max_tokens=None)
+        await stores[0].transact(
+            gateway_budgets.set_tenant_budget, "acme", 86_400, max_spend_usd=0.10, max_tokens=None
+        )
         now = time.time()
 
         async def reserve(i: int) -> bool:
-            row = await stores[i % 4].reserve_tenant_usage("acme", now, 0.01, 100)
+            row = await stores[i % 4].transact(
+                gateway_budgets.reserve_tenant_usage, "acme", now, 0.01, 100
+            )
             assert row is not None
             return bool(row["reserved"])
 
         taken = await asyncio.gather(*(reserve(i) for i in range(60)))
         assert sum(taken) == 10
-        last = await stores[1].reserve_tenant_usage("acme", now, 0.0, 0)
+        last = await stores[1].transact(gateway_budgets.reserve_tenant_usage, "acme", now, 0.0, 0)
         assert last is not None
         assert last["spend_usd"] <= 0.10 + 1e-9
         assert last["tokens"] == 1000
         # Settling gives back what the calls did not cost: room for more.
-        await stores[2].settle_tenant_usage("acme", last["period_start"], -0.05, -500)
+        await stores[2].transact(
+            gateway_budgets.settle_tenant_usage, "acme", last["period_start"], -0.05, -500
+        )
         again = await asyncio.gather(*(reserve(i) for i in range(20)))
         assert sum(again) == 5
     finally:
@@ -44,13 +51,19 @@ async def test_a_token_limit_is_reserved_the_same_way(store_url: str) -> None:
     for s in stores:
         await s.open()
     try:
-        await stores[0].set_tenant_budget("acme", 3600, max_tokens=1000)
+        await stores[0].transact(gateway_budgets.set_tenant_budget, "acme", 3600, max_tokens=1000)
         now = time.time()
         rows = await asyncio.gather(
-            *(stores[i % 3].reserve_tenant_usage("acme", now, 0.0, 300) for i in range(12))
+            *(
+                stores[i % 3].transact(gateway_budgets.reserve_tenant_usage, "acme", now, 0.0, 300)
+                for i in range(12)
+            )
         )
         assert sum(1 for r in rows if r and r["reserved"]) == 3
-        assert await stores[0].reserve_tenant_usage("other", now, 1.0, 1) is None
+        assert (
+            await stores[0].transact(gateway_budgets.reserve_tenant_usage, "other", now, 1.0, 1)
+            is None
+        )
     finally:
         for s in stores:
             await s.close()
@@ -63,10 +76,13 @@ async def test_the_request_rate_bucket_is_shared_by_every_store(store_url: str) 
     for s in stores:
         await s.open()
     try:
-        await stores[0].set_tenant_budget("acme", 86_400, max_rps=5.0)
+        await stores[0].transact(gateway_budgets.set_tenant_budget, "acme", 86_400, max_rps=5.0)
         now = time.time()
         rows = await asyncio.gather(
-            *(stores[i % 3].reserve_tenant_usage("acme", now, 0.0, 10) for i in range(20))
+            *(
+                stores[i % 3].transact(gateway_budgets.reserve_tenant_usage, "acme", now, 0.0, 10)
+                for i in range(20)
+            )
         )
         assert all(r is not None for r in rows)
         taken = [r for r in rows if r and r["reserved"]]
@@ -76,7 +92,12 @@ async def test_the_request_rate_bucket_is_shared_by_every_store(store_url: str) 
         # A request refused by the rate reserves nothing of the period budget.
         assert refused[-1]["tokens"] == 50
         later = await asyncio.gather(
-            *(stores[i % 3].reserve_tenant_usage("acme", now + 1.0, 0.0, 10) for i in range(8))
+            *(
+                stores[i % 3].transact(
+                    gateway_budgets.reserve_tenant_usage, "acme", now + 1.0, 0.0, 10
+                )
+                for i in range(8)
+            )
         )
         assert sum(1 for r in later if r and r["reserved"]) == 5
     finally:

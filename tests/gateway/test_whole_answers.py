@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentledger.budget import Budget
+from agentledger.gateway import queries as gateway_budgets
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import Harness
 from tests.gateway.fakes import (
@@ -97,7 +98,9 @@ async def test_streams_dropped_mid_answer_count_at_their_reservation_and_the_ten
         assert cut["cost_usd"] == reserved > 0
         assert step.cost_usd == pytest.approx(reserved + answered["cost_usd"])
 
-        await h.store.set_tenant_budget("acme", 86_400, max_spend_usd=reserved * 2.5)
+        await h.store.transact(
+            gateway_budgets.set_tenant_budget, "acme", 86_400, max_spend_usd=reserved * 2.5
+        )
         fake.reset()
         fake.script(*[dropped] * 6)
         run_id = await h.app.submit(h.store, "concierge", {"message": "Refund?"}, tenant_id="acme")
@@ -107,7 +110,9 @@ async def test_streams_dropped_mid_answer_count_at_their_reservation_and_the_ten
         assert run.status == RunStatus.WAITING, run
         assert "tenant acme spend limit" in await parked_why(h, run_id)
         assert run.cost_usd == pytest.approx(2 * reserved)
-        row = await h.store.reserve_tenant_usage("acme", h.clock.now(), 0.0, 0)
+        row = await h.store.transact(
+            gateway_budgets.reserve_tenant_usage, "acme", h.clock.now(), 0.0, 0
+        )
         assert row is not None and row["spend_usd"] == pytest.approx(2 * reserved)
         await close(h)
 
@@ -148,7 +153,12 @@ async def test_an_answer_without_usage_is_counted_by_estimate_and_the_tenant_tok
         assert step.cost_usd > 0 and run.tokens == step.tokens
 
         # A tenant limit with room for the next call only if the first had been free.
-        await h.store.set_tenant_budget("default", 86_400, max_tokens=reserved + step.tokens // 2)
+        await h.store.transact(
+            gateway_budgets.set_tenant_budget,
+            "default",
+            86_400,
+            max_tokens=reserved + step.tokens // 2,
+        )
         second = await h.submit("concierge", {"message": "Refund?"})
         await h.execute(second)
         assert (await h.run(second)).status == RunStatus.WAITING

@@ -10,12 +10,12 @@ import psycopg
 from agentledger.app import App
 from agentledger.engine.runner import execute_run
 from agentledger.records import Run
-from agentledger.store import SQLStore
+from agentledger.store import Store
 from agentledger.store.sqlite import sqlite_path
 
 
 async def run_to_rest(
-    store: SQLStore,
+    store: Store,
     app: App,
     name: str,
     input: Any,

@@ -4,11 +4,12 @@ only, on both backends; StayHub answers "can I cancel for free?" from its policy
 from __future__ import annotations
 
 from agentledger.app import App
+from agentledger.memory import queries as memory_facts
+from agentledger.memory.queries import memory_audit_id
 from agentledger.models.base import ModelRequest, ModelResponse
 from agentledger.models.scripted import ScriptedModel
 from agentledger.records import RunStatus
-from agentledger.store import SQLStore
-from agentledger.store.queries.memory_facts import memory_audit_id
+from agentledger.store import Store
 from agentledger_examples.stayhub.knowledge import NOT_FOUND, help_agent, index_policy
 from tests.memory.runs import count, run_to_rest
 
@@ -35,7 +36,7 @@ def help_app() -> tuple[App, Recording]:
 
 
 async def test_stayhub_answers_free_cancellation_from_the_policy_citing_it(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     doc, _ = await index_policy(store, "default")
     app, _ = help_app()
@@ -53,7 +54,7 @@ async def test_stayhub_answers_free_cancellation_from_the_policy_citing_it(
 
 
 async def test_one_tenants_memory_and_documents_never_reach_another(
-    store: SQLStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
     await index_policy(store, "acme")
     app, model = help_app()
@@ -101,7 +102,7 @@ async def test_one_tenants_memory_and_documents_never_reach_another(
     assert first[1].role == "system" and "prefers quiet rooms" in (first[1].content or "")
 
     # Forgotten: the rows go, and the next run neither sees nor recalls the fact.
-    assert await store.forget_facts("acme", "g-1", None, "cli") == 1
+    assert await store.transact(memory_facts.forget_facts, "acme", "g-1", None, "cli") == 1
     assert count(store_url, sql, ("acme", "g-1")) == 0
     model.requests.clear()
     after = await run_to_rest(
@@ -113,7 +114,7 @@ async def test_one_tenants_memory_and_documents_never_reach_another(
     assert [e.type for e in events] == ["memory.forgotten"]
 
 
-async def test_a_run_without_a_user_gets_a_clear_tool_answer(store: SQLStore) -> None:
+async def test_a_run_without_a_user_gets_a_clear_tool_answer(store: Store) -> None:
     app, model = help_app()
     run = await run_to_rest(store, app, "stayhub_help", {"remember": "likes tea"})
     assert run.status == RunStatus.COMPLETED

@@ -9,6 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from agentledger.cli.main import cli
+from agentledger.memory import queries as memory_facts
 from agentledger.store import open_store
 from agentledger_examples.stayhub.knowledge import POLICY_PATH
 from tests.memory.runs import count
@@ -45,9 +46,21 @@ def test_memory_list_and_forget(store_url: str) -> None:
         store = open_store(store_url)
         await store.open()
         try:
-            await store.remember_fact("default", "g-1", "room", "prefers quiet rooms", "r1", "r1:2")
-            await store.remember_fact("default", "g-1", "diet", "vegetarian", "r1", "r1:4")
-            await store.remember_fact("acme", "g-1", "room", "likes views", "r2", "r2:2")
+            await store.transact(
+                memory_facts.upsert_fact,
+                "default",
+                "g-1",
+                "room",
+                "prefers quiet rooms",
+                "r1",
+                "r1:2",
+            )
+            await store.transact(
+                memory_facts.upsert_fact, "default", "g-1", "diet", "vegetarian", "r1", "r1:4"
+            )
+            await store.transact(
+                memory_facts.upsert_fact, "acme", "g-1", "room", "likes views", "r2", "r2:2"
+            )
         finally:
             await store.close()
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from agentledger.retrieval import index_path, search
+from agentledger.retrieval import queries as retrieval_docs
 from agentledger.retrieval.embeddings import embedder
-from agentledger.store.sqlstore import SQLStore
+from agentledger.store.sqlstore import Store
 
 pytest.importorskip("wordllama", reason="the embeddings extra is not installed")
 
@@ -67,12 +68,12 @@ def test_the_model_loads_from_its_wheel_with_no_network_and_no_cache(tmp_path: P
     assert list(tmp_path.iterdir()) == []  # no cache, no download
 
 
-async def test_hybrid_search_finds_what_the_words_miss(store: SQLStore, tmp_path: Path) -> None:
+async def test_hybrid_search_finds_what_the_words_miss(store: Store, tmp_path: Path) -> None:
     model = embedder()
     assert model is not None
     doc, _ = await index_path(store, write(tmp_path, "policy.md", POLICY), "acme")
     # The question shares no word with the answer: full text alone finds nothing...
-    assert await store.search_chunks("acme", "free cancellation", 3) == []
+    assert await store.read(retrieval_docs.search_chunks, "acme", "free cancellation", 3) == []
     # ...the vectors find it, first, with its ids to cite.
     hits = await search(store, "acme", "free cancellation", 3)
     assert hits and "call off a reservation" in hits[0].text
@@ -85,7 +86,7 @@ async def test_hybrid_search_finds_what_the_words_miss(store: SQLStore, tmp_path
 
 
 async def test_embeddings_off_is_full_text_alone(
-    store: SQLStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AGENTLEDGER_EMBEDDINGS", "0")
     await index_path(store, write(tmp_path, "policy.md", POLICY), "acme")
@@ -101,7 +102,7 @@ async def test_embeddings_off_is_full_text_alone(
 
 
 async def test_a_tenants_vectors_never_reach_another_tenants_search(
-    store: SQLStore, tmp_path: Path
+    store: Store, tmp_path: Path
 ) -> None:
     await index_path(store, write(tmp_path, "policy.md", POLICY), "acme")
     parking = "# Parking\n\nThe garage closes at midnight.\n"
@@ -114,17 +115,17 @@ async def test_a_tenants_vectors_never_reach_another_tenants_search(
 
 
 async def test_removed_and_replaced_documents_leave_the_vector_ranking(
-    store: SQLStore, tmp_path: Path
+    store: Store, tmp_path: Path
 ) -> None:
     path = write(tmp_path, "policy.md", POLICY)
     doc, _ = await index_path(store, path, "acme")
     assert await search(store, "acme", "free cancellation", 3)  # the matrix is now cached
-    await store.remove_document("acme", doc.id, "test")
+    await store.transact(retrieval_docs.remove_document, "acme", doc.id, "test")
     assert await search(store, "acme", "free cancellation", 3) == []
     assert await search(store, "acme", "can I bring my dog", 3) == []
     # A new document is in the next search's vectors (no word of the question in it).
     pets = "# Animals\n\nPets are welcome in every room.\n"
     await index_path(store, write(tmp_path, "pets.md", pets), "acme")
-    assert await store.search_chunks("acme", "can I bring my dog", 3) == []
+    assert await store.read(retrieval_docs.search_chunks, "acme", "can I bring my dog", 3) == []
     hits = await search(store, "acme", "can I bring my dog", 3)
     assert [h.text for h in hits] == ["Pets are welcome in every room."]

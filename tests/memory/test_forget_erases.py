@@ -14,10 +14,11 @@ from click.testing import CliRunner
 
 from agentledger import auditkey
 from agentledger.cli.main import cli
+from agentledger.memory import queries as memory_facts
+from agentledger.memory.queries import memory_audit_id
 from agentledger.records import RunStatus
-from agentledger.store import SQLStore, open_store
-from agentledger.store.queries import service_audit
-from agentledger.store.queries.memory_facts import memory_audit_id
+from agentledger.service.queries import audit as service_audit
+from agentledger.store import Store, open_store
 from agentledger.store.sqlite import sqlite_path
 from tests.memory.runs import count, run_to_rest
 from tests.memory.test_agents import help_app
@@ -38,13 +39,13 @@ def copies(store_url: str, text: str) -> int:
     return sum(count(store_url, sql.format(pos=pos), (text, text)) for sql in COPIES)
 
 
-async def seal_and_verify(store: SQLStore) -> tuple[int, list[service_audit.Broken]]:
-    await store.transact(lambda d, c: service_audit.seal(d, c))
-    return await store.transact(service_audit.verify_chain, write=False)
+async def seal_and_verify(store: Store) -> tuple[int, list[service_audit.Broken]]:
+    await store.transact(service_audit.seal)
+    return await store.read(service_audit.verify_chain)
 
 
 async def test_forget_erases_the_journal_events_and_runs_copies_and_the_chain_verifies(
-    store: SQLStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
     app, _ = help_app()
     for user in ("g-1", "g-2"):
@@ -56,14 +57,16 @@ async def test_forget_erases_the_journal_events_and_runs_copies_and_the_chain_ve
     await run_to_rest(
         store, app, "stayhub_help", {"recall": "diagnosis"}, tenant_id="acme", user_id="g-1"
     )
-    await store.remember_fact("acme", "g-1", "diagnosis_hiv_positive", "yes", None, None)
+    await store.transact(
+        memory_facts.upsert_fact, "acme", "g-1", "diagnosis_hiv_positive", "yes", None, None
+    )
     assert copies(store_url, SECRET) > 3
     checked, broken = await seal_and_verify(store)
     assert checked > 0 and broken == []
 
-    assert await store.forget_facts("acme", "g-1", None, "cli:ops") == 2
+    assert await store.transact(memory_facts.forget_facts, "acme", "g-1", None, "cli:ops") == 2
     # g-1's copies are gone (g-2's own runs and fact are not g-1's to forget).
-    g2 = await store.list_facts("acme", "g-2")
+    g2 = await store.read(memory_facts.list_facts, "acme", "g-2")
     assert [f.fact for f in g2] == [SECRET]
     g1_runs = "SELECT COUNT(*) FROM steps s JOIN runs r ON r.id = s.run_id WHERE r.user_id = ? "
     like = f"%{SECRET}%"
@@ -91,18 +94,18 @@ async def test_forget_erases_the_journal_events_and_runs_copies_and_the_chain_ve
 
 
 async def test_a_redacted_record_edited_again_still_breaks_the_chain(
-    store: SQLStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
     app, _ = help_app()
     await run_to_rest(
         store, app, "stayhub_help", {"remember": SECRET}, tenant_id="acme", user_id="g-1"
     )
     await seal_and_verify(store)
-    await store.forget_facts("acme", "g-1", None, "cli")
+    await store.transact(memory_facts.forget_facts, "acme", "g-1", None, "cli")
     assert (await seal_and_verify(store))[1] == []
 
-    def edit(d, c):  # type: ignore[no-untyped-def]
-        d.execute(c, "UPDATE events SET actor = 'mallory' WHERE data_digest IS NOT NULL")
+    def edit(tx):  # type: ignore[no-untyped-def]
+        tx.execute("UPDATE events SET actor = 'mallory' WHERE data_digest IS NOT NULL")
 
     await store.transact(edit)
     assert (await seal_and_verify(store))[1] != []
@@ -113,8 +116,12 @@ def test_forget_matching_nothing_fails_and_names_the_users_tenants(store_url: st
         store = open_store(store_url)
         await store.open()
         try:
-            await store.remember_fact("acme", "g-1", "room", "likes views", "r2", "r2:2")
-            await store.remember_fact("globex", "g-1", "diet", "vegan", "r3", "r3:2")
+            await store.transact(
+                memory_facts.upsert_fact, "acme", "g-1", "room", "likes views", "r2", "r2:2"
+            )
+            await store.transact(
+                memory_facts.upsert_fact, "globex", "g-1", "diet", "vegan", "r3", "r3:2"
+            )
         finally:
             await store.close()
 
@@ -131,17 +138,17 @@ def test_forget_matching_nothing_fails_and_names_the_users_tenants(store_url: st
     assert result.exit_code == 0 and "1 deleted" in result.output, result.output
 
 
-async def test_sqlite_deletes_overwrite_the_freed_content(store: SQLStore, store_url: str) -> None:
+async def test_sqlite_deletes_overwrite_the_freed_content(store: Store, store_url: str) -> None:
     if not store_url.startswith("sqlite"):
         return
-    await store.remember_fact("acme", "g-1", "k", "x" * 2000, None, None)
+    await store.transact(memory_facts.upsert_fact, "acme", "g-1", "k", "x" * 2000, None, None)
 
-    def pragma(d, c):  # type: ignore[no-untyped-def]
-        return d.fetchall(c, "PRAGMA secure_delete")[0]
+    def pragma(tx):  # type: ignore[no-untyped-def]
+        return tx.fetchall("PRAGMA secure_delete")[0]
 
-    row = await store.transact(pragma, write=False)
+    row = await store.read(pragma)
     assert list(dict(row).values()) == [1]
-    await store.forget_facts("acme", "g-1", None, "cli")
+    await store.transact(memory_facts.forget_facts, "acme", "g-1", None, "cli")
     await store.close()
     conn = sqlite3.connect(sqlite_path(store_url)[0])
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -151,34 +158,35 @@ async def test_sqlite_deletes_overwrite_the_freed_content(store: SQLStore, store
 
 
 async def test_records_sealed_over_their_text_before_digests_still_verify(
-    store: SQLStore,
+    store: Store,
 ) -> None:
-    await store.remember_fact("acme", "g-1", "k", "a fact", None, None)
-    await store.forget_facts("acme", "g-1", "k", "cli")
-    await store.forget_facts("acme", "g-1", "k", "cli")
-    await store.transact(lambda d, c: service_audit.seal(d, c))
+    await store.transact(memory_facts.upsert_fact, "acme", "g-1", "k", "a fact", None, None)
+    await store.transact(memory_facts.forget_facts, "acme", "g-1", "k", "cli")
+    await store.transact(memory_facts.forget_facts, "acme", "g-1", "k", "cli")
+    await store.transact(service_audit.seal)
 
-    def rehash_by_text(d, c):  # type: ignore[no-untyped-def]
+    def rehash_by_text(tx):  # type: ignore[no-untyped-def]
         # The chain as a release before digests sealed it: hashed over the data's text.
-        rows = d.fetchall(c, "SELECT * FROM events WHERE tenant_id = 'acme' ORDER BY chain_no")
+        rows = tx.fetchall("SELECT * FROM events WHERE tenant_id = 'acme' ORDER BY chain_no")
         prev = service_audit.GENESIS
         for row in rows:
             digest = service_audit.record_hash(
                 prev, "acme", row, row["chain_no"], by_text=True, version=None
             )
-            d.execute(c, "UPDATE events SET prev_hash = :p, hash = :h, hash_v = NULL "
+            tx.execute(
+                "UPDATE events SET prev_hash = :p, hash = :h, hash_v = NULL "
                       "WHERE id = :i", {"p": prev, "h": digest, "i": row["id"]})  # fmt: skip
             prev = digest
-        d.execute(c, "UPDATE audit_heads SET hash = :h WHERE tenant_id = 'acme'", {"h": prev})
+        tx.execute("UPDATE audit_heads SET hash = :h WHERE tenant_id = 'acme'", {"h": prev})
         return len(rows)
 
     assert await store.transact(rehash_by_text) == 2
-    checked, broken = await store.transact(service_audit.verify_chain, write=False)
+    checked, broken = await store.read(service_audit.verify_chain)
     assert checked == 2 and broken == []
 
 
 async def test_an_edit_disguised_as_a_redaction_fails_verify_with_the_key(
-    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A redacted record is chained by the digest of its data as sealed. Whoever writes
     the database could set that digest on any record and rewrite its data: with the
@@ -191,30 +199,26 @@ async def test_an_edit_disguised_as_a_redaction_fails_verify_with_the_key(
     )
     await seal_and_verify(store)
     # A forget under the key: its redactions verify, and are counted.
-    await store.forget_facts("acme", "g-1", None, "cli", key)
-    await store.transact(lambda d, c: service_audit.seal(d, c))
-    checked, broken = await store.transact(
-        lambda d, c: service_audit.verify_chain(d, c, None, key), write=False
-    )
+    await store.transact(memory_facts.forget_facts, "acme", "g-1", None, "cli", key)
+    await store.transact(service_audit.seal)
+    checked, broken = await store.read(service_audit.verify_chain, None, key)
     assert checked > 0 and broken == []
-    assert await store.transact(service_audit.redacted_count, write=False) > 0
+    assert await store.read(service_audit.redacted_count) > 0
 
-    def disguise(d, c):  # type: ignore[no-untyped-def]
-        row = d.fetchall(
-            c, "SELECT id, data FROM events WHERE data_digest IS NULL AND chain_no IS NOT NULL "
+    def disguise(tx):  # type: ignore[no-untyped-def]
+        row = tx.fetchall(
+            "SELECT id, data FROM events WHERE data_digest IS NULL AND chain_no IS NOT NULL "
             "AND tenant_id = 'acme' AND data IS NOT NULL ORDER BY chain_no LIMIT 1",
         )[0]  # fmt: skip
-        d.execute(
-            c, "UPDATE events SET data_digest = :g, data = :d WHERE id = :i",
+        tx.execute(
+            "UPDATE events SET data_digest = :g, data = :d WHERE id = :i",
             {"g": service_audit.text_digest(row["data"]), "d": '{"amount": 1}', "i": row["id"]},
         )  # fmt: skip
         return int(row["id"])
 
     edited = await store.transact(disguise)
-    _, without_key = await store.transact(service_audit.verify_chain, write=False)
+    _, without_key = await store.read(service_audit.verify_chain)
     assert without_key == []  # the digest alone cannot tell: hence the signature
-    _, broken = await store.transact(
-        lambda d, c: service_audit.verify_chain(d, c, None, key), write=False
-    )
+    _, broken = await store.read(service_audit.verify_chain, None, key)
     assert [b.event_id for b in broken] == [edited]
     assert "no redaction is signed" in broken[0].reason

@@ -4,14 +4,15 @@ writes, and forgetting that deletes the rows (checked with SQL) and is audited."
 from __future__ import annotations
 
 from agentledger.memory import fact_key_of, rank_facts
+from agentledger.memory import queries as memory_facts
+from agentledger.memory.queries import memory_audit_id
 from agentledger.memory.tools import recall, remember, remember_status
-from agentledger.store import SQLStore
-from agentledger.store.queries.memory_facts import memory_audit_id
+from agentledger.store import Store
 from agentledger.tools.context import ToolContext
 from tests.memory.runs import count
 
 
-def ctx(store: SQLStore, tenant: str, user: str | None, key: str = "r1:3") -> ToolContext:
+def ctx(store: Store, tenant: str, user: str | None, key: str = "r1:3") -> ToolContext:
     return ToolContext(
         run_id=key.split(":")[0],
         step_no=int(key.split(":")[1]),
@@ -23,27 +24,39 @@ def ctx(store: SQLStore, tenant: str, user: str | None, key: str = "r1:3") -> To
     )
 
 
-async def test_facts_are_scoped_by_tenant_and_user(store: SQLStore) -> None:
-    await store.remember_fact("acme", "u1", "room", "prefers quiet rooms", "r1", "r1:2")
-    await store.remember_fact("acme", "u2", "room", "likes the top floor", "r2", "r2:2")
-    await store.remember_fact("globex", "u1", "room", "allergic to feathers", "r3", "r3:2")
-    assert [f.fact for f in await store.list_facts("acme", "u1")] == ["prefers quiet rooms"]
-    assert [f.fact for f in await store.list_facts("globex", "u1")] == ["allergic to feathers"]
-    everywhere = await store.list_facts(None, "u1")  # operators: every tenant
+async def test_facts_are_scoped_by_tenant_and_user(store: Store) -> None:
+    await store.transact(
+        memory_facts.upsert_fact, "acme", "u1", "room", "prefers quiet rooms", "r1", "r1:2"
+    )
+    await store.transact(
+        memory_facts.upsert_fact, "acme", "u2", "room", "likes the top floor", "r2", "r2:2"
+    )
+    await store.transact(
+        memory_facts.upsert_fact, "globex", "u1", "room", "allergic to feathers", "r3", "r3:2"
+    )
+    assert [f.fact for f in await store.read(memory_facts.list_facts, "acme", "u1")] == [
+        "prefers quiet rooms"
+    ]
+    assert [f.fact for f in await store.read(memory_facts.list_facts, "globex", "u1")] == [
+        "allergic to feathers"
+    ]
+    everywhere = await store.read(memory_facts.all_facts, None, "u1")  # operators: every tenant
     assert sorted(f.tenant_id for f in everywhere) == ["acme", "globex"]
 
 
-async def test_the_same_key_updates_in_place(store: SQLStore, store_url: str) -> None:
-    first = await store.remember_fact("t", "u", "room", "prefers quiet rooms", "r1", "r1:2")
-    second = await store.remember_fact("t", "u", "room", "prefers a sea view", "r2", "r2:4")
+async def test_the_same_key_updates_in_place(store: Store, store_url: str) -> None:
+    first = await store.transact(
+        memory_facts.upsert_fact, "t", "u", "room", "prefers quiet rooms", "r1", "r1:2"
+    )
+    second = await store.transact(
+        memory_facts.upsert_fact, "t", "u", "room", "prefers a sea view", "r2", "r2:4"
+    )
     assert second.id == first.id and second.created_at == first.created_at
     assert second.fact == "prefers a sea view" and second.source_key == "r2:4"
     assert count(store_url, "SELECT COUNT(*) FROM memory_facts") == 1
 
 
-async def test_remember_tool_retried_with_its_key_stores_once(
-    store: SQLStore, store_url: str
-) -> None:
+async def test_remember_tool_retried_with_its_key_stores_once(store: Store, store_url: str) -> None:
     context = ctx(store, "acme", "u1", "run-a:3")
     assert (await remember_status(context, {})).state == "not_found"
     out1 = await remember.call(context, {"fact": "Prefers  quiet\nrooms", "key": None})
@@ -58,22 +71,34 @@ async def test_remember_tool_retried_with_its_key_stores_once(
     assert (await remember_status(ctx(store, "globex", "u1", "run-a:3"), {})).state == ("not_found")
 
 
-async def test_recall_reads_only_the_runs_tenant_and_user(store: SQLStore) -> None:
-    await store.remember_fact("acme", "u1", "room", "prefers quiet rooms", "r1", "r1:2")
-    await store.remember_fact("acme", "u1", "diet", "vegetarian breakfast", "r1", "r1:4")
-    await store.remember_fact("globex", "u1", "room", "prefers noisy rooms", "r2", "r2:2")
+async def test_recall_reads_only_the_runs_tenant_and_user(store: Store) -> None:
+    await store.transact(
+        memory_facts.upsert_fact, "acme", "u1", "room", "prefers quiet rooms", "r1", "r1:2"
+    )
+    await store.transact(
+        memory_facts.upsert_fact, "acme", "u1", "diet", "vegetarian breakfast", "r1", "r1:4"
+    )
+    await store.transact(
+        memory_facts.upsert_fact, "globex", "u1", "room", "prefers noisy rooms", "r2", "r2:2"
+    )
     found = await recall.call(ctx(store, "acme", "u1"), {"query": "which rooms?", "k": 5})
     assert [f["fact"] for f in found["facts"]] == ["prefers quiet rooms"]
     assert (await recall.call(ctx(store, "initech", "u1"), {"query": "", "k": 5})) == {"facts": []}
 
 
 async def test_forget_one_key_deletes_that_row_and_audits_without_key_or_text(
-    store: SQLStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
-    await store.remember_fact("acme", "u1", "room", "prefers quiet rooms", "r1", "r1:2")
-    await store.remember_fact("acme", "u1", "diet", "vegetarian breakfast", "r1", "r1:4")
-    await store.remember_fact("globex", "u1", "room", "prefers quiet rooms", "r2", "r2:2")
-    assert await store.forget_facts("acme", "u1", "room", "cli:ops") == 1
+    await store.transact(
+        memory_facts.upsert_fact, "acme", "u1", "room", "prefers quiet rooms", "r1", "r1:2"
+    )
+    await store.transact(
+        memory_facts.upsert_fact, "acme", "u1", "diet", "vegetarian breakfast", "r1", "r1:4"
+    )
+    await store.transact(
+        memory_facts.upsert_fact, "globex", "u1", "room", "prefers quiet rooms", "r2", "r2:2"
+    )
+    assert await store.transact(memory_facts.forget_facts, "acme", "u1", "room", "cli:ops") == 1
     sql = "SELECT COUNT(*) FROM memory_facts WHERE tenant_id = ? AND user_id = ? AND fact_key = ?"
     assert count(store_url, sql, ("acme", "u1", "room")) == 0
     assert count(store_url, sql, ("acme", "u1", "diet")) == 1
@@ -85,19 +110,23 @@ async def test_forget_one_key_deletes_that_row_and_audits_without_key_or_text(
 
 
 async def test_forget_all_deletes_every_row_of_the_user_in_the_tenant(
-    store: SQLStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
     for n in range(3):
-        await store.remember_fact("acme", "u1", f"k{n}", f"fact {n}", "r1", f"r1:{n}")
-    await store.remember_fact("acme", "u2", "k", "someone else", "r2", "r2:1")
-    assert await store.forget_facts("acme", "u1", None, "cli") == 3
+        await store.transact(
+            memory_facts.upsert_fact, "acme", "u1", f"k{n}", f"fact {n}", "r1", f"r1:{n}"
+        )
+    await store.transact(memory_facts.upsert_fact, "acme", "u2", "k", "someone else", "r2", "r2:1")
+    assert await store.transact(memory_facts.forget_facts, "acme", "u1", None, "cli") == 3
     assert count(store_url, "SELECT COUNT(*) FROM memory_facts WHERE user_id = 'u1'") == 0
     assert count(store_url, "SELECT COUNT(*) FROM memory_facts WHERE user_id = 'u2'") == 1
-    assert await store.forget_facts("acme", "u1", None, "cli") == 0  # again: nothing more
+    assert (
+        await store.transact(memory_facts.forget_facts, "acme", "u1", None, "cli") == 0
+    )  # again: nothing more
 
 
 def test_rank_facts_prefers_more_shared_words_then_newer() -> None:
-    from agentledger.store.queries.memory_facts import Fact
+    from agentledger.memory.queries import Fact
 
     def fact(key: str, text: str, at: float) -> Fact:
         return Fact(key, "t", "u", key, text, None, None, at, at)

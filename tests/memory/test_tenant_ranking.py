@@ -11,7 +11,7 @@ import pytest
 
 from agentledger.retrieval import index_path
 from agentledger.retrieval.tools import search_docs
-from agentledger.store import SQLStore
+from agentledger.store import Store
 from agentledger.tools.context import ToolContext
 
 A_DOC = """# Clinic notes
@@ -29,7 +29,7 @@ Invoices are sent after each appointment.
 QUERIES = ["visit results", "patient visit Monday", "invoices appointment", "blood"]
 
 
-async def outputs(store: SQLStore, tenant: str) -> str:
+async def outputs(store: Store, tenant: str) -> str:
     ctx = ToolContext("r", 1, "r:1", 1e18, tenant, "u1", store=store)
     found = [await search_docs.call(ctx, {"query": q, "k": 5}) for q in QUERIES]
     return json.dumps(found, sort_keys=True)
@@ -37,7 +37,7 @@ async def outputs(store: SQLStore, tenant: str) -> str:
 
 @pytest.mark.parametrize("mode", ["keyword", "hybrid"])
 async def test_another_tenants_documents_change_nothing_a_tenant_sees(
-    store: SQLStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     if mode == "keyword":
         monkeypatch.setenv("AGENTLEDGER_EMBEDDINGS", "0")

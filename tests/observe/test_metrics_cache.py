@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from agentledger.observe.metrics import REFRESH_ENV, figures_of, refresh_seconds, render_metrics
+from agentledger.observe.queries import metrics as observe_metrics
 from agentledger.observe.stuck import StuckPolicy
 from agentledger.records import Run, RunStatus
-from agentledger.store import Batch, NewRun, RunUpdate, SQLStore
+from agentledger.store import Batch, NewRun, RunUpdate, Store
 from agentledger_bench.metrics_scrape import measure
 from tests.observe.test_stuck_metrics import samples, value
 
@@ -27,25 +28,26 @@ POLICY = StuckPolicy(after=3600)
 class CountingStore:
     """The real store, counting the reads of its settled history."""
 
-    def __init__(self, store: SQLStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store, self.history_reads = store, 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    async def observe_snapshot(self, *, live: bool = True, settled: bool = True) -> Any:
-        self.history_reads += settled
-        return await self.store.observe_snapshot(live=live, settled=settled)
+    async def read(self, op: Any, *args: Any, **kwargs: Any) -> Any:
+        if op is observe_metrics.snapshot:
+            self.history_reads += kwargs.get("settled", True)
+        return await self.store.read(op, *args, **kwargs)
 
 
-async def _running(store: SQLStore, tokens: int) -> Run:
+async def _running(store: Store, tokens: int) -> Run:
     await store.create_run(NewRun(kind="agent", name="agent", version="1", input={}))
     (run,) = await store.claim_runs("w1", [TARGET], 1, 60.0)
     await store.commit(Batch(run.id, run.lease_epoch, "w1", run=RunUpdate(tokens=tokens)))
     return run
 
 
-async def _finish(store: SQLStore, run: Run) -> None:
+async def _finish(store: Store, run: Run) -> None:
     done = RunUpdate(status=RunStatus.COMPLETED, result={"ok": True})
     await store.commit(Batch(run.id, run.lease_epoch, "w1", run=done))
 
@@ -54,7 +56,7 @@ async def _scrape(store: Any) -> dict[Any, float]:
     return samples(await render_metrics(store, POLICY, process=False))
 
 
-async def test_scrapes_read_the_history_once_per_refresh(store: SQLStore) -> None:
+async def test_scrapes_read_the_history_once_per_refresh(store: Store) -> None:
     counting = CountingStore(store)
     figures = figures_of(counting)  # type: ignore[arg-type]
     figures.refresh = 3600
@@ -83,7 +85,7 @@ async def test_scrapes_read_the_history_once_per_refresh(store: SQLStore) -> Non
 
 
 async def test_a_counter_never_goes_backwards_while_the_history_is_cached(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     """A run's tokens move from the live part to a history not read again yet: the
     counter is held at its last value, then goes on from the history."""

@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from agentledger.cli.main import cli
+from agentledger.observe.queries import resume as observe_resume
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.store.queries.observe_resume import ResumeRefused
 from tests.fast.lifecycle_harness import Harness
 from tests.observe.apps import BUG_FLAG, Payments, booking_app
 
@@ -34,7 +35,9 @@ async def test_resume_after_a_fix_continues_from_the_failed_step(
         run_id = await _failed_run(h, monkeypatch)
         assert len(payments.calls) == 1
         monkeypatch.delenv(BUG_FLAG)  # the fix is deployed (same version)
-        plan = await h.store.resume_run(run_id, None, "ops:alice", "confirm bug fixed")
+        plan = await h.store.transact(
+            observe_resume.resume_run, run_id, None, "ops:alice", "confirm bug fixed"
+        )
         assert plan.from_step == 3 and not plan.confirmed
         assert (await h.run(run_id)).status == RunStatus.QUEUED
         run = await h.drive(run_id)
@@ -47,7 +50,7 @@ async def test_resume_after_a_fix_continues_from_the_failed_step(
         assert [s["name"] for s in resumed[0].data["archived_steps"]] == ["confirm"]
         # A completed run is not resumed again.
         with pytest.raises(ResumeRefused):
-            await h.store.resume_run(run_id, None, "ops:alice")
+            await h.store.transact(observe_resume.resume_run, run_id, None, "ops:alice")
 
 
 async def test_a_confirmed_payment_is_never_executed_again_nor_deleted(
@@ -58,7 +61,9 @@ async def test_a_confirmed_payment_is_never_executed_again_nor_deleted(
         run_id = await _failed_run(h, monkeypatch)
         monkeypatch.delenv(BUG_FLAG)
         with pytest.raises(ResumeRefused, match=r"was executed.*--from-step 3"):
-            await h.store.resume_run(run_id, 2, "ops:alice", "provider refunded")
+            await h.store.transact(
+                observe_resume.resume_run, run_id, 2, "ops:alice", "provider refunded"
+            )
         assert (await h.run(run_id)).status == RunStatus.FAILED  # untouched
         assert len(await h.journal(run_id)) == 3
         assert len(payments.calls) == 1

@@ -11,8 +11,9 @@ import pytest
 
 from agentledger import App, ToolContext
 from agentledger.errors import BusinessError
+from agentledger.observe.queries import resume as observe_resume
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus
-from agentledger.store.queries.observe_resume import ResumeRefused
 from tests.fast.lifecycle_harness import Harness
 
 STATE: dict[str, Any] = {}
@@ -69,7 +70,9 @@ async def test_an_approval_never_covers_other_arguments_after_a_resume(
         await h.store.decide_approval(asked.id, "approve", "boss", clock=h.clock)
         assert (await h.drive(run_id)).status == RunStatus.FAILED
         STATE.update(decline=False, amount=9999)  # the code now proposes another amount
-        await h.store.resume_run(run_id, from_step, "ops:amy", "card fixed")
+        await h.store.transact(
+            observe_resume.resume_run, run_id, from_step, "ops:amy", "card fixed"
+        )
         await h.execute(run_id)
         run = await h.run(run_id)
         assert run.status == RunStatus.WAITING, run  # asked again, not paid
@@ -87,7 +90,7 @@ async def test_an_enqueued_email_is_never_enqueued_again(harness: Harness) -> No
         (queued,) = await h.store.list_outbox(None)
         STATE["bug"] = False
         with pytest.raises(ResumeRefused, match="was executed"):
-            await h.store.resume_run(run_id, 1, "ops:amy", "again")
-        await h.store.resume_run(run_id, None, "ops:amy", "bug fixed")
+            await h.store.transact(observe_resume.resume_run, run_id, 1, "ops:amy", "again")
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "bug fixed")
         assert (await h.drive(run_id)).status == RunStatus.COMPLETED
         assert [o.key for o in await h.store.list_outbox(None)] == [queued.key]

@@ -18,9 +18,9 @@ import pytest
 
 from agentledger import App, ToolContext, open_store
 from agentledger.errors import ToolTimeout
+from agentledger.observe.queries import resume as observe_resume
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.store.queries import observe_resume
-from agentledger.store.queries.observe_resume import ResumeRefused
 from agentledger.tools.contract import Compensation, RetryPolicy
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness
@@ -123,11 +123,13 @@ async def test_from_step_past_an_unknown_write_is_refused_and_listed(
         TRANSFER_FAULTS.extend(["after_commit"] * 50)  # every same-key resend loses its answer
         run_id = await _unknown(h, "transfer")
         calls = ledger.count_calls(kind="transfer")
-        plan = await h.store.plan_resume(run_id, from_step)
+        plan = await h.store.read(observe_resume.plan_resume, run_id, from_step)
         assert [e["step_no"] for e in plan.effects] == [1], plan
         assert plan.effects[0]["state"] == "unknown" and plan.refused
         with pytest.raises(ResumeRefused, match="runs settle"):
-            await h.store.resume_run(run_id, from_step, "ops:eve", "skip it")
+            await h.store.transact(
+                observe_resume.resume_run, run_id, from_step, "ops:eve", "skip it"
+            )
         assert (await h.run(run_id)).status == RunStatus.NEEDS_HUMAN
         assert ledger.count_calls(kind="transfer") == calls
 
@@ -138,18 +140,22 @@ async def test_a_second_settle_of_a_step_unknown_again_is_recorded(harness: Harn
     async with harness as h:
         FAULT["payout"] = "before_commit"
         run_id = await _unknown(h, "payout")
-        await h.store.settle_step(run_id, 1, False, None, "ops:bob", "not in the ledger")
-        await h.store.resume_run(run_id, None, "ops:bob", "settled")
+        await h.store.transact(
+            observe_resume.settle_step, run_id, 1, False, None, "ops:bob", "not in the ledger"
+        )
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:bob", "settled")
         FAULT["payout"] = "before_commit"
         run = await h.drive(run_id)
         assert run.status == RunStatus.NEEDS_HUMAN, run
         assert [s.status for s in await h.journal(run_id)] == [StepStatus.UNKNOWN]
-        step = await h.store.settle_step(run_id, 1, False, None, "ops:bob", "not in the ledger")
+        step = await h.store.transact(
+            observe_resume.settle_step, run_id, 1, False, None, "ops:bob", "not in the ledger"
+        )
         assert step.status == StepStatus.RETRYING
         assert [s.status for s in await h.journal(run_id)] == [StepStatus.RETRYING]
         settled = [e for e in await h.events(run_id) if e.type == "step.settled"]
         assert len(settled) == 2
-        await h.store.resume_run(run_id, None, "ops:bob", "settled again")
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:bob", "settled again")
         run = await h.drive(run_id)
         assert run.status == RunStatus.COMPLETED, run
         assert ledger.count_calls(kind="payout") == 3
@@ -164,11 +170,13 @@ async def test_a_huge_step_number_is_refused_with_a_clear_message(
         FAULT["payout"] = "after_commit"
         run_id = await _unknown(h, "payout")
         with pytest.raises(ResumeRefused, match=f"has no step {huge}"):
-            await h.store.settle_step(run_id, huge, False, None, "ops:eve", "why")
+            await h.store.transact(
+                observe_resume.settle_step, run_id, huge, False, None, "ops:eve", "why"
+            )
         with pytest.raises(ResumeRefused, match="--from-step must be"):
-            await h.store.plan_resume(run_id, huge)
+            await h.store.read(observe_resume.plan_resume, run_id, huge)
         with pytest.raises(ResumeRefused, match="--from-step must be"):
-            await h.store.resume_run(run_id, huge, "ops:eve", "why")
+            await h.store.transact(observe_resume.resume_run, run_id, huge, "ops:eve", "why")
         assert [s.status for s in await h.journal(run_id)] == [StepStatus.UNKNOWN]
 
 
@@ -208,13 +216,17 @@ async def test_a_resume_paused_after_reading_the_journal_never_deletes_what_ran_
         other = open_store(h.url)
         await other.open()
         try:
-            first = asyncio.ensure_future(other.resume_run(run_id, None, "ops:a", "fixed"))
+            first = asyncio.ensure_future(
+                other.transact(observe_resume.resume_run, run_id, None, "ops:a", "fixed")
+            )
             while not read.is_set():
                 await asyncio.sleep(0.01)
 
             async def second() -> None:
                 try:
-                    await h.store.resume_run(run_id, None, "ops:b", "fixed")
+                    await h.store.transact(
+                        observe_resume.resume_run, run_id, None, "ops:b", "fixed"
+                    )
                 except ResumeRefused:
                     return  # A holds the run: B is refused once A moved it
                 FAULT["confirm"] = "bug"
@@ -257,8 +269,10 @@ async def test_a_result_settled_applied_is_what_later_steps_and_the_compensation
         FAULT["grant"] = "after_commit"
         run_id = await _unknown(h, "granted")
         seen = ledger.effects(kind="grant")[0]
-        await h.store.settle_step(run_id, 1, True, seen, "ops:amy", "in the ledger")
-        await h.store.resume_run(run_id, None, "ops:amy", "settled")
+        await h.store.transact(
+            observe_resume.settle_step, run_id, 1, True, seen, "ops:amy", "in the ledger"
+        )
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "settled")
         FAULT["confirm"] = "bug" if later == "fails" else None
         run = await h.drive(run_id)
         assert ledger.count_calls(kind="grant") == 1
@@ -283,8 +297,18 @@ async def test_two_opposite_settles_at_once_one_wins(harness: Harness) -> None:
         await other.open()
         try:
             outcomes = await asyncio.gather(
-                h.store.settle_step(run_id, 1, True, paid, "ops:amy", "in the ledger"),
-                other.settle_step(run_id, 1, False, None, "ops:bob", "not in the ledger"),
+                h.store.transact(
+                    observe_resume.settle_step, run_id, 1, True, paid, "ops:amy", "in the ledger"
+                ),
+                other.transact(
+                    observe_resume.settle_step,
+                    run_id,
+                    1,
+                    False,
+                    None,
+                    "ops:bob",
+                    "not in the ledger",
+                ),
                 return_exceptions=True,
             )
         finally:
@@ -305,11 +329,13 @@ async def test_the_dry_run_names_exactly_the_keys_the_resumed_run_sends(harness:
         TRANSFER_FAULTS.extend(["after_commit"] * 50)
         run_id = await _unknown(h, "transfer")
         TRANSFER_FAULTS.clear()
-        await h.store.settle_step(run_id, 1, False, None, "ops:bob", "not in the ledger")
-        plan = await h.store.plan_resume(run_id, None)
+        await h.store.transact(
+            observe_resume.settle_step, run_id, 1, False, None, "ops:bob", "not in the ledger"
+        )
+        plan = await h.store.read(observe_resume.plan_resume, run_id, None)
         resent = [e["key"] for e in plan.effects if e["action"].startswith("sent again")]
         before = len(ledger.calls())
-        await h.store.resume_run(run_id, None, "ops:bob", "settled")
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:bob", "settled")
         run = await h.drive(run_id)
         assert run.status == RunStatus.COMPLETED, run
         assert [c[0] for c in ledger.calls()[before:]] == resent != []

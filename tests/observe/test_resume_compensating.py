@@ -15,8 +15,9 @@ import pytest
 
 from agentledger import App, Status, ToolContext
 from agentledger.errors import ToolTimeout
+from agentledger.observe.queries import resume as observe_resume
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.store.queries.observe_resume import ResumeRefused
 from agentledger.tools.contract import Compensation, RetryPolicy
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness
@@ -138,10 +139,12 @@ async def test_an_unknown_refund_with_a_status_check_is_finished_not_walked_past
     async with harness as h:
         run_id = await _refund_in_doubt(h, "booking")
         assert money_taken("charge", "refund") == 0  # the refund happened at the provider
-        plan = await h.store.plan_resume(run_id, None)
+        plan = await h.store.read(observe_resume.plan_resume, run_id, None)
         assert [(e["step_no"], e["state"]) for e in plan.effects] == [(4, "unknown")], plan
         assert not plan.refused and plan.reexecute == []
-        await h.store.resume_run(run_id, None, "ops:amy", "status endpoint back")
+        await h.store.transact(
+            observe_resume.resume_run, run_id, None, "ops:amy", "status endpoint back"
+        )
         run = await h.drive(run_id)
         # One resume settles it: the refund is status-checked (found), the run ends as
         # decided, no forward write is sent on a refunded charge.
@@ -155,13 +158,19 @@ async def test_a_settled_refund_is_finished_by_the_resume(harness: Harness, appl
     async with harness as h:
         run_id = await _refund_in_doubt(h, "booking_blind", True if applied else "before")
         with pytest.raises(ResumeRefused, match="runs settle"):
-            await h.store.resume_run(run_id, None, "ops:amy", "fixed")
+            await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "fixed")
         seen = ledger.effects(kind="refund")
         assert len(seen) == (1 if applied else 0)
-        await h.store.settle_step(
-            run_id, 4, applied, seen[0] if applied else None, "ops:amy", "looked"
+        await h.store.transact(
+            observe_resume.settle_step,
+            run_id,
+            4,
+            applied,
+            seen[0] if applied else None,
+            "ops:amy",
+            "looked",
         )
-        await h.store.resume_run(run_id, None, "ops:amy", "settled")
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "settled")
         run = await h.drive(run_id)
         assert run.status == RunStatus.FAILED, run
         assert len(ledger.effects(kind="refund")) == 1
@@ -178,11 +187,13 @@ async def test_from_step_before_an_unsettled_compensation_is_refused(
         run_id = await _refund_in_doubt(h, "booking")
         before = [(s.step_no, s.status) for s in await h.journal(run_id)]
         with pytest.raises(ResumeRefused, match="compensation"):
-            await h.store.resume_run(run_id, from_step, "ops:amy", "go forward")
+            await h.store.transact(
+                observe_resume.resume_run, run_id, from_step, "ops:amy", "go forward"
+            )
         assert [(s.step_no, s.status) for s in await h.journal(run_id)] == before
         assert (await h.run(run_id)).status == RunStatus.NEEDS_HUMAN
         # The default resume still finishes it.
-        await h.store.resume_run(run_id, None, "ops:amy", "finish it")
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "finish it")
         run = await h.drive(run_id)
         assert run.status == RunStatus.FAILED, run
         _agree(run)

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from agentledger import App, ToolContext
 from agentledger.cli.main import cli
 from agentledger.errors import BusinessError
+from agentledger.observe.queries import resume as observe_resume
 from agentledger.records import RunStatus
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness
@@ -63,12 +64,14 @@ async def test_the_dry_run_lists_every_call_the_resume_makes(
         run_id = await h.submit("stay")
         assert (await h.drive(run_id)).status == RunStatus.FAILED
         DECLINE.clear()  # the hotel has a room again
-        plan = await h.store.plan_resume(run_id, from_step)
+        plan = await h.store.read(observe_resume.plan_resume, run_id, from_step)
         listed = [(e["step_no"], e["state"], e["key"]) for e in plan.effects]
         (failed,) = [s for s in await h.journal(run_id) if s.name == "reserve"]
         assert listed == [(2, "failed", failed.idempotency_key)], plan
         before = len(ledger.calls())
-        await h.store.resume_run(run_id, from_step, "ops:amy", "rooms again")
+        await h.store.transact(
+            observe_resume.resume_run, run_id, from_step, "ops:amy", "rooms again"
+        )
         run = await h.drive(run_id)
         assert run.status == RunStatus.COMPLETED, run
         sent = [c[0] for c in ledger.calls()[before:]]

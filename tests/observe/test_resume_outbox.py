@@ -10,7 +10,8 @@ import pytest
 
 from agentledger import App, RunStatus, Status, ToolContext
 from agentledger.errors import BusinessError
-from agentledger.store.queries.observe_resume import ResumeRefused
+from agentledger.observe.queries import resume as observe_resume
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.tools.contract import Compensation
 from tests.fast.lifecycle_harness import Harness
 
@@ -61,7 +62,9 @@ async def test_a_resume_past_the_decision_revives_the_dropped_outbox(tmp_path: P
         (row,) = await h.store.list_outbox()
         assert row.status == "dropped"
         state["bug"] = False  # the fix is deployed
-        plan = await h.store.resume_run(run_id, None, "ops:alice", "bug fixed")
+        plan = await h.store.transact(
+            observe_resume.resume_run, run_id, None, "ops:alice", "bug fixed"
+        )
         assert plan.from_step == 3  # the decision and the declined refund go
         run = await h.drive(run_id)
         assert run.status == RunStatus.COMPLETED, run
@@ -79,7 +82,9 @@ async def test_a_decided_outbox_step_is_not_deleted_by_a_resume(tmp_path: Path) 
         before = [(s.step_no, s.status) for s in await h.journal(run_id)]
         # From the email step itself: a decided effect the journal keeps.
         with pytest.raises(ResumeRefused, match=r"step 2 .*was executed"):
-            await h.store.resume_run(run_id, 2, "ops:alice", "send it after all")
+            await h.store.transact(
+                observe_resume.resume_run, run_id, 2, "ops:alice", "send it after all"
+            )
         assert [(s.step_no, s.status) for s in await h.journal(run_id)] == before
         (row,) = await h.store.list_outbox()
         assert row.status == "dropped", row

@@ -18,8 +18,9 @@ from click.testing import CliRunner
 from agentledger import App, Status, ToolContext
 from agentledger.cli.main import cli
 from agentledger.errors import ToolTimeout
+from agentledger.observe.queries import resume as observe_resume
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.store.queries.observe_resume import ResumeRefused
 from agentledger.tools.contract import Compensation, RetryPolicy
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness
@@ -120,7 +121,9 @@ async def test_resume_refuses_an_unknown_write_until_it_is_settled(
         run_id, key = await _unknown_payout(h, "after_commit")
         assert money_taken("payout") == 5000
         with pytest.raises(ResumeRefused) as refused:
-            await h.store.resume_run(run_id, from_step, "ops:alice", "fixed")
+            await h.store.transact(
+                observe_resume.resume_run, run_id, from_step, "ops:alice", "fixed"
+            )
         message = str(refused.value)
         assert "step 1" in message and key in message
         assert f"agentledger runs settle {run_id} 1 --applied" in message
@@ -130,7 +133,9 @@ async def test_resume_refuses_an_unknown_write_until_it_is_settled(
 
         # The operator looked at the provider: it was paid (effect 1).
         paid = ledger.effects(kind="payout")[0]
-        await h.store.settle_step(run_id, 1, True, paid, "ops:alice", "seen in the ledger")
+        await h.store.transact(
+            observe_resume.settle_step, run_id, 1, True, paid, "ops:alice", "seen in the ledger"
+        )
         (step,) = await h.journal(run_id)
         assert step.status == StepStatus.SUCCEEDED and step.output == paid
         settled = [e for e in await h.events(run_id) if e.type == "step.settled"]
@@ -138,7 +143,7 @@ async def test_resume_refuses_an_unknown_write_until_it_is_settled(
         assert settled[0].data["applied"] is True
         assert settled[0].data["reason"] == "seen in the ledger"
 
-        await h.store.resume_run(run_id, None, "ops:alice", "settled")
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:alice", "settled")
         run = await h.drive(run_id)
         assert run.status == RunStatus.COMPLETED, run
         assert ledger.count_calls(kind="payout") == 1  # never called again
@@ -151,34 +156,46 @@ async def test_not_applied_is_sent_again_with_the_same_key(harness: Harness) -> 
         run_id, key = await _unknown_payout(h, "before_commit")
         assert money_taken("payout") == 0
         with pytest.raises(ResumeRefused, match="outcome is unknown"):
-            await h.store.resume_run(run_id, None, "ops:bob", None)
-        await h.store.settle_step(run_id, 1, False, None, "ops:bob", "not in the ledger")
+            await h.store.transact(observe_resume.resume_run, run_id, None, "ops:bob", None)
+        await h.store.transact(
+            observe_resume.settle_step, run_id, 1, False, None, "ops:bob", "not in the ledger"
+        )
         (step,) = await h.journal(run_id)
         assert step.status == StepStatus.RETRYING and step.input["settled"]["by"] == "ops:bob"
         # The same decision again (a retry after a lost reply) is a no-op; another one
         # is refused: the step is no longer unknown.
-        await h.store.settle_step(run_id, 1, False, None, "ops:bob", "not in the ledger")
+        await h.store.transact(
+            observe_resume.settle_step, run_id, 1, False, None, "ops:bob", "not in the ledger"
+        )
         with pytest.raises(ResumeRefused, match="not in flight"):
-            await h.store.settle_step(run_id, 1, True, {}, "ops:bob", "again")
+            await h.store.transact(
+                observe_resume.settle_step, run_id, 1, True, {}, "ops:bob", "again"
+            )
         assert len([e for e in await h.events(run_id) if e.type == "step.settled"]) == 1
-        await h.store.resume_run(run_id, None, "ops:bob", "settled")
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:bob", "settled")
         run = await h.drive(run_id)
         assert run.status == RunStatus.COMPLETED, run
         assert [c[0] for c in ledger.calls(kind="payout")] == [key, key]
         assert money_taken("payout") == run.result["amount"] == 5000
         with pytest.raises(ResumeRefused, match="completed"):
-            await h.store.settle_step(run_id, 1, True, {}, "ops:bob", "again")
+            await h.store.transact(
+                observe_resume.settle_step, run_id, 1, True, {}, "ops:bob", "again"
+            )
 
 
 async def test_settle_refuses_what_it_cannot_settle(harness: Harness) -> None:
     async with harness as h:
         run_id, _ = await _unknown_payout(h, "after_commit")
         with pytest.raises(ResumeRefused, match="no step 7"):
-            await h.store.settle_step(run_id, 7, True, {}, "ops:bob", "why")
+            await h.store.transact(
+                observe_resume.settle_step, run_id, 7, True, {}, "ops:bob", "why"
+            )
         with pytest.raises(ResumeRefused, match="no run"):
-            await h.store.settle_step("nope", 1, True, {}, "ops:bob", "why")
+            await h.store.transact(
+                observe_resume.settle_step, "nope", 1, True, {}, "ops:bob", "why"
+            )
         with pytest.raises(ResumeRefused, match="reason"):
-            await h.store.settle_step(run_id, 1, True, {}, "ops:bob", " ")
+            await h.store.transact(observe_resume.settle_step, run_id, 1, True, {}, "ops:bob", " ")
         assert [s.status for s in await h.journal(run_id)] == [StepStatus.UNKNOWN]
 
 
@@ -196,14 +213,16 @@ async def test_a_compensated_run_is_never_completed_on_a_refunded_charge(
         before = [(s.step_no, s.kind, s.status) for s in await h.journal(run_id)]
         assert [k for _, k, _ in before] == ["tool", "step", "decision", "compensation"]
         assert money_taken("charge", "refund") == 0  # charged, then refunded
-        plan = await h.store.plan_resume(run_id, from_step)
+        plan = await h.store.read(observe_resume.plan_resume, run_id, from_step)
         # Every effect in the resumed range is in the plan with its status and key.
         listed = {e["step_no"]: e for e in plan.effects}
         if from_step in (None, 1, 2, 3, 4):
             assert listed[4]["state"] == "executed" and listed[4]["key"]
             assert plan.refused
         try:
-            await h.store.resume_run(run_id, from_step, "ops:carol", "bug fixed")
+            await h.store.transact(
+                observe_resume.resume_run, run_id, from_step, "ops:carol", "bug fixed"
+            )
         except ResumeRefused as exc:
             assert "compensated" in str(exc) and "submit" in str(exc)
             # Nothing was deleted: the charge and its refund are still in the journal.

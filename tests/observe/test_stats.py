@@ -11,11 +11,11 @@ from typing import Any
 from agentledger.observe.stats import stats
 from agentledger.observe.stuck import StuckPolicy
 from agentledger.store.base import NewRun
-from agentledger.store.sqlstore import SQLStore
+from agentledger.store.sqlstore import Store
 
 
-async def _sql(store: SQLStore, sql: str, params: dict[str, Any]) -> None:
-    await store._call(lambda c: store.dialect.execute(c, sql, params))
+async def _sql(store: Store, sql: str, params: dict[str, Any]) -> None:
+    await store._call(lambda tx: tx.execute(sql, params))
 
 
 def _nearest_rank(values: list[float], p: float) -> float:
@@ -23,7 +23,7 @@ def _nearest_rank(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
 
 
-async def test_stats_match_the_rows(store: SQLStore) -> None:
+async def test_stats_match_the_rows(store: Store) -> None:
     rng = random.Random(11)
     now = time.time()
     rows = []

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentledger.clock import FakeClock
 from agentledger.observe.metrics import REFRESH_ENV, render_metrics
+from agentledger.observe.queries import stuck as observe_stuck
 from agentledger.observe.stuck import StuckDetector, StuckPolicy, StuckRun
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import KILLED, Harness
@@ -58,7 +59,7 @@ async def test_a_killed_worker_leaves_a_run_reported_stuck_once(tmp_path: Path) 
         assert await detector.check_once() == []  # once per episode
         # Another worker that found the same episode before the mark was written: its
         # guarded UPDATE changes nothing, so it appends no second event.
-        assert not await h.store.mark_stuck(reported[0], "w-other")
+        assert not await h.store.transact(observe_stuck.mark_stuck, reported[0], "w-other")
         events = [e for e in await h.events(run_id) if e.type == "run.stuck"]
         assert len(events) == 1 and events[0].data["reason"] == "no_progress"
         after = samples(await render_metrics(h.store, policy))

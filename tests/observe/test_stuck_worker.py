@@ -16,9 +16,10 @@ import pytest
 
 from agentledger.records import RunStatus
 from agentledger.service.egress import Egress
+from agentledger.service.queries import audit as service_audit
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.service.webhooks import Dispatcher, verify
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit, service_webhooks
 from tests.engine.helpers import APP_V2, Env, wait_for
 from tests.observe.test_stuck_metrics import samples, value
 
@@ -59,13 +60,13 @@ async def _webhooks(url: str, run_id: str) -> tuple[list[dict], list[httpx.Reque
         return httpx.Response(204)
 
     try:
-        await store.transact(lambda d, c: service_audit.seal(d, c))
-        rows = await store.transact(lambda d, c: service_webhooks.deliveries(d, c, run_id))
+        await store.transact(service_audit.seal)
+        rows = await store.transact(service_webhooks.deliveries, run_id)
         async with httpx.AsyncClient(transport=httpx.MockTransport(receive)) as client:
             # The name answers with a public address (tests resolve no real names).
             egress = Egress(hosts={"hooks.example.test": [PUBLIC]})
             await Dispatcher(store, egress=egress).once(client)
-        secret = await store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, "default"))
+        secret = await store.transact(service_webhooks.webhook_secret, "default")
     finally:
         await store.close()
     for request in seen:

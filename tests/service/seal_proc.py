@@ -8,8 +8,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 
 
 async def main(url: str, ready: Path, stop: Path) -> None:
@@ -22,14 +22,14 @@ async def main(url: str, ready: Path, stop: Path) -> None:
             # Read the flag first: a seal that finds nothing after it was set saw every
             # event committed before it.
             stopping = stop.exists()
-            sealed = await store.transact(lambda d, c: service_audit.seal(d, c, 7))
+            sealed = await store.transact(service_audit.seal, 7)
             total += sealed
             if sealed:
                 ready.with_suffix(".sealed").touch()  # the test waits until both have
             # Nothing sealed is not nothing left: on PostgreSQL the other sealer may hold
             # the heads of the oldest events (SKIP LOCKED), and stop at the same moment.
             if stopping and sealed == 0:
-                left, _ = await store.transact(service_audit.unsealed_tail, write=False)
+                left, _ = await store.read(service_audit.unsealed_tail)
                 if left == 0:
                     break
     finally:

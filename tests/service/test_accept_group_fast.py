@@ -22,9 +22,10 @@ from agentledger.service.accepting import (
     SubmitRequest,
     Submitted,
 )
-from agentledger.store import NewRun, SQLStore, open_store
+from agentledger.service.queries import audit as service_audit
+from agentledger.store import NewRun, Store, open_store
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit
+from agentledger.store.tx import Tx
 from tests import dbutil
 from tests.store.pgproxy import READY_FOR_QUERY, LossyProxy
 
@@ -73,15 +74,15 @@ def request(
 
 
 async def submit(
-    store: SQLStore, requests: list[SubmitRequest]
+    store: Store, requests: list[SubmitRequest]
 ) -> tuple[list[Submitted | BaseException], list[str]]:
     """The group's outcomes and the statements it ran."""
     box: list[Counting] = []
 
-    def job(d: Dialect, c: Any) -> list[Submitted | BaseException]:
-        counting = Counting(d)
+    def job(tx: Tx) -> list[Submitted | BaseException]:
+        counting = Counting(tx.dialect)
         box.append(counting)
-        return accepting.accept(counting, c, requests)  # type: ignore[arg-type]
+        return accepting.accept(Tx(counting, tx.conn), requests)  # type: ignore[arg-type]
 
     outcomes = await store.transact(job)
     return outcomes, box[-1].statements
@@ -100,11 +101,11 @@ def ok(outcome: Submitted | BaseException) -> Submitted:
     return outcome
 
 
-async def table(store: SQLStore, sql: str) -> list[dict[str, Any]]:
-    return await store.transact(lambda d, c: d.fetchall(c, sql), write=False)
+async def table(store: Store, sql: str) -> list[dict[str, Any]]:
+    return await store.read(lambda tx: tx.fetchall(sql))
 
 
-async def test_a_group_costs_a_few_statements_not_a_few_per_run(store: SQLStore) -> None:
+async def test_a_group_costs_a_few_statements_not_a_few_per_run(store: Store) -> None:
     group = [request(i, key=f"key{i}" if i % 2 else None) for i in range(40)]
     outcomes, statements = await submit(store, group)
     assert took_fast_path(statements)
@@ -114,7 +115,7 @@ async def test_a_group_costs_a_few_statements_not_a_few_per_run(store: SQLStore)
     assert len(await table(store, "SELECT id FROM runs")) == 40
 
 
-async def test_a_key_twice_in_one_group_answers_the_second_as_a_replay(store: SQLStore) -> None:
+async def test_a_key_twice_in_one_group_answers_the_second_as_a_replay(store: Store) -> None:
     group = [
         request(0, key="k"),
         request(1, key="k"),  # same body: a replay of the first
@@ -138,7 +139,7 @@ async def test_a_key_twice_in_one_group_answers_the_second_as_a_replay(store: SQ
     assert len(await table(store, "SELECT id FROM runs")) == 2
 
 
-async def test_a_key_of_an_earlier_group_is_replayed_or_refused(store: SQLStore) -> None:
+async def test_a_key_of_an_earlier_group_is_replayed_or_refused(store: Store) -> None:
     earlier, _ = await submit(store, [request(0, key="k", tag="a")])
     outcomes, statements = await submit(
         store,
@@ -159,7 +160,7 @@ async def test_a_key_of_an_earlier_group_is_replayed_or_refused(store: SQLStore)
     assert len(await table(store, "SELECT id FROM runs")) == 2
 
 
-async def test_an_expired_key_of_an_earlier_group_is_replaced(store: SQLStore) -> None:
+async def test_an_expired_key_of_an_earlier_group_is_replaced(store: Store) -> None:
     gone = request(0, key="k", tag="a")
     gone.idem = IdempotencyRequest("k", "fp-same", 0.0)  # expired as soon as written
     earlier, _ = await submit(store, [gone])
@@ -172,7 +173,7 @@ async def test_an_expired_key_of_an_earlier_group_is_replaced(store: SQLStore) -
     assert keys == [{"key": "k", "run_id": new.run.id}]
 
 
-async def test_a_retried_group_answers_its_committed_runs(store: SQLStore) -> None:
+async def test_a_retried_group_answers_its_committed_runs(store: Store) -> None:
     group = [request(i, key=f"k{i}" if i % 2 else None) for i in range(4)]
     before, _ = await submit(store, group[:2])
     outcomes, statements = await submit(store, group)  # as after a lost COMMIT reply
@@ -182,7 +183,7 @@ async def test_a_retried_group_answers_its_committed_runs(store: SQLStore) -> No
     assert len(await table(store, "SELECT id FROM runs")) == 4
 
 
-async def test_one_request_id_twice_in_a_group_makes_one_run(store: SQLStore) -> None:
+async def test_one_request_id_twice_in_a_group_makes_one_run(store: Store) -> None:
     """Never sent by the service (each POST has its own request id), but a group holding
     one twice still writes one run: the group's INSERT meets the unique index, and
     accepted again alone, the second submit answers the run the first made."""
@@ -195,7 +196,7 @@ async def test_one_request_id_twice_in_a_group_makes_one_run(store: SQLStore) ->
     assert len(await table(store, "SELECT id FROM events")) == 4
 
 
-async def test_the_quota_refuses_mid_group_and_a_replay_needs_no_quota(store: SQLStore) -> None:
+async def test_the_quota_refuses_mid_group_and_a_replay_needs_no_quota(store: Store) -> None:
     quota = Quota(runs_per_minute=3)
     await submit(store, [request(0, key="old", quota=quota, tag="a")])
     group = [
@@ -220,7 +221,7 @@ async def test_the_quota_refuses_mid_group_and_a_replay_needs_no_quota(store: SQ
 
 
 async def test_a_failing_statement_accepts_each_submit_again_alone(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     """A statement of the set-based path fails (here: the key row of the second submit
     appears, written on the same connection, between the read and the INSERT): its
@@ -244,10 +245,10 @@ async def test_a_failing_statement_accepts_each_submit_again_alone(
     group = [request(0, key="k0"), request(1, key="k1"), request(2)]
     group[0].respond = injecting
 
-    def job(d: Dialect, c: Any) -> Any:
-        holder.append(c)
-        counting = Counting(d)
-        return accepting.accept(counting, c, group), counting.statements  # type: ignore[arg-type]
+    def job(tx: Tx) -> Any:
+        holder.append(tx.conn)
+        counting = Counting(tx.dialect)
+        return accepting.accept(Tx(counting, tx.conn), group), counting.statements  # type: ignore[arg-type]
 
     outcomes, statements = await store.transact(job)
     assert "ROLLBACK TO SAVEPOINT accept_group" in statements
@@ -285,7 +286,7 @@ async def test_a_key_committed_by_another_connection_fails_alone_in_the_fallback
                     request(9, tag="other").new, {"user_id": "bob"}, None,
                     IdempotencyRequest("k1", "fp-same", 3600.0), Quota(), respond,
                 )  # fmt: skip
-                done = accepting.accept(d2, c2, [theirs])[0]
+                done = accepting.accept(Tx(d2, c2), [theirs])[0]
                 c2.commit()
             finally:
                 c2.close()
@@ -374,9 +375,7 @@ async def rows_after(url: str, grouped: bool) -> dict[str, Any]:
         unsealed = await table(store, "SELECT id FROM events WHERE hash IS NULL")
         assert len(unsealed) == 12, unsealed  # 6 runs, 2 events each
         assert await sealer.seal_once(store) == 12
-        checked, broken = await store.transact(
-            lambda d, c: service_audit.verify_chain(d, c), write=False
-        )
+        checked, broken = await store.read(lambda tx: service_audit.verify_chain(tx))
         assert checked == 12 and broken == [], broken
         runs = await table(store, "SELECT * FROM runs ORDER BY request_id")
         run_ids = {r["id"]: r["request_id"] for r in runs}

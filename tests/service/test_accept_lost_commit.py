@@ -10,6 +10,7 @@ import pytest
 
 from agentledger.service import accepting
 from agentledger.store import NewRun, open_store
+from agentledger.store.tx import Tx
 from tests.store.pgproxy import COMMIT, LossyProxy
 
 pytestmark = pytest.mark.postgres
@@ -36,22 +37,22 @@ async def test_a_group_whose_commit_reply_is_lost_makes_one_run_per_submit(
     try:
         requests = [_request(i) for i in range(5)]
         proxy.arm(COMMIT)
-        outcomes = await store.transact(lambda d, c: accepting.accept(d, c, requests))
+        outcomes = await store.transact(accepting.accept, requests)
         assert proxy.cut.is_set()  # the reply really was lost, after the server committed
         assert all(isinstance(o, accepting.Submitted) for o in outcomes), outcomes
         answered = [o.run.id for o in outcomes if isinstance(o, accepting.Submitted)]
         assert not any(isinstance(o, accepting.Submitted) and o.replayed for o in outcomes)
 
-        def stored(d: Any, c: Any) -> dict[str, Any]:
+        def stored(tx: Tx) -> dict[str, Any]:
             return {
-                "runs": d.fetchall(c, "SELECT id, request_id FROM runs ORDER BY id"),
-                "accepted": d.fetchall(
-                    c, "SELECT run_id, seq FROM events WHERE type = 'run.accepted'"
+                "runs": tx.fetchall("SELECT id, request_id FROM runs ORDER BY id"),
+                "accepted": tx.fetchall(
+                    "SELECT run_id, seq FROM events WHERE type = 'run.accepted'"
                 ),
-                "keys": d.fetchall(c, "SELECT key, run_id FROM idempotency_keys"),
+                "keys": tx.fetchall("SELECT key, run_id FROM idempotency_keys"),
             }
 
-        found = await store.transact(stored, write=False)
+        found = await store.read(stored)
         assert sorted(answered) == [r["id"] for r in found["runs"]]
         assert {r["request_id"] for r in found["runs"]} == {r.new.request_id for r in requests}
         assert sorted(e["run_id"] for e in found["accepted"]) == sorted(answered)

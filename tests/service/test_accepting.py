@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from agentledger import sealer
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
 from tests.service.conftest import in_process, settings_for
 from tests.service.test_runs_api import assert_problem
 
@@ -18,7 +18,7 @@ BODY = {"agent": "free", "input": {"n": 1}}
 
 
 async def rows(api: Any, sql: str) -> list[dict[str, Any]]:
-    return await api.store.transact(lambda d, c: d.fetchall(c, sql), write=False)
+    return await api.store.read(lambda tx: tx.fetchall(sql))
 
 
 async def test_new_replayed_reused_and_refused_submits(store_url: str) -> None:
@@ -114,7 +114,5 @@ async def test_accepts_are_sealed_by_the_sealer_into_one_chain(store_url: str) -
         assert [(c["run_id"], c["seq"], c["chain_no"]) for c in chain] == [
             (run, seq, 2 * i + seq) for i, run in enumerate(ids) for seq in (1, 2)
         ]
-        checked, broken = await api.store.transact(
-            lambda d, c: service_audit.verify_chain(d, c), write=False
-        )
+        checked, broken = await api.store.read(lambda tx: service_audit.verify_chain(tx))
         assert (checked, broken) == (6, [])

@@ -20,9 +20,10 @@ import psycopg
 
 from agentledger.clock import FakeClock
 from agentledger.records import Approval, Run
+from agentledger.service.queries import approvals as service_approvals
 from agentledger.service.routers.approvals import arguments_hash
-from agentledger.store import RunUpdate, SQLStore, Store, open_store
-from agentledger.store.queries import service_approvals
+from agentledger.store import RunUpdate, Store, open_store
+from agentledger.store.tx import Tx
 from tests.service.conftest import Api, in_process, settings_for
 from tests.service.test_runs_api import assert_problem
 from tests.store.test_contract import batch, new_run
@@ -34,7 +35,7 @@ ARGS = {"amount": 5}
 async def waiting(store: Store, approval_id: str, needed: int = 1) -> Run:
     """A run of tenant t1 (started by gina) waiting for ``approval_id``, a manager's,
     which expires at EXPIRES."""
-    assert isinstance(store, SQLStore)
+    assert isinstance(store, Store)
     await store.create_run(new_run(version=approval_id, tenant_id="t1", user_id="gina"))
     (run,) = await store.claim_runs("w1", [f"agent@{approval_id}"], 1, 30)
     approval = Approval(
@@ -113,9 +114,9 @@ def slow_first_attempt(approval_id: str, holding: threading.Event, release: thre
     (the row, or SQLite's write lock, stays held until ``release``)."""
     context = {"approval_id": approval_id, "key_id": "first-attempt"}
 
-    def first_attempt(d: Any, c: Any) -> Any:
+    def first_attempt(tx: Tx) -> Any:
         decided = service_approvals.decide_with_context(
-            d, c, approval_id, "approve", "mona", context, FakeClock(EXPIRES - 1)
+            tx, approval_id, "approve", "mona", context, FakeClock(EXPIRES - 1)
         )
         holding.set()
         release.wait(60)
@@ -176,7 +177,7 @@ async def test_a_retry_read_while_the_first_decision_commits_across_expiry_gets_
     undecided after expiry, and its write waits behind the first attempt's."""
     async with in_process(settings_for(f"sqlite:///{tmp_path / 'a.db'}")) as api:
         store = api.store
-        assert isinstance(store, SQLStore)
+        assert isinstance(store, Store)
         mona = await api.key("t1", "mona", ("manager",))
         run = await waiting(store, "ap4")
         holding, release = threading.Event(), threading.Event()

@@ -126,8 +126,8 @@ async def test_execution_refuses_arguments_that_differ_from_the_approved_ones(
         run = await parked(api, gina, {"role": "guest"})
         approval_id = run["pending_approval"]["id"]
         await api.store.transact(
-            lambda d, c: d.execute(
-                c, "UPDATE approvals SET arguments = :a WHERE id = :id",
+            lambda tx: tx.execute(
+                "UPDATE approvals SET arguments = :a WHERE id = :id",
                 {"a": '{"amount": 1}', "id": approval_id},
             )
         )  # fmt: skip

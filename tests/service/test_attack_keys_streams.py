@@ -38,7 +38,7 @@ async def test_a_real_key_id_with_a_wrong_secret_or_a_revoked_key_is_401(api: Ap
         r = await api.client.get("/v1/runs", headers={"Authorization": f"Bearer {forged}"})
         assert_problem(r, 401, "unauthenticated")
     await api.store.transact(
-        lambda d, c: d.execute(c, "UPDATE api_keys SET revoked_at = 1 WHERE id = :i", {"i": key_id})
+        lambda tx: tx.execute("UPDATE api_keys SET revoked_at = 1 WHERE id = :i", {"i": key_id})
     )
     api.app.state.keys._rows.clear()
     assert_problem(await api.client.get("/v1/runs", headers=h), 401, "unauthenticated")

@@ -52,8 +52,8 @@ async def test_editing_one_record_makes_verify_fail_and_name_it(
         assert_problem(await api.client.get("/v1/audit", headers=viewer), 403, "forbidden")
         victim = records[3]
         await api.store.transact(
-            lambda d, c: d.execute(
-                c, "UPDATE events SET actor = 'mallory' WHERE id = :id", {"id": victim["id"]}
+            lambda tx: tx.execute(
+                "UPDATE events SET actor = 'mallory' WHERE id = :id", {"id": victim["id"]}
             )
         )
     bad = await asyncio.to_thread(audit_cli, "verify", "--db", store_url)
@@ -71,7 +71,7 @@ async def test_deleting_a_record_is_detected(tmp_path: Path) -> None:
             await api.client.post("/v1/runs", json={"agent": "free"}, headers=h)
         sealed = await asyncio.to_thread(audit_cli, "verify", "--db", url)
         assert sealed.exit_code == 0  # type: ignore[attr-defined]
-        await api.store.transact(lambda d, c: d.execute(c, "DELETE FROM events WHERE chain_no = 2"))
+        await api.store.transact(lambda tx: tx.execute("DELETE FROM events WHERE chain_no = 2"))
     bad = await asyncio.to_thread(audit_cli, "verify", "--db", url)
     assert bad.exit_code == 1 and "record 2 is missing" in bad.output  # type: ignore[attr-defined]
     shown = await asyncio.to_thread(audit_cli, "r-missing", "--db", url)
@@ -172,8 +172,8 @@ async def test_readyz_is_503_while_migrations_are_pending(tmp_path: Path) -> Non
     async with in_process(settings_for(url)) as api:
         assert (await api.client.get("/readyz")).status_code == 200
         await api.store.transact(
-            lambda d, c: d.execute(
-                c, "DELETE FROM schema_migrations WHERE version = "
+            lambda tx: tx.execute(
+                "DELETE FROM schema_migrations WHERE version = "
                 "(SELECT MAX(version) FROM schema_migrations)",
             )
         )  # fmt: skip

@@ -18,10 +18,10 @@ from agentledger.service.accepting import (
     IdempotencyRequest,
     SubmitRequest,
 )
-from agentledger.store import SQLStore
-from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
+from agentledger.store import Store
 from agentledger.store.queries.events import insert_event
+from agentledger.store.tx import Tx
 from tests.service.test_accept_group_fast import ok, request, submit, table, took_fast_path
 
 ODD = [
@@ -43,15 +43,13 @@ def odd_request(i: int, tenant: str, key: str | None = None, tag: str = "") -> S
     return r
 
 
-async def intact(store: SQLStore) -> int:
-    checked, broken = await store.transact(
-        lambda d, c: service_audit.verify_chain(d, c), write=False
-    )
+async def intact(store: Store) -> int:
+    checked, broken = await store.read(lambda tx: service_audit.verify_chain(tx))
     assert broken == [], broken
     return int(checked)
 
 
-async def test_odd_text_many_tenants_replays_and_refusals_verify(store: SQLStore) -> None:
+async def test_odd_text_many_tenants_replays_and_refusals_verify(store: Store) -> None:
     tenants = [f"t{i}" for i in range(40)] + ["T0", "caf\u00e9", "a'b", "sp ace", "x" * 200]
     await submit(store, [odd_request(0, "t0", key="old", tag="a")])
     group = [odd_request(i, tenants[i % len(tenants)], tag="b") for i in range(120)]
@@ -63,13 +61,13 @@ async def test_odd_text_many_tenants_replays_and_refusals_verify(store: SQLStore
     assert took_fast_path(statements)
     assert ok(outcomes[120]).replayed
     assert isinstance(outcomes[121], IdempotencyMismatch)
-    await store.transact(lambda d, c: service_audit.seal(d, c))
+    await store.transact(service_audit.seal)
     n_events = len(await table(store, "SELECT id FROM events"))
     assert await intact(store) == n_events == 2 * 121
     assert (await table(store, "SELECT COUNT(*) AS n FROM events WHERE hash IS NULL"))[0]["n"] == 0
 
 
-async def test_a_group_rolled_back_to_its_savepoint_moves_no_head(store: SQLStore) -> None:
+async def test_a_group_rolled_back_to_its_savepoint_moves_no_head(store: Store) -> None:
     """The group's key INSERT fails: the savepoint takes its rows back, each submit is
     accepted again alone, and the sealer chains every event once, with no gap."""
     await submit(store, [request(50, tag="first")])
@@ -89,43 +87,39 @@ async def test_a_group_rolled_back_to_its_savepoint_moves_no_head(store: SQLStor
     group = [request(0, key="k0"), request(1, key="k1"), request(2, tenant="t2")]
     group[0].respond = injecting
 
-    def job(d: Dialect, c: Any) -> Any:
-        holder.append(c)
-        return accepting.accept(d, c, group)
+    def job(tx: Tx) -> Any:
+        holder.append(tx.conn)
+        return accepting.accept(tx, group)
 
     await store.transact(job)
-    await store.transact(lambda d, c: service_audit.seal(d, c))
+    await store.transact(service_audit.seal)
     assert await intact(store) == 8
     heads = await table(store, "SELECT tenant_id, chain_no FROM audit_heads ORDER BY 1")
     assert heads == [{"tenant_id": "t1", "chain_no": 6}, {"tenant_id": "t2", "chain_no": 2}]
 
 
 async def test_unsealed_events_of_another_writer_then_a_group_then_a_seal(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     first, _ = await submit(store, [request(0), request(1, tenant="t2")])
     run_id = ok(first[0]).run.id
     # Written by a worker's journal: unsealed until a sealer passes.
-    await store.transact(
-        lambda d, c: insert_event(d, c, run_id, "run.started", "w\x00rker", {"x": "\ud800"})
-    )
+    await store.transact(insert_event, run_id, "run.started", "w\x00rker", {"x": "\ud800"})
     await submit(store, [request(i, tag="g2") for i in range(2, 6)])
-    await store.transact(
-        lambda d, c: insert_event(d, c, run_id, "run.completed", "worker", {"r": 1})
-    )
-    await store.transact(lambda d, c: service_audit.seal(d, c))
+    await store.transact(insert_event, run_id, "run.completed", "worker", {"r": 1})
+    await store.transact(service_audit.seal)
     await submit(store, [request(i, tag="g3") for i in range(6, 8)])
-    await store.transact(lambda d, c: service_audit.seal(d, c))
+    await store.transact(service_audit.seal)
     assert await intact(store) == 2 * 8 + 2
 
 
 async def test_audit_verify_command_on_a_file_of_accepts(
-    store: SQLStore, store_url: str, monkeypatch: pytest.MonkeyPatch
+    store: Store, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Signed as they are chained, and checked by a verify in another process.
     monkeypatch.setenv("AGENTLEDGER_AUDIT_KEY", "k" * 32)
     await submit(store, [odd_request(i, f"t{i % 3}") for i in range(30)])
-    await store.transact(lambda d, c: service_audit.seal(d, c))
+    await store.transact(service_audit.seal)
     await store.close()
     env = {**os.environ}
     done = subprocess.run(
@@ -137,7 +131,7 @@ async def test_audit_verify_command_on_a_file_of_accepts(
     await store.open()
 
 
-async def test_a_tenant_id_the_store_cleans_keeps_the_group_whole(store: SQLStore) -> None:
+async def test_a_tenant_id_the_store_cleans_keeps_the_group_whole(store: Store) -> None:
     """A tenant id with a NUL or a lone surrogate is stored cleaned (U+FFFD, as every
     text parameter): the group is accepted whole, and its chain verifies."""
     for tenant in ("n\x00ul", "s\ud800x"):
@@ -145,7 +139,7 @@ async def test_a_tenant_id_the_store_cleans_keeps_the_group_whole(store: SQLStor
                                                     for i in range(3)])  # fmt: skip
         assert took_fast_path(statements), tenant
         assert all(ok(o) for o in outcomes)
-    await store.transact(lambda d, c: service_audit.seal(d, c))
+    await store.transact(service_audit.seal)
     assert await intact(store) == 12
 
 
@@ -156,13 +150,15 @@ async def test_a_tenant_id_the_store_cleans_keeps_the_group_whole(store: SQLStor
 # must extend those chains.
 
 
-def _chained_at_insert(d: Dialect, c: Any, tenant: str, run_id: str, key: Any) -> None:
+def _chained_at_insert(tx: Tx, tenant: str, run_id: str, key: Any) -> None:
     """``run.submitted`` and ``run.accepted`` of ``run_id`` inserted chained, as earlier
     releases wrote them (``service_audit.chain_at_insert``)."""
-    head = d.fetchall(c, "SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t",
+    head = tx.fetchall(
+        "SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t",
                       {"t": tenant})  # fmt: skip
     if not head:
-        d.execute(c, "INSERT INTO audit_heads (tenant_id, chain_no, hash) VALUES (:t, 0, :g)",
+        tx.execute(
+            "INSERT INTO audit_heads (tenant_id, chain_no, hash) VALUES (:t, 0, :g)",
                   {"t": tenant, "g": service_audit.GENESIS})  # fmt: skip
         chain_no, prev = 0, service_audit.GENESIS
     else:
@@ -176,22 +172,22 @@ def _chained_at_insert(d: Dialect, c: Any, tenant: str, run_id: str, key: Any) -
         # Earlier releases hashed in the chain's earlier encoding (``hash_v`` NULL).
         digest = service_audit.record_hash(prev, tenant, row, chain_no, version=None)
         sig = key.sign(tenant, chain_no, digest) if key is not None else None
-        d.execute(
-            c,
+        tx.execute(
             "INSERT INTO events (run_id, at, type, actor, data, seq, token, tenant_id, "
             "chain_no, prev_hash, hash, sig) VALUES (:run_id, :at, :type, :actor, :data, "
             ":seq, NULL, :t, :n, :p, :h, :s)",
             {**row, "t": tenant, "n": chain_no, "p": prev, "h": digest, "s": sig},
         )
         prev = digest
-    d.execute(c, "UPDATE runs SET event_seq = 2 WHERE id = :id", {"id": run_id})
-    d.execute(c, "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = :t",
+    tx.execute("UPDATE runs SET event_seq = 2 WHERE id = :id", {"id": run_id})
+    tx.execute(
+        "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = :t",
               {"n": chain_no, "h": prev, "s": sig, "t": tenant})  # fmt: skip
 
 
 @pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
 async def test_chains_written_at_insert_still_verify_and_are_extended(
-    store: SQLStore, store_url: str, monkeypatch: pytest.MonkeyPatch, signed: bool
+    store: Store, store_url: str, monkeypatch: pytest.MonkeyPatch, signed: bool
 ) -> None:
     from agentledger import auditkey
     from agentledger.store import NewRun
@@ -203,8 +199,7 @@ async def test_chains_written_at_insert_still_verify_and_are_extended(
     for i in range(6):
         tenant = f"t{i % 2}"
         new = NewRun("workflow", "free", "1", {}, tenant_id=tenant, request_id=f"old{i}")
-        params = await store.transact(lambda d, c, new=new: d.fetchall(
-            c,
+        params = await store.transact(lambda tx, new=new: tx.fetchall(
             "INSERT INTO runs (id, tenant_id, kind, name, version, target, input, status, "
             "created_at, updated_at, available_at, request_id, event_seq) VALUES (:id, :t, "
             "'workflow', 'free', '1', 'free@1', '{}', 'queued', 0, 0, 0, :rid, 0) RETURNING id",
@@ -212,21 +207,19 @@ async def test_chains_written_at_insert_still_verify_and_are_extended(
         ))  # fmt: skip
         run_id = params[0]["id"]
         old_runs.append(run_id)
-        await store.transact(lambda d, c, t=tenant, r=run_id: _chained_at_insert(d, c, t, r, key))
+        await store.transact(lambda tx, t=tenant, r=run_id: _chained_at_insert(tx, t, r, key))
         if i == 2:  # a worker's event, left unsealed between two chained groups
             await store.transact(
-                lambda d, c, r=run_id: insert_event(d, c, r, "run.started", "worker", {})
+                lambda tx, r=run_id: insert_event(tx, r, "run.started", "worker", {})
             )
-    before = await store.transact(lambda d, c: service_audit.checkpoint(d, c), write=False)
+    before = await store.read(lambda tx: service_audit.checkpoint(tx))
     assert [h["chain_no"] for h in before] == [6, 6]
     assert await intact(store) == 12
     # New accepts: written unsealed, chained by the sealer after the old records.
     await submit(store, [request(i, tenant=f"t{i % 2}", tag="new") for i in range(4)])
-    await store.transact(lambda d, c: service_audit.seal(d, c))
+    await store.transact(service_audit.seal)
     assert await intact(store) == 12 + 1 + 8
-    broken = await store.transact(
-        lambda d, c: service_audit.against_checkpoint(d, c, before, key), write=False
-    )
+    broken = await store.read(lambda tx: service_audit.against_checkpoint(tx, before, key))
     assert broken == []
     await store.close()
     done = subprocess.run(

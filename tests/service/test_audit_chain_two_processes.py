@@ -8,25 +8,23 @@ import sys
 import textwrap
 from pathlib import Path
 
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 from tests.service.test_accept_group_fast import ok, request, submit
 
 SEALER = textwrap.dedent(
     """
     import asyncio, sys
     from agentledger.store import open_store
-    from agentledger.store.queries import service_audit
+    from agentledger.service.queries import audit as service_audit
     from agentledger.store.queries.events import insert_event
 
     async def main(url, run_id, rounds):
         store = open_store(url)
         await store.open()
         for i in range(rounds):
-            await store.transact(
-                lambda d, c: insert_event(d, c, run_id, "tool.called", "w\\u00e9", {"i": i})
-            )
-            await store.transact(lambda d, c: service_audit.seal(d, c))
+            await store.transact(insert_event, run_id, "tool.called", "w\\u00e9", {"i": i})
+            await store.transact(service_audit.seal)
         await store.close()
 
     asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
@@ -48,14 +46,10 @@ async def test_groups_and_a_sealing_process_on_one_file(tmp_path: Path) -> None:
                                      for i in range(1, 6)])  # fmt: skip
         finally:
             assert other.wait(timeout=120) == 0
-        await store.transact(lambda d, c: service_audit.seal(d, c))
-        checked, broken = await store.transact(
-            lambda d, c: service_audit.verify_chain(d, c), write=False
-        )
+        await store.transact(service_audit.seal)
+        checked, broken = await store.read(service_audit.verify_chain)
         assert broken == []
-        events = await store.transact(
-            lambda d, c: d.fetchall(c, "SELECT COUNT(*) AS n FROM events"), write=False
-        )
+        events = await store.read(lambda tx: tx.fetchall("SELECT COUNT(*) AS n FROM events"))
         assert checked == events[0]["n"] == 2 + 60 * 5 * 2 + 200
     finally:
         await store.close()

@@ -15,9 +15,10 @@ from click.testing import CliRunner
 
 from agentledger import sealer
 from agentledger.cli.main import cli
-from agentledger.store import SQLStore, open_store
-from agentledger.store.queries import service_audit
-from agentledger.store.queries.service_audit import GENESIS, HASH_CANONICAL, record_hash
+from agentledger.service.queries import audit as service_audit
+from agentledger.service.queries.audit import GENESIS, HASH_CANONICAL, record_hash
+from agentledger.store import Store, open_store
+from agentledger.store.tx import Tx
 from tests.service import service_app
 
 LEGACY_DUMP = Path(__file__).parent / "data" / "audit_before_canonical.sql"
@@ -73,11 +74,10 @@ def test_a_chain_sealed_before_goes_on_in_canonical_json_and_verifies(
                     store, "echo", {"text": "ünïcode"}, tenant_id=tenant, user_id="zoë"
                 )
             await sealer.seal_once(store)
-            return await store.transact(
-                lambda d, c: d.fetchall(
-                    c, "SELECT id, hash_v FROM events WHERE hash IS NOT NULL ORDER BY id"
-                ),
-                write=False,
+            return await store.read(
+                lambda tx: tx.fetchall(
+                    "SELECT id, hash_v FROM events WHERE hash IS NOT NULL ORDER BY id"
+                )
             )
         finally:
             await store.close()
@@ -162,7 +162,7 @@ def test_canonical_hash_takes_text_as_utf8_and_tells_different_values_apart() ->
     assert len(distinct) == 10
 
 
-async def test_each_record_is_checked_in_the_encoding_it_names(store: SQLStore) -> None:
+async def test_each_record_is_checked_in_the_encoding_it_names(store: Store) -> None:
     """On both backends: a chain rewritten exactly as the old code sealed it (old
     encoding, ``hash_v`` NULL) verifies; the same hashes claiming canonical JSON do
     not, and an edit of an old-encoding record is found."""
@@ -170,34 +170,33 @@ async def test_each_record_is_checked_in_the_encoding_it_names(store: SQLStore) 
         await service_app.app.submit(store, "echo", {"text": "é"}, tenant_id="acmé", user_id=user)
     await sealer.seal_once(store)
 
-    def chain(d: Any, c: Any) -> list[dict[str, Any]]:
-        return d.fetchall(
-            c, "SELECT * FROM events WHERE tenant_id = 'acmé' ORDER BY chain_no"
+    def chain(tx: Tx) -> list[dict[str, Any]]:
+        return tx.fetchall(
+            "SELECT * FROM events WHERE tenant_id = 'acmé' ORDER BY chain_no"
         )  # fmt: skip
 
-    def as_old_code(d: Any, c: Any) -> None:
+    def as_old_code(tx: Tx) -> None:
         prev = GENESIS
-        for row in chain(d, c):
+        for row in chain(tx):
             digest = record_hash(prev, "acmé", row, row["chain_no"], version=None)
-            d.execute(c, "UPDATE events SET hash = :h, prev_hash = :p, hash_v = NULL "
+            tx.execute(
+                "UPDATE events SET hash = :h, prev_hash = :p, hash_v = NULL "
                       "WHERE id = :i", {"h": digest, "p": prev, "i": row["id"]})  # fmt: skip
             prev = digest
-        d.execute(c, "UPDATE audit_heads SET hash = :h WHERE tenant_id = 'acmé'", {"h": prev})
+        tx.execute("UPDATE audit_heads SET hash = :h WHERE tenant_id = 'acmé'", {"h": prev})
 
     async def verify() -> list[Any]:
-        _, broken = await store.transact(service_audit.verify_chain, write=False)
+        _, broken = await store.read(service_audit.verify_chain)
         return list(broken)
 
-    assert [r["hash_v"] for r in await store.transact(chain, write=False)] == [2, 2]
+    assert [r["hash_v"] for r in await store.read(chain)] == [2, 2]
     assert await verify() == []
     await store.transact(as_old_code)
     assert await verify() == []
-    await store.transact(lambda d, c: d.execute(c, "UPDATE events SET hash_v = 2"))
+    await store.transact(lambda tx: tx.execute("UPDATE events SET hash_v = 2"))
     broken = await verify()
     assert broken and "does not match its hash" in broken[0].reason
-    await store.transact(lambda d, c: d.execute(c, "UPDATE events SET hash_v = NULL"))
+    await store.transact(lambda tx: tx.execute("UPDATE events SET hash_v = NULL"))
     assert await verify() == []
-    await store.transact(
-        lambda d, c: d.execute(c, "UPDATE events SET actor = 'mallory' WHERE seq = 1")
-    )
+    await store.transact(lambda tx: tx.execute("UPDATE events SET actor = 'mallory' WHERE seq = 1"))
     assert await verify()

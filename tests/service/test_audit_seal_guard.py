@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from agentledger.errors import StoreError
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
+from agentledger.store.tx import Tx
 from tests.service import service_app
 
 
@@ -23,7 +24,7 @@ async def test_a_record_chained_meanwhile_rolls_the_seal_back(
         run_id = await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
         await store.append_event(run_id, "note", "test", {"n": 1})
         unsealed = await store.transact(
-            lambda d, c: d.fetchall(c, "SELECT id FROM events WHERE hash IS NULL ORDER BY id")
+            lambda tx: tx.fetchall("SELECT id FROM events WHERE hash IS NULL ORDER BY id")
         )
         assert len(unsealed) >= 2
         last = unsealed[-1]["id"]
@@ -42,20 +43,20 @@ async def test_a_record_chained_meanwhile_rolls_the_seal_back(
         interfering: dict[str, Any] = {}
         monkeypatch.setattr(service_audit, "record_hash", hash_and_interfere)
 
-        def seal(d: Any, c: Any) -> int:
-            interfering["conn"] = c
-            return service_audit.seal(d, c)
+        def seal(tx: Tx) -> int:
+            interfering["conn"] = tx.conn
+            return service_audit.seal(tx)
 
         with pytest.raises(StoreError, match="sealed concurrently"):
             await store.transact(seal)
         monkeypatch.setattr(service_audit, "record_hash", real)
         # Rolled back as a whole: nothing chained, the head did not move.
         rows = await store.transact(
-            lambda d, c: d.fetchall(c, "SELECT COUNT(*) AS n FROM events WHERE hash IS NOT NULL")
+            lambda tx: tx.fetchall("SELECT COUNT(*) AS n FROM events WHERE hash IS NOT NULL")
         )
         assert rows[0]["n"] == 0
-        assert await store.transact(lambda d, c: service_audit.seal(d, c)) == len(unsealed)
-        checked, broken = await store.transact(service_audit.verify_chain, write=False)
+        assert await store.transact(service_audit.seal) == len(unsealed)
+        checked, broken = await store.read(service_audit.verify_chain)
         assert broken == [] and checked == len(unsealed)
     finally:
         await store.close()
@@ -71,11 +72,11 @@ async def test_links_written_in_several_updates_chain_in_order(
         run_id = await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
         for n in range(20):
             await store.append_event(run_id, "note", "test", {"n": n})
-        assert await store.transact(lambda d, c: service_audit.seal(d, c)) == 21
-        checked, broken = await store.transact(service_audit.verify_chain, write=False)
+        assert await store.transact(service_audit.seal) == 21
+        checked, broken = await store.read(service_audit.verify_chain)
         assert broken == [] and checked == 21
         numbers = await store.transact(
-            lambda d, c: d.fetchall(c, "SELECT chain_no FROM events ORDER BY id")
+            lambda tx: tx.fetchall("SELECT chain_no FROM events ORDER BY id")
         )
         assert [r["chain_no"] for r in numbers] == list(range(1, 22))
     finally:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from agentledger import sealer
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 from agentledger.store.queries.events import insert_event
 from tests.engine.helpers import ROOT, Env
 from tests.loopback_http import QuietHandler, serving
@@ -37,11 +37,9 @@ def chain_state(env: Env) -> tuple[int, list[Any], tuple[int, float | None], int
     """(records verified, breaks, unsealed tail, events in the database)."""
 
     async def go(store: Any) -> Any:
-        checked, broken = await store.transact(service_audit.verify_chain, write=False)
-        tail = await store.transact(service_audit.unsealed_tail, write=False)
-        rows = await store.transact(
-            lambda d, c: d.fetchall(c, "SELECT COUNT(*) AS n FROM events"), write=False
-        )
+        checked, broken = await store.read(service_audit.verify_chain)
+        tail = await store.read(service_audit.unsealed_tail)
+        rows = await store.read(lambda tx: tx.fetchall("SELECT COUNT(*) AS n FROM events"))
         return checked, broken, tail, int(rows[0]["n"])
 
     return tuple(env._store(go))  # type: ignore[return-value]
@@ -167,8 +165,8 @@ async def test_two_processes_sealing_at_once_never_fork_or_skip_the_chain(
             ):
                 batch += 1
                 await store.transact(
-                    lambda d, c, batch=batch: [
-                        insert_event(d, c, run_id, "test.record", "test", {"batch": batch})
+                    lambda tx, batch=batch: [
+                        insert_event(tx, run_id, "test.record", "test", {"batch": batch})
                         for run_id in runs
                         for _ in range(5)
                     ]
@@ -188,15 +186,12 @@ async def test_two_processes_sealing_at_once_never_fork_or_skip_the_chain(
         # (SQLite has one writer: a sealer polling for the lock may be starved by one
         # that keeps taking it; the chain must be whole either way.)
         assert sum(sealed) >= batch * 5 * len(runs), sealed
-        checked, broken = await store.transact(service_audit.verify_chain, write=False)
-        tail = await store.transact(service_audit.unsealed_tail, write=False)
-        per_tenant = await store.transact(
-            lambda d, c: d.fetchall(
-                c, "SELECT tenant_id, COUNT(*) AS n, MAX(chain_no) AS top FROM events "
+        checked, broken = await store.read(service_audit.verify_chain)
+        tail = await store.read(service_audit.unsealed_tail)
+        per_tenant = await store.read(lambda tx: tx.fetchall(
+                "SELECT tenant_id, COUNT(*) AS n, MAX(chain_no) AS top FROM events "
                 "GROUP BY tenant_id ORDER BY tenant_id",
-            ),
-            write=False,
-        )  # fmt: skip
+            ))  # fmt: skip
         total = sum(int(r["n"]) for r in per_tenant)
         assert broken == [] and tail == (0, None)
         assert checked == total == sum(sealed)  # each record chained once, by one of them
@@ -250,7 +245,7 @@ def test_a_burst_worker_delivers_the_webhooks_of_its_last_runs(
 
             async def hook(store: Any) -> None:
                 await store.transact(
-                    lambda d, c: d.execute(c, "UPDATE runs SET webhook = :u", {"u": url})
+                    lambda tx: tx.execute("UPDATE runs SET webhook = :u", {"u": url})
                 )
 
             env._store(hook)

@@ -17,8 +17,9 @@ from click.testing import CliRunner, Result
 from agentledger import sealer
 from agentledger.cli.main import cli
 from agentledger.errors import UsageError
-from agentledger.store import SQLStore, Store
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
+from agentledger.store import Store
+from agentledger.store.tx import Tx
 from tests.service import service_app
 
 KEY = "0f9b6c1d2e3a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c"
@@ -48,14 +49,11 @@ async def _runs(store: Store, tenant: str, n: int) -> list[str]:
 
 
 async def _chain(store: Store, tenant: str) -> list[dict[str, Any]]:
-    return await store.transact(
-        lambda d, c: d.fetchall(
-            c, "SELECT id, run_id, seq, type, actor, at, data, chain_no, prev_hash, hash, sig "
+    return await store.read(lambda tx: tx.fetchall(
+            "SELECT id, run_id, seq, type, actor, at, data, chain_no, prev_hash, hash, sig "
             "FROM events WHERE tenant_id = :t AND chain_no IS NOT NULL ORDER BY chain_no",
             {"t": tenant},
-        ),
-        write=False,
-    )  # fmt: skip
+        ))  # fmt: skip
 
 
 async def _checkpoint(store_url: str, path: Path) -> dict[str, Any]:
@@ -65,34 +63,35 @@ async def _checkpoint(store_url: str, path: Path) -> dict[str, Any]:
     return dict(json.loads(got.stdout))
 
 
-async def _rewrite_stripped(store: SQLStore, tenant: str, chain: list[dict[str, Any]]) -> None:
+async def _rewrite_stripped(store: Store, tenant: str, chain: list[dict[str, Any]]) -> None:
     """Rewrite records 2.. of ``chain`` (actor ``mallory``), re-chain them with the
     public hash function and remove their signatures and the head's."""
 
-    def rewrite(d: Any, c: Any) -> None:
+    def rewrite(tx: Tx) -> None:
         prev = chain[0]["hash"]
         for row in chain[1:]:
             digest = service_audit.record_hash(
                 prev, tenant, {**row, "actor": "mallory"}, int(row["chain_no"])
             )
-            d.execute(
-                c, "UPDATE events SET actor = 'mallory', prev_hash = :p, hash = :h, sig = NULL "
+            tx.execute(
+                "UPDATE events SET actor = 'mallory', prev_hash = :p, hash = :h, sig = NULL "
                 "WHERE id = :id", {"p": prev, "h": digest, "id": row["id"]},
             )  # fmt: skip
             prev = digest
-        d.execute(c, "UPDATE audit_heads SET hash = :h, sig = NULL WHERE tenant_id = :t",
+        tx.execute(
+            "UPDATE audit_heads SET hash = :h, sig = NULL WHERE tenant_id = :t",
                   {"h": prev, "t": tenant})  # fmt: skip
 
     await store.transact(rewrite)
 
 
-async def _sealed(store: SQLStore) -> None:
+async def _sealed(store: Store) -> None:
     await sealer.seal_once(store)
-    assert not await store.transact(service_audit.has_unsealed, write=False)
+    assert not await store.read(service_audit.has_unsealed)
 
 
 async def test_seals_are_signed_and_verify_checks_them(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     await _runs(store, "t1", 2)
     await _sealed(store)
@@ -104,7 +103,7 @@ async def test_seals_are_signed_and_verify_checks_them(
 
 
 async def test_rewritten_and_rechained_record_fails_its_signature(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     """(b) Edit record 2 and recompute every later hash and the head with the public
     hash function: the hashes agree, the signature of record 2 does not."""
@@ -114,19 +113,19 @@ async def test_rewritten_and_rechained_record_fails_its_signature(
     chain = await _chain(store, "t1")
     victim = chain[1]
 
-    def rewrite(d: Any, c: Any) -> None:
+    def rewrite(tx: Tx) -> None:
         prev = chain[0]["hash"]
         for row in chain[1:]:
             row = dict(row)
             if row["id"] == victim["id"]:
                 row["actor"] = "mallory"
             digest = service_audit.record_hash(prev, "t1", row, int(row["chain_no"]))
-            d.execute(
-                c, "UPDATE events SET actor = :a, prev_hash = :p, hash = :h WHERE id = :id",
+            tx.execute(
+                "UPDATE events SET actor = :a, prev_hash = :p, hash = :h WHERE id = :id",
                 {"a": row["actor"], "p": prev, "h": digest, "id": row["id"]},
             )  # fmt: skip
             prev = digest
-        d.execute(c, "UPDATE audit_heads SET hash = :h WHERE tenant_id = 't1'", {"h": prev})
+        tx.execute("UPDATE audit_heads SET hash = :h WHERE tenant_id = 't1'", {"h": prev})
 
     await store.transact(rewrite)
     bad = await run_cli("verify", "--db", store_url, "--no-seal")
@@ -135,7 +134,8 @@ async def test_rewritten_and_rechained_record_fails_its_signature(
     assert "signature" in bad.output and "t2" not in bad.output
     # Stripping the signatures instead is no way out: the chain ends unsigned.
     await store.transact(
-        lambda d, c: d.execute(c, "UPDATE events SET sig = NULL WHERE tenant_id = 't1' "
+        lambda tx: tx.execute(
+            "UPDATE events SET sig = NULL WHERE tenant_id = 't1' "
                                "AND chain_no >= 2")
     )  # fmt: skip
     stripped = await run_cli("verify", "--db", store_url, "--no-seal")
@@ -144,7 +144,7 @@ async def test_rewritten_and_rechained_record_fails_its_signature(
 
 
 async def test_cut_tail_with_head_moved_back_fails_against_a_checkpoint(
-    keyed: None, store: SQLStore, store_url: str, tmp_path: Path
+    keyed: None, store: Store, store_url: str, tmp_path: Path
 ) -> None:
     """(a) Delete the newest records and move the head back onto an earlier, genuinely
     signed record: only an anchor kept outside the database can tell."""
@@ -157,11 +157,12 @@ async def test_cut_tail_with_head_moved_back_fails_against_a_checkpoint(
     assert next(h for h in saved["heads"] if h["tenant_id"] == "t1")["chain_no"] == n
     keep = chain[n - 3]  # the last run's ending records go
 
-    def cut(d: Any, c: Any) -> None:
-        d.execute(c, "DELETE FROM events WHERE tenant_id = 't1' AND chain_no > :k",
+    def cut(tx: Tx) -> None:
+        tx.execute(
+            "DELETE FROM events WHERE tenant_id = 't1' AND chain_no > :k",
                   {"k": keep["chain_no"]})  # fmt: skip
-        d.execute(
-            c, "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = 't1'",
+        tx.execute(
+            "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = 't1'",
             {"n": keep["chain_no"], "h": keep["hash"], "s": keep["sig"]},
         )  # fmt: skip
 
@@ -174,7 +175,7 @@ async def test_cut_tail_with_head_moved_back_fails_against_a_checkpoint(
 
 
 async def test_deleted_tenant_is_named_by_its_runs_and_by_a_checkpoint(
-    keyed: None, store: SQLStore, store_url: str, tmp_path: Path
+    keyed: None, store: Store, store_url: str, tmp_path: Path
 ) -> None:
     """(c) Delete a whole tenant's records and its head: its runs name it; with its
     runs deleted too, the checkpoint does."""
@@ -183,15 +184,15 @@ async def test_deleted_tenant_is_named_by_its_runs_and_by_a_checkpoint(
     await _sealed(store)
     await _checkpoint(store_url, tmp_path / "cp.json")
 
-    def wipe(d: Any, c: Any) -> None:
-        d.execute(c, "DELETE FROM events WHERE tenant_id = 't2'")
-        d.execute(c, "DELETE FROM audit_heads WHERE tenant_id = 't2'")
+    def wipe(tx: Tx) -> None:
+        tx.execute("DELETE FROM events WHERE tenant_id = 't2'")
+        tx.execute("DELETE FROM audit_heads WHERE tenant_id = 't2'")
 
     await store.transact(wipe)
     bad = await run_cli("verify", "--db", store_url, "--no-seal")
     assert bad.exit_code == 1, bad.output
     assert f"run {gone} (tenant t2) has no audit records" in bad.output
-    await store.transact(lambda d, c: d.execute(c, "DELETE FROM runs WHERE tenant_id = 't2'"))
+    await store.transact(lambda tx: tx.execute("DELETE FROM runs WHERE tenant_id = 't2'"))
     quiet = await run_cli("verify", "--db", store_url, "--no-seal")
     assert quiet.exit_code == 0, quiet.output  # nothing in the database says t2 existed
     bad = await run_cli("verify", "--db", store_url, "--no-seal", "--since-checkpoint",
@@ -200,7 +201,7 @@ async def test_deleted_tenant_is_named_by_its_runs_and_by_a_checkpoint(
     assert "tenant t2" in bad.output and "gone" in bad.output
 
 
-async def test_a_wrong_key_is_one_clear_error(keyed: None, store: SQLStore, store_url: str) -> None:
+async def test_a_wrong_key_is_one_clear_error(keyed: None, store: Store, store_url: str) -> None:
     await _runs(store, "t1", 1)
     await _sealed(store)
     wrong = await run_cli("verify", "--db", store_url, key=OTHER_KEY)
@@ -213,7 +214,7 @@ async def test_a_wrong_key_is_one_clear_error(keyed: None, store: SQLStore, stor
 
 
 async def test_without_a_key_verify_says_unsigned_and_require_signed_fails(
-    store: SQLStore, store_url: str, monkeypatch: pytest.MonkeyPatch
+    store: Store, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(ENV, raising=False)
     await _runs(store, "t1", 1)
@@ -241,7 +242,7 @@ async def test_without_a_key_verify_says_unsigned_and_require_signed_fails(
 
 
 async def test_a_rewrite_with_its_signatures_stripped_is_not_blessed_by_the_next_seal(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     """Stripping the signatures of a rewritten chain (and its head's) must not let the
     next seal's signature vouch for it."""
@@ -256,7 +257,7 @@ async def test_a_rewrite_with_its_signatures_stripped_is_not_blessed_by_the_next
 
 
 async def test_a_sealer_without_the_key_leaves_a_signed_chain_alone(
-    store: SQLStore, store_url: str, monkeypatch: pytest.MonkeyPatch
+    store: Store, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A process started without the key must not extend a signed chain with unsigned
     records (they would end it unsigned); the records wait for a sealer with it."""
@@ -281,7 +282,7 @@ async def test_a_sealer_without_the_key_leaves_a_signed_chain_alone(
      '"chain_no": 99999999999999999999, "hash": "x", "sig": null}]}'],
 )  # fmt: skip
 async def test_a_file_that_is_not_a_checkpoint_is_one_clear_error(
-    keyed: None, store: SQLStore, store_url: str, tmp_path: Path, text: str
+    keyed: None, store: Store, store_url: str, tmp_path: Path, text: str
 ) -> None:
     await _runs(store, "t1", 1)
     path = tmp_path / "cp.json"
@@ -291,4 +292,4 @@ async def test_a_file_that_is_not_a_checkpoint_is_one_clear_error(
     assert "is not an audit checkpoint" in str(bad.exception)
     assert "agentledger audit checkpoint" in str(bad.exception)
     # Nothing was read or sealed first.
-    assert await store.transact(service_audit.has_unsealed, write=False)
+    assert await store.read(service_audit.has_unsealed)

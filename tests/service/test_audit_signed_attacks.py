@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from agentledger import auditkey, sealer
-from agentledger.store import SQLStore
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
+from agentledger.store import Store
+from agentledger.store.tx import Tx
 from tests.service.test_audit_signed import (
     KEY,
     _chain,
@@ -25,7 +26,7 @@ __all__ = ["keyed"]  # the fixture, used by name
 
 
 async def test_a_tenant_whose_head_was_deleted_is_still_verified(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     """verify walked the heads: deleting a tenant's head row hid its records from it,
     an edited record included."""
@@ -34,9 +35,9 @@ async def test_a_tenant_whose_head_was_deleted_is_still_verified(
     await _sealed(store)
     victim = (await _chain(store, "t1"))[1]
 
-    def tamper(d: Any, c: Any) -> None:
-        d.execute(c, "UPDATE events SET actor = 'mallory' WHERE id = :id", {"id": victim["id"]})
-        d.execute(c, "DELETE FROM audit_heads WHERE tenant_id = 't1'")
+    def tamper(tx: Tx) -> None:
+        tx.execute("UPDATE events SET actor = 'mallory' WHERE id = :id", {"id": victim["id"]})
+        tx.execute("DELETE FROM audit_heads WHERE tenant_id = 't1'")
 
     await store.transact(tamper)
     bad = await run_cli("verify", "--db", store_url, "--no-seal")
@@ -45,7 +46,8 @@ async def test_a_tenant_whose_head_was_deleted_is_still_verified(
     assert "t2" not in bad.output
     # The edit undone, the missing head alone is named.
     await store.transact(
-        lambda d, c: d.execute(c, "UPDATE events SET actor = :a WHERE id = :id",
+        lambda tx: tx.execute(
+            "UPDATE events SET actor = :a WHERE id = :id",
                                {"a": victim["actor"], "id": victim["id"]})
     )  # fmt: skip
     headless = await run_cli("verify", "--db", store_url, "--no-seal", "--tenant", "t1")
@@ -54,7 +56,7 @@ async def test_a_tenant_whose_head_was_deleted_is_still_verified(
 
 
 async def test_sign_unsigned_does_not_adopt_records_whose_signatures_were_removed(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     """A rewrite whose signatures were stripped after a signed record is not a history
     sealed before the key: verify must not send the operator to sign-unsigned, and
@@ -74,7 +76,7 @@ async def test_sign_unsigned_does_not_adopt_records_whose_signatures_were_remove
 
 
 async def test_a_sealer_does_not_extend_a_chain_whose_head_signature_is_forged(
-    keyed: None, store: SQLStore
+    keyed: None, store: Store
 ) -> None:
     """The head's key id is public (logs, checkpoints): naming it on a rewritten,
     stripped chain's head must not make a sealer sign after that chain."""
@@ -83,8 +85,8 @@ async def test_a_sealer_does_not_extend_a_chain_whose_head_signature_is_forged(
     await _rewrite_stripped(store, "t1", await _chain(store, "t1"))
     key_id = auditkey.key_from_text(KEY).key_id
     await store.transact(
-        lambda d, c: d.execute(
-            c, "UPDATE audit_heads SET sig = :s WHERE tenant_id = 't1'",
+        lambda tx: tx.execute(
+            "UPDATE audit_heads SET sig = :s WHERE tenant_id = 't1'",
             {"s": f"{key_id}:{'0' * 64}"},
         )
     )  # fmt: skip
@@ -93,7 +95,7 @@ async def test_a_sealer_does_not_extend_a_chain_whose_head_signature_is_forged(
 
 
 async def test_a_signature_that_is_not_text_of_hex_is_reported_not_a_crash(
-    keyed: None, store: SQLStore, store_url: str, backend: str
+    keyed: None, store: Store, store_url: str, backend: str
 ) -> None:
     """Stored values a writer chose (non-ASCII in a signature; on SQLite, a BLOB in a
     TEXT column) make verify name the record, not end in a traceback."""
@@ -103,7 +105,8 @@ async def test_a_signature_that_is_not_text_of_hex_is_reported_not_a_crash(
     chain = await _chain(store, "t1")
     key_id = auditkey.key_from_text(KEY).key_id
     await store.transact(
-        lambda d, c: d.execute(c, "UPDATE events SET sig = :s WHERE id = :id",
+        lambda tx: tx.execute(
+            "UPDATE events SET sig = :s WHERE id = :id",
                                {"s": f"{key_id}:\u00e9", "id": chain[1]["id"]})
     )  # fmt: skip
     bad = await run_cli("verify", "--db", store_url, "--no-seal")
@@ -112,8 +115,8 @@ async def test_a_signature_that_is_not_text_of_hex_is_reported_not_a_crash(
     if backend != "sqlite":
         return
     await store.transact(
-        lambda d, c: d.execute(
-            c, "UPDATE events SET sig = :s, data = CAST(data AS BLOB) WHERE id = :id",
+        lambda tx: tx.execute(
+            "UPDATE events SET sig = :s, data = CAST(data AS BLOB) WHERE id = :id",
             {"s": chain[1]["sig"], "id": chain[1]["id"]},
         )
     )  # fmt: skip
@@ -136,7 +139,7 @@ def test_verifies_is_false_for_a_signature_of_any_value(sig: Any) -> None:
 
 
 async def test_a_run_moved_to_another_tenant_is_named(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     """Moving a sealed run into another tenant (whose users then read it) leaves every
     chain intact: the run's tenant must match the chain its records are sealed in."""
@@ -146,7 +149,7 @@ async def test_a_run_moved_to_another_tenant_is_named(
     ok = await run_cli("verify", "--db", store_url, "--no-seal")
     assert ok.exit_code == 0, ok.output
     await store.transact(
-        lambda d, c: d.execute(c, "UPDATE runs SET tenant_id = 't2' WHERE id = :r", {"r": moved})
+        lambda tx: tx.execute("UPDATE runs SET tenant_id = 't2' WHERE id = :r", {"r": moved})
     )
     bad = await run_cli("verify", "--db", store_url, "--no-seal")
     assert bad.exit_code == 1, bad.output
@@ -158,7 +161,7 @@ async def test_a_run_moved_to_another_tenant_is_named(
 
 
 async def test_sign_unsigned_says_what_it_signed_before_a_refusal(
-    store: SQLStore, store_url: str, monkeypatch: pytest.MonkeyPatch
+    store: Store, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Tenants are adopted one transaction each: a refused tenant must not hide that
     the ones before it were signed."""
@@ -176,63 +179,59 @@ async def test_sign_unsigned_says_what_it_signed_before_a_refusal(
     assert all(r["sig"] for r in await _chain(store, "a"))
 
 
-def _swap_tenants(d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
-    d.execute(c, "UPDATE events SET tenant_id = 'x' WHERE tenant_id = 't1'")
-    d.execute(c, "UPDATE events SET tenant_id = 't1' WHERE tenant_id = 't2'")
-    d.execute(c, "UPDATE events SET tenant_id = 't2' WHERE tenant_id = 'x'")
-    heads = {r["tenant_id"]: r for r in d.fetchall(c, "SELECT * FROM audit_heads")}
+def _swap_tenants(tx: Tx, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
+    tx.execute("UPDATE events SET tenant_id = 'x' WHERE tenant_id = 't1'")
+    tx.execute("UPDATE events SET tenant_id = 't1' WHERE tenant_id = 't2'")
+    tx.execute("UPDATE events SET tenant_id = 't2' WHERE tenant_id = 'x'")
+    heads = {r["tenant_id"]: r for r in tx.fetchall("SELECT * FROM audit_heads")}
     for mine, theirs in (("t1", "t2"), ("t2", "t1")):
         h = heads[theirs]
-        d.execute(
-            c, "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = :t",
+        tx.execute(
+            "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = :t",
             {"n": h["chain_no"], "h": h["hash"], "s": h["sig"], "t": mine},
         )  # fmt: skip
 
 
-def _move_other_tenants_record(
-    d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]
-) -> None:
+def _move_other_tenants_record(tx: Tx, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
     """t2's record 2, with its hash and signature, moved to t1's position 2 (t1's own
     record 2 deleted)."""
-    d.execute(c, "DELETE FROM events WHERE id = :i", {"i": t1[1]["id"]})
-    d.execute(c, "UPDATE events SET tenant_id = 't1' WHERE id = :i", {"i": t2[1]["id"]})
+    tx.execute("DELETE FROM events WHERE id = :i", {"i": t1[1]["id"]})
+    tx.execute("UPDATE events SET tenant_id = 't1' WHERE id = :i", {"i": t2[1]["id"]})
 
 
-def _swap_positions(d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
+def _swap_positions(tx: Tx, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
     """t1's records 2 and 3 trade places (each keeps its hash and signature)."""
     a, b = t1[1], t1[2]
-    d.execute(c, "UPDATE events SET chain_no = -1 WHERE id = :i", {"i": a["id"]})
-    d.execute(c, "UPDATE events SET chain_no = 2 WHERE id = :i", {"i": b["id"]})
-    d.execute(c, "UPDATE events SET chain_no = 3 WHERE id = :i", {"i": a["id"]})
+    tx.execute("UPDATE events SET chain_no = -1 WHERE id = :i", {"i": a["id"]})
+    tx.execute("UPDATE events SET chain_no = 2 WHERE id = :i", {"i": b["id"]})
+    tx.execute("UPDATE events SET chain_no = 3 WHERE id = :i", {"i": a["id"]})
 
 
-def _renumber(d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
-    d.execute(c, "UPDATE events SET chain_no = chain_no + 1000 WHERE tenant_id = 't1'")
-    d.execute(c, "UPDATE audit_heads SET chain_no = chain_no + 1000 WHERE tenant_id = 't1'")
+def _renumber(tx: Tx, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
+    tx.execute("UPDATE events SET chain_no = chain_no + 1000 WHERE tenant_id = 't1'")
+    tx.execute("UPDATE audit_heads SET chain_no = chain_no + 1000 WHERE tenant_id = 't1'")
 
 
-def _rechain_without_record_2(
-    d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]
-) -> None:
+def _rechain_without_record_2(tx: Tx, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
     """Record 2 deleted, the later ones renumbered and re-chained, keeping their
     signatures."""
-    d.execute(c, "DELETE FROM events WHERE id = :i", {"i": t1[1]["id"]})
+    tx.execute("DELETE FROM events WHERE id = :i", {"i": t1[1]["id"]})
     prev = t1[0]["hash"]
     for no, row in enumerate(t1[2:], start=2):
         digest = service_audit.record_hash(prev, "t1", row, no)
-        d.execute(
-            c, "UPDATE events SET chain_no = :n, prev_hash = :p, hash = :h WHERE id = :i",
+        tx.execute(
+            "UPDATE events SET chain_no = :n, prev_hash = :p, hash = :h WHERE id = :i",
             {"n": no, "p": prev, "h": digest, "i": row["id"]},
         )  # fmt: skip
         prev = digest
-    d.execute(
-        c, "UPDATE audit_heads SET chain_no = :n, hash = :h WHERE tenant_id = 't1'",
+    tx.execute(
+        "UPDATE audit_heads SET chain_no = :n, hash = :h WHERE tenant_id = 't1'",
         {"n": len(t1) - 1, "h": prev},
     )  # fmt: skip
 
 
-def _tenant_nulled(d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
-    d.execute(c, "UPDATE events SET tenant_id = NULL WHERE id = :i", {"i": t1[1]["id"]})
+def _tenant_nulled(tx: Tx, t1: list[dict[str, Any]], t2: list[dict[str, Any]]) -> None:
+    tx.execute("UPDATE events SET tenant_id = NULL WHERE id = :i", {"i": t1[1]["id"]})
 
 
 @pytest.mark.parametrize(
@@ -241,7 +240,7 @@ def _tenant_nulled(d: Any, c: Any, t1: list[dict[str, Any]], t2: list[dict[str, 
      _rechain_without_record_2, _tenant_nulled],
 )  # fmt: skip
 async def test_a_spliced_chain_fails_verify(
-    keyed: None, store: SQLStore, store_url: str, splice: Any
+    keyed: None, store: Store, store_url: str, splice: Any
 ) -> None:
     """Signed records moved between tenants or positions, tenants' chains swapped, the
     numbering changed: each is named (the signature covers tenant, position and hash)."""
@@ -250,14 +249,14 @@ async def test_a_spliced_chain_fails_verify(
     await _sealed(store)
     t1, t2 = await _chain(store, "t1"), await _chain(store, "t2")
     assert len(t1) == len(t2) == 3
-    await store.transact(lambda d, c: splice(d, c, t1, t2))
+    await store.transact(splice, t1, t2)
     bad = await run_cli("verify", "--db", store_url, "--no-seal")
     assert bad.exit_code == 1 and isinstance(bad.exception, SystemExit), bad.output
     assert "TAMPERED: tenant t1" in bad.output and "None" not in bad.output, bad.output
 
 
 async def test_a_head_whose_signature_is_forged_is_named_by_verify(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     """An intact chain under a head whose signature a writer replaced: sealers refuse
     to extend it, so verify must say why its records stay unsealed."""
@@ -265,8 +264,8 @@ async def test_a_head_whose_signature_is_forged_is_named_by_verify(
     await _sealed(store)
     key_id = auditkey.key_from_text(KEY).key_id
     await store.transact(
-        lambda d, c: d.execute(
-            c, "UPDATE audit_heads SET sig = :s WHERE tenant_id = 't1'",
+        lambda tx: tx.execute(
+            "UPDATE audit_heads SET sig = :s WHERE tenant_id = 't1'",
             {"s": f"{key_id}:{'0' * 64}"},
         )
     )  # fmt: skip

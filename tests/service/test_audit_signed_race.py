@@ -13,8 +13,8 @@ import textwrap
 import pytest
 
 from agentledger import auditkey
-from agentledger.store import SQLStore
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
+from agentledger.store import Store
 from tests.service.test_audit_signed import ENV, KEY, _chain, _runs, _sealed, keyed, run_cli
 
 __all__ = ["keyed"]  # the fixture, used by name
@@ -23,7 +23,7 @@ SEALER = textwrap.dedent(
     """
     import asyncio, sys
     from agentledger.store import open_store
-    from agentledger.store.queries import service_audit
+    from agentledger.service.queries import audit as service_audit
     from agentledger.store.queries.events import insert_event
 
     async def main(url, run_id, rounds):
@@ -31,11 +31,9 @@ SEALER = textwrap.dedent(
         await store.open()
         sealed = 0
         for i in range(rounds):
-            await store.transact(
-                lambda d, c: insert_event(d, c, run_id, "tool.called", "w", {"i": i})
-            )
+            await store.transact(insert_event, run_id, "tool.called", "w", {"i": i})
             try:
-                sealed += await store.transact(lambda d, c: service_audit.seal(d, c))
+                sealed += await store.transact(service_audit.seal)
             except Exception as exc:  # another sealer chained some first: retried next round
                 assert "sealed concurrently" in str(exc) or "could not" in str(exc), exc
         await store.close()
@@ -54,18 +52,16 @@ def _sealer(url: str, run_id: str, rounds: int) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-async def _verified(store: SQLStore, tenant: str) -> list[dict[str, object]]:
+async def _verified(store: Store, tenant: str) -> list[dict[str, object]]:
     key = auditkey.key_from_text(KEY)
-    checked, broken = await store.transact(
-        lambda d, c: service_audit.verify_chain(d, c, tenant, key), write=False
-    )
+    checked, broken = await store.read(service_audit.verify_chain, tenant, key)
     assert broken == [], broken
     chain = await _chain(store, tenant)
     assert checked == len(chain) and all(r["sig"] for r in chain)
     return chain
 
 
-async def test_two_signing_sealers_at_once(keyed: None, store: SQLStore, store_url: str) -> None:
+async def test_two_signing_sealers_at_once(keyed: None, store: Store, store_url: str) -> None:
     a, b = await _runs(store, "t1", 2)
     await _sealed(store)
     procs = [_sealer(store_url, a, 60), _sealer(store_url, b, 60)]
@@ -78,7 +74,7 @@ async def test_two_signing_sealers_at_once(keyed: None, store: SQLStore, store_u
 
 
 async def test_sign_unsigned_while_a_keyed_sealer_runs(
-    store: SQLStore, store_url: str, monkeypatch: pytest.MonkeyPatch
+    store: Store, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(ENV, raising=False)
     (run_id,) = await _runs(store, "t1", 1)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
+from agentledger.store.tx import Tx
 from tests.service import service_app
 
 
@@ -27,7 +28,7 @@ class _SealsBetweenReads:
         self._reads += 1
         if self._reads == 1:
             self._d.begin_write(self._other)
-            assert service_audit.seal(self._d, self._other) == 1
+            assert service_audit.seal(Tx(self._d, self._other)) == 1
             self._d.commit(self._other)
             self._d.close(self._other)
         return found
@@ -38,22 +39,22 @@ async def test_verify_does_not_report_records_sealed_while_it_reads(store_url: s
     await store.open()
     try:
         run_id = await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
-        assert await store.transact(lambda d, c: service_audit.seal(d, c)) >= 1
+        assert await store.transact(service_audit.seal) >= 1
         await store.append_event(run_id, "note", "test", {"n": 1})  # one unsealed record
         racing = _SealsBetweenReads(store.dialect)
 
-        def verify(d: Any, c: Any) -> Any:
-            return service_audit.verify_chain(racing, c)  # type: ignore[arg-type]
+        def verify(tx: Tx) -> Any:
+            return service_audit.verify_chain(Tx(racing, tx.conn))  # type: ignore[arg-type]
 
-        checked, broken = await store.transact(verify, write=False)
+        checked, broken = await store.read(verify)
         assert broken == [], broken  # nothing was deleted: one record was sealed meanwhile
         # And a real deletion is still reported.
-        checked, broken = await store.transact(service_audit.verify_chain, write=False)
+        checked, broken = await store.read(service_audit.verify_chain)
         assert broken == []
         await store.transact(
-            lambda d, c: d.execute(c, "DELETE FROM events WHERE id = (SELECT MAX(id) FROM events)")
+            lambda tx: tx.execute("DELETE FROM events WHERE id = (SELECT MAX(id) FROM events)")
         )
-        checked, broken = await store.transact(service_audit.verify_chain, write=False)
+        checked, broken = await store.read(service_audit.verify_chain)
         assert [b.reason for b in broken] == [
             f"the chain ends at {checked} but its head says {checked + 1} (records deleted)"
         ]

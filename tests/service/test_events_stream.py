@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from agentledger.service.queries import events as service_events
 from agentledger.store import open_store
-from agentledger.store.queries import service_events
 from tests.engine.helpers import Env
 from tests.service.conftest import Api, mint, served, settings_for, until
 
@@ -49,9 +49,7 @@ async def db_events(url: str, run_id: str) -> list[dict[str, Any]]:
     store = open_store(url)
     await store.open()
     try:
-        return await store.transact(
-            lambda d, c: service_events.run_events(d, c, run_id, 0, 10_000), write=False
-        )
+        return await store.read(service_events.run_events, run_id, 0, 10_000)
     finally:
         await store.close()
 

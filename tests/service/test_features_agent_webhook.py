@@ -13,8 +13,8 @@ import httpx
 from agentledger import App, WorkflowContext
 from agentledger.service import create_app
 from agentledger.service.auth import create_key
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.service.webhooks import verify
-from agentledger.store.queries import service_webhooks
 from tests.service.conftest import PEPPER, settings_for, until
 from tests.service.test_webhooks import FAST, Receiver, receiver  # noqa: F401 (fixture)
 
@@ -53,9 +53,7 @@ async def test_runs_report_to_their_agents_webhook(
     async with service(db, agent_webhooks={"plain": url + "?from=setting"}) as (api, client):
         full, _ = await create_key(api.state.store, PEPPER, "t1", "gina", ["guest"], 3600)
         h = {"Authorization": f"Bearer {full}"}
-        secret = await api.state.store.transact(
-            lambda d, c: service_webhooks.webhook_secret(d, c, "t1")
-        )
+        secret = await api.state.store.transact(service_webhooks.webhook_secret, "t1")
         a = (await client.post("/v1/runs", json={"agent": "hooked", "input": 1}, headers=h)).json()
         b = (await client.post("/v1/runs", json={"agent": "plain", "input": 2}, headers=h)).json()
 
@@ -74,8 +72,6 @@ async def test_runs_report_to_their_agents_webhook(
         assert json.loads(got[b["id"]]["body"])["run"]["result"] == 2
         # The URL is fixed on the run when accepted: the setting wins over no attribute.
         urls = await api.state.store.transact(
-            lambda d, c: {
-                r["id"]: r["webhook"] for r in d.fetchall(c, "SELECT id, webhook FROM runs")
-            }
+            lambda tx: {r["id"]: r["webhook"] for r in tx.fetchall("SELECT id, webhook FROM runs")}
         )
         assert urls == {a["id"]: url, b["id"]: url + "?from=setting"}

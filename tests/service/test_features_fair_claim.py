@@ -8,22 +8,19 @@ from agentledger.records import target_of
 from agentledger.store import Store
 from agentledger.store.base import NewRun
 from agentledger.store.queries.runs import create_run
+from agentledger.store.tx import Tx
 
 
 async def test_a_claim_takes_every_tenant_round_robin(store: Store) -> None:
     now = time.time()
 
-    def backlog(d: object, c: object) -> None:
+    def backlog(tx: Tx) -> None:
         # Tenant A's 200 runs are all older than tenant B's 5: oldest-first alone
         # would give A the whole claim.
         for i in range(200):
-            create_run(
-                d, c, NewRun("workflow", "w", "1", {"i": i}, "A", available_at=now - 500 + i)
-            )  # type: ignore[arg-type]
+            create_run(tx, NewRun("workflow", "w", "1", {"i": i}, "A", available_at=now - 500 + i))
         for i in range(5):
-            create_run(
-                d, c, NewRun("workflow", "w", "1", {"i": i}, "B", available_at=now - 100 + i)
-            )  # type: ignore[arg-type]
+            create_run(tx, NewRun("workflow", "w", "1", {"i": i}, "B", available_at=now - 100 + i))
 
     await store.transact(backlog)
     claimed = await store.claim_runs("w1", [target_of("w", "1")], 10, 30.0)

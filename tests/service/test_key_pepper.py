@@ -53,9 +53,7 @@ async def _fingerprints(url: str) -> list[str]:
     store = open_store(url)
     await store.open()
     try:
-        rows = await store.transact(
-            lambda d, c: d.fetchall(c, "SELECT pepper_id FROM api_keys", {}), write=False
-        )
+        rows = await store.read(lambda tx: tx.fetchall("SELECT pepper_id FROM api_keys", {}))
     finally:
         await store.close()
     return [r["pepper_id"] for r in rows]

@@ -43,7 +43,7 @@ async def _hammer(store_url: str, **quota: Any) -> tuple[dict[str, Counter[int]]
     await store.open()
     try:
         sql = "SELECT tenant_id, COUNT(*) AS n FROM runs GROUP BY tenant_id"
-        found = await store.transact(lambda d, c: d.fetchall(c, sql), write=False)
+        found = await store.read(lambda tx: tx.fetchall(sql))
     finally:
         await store.close()
     return statuses, {r["tenant_id"]: int(r["n"]) for r in found}

@@ -3,54 +3,50 @@ not the tenant's whole history, and counts exactly the unfinished runs."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from agentledger.records import RunStatus
-from agentledger.store import SQLStore
+from agentledger.service.queries.quota import LIVE, Quota, QuotaBook, in_flight_sql
+from agentledger.store import Store
 from agentledger.store.base import NewRun
-from agentledger.store.dialect import Dialect
-from agentledger.store.queries import create_run
-from agentledger.store.queries.service_quota import LIVE, Quota, QuotaBook, in_flight_sql
+from agentledger.store.queries.runs import create_run
+from agentledger.store.tx import Tx
 
 HISTORY = 300  # finished runs of the tenant
 LIVE_RUNS = {"queued": 4, "running": 3, "waiting": 2}
 
 
-def _fill(d: Dialect, conn: Any) -> None:
+def _fill(tx: Tx) -> None:
     for i in range(HISTORY):
-        create_run(d, conn, NewRun("workflow", "w", "1", {}, tenant_id="hist", request_id=f"h{i}"))
+        create_run(tx, NewRun("workflow", "w", "1", {}, tenant_id="hist", request_id=f"h{i}"))
     terminal = sorted(RunStatus.TERMINAL)
-    d.execute(conn, "UPDATE runs SET status = :s", {"s": terminal[0]})
+    tx.execute("UPDATE runs SET status = :s", {"s": terminal[0]})
     for j, status in enumerate(terminal):  # every terminal status, none counted
-        d.execute(
-            conn, "UPDATE runs SET status = :s WHERE request_id = :r", {"s": status, "r": f"h{j}"}
-        )
+        tx.execute("UPDATE runs SET status = :s WHERE request_id = :r", {"s": status, "r": f"h{j}"})
     for status, n in LIVE_RUNS.items():
         for _ in range(n):
-            run = create_run(d, conn, NewRun("workflow", "w", "1", {}, tenant_id="hist"))
+            run = create_run(tx, NewRun("workflow", "w", "1", {}, tenant_id="hist"))
             sql = "UPDATE runs SET status = :s WHERE id = :id"
-            d.execute(conn, sql, {"s": status, "id": run.id})
+            tx.execute(sql, {"s": status, "id": run.id})
     for _ in range(50):  # another tenant's runs in flight are not counted
-        create_run(d, conn, NewRun("workflow", "w", "1", {}, tenant_id="other"))
-    if d.name == "postgres":
-        d.execute(conn, "ANALYZE runs")  # what autovacuum does for a real table
+        create_run(tx, NewRun("workflow", "w", "1", {}, tenant_id="other"))
+    if tx.dialect.name == "postgres":
+        tx.execute("ANALYZE runs")  # what autovacuum does for a real table
 
 
-def _plan(d: Dialect, conn: Any) -> str:
-    sql = in_flight_sql(d)
-    if d.name == "sqlite":
-        rows = d.fetchall(conn, "EXPLAIN QUERY PLAN " + sql, {"t": "hist"})
+def _plan(tx: Tx) -> str:
+    sql = in_flight_sql(tx.dialect)
+    if tx.dialect.name == "sqlite":
+        rows = tx.fetchall("EXPLAIN QUERY PLAN " + sql, {"t": "hist"})
         return " ".join(str(r["detail"]) for r in rows)
     # A table this small is cheapest to read whole; what is asked here is which index
     # the planner prefers, the tenant's (its history) or runs_live (its runs in flight).
-    d.execute(conn, "SET LOCAL enable_seqscan = off")
-    rows = d.fetchall(conn, "EXPLAIN " + sql, {"t": "hist"})
+    tx.execute("SET LOCAL enable_seqscan = off")
+    rows = tx.fetchall("EXPLAIN " + sql, {"t": "hist"})
     return " ".join(str(r["QUERY PLAN"]) for r in rows)
 
 
-def _count(d: Dialect, conn: Any) -> int:
+def _count(tx: Tx) -> int:
     book = QuotaBook(Quota(max_in_flight=1000), now=0.0)
-    book.prepare(d, conn, ["hist"])
+    book.prepare(tx, ["hist"])
     tally = book._tallies["hist"]
     assert tally is not None
     return tally.in_flight
@@ -62,8 +58,8 @@ def test_live_statuses_are_the_unfinished_ones() -> None:
     assert expected == LIVE
 
 
-async def test_in_flight_count_uses_runs_live(store: SQLStore) -> None:
+async def test_in_flight_count_uses_runs_live(store: Store) -> None:
     await store.transact(_fill)
-    plan = await store.transact(_plan, write=False)
+    plan = await store.read(_plan)
     assert "runs_live" in plan, plan
     assert await store.transact(_count) == sum(LIVE_RUNS.values())

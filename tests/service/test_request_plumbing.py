@@ -74,11 +74,11 @@ async def test_seal_once_seals_at_most_batch_times_max_batches(api: Api) -> None
             NewRun("agent", "echo", "1", {"text": "hi"}, tenant_id="t1", request_id=f"rq{i}")
         )
 
-    def unsealed(d, c) -> int:  # type: ignore[no-untyped-def]
-        return int(d.fetchall(c, "SELECT COUNT(*) AS n FROM events WHERE hash IS NULL")[0]["n"])
+    def unsealed(tx) -> int:  # type: ignore[no-untyped-def]
+        return int(tx.fetchall("SELECT COUNT(*) AS n FROM events WHERE hash IS NULL")[0]["n"])
 
-    before = await api.store.transact(unsealed, write=False)
+    before = await api.store.read(unsealed)
     assert before >= 6, before  # each creation writes its event unsealed
     assert await sealer.seal_once(api.store, batch=3, max_batches=2) == 6
-    assert await api.store.transact(unsealed, write=False) == before - 6
+    assert await api.store.read(unsealed) == before - 6
     assert json.dumps(await sealer.seal_once(api.store)) == str(before - 6)

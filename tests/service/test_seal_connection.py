@@ -13,16 +13,16 @@ from typing import Any
 import psycopg
 
 from agentledger.service import create_app
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
+from agentledger.store.tx import Tx
 from tests.service import service_app
 from tests.service.conftest import in_process, settings_for, until
 
 
 async def _sealed(store: Any, run_id: str) -> bool:
-    rows = await store.transact(
-        lambda d, c: d.fetchall(c, "SELECT hash FROM events WHERE run_id = :r", {"r": run_id}),
-        write=False,
+    rows = await store.read(
+        lambda tx: tx.fetchall("SELECT hash FROM events WHERE run_id = :r", {"r": run_id})
     )
     return bool(rows) and all(r["hash"] is not None for r in rows)
 
@@ -35,7 +35,7 @@ async def test_serve_seals_while_the_accepts_writer_is_busy(pg_url: str) -> None
         run_id = await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
         held, release = threading.Event(), threading.Event()
 
-        def hold(d: Any, conn: Any) -> None:
+        def hold(tx: Tx) -> None:
             held.set()
             release.wait(30)  # the accepts' writer thread, busy in a transaction
 
@@ -47,7 +47,7 @@ async def test_serve_seals_while_the_accepts_writer_is_busy(pg_url: str) -> None
         finally:
             release.set()
             await busy
-        checked, broken = await store.transact(service_audit.verify_chain, write=False)
+        checked, broken = await store.read(service_audit.verify_chain)
         assert broken == [] and checked >= 1
 
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from agentledger.cli.main import cli
-from agentledger.store.queries import service_keys
+from agentledger.service.queries import keys as service_keys
 from tests.service.conftest import PEPPER, Api, in_process, settings_for
 from tests.service.test_runs_api import assert_problem
 
@@ -38,7 +38,7 @@ async def test_keys_cli_create_list_revoke(tmp_path: Path) -> None:
     async with in_process(settings_for(url)) as api:
         h = {"Authorization": f"Bearer {key}"}
         assert (await api.client.get("/v1/runs", headers=h)).status_code == 200
-        row = await api.store.transact(lambda d, c: service_keys.get_key(d, c, key_id))
+        row = await api.store.transact(service_keys.get_key, key_id)
         assert row is not None and secret not in str(row)  # only the HMAC is stored
         revoked = await asyncio.to_thread(keys_cli, "revoke", key_id, "--db", url)
         assert revoked.exit_code == 0, revoked.output
@@ -78,7 +78,7 @@ async def test_runs_per_minute_quota_is_429_with_retry_after(tmp_path: Path) -> 
         r = await api.client.post("/v1/runs", json={"agent": "free"}, headers=other)
         assert r.status_code == 202
         # A tenant's own limit overrides the default.
-        await api.store.transact(lambda d, c: service_keys.set_tenant(d, c, "t1", 10, None))
+        await api.store.transact(service_keys.set_tenant, "t1", 10, None)
         r = await api.client.post("/v1/runs", json={"agent": "free"}, headers=h)
         assert r.status_code == 202
 

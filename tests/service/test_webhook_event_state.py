@@ -15,8 +15,9 @@ import pytest
 
 from agentledger import App, WorkflowContext, sealer
 from agentledger.budget import Budget
-from agentledger.store.queries import service_webhooks
-from agentledger.store.queries.observe_stuck import StuckRun, mark_stuck
+from agentledger.observe.queries import resume as observe_resume
+from agentledger.observe.queries.stuck import StuckRun, mark_stuck
+from agentledger.service.queries import webhooks as service_webhooks
 from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import Api, in_process, settings_for, until
 
@@ -74,16 +75,13 @@ NO_SEALER = {"audit_seal_every": 3600, "webhook_poll": 0.05, "webhook_backoff": 
 
 
 async def sealed_count(api: Api, run_id: str) -> int:
-    rows = await api.store.transact(
-        lambda d, c: d.fetchall(
+    rows = await api.store.read(lambda tx: tx.dialect.fetchall(
             # The accept's own events are chained at insert on SQLite (they raise no
             # webhook): the count is of what the run wrote after.
-            c, "SELECT COUNT(*) AS n FROM events WHERE run_id = :id AND hash IS NOT NULL "
+            tx.conn, "SELECT COUNT(*) AS n FROM events WHERE run_id = :id AND hash IS NOT NULL "
             "AND type NOT IN ('run.submitted', 'run.accepted')",
             {"id": run_id},
-        ),
-        write=False,
-    )  # fmt: skip
+        ))  # fmt: skip
     return int(rows[0]["n"])
 
 
@@ -107,10 +105,10 @@ async def test_a_handover_resumed_and_completed_before_the_seal_is_reported_as_i
         handed_over = (await api.client.get(f"/v1/runs/{run_id}", headers=h)).json()
         assert handed_over["handover_reason"]
         HAND_OVER["now"] = False
-        await api.store.resume_run(run_id, 1, "ops", "budget raised")
+        await api.store.transact(observe_resume.resume_run, run_id, 1, "ops", "budget raised")
         await until(lambda: status_is("completed"))
         assert await sealed_count(api, run_id) == 0  # nothing sealed, nothing enqueued yet
-        assert await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c)) == []
+        assert await api.store.transact(service_webhooks.deliveries) == []
 
         assert await sealer.seal_once(api.store) > 0
 
@@ -152,8 +150,8 @@ async def test_older_events_fall_back_to_the_row_only_while_it_holds_their_statu
     def set_row(run_id: str, status: str, result: str | None, error: str | None,
                 reason: str | None) -> Any:  # fmt: skip
         return api.store.transact(
-            lambda d, c: d.execute(
-                c, "UPDATE runs SET status = :s, result = :r, error = :e, handover_reason = :h "
+            lambda tx: tx.execute(
+                "UPDATE runs SET status = :s, result = :r, error = :e, handover_reason = :h "
                 "WHERE id = :id", {"s": status, "r": result, "e": error, "h": reason, "id": run_id},
             )
         )  # fmt: skip
@@ -164,11 +162,11 @@ async def test_older_events_fall_back_to_the_row_only_while_it_holds_their_statu
         await api.store.append_event(run_id, "run.handover", "w1", old_data)
     await set_row(moved, "completed", '{"done": true}', None, None)  # resumed since
     marked = StuckRun(stuck, "free", "1", "t1", "queued", "no_worker", 1.0, 60.0, 0, False)
-    assert await api.store.transact(lambda d, c: mark_stuck(d, c, marked, "checker"))
+    assert await api.store.transact(mark_stuck, marked, "checker")
     await set_row(stuck, "completed", '{"done": true}', None, None)
 
     await sealer.seal_once(api.store)
-    rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+    rows = await api.store.transact(service_webhooks.deliveries)
     bodies = {r["run_id"]: json.loads(r["body"]) for r in rows}
     assert bodies[kept]["run"] == {
         "status": "needs_human",

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from agentledger.service.egress import Egress
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.service.webhooks import Dispatcher
 from agentledger.store import open_store
-from agentledger.store.queries import service_webhooks
 from tests.loopback_http import QuietHandler, serving
 
 TIMEOUT = 0.3  # the dispatchers' HTTP timeout; a claim lasts three of them
@@ -76,9 +76,13 @@ async def test_a_dripping_receiver_is_not_sent_one_delivery_twice_at_once(
     await store.open()
     try:
         await store.transact(
-            lambda d, c: service_webhooks._insert(
-                d, c, "evt_r1_1", "t1", "r1", url, "run.completed", {"id": "evt_r1_1"}
-            )
+            service_webhooks._insert,
+            "evt_r1_1",
+            "t1",
+            "r1",
+            url,
+            "run.completed",
+            {"id": "evt_r1_1"},
         )
         local = Egress(("127.0.0.1",))  # the receiver is on loopback
         first = Dispatcher(store, timeout=TIMEOUT, backoff=3600, owner="first", egress=local)
@@ -91,7 +95,7 @@ async def test_a_dripping_receiver_is_not_sent_one_delivery_twice_at_once(
                 await asyncio.sleep(TIMEOUT / 3)
             assert await attempt == 1
         assert rec.most == 1  # never two sends of the delivery at once
-        (row,) = await store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+        (row,) = await store.transact(service_webhooks.deliveries)
         assert row["status"] == "pending" and row["attempts"] == 1, row
         assert "Timeout" in (row["last_error"] or ""), row
     finally:
@@ -103,18 +107,18 @@ async def test_a_claimer_whose_clock_runs_ahead_takes_no_live_claim(store_url: s
     await store.open()
     try:
         await store.transact(
-            lambda d, c: service_webhooks._insert(
-                d, c, "evt_r1_1", "t1", "r1", "http://127.0.0.1:9/", "run.completed", {}
-            )
+            service_webhooks._insert,
+            "evt_r1_1",
+            "t1",
+            "r1",
+            "http://127.0.0.1:9/",
+            "run.completed",
+            {},
         )
         now = time.time()
-        held = await store.transact(
-            lambda d, c: service_webhooks.claim_due(d, c, now, 10, 30.0, "on-time")
-        )
+        held = await store.transact(service_webhooks.claim_due, now, 10, 30.0, "on-time")
         assert [r["id"] for r in held] == ["evt_r1_1"]
-        ahead = await store.transact(  # a host whose clock is a minute fast
-            lambda d, c: service_webhooks.claim_due(d, c, now + 60, 10, 30.0, "fast")
-        )
+        ahead = await store.transact(service_webhooks.claim_due, now + 60, 10, 30.0, "fast")
         assert ahead == []  # the claim is live for 30 s by the database's clock
     finally:
         await store.close()

@@ -16,7 +16,7 @@ import pytest
 
 from agentledger.errors import UsageError
 from agentledger.service.egress import Egress, Refused
-from agentledger.store.queries import service_webhooks
+from agentledger.service.queries import webhooks as service_webhooks
 from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import Api, in_process, settings_for, until
 
@@ -143,7 +143,7 @@ async def test_a_redirect_to_an_inside_target_is_not_followed(tmp_path: Path) ->
             assert (await _submit(api, h, f"http://localhost:{port}/hook")).status_code == 202
 
             async def answered_307_twice() -> bool:
-                rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+                rows = await api.store.transact(service_webhooks.deliveries)
                 return any(r["attempts"] >= 2 and r["last_error"] == "HTTP 307" for r in rows)
 
             await until(answered_307_twice, 30)
@@ -176,13 +176,11 @@ async def test_deliveries_do_not_go_through_a_proxy_from_the_environment(
 
 async def _dead(api: Api) -> list[dict[str, Any]]:
     async def settled() -> bool:
-        rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+        rows = await api.store.transact(service_webhooks.deliveries)
         return bool(rows) and all(r["status"] == "dead" for r in rows)
 
     await until(settled, 30)
-    rows: list[dict[str, Any]] = await api.store.transact(
-        lambda d, c: service_webhooks.deliveries(d, c)
-    )
+    rows: list[dict[str, Any]] = await api.store.transact(service_webhooks.deliveries)
     return rows
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.service.webhooks import verify
-from agentledger.store.queries import service_webhooks
 from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import in_process, settings_for, until
 
@@ -66,7 +66,7 @@ async def test_each_event_arrives_signed_despite_two_failed_deliveries(
     db = f"sqlite:///{tmp_path / 'hooks.db'}"
     async with in_process(settings_for(db, **FAST)) as api:
         h = await api.key("t1", "gina", ("guest",))
-        secret = await api.store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, "t1"))
+        secret = await api.store.transact(service_webhooks.webhook_secret, "t1")
         done = await api.client.post(
             "/v1/runs", json={"agent": "free", "input": {"x": 1}, "webhook": url}, headers=h
         )
@@ -101,7 +101,7 @@ async def test_each_event_arrives_signed_despite_two_failed_deliveries(
 
         # The receiver has answered 200; the dispatcher records it right after.
         async def all_recorded() -> bool:
-            rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+            rows = await api.store.transact(service_webhooks.deliveries)
             return {r["status"] for r in rows} == {"delivered"} and len(rows) == 4
 
         await until(all_recorded, 30)
@@ -135,7 +135,7 @@ async def test_the_expiring_warning_arrives_at_80_percent_of_the_ttl_signed_and_
     ttl = 3.0
     async with in_process(settings_for(f"sqlite:///{tmp_path / 'warn.db'}", **FAST)) as api:
         h = await api.key("t1", "gina", ("guest",))
-        secret = await api.store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, "t1"))
+        secret = await api.store.transact(service_webhooks.webhook_secret, "t1")
         run = await parked_payout(api, h, url, ttl)
         approval = run["pending_approval"]
 
@@ -176,13 +176,11 @@ async def test_the_expiring_warning_is_enqueued_once_only_for_open_approvals_pas
         start = a["requested_at"]
 
         async def enqueue(at: float) -> int:
-            n: int = await api.store.transact(
-                lambda d, c: service_webhooks.enqueue_expiring(d, c, at)
-            )
+            n: int = await api.store.transact(service_webhooks.enqueue_expiring, at)
             return n
 
         async def warnings() -> list[str]:
-            rows = await api.store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+            rows = await api.store.transact(service_webhooks.deliveries)
             return [r["id"] for r in rows if r["type"] == "approval.expiring"]
 
         assert await enqueue(start + 0.79 * ttl) == 0
@@ -205,7 +203,7 @@ async def test_a_run_handed_to_a_human_is_reported_as_needs_human(
     rec, url = receiver
     async with in_process(settings_for(f"sqlite:///{tmp_path / 'nh.db'}", **FAST)) as api:
         h = await api.key("t1", "olga", ("operator",))
-        secret = await api.store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, "t1"))
+        secret = await api.store.transact(service_webhooks.webhook_secret, "t1")
         body = {"agent": "over_budget", "input": {}, "webhook": url}
         run_id = (await api.client.post("/v1/runs", json=body, headers=h)).json()["id"]
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agentledger.records import Event, Run, Step
-from agentledger.store import SQLStore, open_store
+from agentledger.store import Store, open_store
 from agentledger_examples.stayhub.app import app
 from agentledger_examples.stayhub.harness import (
     AGENT,
@@ -37,7 +37,7 @@ INPUT = {
 class Stack:
     sandbox: SandboxServer
     pool: WorkerPool
-    store: SQLStore
+    store: Store
     log_dir: Path
     db: str
 

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentledger.store import SQLStore, open_store
+from agentledger.store import Store, open_store
 from agentledger.store.postgres import connect
 from tests import dbutil
 from tests.store.pgproxy import LossyProxy
@@ -30,7 +30,7 @@ def empty_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> I
 
 
 @pytest.fixture
-async def proxied_store(proxy: LossyProxy) -> AsyncIterator[SQLStore]:
+async def proxied_store(proxy: LossyProxy) -> AsyncIterator[Store]:
     """A store that talks to PostgreSQL through ``proxy``."""
     opened = open_store(proxy.url)
     await opened.open()

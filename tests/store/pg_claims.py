@@ -47,12 +47,12 @@ def insert_rows(url: str, rows: list[Row]) -> None:
     try:
         cur = conn.cursor()
 
-        class D:  # the store's execute(conn, sql, params), on a plain connection
+        class PlainTx:  # the store's tx.execute(sql, params), on a plain connection
             @staticmethod
-            def execute(c: Any, sql: str, params: dict[str, Any]) -> None:
+            def execute(sql: str, params: dict[str, Any]) -> None:
                 cur.execute(convert_placeholders(sql), params)
 
-        _insert(D, conn, rows)
+        _insert(PlainTx, rows)  # type: ignore[arg-type]
         conn.commit()
     finally:
         conn.close()

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from agentledger.records import Approval, OutboxItem, Run, Step
-from agentledger.store import Batch, NewEvent, NewRun, RunUpdate, SQLStore
+from agentledger.store import Batch, NewEvent, NewRun, RunUpdate, Store
 from tests.store.pgproxy import COMMIT, READY_FOR_QUERY, LossyProxy
 
 pytestmark = pytest.mark.postgres
@@ -19,7 +19,7 @@ TARGET = "agent@1"
 
 
 @pytest.fixture
-def store(proxied_store: SQLStore) -> SQLStore:
+def store(proxied_store: Store) -> Store:
     """Every test here talks to PostgreSQL through the lossy proxy."""
     return proxied_store
 
@@ -51,7 +51,7 @@ def finish(run: Run, **kw: object) -> Batch:
 
 
 async def test_a_submit_whose_commit_reply_is_lost_makes_one_run(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     proxy.arm(COMMIT)
     run = await store.create_run(new_run())
@@ -67,7 +67,7 @@ async def test_a_submit_whose_commit_reply_is_lost_makes_one_run(
 
 
 async def test_a_claim_whose_commit_reply_is_lost_returns_its_runs(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     created = await store.create_run(new_run())
     proxy.arm(COMMIT)
@@ -80,7 +80,7 @@ async def test_a_claim_whose_commit_reply_is_lost_returns_its_runs(
 
 
 async def test_a_decision_whose_commit_reply_is_lost_is_reported_decided(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     await store.create_run(new_run())
     (run,) = await store.claim_runs("w1", [TARGET], 1, 30)
@@ -115,7 +115,7 @@ async def test_a_decision_whose_commit_reply_is_lost_is_reported_decided(
 
 
 async def test_a_journal_statement_whose_reply_is_lost_is_not_reported_lost(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     await store.create_run(new_run())
     (run,) = await store.claim_runs("w1", [TARGET], 1, 30)
@@ -129,7 +129,7 @@ async def test_a_journal_statement_whose_reply_is_lost_is_not_reported_lost(
 
 
 async def test_a_journal_group_whose_commit_reply_is_lost_is_not_applied_twice(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     for _ in range(4):
         await store.create_run(new_run())
@@ -150,7 +150,7 @@ async def test_a_journal_group_whose_commit_reply_is_lost_is_not_applied_twice(
 
 
 async def test_a_batch_with_outbox_rows_whose_commit_reply_is_lost(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     await store.create_run(new_run())
     (run,) = await store.claim_runs("w1", [TARGET], 1, 30)

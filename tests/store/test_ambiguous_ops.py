@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from agentledger.records import Effect, OutboxItem, Run, WorkerInfo
-from agentledger.store import Batch, NewRun, SQLStore
+from agentledger.store import Batch, NewRun, Store
 from tests.store.pgproxy import COMMIT, LossyProxy
 
 pytestmark = pytest.mark.postgres
@@ -22,7 +22,7 @@ TARGET = "agent@1"
 
 
 @pytest.fixture
-def store(proxied_store: SQLStore) -> SQLStore:
+def store(proxied_store: Store) -> Store:
     """Every test here talks to PostgreSQL through the lossy proxy."""
     return proxied_store
 
@@ -31,14 +31,14 @@ def new_run(**kw: object) -> NewRun:
     return NewRun(kind="agent", name="agent", version="1", input={"q": 1}, **kw)  # type: ignore[arg-type]
 
 
-async def claimed(store: SQLStore, owner: str = "w1") -> Run:
+async def claimed(store: Store, owner: str = "w1") -> Run:
     await store.create_run(new_run())
     (run,) = await store.claim_runs(owner, [TARGET], 1, 30)
     return run
 
 
 async def test_append_event_whose_reply_is_lost_appends_one_event(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     run = await store.create_run(new_run())
     proxy.arm(COMMIT)
@@ -48,7 +48,7 @@ async def test_append_event_whose_reply_is_lost_appends_one_event(
 
 
 async def test_expire_leases_whose_reply_is_lost_reports_what_it_expired(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     run = await claimed(store, "dead")
     proxy.arm(COMMIT)
@@ -59,7 +59,7 @@ async def test_expire_leases_whose_reply_is_lost_reports_what_it_expired(
 
 
 async def test_outbox_claim_whose_reply_is_lost_returns_the_rows_it_leased(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     run = await claimed(store)
     item = OutboxItem(key="mail:1", run_id=run.id, step_no=1, tool="email", payload={})
@@ -75,7 +75,7 @@ async def test_outbox_claim_whose_reply_is_lost_returns_the_rows_it_leased(
 
 
 async def test_outbox_settle_whose_reply_is_lost_is_reported_settled(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     run = await claimed(store)
     item = OutboxItem(key="mail:1", run_id=run.id, step_no=1, tool="email", payload={})
@@ -89,7 +89,7 @@ async def test_outbox_settle_whose_reply_is_lost_is_reported_settled(
 
 
 async def test_release_whose_reply_is_lost_is_reported_released(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     run = await claimed(store)
     proxy.arm(COMMIT)
@@ -100,7 +100,7 @@ async def test_release_whose_reply_is_lost_is_reported_released(
     assert [e.type for e in await store.list_events(run.id)].count("run.released") == 1
 
 
-async def test_cancel_whose_reply_is_lost_requests_once(store: SQLStore, proxy: LossyProxy) -> None:
+async def test_cancel_whose_reply_is_lost_requests_once(store: Store, proxy: LossyProxy) -> None:
     run = await claimed(store)
     proxy.arm(COMMIT)
     got = await store.cancel_run(run.id, "user asked", "alice")
@@ -109,7 +109,7 @@ async def test_cancel_whose_reply_is_lost_requests_once(store: SQLStore, proxy: 
     assert [e.type for e in await store.list_events(run.id)].count("run.cancel_requested") == 1
 
 
-async def test_renew_whose_reply_is_lost_loses_no_lease(store: SQLStore, proxy: LossyProxy) -> None:
+async def test_renew_whose_reply_is_lost_loses_no_lease(store: Store, proxy: LossyProxy) -> None:
     run = await claimed(store)
     proxy.arm(COMMIT)
     assert await store.renew_leases("w1", {run.id: run.lease_epoch}, 60) == set()
@@ -117,7 +117,7 @@ async def test_renew_whose_reply_is_lost_loses_no_lease(store: SQLStore, proxy: 
 
 
 async def test_worker_registration_and_heartbeat_whose_reply_is_lost(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     info = WorkerInfo(id="w1", host="h", pid=1, targets=[TARGET], started_at=0, heartbeat_at=0)
     proxy.arm(COMMIT)
@@ -131,7 +131,7 @@ async def test_worker_registration_and_heartbeat_whose_reply_is_lost(
 
 
 async def test_swap_effect_whose_reply_is_lost_is_reported_written(
-    store: SQLStore, proxy: LossyProxy
+    store: Store, proxy: LossyProxy
 ) -> None:
     run = await claimed(store)
     effect = Effect(key="fx", run_id=run.id, step_no=1, status="claimed", result={"a": "\x00"})
@@ -147,7 +147,7 @@ async def test_swap_effect_whose_reply_is_lost_is_reported_written(
 
 
 async def test_two_submits_with_one_request_id_at_the_same_instant_get_one_run(
-    store: SQLStore, pg_url: str
+    store: Store, pg_url: str
 ) -> None:
     """The other submitter's INSERT is in flight (not committed) when ours starts: ours
     waits on the unique index and, once the other commits, returns that run -- never a

@@ -16,17 +16,15 @@ import pytest
 
 from agentledger.clock import FakeClock
 from agentledger.records import Approval, Run
-from agentledger.store import RunUpdate, SQLStore
-from agentledger.store.queries import service_approvals
+from agentledger.service.queries import approvals as service_approvals
+from agentledger.store import RunUpdate, Store
 from agentledger.store.queries.approvals import ApprovalExpired
 from tests.store.test_contract import batch, new_run
 
 EXPIRES = 1_900_000_000.0  # on the engine's clock, as the gate writes it
 
 
-async def parked(
-    store: SQLStore, approval_id: str, needed: int = 1, expires: float = EXPIRES
-) -> Run:
+async def parked(store: Store, approval_id: str, needed: int = 1, expires: float = EXPIRES) -> Run:
     """A run waiting for ``approval_id``, which expires at ``expires``."""
     await store.create_run(new_run(version=approval_id))
     (run,) = await store.claim_runs("w1", [f"agent@{approval_id}"], 1, 30)
@@ -48,17 +46,17 @@ async def parked(
     return run
 
 
-async def row(store: SQLStore, approval_id: str) -> Approval:
+async def row(store: Store, approval_id: str) -> Approval:
     (found,) = [a for a in await store.get_approvals() if a.id == approval_id]
     return found
 
 
-async def event_types(store: SQLStore, run_id: str) -> list[str]:
+async def event_types(store: Store, run_id: str) -> list[str]:
     return [e.type for e in await store.list_events(run_id)]
 
 
 async def test_a_decision_at_or_after_expiry_records_nothing_and_the_default_decides(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     run = await parked(store, "ap1")
     before = await event_types(store, run.id)
@@ -77,7 +75,7 @@ async def test_a_decision_at_or_after_expiry_records_nothing_and_the_default_dec
 
 
 async def test_a_decision_before_expiry_is_recorded_and_its_retry_after_expiry_gets_it(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     await parked(store, "ap1")
     first = await store.decide_approval("ap1", "approve", "mona", FakeClock(EXPIRES - 0.001))
@@ -91,7 +89,7 @@ async def test_a_decision_before_expiry_is_recorded_and_its_retry_after_expiry_g
     )
 
 
-async def test_each_approvers_vote_obeys_the_expiry(store: SQLStore) -> None:
+async def test_each_approvers_vote_obeys_the_expiry(store: Store) -> None:
     run = await parked(store, "ap2", needed=2)
     # A first vote at expiry is refused (the vote's own UPDATE).
     with pytest.raises(ApprovalExpired):
@@ -111,15 +109,13 @@ async def test_each_approvers_vote_obeys_the_expiry(store: SQLStore) -> None:
     assert (decided.decision, decided.decided_by) == ("reject", "system:expired")
 
 
-async def test_the_service_path_obeys_the_expiry_and_writes_no_context(store: SQLStore) -> None:
+async def test_the_service_path_obeys_the_expiry_and_writes_no_context(store: Store) -> None:
     run = await parked(store, "ap3")
     context = {"approval_id": "ap3", "key_id": "k1"}
 
     def decide(at: float) -> Any:
         return store.transact(
-            lambda d, c: service_approvals.decide_with_context(
-                d, c, "ap3", "approve", "mona", context, FakeClock(at)
-            )
+            service_approvals.decide_with_context, "ap3", "approve", "mona", context, FakeClock(at)
         )
 
     with pytest.raises(ApprovalExpired):
@@ -167,7 +163,7 @@ class HeldRowClock(FakeClock):
 
 
 async def test_the_deciders_clock_is_read_while_the_row_is_held(
-    store: SQLStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
     """So the expiry default cannot commit between the reading and the guarded UPDATE:
     a decision is judged by when it holds the row, not by when it was sent."""
@@ -178,7 +174,7 @@ async def test_the_deciders_clock_is_read_while_the_row_is_held(
     assert clock.held == [True]
 
 
-async def test_the_default_clock_is_the_real_one(store: SQLStore) -> None:
+async def test_the_default_clock_is_the_real_one(store: Store) -> None:
     """A caller that passes no clock is judged on the real clock."""
     await parked(store, "ap5", expires=time.time() - 1)
     with pytest.raises(ApprovalExpired):

@@ -27,7 +27,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentledger.store import SQLStore, open_store
+from agentledger.store import Store, open_store
+from agentledger.store.tx import Tx
 from tests.store.conftest import hold
 
 OURS = "w@1"
@@ -51,11 +52,10 @@ class Row:
     lease_epoch: int = 0
 
 
-def _insert(d: Any, c: Any, rows: list[Row]) -> None:
+def _insert(tx: Tx, rows: list[Row]) -> None:
     for row in rows:
         name, version = row.target.split("@")
-        d.execute(
-            c,
+        tx.execute(
             "INSERT INTO runs (id, tenant_id, kind, name, version, target, input, status, "
             "created_at, updated_at, available_at, lease_expires_at, lease_epoch, "
             "lease_owner) VALUES (:id, :tenant, 'workflow', :name, :version, :target, '{}', "
@@ -139,10 +139,10 @@ def _boundaries() -> Iterator[tuple[int, int]]:
 
 
 @pytest.mark.parametrize(("limit", "due"), list(_boundaries()))
-async def test_claims_follow_the_model_until_empty(store: SQLStore, limit: int, due: int) -> None:
+async def test_claims_follow_the_model_until_empty(store: Store, limit: int, due: int) -> None:
     now = time.time()
     rows = shape(limit * 100 + due, limit, due, tenants=ODD_TENANTS, now=now)
-    await store.transact(lambda d, c: _insert(d, c, rows))
+    await store.transact(_insert, rows)
     model = {r.id: r for r in rows}
     targets = [OURS, ALSO]
     epochs = {r.id: r.lease_epoch for r in rows}
@@ -161,8 +161,7 @@ async def test_claims_follow_the_model_until_empty(store: SQLStore, limit: int, 
     # The claim came back empty: nothing claimable is left.
     assert claimable(model, targets, time.time()) == []
     left = await store.transact(
-        lambda d, c: d.fetchall(
-            c,
+        lambda tx: tx.fetchall(
             "SELECT COUNT(*) AS n FROM runs WHERE target IN (:a, :b) AND status IN "
             "('queued', 'waiting') AND available_at <= :now",
             {"a": OURS, "b": ALSO, "now": now},
@@ -175,7 +174,7 @@ async def test_claims_follow_the_model_until_empty(store: SQLStore, limit: int, 
 
 
 @pytest.fixture
-async def stores(pg_url: str) -> AsyncIterator[list[SQLStore]]:
+async def stores(pg_url: str) -> AsyncIterator[list[Store]]:
     """Four stores on one database: four workers, each with its own connections. A claim
     that waits for a row lock fails after 5 s instead of hanging."""
     opened = [open_store(pg_url + "?options=-c%20lock_timeout%3D5000") for _ in range(4)]
@@ -191,7 +190,7 @@ async def stores(pg_url: str) -> AsyncIterator[list[SQLStore]]:
 @pytest.mark.postgres
 @pytest.mark.parametrize(("limit", "due"), [(1, 9), (1, 10), (2, 40), (5, 49), (5, 50), (5, 400)])
 async def test_concurrent_claimers_with_held_rows(
-    stores: list[SQLStore], holder: psycopg.Connection[Any], limit: int, due: int
+    stores: list[Store], holder: psycopg.Connection[Any], limit: int, due: int
 ) -> None:
     now = time.time()
     tenants = ["big", "", "é", "small"]
@@ -201,7 +200,7 @@ async def test_concurrent_claimers_with_held_rows(
     rows += [Row(f"h{i:05d}", "held", OURS, "queued", now - 500_000 + i) for i in range(2 * limit)]
     # "big" has the oldest runs of all: the first 3 x limit of them held.
     rows += [Row(f"b{i:05d}", "big", OURS, "queued", now - 450_000 + i) for i in range(6 * limit)]
-    await stores[0].transact(lambda d, c: _insert(d, c, rows))
+    await stores[0].transact(_insert, rows)
     model = {r.id: r for r in rows}
     targets = [OURS, ALSO]
     held = [f"h{i:05d}" for i in range(2 * limit)] + [f"b{i:05d}" for i in range(3 * limit)]
@@ -210,7 +209,7 @@ async def test_concurrent_claimers_with_held_rows(
 
     taken: dict[str, str] = {}
 
-    async def worker(n: int, s: SQLStore) -> None:
+    async def worker(n: int, s: Store) -> None:
         while True:
             got = await s.claim_runs(f"w{n}", targets, limit, 3600.0)
             for run in got:
@@ -231,7 +230,7 @@ async def test_concurrent_claimers_with_held_rows(
 
 @pytest.mark.postgres
 async def test_a_claim_short_of_limit_only_when_the_rest_is_held(
-    stores: list[SQLStore], holder: psycopg.Connection[Any]
+    stores: list[Store], holder: psycopg.Connection[Any]
 ) -> None:
     """Held rows in every position of the windows: each claim takes exactly
     min(limit, unheld claimable runs left)."""
@@ -239,7 +238,7 @@ async def test_a_claim_short_of_limit_only_when_the_rest_is_held(
     limit = 4
     rows = shape(11, limit, 10 * limit, tenants=["A", "B", "", "C"], now=now)
     rows += [Row(f"b{i:05d}", "big", OURS, "queued", now - 450_000 + i) for i in range(60)]
-    await stores[0].transact(lambda d, c: _insert(d, c, rows))
+    await stores[0].transact(_insert, rows)
     model = {r.id: r for r in rows}
     targets = [OURS, ALSO]
     rng = random.Random(5)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from agentledger.records import OutboxItem
-from agentledger.store import Batch, NewRun, RunUpdate, SQLStore
+from agentledger.store import Batch, NewRun, RunUpdate, Store
 from tests.store.test_contract import SkewedTime, skew
 
 TARGET = "agent@1"
@@ -22,7 +22,7 @@ def worker_now(offset: float) -> float:
 
 @pytest.mark.parametrize("offset", [+60.0, -60.0])
 async def test_a_skewed_worker_parks_for_as_long_as_it_meant(
-    store: SQLStore, monkeypatch: pytest.MonkeyPatch, offset: float
+    store: Store, monkeypatch: pytest.MonkeyPatch, offset: float
 ) -> None:
     await store.create_run(NewRun(kind="agent", name="agent", version="1", input={}))
     (run,) = await store.claim_runs("w1", [TARGET], 1, 30)
@@ -66,9 +66,7 @@ async def test_a_skewed_worker_parks_for_as_long_as_it_meant(
         from agentledger.store.queries import common
 
         m.setattr(common, "time", SkewedTime(offset))
-        due = await store._call(
-            lambda c: store.dialect.execute(c, "UPDATE outbox SET next_attempt_at = 0")
-        )
+        due = await store._call(lambda tx: tx.execute("UPDATE outbox SET next_attempt_at = 0"))
         assert due == 1
         (claimed,) = await store.claim_outbox("d1", 5, 30)
         claimed.next_attempt_at = worker_now(offset) + WAIT

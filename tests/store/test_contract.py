@@ -18,10 +18,11 @@ from agentledger.store import (
     NewEvent,
     NewRun,
     RunUpdate,
-    SQLStore,
+    Store,
     UnstorableBatch,
     open_store,
 )
+from agentledger.store.tx import Tx
 
 TARGET = "agent@1"
 
@@ -49,12 +50,12 @@ def batch(run: Run, /, **kw: object) -> Batch:
     return Batch(run_id=run.id, epoch=run.lease_epoch, owner=run.lease_owner, **kw)  # type: ignore[arg-type]
 
 
-async def claim_one(store: SQLStore, owner: str = "w1", lease: float = 30.0) -> Run:
+async def claim_one(store: Store, owner: str = "w1", lease: float = 30.0) -> Run:
     (run,) = await store.claim_runs(owner, [TARGET], 1, lease)
     return run
 
 
-async def reopened(store: SQLStore) -> SQLStore:
+async def reopened(store: Store) -> Store:
     await store.close()
     again = open_store(store.url)
     await again.open()
@@ -64,7 +65,7 @@ async def reopened(store: SQLStore) -> SQLStore:
 # runs ------------------------------------------------------------------------------
 
 
-async def test_create_get_list_count(store: SQLStore) -> None:
+async def test_create_get_list_count(store: Store) -> None:
     a = await store.create_run(new_run(tenant_id="t1", user_id="u1"))
     b = await store.create_run(new_run(name="other"))
     assert a.status == "queued" and a.lease_epoch == 0 and a.resumes == 0
@@ -86,7 +87,7 @@ async def test_create_get_list_count(store: SQLStore) -> None:
 # claim, lease, fence -----------------------------------------------------------
 
 
-async def test_claim_sets_owner_expiry_and_epoch(store: SQLStore) -> None:
+async def test_claim_sets_owner_expiry_and_epoch(store: Store) -> None:
     created = await store.create_run(new_run())
     before = time.time()
     run = await claim_one(store, "w1", lease=30)
@@ -100,14 +101,14 @@ async def test_claim_sets_owner_expiry_and_epoch(store: SQLStore) -> None:
     assert await store.lease_owners() == ["w1"]
 
 
-async def test_live_lease_is_not_claimed_again(store: SQLStore) -> None:
+async def test_live_lease_is_not_claimed_again(store: Store) -> None:
     await store.create_run(new_run())
     await claim_one(store, "w1")
     assert await store.claim_runs("w2", [TARGET], 10, 30) == []
     assert await store.claim_runs("w1", [TARGET], 10, 30) == []
 
 
-async def test_expired_lease_is_claimable_and_counts_a_resume(store: SQLStore) -> None:
+async def test_expired_lease_is_claimable_and_counts_a_resume(store: Store) -> None:
     await store.create_run(new_run())
     first = await claim_one(store, "w1", lease=0.05)
     await asyncio.sleep(0.1)
@@ -118,7 +119,7 @@ async def test_expired_lease_is_claimable_and_counts_a_resume(store: SQLStore) -
     assert second.resumes == 1
 
 
-async def test_claim_only_listed_targets(store: SQLStore) -> None:
+async def test_claim_only_listed_targets(store: Store) -> None:
     v1 = await store.create_run(new_run(version="1"))
     v2 = await store.create_run(new_run(version="2"))
     other = await store.create_run(new_run(name="other", version="1"))
@@ -128,7 +129,7 @@ async def test_claim_only_listed_targets(store: SQLStore) -> None:
     assert sorted(r.id for r in got) == sorted([v1.id, other.id])
 
 
-async def test_claim_respects_limit_and_available_at(store: SQLStore) -> None:
+async def test_claim_respects_limit_and_available_at(store: Store) -> None:
     now = time.time()
     later = await store.create_run(new_run(available_at=now + 3600))
     due = [await store.create_run(new_run(available_at=now - i)) for i in range(3)]
@@ -141,7 +142,7 @@ async def test_claim_respects_limit_and_available_at(store: SQLStore) -> None:
     assert (await store.get_run(later.id)).status == "queued"  # type: ignore[union-attr]
 
 
-async def test_renew_leases_reports_lost_leases(store: SQLStore) -> None:
+async def test_renew_leases_reports_lost_leases(store: Store) -> None:
     a = await store.create_run(new_run())
     b = await store.create_run(new_run())
     mine = {r.id: r.lease_epoch for r in await store.claim_runs("w1", [TARGET], 2, 0.05)}
@@ -156,7 +157,7 @@ async def test_renew_leases_reports_lost_leases(store: SQLStore) -> None:
     assert run.lease_expires_at > time.time() + 20
 
 
-async def test_stale_epoch_commit_raises_lease_lost_and_writes_nothing(store: SQLStore) -> None:
+async def test_stale_epoch_commit_raises_lease_lost_and_writes_nothing(store: Store) -> None:
     await store.create_run(new_run())
     old = await claim_one(store, "w1", lease=0.05)
     await asyncio.sleep(0.1)
@@ -182,7 +183,7 @@ async def test_stale_epoch_commit_raises_lease_lost_and_writes_nothing(store: SQ
     assert [s.step_no for s in await store.load_journal(new.id)] == [1]
 
 
-async def test_commit_writes_journal_and_run_update(store: SQLStore) -> None:
+async def test_commit_writes_journal_and_run_update(store: Store) -> None:
     await store.create_run(new_run())
     run = await claim_one(store)
     await store.commit(batch(run, steps=[step(run, 1, status="started", output=None)]))
@@ -213,7 +214,7 @@ async def test_commit_writes_journal_and_run_update(store: SQLStore) -> None:
         await store.commit(batch(run, steps=[step(run, 3)]))
 
 
-async def test_group_commit_fences_each_batch_and_is_durable(store: SQLStore) -> None:
+async def test_group_commit_fences_each_batch_and_is_durable(store: Store) -> None:
     for _ in range(50):
         await store.create_run(new_run())
     runs = await store.claim_runs("w1", [TARGET], 50, 30)
@@ -269,7 +270,7 @@ async def test_group_commit_fences_each_batch_and_is_durable(store: SQLStore) ->
         await store.close()
 
 
-async def test_effect_claims(store: SQLStore) -> None:
+async def test_effect_claims(store: Store) -> None:
     await store.create_run(new_run())
     await store.create_run(new_run())
     first, second = await store.claim_runs("w1", [TARGET], 2, 30)
@@ -308,7 +309,7 @@ async def test_effect_claims(store: SQLStore) -> None:
 # outbox, approvals, events --------------------------------------------------------
 
 
-async def test_outbox_insert_claim_settle(store: SQLStore) -> None:
+async def test_outbox_insert_claim_settle(store: Store) -> None:
     await store.create_run(new_run())
     run = await claim_one(store)
     item = OutboxItem(key="mail:1", run_id=run.id, step_no=2, tool="email", payload={"to": "a"})
@@ -344,7 +345,7 @@ async def test_outbox_insert_claim_settle(store: SQLStore) -> None:
     assert await store.list_outbox("pending") == []
 
 
-async def test_not_yet_due_outbox_is_not_claimed(store: SQLStore) -> None:
+async def test_not_yet_due_outbox_is_not_claimed(store: Store) -> None:
     await store.create_run(new_run())
     run = await claim_one(store)
     later = OutboxItem(
@@ -359,7 +360,7 @@ async def test_not_yet_due_outbox_is_not_claimed(store: SQLStore) -> None:
     assert await store.claim_outbox("d1", 10, 30) == []
 
 
-async def test_approval_decision_requeues_waiting_run(store: SQLStore) -> None:
+async def test_approval_decision_requeues_waiting_run(store: Store) -> None:
     await store.create_run(new_run())
     run = await claim_one(store)
     now = time.time()
@@ -403,7 +404,7 @@ async def test_approval_decision_requeues_waiting_run(store: SQLStore) -> None:
     assert "approval.decided" in [e.type for e in await store.list_events(run.id)]
 
 
-async def test_events_are_appended_in_order(store: SQLStore) -> None:
+async def test_events_are_appended_in_order(store: Store) -> None:
     run = await store.create_run(new_run())
     other = await store.create_run(new_run())
     for i in range(5):
@@ -426,7 +427,7 @@ async def test_events_are_appended_in_order(store: SQLStore) -> None:
 # release, cancel, expire ------------------------------------------------------------
 
 
-async def test_release_run_makes_it_claimable_by_another_owner(store: SQLStore) -> None:
+async def test_release_run_makes_it_claimable_by_another_owner(store: Store) -> None:
     await store.create_run(new_run())
     run = await claim_one(store, "w1")
     assert await store.release_run(run.id, run.lease_epoch - 1, "w1") is False
@@ -443,7 +444,7 @@ async def test_release_run_makes_it_claimable_by_another_owner(store: SQLStore) 
         await store.commit(batch(run, steps=[step(run)]))
 
 
-async def test_cancel_of_a_running_run_is_a_request_that_keeps_the_lease(store: SQLStore) -> None:
+async def test_cancel_of_a_running_run_is_a_request_that_keeps_the_lease(store: Store) -> None:
     await store.create_run(new_run())
     other = await store.create_run(new_run())
     run = await claim_one(store, "w1")
@@ -467,7 +468,7 @@ async def test_cancel_of_a_running_run_is_a_request_that_keeps_the_lease(store: 
 
 
 async def test_cancel_never_overwrites_a_terminal_state(
-    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentledger.store.queries import runs as run_queries
 
@@ -480,8 +481,8 @@ async def test_cancel_never_overwrites_a_terminal_state(
     real_get_run = run_queries.get_run
     snapshots = [stale]
 
-    def get_run_racing(d: Any, conn: Any, run_id: str) -> Run | None:
-        return snapshots.pop() if snapshots else real_get_run(d, conn, run_id)
+    def get_run_racing(tx: Tx, run_id: str) -> Run | None:
+        return snapshots.pop() if snapshots else real_get_run(tx, run_id)
 
     monkeypatch.setattr(run_queries, "get_run", get_run_racing)
     after = await store.cancel_run(run.id, "too late", "alice")
@@ -491,7 +492,7 @@ async def test_cancel_never_overwrites_a_terminal_state(
     assert got.cancel_requested is None
 
 
-async def test_cancel_a_waiting_run_makes_it_claimable(store: SQLStore) -> None:
+async def test_cancel_a_waiting_run_makes_it_claimable(store: Store) -> None:
     await store.create_run(new_run())
     run = await claim_one(store, "w1")
     await store.commit(
@@ -508,7 +509,7 @@ async def test_cancel_a_waiting_run_makes_it_claimable(store: SQLStore) -> None:
     assert claimed.lease_epoch == run.lease_epoch + 1
 
 
-async def test_cancel_a_released_run_that_started_is_only_a_request(store: SQLStore) -> None:
+async def test_cancel_a_released_run_that_started_is_only_a_request(store: Store) -> None:
     await store.create_run(new_run())
     run = await claim_one(store, "w1")
     await store.commit(batch(run, steps=[step(run, status="started", output=None)]))
@@ -518,7 +519,7 @@ async def test_cancel_a_released_run_that_started_is_only_a_request(store: SQLSt
     assert requested.status == "queued" and requested.cancel_requested == "stop"
 
 
-async def test_cancel_a_queued_run(store: SQLStore) -> None:
+async def test_cancel_a_queued_run(store: Store) -> None:
     run = await store.create_run(new_run())
     cancelled = await store.cancel_run(run.id, "not needed", "alice")
     assert cancelled.status == "cancelled" and cancelled.error == "not needed"
@@ -527,7 +528,7 @@ async def test_cancel_a_queued_run(store: SQLStore) -> None:
     assert "run.cancelled" in [e.type for e in await store.list_events(run.id)]
 
 
-async def test_expire_leases_of_dead_owner(store: SQLStore) -> None:
+async def test_expire_leases_of_dead_owner(store: Store) -> None:
     for _ in range(3):
         await store.create_run(new_run())
     dead = await store.claim_runs("dead", [TARGET], 2, 300)
@@ -545,7 +546,7 @@ async def test_expire_leases_of_dead_owner(store: SQLStore) -> None:
 # workers and versions ------------------------------------------------------------------
 
 
-async def test_workers_register_heartbeat_list_deregister(store: SQLStore) -> None:
+async def test_workers_register_heartbeat_list_deregister(store: Store) -> None:
     now = time.time()
     w1 = WorkerInfo(id="w1", host="h1", pid=11, targets=[TARGET], started_at=now, heartbeat_at=now)
     w2 = WorkerInfo(id="w2", host="h2", pid=22, targets=["b@2"], started_at=now, heartbeat_at=now)
@@ -583,7 +584,7 @@ async def test_store_must_be_opened(store_url: str) -> None:
 # one approval decision wins --------------------------------------------------------
 
 
-async def park_for_approval(store: SQLStore, approval_id: str) -> Run:
+async def park_for_approval(store: Store, approval_id: str) -> Run:
     await store.create_run(new_run(version=approval_id))
     (run,) = await store.claim_runs("w1", [f"agent@{approval_id}"], 1, 30)
     now = time.time()
@@ -606,7 +607,7 @@ async def park_for_approval(store: SQLStore, approval_id: str) -> Run:
     return run
 
 
-async def test_concurrent_deciders_exactly_one_wins(store: SQLStore) -> None:
+async def test_concurrent_deciders_exactly_one_wins(store: Store) -> None:
     # A human approving at the very moment the expiry applies its default: two
     # connections deciding at once. One wins; the other is told who won.
     other = open_store(store.url)
@@ -634,7 +635,7 @@ async def test_concurrent_deciders_exactly_one_wins(store: SQLStore) -> None:
         await other.close()
 
 
-async def test_same_decider_repeating_a_decision_gets_success(store: SQLStore) -> None:
+async def test_same_decider_repeating_a_decision_gets_success(store: Store) -> None:
     run = await park_for_approval(store, "ap1")
     first = await store.decide_approval("ap1", "approve", "alice")
     again = await store.decide_approval("ap1", "approve", "alice")  # a retry
@@ -654,7 +655,7 @@ async def test_same_decider_repeating_a_decision_gets_success(store: SQLStore) -
 # outbox claims and settles are fenced -------------------------------------------------
 
 
-async def test_stale_outbox_claimer_cannot_settle_or_free_a_delivered_row(store: SQLStore) -> None:
+async def test_stale_outbox_claimer_cannot_settle_or_free_a_delivered_row(store: Store) -> None:
     await store.create_run(new_run())
     run = await claim_one(store)
     item = OutboxItem(key="mail:1", run_id=run.id, step_no=1, tool="email", payload={})
@@ -676,7 +677,7 @@ async def test_stale_outbox_claimer_cannot_settle_or_free_a_delivered_row(store:
     assert await store.settle_outbox(fast) is True
 
 
-async def test_only_pending_outbox_rows_are_claimed(store: SQLStore) -> None:
+async def test_only_pending_outbox_rows_are_claimed(store: Store) -> None:
     await store.create_run(new_run())
     run = await claim_one(store)
     item = OutboxItem(key="mail:1", run_id=run.id, step_no=1, tool="email", payload={})
@@ -688,7 +689,7 @@ async def test_only_pending_outbox_rows_are_claimed(store: SQLStore) -> None:
     assert await store.claim_outbox("d2", 10, 30) == []
 
 
-async def test_drop_outbox_drops_pending_unclaimed_rows_of_the_run(store: SQLStore) -> None:
+async def test_drop_outbox_drops_pending_unclaimed_rows_of_the_run(store: Store) -> None:
     await store.create_run(new_run())
     await store.create_run(new_run())
     run, other = await store.claim_runs("w1", [TARGET], 2, 30)
@@ -754,7 +755,7 @@ def skew(monkeypatch: pytest.MonkeyPatch, offset: float) -> None:
 
 
 async def test_a_clock_ahead_cannot_steal_a_live_lease(
-    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await store.create_run(new_run())
     mine = await claim_one(store, "w1", lease=30)
@@ -770,7 +771,7 @@ async def test_a_clock_ahead_cannot_steal_a_live_lease(
 
 
 async def test_a_clock_behind_keeps_its_own_lease(
-    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await store.create_run(new_run())
     await store.create_run(new_run())
@@ -792,7 +793,7 @@ async def test_a_clock_behind_keeps_its_own_lease(
 POISON = "bad \ud83d text \x00 end"
 
 
-async def test_lone_surrogates_and_nul_are_journaled_sanitized(store: SQLStore) -> None:
+async def test_lone_surrogates_and_nul_are_journaled_sanitized(store: Store) -> None:
     for _ in range(6):
         await store.create_run(new_run())
     runs = await store.claim_runs("w1", [TARGET], 6, 30)
@@ -830,7 +831,7 @@ async def test_lone_surrogates_and_nul_are_journaled_sanitized(store: SQLStore) 
         assert events[-1].data == {"error": clean}
 
 
-async def test_an_unstorable_batch_fails_alone(store: SQLStore) -> None:
+async def test_an_unstorable_batch_fails_alone(store: Store) -> None:
     for _ in range(4):
         await store.create_run(new_run())
     runs = await store.claim_runs("w1", [TARGET], 4, 30)
@@ -851,12 +852,12 @@ async def test_an_unstorable_batch_fails_alone(store: SQLStore) -> None:
 
 
 async def test_a_group_the_database_refuses_falls_back_to_one_batch_at_a_time(
-    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A batch that passes validation and is refused by the database all the same.
     from agentledger.store import sqlstore
 
-    monkeypatch.setattr(sqlstore.q, "validate_batch", lambda batch: None)
+    monkeypatch.setattr(sqlstore.journal, "validate_batch", lambda batch: None)
     for _ in range(5):
         await store.create_run(new_run())
     runs = await store.claim_runs("w1", [TARGET], 5, 30)

@@ -5,35 +5,35 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from agentledger.records import target_of
-from agentledger.store import SQLStore
+from agentledger.store import Store
 from agentledger.store.base import NewRun
 from agentledger.store.queries.runs import create_run
+from agentledger.store.tx import Tx
 
 
-def _runs(d: Any, c: Any, tenant: str, name: str, n: int, first_at: float) -> list[str]:
+def _runs(tx: Tx, tenant: str, name: str, n: int, first_at: float) -> list[str]:
     return [
         create_run(
-            d, c, NewRun("workflow", name, "1", {"i": i}, tenant, available_at=first_at + i)
+            tx, NewRun("workflow", name, "1", {"i": i}, tenant, available_at=first_at + i)
         ).id
         for i in range(n)
     ]
 
 
-async def test_a_tenants_runs_of_other_targets_do_not_hide_its_due_runs(store: SQLStore) -> None:
+async def test_a_tenants_runs_of_other_targets_do_not_hide_its_due_runs(store: Store) -> None:
     now = time.time()
 
     async def fill() -> tuple[list[str], list[str]]:
-        def work(d: Any, c: Any) -> tuple[list[str], list[str]]:
+        def work(tx: Tx) -> tuple[list[str], list[str]]:
             # Tenant A's oldest runs are all for another workflow (not claimable by
             # this worker), its younger ones for ours; tenant B has a few of ours.
-            _runs(d, c, "A", "other", 30, now - 900)
-            a = _runs(d, c, "A", "w", 4, now - 500)
-            b = _runs(d, c, "B", "w", 2, now - 100)
+            _runs(tx, "A", "other", 30, now - 900)
+            a = _runs(tx, "A", "w", 4, now - 500)
+            b = _runs(tx, "B", "w", 2, now - 100)
             # Not due yet: never claimed, whatever its rank would be.
-            _runs(d, c, "B", "w", 3, now + 3600)
+            _runs(tx, "B", "w", 3, now + 3600)
             return a, b
 
         return await store.transact(work)
@@ -46,11 +46,11 @@ async def test_a_tenants_runs_of_other_targets_do_not_hide_its_due_runs(store: S
     assert sorted(r.id for r in more) == sorted(a[2:])
 
 
-async def test_an_expired_lease_is_ranked_with_its_tenants_due_runs(store: SQLStore) -> None:
+async def test_an_expired_lease_is_ranked_with_its_tenants_due_runs(store: Store) -> None:
     now = time.time()
 
-    def fill(d: Any, c: Any) -> tuple[list[str], list[str]]:
-        return _runs(d, c, "A", "w", 3, now - 500), _runs(d, c, "B", "w", 3, now - 400)
+    def fill(tx: Tx) -> tuple[list[str], list[str]]:
+        return _runs(tx, "A", "w", 3, now - 500), _runs(tx, "B", "w", 3, now - 400)
 
     a, b = await store.transact(fill)
     target = [target_of("w", "1")]

@@ -17,7 +17,7 @@ import pytest
 
 from agentledger.errors import LeaseLost, StoreError
 from agentledger.records import Approval, Effect, OutboxItem, Run, Step
-from agentledger.store import Batch, NewEvent, NewRun, RunUpdate, SQLStore, open_store
+from agentledger.store import Batch, NewEvent, NewRun, RunUpdate, Store, open_store
 from agentledger.store.groupcommit import InlineCommitter
 
 TARGET = "agent@1"
@@ -78,7 +78,7 @@ def full_batch(run: Run, epoch: int, owner: str, tag: str, *, plain: bool = Fals
     )
 
 
-async def snapshot(store: SQLStore, run_id: str) -> dict[str, Any]:
+async def snapshot(store: Store, run_id: str) -> dict[str, Any]:
     """Everything a batch of ``run_id`` could write."""
     run = await store.get_run(run_id)
     assert run is not None
@@ -95,7 +95,7 @@ async def snapshot(store: SQLStore, run_id: str) -> dict[str, Any]:
     }
 
 
-async def prepare(store: SQLStore, kind: str) -> tuple[Run, Batch, Batch]:
+async def prepare(store: Store, kind: str) -> tuple[Run, Batch, Batch]:
     """A run with one step and a pending outbox row (what drop_outbox would drop), and
     a bad batch of ``kind`` (full and plain) for it."""
     created = await store.create_run(new_run())
@@ -125,7 +125,7 @@ async def prepare(store: SQLStore, kind: str) -> tuple[Run, Batch, Batch]:
 
 
 @pytest.mark.parametrize("kind", BAD_KINDS)
-async def test_a_fenced_out_batch_writes_nothing_alone(store: SQLStore, kind: str) -> None:
+async def test_a_fenced_out_batch_writes_nothing_alone(store: Store, kind: str) -> None:
     run, bad, bad_plain = await prepare(store, kind)
     before = await snapshot(store, run.id)
     for b in (bad, bad_plain):
@@ -134,7 +134,7 @@ async def test_a_fenced_out_batch_writes_nothing_alone(store: SQLStore, kind: st
     assert await snapshot(store, run.id) == before
 
 
-async def good_runs(store: SQLStore, n: int) -> list[Run]:
+async def good_runs(store: Store, n: int) -> list[Run]:
     for _ in range(n):
         await store.create_run(new_run())
     runs = await store.claim_runs("g", [TARGET], n, 30)
@@ -143,7 +143,7 @@ async def good_runs(store: SQLStore, n: int) -> list[Run]:
 
 
 @pytest.mark.parametrize("kind", BAD_KINDS)
-async def test_a_fenced_out_batch_writes_nothing_in_a_group(store: SQLStore, kind: str) -> None:
+async def test_a_fenced_out_batch_writes_nothing_in_a_group(store: Store, kind: str) -> None:
     run, bad, bad_plain = await prepare(store, kind)
     goods = await good_runs(store, 4)
     before = await snapshot(store, run.id)
@@ -182,7 +182,7 @@ def poisoned(run: Run, other: Run) -> Batch:
 
 @pytest.mark.parametrize("kind", BAD_KINDS)
 async def test_a_fenced_out_batch_writes_nothing_when_the_group_falls_back(
-    store: SQLStore, kind: str
+    store: Store, kind: str
 ) -> None:
     run, bad, bad_plain = await prepare(store, kind)
     goods = await good_runs(store, 3)
@@ -205,7 +205,7 @@ async def test_a_fenced_out_batch_writes_nothing_when_the_group_falls_back(
 
 
 @pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLStore]:
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[Store]:
     """The lock hand-off to a thread is SQLite's: this test runs on SQLite only."""
     opened = open_store(f"sqlite:///{tmp_path / 'agentledger.db'}")
     await opened.open()
@@ -217,7 +217,7 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLStore]:
 
 @pytest.mark.parametrize("kind", BAD_KINDS)
 async def test_sqlite_a_fenced_out_batch_writes_nothing_when_handed_to_a_thread(
-    sqlite_store: SQLStore, kind: str
+    sqlite_store: Store, kind: str
 ) -> None:
     store = sqlite_store
     run, bad, bad_plain = await prepare(store, kind)

@@ -17,7 +17,7 @@ from agentledger.store import (
     NewEvent,
     NewRun,
     RunUpdate,
-    SQLStore,
+    Store,
     UnstorableBatch,
     UnstorableValue,
 )
@@ -34,14 +34,14 @@ def new_run(**kw: Any) -> NewRun:
     return NewRun(**fields)
 
 
-async def claimed(store: SQLStore, owner: str = "w1") -> Run:
+async def claimed(store: Store, owner: str = "w1") -> Run:
     await store.create_run(new_run())
     (run,) = await store.claim_runs(owner, [TARGET], 1, 30)
     return run
 
 
 async def test_text_with_nul_and_surrogates_is_stored_sanitized_everywhere(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     run = await store.create_run(
         new_run(input={BAD: BAD}, tenant_id=BAD, user_id=BAD, request_id=BAD)
@@ -60,7 +60,7 @@ async def test_text_with_nul_and_surrogates_is_stored_sanitized_everywhere(
     assert await store.release_run(mine.id, mine.lease_epoch, BAD)
 
 
-async def test_an_effect_swap_with_hostile_text_recognises_its_own_row(store: SQLStore) -> None:
+async def test_an_effect_swap_with_hostile_text_recognises_its_own_row(store: Store) -> None:
     """A retried swap (after a lost reply) must find its own write; comparing the raw
     values with the sanitized row said "someone else's" and the outbox gave up."""
     run = await claimed(store)
@@ -72,7 +72,7 @@ async def test_an_effect_swap_with_hostile_text_recognises_its_own_row(store: SQ
     assert not (await store.swap_effect(other, None))[0]
 
 
-async def test_create_run_refuses_what_would_park_it_forever(store: SQLStore) -> None:
+async def test_create_run_refuses_what_would_park_it_forever(store: Store) -> None:
     for bad in ({"available_at": NAN}, {"available_at": INF}, {"input": {"x": NAN}}):
         with pytest.raises(UnstorableValue):
             await store.create_run(new_run(**bad))
@@ -80,7 +80,7 @@ async def test_create_run_refuses_what_would_park_it_forever(store: SQLStore) ->
 
 
 @pytest.mark.parametrize("lease", [NAN, INF, -INF])
-async def test_a_lease_that_never_expires_is_refused(store: SQLStore, lease: float) -> None:
+async def test_a_lease_that_never_expires_is_refused(store: Store, lease: float) -> None:
     run = await store.create_run(new_run())
     with pytest.raises(UnstorableValue):
         await store.claim_runs("w1", [TARGET], 1, lease)
@@ -145,7 +145,7 @@ def batches_with_bad_numbers(run: Run) -> dict[str, Batch]:
 
 
 async def test_a_batch_with_a_number_no_column_can_hold_fails_alone_and_writes_nothing(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     run = await claimed(store)
     before = (await store.get_run(run.id), await store.list_events(run.id))
@@ -158,7 +158,7 @@ async def test_a_batch_with_a_number_no_column_can_hold_fails_alone_and_writes_n
     assert await store.list_outbox() == [] and await store.get_approvals() == []
 
 
-async def test_outbox_settle_refuses_a_due_time_that_never_comes(store: SQLStore) -> None:
+async def test_outbox_settle_refuses_a_due_time_that_never_comes(store: Store) -> None:
     run = await claimed(store)
     item = OutboxItem(key="m", run_id=run.id, step_no=1, tool="email", payload={})
     await store.commit(Batch(run.id, run.lease_epoch, "w1", outbox=[item]))
@@ -171,7 +171,7 @@ async def test_outbox_settle_refuses_a_due_time_that_never_comes(store: SQLStore
     assert math.isfinite(row.next_attempt_at) and row.attempts == 0
 
 
-async def test_errors_never_echo_unprintable_text(store: SQLStore) -> None:
+async def test_errors_never_echo_unprintable_text(store: Store) -> None:
     for call in (store.cancel_run(BAD, "r", "a"), store.decide_approval(BAD, "approve", "a")):
         with pytest.raises(StoreError) as caught:
             await call

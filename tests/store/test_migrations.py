@@ -9,10 +9,12 @@ from typing import Any
 
 import psycopg
 
-from agentledger.store import open_store, queries
+from agentledger.store import open_store
 from agentledger.store.dialect import Dialect
 from agentledger.store.postgres import PostgresDialect
+from agentledger.store.queries import migrations
 from agentledger.store.sqlite import SQLiteDialect, sqlite_path
+from agentledger.store.tx import Tx
 from tests import dbutil
 
 Schema = list[tuple[Any, ...]]
@@ -105,7 +107,7 @@ def test_replayed_migrations_give_the_fresh_schema(
     fresh = dialect_for(empty_url)
     conn = fresh.connect()
     try:
-        assert queries.migrate(fresh, conn) == all_versions()
+        assert migrations.migrate(Tx(fresh, conn)) == all_versions()
     finally:
         fresh.close(conn)
     expected = schema_of(empty_url)
@@ -123,14 +125,14 @@ def test_replayed_migrations_give_the_fresh_schema(
         partial.migrations = lambda first_k=first_k: first_k  # type: ignore[method-assign]
         conn = partial.connect()
         try:
-            assert queries.migrate(partial, conn) == all_versions()[:k]
+            assert migrations.migrate(Tx(partial, conn)) == all_versions()[:k]
         finally:
             partial.close(conn)
         rest = dialect_for(url)
         conn = rest.connect()
         try:
-            assert queries.migrate(rest, conn) == all_versions()[k:]
-            assert queries.migrate(rest, conn) == []  # replaying again changes nothing
+            assert migrations.migrate(Tx(rest, conn)) == all_versions()[k:]
+            assert migrations.migrate(Tx(rest, conn)) == []  # replaying again changes nothing
         finally:
             rest.close(conn)
         assert schema_of(url) == expected

@@ -14,7 +14,7 @@ import pytest
 
 from agentledger import App, RunStatus, ToolContext, Worker, WorkerConfig
 from agentledger.records import OutboxItem, Run
-from agentledger.store import OutboxKeyTaken, SQLStore
+from agentledger.store import OutboxKeyTaken, Store
 from tests.store.test_contract import batch, claim_one, new_run, step
 
 
@@ -22,12 +22,12 @@ def _item(run: Run, key: str, step_no: int = 1, to: str = "a") -> OutboxItem:
     return OutboxItem(key=key, run_id=run.id, step_no=step_no, tool="email", payload={"to": to})
 
 
-async def _claimed(store: SQLStore) -> Run:
+async def _claimed(store: Store) -> Run:
     await store.create_run(new_run())
     return await claim_one(store)
 
 
-async def test_a_key_held_by_another_run_is_refused_with_both_named(store: SQLStore) -> None:
+async def test_a_key_held_by_another_run_is_refused_with_both_named(store: Store) -> None:
     first = await _claimed(store)
     await store.commit(batch(first, steps=[step(first)], outbox=[_item(first, "welcome")]))
     second = await _claimed(store)
@@ -44,7 +44,7 @@ async def test_a_key_held_by_another_run_is_refused_with_both_named(store: SQLSt
     assert (row.run_id, row.payload) == (first.id, {"to": "a"})
 
 
-async def test_the_owning_run_writing_its_key_again_is_a_no_op(store: SQLStore) -> None:
+async def test_the_owning_run_writing_its_key_again_is_a_no_op(store: Store) -> None:
     run = await _claimed(store)
     await store.commit(batch(run, outbox=[_item(run, "mail:1")]))
     await store.commit(batch(run, outbox=[_item(run, "mail:1", to="again")]))  # a replay
@@ -53,7 +53,7 @@ async def test_the_owning_run_writing_its_key_again_is_a_no_op(store: SQLStore) 
 
 
 async def test_a_refused_batch_does_not_fail_the_batches_committed_with_it(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     """Group commit: the colliding batch fails alone, the others commit."""
     owner = await _claimed(store)
@@ -85,7 +85,7 @@ def _collision_app() -> App:
     return app
 
 
-async def _run_to_rest(store: SQLStore, app: App, text: str) -> Run:
+async def _run_to_rest(store: Store, app: App, text: str) -> Run:
     run_id = await app.submit(store, "announce", {"text": text})
     worker = Worker(store, app, WorkerConfig(poll_seconds=0.02, outbox=False), burst=True)
     await worker.run(install_signals=False)
@@ -94,7 +94,7 @@ async def _run_to_rest(store: SQLStore, app: App, text: str) -> Run:
     return run
 
 
-async def test_a_run_whose_outbox_key_is_taken_goes_to_a_human(store: SQLStore) -> None:
+async def test_a_run_whose_outbox_key_is_taken_goes_to_a_human(store: Store) -> None:
     """End to end: the second run of a tool with a run-blind key stops for a human,
     with the key and the run that holds it in its handover reason."""
     app = _collision_app()

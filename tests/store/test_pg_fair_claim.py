@@ -12,7 +12,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentledger.store import SQLStore, open_store
+from agentledger.store import Store, open_store
+from agentledger.store.tx import Tx
 from tests.store.conftest import hold
 
 pytestmark = pytest.mark.postgres
@@ -22,7 +23,7 @@ OTHER = "other@1"
 
 
 @pytest.fixture
-async def store(pg_url: str) -> AsyncIterator[SQLStore]:
+async def store(pg_url: str) -> AsyncIterator[Store]:
     # A claim that waits for a row lock fails after 5 s instead of hanging (a claim
     # must never wait: it skips what another claimer holds).
     opened = open_store(pg_url + "?options=-c%20lock_timeout%3D5000")
@@ -33,12 +34,11 @@ async def store(pg_url: str) -> AsyncIterator[SQLStore]:
         await opened.close()
 
 
-def _insert(d: Any, c: Any, rows: list[tuple[str, str, str, float]]) -> None:
+def _insert(tx: Tx, rows: list[tuple[str, str, str, float]]) -> None:
     """Queued runs (id, tenant, target, available_at), written directly."""
     for run_id, tenant, target, at in rows:
         name, version = target.split("@")
-        d.execute(
-            c,
+        tx.execute(
             "INSERT INTO runs (id, tenant_id, kind, name, version, target, input, status, "
             "created_at, updated_at, available_at) VALUES (:id, :tenant, 'workflow', :name, "
             ":version, :target, '{}', 'queued', :at, :at, :at)",
@@ -60,11 +60,11 @@ def backlog(
     return [(f"{tenant}-{i:04d}", tenant, target, first_at + i * 0.01) for i in range(n)]
 
 
-async def test_fair_round_robin_with_a_backlog_beyond_the_window(store: SQLStore) -> None:
+async def test_fair_round_robin_with_a_backlog_beyond_the_window(store: Store) -> None:
     now = time.time()
     # A's 500 runs are all older than B's and C's: oldest-first would give A the claim.
     rows = backlog("A", 500, now - 3000) + backlog("B", 3, now - 100) + backlog("C", 3, now - 50)
-    await store.transact(lambda d, c: _insert(d, c, rows))
+    await store.transact(_insert, rows)
     claimed = await store.claim_runs("w1", [OURS], 10, 60.0)
     # Rank 1 of each tenant, then rank 2, then rank 3, then A alone.
     assert sorted(r.id for r in claimed) == sorted(
@@ -75,12 +75,12 @@ async def test_fair_round_robin_with_a_backlog_beyond_the_window(store: SQLStore
 
 
 async def test_a_held_tenant_head_leaves_its_later_rows_and_other_tenants_claimable(
-    store: SQLStore, holder: psycopg.Connection[Any]
+    store: Store, holder: psycopg.Connection[Any]
 ) -> None:
     now = time.time()
     a = backlog("A", 200, now - 3000)
     b = backlog("B", 2, now - 100)
-    await store.transact(lambda d, c: _insert(d, c, a + b))
+    await store.transact(_insert, a + b)
     # Another claimer holds A's first 3 runs (inside the claim's window).
     hold(holder, [r[0] for r in a[:3]])
     claimed = await store.claim_runs("w1", [OURS], 6, 60.0)
@@ -88,11 +88,11 @@ async def test_a_held_tenant_head_leaves_its_later_rows_and_other_tenants_claima
 
 
 async def test_a_claim_reaches_past_a_tenants_held_rows_beyond_the_window(
-    store: SQLStore, holder: psycopg.Connection[Any]
+    store: Store, holder: psycopg.Connection[Any]
 ) -> None:
     now = time.time()
     a = backlog("A", 300, now - 3000)
-    await store.transact(lambda d, c: _insert(d, c, a))
+    await store.transact(_insert, a)
     # Other claimers hold A's first 120 runs: far more than a claim of 5 looks at
     # first. The claim must still find A's later runs, never a held one.
     hold(holder, [r[0] for r in a[:120]])
@@ -101,20 +101,20 @@ async def test_a_claim_reaches_past_a_tenants_held_rows_beyond_the_window(
     # The held rows are untouched: still queued once the other claimer lets go.
     holder.rollback()
     states = await store.transact(
-        lambda d, c: d.fetchall(c, "SELECT status FROM runs WHERE id < 'A-0120'")
+        lambda tx: tx.fetchall("SELECT status FROM runs WHERE id < 'A-0120'")
     )
     assert {s["status"] for s in states} == {"queued"}
 
 
 async def test_held_rows_and_a_target_not_served(
-    store: SQLStore, holder: psycopg.Connection[Any]
+    store: Store, holder: psycopg.Connection[Any]
 ) -> None:
     now = time.time()
     # A's oldest 150 runs are for another target; then 40 of ours, then more others.
     rows = backlog("A", 150, now - 3000, OTHER)
     ours = [(f"A-o{i:03d}", "A", OURS, now - 1000 + i * 0.01) for i in range(80)]
     rows += ours + [(f"A-x{i:03d}", "A", OTHER, now - 500 + i * 0.01) for i in range(50)]
-    await store.transact(lambda d, c: _insert(d, c, rows))
+    await store.transact(_insert, rows)
     claimed = await store.claim_runs("w1", [OURS], 4, 60.0)
     assert sorted(r.id for r in claimed) == [r[0] for r in ours[:4]]
     # With our next 30 held by another claimer, the claim reaches past them -- and
@@ -125,16 +125,16 @@ async def test_held_rows_and_a_target_not_served(
 
 
 async def test_few_due_runs_among_many_parked_tenants(
-    store: SQLStore, holder: psycopg.Connection[Any]
+    store: Store, holder: psycopg.Connection[Any]
 ) -> None:
     now = time.time()
     # 300 tenants with a run parked for an hour (waiting, not due), and a few due runs:
     # the claim reads the due ones only, fairly, skipping the held one.
     parked = [(f"P{i:03d}-0000", f"P{i:03d}", OURS, now + 3600) for i in range(300)]
     due = backlog("A", 4, now - 100) + backlog("B", 2, now - 50)
-    await store.transact(lambda d, c: _insert(d, c, parked + due))
+    await store.transact(_insert, parked + due)
     await store.transact(
-        lambda d, c: d.execute(c, "UPDATE runs SET status = 'waiting' WHERE id LIKE 'P%'")
+        lambda tx: tx.execute("UPDATE runs SET status = 'waiting' WHERE id LIKE 'P%'")
     )
     hold(holder, ["A-0000"])
     claimed = await store.claim_runs("w1", [OURS], 3, 60.0)
@@ -144,14 +144,13 @@ async def test_few_due_runs_among_many_parked_tenants(
     assert sorted(r.id for r in more) == ["A-0000", "A-0002", "A-0003"]
 
 
-async def test_expired_leases_are_taken_over_with_a_big_backlog(store: SQLStore) -> None:
+async def test_expired_leases_are_taken_over_with_a_big_backlog(store: Store) -> None:
     now = time.time()
     # X has no queued run left, only one whose lease expired; A has a big backlog.
     rows = [*backlog("A", 300, now - 3000), ("X-0000", "X", OURS, now - 4000)]
-    await store.transact(lambda d, c: _insert(d, c, rows))
+    await store.transact(_insert, rows)
     await store.transact(
-        lambda d, c: d.execute(
-            c,
+        lambda tx: tx.execute(
             "UPDATE runs SET status = 'running', lease_owner = 'dead', lease_epoch = 3, "
             "lease_expires_at = :past WHERE id IN ('X-0000', 'A-0000')",
             {"past": now - 10},

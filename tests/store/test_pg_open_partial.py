@@ -49,9 +49,7 @@ async def test_open_failing_after_the_writer_connected_leaks_nothing(
         conn.execute("ALTER DATABASE partial CONNECTION LIMIT -1")
     await store.open()
     try:
-        rows = await store.transact(
-            lambda d, c: d.fetchall(c, "SELECT COUNT(*) AS n FROM runs"), write=False
-        )
+        rows = await store.read(lambda tx: tx.fetchall("SELECT COUNT(*) AS n FROM runs"))
         assert rows[0]["n"] == 0
         assert _connections(pg_cluster.admin_url, "partial") >= 2  # writer and journal
     finally:

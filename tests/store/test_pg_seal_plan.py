@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from agentledger.service.queries import audit as service_audit
 from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
-from agentledger.store.queries import service_audit
+from agentledger.store.tx import Tx
 from tests.store.pg_claims import rows_read
 
 pytestmark = pytest.mark.postgres
@@ -67,14 +68,14 @@ def test_a_seal_does_not_read_the_tenants_history(pg_url: str) -> None:
                 copy.write_row((f"r{i:05d}", 2, "note", "test", now, "{}", None, None))
         conn.commit()
         spy = _Explaining(d)
-        assert service_audit.seal(spy, conn, batch) == batch  # type: ignore[arg-type]
+        assert service_audit.seal(Tx(spy, conn), batch) == batch  # type: ignore[arg-type]
         conn.commit()
         assert spy.rows_read
         for sql, read in spy.rows_read:
             # At worst the unsealed backlog (a bitmap scan of its index, when statistics
             # are stale), never the tenant's history.
             assert read <= 3 * unsealed, (read, sql)
-        checked, broken = service_audit.verify_chain(d, conn, "t1")
+        checked, broken = service_audit.verify_chain(Tx(d, conn), "t1")
         assert broken == [] and checked == batch
     finally:
         conn.rollback()

@@ -11,8 +11,8 @@ import time
 import psycopg
 import pytest
 
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 from tests.service import service_app
 
 pytestmark = pytest.mark.postgres
@@ -26,7 +26,7 @@ async def test_a_sealer_skips_a_head_another_sealer_has_moved(pg_url: str) -> No
     try:
         await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t1")
         await service_app.app.submit(store, "echo", {"text": "x"}, tenant_id="t2")
-        assert await store.transact(lambda d, c: service_audit.seal(d, c)) > 0
+        assert await store.transact(service_audit.seal) > 0
         await service_app.app.submit(store, "echo", {"text": "y"}, tenant_id="t1")
         await service_app.app.submit(store, "echo", {"text": "y"}, tenant_id="t2")
         # Another sealer, in its transaction: t1's head locked and moved, not committed.
@@ -34,14 +34,12 @@ async def test_a_sealer_skips_a_head_another_sealer_has_moved(pg_url: str) -> No
         holder.execute("UPDATE audit_heads SET chain_no = chain_no WHERE tenant_id = 't1'")
         release.start()
         started = time.monotonic()
-        sealed = await asyncio.wait_for(
-            store.transact(lambda d, c: service_audit.seal(d, c)), timeout=30
-        )
+        sealed = await asyncio.wait_for(store.transact(service_audit.seal), timeout=30)
         assert time.monotonic() - started < 3.0, "the sealer waited for the head's holder"
         assert sealed == 1  # t2's event; t1 is left to its holder
         holder.rollback()
-        assert await store.transact(lambda d, c: service_audit.seal(d, c)) == 1  # t1's
-        checked, broken = await store.transact(service_audit.verify_chain, write=False)
+        assert await store.transact(service_audit.seal) == 1  # t1's
+        checked, broken = await store.read(service_audit.verify_chain)
         assert broken == [] and checked == 4
     finally:
         release.cancel()

@@ -3,16 +3,15 @@ server's defaults: short statements, no transaction left idle, no JIT compilatio
 
 from __future__ import annotations
 
-from typing import Any
-
 from agentledger.store import open_store
 from agentledger.store.postgres.connection import connect
+from agentledger.store.tx import Tx
 
 SHOWN = ("statement_timeout", "idle_in_transaction_session_timeout", "jit")
 
 
-def _settings(d: Any, conn: Any) -> dict[str, str]:
-    return {name: d.fetchall(conn, f"SHOW {name}")[0][name] for name in SHOWN}
+def _settings(tx: Tx) -> dict[str, str]:
+    return {name: tx.fetchall(f"SHOW {name}")[0][name] for name in SHOWN}
 
 
 async def test_writer_and_read_connections_have_the_session_settings(pg_url: str) -> None:
@@ -25,7 +24,7 @@ async def test_writer_and_read_connections_have_the_session_settings(pg_url: str
             "jit": "off",
         }
         assert await store.transact(_settings) == expected
-        assert await store.transact(_settings, write=False) == expected
+        assert await store.read(_settings) == expected
     finally:
         await store.close()
 

@@ -16,7 +16,7 @@ import pytest
 
 from agentledger.errors import LeaseLost, StoreError, StoreUnavailable
 from agentledger.records import Effect, Run, Step
-from agentledger.store import Batch, EffectClaimed, NewRun, RunUpdate, SQLStore, open_store
+from agentledger.store import Batch, EffectClaimed, NewRun, RunUpdate, Store, open_store
 from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
 from agentledger.store.postgres.listen import RunListener, notify_runs
 from tests import dbutil
@@ -49,7 +49,7 @@ def batch(run: Run, /, **kw: object) -> Batch:
     return Batch(run_id=run.id, epoch=run.lease_epoch, owner=run.lease_owner, **kw)  # type: ignore[arg-type]
 
 
-async def opened(url: str) -> SQLStore:
+async def opened(url: str) -> Store:
     store = open_store(url)
     await store.open()
     return store
@@ -154,7 +154,7 @@ async def test_concurrent_stores_claim_every_run_exactly_once(pg_url: str) -> No
     try:
         await asyncio.gather(*(stores[i % 4].create_run(new_run()) for i in range(100)))
 
-        async def drain(store: SQLStore, owner: str) -> list[str]:
+        async def drain(store: Store, owner: str) -> list[str]:
             claimed: list[str] = []
             while got := await store.claim_runs(owner, [TARGET], 3, 60):
                 claimed += [r.id for r in got]

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agentledger.cli.main import cli
-from agentledger.store import SQLStore
+from agentledger.store import Store
 from agentledger.store.queries import retention
 from agentledger.worker import Worker, WorkerConfig
 from tests.service import service_app
@@ -32,7 +32,7 @@ async def run_cli(*args: str, key: str | None = KEY) -> Result:
     return await asyncio.to_thread(CliRunner().invoke, cli, list(args), env={ENV: key})
 
 
-async def _finished(store: SQLStore, tenant: str, n: int, steps: int = 2) -> list[str]:
+async def _finished(store: Store, tenant: str, n: int, steps: int = 2) -> list[str]:
     ids = [
         await service_app.app.submit(
             store, "echo", {"text": str(i), "steps": steps}, tenant_id=tenant
@@ -45,12 +45,12 @@ async def _finished(store: SQLStore, tenant: str, n: int, steps: int = 2) -> lis
     return ids
 
 
-async def _count(store: SQLStore, sql: str, params: dict[str, Any] | None = None) -> int:
-    rows = await store.transact(lambda d, c: d.fetchall(c, sql, params or {}), write=False)
+async def _count(store: Store, sql: str, params: dict[str, Any] | None = None) -> int:
+    rows = await store.read(lambda tx: tx.fetchall(sql, params or {}))
     return int(rows[0]["n"])
 
 
-async def _rows_of(store: SQLStore, run_id: str) -> dict[str, int]:
+async def _rows_of(store: Store, run_id: str) -> dict[str, int]:
     out = {}
     for table in ("steps", "effects", "outbox", "approvals", "events"):
         out[table] = await _count(
@@ -61,7 +61,7 @@ async def _rows_of(store: SQLStore, run_id: str) -> dict[str, int]:
 
 
 async def test_prune_removes_finished_runs_and_the_chain_still_verifies(
-    keyed: None, store: SQLStore, store_url: str, tmp_path: Path
+    keyed: None, store: Store, store_url: str, tmp_path: Path
 ) -> None:
     old = await _finished(store, "t1", 3)
     kept_other = await _finished(store, "t2", 1)
@@ -72,8 +72,8 @@ async def test_prune_removes_finished_runs_and_the_chain_still_verifies(
     later = await _finished(store, "t1", 1)
     # An outcome not settled: the run is finished but its step's outcome is unknown.
     await store.transact(
-        lambda d, c: d.execute(
-            c, "UPDATE steps SET status = 'unknown' WHERE run_id = :r", {"r": blocking[0]}
+        lambda tx: tx.execute(
+            "UPDATE steps SET status = 'unknown' WHERE run_id = :r", {"r": blocking[0]}
         )
     )
     queued = await service_app.app.submit(store, "echo", {"text": "q"}, tenant_id="t1")
@@ -101,13 +101,13 @@ async def test_prune_removes_finished_runs_and_the_chain_still_verifies(
 
 
 async def test_tampering_after_a_prune_is_still_found(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     await _finished(store, "t1", 2)
     kept = await _finished(store, "t1", 1)  # its outcome unsettled: it stays
     await store.transact(
-        lambda d, c: d.execute(
-            c, "UPDATE steps SET status = 'unknown' WHERE run_id = :r", {"r": kept[0]}
+        lambda tx: tx.execute(
+            "UPDATE steps SET status = 'unknown' WHERE run_id = :r", {"r": kept[0]}
         )
     )
     got = await run_cli("prune", "--older-than", "0s", "--db", store_url)
@@ -116,32 +116,30 @@ async def test_tampering_after_a_prune_is_still_found(
 
     # A record left after the pruned span, edited.
     await store.transact(
-        lambda d, c: d.execute(
-            c, "UPDATE events SET actor = 'mallory' WHERE run_id = :r", {"r": kept[0]}
+        lambda tx: tx.execute(
+            "UPDATE events SET actor = 'mallory' WHERE run_id = :r", {"r": kept[0]}
         )
     )
     bad = await run_cli("audit", "verify", "--db", store_url)
     assert bad.exit_code == 1 and "TAMPERED" in bad.output
     # The summary forged without the key: fewer records claimed.
-    await store.transact(lambda d, c: d.execute(c, "UPDATE audit_pruned SET records = 1"))
+    await store.transact(lambda tx: tx.execute("UPDATE audit_pruned SET records = 1"))
     forged = await run_cli("audit", "verify", "--db", store_url)
     assert forged.exit_code == 1
     assert "summary does not match its signature" in forged.output
     # The summary deleted: the chain's first records are missing.
-    await store.transact(lambda d, c: d.execute(c, "DELETE FROM audit_pruned"))
+    await store.transact(lambda tx: tx.execute("DELETE FROM audit_pruned"))
     gone = await run_cli("audit", "verify", "--db", store_url)
     assert gone.exit_code == 1 and "TAMPERED" in gone.output
 
 
-async def test_unsettled_work_is_never_prunable(store: SQLStore) -> None:
+async def test_unsettled_work_is_never_prunable(store: Store) -> None:
     (run_id,) = await _finished(store, "t1", 1)
     policy = retention.Policy("t1", 0.0)
     cutoff = 1e12
 
     async def prunable() -> bool:
-        found = await store.transact(
-            lambda d, c: retention.prunable_runs(d, c, policy, cutoff, [run_id]), write=False
-        )
+        found = await store.read(retention.prunable_runs, policy, cutoff, [run_id])
         return run_id in found
 
     assert await prunable()
@@ -161,23 +159,17 @@ async def test_unsettled_work_is_never_prunable(store: SQLStore) -> None:
          "DELETE FROM events WHERE seq = 999"),
     ]  # fmt: skip
     for block, unblock in guards:
-        await store.transact(lambda d, c, s=block: d.execute(c, s, {"r": run_id}))
+        await store.transact(lambda tx, s=block: tx.execute(s, {"r": run_id}))
         assert not await prunable(), block
-        await store.transact(lambda d, c, s=unblock: d.execute(c, s, {"r": run_id}))
+        await store.transact(lambda tx, s=unblock: tx.execute(s, {"r": run_id}))
         assert await prunable(), unblock
     # Too recent, or of a status not asked for.
-    assert not await store.transact(
-        lambda d, c: retention.prunable_runs(d, c, policy, 0.0, [run_id]), write=False
-    )
+    assert not await store.read(retention.prunable_runs, policy, 0.0, [run_id])
     failed_only = retention.Policy("t1", 0.0, ("failed",))
-    assert not await store.transact(
-        lambda d, c: retention.prunable_runs(d, c, failed_only, cutoff, [run_id]), write=False
-    )
+    assert not await store.read(retention.prunable_runs, failed_only, cutoff, [run_id])
 
 
-async def test_dry_run_removes_nothing_and_says_what_would_go(
-    store: SQLStore, store_url: str
-) -> None:
+async def test_dry_run_removes_nothing_and_says_what_would_go(store: Store, store_url: str) -> None:
     await _finished(store, "t1", 4)
     before = await _count(store, "SELECT COUNT(*) AS n FROM events")
     dry = await run_cli("prune", "--older-than", "0s", "--dry-run", "--json", "--db", store_url,
@@ -194,7 +186,7 @@ async def test_dry_run_removes_nothing_and_says_what_would_go(
     assert unsigned.exit_code == 0 and "records pruned" in unsigned.output
 
 
-async def test_bad_input_is_refused_in_one_line(store: SQLStore, store_url: str) -> None:
+async def test_bad_input_is_refused_in_one_line(store: Store, store_url: str) -> None:
     for args, words in [
         (["--older-than", "ninety days"], "--older-than"),
         (["--older-than", "1d", "--status", "running"], "only finished runs"),
@@ -207,7 +199,7 @@ async def test_bad_input_is_refused_in_one_line(store: SQLStore, store_url: str)
 
 
 async def test_a_worker_prunes_on_schedule_by_the_tenants_retention(
-    store: SQLStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
     old = await _finished(store, "t1", 2)
     other = await _finished(store, "t2", 1)
@@ -230,7 +222,7 @@ async def test_a_worker_prunes_on_schedule_by_the_tenants_retention(
         await task
 
 
-async def test_a_worker_steps_while_a_prune_runs(store: SQLStore, store_url: str) -> None:
+async def test_a_worker_steps_while_a_prune_runs(store: Store, store_url: str) -> None:
     """A prune of many runs in small batches beside a worker stepping new runs: every
     new run completes and the chain verifies (the latency figure is bench's)."""
     await _finished(store, "t1", 30, steps=3)

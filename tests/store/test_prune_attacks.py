@@ -15,23 +15,24 @@ from typing import Any
 
 import pytest
 
-from agentledger.store import SQLStore
-from agentledger.store.queries import retention, service_audit
+from agentledger.service.queries import audit as service_audit
+from agentledger.store import Store
+from agentledger.store.queries import retention
 from agentledger.worker import Worker, WorkerConfig
 from tests.engine.helpers import wait_for
 from tests.service import service_app
 from tests.store.test_prune import ENV, KEY, _count, _finished, _rows_of, run_cli
 
 
-async def _rows(store: SQLStore, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-    return await store.transact(lambda d, c: d.fetchall(c, sql, params or {}), write=False)
+async def _rows(store: Store, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+    return await store.read(lambda tx: tx.fetchall(sql, params or {}))
 
 
-async def _exec(store: SQLStore, sql: str, params: dict[str, Any] | None = None) -> None:
-    await store.transact(lambda d, c: d.execute(c, sql, params or {}))
+async def _exec(store: Store, sql: str, params: dict[str, Any] | None = None) -> None:
+    await store.transact(lambda tx: tx.execute(sql, params or {}))
 
 
-async def _handed_over(store: SQLStore, tenant: str, n: int) -> list[str]:
+async def _handed_over(store: Store, tenant: str, n: int) -> list[str]:
     """``n`` runs ended ``needs_human`` by the service app's over-budget workflow (each
     resumable by `runs resume`), their events sealed."""
     ids = [
@@ -47,7 +48,7 @@ async def _handed_over(store: SQLStore, tenant: str, n: int) -> list[str]:
 
 
 async def test_a_run_split_by_a_batch_is_not_resumed_half_pruned(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     """A batch ends inside a run (its first records summarized, its row and the rest
     still there): a `runs resume` between that batch and the next -- a kill, or just the
@@ -55,9 +56,7 @@ async def test_a_run_split_by_a_batch_is_not_resumed_half_pruned(
     first, _second = await _handed_over(store, "t1", 2)
     policy = retention.Policy("t1", 0.0, ("needs_human",))
     # One batch of 2 records: the first run's front only (the state between batches).
-    got = await store.transact(
-        lambda d, c: retention.prune_batch(d, c, policy, 1e12, 10**9, _key(), limit=2)
-    )
+    got = await store.transact(retention.prune_batch, policy, 1e12, 10**9, _key(), limit=2)
     assert got.records == 2 and got.runs == 0
     assert (await _rows_of(store, first))["runs"] == 1
     resumed = await run_cli("runs", "resume", first, "--db", store_url)
@@ -87,7 +86,7 @@ def keyed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_a_front_deleted_past_a_checkpoint_is_found_on_an_unsigned_chain(
-    store: SQLStore, store_url: str, tmp_path: Path
+    store: Store, store_url: str, tmp_path: Path
 ) -> None:
     """No key: a writer of the database deletes the front of a chain beyond a
     checkpoint's position and writes a summary of their own (unsigned, as a keyless
@@ -120,7 +119,7 @@ async def test_a_front_deleted_past_a_checkpoint_is_found_on_an_unsigned_chain(
 
 
 async def test_a_checkpoint_taken_after_a_tenant_was_pruned_whole_verifies(
-    store: SQLStore, store_url: str, tmp_path: Path
+    store: Store, store_url: str, tmp_path: Path
 ) -> None:
     """Unsigned: the checkpoint's position is the summary's last record (nothing after
     it): the summary's hash is the checkpoint's, no false alarm."""
@@ -136,7 +135,7 @@ async def test_a_checkpoint_taken_after_a_tenant_was_pruned_whole_verifies(
 
 
 async def test_the_summary_forged_moved_or_replayed_is_found(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     """Keyed: edits of every signed field, the row moved to another tenant, an older
     summary put back after a later prune."""
@@ -177,14 +176,14 @@ async def test_the_summary_forged_moved_or_replayed_is_found(
     assert int(fresh["n"]) == 0
 
 
-async def _put_summary(store: SQLStore, s: dict[str, Any]) -> None:
+async def _put_summary(store: Store, s: dict[str, Any]) -> None:
     cols = ", ".join(s)
     marks = ", ".join(f":{k}" for k in s)
     await _exec(store, f"INSERT INTO audit_pruned ({cols}) VALUES ({marks})", s)
 
 
 async def test_a_tenant_pruned_whole_goes_on_after_its_summary(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     await _finished(store, "t1", 3)
     got = await run_cli("prune", "--older-than", "0s", "--db", store_url)
@@ -205,7 +204,7 @@ async def test_a_tenant_pruned_whole_goes_on_after_its_summary(
     assert nokey.exit_code == 0 and "summary" in nokey.output, nokey.output
 
 
-async def test_hostile_values_are_refused_in_one_line(store: SQLStore, store_url: str) -> None:
+async def test_hostile_values_are_refused_in_one_line(store: Store, store_url: str) -> None:
     await _finished(store, "t1", 1)
     for args, words in [
         (["--older-than", "-1d"], "--older-than"),
@@ -247,7 +246,7 @@ def _prune_proc(url: str, tenant: str, log: Path) -> subprocess.Popen[bytes]:
 
 
 async def test_prunes_racing_and_killed_between_batches_leave_an_exact_summary(
-    keyed: None, store: SQLStore, store_url: str, tmp_path: Path
+    keyed: None, store: Store, store_url: str, tmp_path: Path
 ) -> None:
     """Two prune processes of one tenant at once, the first stopped (SIGSTOP, maybe
     inside a batch's transaction) after its first batch committed, then SIGKILLed; a
@@ -277,7 +276,7 @@ async def test_prunes_racing_and_killed_between_batches_leave_an_exact_summary(
     await _exact_summary(store, store_url, before, 200)
 
 
-async def _exact_summary(store: SQLStore, url: str, before: list[Any], runs: int) -> None:
+async def _exact_summary(store: Store, url: str, before: list[Any], runs: int) -> None:
     """Every record of ``before`` (t1's chain before the prunes) is gone, the summary
     stands for exactly them, every run is gone, and the chain verifies."""
     (s,) = await _rows(store, "SELECT * FROM audit_pruned WHERE tenant_id = 't1'")
@@ -298,7 +297,7 @@ async def _exact_summary(store: SQLStore, url: str, before: list[Any], runs: int
 
 
 async def test_a_cli_prune_beside_a_worker_pruning_on_schedule(
-    keyed: None, store: SQLStore, store_url: str, tmp_path: Path
+    keyed: None, store: Store, store_url: str, tmp_path: Path
 ) -> None:
     """`agentledger prune` and `worker --prune-every 1` (a real process) prune the same
     tenant at once: their batches take turns, the summary is exact."""
@@ -332,7 +331,7 @@ async def test_a_cli_prune_beside_a_worker_pruning_on_schedule(
 
 
 async def test_a_bad_retention_row_does_not_stop_the_worker_or_the_other_tenants(
-    store: SQLStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
     """A retention row no `--set-retention` would write (edited by hand: a status that
     is not finished) is skipped with a warning; the worker goes on stepping runs and
@@ -363,7 +362,7 @@ async def test_a_bad_retention_row_does_not_stop_the_worker_or_the_other_tenants
 
 
 async def test_an_unsigned_prune_then_a_key_is_adopted_with_the_chain(
-    store: SQLStore, store_url: str, monkeypatch: pytest.MonkeyPatch
+    store: Store, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Pruned without a key (unsigned chain, unsigned summary); verified with a key the
     summary is named unsigned, never taken as signed; `audit sign-unsigned` signs it
@@ -429,7 +428,7 @@ def test_a_shared_outbox_key_outlives_its_pruned_run(backend_env: Any) -> None:
 
 
 async def test_a_prune_that_meets_tampering_exits_non_zero(
-    keyed: None, store: SQLStore, store_url: str
+    keyed: None, store: Store, store_url: str
 ) -> None:
     """A record of the prunable front edited: the prune stops before it (it never
     launders it into a summary) and says so with a non-zero exit, so a scheduled

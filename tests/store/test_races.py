@@ -15,12 +15,12 @@ import pytest
 
 from agentledger.errors import LeaseLost
 from agentledger.records import Approval, Run
-from agentledger.store import AlreadyDecided, Batch, NewRun, RunUpdate, SQLStore, open_store
+from agentledger.store import AlreadyDecided, Batch, NewRun, RunUpdate, Store, open_store
 
 TARGET = "agent@1"
 ROUNDS = 25
 
-Action = Callable[[SQLStore, Any], Awaitable[Any]]
+Action = Callable[[Store, Any], Awaitable[Any]]
 
 
 class Racers:
@@ -80,8 +80,8 @@ async def race(url: str, actions: list[Action]) -> Racers:
     return Racers(url, actions)
 
 
-async def test_two_claimers_never_claim_one_run_twice(store: SQLStore, store_url: str) -> None:
-    async def claim(s: SQLStore, _: Any) -> list[Run]:
+async def test_two_claimers_never_claim_one_run_twice(store: Store, store_url: str) -> None:
+    async def claim(s: Store, _: Any) -> list[Run]:
         return await s.claim_runs(f"w{threading.get_ident()}", [TARGET], 3, 30)
 
     racers = Racers(store_url, [claim, claim, claim])
@@ -95,17 +95,17 @@ async def test_two_claimers_never_claim_one_run_twice(store: SQLStore, store_url
                 for run in o:
                     assert run.lease_epoch == 1
             await store._call(  # clear the table for the next round
-                lambda c: store.dialect.execute(c, "UPDATE runs SET status = 'completed'")
+                lambda tx: tx.execute("UPDATE runs SET status = 'completed'")
             )
     finally:
         await racers.close()
 
 
-async def test_claim_vs_cancel_of_a_queued_run(store: SQLStore, store_url: str) -> None:
-    async def claim(s: SQLStore, _: Any) -> list[Run]:
+async def test_claim_vs_cancel_of_a_queued_run(store: Store, store_url: str) -> None:
+    async def claim(s: Store, _: Any) -> list[Run]:
         return await s.claim_runs("wA", [TARGET], 5, 30)
 
-    async def cancel(s: SQLStore, run_id: str) -> Run:
+    async def cancel(s: Store, run_id: str) -> Run:
         return await s.cancel_run(run_id, "stop", "alice")
 
     racers = Racers(store_url, [claim, cancel])
@@ -126,9 +126,9 @@ async def test_claim_vs_cancel_of_a_queued_run(store: SQLStore, store_url: str) 
 
 
 async def test_finish_vs_cancel_never_turns_completed_into_cancelled(
-    store: SQLStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
-    async def finish(s: SQLStore, run: Run) -> None:
+    async def finish(s: Store, run: Run) -> None:
         assert run.lease_owner is not None
         await s.commit(
             Batch(
@@ -139,7 +139,7 @@ async def test_finish_vs_cancel_never_turns_completed_into_cancelled(
             )
         )
 
-    async def cancel(s: SQLStore, run: Run) -> Run:
+    async def cancel(s: Store, run: Run) -> Run:
         return await s.cancel_run(run.id, "stop", "alice")
 
     racers = Racers(store_url, [finish, cancel])
@@ -157,12 +157,12 @@ async def test_finish_vs_cancel_never_turns_completed_into_cancelled(
 
 
 async def test_a_decision_racing_expiry_has_exactly_one_winner(
-    store: SQLStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
-    async def human(s: SQLStore, approval_id: str) -> Approval:
+    async def human(s: Store, approval_id: str) -> Approval:
         return await s.decide_approval(approval_id, "approve", "alice")
 
-    async def expiry(s: SQLStore, approval_id: str) -> Approval:
+    async def expiry(s: Store, approval_id: str) -> Approval:
         return await s.decide_approval(approval_id, "reject", "expiry")
 
     racers = Racers(store_url, [human, expiry])
@@ -204,22 +204,22 @@ async def test_a_decision_racing_expiry_has_exactly_one_winner(
             decided = [e for e in await store.list_events(run.id) if e.type == "approval.decided"]
             assert len(decided) == 1
             await store._call(  # never claimed again in the next rounds
-                lambda c: store.dialect.execute(c, "UPDATE runs SET status = 'completed'")
+                lambda tx: tx.execute("UPDATE runs SET status = 'completed'")
             )
     finally:
         await racers.close()
 
 
 async def test_heartbeat_vs_finish_never_revives_a_finished_run(
-    store: SQLStore, store_url: str
+    store: Store, store_url: str
 ) -> None:
-    async def renew(s: SQLStore, run: Run) -> set[str]:
+    async def renew(s: Store, run: Run) -> set[str]:
         lost: set[str] = set()
         for _ in range(5):
             lost |= await s.renew_leases("wA", {run.id: run.lease_epoch}, 30)
         return lost
 
-    async def finish(s: SQLStore, run: Run) -> None:
+    async def finish(s: Store, run: Run) -> None:
         await s.commit(Batch(run.id, run.lease_epoch, "wA", run=RunUpdate(status="completed")))
 
     racers = Racers(store_url, [renew, finish])
@@ -237,11 +237,11 @@ async def test_heartbeat_vs_finish_never_revives_a_finished_run(
         await racers.close()
 
 
-async def test_reap_vs_claim_vs_release(store: SQLStore, store_url: str) -> None:
-    async def reap(s: SQLStore, run: Run) -> int:
+async def test_reap_vs_claim_vs_release(store: Store, store_url: str) -> None:
+    async def reap(s: Store, run: Run) -> int:
         return await s.expire_leases_of(["dead"])
 
-    async def claim(s: SQLStore, run: Run) -> list[Run]:
+    async def claim(s: Store, run: Run) -> list[Run]:
         taken: list[Run] = []
         for _ in range(20):  # until the reaper's expiry is visible, or give up
             taken = await s.claim_runs("wB", [TARGET], 1, 30)
@@ -249,7 +249,7 @@ async def test_reap_vs_claim_vs_release(store: SQLStore, store_url: str) -> None
                 break
         return taken
 
-    async def release(s: SQLStore, run: Run) -> bool:
+    async def release(s: Store, run: Run) -> bool:
         return await s.release_run(run.id, run.lease_epoch, "dead")
 
     racers = Racers(store_url, [reap, claim, release])
@@ -271,7 +271,7 @@ async def test_reap_vs_claim_vs_release(store: SQLStore, store_url: str) -> None
             with pytest.raises(LeaseLost):  # the dead owner's late write is fenced
                 await store.commit(Batch(run.id, run.lease_epoch, "dead", run=RunUpdate()))
             await store._call(  # clear the table for the next round
-                lambda c: store.dialect.execute(c, "UPDATE runs SET status = 'completed'")
+                lambda tx: tx.execute("UPDATE runs SET status = 'completed'")
             )
     finally:
         await racers.close()

@@ -11,12 +11,12 @@ import pytest
 
 from agentledger.errors import LeaseLost
 from agentledger.records import OutboxItem, Run, Step
-from agentledger.store import Batch, NewEvent, NewRun, RunUpdate, SQLStore
+from agentledger.store import Batch, NewEvent, NewRun, RunUpdate, Store
 
 TARGET = "agent@1"
 
 
-async def _claimed(store: SQLStore, owner: str = "w1") -> Run:
+async def _claimed(store: Store, owner: str = "w1") -> Run:
     await store.create_run(NewRun(kind="agent", name="agent", version="1", input={}))
     (run,) = await store.claim_runs(owner, [TARGET], 1, 300)
     return run
@@ -45,13 +45,13 @@ def _step(run: Run, step_no: int, status: str = "succeeded") -> Batch:
     )
 
 
-async def _journaled_events(store: SQLStore, run_id: str) -> list[int]:
+async def _journaled_events(store: Store, run_id: str) -> list[int]:
     return [e.data["step"] for e in await store.list_events(run_id) if e.type == "step.journaled"]
 
 
 @pytest.mark.parametrize("outbox", [False, True], ids=["plain", "outbox"])
 async def test_a_resent_batch_that_had_committed_is_answered_not_applied_again(
-    store: SQLStore, outbox: bool
+    store: Store, outbox: bool
 ) -> None:
     run = await _claimed(store)
     batch = _step(run, 1)
@@ -73,7 +73,7 @@ async def test_a_resent_batch_that_had_committed_is_answered_not_applied_again(
 
 
 async def test_a_resent_write_start_is_journaled_once_and_its_outcome_follows(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     # A write step's start, committed with its answer lost: found when resent, so the
     # call is made once under the one start, and its outcome completes that step.
@@ -89,7 +89,7 @@ async def test_a_resent_write_start_is_journaled_once_and_its_outcome_follows(
 
 
 async def test_a_resent_batch_is_fenced_out_once_another_worker_took_the_run(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     run = await _claimed(store)
     await store.commit(_step(run, 1))

@@ -15,7 +15,7 @@ import pytest
 
 from agentledger.errors import StoreUnavailable
 from agentledger.records import Run, Step
-from agentledger.store import Batch, RunUpdate, SQLStore, open_store
+from agentledger.store import Batch, RunUpdate, Store, open_store
 from agentledger.store.base import NewRun
 
 TARGET = "agent@1"
@@ -70,7 +70,7 @@ class LoopLag:
         self._task.cancel()
 
 
-async def running_runs(store: SQLStore, n: int) -> list[Run]:
+async def running_runs(store: Store, n: int) -> list[Run]:
     for _ in range(n):
         await store.create_run(NewRun(kind="agent", name="agent", version="1", input={}))
     return await store.claim_runs("w1", [TARGET], n, 60)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from agentledger.records import Effect
-from agentledger.store import SQLStore
+from agentledger.store import Store
 
 
-async def test_swap_effect_is_a_compare_and_set(store: SQLStore) -> None:
+async def test_swap_effect_is_a_compare_and_set(store: Store) -> None:
     claim = Effect("k1", "run-a", 3, "claimed", {"outbox": "k1", "attempt": 1})
     assert await store.swap_effect(claim, None) == (True, claim)
     # A retry of the same write after a lost reply finds its own row: written.

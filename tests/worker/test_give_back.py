@@ -10,13 +10,13 @@ import logging
 import pytest
 
 from agentledger import App, Worker, WorkerConfig
-from agentledger.store import NewRun, SQLStore
+from agentledger.store import NewRun, Store
 
 TARGET = "agent@1"
 
 
 async def test_giving_back_a_run_another_worker_took_over_releases_nothing(
-    store: SQLStore, caplog: pytest.LogCaptureFixture
+    store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     worker = Worker(store, App("give-back-tests"), WorkerConfig(store_retry_seconds=1))
     await store.create_run(NewRun(kind="agent", name="agent", version="1", input={}))

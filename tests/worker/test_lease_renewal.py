@@ -17,16 +17,16 @@ import pytest
 
 from agentledger import App, RunStatus, Worker, WorkerConfig
 from agentledger.records import Run
-from agentledger.store import Batch, NewRun, RunUpdate, SQLStore
+from agentledger.store import Batch, NewRun, RunUpdate, Store
 
 TARGET = "agent@1"
 
 
-def _worker(store: SQLStore) -> Worker:
+def _worker(store: Store) -> Worker:
     return Worker(store, App("lease-tests"), WorkerConfig())
 
 
-async def _claimed_by(store: SQLStore, owner: str) -> Run:
+async def _claimed_by(store: Store, owner: str) -> Run:
     await store.create_run(NewRun(kind="agent", name="agent", version="1", input={}))
     (run,) = await store.claim_runs(owner, [TARGET], 1, 30.0)
     return run
@@ -43,7 +43,7 @@ def _lost_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 @pytest.mark.parametrize("status", [RunStatus.COMPLETED, RunStatus.WAITING, "released"])
 async def test_a_run_that_gave_its_lease_back_is_not_reported_lost(
-    store: SQLStore, caplog: pytest.LogCaptureFixture, status: str
+    store: Store, caplog: pytest.LogCaptureFixture, status: str
 ) -> None:
     worker = _worker(store)
     run = await _claimed_by(store, worker.owner)
@@ -65,7 +65,7 @@ async def test_a_run_that_gave_its_lease_back_is_not_reported_lost(
 
 
 async def test_a_lease_taken_over_is_logged_lost_and_stops_the_execution(
-    store: SQLStore, caplog: pytest.LogCaptureFixture
+    store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     worker = _worker(store)
     run = await _claimed_by(store, worker.owner)
@@ -84,7 +84,7 @@ async def test_a_lease_taken_over_is_logged_lost_and_stops_the_execution(
 
 
 async def test_many_quick_runs_under_fast_heartbeats_log_no_lost_lease(
-    store: SQLStore, caplog: pytest.LogCaptureFixture
+    store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The whole worker: renewals every 10 ms race every run's finish."""
     app = App("lease-race")

@@ -76,8 +76,7 @@ def test_a_draining_worker_waits_for_a_parked_run(env: Env) -> None:
     # Park it: waiting, due in an hour.
     env._store(
         lambda s: s._call(
-            lambda c: s.dialect.execute(
-                c,
+            lambda tx: tx.execute(
                 f"UPDATE runs SET status = 'waiting', available_at = {s.dialect.now_sql} + 3600 "
                 "WHERE id = :id",
                 {"id": run_id},
@@ -101,8 +100,7 @@ def test_a_version_the_new_workers_also_serve_does_not_hold_the_old_worker(env: 
     parked = env.submit("quick", {"n": 1}, version="1")
     env._store(
         lambda s: s._call(
-            lambda c: s.dialect.execute(
-                c,
+            lambda tx: tx.execute(
                 f"UPDATE runs SET status = 'waiting', available_at = {s.dialect.now_sql} + 3600 "
                 "WHERE id = :id",
                 {"id": parked},

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.service.webhooks import verify
 from agentledger.store import open_store
-from agentledger.store.queries import service_webhooks
 from tests.engine.helpers import Env, wait_for
 from tests.loopback_http import QuietHandler, serving
 
@@ -89,8 +89,8 @@ def _submit_with_webhook(env: Env, url: str, n: int) -> str:
 
     async def set_webhook(store: Any) -> None:
         await store.transact(
-            lambda d, c: d.execute(
-                c, "UPDATE runs SET webhook = :w WHERE id = :id", {"w": url, "id": run_id}
+            lambda tx: tx.execute(
+                "UPDATE runs SET webhook = :w WHERE id = :id", {"w": url, "id": run_id}
             )
         )
 
@@ -103,9 +103,7 @@ def _secret(env: Env) -> str:
         store = open_store(env.url)
         await store.open()
         try:
-            return str(
-                await store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, "default"))
-            )
+            return str(await store.transact(service_webhooks.webhook_secret, "default"))
         finally:
             await store.close()
 
@@ -113,7 +111,7 @@ def _secret(env: Env) -> str:
 
 
 def _deliveries(env: Env) -> list[dict[str, Any]]:
-    return list(env._store(lambda s: s.transact(lambda d, c: service_webhooks.deliveries(d, c))))
+    return list(env._store(lambda s: s.transact(service_webhooks.deliveries)))
 
 
 def _all_delivered(env: Env, n: int) -> bool:
@@ -155,25 +153,25 @@ def test_two_workers_never_send_one_delivery_attempt_twice(env: Env, receiver: R
 async def test_an_attempt_is_written_back_only_under_its_own_claim(store: Any) -> None:
     """A claimer whose lease ran out cannot overwrite the outcome of the next claimer."""
     await store.transact(
-        lambda d, c: service_webhooks._insert(
-            d, c, "evt_x_1", "default", "x", "http://127.0.0.1:9/", "run.completed", {}
-        )
+        service_webhooks._insert,
+        "evt_x_1",
+        "default",
+        "x",
+        "http://127.0.0.1:9/",
+        "run.completed",
+        {},
     )
     now = time.time()
-    late = await store.transact(lambda d, c: service_webhooks.claim_due(d, c, now, 10, 0.0, "a"))
-    later = await store.transact(
-        lambda d, c: service_webhooks.claim_due(d, c, now + 1, 10, 60.0, "b")
-    )
+    late = await store.transact(service_webhooks.claim_due, now, 10, 0.0, "a")
+    later = await store.transact(service_webhooks.claim_due, now + 1, 10, 60.0, "b")
     assert [r["lease_epoch"] for r in late + later] == [1, 2]
-    assert not await store.transact(  # "a"'s attempt ended after its lease: ignored
-        lambda d, c: service_webhooks.settle_delivery(
-            d, c, "evt_x_1", False, "HTTP 500", now, False, 1
-        )
+    assert not await store.transact(
+        service_webhooks.settle_delivery, "evt_x_1", False, "HTTP 500", now, False, 1
     )
     assert await store.transact(
-        lambda d, c: service_webhooks.settle_delivery(d, c, "evt_x_1", True, None, now, False, 2)
+        service_webhooks.settle_delivery, "evt_x_1", True, None, now, False, 2
     )
-    (row,) = await store.transact(lambda d, c: service_webhooks.deliveries(d, c))
+    (row,) = await store.transact(service_webhooks.deliveries)
     assert row["status"] == "delivered" and row["attempts"] == 1 and row["last_error"] is None
 
 
@@ -183,7 +181,7 @@ def test_a_worker_alone_warns_of_an_approval_about_to_expire(env: Env, receiver:
 
     async def set_webhook(store: Any) -> None:
         sql = "UPDATE runs SET webhook = :w WHERE id = :id"
-        await store.transact(lambda d, c: d.execute(c, sql, {"w": receiver.url, "id": run_id}))
+        await store.transact(lambda tx: tx.execute(sql, {"w": receiver.url, "id": run_id}))
 
     env._store(set_webhook)
     env.start_worker()
@@ -194,7 +192,7 @@ def test_a_worker_alone_warns_of_an_approval_about_to_expire(env: Env, receiver:
         sql = "UPDATE approvals SET requested_at = :r, expires_at = :e WHERE id = :id"
         now = time.time()
         params = {"r": now - 900.0, "e": now + 100.0, "id": approval.id}
-        await store.transact(lambda d, c: d.execute(c, sql, params))
+        await store.transact(lambda tx: tx.execute(sql, params))
 
     env._store(near_expiry)
     warning = f"evt_{approval.id}_expiring"

@@ -40,8 +40,8 @@ import httpx
 
 from agentledger import App, WorkflowContext, heap
 from agentledger.errors import UsageError
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 
 app = App("api-bench")
 
@@ -261,9 +261,7 @@ async def _wait_sealed(db: str, timeout: float = 120.0, still: float = 3.0) -> N
         deadline = time.monotonic() + timeout
         last, since = -1, time.monotonic()
         while time.monotonic() < deadline:
-            left, _ = await store.transact(
-                lambda d, c: service_audit.unsealed_tail(d, c), write=False
-            )
+            left, _ = await store.read(service_audit.unsealed_tail)
             if left == 0:
                 return
             if left != last:

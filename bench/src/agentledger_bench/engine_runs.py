@@ -7,13 +7,13 @@ import time
 from typing import Any
 
 from agentledger.records import RunStatus
-from agentledger.store import SQLStore
+from agentledger.store import Store
 from agentledger.worker import Worker, WorkerConfig
 from agentledger_bench.apps import app as bench_app
 
 
 async def execute(
-    store: SQLStore,
+    store: Store,
     name: str,
     inputs: list[dict[str, Any]],
     concurrency: int,
@@ -72,12 +72,12 @@ async def execute(
     return results, wall
 
 
-async def per_step_us(store: SQLStore, name: str, steps: int) -> float:
+async def per_step_us(store: Store, name: str, steps: int) -> float:
     (result,), _ = await execute(store, name, [{"steps": steps}], concurrency=1)
     return float(result["elapsed_s"]) / steps * 1e6
 
 
-async def concurrent(store: SQLStore, runs: int, steps: int) -> tuple[float, float, list[int]]:
+async def concurrent(store: Store, runs: int, steps: int) -> tuple[float, float, list[int]]:
     """(steps/s inside the runs, steps/s from worker start, group sizes seen)."""
     store.group_sizes.clear()
     results, wall = await execute(

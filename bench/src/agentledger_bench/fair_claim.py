@@ -41,9 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from agentledger.records import RunStatus
-from agentledger.store import SQLStore, open_store
+from agentledger.store import Store, open_store
 from agentledger.store.dialect import Dialect
-from agentledger.store.queries import RUN_COLUMNS
+from agentledger.store.queries.common import RUN_COLUMNS
+from agentledger.store.tx import Tx
 
 TARGET = "bench_fair@1"
 SHAPES = ("one_tenant", "big_plus_100", "many_tenants", "few_due")
@@ -117,7 +118,7 @@ def shape_rows(shape: str, runs: int, tenants: int, now: float) -> Iterator[tupl
                RunStatus.QUEUED, at, at, at)  # fmt: skip
 
 
-def _seed(store: SQLStore, rows: Iterator[tuple[Any, ...]]) -> None:
+def _seed(store: Store, rows: Iterator[tuple[Any, ...]]) -> None:
     d = store.dialect
     conn = d.connect()
     try:
@@ -143,12 +144,11 @@ def _seed(store: SQLStore, rows: Iterator[tuple[Any, ...]]) -> None:
         d.close(conn)
 
 
-def _requeue(d: Dialect, conn: Any, ids: list[str]) -> None:
+def _requeue(tx: Tx, ids: list[str]) -> None:
     """Put claimed runs back as they were: queued, no lease, same available_at."""
     params: dict[str, Any] = {f"i{n}": run_id for n, run_id in enumerate(ids)}
     marks = ", ".join(f":i{n}" for n in range(len(ids)))
-    d.execute(
-        conn,
+    tx.execute(
         "UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, "
         f"write_token = NULL WHERE id IN ({marks})",
         params,
@@ -168,14 +168,14 @@ def _claim_statement(d: Dialect, full_rank: bool) -> Iterator[None]:
         del d.claim_sql  # the class's method again
 
 
-async def _claim_ms(store: SQLStore, limit: int, full_rank: bool) -> tuple[float, int]:
+async def _claim_ms(store: Store, limit: int, full_rank: bool) -> tuple[float, int]:
     with _claim_statement(store.dialect, full_rank):
         start = time.perf_counter()
         claimed = await store.claim_runs("bench-worker", [TARGET], limit, 600.0)
         took = (time.perf_counter() - start) * 1000
     ids = [r.id for r in claimed]
     if ids:
-        await store.transact(lambda d, c: _requeue(d, c, ids))
+        await store.transact(_requeue, ids)
     return took, len(ids)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from agentledger.observe.metrics import StoreFigures, render_metrics
 from agentledger.observe.stuck import StuckPolicy
-from agentledger.store import SQLStore, open_store
+from agentledger.store import Store, open_store
 
 _RUN = (
     "INSERT INTO runs (id, tenant_id, kind, name, version, target, status, tokens, cost_usd, "
@@ -75,7 +75,7 @@ def _rows(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict
     return runs, outbox, events
 
 
-def _seed(store: SQLStore, n: int) -> None:
+def _seed(store: Store, n: int) -> None:
     d = store.dialect
     conn = d.connect()
     try:
@@ -89,7 +89,7 @@ def _seed(store: SQLStore, n: int) -> None:
         d.close(conn)
 
 
-async def _scrape_ms(store: SQLStore, figures: StoreFigures, policy: StuckPolicy) -> float:
+async def _scrape_ms(store: Store, figures: StoreFigures, policy: StuckPolicy) -> float:
     start = time.perf_counter()
     await render_metrics(store, policy, process=False, figures=figures)
     return (time.perf_counter() - start) * 1000

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentledger.records import RunStatus
-from agentledger.store import SQLStore
+from agentledger.store import Store
 from agentledger_bench.apps import app as bench_app
 from agentledger_bench.apps import worker_command
 
@@ -101,7 +101,7 @@ def _pg_results(url: str, ids: list[str]) -> list[tuple[str, Any]]:
 
 
 async def process_throughput(
-    store: SQLStore,
+    store: Store,
     url: str,
     procs: int,
     runs: int,

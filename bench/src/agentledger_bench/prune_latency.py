@@ -37,7 +37,7 @@ from typing import Any
 from agentledger import sealer
 from agentledger.prune import prune_tenant
 from agentledger.records import RunStatus
-from agentledger.store import SQLStore, open_store
+from agentledger.store import Store, open_store
 from agentledger.store.queries.retention import Policy
 from agentledger.worker import Worker, WorkerConfig
 from agentledger_bench.apps import app as bench_app
@@ -48,7 +48,7 @@ RUN_STEPS = 100  # steps per history run
 WAVE, WAVE_STEPS = 8, 50  # probe runs per wave, steps per probe run
 
 
-async def _wait_done(store: SQLStore, ids: list[str]) -> list[dict[str, Any]]:
+async def _wait_done(store: Store, ids: list[str]) -> list[dict[str, Any]]:
     results = []
     for run_id in ids:
         while True:
@@ -62,7 +62,7 @@ async def _wait_done(store: SQLStore, ids: list[str]) -> list[dict[str, Any]]:
     return results
 
 
-async def _seed(store: SQLStore, steps: int, say: Any) -> float:
+async def _seed(store: Store, steps: int, say: Any) -> float:
     t0 = time.perf_counter()
     runs = max(1, steps // RUN_STEPS)
     for i in range(runs):
@@ -76,7 +76,7 @@ async def _seed(store: SQLStore, steps: int, say: Any) -> float:
     return time.perf_counter() - t0
 
 
-async def _wave(store: SQLStore) -> list[list[float]]:
+async def _wave(store: Store) -> list[list[float]]:
     ids = [
         await bench_app.submit(store, "bench_step_times", {"steps": WAVE_STEPS}, tenant_id=PROBE)
         for _ in range(WAVE)

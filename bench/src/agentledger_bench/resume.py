@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentledger.store.sqlstore import SQLStore
+from agentledger.store.sqlstore import Store
 from agentledger_bench.apps import app as bench_app
 from agentledger_bench.apps import worker_command
 
@@ -53,7 +53,7 @@ async def _until(predicate: Any, timeout: float, what: str) -> Any:
         await asyncio.sleep(0.02)
 
 
-async def one_kill(store: SQLStore, url: str, workdir: Path, same_host: bool) -> float:
+async def one_kill(store: Store, url: str, workdir: Path, same_host: bool) -> float:
     """Seconds from SIGKILL of the run's worker to its first resumed step."""
     run_id = await bench_app.submit(store, "bench_ticks", {"ticks": 100_000})
     first = _worker(url, workdir, "a")
@@ -92,7 +92,7 @@ async def one_kill(store: SQLStore, url: str, workdir: Path, same_host: bool) ->
                 proc.wait()
 
 
-async def resume_latency(store: SQLStore, url: str, workdir: Path, kills: int) -> dict[str, Any]:
+async def resume_latency(store: Store, url: str, workdir: Path, kills: int) -> dict[str, Any]:
     """Median and max kill->resume seconds over ``kills`` kills, for both cases."""
     report: dict[str, Any] = {"kills": kills, "lease_seconds": LEASE_SECONDS}
     for case, same_host in (("same_host", True), ("other_host", False)):

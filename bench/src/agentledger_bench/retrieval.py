@@ -28,10 +28,11 @@ import statistics
 import time
 from typing import Any
 
+from agentledger.retrieval import queries as retrieval_docs
 from agentledger.retrieval.embeddings import Embedder, embedder
+from agentledger.retrieval.queries import NewChunk
 from agentledger.retrieval.search import hybrid_search
-from agentledger.store import SQLStore, open_store
-from agentledger.store.queries.retrieval_docs import NewChunk
+from agentledger.store import Store, open_store
 
 TENANT = "bench-retrieval"
 OTHER = "bench-retrieval-other"
@@ -74,7 +75,7 @@ def chunk_text(words: list[str], cum: list[float], rng: random.Random, chars: in
 
 
 async def fill(
-    store: SQLStore, tenant: str, n: int, seed: int, chars: int, model: Embedder | None = None
+    store: Store, tenant: str, n: int, seed: int, chars: int, model: Embedder | None = None
 ) -> None:
     rng = random.Random(seed)
     words = vocabulary(5000, random.Random(1))  # most frequent first
@@ -87,7 +88,8 @@ async def fill(
         if model is not None:
             for chunk, vector in zip(chunks, model.embed([c.text for c in chunks]), strict=True):
                 chunk.embedding, chunk.embedder = vector, model.name
-        await store.add_document(
+        await store.transact(
+            retrieval_docs.add_document,
             tenant,
             f"bench:{tenant}:{doc_no}",
             f"Doc {doc_no}",
@@ -107,8 +109,8 @@ async def measure(
     hybrid_ms: list[float] = []
     try:
         for tenant in (TENANT, OTHER):
-            for doc in await store.list_documents(tenant):
-                await store.remove_document(tenant, doc.id, "bench")
+            for doc in await store.read(retrieval_docs.list_documents, tenant):
+                await store.transact(retrieval_docs.remove_document, tenant, doc.id, "bench")
         started = time.perf_counter()
         await fill(store, TENANT, n, seed=7, chars=chars, model=model)
         await fill(store, OTHER, n, seed=8, chars=chars, model=model)
@@ -127,7 +129,7 @@ async def measure(
                 + [rng.choice(rest) for _ in range(rng.randint(1, 2))]
             )
             t0 = time.perf_counter()
-            found = await store.search_chunks(TENANT, query, k)
+            found = await store.read(retrieval_docs.search_chunks, TENANT, query, k)
             elapsed = (time.perf_counter() - t0) * 1000
             if i >= 20:  # the first queries warm caches and prepared plans
                 latencies.append(elapsed)
@@ -137,8 +139,8 @@ async def measure(
                 await hybrid_search(store, model, TENANT, query, k)
                 hybrid_ms.append((time.perf_counter() - t0) * 1000)
         for tenant in (TENANT, OTHER):
-            for doc in await store.list_documents(tenant):
-                await store.remove_document(tenant, doc.id, "bench")
+            for doc in await store.read(retrieval_docs.list_documents, tenant):
+                await store.transact(retrieval_docs.remove_document, tenant, doc.id, "bench")
     finally:
         await store.close()
     latencies.sort()

@@ -6,7 +6,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from agentledger.store import SQLStore, open_store
+from agentledger.store import Store, open_store
 from agentledger_bench.engine_runs import execute
 
 
@@ -60,7 +60,7 @@ def _pg_run_bytes(url: str, run_id: str) -> int:
         return total
 
 
-async def postgres_bytes(store: SQLStore, url: str, n: int, payload: int) -> dict[str, int]:
+async def postgres_bytes(store: Store, url: str, n: int, payload: int) -> dict[str, int]:
     """Row bytes (``pg_column_size``) of an ``n``-step run minus those of an empty run."""
     ids = []
     for steps in (0, n):

@@ -15,9 +15,9 @@ import click
 from agentledger import auditkey
 from agentledger.cli.common import db_option, json_option, print_json, run_async, with_store
 from agentledger.errors import UsageError
-from agentledger.store import SQLStore
-from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
+from agentledger.store import Store
+from agentledger.store.tx import Tx
 
 
 @click.command("audit")
@@ -99,19 +99,19 @@ async def _check(
 ) -> _Report:
     """Seal (when asked), then verify the chains, the runs' records and a checkpoint."""
 
-    async def go(store: SQLStore) -> _Report:
-        sealed = await store.transact(lambda d, c: service_audit.seal(d, c)) if seal else 0
+    async def go(store: Store) -> _Report:
+        sealed = await store.transact(service_audit.seal) if seal else 0
 
-        def read(d: Dialect, c: Any) -> _Report:
-            checked, broken = service_audit.verify_chain(d, c, tenant, key)
+        def read(tx: Tx) -> _Report:
+            checked, broken = service_audit.verify_chain(tx, tenant, key)
             if since is not None:
-                broken += service_audit.against_checkpoint(d, c, since, key)
-            missing = service_audit.runs_without_records(d, c, tenant)
-            moved = service_audit.runs_in_other_chains(d, c, tenant)
-            unsealed, oldest = service_audit.unsealed_tail(d, c, tenant)
-            heads = service_audit.checkpoint(d, c, tenant)
-            redacted = service_audit.redacted_count(d, c, tenant)
-            pruned = service_audit.pruned_summaries(d, c, tenant)
+                broken += service_audit.against_checkpoint(tx, since, key)
+            missing = service_audit.runs_without_records(tx, tenant)
+            moved = service_audit.runs_in_other_chains(tx, tenant)
+            unsealed, oldest = service_audit.unsealed_tail(tx, tenant)
+            heads = service_audit.checkpoint(tx, tenant)
+            redacted = service_audit.redacted_count(tx, tenant)
+            pruned = service_audit.pruned_summaries(tx, tenant)
             return _Report(
                 sealed,
                 checked,
@@ -125,7 +125,7 @@ async def _check(
                 pruned,
             )
 
-        return await store.transact(read, write=False)
+        return await store.read(read)
 
     return await with_store(db, go)
 
@@ -275,12 +275,12 @@ async def _sign_unsigned(db: str, tenant: str | None) -> None:
     if key is None:
         raise UsageError(f"set {auditkey.ENV} to the key the sealers use, then run this again")
 
-    async def go(store: SQLStore) -> tuple[list[tuple[str, int]], list[str]]:
-        def unsigned(d: Dialect, c: Any) -> list[str]:
+    async def go(store: Store) -> tuple[list[tuple[str, int]], list[str]]:
+        def unsigned(tx: Tx) -> list[str]:
             where = "" if tenant is None else " AND tenant_id = :t"
             # A tenant pruned whole has no records left, only its unsigned summary.
-            rows = d.fetchall(
-                c, "SELECT tenant_id FROM events WHERE chain_no IS NOT NULL "
+            rows = tx.fetchall(
+                "SELECT tenant_id FROM events WHERE chain_no IS NOT NULL "
                 f"AND sig IS NULL{where} UNION SELECT tenant_id FROM audit_pruned "
                 f"WHERE sig IS NULL{where} ORDER BY tenant_id", {"t": tenant},
             )  # fmt: skip
@@ -289,9 +289,9 @@ async def _sign_unsigned(db: str, tenant: str | None) -> None:
         # One transaction per tenant: a tenant refused does not undo (nor hide) the
         # tenants signed before it.
         done, refused = [], []
-        for t in await store.transact(unsigned, write=False):
+        for t in await store.read(unsigned):
             try:
-                n = await store.transact(lambda d, c: service_audit.sign_unsigned(d, c, t, key))
+                n = await store.transact(service_audit.sign_unsigned, t, key)
             except UsageError as exc:
                 refused.append(str(exc))
             else:
@@ -348,15 +348,12 @@ def _read_checkpoint(path: Path, key: auditkey.AuditKey | None) -> list[dict[str
 
 
 async def _show(db: str, run_id: str, as_json: bool) -> None:
-    async def go(store: SQLStore) -> tuple[str | None, list[dict[str, object]]]:
+    async def go(store: Store) -> tuple[str | None, list[dict[str, object]]]:
         run = await store.get_run(run_id)
         if run is None:
             return None, []
         tenant = run.tenant_id
-        records = await store.transact(
-            lambda d, c: service_audit.audit_records(d, c, tenant, run_id, 0, 100_000),
-            write=False,
-        )
+        records = await store.read(service_audit.audit_records, tenant, run_id, 0, 100_000)
         return tenant, records
 
     tenant, records = await with_store(db, go)

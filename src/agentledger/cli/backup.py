@@ -25,7 +25,7 @@ from agentledger.cli.common import db_option, fail, run_async, with_store
 from agentledger.cli.routing import LIVE_WITHIN
 from agentledger.errors import UsageError
 from agentledger.records import WorkerInfo
-from agentledger.store import SQLStore
+from agentledger.store import Store
 from agentledger.store.sqlite import sqlite_path
 from agentledger.worker.liveness import is_dead_local_owner, me, parse_owner
 
@@ -226,7 +226,7 @@ def _set_aside(path: str) -> str | None:
     return kept
 
 
-async def _mark(store: SQLStore, source: str, *, check: bool) -> int:
+async def _mark(store: Store, source: str, *, check: bool) -> int:
     """Mark the restored store. ``check``: its worker rows are the only sign of workers
     still running on it (PostgreSQL: the dump's rows name the workers of the database it
     was taken from); a SQLite restore checked the store it replaces instead."""
@@ -235,7 +235,7 @@ async def _mark(store: SQLStore, source: str, *, check: bool) -> int:
     return await store.mark_restored(source, ACTOR)
 
 
-async def _refuse_live_workers(store: SQLStore) -> None:
+async def _refuse_live_workers(store: Store) -> None:
     """Refuse while a worker registered on this store may still be running: one on this
     machine whose process is not provably gone, or one elsewhere that heartbeat lately."""
     recent = {w.id for w in await store.list_workers(live_within=LIVE_WITHIN)}

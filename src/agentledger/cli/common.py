@@ -18,7 +18,7 @@ from agentledger import envsettings
 from agentledger.canonical import MAX_DEPTH, NotJournalable, journal_value
 from agentledger.cli.text import json_safe
 from agentledger.errors import AgentLedgerError, UsageError
-from agentledger.store import DEFAULT_URL, SQLStore, open_store
+from agentledger.store import DEFAULT_URL, Store, open_store
 from agentledger.store.sqlite import sqlite_path
 
 T = TypeVar("T")
@@ -57,7 +57,7 @@ def run_async(fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 
 async def with_store(
     url: str,
-    fn: Callable[[SQLStore], Awaitable[T]],
+    fn: Callable[[Store], Awaitable[T]],
     *,
     create: bool = False,
     read_only: bool = False,

@@ -20,11 +20,12 @@ from agentledger.cli.common import (
 from agentledger.cli.memory import default_actor
 from agentledger.cli.text import cell, console
 from agentledger.errors import UsageError
+from agentledger.retrieval import queries as retrieval_docs
 from agentledger.retrieval.embeddings import embedder
 from agentledger.retrieval.ingest import index_path, load_document
+from agentledger.retrieval.queries import ChunkHit
 from agentledger.retrieval.search import search as search_chunks
-from agentledger.store import SQLStore
-from agentledger.store.queries.retrieval_docs import ChunkHit
+from agentledger.store import Store
 
 tenant_option = click.option(
     "--tenant",
@@ -55,7 +56,7 @@ async def add(paths: tuple[Path, ...], tenant_id: str, db: str) -> None:
     model = embedder()  # the embeddings extra, when installed: chunks get vectors too
     vectors = f", embedded by {model.name}" if model is not None else ""
 
-    async def go(store: SQLStore) -> None:
+    async def go(store: Store) -> None:
         for path in paths:
             doc, changed = await index_path(store, path, tenant_id, actor=actor)
             state = "indexed" if changed else "unchanged"
@@ -73,7 +74,7 @@ async def add(paths: tuple[Path, ...], tenant_id: str, db: str) -> None:
 async def list_docs(tenant_id: str | None, db: str, as_json: bool) -> None:
     """List indexed documents."""
     check_text(tenant_id, "--tenant")
-    found = await with_store(db, lambda s: s.list_documents(tenant_id))
+    found = await with_store(db, lambda s: s.read(retrieval_docs.list_documents, tenant_id))
     if as_json:
         print_json([d.__dict__ for d in found])
         return
@@ -107,12 +108,14 @@ async def remove(refs: tuple[str, ...], tenant_id: str, db: str) -> None:
     check_text(tenant_id, "--tenant")
     actor = default_actor()
 
-    async def go(store: SQLStore) -> list[tuple[str, int]]:
+    async def go(store: Store) -> list[tuple[str, int]]:
         out = []
         for ref in refs:
-            removed = await store.remove_document(tenant_id, ref, actor)
+            removed = await store.transact(retrieval_docs.remove_document, tenant_id, ref, actor)
             if not removed and Path(ref).exists():  # a path given as typed: try it resolved
-                removed = await store.remove_document(tenant_id, str(Path(ref).resolve()), actor)
+                removed = await store.transact(
+                    retrieval_docs.remove_document, tenant_id, str(Path(ref).resolve()), actor
+                )
             out.append((ref, removed))
         return out
 
@@ -148,8 +151,10 @@ async def search(query: str, tenant_id: str | None, k: int, db: str, as_json: bo
     """
     check_text(tenant_id, "--tenant")
 
-    async def go(store: SQLStore) -> tuple[str, list[str], list[ChunkHit]]:
-        tenants = sorted({d.tenant_id for d in await store.list_documents(None)})
+    async def go(store: Store) -> tuple[str, list[str], list[ChunkHit]]:
+        tenants = sorted(
+            {d.tenant_id for d in await store.read(retrieval_docs.list_documents, None)}
+        )
         chosen = tenant_id
         if chosen is None:
             if not tenants:

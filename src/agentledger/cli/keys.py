@@ -9,8 +9,8 @@ import click
 from agentledger.cli.common import db_option, json_option, print_json, run_async, with_store
 from agentledger.errors import UsageError
 from agentledger.extras import require
-from agentledger.store import SQLStore
-from agentledger.store.queries import service_keys
+from agentledger.service.queries import keys as service_keys
+from agentledger.store import Store
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -60,7 +60,7 @@ async def create(tenant: str, user: str, roles: str, expires_in: str, db: str) -
     except ValueError as exc:
         raise UsageError(f"--roles: {exc}") from None
 
-    async def go(store: SQLStore) -> tuple[str, dict[str, object]]:
+    async def go(store: Store) -> tuple[str, dict[str, object]]:
         return await create_key(store, pepper, tenant, user, role_list, seconds)
 
     key, row = await with_store(db, go, create=True)
@@ -80,8 +80,8 @@ async def create(tenant: str, user: str, roles: str, expires_in: str, db: str) -
 async def list_(tenant: str | None, db: str, as_json: bool) -> None:
     """Keys: id, tenant, user, roles, the last four characters, expiry, revoked."""
 
-    async def go(store: SQLStore) -> list[dict[str, object]]:
-        return await store.transact(lambda d, c: service_keys.list_keys(d, c, tenant), write=False)
+    async def go(store: Store) -> list[dict[str, object]]:
+        return await store.read(service_keys.list_keys, tenant)
 
     found = await with_store(db, go)
     if as_json:
@@ -103,8 +103,8 @@ async def revoke(key_id: str, db: str) -> None:
     """Revoke a key by id (servers stop accepting it within seconds)."""
     key_id = key_id.split("_")[1] if key_id.startswith("al_") and key_id.count("_") >= 2 else key_id
 
-    async def go(store: SQLStore) -> bool:
-        return await store.transact(lambda d, c: service_keys.revoke_key(d, c, key_id))
+    async def go(store: Store) -> bool:
+        return await store.transact(service_keys.revoke_key, key_id)
 
     if not await with_store(db, go):
         raise UsageError(f"no key {key_id}; see `agentledger keys list`")
@@ -118,9 +118,9 @@ async def revoke(key_id: str, db: str) -> None:
 async def webhook_secret(tenant: str, db: str) -> None:
     """Print the tenant's webhook signing secret (made on first use); receivers verify
     `AgentLedger-Signature` with it (see agentledger.service.webhooks.verify)."""
-    from agentledger.store.queries import service_webhooks
+    from agentledger.service.queries import webhooks as service_webhooks
 
-    async def go(store: SQLStore) -> str:
-        return await store.transact(lambda d, c: service_webhooks.webhook_secret(d, c, tenant))
+    async def go(store: Store) -> str:
+        return await store.transact(service_webhooks.webhook_secret, tenant)
 
     click.echo(await with_store(db, go, create=True))

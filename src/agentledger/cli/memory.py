@@ -19,8 +19,8 @@ from agentledger.cli.common import (
     with_store,
 )
 from agentledger.cli.text import cell, console
-from agentledger.store.queries import memory_facts
-from agentledger.store.sqlstore import SQLStore
+from agentledger.memory import queries as memory_facts
+from agentledger.store.sqlstore import Store
 
 
 def default_actor() -> str:
@@ -46,7 +46,7 @@ async def list_memory(user_id: str, tenant_id: str | None, db: str, as_json: boo
     """List what is remembered about a user."""
     check_text(user_id, "--user")
     check_text(tenant_id, "--tenant")
-    facts = await with_store(db, lambda s: s.list_facts(tenant_id, user_id))
+    facts = await with_store(db, lambda s: s.read(memory_facts.all_facts, tenant_id, user_id))
     if as_json:
         print_json([f.__dict__ for f in facts])
         return
@@ -90,13 +90,13 @@ async def forget(
     # them from an edit of the records' data.
     key = auditkey.configured()
 
-    async def run(store: SQLStore) -> tuple[int, list[str]]:
-        deleted = await store.forget_facts(tenant_id, user_id, fact_key, who, key)
+    async def run(store: Store) -> tuple[int, list[str]]:
+        deleted = await store.transact(
+            memory_facts.forget_facts, tenant_id, user_id, fact_key, who, key
+        )
         if deleted:
             return deleted, []
-        found = await store.transact(
-            lambda d, c: memory_facts.tenants_with_facts(d, c, user_id), write=False
-        )
+        found = await store.read(memory_facts.tenants_with_facts, user_id)
         return deleted, found
 
     deleted, elsewhere = await with_store(db, run)

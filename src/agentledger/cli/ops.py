@@ -28,7 +28,7 @@ from agentledger.clock import SYSTEM
 from agentledger.errors import UsageError
 from agentledger.extras import require
 from agentledger.records import ApprovalDecision
-from agentledger.store import SQLStore, open_store
+from agentledger.store import Store, open_store
 from agentledger.store.queries.approvals import SYSTEM_PREFIX
 from agentledger.worker import Worker, WorkerConfig, WorkerFailed, startup_signals
 from agentledger.worker.runlog import configure_logging
@@ -212,7 +212,7 @@ async def migrate(db: str) -> None:
     """Create or upgrade the schema."""
     from agentledger.store.sqlstore import redacted_url
 
-    async def go(store: SQLStore) -> tuple[list[int], list[int]]:
+    async def go(store: Store) -> tuple[list[int], list[int]]:
         # Opening with create applied what was missing (store.applied).
         return store.applied, [version for version, _ in store.dialect.migrations()]
 
@@ -323,7 +323,7 @@ def outbox(ctx: click.Context, app_path: str | None, db: str) -> None:
 
     app = load_app(app_path)
 
-    async def go(store: SQLStore) -> int:
+    async def go(store: Store) -> int:
         await app.startup()
         try:
             return await OutboxDispatcher(store, app, make_owner_id()).drain()

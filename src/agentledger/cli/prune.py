@@ -10,7 +10,7 @@ from agentledger import prune as pruning
 from agentledger.cli.common import db_option, json_option, print_json, run_async, with_store
 from agentledger.cli.keys import parse_duration
 from agentledger.errors import UsageError
-from agentledger.store import SQLStore
+from agentledger.store import Store
 from agentledger.store.queries import retention
 from agentledger.store.queries.retention import Policy, Removed
 
@@ -64,8 +64,8 @@ async def prune(
         t, age = set_retention
         policy = Policy(t, parse_duration(age, "--set-retention"), wanted)
 
-        async def put(store: SQLStore) -> None:
-            await store.transact(lambda d, c: retention.set_policy(d, c, policy))
+        async def put(store: Store) -> None:
+            await store.transact(retention.set_policy, policy)
 
         await with_store(db, put)
         click.echo(f"tenant {t}: runs {', '.join(wanted)} older than {age} are pruned")
@@ -73,8 +73,8 @@ async def prune(
     if unset_retention is not None:
         t2 = unset_retention
 
-        async def drop(store: SQLStore) -> bool:
-            return await store.transact(lambda d, c: retention.unset_policy(d, c, t2))
+        async def drop(store: Store) -> bool:
+            return await store.transact(retention.unset_policy, t2)
 
         if not await with_store(db, drop):
             raise UsageError(f"tenant {t2} has no retention; list them with --show-retention")
@@ -82,16 +82,16 @@ async def prune(
         return
     if show_retention:
 
-        async def show(store: SQLStore) -> list[Policy]:
-            return await store.transact(retention.policies, write=False)
+        async def show(store: Store) -> list[Policy]:
+            return await store.read(retention.policies)
 
         for p in await with_store(db, show):
             click.echo(f"{p.tenant_id}\t{p.older_than:g}s\t{','.join(p.statuses)}")
         return
 
-    async def go(store: SQLStore) -> list[Removed]:
+    async def go(store: Store) -> list[Removed]:
         if older_than is None:
-            policies = await store.transact(retention.policies, write=False)
+            policies = await store.read(retention.policies)
             if tenant is not None:
                 policies = [p for p in policies if p.tenant_id == tenant]
             if not policies:
@@ -102,9 +102,9 @@ async def prune(
                 )
         else:
             age = parse_duration(older_than, "--older-than")
-            tenants = [tenant] if tenant is not None else await store.transact(
-                retention.chained_tenants, write=False
-            )  # fmt: skip
+            tenants = (
+                [tenant] if tenant is not None else await store.read(retention.chained_tenants)
+            )
             policies = [Policy(t, age, wanted) for t in tenants]
         return [await pruning.prune_tenant(store, p, dry_run=dry_run) for p in policies]
 

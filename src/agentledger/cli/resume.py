@@ -19,8 +19,9 @@ from agentledger.cli.common import (
     with_store,
 )
 from agentledger.errors import StoreError, StoreUnavailable, UsageError
-from agentledger.store import SQLStore
-from agentledger.store.queries.observe_resume import ResumePlan, ResumeRefused
+from agentledger.observe.queries import resume as observe_resume
+from agentledger.observe.queries.resume import ResumePlan, ResumeRefused
+from agentledger.store import Store
 
 
 def _actor(actor: str | None) -> str:
@@ -58,7 +59,7 @@ def _describe(plan: ResumePlan, dry_run: bool) -> str:
     return text
 
 
-async def _answers(store: SQLStore, run_id: str) -> bool:
+async def _answers(store: Store, run_id: str) -> bool:
     """Whether the store still answers a plain read (a lock held on one run's row, or
     a statement cancelled, blocks no read of it)."""
     try:
@@ -117,16 +118,22 @@ async def resume(
         raise UsageError("--from-step applies to one run; drop it with --status")
     who = _actor(actor)
 
-    async def go(store: SQLStore) -> list[tuple[str, ResumePlan | str | Exception]]:
-        ids = [run_id] if run_id else await store.resume_candidates(str(status), agent, limit)
+    async def go(store: Store) -> list[tuple[str, ResumePlan | str | Exception]]:
+        ids = (
+            [run_id]
+            if run_id
+            else await store.read(observe_resume.candidates, str(status), agent, limit)
+        )
         done: list[tuple[str, ResumePlan | str | Exception]] = []
         for n, rid in enumerate(ids):
             assert rid is not None
             try:
                 if dry_run:
-                    done.append((rid, await store.plan_resume(rid, from_step)))
+                    done.append((rid, await store.read(observe_resume.plan_resume, rid, from_step)))
                 else:
-                    plan = await store.resume_run(rid, from_step, who, reason)
+                    plan = await store.transact(
+                        observe_resume.resume_run, rid, from_step, who, reason
+                    )
                     done.append((rid, plan))
             except ResumeRefused as exc:
                 done.append((rid, str(exc)))
@@ -223,7 +230,10 @@ async def settle(
         raise UsageError("--result goes with --applied only")
     try:
         step = await with_store(
-            db, lambda s: s.settle_step(run_id, step_no, applied, result, _actor(actor), reason)
+            db,
+            lambda s: s.transact(
+                observe_resume.settle_step, run_id, step_no, applied, result, _actor(actor), reason
+            ),
         )
     except ResumeRefused as exc:
         raise UsageError(str(exc)) from None
@@ -242,7 +252,9 @@ async def settle(
 async def outbox_retry(key: str, actor: str | None, db: str) -> None:
     """Redeliver a dead letter (list them with `agentledger outbox dead`)."""
     check_text(key, "KEY", limit=None)
-    done = await with_store(db, lambda s: s.retry_outbox(key, _actor(actor)))
+    done = await with_store(
+        db, lambda s: s.transact(observe_resume.retry_outbox, key, _actor(actor))
+    )
     if not done:
         raise UsageError(f"no dead letter {key!r}; list them with `agentledger outbox dead`")
     click.echo(f"{key} queued for delivery again (a worker or `agentledger outbox` delivers it)")

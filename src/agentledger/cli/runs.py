@@ -33,7 +33,7 @@ from agentledger.cli.text import cell, console, json_safe, markup_safe
 from agentledger.errors import UsageError
 from agentledger.observe.stuck import stuck_runs
 from agentledger.records import Approval, Run, RunStatus, WorkerInfo, error_parts
-from agentledger.store import DEFAULT_URL, NewRun, SQLStore
+from agentledger.store import DEFAULT_URL, NewRun, Store
 from agentledger.worker.liveness import is_dead_local_owner
 
 
@@ -89,7 +89,7 @@ async def submit(
     if app is not None:  # before the database is opened (or created)
         check_known(name, version, app.targets(), f"in {app_path}")
 
-    async def go(store: SQLStore) -> tuple[str, str, bool]:
+    async def go(store: Store) -> tuple[str, str, bool]:
         if app is not None:
             targets = app.targets()
             where = f"in {app_path}"
@@ -158,7 +158,7 @@ async def list_runs(
 ) -> None:
     """Runs, newest first. Non-terminal runs show whether a live worker has their version."""
 
-    async def go(store: SQLStore) -> tuple[list[Run], list[WorkerInfo], list[Approval]]:
+    async def go(store: Store) -> tuple[list[Run], list[WorkerInfo], list[Approval]]:
         found = await store.list_runs(status=status, name=name, limit=limit)
         if stuck:  # observe/stuck.py decides what is stuck
             found = [r for r in await stuck_runs(store, name, limit) if status in (None, r.status)]
@@ -270,7 +270,7 @@ async def show_run(run_id: str, db: str, as_json: bool, verbose: bool = False) -
     """
 
     async def go(
-        store: SQLStore,
+        store: Store,
     ) -> tuple[Run | None, list[Any], list[Any], list[Approval], dict[int, dict[str, Any]]]:
         run = await store.get_run(run_id)
         if run is None:
@@ -390,7 +390,7 @@ async def cancel(run_id: str, reason: str, db: str) -> None:
     cancel request: its worker stops it at the next step boundary and compensates."""
     check_text(reason, "--reason", limit=1000)
 
-    async def go(store: SQLStore) -> tuple[Run | None, Run, set[str]]:
+    async def go(store: Store) -> tuple[Run | None, Run, set[str]]:
         before = await store.get_run(run_id)
         if before is None:
             raise UsageError(f"no run {run_id!r}; list runs with `agentledger runs list`")

@@ -17,7 +17,7 @@ from agentledger.cli.common import (
 from agentledger.cli.text import cell, console
 from agentledger.errors import UsageError
 from agentledger.observe.stats import Stats, parse_since, stats
-from agentledger.store import SQLStore
+from agentledger.store import Store
 
 
 def _money(value: float | None) -> str:
@@ -44,7 +44,7 @@ async def stats_command(since: str, agent: str | None, db: str, as_json: bool) -
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
-    async def go(store: SQLStore) -> Stats:
+    async def go(store: Store) -> Stats:
         return await stats(store, window, agent)
 
     found = await with_store(db, go, read_only=True)

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentledger.cli.text import cell, visible
-from agentledger.store.base import Store
+from agentledger.store.sqlstore import Store
 
 JOURNAL_FIELDS = (
     "step_no",

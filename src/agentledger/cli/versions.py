@@ -17,7 +17,7 @@ from agentledger.cli.common import db_option, json_option, print_json, run_async
 from agentledger.cli.routing import LIVE_WITHIN, version_key
 from agentledger.cli.text import cell, console, visible
 from agentledger.records import RunStatus, WorkerInfo, target_of
-from agentledger.store import SQLStore
+from agentledger.store import Store
 
 OPEN = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
 NO_WORKER = "no live worker"
@@ -65,7 +65,7 @@ async def versions(db: str, as_json: bool) -> None:
     A version with unfinished runs and no live worker is flagged (start a worker with that
     version, or cancel its runs). Drain an old version with `worker --exit-when-drained`."""
 
-    async def go(store: SQLStore) -> list[dict[str, Any]]:
+    async def go(store: Store) -> list[dict[str, Any]]:
         counts = await store.version_counts()
         registered = await store.registrations()
         workers = await store.list_workers(live_within=LIVE_WITHIN)

@@ -28,7 +28,7 @@ from agentledger.errors import FailureClass, Refused
 from agentledger.policies import Allow, Deny, ProposedCall, RequireApproval, run_policy
 from agentledger.records import Approval, ApprovalDecision, Step, StepStatus
 from agentledger.store.base import NewEvent
-from agentledger.store.queries import new_id
+from agentledger.store.queries.common import new_id
 from agentledger.tools.contract import Tool
 
 EXPIRED_BY = "system:expired"

@@ -32,7 +32,8 @@ from agentledger.clock import SYSTEM, Clock
 from agentledger.engine.signals import Abandon, Cancelled, Handover, HandoverReason
 from agentledger.errors import LeaseLost, StoreError, StoreUnavailable
 from agentledger.records import Approval, Effect, OutboxItem, Run, RunStatus, Step, StepStatus
-from agentledger.store.base import Batch, NewEvent, RunUpdate, Store
+from agentledger.store.base import Batch, NewEvent, RunUpdate
+from agentledger.store.sqlstore import Store
 from agentledger.tools.contract import Tool
 from agentledger.workflow import Workflow
 

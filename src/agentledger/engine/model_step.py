@@ -47,6 +47,7 @@ from agentledger.engine.retries import Attempts, RetryState, call_with_timeout, 
 from agentledger.engine.signals import Handover, HandoverReason, Park, RunFailed
 from agentledger.engine.steps import close_duration, new_step, take_events
 from agentledger.errors import RateLimited, Refused, ToolError
+from agentledger.gateway import queries as gateway_budgets
 from agentledger.gateway import stream
 from agentledger.gateway.cooldown import COOLDOWNS
 from agentledger.gateway.tenants import TenantBudget, TenantUsage
@@ -301,7 +302,9 @@ class ModelCall:
         usd = float(attempt.get("cost_usd", 0.0)) - float(attempt.get("reserved_usd", 0.0))
         tokens = int(attempt.get("tokens", 0)) - int(attempt.get("reserved_tokens", 0))
         if usd or tokens:
-            await self.exe.store.settle_tenant_usage(self.exe.run.tenant_id, period, usd, tokens)
+            await self.exe.store.transact(
+                gateway_budgets.settle_tenant_usage, self.exe.run.tenant_id, period, usd, tokens
+            )
 
     def _current(self, model: Model) -> dict[str, Any]:
         if self.attempts and self.attempts[-1].get("inflight"):
@@ -476,7 +479,9 @@ async def _reserve_tenant(
     update, so concurrent workers cannot overshoot): the usage and whether it was taken,
     or None when the tenant has no limits."""
     try:
-        row = await exe.store.reserve_tenant_usage(exe.run.tenant_id, exe.clock.now(), usd, tokens)
+        row = await exe.store.transact(
+            gateway_budgets.reserve_tenant_usage, exe.run.tenant_id, exe.clock.now(), usd, tokens
+        )
     except NotImplementedError:
         return None
     if row is None:

@@ -37,7 +37,8 @@ from agentledger.engine.workflow_runner import run_workflow
 from agentledger.errors import StoreError, StoreUnavailable
 from agentledger.observe import tracing
 from agentledger.records import TRACEBACK_START, Run, RunStatus, StepStatus
-from agentledger.store.base import NewEvent, Store
+from agentledger.store.base import NewEvent
+from agentledger.store.sqlstore import Store
 
 log = logging.getLogger(__name__)
 

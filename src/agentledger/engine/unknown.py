@@ -73,7 +73,7 @@ async def drive_write(
     # ``started`` (with the key) is durable before the call; the journal entry itself
     # is the audit record of it. Whether the tool can be status-checked goes with it: an
     # operator's resume keeps such a step for its check and refuses any other unknown
-    # one until a person settles it (store/queries/observe_resume.py).
+    # one until a person settles it (observe/queries/resume.py).
     step.status = StepStatus.STARTED
     if isinstance(step.input, dict):
         step.input["status_check"] = tool.status_check is not None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from agentledger.memory import queries as memory_facts
 from agentledger.records import Run
-from agentledger.store.base import Store
+from agentledger.store.sqlstore import Store
 
 MAX_FACTS_IN_CONTEXT = 50
 NO_USER = "No user is attached to this run: nothing is remembered about them."
@@ -20,7 +21,9 @@ async def memory_note(store: Store, run: Run, limit: int = MAX_FACTS_IN_CONTEXT)
     """
     if not run.user_id:
         return NO_USER
-    facts = await store.list_facts(run.tenant_id, run.user_id, created_before=run.created_at)
+    facts = await store.read(
+        memory_facts.list_facts, run.tenant_id, run.user_id, created_before=run.created_at
+    )
     if not facts:
         return NO_FACTS
     lines = [f"- {f.fact} (key {f.fact_key})" for f in facts[:limit]]

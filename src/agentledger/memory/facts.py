@@ -6,8 +6,8 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from agentledger.store.queries.memory_facts import Fact
-from agentledger.store.queries.retrieval_docs import query_terms
+from agentledger.memory.queries import Fact
+from agentledger.retrieval.queries import query_terms
 
 MAX_FACT_CHARS = 1000
 _SPACE = re.compile(r"\s+")

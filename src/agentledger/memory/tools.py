@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger.errors import BusinessError
+from agentledger.memory import queries as memory_facts
 from agentledger.memory.facts import fact_key_of, normalize_fact, rank_facts
-from agentledger.store.base import Store
+from agentledger.store.sqlstore import Store
 from agentledger.tools.context import ToolContext
 from agentledger.tools.contract import Tool, tool
 from agentledger.tools.status import Status
@@ -40,7 +41,9 @@ def user_of(ctx: ToolContext) -> str:
 
 async def remember_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     """Did the step with this idempotency key store its fact?"""
-    fact = await store_of(ctx).fact_by_source(ctx.tenant_id, user_of(ctx), ctx.idempotency_key)
+    fact = await store_of(ctx).read(
+        memory_facts.fact_by_source, ctx.tenant_id, user_of(ctx), ctx.idempotency_key
+    )
     return Status.not_found() if fact is None else Status.succeeded({"remembered": fact.to_dict()})
 
 
@@ -52,8 +55,14 @@ async def remember(ctx: ToolContext, fact: str, key: str | None = None) -> dict[
     if not text:
         raise BusinessError("an empty fact cannot be remembered", data={"error": "empty_fact"})
     name = (key or "").strip()[:MAX_KEY_CHARS] or fact_key_of(text)
-    stored = await store_of(ctx).remember_fact(
-        ctx.tenant_id, user_of(ctx), name, text, ctx.run_id, ctx.idempotency_key
+    stored = await store_of(ctx).transact(
+        memory_facts.upsert_fact,
+        ctx.tenant_id,
+        user_of(ctx),
+        name,
+        text,
+        ctx.run_id,
+        ctx.idempotency_key,
     )
     return {"remembered": stored.to_dict()}
 
@@ -62,7 +71,7 @@ async def remember(ctx: ToolContext, fact: str, key: str | None = None) -> dict[
 async def recall(ctx: ToolContext, query: str = "", k: int = 5) -> dict[str, Any]:
     """Recall what is remembered about the user: the facts that match ``query`` best
     (all recent facts when the query is empty)."""
-    facts = await store_of(ctx).list_facts(ctx.tenant_id, user_of(ctx))
+    facts = await store_of(ctx).read(memory_facts.list_facts, ctx.tenant_id, user_of(ctx))
     found = rank_facts(facts, query, max(1, min(k, 50)))
     return {"facts": [f.to_dict() for f in found]}
 

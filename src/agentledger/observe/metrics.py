@@ -34,9 +34,10 @@ from prometheus_client.registry import Collector
 
 from agentledger import envsettings
 from agentledger.observe.instruments import PROCESS
+from agentledger.observe.queries import metrics as observe_metrics
 from agentledger.observe.stuck import StuckPolicy
 from agentledger.records import DeliveryStatus
-from agentledger.store.base import Store
+from agentledger.store.sqlstore import Store
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +80,10 @@ class StoreFigures:
         ones start reading it again in the background once it is older than
         ``refresh``, so no scrape but a process's first waits for that scan."""
         if self.settled is None or self.refresh <= 0:
-            data = await store.observe_snapshot(live=True, settled=True)
+            data = await store.read(observe_metrics.snapshot, live=True, settled=True)
             self._keep(data)
         else:
-            data = await store.observe_snapshot(live=True, settled=False)
+            data = await store.read(observe_metrics.snapshot, live=True, settled=False)
             stale = time.monotonic() - self.read_at >= self.refresh
             if stale and (self._reading is None or self._reading.done()):
                 self._reading = asyncio.create_task(self._read_settled(store))
@@ -99,7 +100,7 @@ class StoreFigures:
 
     async def _read_settled(self, store: Store) -> None:
         try:
-            self._keep(await store.observe_snapshot(live=False, settled=True))
+            self._keep(await store.read(observe_metrics.snapshot, live=False, settled=True))
         except Exception as exc:  # the next stale scrape tries again
             log.warning("metrics: reading the store's history failed: %s", exc)
 

@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentledger.observe.queries import stats as observe_stats
 from agentledger.observe.stuck import StuckPolicy
-from agentledger.store.base import Store
+from agentledger.store.sqlstore import Store
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 FINISHED = ("completed", "failed", "cancelled", "expired", "needs_human")
@@ -71,7 +72,7 @@ async def stats(
     optionally of one agent or workflow, of one tenant (None: every tenant). Mount
     this at ``GET /v1/stats``."""
     start = None if since is None else time.time() - since
-    raw = await store.run_stats(start, agent, tenant)
+    raw = await store.read(observe_stats.run_stats, start, agent, tenant)
     finished = sum(n for s, n in raw["by_status"].items() if s in FINISHED)
     stuck = await (policy or StuckPolicy.from_env()).find(store)
     if agent is not None:

@@ -2,7 +2,7 @@
 episode once (a ``run.stuck`` event, which the webhook layer forwards, and the
 ``agentledger_stuck_reported`` counter); ``/metrics`` shows the stuck runs now.
 
-What "stuck" means is in :mod:`agentledger.store.queries.observe_stuck` (the SQL, on the
+What "stuck" means is in :mod:`agentledger.observe.queries.stuck` (the SQL, on the
 database's clock). The threshold is per agent: an agent or workflow definition may carry
 ``stuck_after`` (seconds); otherwise ``AGENTLEDGER_STUCK_AFTER`` (default 900 s).
 """
@@ -17,8 +17,9 @@ from typing import Any
 
 from agentledger import envsettings
 from agentledger.observe.instruments import STUCK_REPORTED
-from agentledger.store.base import Store
-from agentledger.store.queries.observe_stuck import STUCK_EVENT, StuckRun
+from agentledger.observe.queries import stuck as observe_stuck
+from agentledger.observe.queries.stuck import STUCK_EVENT, StuckRun
+from agentledger.store.sqlstore import Store
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,9 @@ class StuckPolicy:
 
     async def find(self, store: Store) -> list[StuckRun]:
         """The stuck runs now."""
-        return await store.find_stuck(self.after, self.per_agent, self.takeovers, self.live_within)
+        return await store.read(
+            observe_stuck.find_stuck, self.after, self.per_agent, self.takeovers, self.live_within
+        )
 
 
 def _definitions(app: Any) -> list[Any]:
@@ -86,7 +89,7 @@ class StuckDetector:
         for run in await self.policy.find(self.store):
             if run.reported:
                 continue
-            if await self.store.mark_stuck(run, self.actor):
+            if await self.store.transact(observe_stuck.mark_stuck, run, self.actor):
                 STUCK_REPORTED.labels(run.reason).inc()
                 log.warning(
                     "run %s (%s@%s) is stuck: %s for %.0f s",

@@ -35,6 +35,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from agentledger.extras import require
 from agentledger.observe import semconv as sc
 from agentledger.observe.instruments import OPERATION_DURATION, STEP_DURATION, TOKEN_USAGE
+from agentledger.observe.queries import trace as observe_trace
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TRACER_NAME = "agentledger"
@@ -145,14 +146,14 @@ async def run_span(store: Any, run: Any, kind: str) -> AsyncIterator[None]:
         carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         with contextlib.suppress(NotImplementedError):
-            await store.claim_trace_context(run.id, carrier["traceparent"])
+            await store.transact(observe_trace.claim_trace_context, run.id, carrier["traceparent"])
     with trace.use_span(span, end_on_exit=True, record_exception=True):
         yield
 
 
 async def _stored_context(store: Any, run_id: str) -> str | None:
     try:
-        found: str | None = await store.trace_context(run_id)
+        found: str | None = await store.read(observe_trace.get_trace_context, run_id)
         return found
     except (NotImplementedError, AttributeError):
         return None

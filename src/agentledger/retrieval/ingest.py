@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentledger.errors import UsageError
+from agentledger.retrieval import queries as retrieval_docs
 from agentledger.retrieval.chunking import MAX_CHARS, OVERLAP, Chunk, chunk_markdown, chunk_text
 from agentledger.retrieval.embeddings import embedder
 from agentledger.retrieval.html import html_to_markdown
-from agentledger.store.base import Store
-from agentledger.store.queries.retrieval_docs import Document, NewChunk
+from agentledger.retrieval.queries import Document, NewChunk
+from agentledger.store.sqlstore import Store
 
 KINDS = {
     ".md": "markdown",
@@ -97,8 +98,15 @@ async def index_path(
     """Chunk ``path`` and index it for ``tenant_id``: (document, changed). Adding the
     same content again changes nothing; new content under the same source replaces it."""
     doc = load_document(path, source=source)
-    return await store.add_document(
-        tenant_id, doc.source, doc.title, doc.kind, doc.sha256, new_chunks(doc.chunks), actor
+    return await store.transact(
+        retrieval_docs.add_document,
+        tenant_id,
+        doc.source,
+        doc.title,
+        doc.kind,
+        doc.sha256,
+        new_chunks(doc.chunks),
+        actor,
     )
 
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from agentledger.retrieval import queries as retrieval_docs
 from agentledger.retrieval.embeddings import Embedder, embedder
-from agentledger.store.base import Store
-from agentledger.store.queries import retrieval_docs
-from agentledger.store.queries.retrieval_docs import ChunkHit
+from agentledger.retrieval.queries import ChunkHit
+from agentledger.store.sqlstore import Store
+from agentledger.store.tx import Tx
 
 RRF_K = 60
 #: A chunk the vectors alone find must be about the query: cosine similarity at least
@@ -45,7 +46,7 @@ async def search(store: Store, tenant_id: str, query: str, k: int) -> list[Chunk
     """The ``k`` best chunks of the tenant's documents for ``query``."""
     model = embedder()
     if model is None:
-        return await store.search_chunks(tenant_id, query, k)
+        return await store.read(retrieval_docs.search_chunks, tenant_id, query, k)
     return await hybrid_search(store, model, tenant_id, query, k)
 
 
@@ -65,17 +66,17 @@ async def hybrid_search(
         nearest = [] if cached is None else [cached[1][i] for i in _nearest(cached[2], vector)]
         stamp_seen = None if cached is None else cached[0]
 
-        def read(d: Any, conn: Any) -> tuple[str | None, list[ChunkHit] | None]:
-            stamp = retrieval_docs.embedding_stamp(d, conn, tenant_id, model.name)
+        def read(tx: Tx) -> tuple[str | None, list[ChunkHit] | None]:
+            stamp = retrieval_docs.embedding_stamp(tx, tenant_id, model.name)
             if stamp is not None and stamp != stamp_seen:
                 return stamp, None  # the cached vectors are not the tenant's current ones
             # The full-text ranking of exactly what full text alone would return.
-            hits = retrieval_docs.search_chunks(d, conn, tenant_id, query, k)
+            hits = retrieval_docs.search_chunks(tx, tenant_id, query, k)
             if stamp is None:  # nothing embedded by this model: full text alone
                 return stamp, hits
-            return stamp, _fuse(d, conn, tenant_id, hits, nearest, k)
+            return stamp, _fuse(tx, tenant_id, hits, nearest, k)
 
-        stamp, hits = await store.transact(read, write=False)
+        stamp, hits = await store.read(read)
         if hits is not None:
             return hits
         assert stamp is not None
@@ -84,7 +85,7 @@ async def hybrid_search(
 
 
 def _fuse(
-    d: Any, conn: Any, tenant_id: str, text_hits: list[ChunkHit], nearest: list[str], k: int
+    tx: Tx, tenant_id: str, text_hits: list[ChunkHit], nearest: list[str], k: int
 ) -> list[ChunkHit]:
     fused: dict[str, float] = {}
     for ranking in ([h.chunk_id for h in text_hits], nearest):
@@ -93,7 +94,7 @@ def _fuse(
     best = sorted(fused, key=lambda cid: -fused[cid])[:k]
     known = {h.chunk_id: h for h in text_hits}
     missing = [cid for cid in best if cid not in known]
-    known.update((h.chunk_id, h) for h in retrieval_docs.chunks_by_id(d, conn, tenant_id, missing))
+    known.update((h.chunk_id, h) for h in retrieval_docs.chunks_by_id(tx, tenant_id, missing))
     out = []
     for cid in best:
         hit = known.get(cid)
@@ -127,9 +128,7 @@ async def _load(store: Store, key: tuple[str, str, str], stamp: str) -> None:
     import numpy as np
 
     _, name, tenant_id = key
-    rows = await store.transact(
-        lambda d, c: retrieval_docs.embedded_chunks(d, c, tenant_id, name), write=False
-    )
+    rows = await store.read(retrieval_docs.embedded_chunks, tenant_id, name)
     ids = [cid for cid, _ in rows]
     width = len(rows[0][1]) // 4 if rows else 0
     matrix = np.frombuffer(b"".join(v for _, v in rows), dtype="<f4").reshape(len(rows), width)

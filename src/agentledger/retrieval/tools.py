@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger.retrieval.search import search
-from agentledger.store.base import Store
+from agentledger.store.sqlstore import Store
 from agentledger.tools.context import ToolContext
 from agentledger.tools.contract import tool
 

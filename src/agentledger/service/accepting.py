@@ -11,7 +11,7 @@ commits together, or one alone) and answers each, in group order:
 * a live Idempotency-Key answers the run it names with the response recorded with it
   (a replay), or :class:`IdempotencyMismatch` for a different body; a key used twice in
   one group answers the second as a replay of the first;
-* the tenant's quota (:class:`~agentledger.store.queries.service_quota.QuotaBook`)
+* the tenant's quota (:class:`~agentledger.service.queries.quota.QuotaBook`)
   refuses with :class:`QuotaExceeded`;
 * otherwise the run is written.
 
@@ -42,12 +42,12 @@ from typing import Any
 
 from agentledger.errors import StoreError
 from agentledger.records import Run, dumps
+from agentledger.service.queries.quota import Quota, QuotaBook, QuotaExceeded
 from agentledger.store import rows
 from agentledger.store.base import NewRun
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import RUN_COLUMNS, in_list
 from agentledger.store.queries.runs import run_params
-from agentledger.store.queries.service_quota import Quota, QuotaBook, QuotaExceeded
+from agentledger.store.tx import Tx
 
 __all__ = [
     "IdempotencyMismatch",
@@ -100,7 +100,7 @@ class SubmitRequest:
 Outcome = Submitted | BaseException
 
 
-def accept(d: Dialect, conn: Any, requests: list[SubmitRequest]) -> list[Outcome]:
+def accept(tx: Tx, requests: list[SubmitRequest]) -> list[Outcome]:
     """Accept ``requests`` in this transaction; the outcome of each, in order: its
     :class:`Submitted`, or the error refusing it (rolled back alone).
 
@@ -111,18 +111,18 @@ def accept(d: Dialect, conn: Any, requests: list[SubmitRequest]) -> list[Outcome
     if not requests:
         return []
     book = QuotaBook(requests[0].quota, time.time())
-    book.prepare(d, conn, [r.new.tenant_id for r in requests])
+    book.prepare(tx, [r.new.tenant_id for r in requests])
     spare = copy.deepcopy(book)
     try:
-        return _savepoint(d, conn, "accept_group", lambda: _accept_set(d, conn, requests, book))
+        return _savepoint(tx, "accept_group", lambda: _accept_set(tx, requests, book))
     except _RolledBack:
         book = spare
     out: list[Outcome] = []
     for i, r in enumerate(requests):
         before = copy.deepcopy(book)
-        alone = functools.partial(_accept_set, d, conn, [r], book)
+        alone = functools.partial(_accept_set, tx, [r], book)
         try:
-            out += _savepoint(d, conn, f"accept{i}", alone)
+            out += _savepoint(tx, f"accept{i}", alone)
         except _RolledBack as rolled:
             book = before  # nothing of it was written: its run is not counted
             out.append(rolled.error)
@@ -137,21 +137,19 @@ class _RolledBack(Exception):
         self.error = error
 
 
-def _savepoint(
-    d: Dialect, conn: Any, name: str, work: Callable[[], list[Outcome]]
-) -> list[Outcome]:
+def _savepoint(tx: Tx, name: str, work: Callable[[], list[Outcome]]) -> list[Outcome]:
     """``work()`` under savepoint ``name``; :class:`_RolledBack` when it raised (a lost
     connection or a transient error is raised as it is: the store retries the group)."""
-    d.execute(conn, f"SAVEPOINT {name}")
+    tx.execute(f"SAVEPOINT {name}")
     try:
         done = work()
     except Exception as exc:
-        if d.is_disconnect(exc) or d.is_transient(exc):
+        if tx.dialect.is_disconnect(exc) or tx.dialect.is_transient(exc):
             raise
-        d.execute(conn, f"ROLLBACK TO SAVEPOINT {name}")
-        d.execute(conn, f"RELEASE SAVEPOINT {name}")
+        tx.execute(f"ROLLBACK TO SAVEPOINT {name}")
+        tx.execute(f"RELEASE SAVEPOINT {name}")
         raise _RolledBack(exc) from exc
-    d.execute(conn, f"RELEASE SAVEPOINT {name}")
+    tx.execute(f"RELEASE SAVEPOINT {name}")
     return done
 
 
@@ -176,15 +174,13 @@ class _Key:
     new: _New | None = None  # written by this group
 
 
-def _accept_set(
-    d: Dialect, conn: Any, requests: list[SubmitRequest], book: QuotaBook
-) -> list[Outcome]:
+def _accept_set(tx: Tx, requests: list[SubmitRequest], book: QuotaBook) -> list[Outcome]:
     """Decide and write ``requests`` in a few statements; raises when a statement fails
     (``book`` is then spent: the caller restores its copy)."""
     now = book.now
-    committed = _committed_requests(d, conn, requests)
-    keys, expired = _key_rows(d, conn, requests, now)
-    replayed = _replayed_runs(d, conn, keys)
+    committed = _committed_requests(tx, requests)
+    keys, expired = _key_rows(tx, requests, now)
+    replayed = _replayed_runs(tx, keys)
 
     out: list[Outcome | _New | tuple[_New, bool]] = []
     inserts: list[_New] = []
@@ -211,7 +207,7 @@ def _accept_set(
                     raise StoreError(f"Idempotency-Key {r.idem.key!r} names a missing run")
                 out.append(Submitted(run_found, True, json.loads(str(known.response))))
                 continue
-            book.check(d, conn, new.tenant_id)  # prepared: no statement
+            book.check(tx, new.tenant_id)  # prepared: no statement
             pending = _New(r, _run_params(r))
         except Exception as exc:
             out.append(exc)
@@ -223,10 +219,10 @@ def _accept_set(
             keys[ident] = _Key(r.idem.fingerprint, new=pending)
 
     if inserts:
-        _insert_runs(d, conn, inserts)
-        _insert_events(d, conn, inserts)
-        d.notify_runnable(conn)  # one hint for the group: a wake-up, not a count
-        _insert_keys(d, conn, inserts, expired, now)
+        _insert_runs(tx, inserts)
+        _insert_events(tx, inserts)
+        tx.dialect.notify_runnable(tx.conn)  # one hint for the group: a wake-up, not a count
+        _insert_keys(tx, inserts, expired, now)
 
     results: list[Outcome] = []
     for item in out:
@@ -244,20 +240,18 @@ def _accept_set(
     return results
 
 
-def _committed_requests(d: Dialect, conn: Any, requests: list[SubmitRequest]) -> dict[str, Run]:
+def _committed_requests(tx: Tx, requests: list[SubmitRequest]) -> dict[str, Run]:
     """The runs already committed under the group's request ids (ONE statement)."""
     ids = [r.new.request_id for r in requests if r.new.request_id is not None]
     if not ids:
         return {}
     marks, params = in_list("q", ids)
-    found = d.fetchall(
-        conn, f"SELECT {RUN_COLUMNS} FROM runs WHERE request_id IN ({marks})", params
-    )
+    found = tx.fetchall(f"SELECT {RUN_COLUMNS} FROM runs WHERE request_id IN ({marks})", params)
     return {row["request_id"]: rows.run_from(row) for row in found}
 
 
 def _key_rows(
-    d: Dialect, conn: Any, requests: list[SubmitRequest], now: float
+    tx: Tx, requests: list[SubmitRequest], now: float
 ) -> tuple[dict[tuple[str, str], _Key], set[tuple[str, str]]]:
     """The live rows of the group's keys, and the keys with an expired row (ONE statement)."""
     wanted: dict[str, list[str]] = {}
@@ -269,8 +263,7 @@ def _key_rows(
     if not wanted:
         return {}, set()
     where, params = _keys_where(wanted)
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT tenant_id, key, fingerprint, run_id, response, expires_at "
         f"FROM idempotency_keys WHERE {where}",
         params,
@@ -299,13 +292,13 @@ def _keys_where(wanted: dict[str, list[str]]) -> tuple[str, dict[str, Any]]:
     return " OR ".join(clauses), params
 
 
-def _replayed_runs(d: Dialect, conn: Any, keys: dict[tuple[str, str], _Key]) -> dict[str, Run]:
+def _replayed_runs(tx: Tx, keys: dict[tuple[str, str], _Key]) -> dict[str, Run]:
     """The runs of the live keys read (a statement only when a key is replayed)."""
     ids = sorted({str(k.run_id) for k in keys.values() if k.run_id is not None})
     if not ids:
         return {}
     marks, params = in_list("r", ids)
-    found = d.fetchall(conn, f"SELECT {RUN_COLUMNS} FROM runs WHERE id IN ({marks})", params)
+    found = tx.fetchall(f"SELECT {RUN_COLUMNS} FROM runs WHERE id IN ({marks})", params)
     return {row["id"]: rows.run_from(row) for row in found}
 
 
@@ -341,14 +334,14 @@ def _runs_sql(now: str, n: int) -> str:
     )
 
 
-def _insert_runs(d: Dialect, conn: Any, inserts: list[_New]) -> None:
+def _insert_runs(tx: Tx, inserts: list[_New]) -> None:
     """The run rows, with their service columns (ONE statement); fills ``run`` and
     ``body`` of each."""
     params: dict[str, Any] = {}
     for i, item in enumerate(inserts):
         for name in (*_RUN_FIELDS, "available_in"):
             params[f"{name}{i}"] = item.params[name]
-    found = {row["id"]: row for row in d.fetchall(conn, _runs_sql(d.now_sql, len(inserts)), params)}
+    found = {row["id"]: row for row in tx.fetchall(_runs_sql(tx.now, len(inserts)), params)}
     for item in inserts:
         item.run = rows.run_from(found[item.params["id"]])
         # A new run is answered as the store's create_run answers it: without the
@@ -365,7 +358,7 @@ def _events_sql(n: int) -> str:
     return f"INSERT INTO events (run_id, at, type, actor, data, seq, token) VALUES {values}"
 
 
-def _insert_events(d: Dialect, conn: Any, inserts: list[_New]) -> None:
+def _insert_events(tx: Tx, inserts: list[_New]) -> None:
     """Each run's ``run.submitted`` (seq 1, as the store's ``create_run`` writes it) and
     ``run.accepted`` (seq 2: who started the run, in the audit trail with it), in
     group order (ONE statement)."""
@@ -391,7 +384,7 @@ def _insert_events(d: Dialect, conn: Any, inserts: list[_New]) -> None:
             params[f"data{n}"] = dumps(data)
             params[f"seq{n}"] = seq
             n += 1
-    d.execute(conn, _events_sql(n), params)
+    tx.execute(_events_sql(n), params)
 
 
 def _key_order(item: _New) -> tuple[str, str]:
@@ -410,9 +403,7 @@ def _keys_sql(n: int) -> str:
     )
 
 
-def _insert_keys(
-    d: Dialect, conn: Any, inserts: list[_New], expired: set[tuple[str, str]], now: float
-) -> None:
+def _insert_keys(tx: Tx, inserts: list[_New], expired: set[tuple[str, str]], now: float) -> None:
     """The key rows (ONE statement; one more first when an expired row of a key is
     replaced). Only an expired row is deleted: a live row committed by another process
     since the read makes the INSERT fail, and each submit is accepted again alone."""
@@ -437,15 +428,14 @@ def _insert_keys(
         params[f"exp{i}"] = now + idem.ttl_seconds
     if replace:
         where, where_params = _keys_where(replace)
-        d.execute(
-            conn,
+        tx.execute(
             f"DELETE FROM idempotency_keys WHERE expires_at <= :now AND ({where})",
             {"now": now, **where_params},
         )
-    d.execute(conn, _keys_sql(len(keyed)), params)
+    tx.execute(_keys_sql(len(keyed)), params)
 
 
-def purge_idempotency_keys(d: Dialect, conn: Any, now: float) -> int:
+def purge_idempotency_keys(tx: Tx, now: float) -> int:
     """Delete expired Idempotency-Key rows (an expired key answers nothing: the next
     submit with it starts a new run)."""
-    return d.execute(conn, "DELETE FROM idempotency_keys WHERE expires_at <= :now", {"now": now})
+    return tx.execute("DELETE FROM idempotency_keys WHERE expires_at <= :now", {"now": now})

@@ -62,7 +62,7 @@ class AcceptBatcher:
             raise
         except Exception:
             pass
-        outcome = (await self.store.transact(lambda d, c: accepting.accept(d, c, [request])))[0]
+        outcome = (await self.store.transact(accepting.accept, [request]))[0]
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
@@ -82,7 +82,7 @@ class AcceptBatcher:
                 continue
             requests = [r for r, _ in live]
             try:
-                outcomes = await self.store.transact(lambda d, c: accepting.accept(d, c, requests))
+                outcomes = await self.store.transact(accepting.accept, requests)
             except Exception as exc:  # the whole group failed: every caller sees it
                 for _, future in live:
                     if not future.done():

@@ -24,7 +24,7 @@ from agentledger.service.idempotency import InFlight
 from agentledger.service.routers import approvals, audit, events, health, observe, runs
 from agentledger.service.settings import ServiceSettings
 from agentledger.service.webhooks import Dispatcher
-from agentledger.store import SQLStore, Store, open_store
+from agentledger.store import Store, open_store
 
 log = logging.getLogger(__name__)
 
@@ -130,12 +130,10 @@ def _wake_hub_on_commits(store: Store, hub: EventHub) -> list[Callable[[], None]
     """Poke the hub after journal commits: this process's (inline workers) directly, any
     process's through the database's notifications where it has them (PostgreSQL).
     Returns the functions that undo it."""
-    undo: list[Callable[[], None]] = []
-    if isinstance(store, SQLStore):
-        undo.append(store.on_journal_commit(hub.poke))
-        stop = store.listen_events(hub.poke_threadsafe)
-        if stop is not None:
-            undo.append(stop)
+    undo: list[Callable[[], None]] = [store.on_journal_commit(hub.poke)]
+    stop = store.listen_events(hub.poke_threadsafe)
+    if stop is not None:
+        undo.append(stop)
     return undo
 
 
@@ -152,7 +150,7 @@ async def _open_seal_store(store: Store) -> Store:
     connection the seal runs beside the groups (sealers of one tenant are serialized by
     its head row's lock, as across processes). SQLite has one writer whatever the
     connections."""
-    if not isinstance(store, SQLStore) or store.dialect.name == "sqlite":
+    if store.dialect.one_writer:
         return store
     own = open_store(store.url)
     await own.open(loop_committer=False)
@@ -173,7 +171,7 @@ async def _purge_keys_forever(store: Store, period: float, failures: FailureLog)
     while True:
         await asyncio.sleep(period)
         try:
-            await store.transact(lambda d, c: accepting.purge_idempotency_keys(d, c, time.time()))
+            await store.transact(accepting.purge_idempotency_keys, time.time())
         except Exception as exc:  # retried next period
             failures.failed("idempotency key purge", exc)
         else:

@@ -22,8 +22,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from agentledger.service.problems import Problem
+from agentledger.service.queries import keys as service_keys
 from agentledger.store import Store
-from agentledger.store.queries import service_keys
 
 log = logging.getLogger("agentledger.service")
 
@@ -91,9 +91,7 @@ async def warn_of_other_peppers(store: Store, pepper: bytes) -> None:
     """At ``serve`` start: log a warning when live keys in the store were made under
     another pepper (each such key answers 401 "unknown API key" here)."""
     try:
-        counts = await store.transact(
-            lambda d, c: service_keys.live_keys_by_pepper(d, c, time.time()), write=False
-        )
+        counts = await store.read(service_keys.live_keys_by_pepper, time.time())
     except Exception as exc:  # a look at the keys never stops `serve` from starting
         log.warning("could not compare the API keys' peppers with this one: %s", exc)
         return
@@ -141,12 +139,17 @@ async def create_key(
     roles = check_roles(roles)
     expires_at = time.time() + expires_in
     await store.transact(
-        lambda d, c: service_keys.insert_key(
-            d, c, key_id, tenant_id, user_id, roles, hash_secret(pepper, key_id, secret),
-            secret[-4:], expires_at, pepper_fingerprint(pepper),
-        )
-    )  # fmt: skip
-    row = await store.transact(lambda d, c: service_keys.get_key(d, c, key_id), write=False)
+        service_keys.insert_key,
+        key_id,
+        tenant_id,
+        user_id,
+        roles,
+        hash_secret(pepper, key_id, secret),
+        secret[-4:],
+        expires_at,
+        pepper_fingerprint(pepper),
+    )
+    row = await store.read(service_keys.get_key, key_id)
     assert row is not None
     row.pop("secret_hash", None)
     return f"al_{key_id}_{secret}", row
@@ -164,7 +167,7 @@ class KeyCache:
         cached = self._rows.get(key_id)
         if cached is not None and now - cached[0] < self.ttl:
             return cached[1]
-        row = await store.transact(lambda d, c: service_keys.get_key(d, c, key_id), write=False)
+        row = await store.read(service_keys.get_key, key_id)
         if len(self._rows) > 10_000:
             self._rows.clear()
         self._rows[key_id] = (now, row)

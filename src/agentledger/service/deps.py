@@ -16,9 +16,7 @@ async def run_or_404(request: Request, run_id: str, tenant_id: str) -> dict[str,
     store = request.app.state.store
     if len(run_id) > 200:
         raise Problem("not-found", f"no run {run_id[:40]}...")
-    row = await store.transact(
-        lambda d, c: service_runs.service_run(d, c, run_id, tenant_id), write=False
-    )
+    row = await store.read(service_runs.service_run, run_id, tenant_id)
     if row is None:
         raise Problem("not-found", f"no run {run_id}")
     return row

@@ -26,8 +26,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from agentledger.service.queries import events as service_events
 from agentledger.store import Store
-from agentledger.store.queries import service_events
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +98,7 @@ class EventHub:
         return self._heads.get(run_id)
 
     async def _heads_of(self, ids: list[str]) -> dict[str, tuple[int, str]]:
-        return await self.store.transact(
-            lambda d, c: service_events.event_heads(d, c, ids), write=False
-        )
+        return await self.store.read(service_events.event_heads, ids)
 
     async def _loop(self) -> None:
         while True:

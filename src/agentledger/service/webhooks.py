@@ -51,8 +51,8 @@ from agentledger import envsettings
 from agentledger.backoff import exponential
 from agentledger.failures import FailureLog
 from agentledger.service.egress import Egress, Refused, Unresolved
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.store import Store
-from agentledger.store.queries import service_webhooks
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +154,9 @@ class Dispatcher:
     async def once(self, client: httpx.AsyncClient) -> int:
         """Enqueue expiring-approval warnings, deliver what is due; return deliveries tried."""
         now = time.time()
-        await self.store.transact(lambda d, c: service_webhooks.enqueue_expiring(d, c, now))
+        await self.store.transact(service_webhooks.enqueue_expiring, now)
         due = await self.store.transact(
-            lambda d, c: service_webhooks.claim_due(d, c, now, 50, self.timeout * 3, self.owner)
+            service_webhooks.claim_due, now, 50, self.timeout * 3, self.owner
         )
         await asyncio.gather(*(self._deliver(client, row) for row in due))
         return len(due)
@@ -164,7 +164,7 @@ class Dispatcher:
     async def _secret(self, tenant_id: str) -> str:
         if tenant_id not in self._secrets:
             self._secrets[tenant_id] = await self.store.transact(
-                lambda d, c: service_webhooks.webhook_secret(d, c, tenant_id)
+                service_webhooks.webhook_secret, tenant_id
             )
         return self._secrets[tenant_id]
 
@@ -211,10 +211,13 @@ class Dispatcher:
         delay = exponential(attempts, self.backoff, self.max_backoff)
         dead = error is not None and (refused or attempts >= self.max_attempts)
         settled = await self.store.transact(
-            lambda d, c: service_webhooks.settle_delivery(
-                d, c, row["id"], error is None, error, time.time() + delay, dead,
-                int(row["lease_epoch"]),
-            )
-        )  # fmt: skip
+            service_webhooks.settle_delivery,
+            row["id"],
+            error is None,
+            error,
+            time.time() + delay,
+            dead,
+            int(row["lease_epoch"]),
+        )
         if not settled:  # our lease ran out mid-attempt: the next claimer decides
             log.warning("webhook %s: claim lost before its outcome was written", row["id"])

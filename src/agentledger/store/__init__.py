@@ -1,4 +1,4 @@
-"""Stores: the one source of truth, behind one interface (:class:`Store`)."""
+"""The store: the one source of truth (:class:`Store`), its operations and dialects."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from agentledger.store.base import (
     NewRun,
     OutboxKeyTaken,
     RunUpdate,
-    Store,
     UnstorableBatch,
     UnstorableValue,
 )
-from agentledger.store.sqlstore import SQLStore
+from agentledger.store.sqlstore import Store
+from agentledger.store.tx import Tx
 
 DEFAULT_URL = "sqlite:///agentledger.db"
 
 
-def open_store(url: str | None = None) -> SQLStore:
+def open_store(url: str | None = None) -> Store:
     """Make a (not yet opened) store for a URL: ``sqlite:///file.db`` or ``postgresql://...``.
 
     >>> store = open_store("sqlite:///runs.db")   # then: await store.open()
@@ -36,11 +36,11 @@ def open_store(url: str | None = None) -> SQLStore:
                 hint("postgres", "a postgresql:// database")
                 + " ('agentledger[postgres-binary]' where the host has no libpq)"
             ) from exc
-        return SQLStore(PostgresDialect(url))
+        return Store(PostgresDialect(url))
     if url.startswith("sqlite:") or "://" not in url:
         from agentledger.store.sqlite import SQLiteDialect
 
-        return SQLStore(SQLiteDialect(url))
+        return Store(SQLiteDialect(url))
     scheme = url.split("://", 1)[0]
     raise UsageError(
         f"unsupported database URL scheme {scheme!r}; use sqlite:///file.db or postgresql://..."
@@ -57,8 +57,8 @@ __all__ = [
     "NewRun",
     "OutboxKeyTaken",
     "RunUpdate",
-    "SQLStore",
     "Store",
+    "Tx",
     "UnstorableBatch",
     "UnstorableValue",
     "open_store",

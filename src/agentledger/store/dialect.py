@@ -69,9 +69,13 @@ class Dialect(ABC):
     # A second connection sees the same database, so a store may serve its read-only
     # transactions on a read connection of their own (not so for an in-memory file).
     separate_reads: bool = True
+    # One writer at a time whatever the connections (SQLite's database lock): a second
+    # writing connection only queues behind the first, so work that could move to its
+    # own connection (the service's sealer) stays on the store's.
+    one_writer: bool = False
     # Read connections a store may open while all it has are busy (each a thread).
     read_connections: int = 1
-    # Set by SQLStore.open(read_only=True): connections only read (SQLite opens the
+    # Set by Store.open(read_only=True): connections only read (SQLite opens the
     # file mode=ro, so a file this process may not write can still be read).
     read_only: bool = False
 

@@ -30,7 +30,8 @@ from typing import Any, Protocol
 from agentledger.errors import AgentLedgerError, LeaseLost
 from agentledger.store.base import Batch, KeyHeld
 from agentledger.store.dialect import Dialect, WouldBlock
-from agentledger.store.queries import apply_batch, committed
+from agentledger.store.queries.journal import apply_batch, committed
+from agentledger.store.tx import Tx
 
 
 class JournalCommitter(Protocol):
@@ -131,45 +132,43 @@ NOT_DONE: Any = object()
 
 @dataclass
 class Job:
-    """One unit of store work: ``fn(connection)`` and where its answer goes."""
+    """One unit of store work: ``fn(tx)`` and where its answer goes."""
 
-    fn: Callable[[Any], Any]
+    fn: Callable[[Tx], Any]
     future: Reply
     write: bool
     grouped: bool
     batch: Any = None  # the Batch a grouped job applies, for dialects with plain batches
     # Before a job runs again after a lost connection (its COMMIT may have committed
-    # with the reply lost): ``recover(conn)`` returns the first attempt's answer if it
+    # with the reply lost): ``recover(tx)`` returns the first attempt's answer if it
     # committed, else NOT_DONE. Jobs without one are idempotent as they are.
-    recover: Callable[[Any], Any] | None = None
+    recover: Callable[[Tx], Any] | None = None
     retried: bool = False
 
 
-def rollback(dialect: Dialect, conn: Any) -> None:
+def rollback(tx: Tx) -> None:
     with contextlib.suppress(Exception):
-        dialect.rollback(conn)
+        tx.dialect.rollback(tx.conn)
 
 
-def run_single(
-    dialect: Dialect, conn: Any, job: Job, translate: Callable[[BaseException], BaseException]
-) -> None:
+def run_single(tx: Tx, job: Job, translate: Callable[[BaseException], BaseException]) -> None:
     """One job in its own transaction. Re-raises disconnects for the caller to retry."""
     try:
         if job.write:
-            dialect.begin_write(conn)
+            tx.dialect.begin_write(tx.conn)
         result = NOT_DONE
         if job.retried and job.recover is not None:
-            result = job.recover(conn)
+            result = job.recover(tx)
         if result is NOT_DONE:
-            result = job.fn(conn)
-        dialect.commit(conn)
+            result = job.fn(tx)
+        tx.dialect.commit(tx.conn)
     except (AgentLedgerError, KeyHeld) as exc:
-        rollback(dialect, conn)
+        rollback(tx)
         job.future.set_exception(exc)
         return
     except Exception as exc:
-        rollback(dialect, conn)
-        if dialect.is_disconnect(exc) or dialect.is_transient(exc):
+        rollback(tx)
+        if tx.dialect.is_disconnect(exc) or tx.dialect.is_transient(exc):
             raise  # the caller reconnects or retries
         job.future.set_exception(translate(exc))
         return
@@ -177,8 +176,7 @@ def run_single(
 
 
 def run_group(
-    dialect: Dialect,
-    conn: Any,
+    tx: Tx,
     jobs: list[Job],
     sizes: MutableSequence[int],
     translate: Callable[[BaseException], BaseException],
@@ -193,32 +191,36 @@ def run_group(
     """
     jobs = sorted(jobs, key=_run_order)
     if any(j.retried for j in jobs):
-        jobs = _skip_committed(dialect, conn, jobs)
+        jobs = _skip_committed(tx, jobs)
     if len(jobs) == 1:
-        _run_one(dialect, conn, jobs[0], sizes)
+        _run_one(tx, jobs[0], sizes)
         return
     if not jobs:
         return
     outcomes: list[tuple[Job, BaseException | None]] = []
-    dialect.begin_write(conn)
+    tx.dialect.begin_write(tx.conn)
     try:
         for i, job in enumerate(jobs):
             savepoint = f"b{i}"
-            dialect.execute(conn, f"SAVEPOINT {savepoint}")
+            tx.execute(f"SAVEPOINT {savepoint}")
             try:
-                job.fn(conn)
-                dialect.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
+                job.fn(tx)
+                tx.execute(f"RELEASE SAVEPOINT {savepoint}")
                 outcomes.append((job, None))
             except (LeaseLost, KeyHeld) as refused:
-                dialect.execute(conn, f"ROLLBACK TO SAVEPOINT {savepoint}")
-                dialect.execute(conn, f"RELEASE SAVEPOINT {savepoint}")
+                tx.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
+                tx.execute(f"RELEASE SAVEPOINT {savepoint}")
                 outcomes.append((job, refused))
-        dialect.commit(conn)
+        tx.dialect.commit(tx.conn)
     except Exception as exc:
-        rollback(dialect, conn)
-        if isinstance(exc, WouldBlock) or dialect.is_disconnect(exc) or dialect.is_transient(exc):
+        rollback(tx)
+        if (
+            isinstance(exc, WouldBlock)
+            or tx.dialect.is_disconnect(exc)
+            or tx.dialect.is_transient(exc)
+        ):
             raise
-        _one_by_one(dialect, conn, jobs, sizes, translate)
+        _one_by_one(tx, jobs, sizes, translate)
         return
     sizes.append(len(jobs))
     for job, failure in outcomes:  # durable now: acknowledge every batch
@@ -229,8 +231,7 @@ def run_group(
 
 
 def _one_by_one(
-    dialect: Dialect,
-    conn: Any,
+    tx: Tx,
     jobs: list[Job],
     sizes: MutableSequence[int],
     translate: Callable[[BaseException], BaseException],
@@ -238,24 +239,24 @@ def _one_by_one(
     """The fallback of a failed group: each batch in its own transaction."""
     for job in jobs:
         try:
-            _run_one(dialect, conn, job, sizes)
+            _run_one(tx, job, sizes)
         except Exception as exc:
-            if isinstance(exc, WouldBlock) or dialect.is_disconnect(exc):
+            if isinstance(exc, WouldBlock) or tx.dialect.is_disconnect(exc):
                 raise  # the rest is retried (the ones answered are left out)
-            if dialect.is_transient(exc):
+            if tx.dialect.is_transient(exc):
                 raise
             if not job.future.done():
                 job.future.set_exception(translate(exc))
 
 
-def _skip_committed(dialect: Dialect, conn: Any, jobs: list[Job]) -> list[Job]:
+def _skip_committed(tx: Tx, jobs: list[Job]) -> list[Job]:
     """Answer the jobs whose batch already committed (a lost COMMIT reply); return the rest.
 
     In a group that committed, the batches refused by their fence wrote nothing and are
     refused again when applied again, so re-applying the rest is exact.
     """
-    done = committed(dialect, conn, [j.batch for j in jobs if j.batch is not None])
-    dialect.commit(conn)
+    done = committed(tx, [j.batch for j in jobs if j.batch is not None])
+    tx.dialect.commit(tx.conn)
     rest = []
     for job in jobs:
         if job.batch is not None and job.batch.token in done:
@@ -269,20 +270,20 @@ def _run_order(job: Job) -> str:
     return str(getattr(job.batch, "run_id", ""))
 
 
-def _run_one(dialect: Dialect, conn: Any, job: Job, sizes: MutableSequence[int]) -> None:
+def _run_one(tx: Tx, job: Job, sizes: MutableSequence[int]) -> None:
     # A group of one needs no savepoint: a failed fence rolls back the whole
     # transaction, which holds nothing else. Two statements fewer per step.
-    dialect.begin_write(conn)
+    tx.dialect.begin_write(tx.conn)
     try:
-        job.fn(conn)
-        dialect.commit(conn)
+        job.fn(tx)
+        tx.dialect.commit(tx.conn)
     except (LeaseLost, KeyHeld) as exc:
-        rollback(dialect, conn)
+        rollback(tx)
         sizes.append(1)
         job.future.set_exception(exc)
         return
     except Exception:
-        rollback(dialect, conn)
+        rollback(tx)
         raise
     sizes.append(1)
     job.future.set_result(None)  # durable now
@@ -320,7 +321,7 @@ class InlineCommitter:
         return True  # every batch of the file
 
     async def commit(self, batch: Batch) -> None:
-        await self.submit(lambda c: apply_batch(self.dialect, c, batch), batch)
+        await self.submit(lambda tx: apply_batch(tx, batch), batch)
 
     async def close(self) -> None:
         await self.drain()
@@ -341,7 +342,7 @@ class InlineCommitter:
                 continue
             self._flush()
 
-    def submit(self, fn: Callable[[Any], Any], batch: Any = None) -> asyncio.Future[Any]:
+    def submit(self, fn: Callable[[Tx], Any], batch: Any = None) -> asyncio.Future[Any]:
         """Queue a fenced batch; it commits with the others ready in this loop turn."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
@@ -364,7 +365,7 @@ class InlineCommitter:
         if not jobs:
             return
         try:
-            run_group(self.dialect, self._conn, jobs, self.sizes, self.translate)
+            run_group(Tx(self.dialect, self._conn), jobs, self.sizes, self.translate)
         except WouldBlock:
             self._hand_off([j for j in jobs if not j.future.done()])
         except Exception as exc:
@@ -385,7 +386,7 @@ class InlineCommitter:
         """On a thread: the group again, this time waiting for the lock (busy timeout)."""
         self.dialect.set_nowait(self._conn, False)
         try:
-            run_group(self.dialect, self._conn, jobs, self.sizes, self.translate)
+            run_group(Tx(self.dialect, self._conn), jobs, self.sizes, self.translate)
         except Exception as exc:
             error = self.translate(exc)
             for job in jobs:

@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 from agentledger.errors import StoreCorrupt, StoreError, StoreUnavailable, UsageError
 from agentledger.store.dialect import Dialect, WouldBlock, clean_params
 from agentledger.store.groupcommit import InlineCommitter, JournalCommitter
-from agentledger.store.queries import RUN_COLUMNS
+from agentledger.store.queries.common import RUN_COLUMNS
 from agentledger.store.queries.migrations import MIGRATION_WAIT
 
 _SYNC_MODES = {"full": "FULL", "normal": "NORMAL", "extra": "EXTRA"}
@@ -123,6 +123,7 @@ class SQLiteDialect(Dialect):
     """SQLite hooks."""
 
     name = "sqlite"
+    one_writer = True
     # SQLite serves one host: every process reads the same clock, the host's. It is
     # still read in SQL so that a store judges leases the same way on both backends.
     now_sql = "((julianday('now') - 2440587.5) * 86400.0)"

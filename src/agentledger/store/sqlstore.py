@@ -1,9 +1,10 @@
-"""A :class:`Store` over any SQL dialect, with group commit (see groupcommit.py).
+"""The :class:`Store`: one class over any SQL dialect, with group commit (groupcommit.py).
 
-Claims, heartbeats, reads and the other non-journal work go through one writer
-thread that owns one connection, each job in its own transaction. The read-only
-transactions of :meth:`SQLStore.transact` (``write=False``: the HTTP service's GETs, key
-lookups, event-stream polls) go through read threads with a connection each -- one to
+Store operations are plain functions ``op(tx, ...)`` (:mod:`agentledger.store.tx`).
+Claims, heartbeats and the other non-journal writes (:meth:`Store.transact`) go through
+one writer thread that owns one connection, each job in its own transaction. The
+read-only transactions of :meth:`Store.read` (the HTTP service's GETs, key lookups,
+event-stream polls) go through read threads with a connection each -- one to
 start with, more (up to the dialect's ``read_connections``) while every one is busy,
 the extra ones closed again after :data:`READER_IDLE_SECONDS` without work --
 so writes never queue behind them nor they behind writes (SQLite in WAL mode reads while
@@ -34,21 +35,19 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import logging
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from urllib.parse import urlsplit, urlunsplit
 
-from agentledger.auditkey import AuditKey
-from agentledger.clock import Clock
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable, UsageError
-from agentledger.records import Approval, Effect, Event, OutboxItem, Run, Step, WorkerInfo
-from agentledger.store import queries as q
-from agentledger.store.base import Batch, NewRun, Store
+from agentledger.records import OutboxItem, Run
+from agentledger.store.base import Batch, NewRun
 from agentledger.store.dialect import Dialect
 from agentledger.store.groupcommit import (
     NOT_DONE,
@@ -59,24 +58,23 @@ from agentledger.store.groupcommit import (
     run_single,
 )
 from agentledger.store.queries import (
-    gateway_budgets,
-    memory_facts,
-    observe_metrics,
-    observe_resume,
-    observe_stats,
-    observe_stuck,
-    observe_trace,
+    approvals,
+    common,
+    effect_swap,
+    events,
+    journal,
+    migrations,
+    outbox,
     restore,
-    retrieval_docs,
+    runs,
+    workers,
 )
-from agentledger.store.queries.memory_facts import Fact
-from agentledger.store.queries.observe_resume import ResumePlan
-from agentledger.store.queries.observe_stuck import StuckRun
-from agentledger.store.queries.retrieval_docs import ChunkHit, Document, NewChunk
 from agentledger.store.retrying import Reconnect
+from agentledger.store.tx import Tx
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+P = ParamSpec("P")
 
 #: How long a read connection beyond the first may go without work before it closes.
 READER_IDLE_SECONDS = 60.0
@@ -100,11 +98,44 @@ class SchemaMissing(UsageError):
     """A store opened without migrating found no current agentledger schema."""
 
 
+class _Operation(Generic[P, T]):
+    """A store operation named on :class:`Store`: ``store.get_run(run_id)`` runs
+    ``runs.get_run(tx, run_id)`` in one transaction (see :func:`reads`, :func:`writes`)."""
+
+    def __init__(self, op: Callable[Concatenate[Tx, P], T], write: bool) -> None:
+        self.op = op
+        self.write = write
+        self.__doc__ = op.__doc__
+
+    @overload
+    def __get__(self, store: None, owner: type) -> _Operation[P, T]: ...
+
+    @overload
+    def __get__(self, store: Store, owner: type) -> Callable[P, Awaitable[T]]: ...
+
+    def __get__(self, store: Store | None, owner: type) -> Any:
+        if store is None:
+            return self
+        run = store.transact if self.write else store._query
+        return functools.partial(run, self.op)
+
+
+def reads(op: Callable[Concatenate[Tx, P], T]) -> _Operation[P, T]:
+    """Name a read-only kernel operation on the store: ``get_run = reads(runs.get_run)``
+    (run on the writer's connection, in order with its writes)."""
+    return _Operation(op, write=False)
+
+
+def writes(op: Callable[Concatenate[Tx, P], T]) -> _Operation[P, T]:
+    """Name a writing operation on the store: ``cancel_run = writes(runs.cancel_run)``."""
+    return _Operation(op, write=True)
+
+
 class _WriterThreadCommitter:
     """Journal batches through the store's writer thread, grouped with the others
     queued there; takes every batch (the last committer asked)."""
 
-    def __init__(self, store: SQLStore) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     def accepts(self, batch: Batch) -> bool:
@@ -112,16 +143,26 @@ class _WriterThreadCommitter:
 
     async def commit(self, batch: Batch) -> None:
         store = self._store
-        await store._call(
-            lambda c: q.apply_batch(store.dialect, c, batch), grouped=True, batch=batch
-        )
+        await store._call(lambda tx: journal.apply_batch(tx, batch), grouped=True, batch=batch)
 
     async def close(self) -> None:
         """Nothing to release: the store stops its thread after the committers."""
 
 
-class SQLStore(Store):
-    """The shared SQL store; a backend supplies a :class:`Dialect`."""
+class Store:
+    """The one source of truth: runs, the step journal, leases and claims, effects,
+    outbox, approvals, events. One instance per process; a backend is a
+    :class:`~agentledger.store.dialect.Dialect` (``open_store`` picks it from the URL).
+
+    A store operation is a plain function ``op(tx, ...)`` (:class:`~agentledger.store.tx.Tx`),
+    run in one transaction by :meth:`transact` or :meth:`read`; the kernel's are also
+    named on the store (``store.get_run(run_id)``). The one write the engine makes while
+    a run executes is :meth:`commit` of a :class:`~agentledger.store.base.Batch`: every
+    journal write, run counter, effect claim, outbox row, approval and audit event that
+    a step decides, committed together and *fenced* by the run's lease epoch, grouped
+    with other runs' batches into one durable transaction (group commit)."""
+
+    url: str
 
     def __init__(self, dialect: Dialect) -> None:
         self.url = dialect.url
@@ -227,7 +268,7 @@ class SQLStore(Store):
 
     async def migrate(self) -> list[int]:
         """Apply pending migrations; return the versions applied."""
-        return await self._call(lambda c: q.migrate(self.dialect, c), write=False)
+        return await self._call(migrations.migrate, write=False)
 
     # the writer thread ----------------------------------------------------
 
@@ -235,8 +276,8 @@ class SQLStore(Store):
         try:
             self._conn = self.dialect.connect()
             if getattr(self, "_migrate", True):
-                self.applied = q.migrate(self.dialect, self._conn)
-            elif not q.is_current(self.dialect, self._conn):
+                self.applied = migrations.migrate(self._writer_tx())
+            elif not migrations.is_current(self._writer_tx()):
                 raise SchemaMissing(
                     f"no agentledger schema (or an older one) in {redacted_url(self.url)}; "
                     f"create it with `agentledger migrate --db {redacted_url(self.url)}` "
@@ -312,7 +353,7 @@ class SQLStore(Store):
                 try:
                     if conn is None:
                         conn = self.dialect.connect()
-                    run_single(self.dialect, conn, job, self._error)
+                    run_single(Tx(self.dialect, conn), job, self._error)
                 except Exception as exc:
                     transient = self.dialect.is_transient(exc) and retry.may_retry_transient()
                     lost = self.dialect.is_disconnect(exc) and retry.within_window()
@@ -365,10 +406,14 @@ class SQLStore(Store):
 
     def _run_single(self, jobs: list[Job]) -> None:
         (job,) = jobs
-        run_single(self.dialect, self._conn, job, self._error)
+        run_single(self._writer_tx(), job, self._error)
 
     def _run_group(self, jobs: list[Job]) -> None:
-        run_group(self.dialect, self._conn, jobs, self.group_sizes, self._error)
+        run_group(self._writer_tx(), jobs, self.group_sizes, self._error)
+
+    def _writer_tx(self) -> Tx:
+        """A unit of work over the writer thread's current connection."""
+        return Tx(self.dialect, self._conn)
 
     def _error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, AgentLedgerError):
@@ -377,12 +422,12 @@ class SQLStore(Store):
 
     async def _call(
         self,
-        fn: Callable[[Any], T],
+        fn: Callable[[Tx], T],
         *,
         write: bool = True,
         grouped: bool = False,
         batch: Batch | None = None,
-        recover: Callable[[Any], Any] | None = None,
+        recover: Callable[[Tx], Any] | None = None,
     ) -> T:
         if self._thread is None:
             raise StoreUnavailable("the store is not open; call `await store.open()` first")
@@ -393,79 +438,104 @@ class SQLStore(Store):
         result: T = await reply.future
         return result
 
-    # runs ------------------------------------------------------------------
+    # what a store operation adds besides its SQL -------------------------------
+
+    async def transact(
+        self, op: Callable[Concatenate[Tx, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Run ``op(tx, *args, **kwargs)`` in ONE write transaction and return its result.
+
+        The store begins and commits (an :class:`~agentledger.errors.AgentLedgerError`
+        raised by ``op`` rolls back), and runs ``op`` again after a lost connection, so
+        ``op`` must be safe to run twice (absolute values, guarded updates, or a token
+        it writes and looks for)."""
+        return await self._call(lambda tx: op(tx, *args, **kwargs))
+
+    async def read(
+        self, op: Callable[Concatenate[Tx, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Run ``op(tx, *args, **kwargs)`` in ONE read-only transaction, on a read
+        connection of its own when the dialect has them (see the module doc)."""
+        fn: Callable[[Tx], T] = lambda tx: op(tx, *args, **kwargs)  # noqa: E731
+        if not self._readers:
+            return await self._call(fn, write=False)
+        reply = ThreadReply(asyncio.get_running_loop())
+        self._reads.put(Job(fn, reply, False, False))
+        if not self._idle_readers and len(self._readers) < self.dialect.read_connections:
+            self._add_reader()  # every read connection busy: one more
+        result: T = await reply.future
+        return result
+
+    async def _query(
+        self, op: Callable[Concatenate[Tx, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """A kernel read (:func:`reads`): on the writer thread's connection, in order with
+        the writes queued there, so the engine and the worker read what they wrote
+        without waiting for a read connection."""
+        return await self._call(lambda tx: op(tx, *args, **kwargs), write=False)
 
     async def create_run(self, new: NewRun) -> Run:
+        """Submit a run (queued). A retried submit (same ``request_id``) returns the run
+        the first attempt created."""
         if new.request_id is None:  # fixed before the first attempt, so a retry finds it
-            new = dataclasses.replace(new, request_id=q.new_id("q"))
-        return await self._call(lambda c: q.create_run(self.dialect, c, new))
-
-    async def get_run(self, run_id: str) -> Run | None:
-        return await self._call(lambda c: q.get_run(self.dialect, c, run_id), write=False)
-
-    async def list_runs(
-        self, status: str | None = None, name: str | None = None, limit: int = 100
-    ) -> list[Run]:
-        return await self._call(
-            lambda c: q.list_runs(self.dialect, c, status, name, limit), write=False
-        )
-
-    async def count_runs(self) -> dict[str, int]:
-        return await self._call(lambda c: q.count_runs(self.dialect, c), write=False)
+            new = dataclasses.replace(new, request_id=common.new_id("q"))
+        return await self.transact(runs.create_run, new)
 
     async def claim_runs(
         self, owner: str, targets: list[str], limit: int, lease_seconds: float
     ) -> list[Run]:
-        token = q.new_token()
+        """Claim up to ``limit`` runnable runs: new lease, ``lease_epoch + 1``."""
+        token = common.new_token()
 
-        def recover(c: Any) -> Any:
-            found = q.claimed_with(self.dialect, c, owner, token)
+        def recover(tx: Tx) -> Any:
+            found = runs.claimed_with(tx, owner, token)
             return NOT_DONE if found is None else found
 
         return await self._call(
-            lambda c: q.claim_runs(self.dialect, c, owner, targets, limit, lease_seconds, token),
+            lambda tx: runs.claim_runs(tx, owner, targets, limit, lease_seconds, token),
             recover=recover,
-        )
-
-    async def renew_leases(
-        self, owner: str, leases: dict[str, int], lease_seconds: float
-    ) -> set[str]:
-        return await self._call(
-            lambda c: q.renew_leases(self.dialect, c, owner, leases, lease_seconds)
         )
 
     async def release_run(self, run_id: str, epoch: int, owner: str) -> bool:
-        token = q.new_token()
+        """Give a run back (graceful shutdown): queued again, lease cleared."""
+        token = common.new_token()
 
-        def recover(c: Any) -> Any:  # released before the reply was lost: say so
-            return True if q.has_event(self.dialect, c, run_id, token) else NOT_DONE
+        def recover(tx: Tx) -> Any:  # released before the reply was lost: say so
+            return True if events.has_event(tx, run_id, token) else NOT_DONE
 
         return await self._call(
-            lambda c: q.release_run(self.dialect, c, run_id, epoch, owner, token),
+            lambda tx: runs.release_run(tx, run_id, epoch, owner, token), recover=recover
+        )
+
+    async def append_event(self, run_id: str, type: str, actor: str, data: Any) -> None:
+        """Append an audit event to a run's log (exactly once, also across a lost reply)."""
+        token = common.new_token()
+
+        def recover(tx: Tx) -> Any:  # appended before the reply was lost: not again
+            return None if events.has_event(tx, run_id, token) else NOT_DONE
+
+        await self._call(
+            lambda tx: events.insert_event(tx, run_id, type, actor, data, token=token),
             recover=recover,
         )
 
-    async def expire_leases_of(self, owners: list[str]) -> int:
-        return await self._call(lambda c: q.expire_leases_of(self.dialect, c, owners))
+    async def claim_outbox(self, owner: str, limit: int, lease_seconds: float) -> list[OutboxItem]:
+        """Lease up to ``limit`` due outbox rows for delivery."""
+        token = common.new_token()
 
-    async def lease_owners(self) -> list[str]:
-        return await self._call(lambda c: q.lease_owners(self.dialect, c), write=False)
+        def recover(tx: Tx) -> Any:  # leased before the reply was lost: those rows
+            found = outbox.claimed_outbox(tx, owner, token)
+            return NOT_DONE if found is None else found
 
-    async def cancel_run(self, run_id: str, reason: str, actor: str) -> Run:
-        return await self._call(lambda c: q.cancel_run(self.dialect, c, run_id, reason, actor))
-
-    async def cancel_requests(self, run_ids: list[str]) -> dict[str, str]:
         return await self._call(
-            lambda c: q.cancel_requests(self.dialect, c, list(run_ids)), write=False
+            lambda tx: outbox.claim_outbox(tx, owner, limit, lease_seconds, token),
+            recover=recover,
         )
 
-    # journal ---------------------------------------------------------------
-
-    async def load_journal(self, run_id: str) -> list[Step]:
-        return await self._call(lambda c: q.load_journal(self.dialect, c, run_id), write=False)
-
     async def commit(self, batch: Batch) -> None:
-        q.validate_batch(batch)  # a batch no database can store fails here, alone
+        """Commit a fenced batch durably. Raises LeaseLost, EffectClaimed, or
+        UnstorableBatch (this batch alone cannot be encoded; nothing was written)."""
+        journal.validate_batch(batch)  # a batch no database can store fails here, alone
         for committer in self._committers:
             if committer.accepts(batch):
                 await committer.commit(batch)
@@ -474,299 +544,32 @@ class SQLStore(Store):
                 return
         raise StoreUnavailable("the store is not open; call `await store.open()` first")
 
-    # tenant budgets of model calls --------------------------------------------
+    # the kernel's operations, named on the store (each is the function it names) ----
 
-    async def set_tenant_budget(
-        self,
-        tenant_id: str,
-        period_seconds: float,
-        max_spend_usd: float | None = None,
-        max_tokens: int | None = None,
-        max_rps: float | None = None,
-    ) -> None:
-        await self._call(
-            lambda c: gateway_budgets.set_tenant_budget(
-                self.dialect, c, tenant_id, period_seconds, max_spend_usd, max_tokens, max_rps
-            )
-        )
-
-    async def reserve_tenant_usage(
-        self, tenant_id: str, now: float, usd: float, tokens: int
-    ) -> dict[str, Any] | None:
-        return await self._call(
-            lambda c: gateway_budgets.reserve_tenant_usage(
-                self.dialect, c, tenant_id, now, usd, tokens
-            )
-        )
-
-    async def settle_tenant_usage(
-        self, tenant_id: str, period_start: float, usd: float, tokens: int
-    ) -> None:
-        await self._call(
-            lambda c: gateway_budgets.settle_tenant_usage(
-                self.dialect, c, tenant_id, period_start, usd, tokens
-            )
-        )
-
-    # effects, events, approvals, outbox -------------------------------------
-
-    async def get_effect(self, key: str) -> Effect | None:
-        return await self._call(lambda c: q.get_effect(self.dialect, c, key), write=False)
-
-    async def swap_effect(self, effect: Effect, expected: str | None) -> tuple[bool, Effect | None]:
-        from agentledger.store.queries.effect_swap import swap_effect
-
-        return await self._call(lambda c: swap_effect(self.dialect, c, effect, expected))
-
-    async def list_events(self, run_id: str | None = None, after_id: int = 0) -> list[Event]:
-        return await self._call(
-            lambda c: q.list_events(self.dialect, c, run_id, after_id), write=False
-        )
-
-    async def append_event(self, run_id: str, type: str, actor: str, data: Any) -> None:
-        token = q.new_token()
-
-        def recover(c: Any) -> Any:  # appended before the reply was lost: not again
-            return None if q.has_event(self.dialect, c, run_id, token) else NOT_DONE
-
-        await self._call(
-            lambda c: q.insert_event(self.dialect, c, run_id, type, actor, data, token=token),
-            recover=recover,
-        )
-
-    async def get_approvals(
-        self, run_id: str | None = None, pending: bool = False
-    ) -> list[Approval]:
-        return await self._call(
-            lambda c: q.get_approvals(self.dialect, c, run_id, pending), write=False
-        )
-
-    async def decide_approval(
-        self, approval_id: str, decision: str, decided_by: str, clock: Clock | None = None
-    ) -> Approval:
-        return await self._call(
-            lambda c: q.decide_approval(self.dialect, c, approval_id, decision, decided_by, clock)
-        )
-
-    async def claim_outbox(self, owner: str, limit: int, lease_seconds: float) -> list[OutboxItem]:
-        token = q.new_token()
-
-        def recover(c: Any) -> Any:  # leased before the reply was lost: those rows
-            found = q.claimed_outbox(self.dialect, c, owner, token)
-            return NOT_DONE if found is None else found
-
-        return await self._call(
-            lambda c: q.claim_outbox(self.dialect, c, owner, limit, lease_seconds, token),
-            recover=recover,
-        )
-
-    async def settle_outbox(self, item: OutboxItem) -> bool:
-        return await self._call(lambda c: q.settle_outbox(self.dialect, c, item))
-
-    async def list_outbox(
-        self, status: str | None = None, run_id: str | None = None
-    ) -> list[OutboxItem]:
-        return await self._call(
-            lambda c: q.list_outbox(self.dialect, c, status, run_id), write=False
-        )
-
-    # workers -----------------------------------------------------------------
-
-    async def register_worker(self, info: WorkerInfo, kinds: dict[str, str]) -> None:
-        await self._call(lambda c: q.register_worker(self.dialect, c, info, kinds))
-
-    async def heartbeat_worker(self, worker_id: str) -> None:
-        await self._call(lambda c: q.heartbeat_worker(self.dialect, c, worker_id))
-
-    async def deregister_worker(self, worker_id: str) -> None:
-        await self._call(lambda c: q.deregister_worker(self.dialect, c, worker_id))
-
-    async def list_workers(self, live_within: float | None = None) -> list[WorkerInfo]:
-        return await self._call(lambda c: q.list_workers(self.dialect, c, live_within), write=False)
-
-    async def registrations(self) -> list[dict[str, Any]]:
-        return await self._call(lambda c: q.registrations(self.dialect, c), write=False)
-
-    async def version_counts(self) -> list[dict[str, Any]]:
-        return await self._call(lambda c: q.version_counts(self.dialect, c), write=False)
-
-    async def open_runs(self, targets: list[str]) -> int:
-        return await self._call(lambda c: q.open_runs(self.dialect, c, targets), write=False)
-
-    async def mark_restored(self, source: str, actor: str) -> int:
-        return await self._call(lambda c: restore.mark_restored(self.dialect, c, source, actor))
-
-    # memory and retrieval ----------------------------------------------------
-
-    async def remember_fact(
-        self,
-        tenant_id: str,
-        user_id: str,
-        fact_key: str,
-        fact: str,
-        source_run: str | None = None,
-        source_key: str | None = None,
-    ) -> Fact:
-        return await self._call(
-            lambda c: memory_facts.upsert_fact(
-                self.dialect, c, tenant_id, user_id, fact_key, fact, source_run, source_key
-            )
-        )
-
-    async def list_facts(
-        self, tenant_id: str | None, user_id: str, created_before: float | None = None
-    ) -> list[Fact]:
-        if tenant_id is None:
-            return await self._call(
-                lambda c: memory_facts.all_facts(self.dialect, c, None, user_id), write=False
-            )
-        return await self._call(
-            lambda c: memory_facts.list_facts(
-                self.dialect, c, tenant_id, user_id, created_before=created_before
-            ),
-            write=False,
-        )
-
-    async def fact_by_source(self, tenant_id: str, user_id: str, source_key: str) -> Fact | None:
-        return await self._call(
-            lambda c: memory_facts.fact_by_source(self.dialect, c, tenant_id, user_id, source_key),
-            write=False,
-        )
-
-    async def forget_facts(
-        self,
-        tenant_id: str,
-        user_id: str,
-        fact_key: str | None,
-        actor: str,
-        audit_key: AuditKey | None = None,
-    ) -> int:
-        return await self._call(
-            lambda c: memory_facts.forget_facts(
-                self.dialect, c, tenant_id, user_id, fact_key, actor, audit_key
-            )
-        )
-
-    async def add_document(
-        self,
-        tenant_id: str,
-        source: str,
-        title: str,
-        kind: str,
-        sha256: str,
-        chunks: list[NewChunk],
-        actor: str,
-    ) -> tuple[Document, bool]:
-        return await self._call(
-            lambda c: retrieval_docs.add_document(
-                self.dialect, c, tenant_id, source, title, kind, sha256, chunks, actor
-            )
-        )
-
-    async def list_documents(self, tenant_id: str | None = None) -> list[Document]:
-        return await self._call(
-            lambda c: retrieval_docs.list_documents(self.dialect, c, tenant_id), write=False
-        )
-
-    async def remove_document(self, tenant_id: str, ref: str, actor: str) -> int:
-        return await self._call(
-            lambda c: retrieval_docs.remove_document(self.dialect, c, tenant_id, ref, actor)
-        )
-
-    async def search_chunks(self, tenant_id: str, query: str, k: int = 5) -> list[ChunkHit]:
-        return await self._call(
-            lambda c: retrieval_docs.search_chunks(self.dialect, c, tenant_id, query, k),
-            write=False,
-        )
-
-    # observability -------------------------------------------------------------
-
-    async def observe_snapshot(self, *, live: bool = True, settled: bool = True) -> dict[str, Any]:
-        return await self._call(
-            lambda c: observe_metrics.snapshot(self.dialect, c, live=live, settled=settled),
-            write=False,
-        )
-
-    async def run_stats(
-        self, since: float | None, agent: str | None, tenant: str | None = None
-    ) -> dict[str, Any]:
-        return await self._call(
-            lambda c: observe_stats.run_stats(self.dialect, c, since, agent, tenant), write=False
-        )
-
-    async def find_stuck(
-        self, default_after: float, per_agent: dict[str, float], takeovers: int, live_within: float
-    ) -> list[StuckRun]:
-        return await self._call(
-            lambda c: observe_stuck.find_stuck(
-                self.dialect, c, default_after, per_agent, takeovers, live_within
-            ),
-            write=False,
-        )
-
-    async def mark_stuck(self, run: StuckRun, actor: str) -> bool:
-        return await self._call(lambda c: observe_stuck.mark_stuck(self.dialect, c, run, actor))
-
-    async def plan_resume(self, run_id: str, from_step: int | None) -> ResumePlan:
-        return await self._call(
-            lambda c: observe_resume.plan_resume(self.dialect, c, run_id, from_step), write=False
-        )
-
-    async def resume_run(
-        self,
-        run_id: str,
-        from_step: int | None,
-        actor: str,
-        reason: str | None = None,
-    ) -> ResumePlan:
-        return await self._call(
-            lambda c: observe_resume.resume_run(self.dialect, c, run_id, from_step, actor, reason)
-        )
-
-    async def settle_step(
-        self,
-        run_id: str,
-        step_no: int,
-        applied: bool,
-        result: Any,
-        actor: str,
-        reason: str,
-    ) -> Step:
-        return await self._call(
-            lambda c: observe_resume.settle_step(
-                self.dialect, c, run_id, step_no, applied, result, actor, reason
-            )
-        )
-
-    async def resume_candidates(self, status: str, agent: str | None, limit: int) -> list[str]:
-        return await self._call(
-            lambda c: observe_resume.candidates(self.dialect, c, status, agent, limit),
-            write=False,
-        )
-
-    async def retry_outbox(self, key: str, actor: str) -> bool:
-        return await self._call(lambda c: observe_resume.retry_outbox(self.dialect, c, key, actor))
-
-    async def trace_context(self, run_id: str) -> str | None:
-        return await self._call(
-            lambda c: observe_trace.get_trace_context(self.dialect, c, run_id), write=False
-        )
-
-    async def claim_trace_context(self, run_id: str, context: str) -> str | None:
-        return await self._call(
-            lambda c: observe_trace.claim_trace_context(self.dialect, c, run_id, context)
-        )
-
-    async def transact(self, fn: Callable[[Dialect, Any], T], *, write: bool = True) -> T:
-        if write or not self._readers:
-            return await self._call(lambda c: fn(self.dialect, c), write=write)
-        # Read-only: on the read connection (see the module doc).
-        reply = ThreadReply(asyncio.get_running_loop())
-        self._reads.put(Job(lambda c: fn(self.dialect, c), reply, False, False))
-        if not self._idle_readers and len(self._readers) < self.dialect.read_connections:
-            self._add_reader()  # every read connection busy: one more
-        result: T = await reply.future
-        return result
+    get_run = reads(runs.get_run)
+    list_runs = reads(runs.list_runs)
+    count_runs = reads(runs.count_runs)
+    cancel_requests = reads(runs.cancel_requests)
+    lease_owners = reads(runs.lease_owners)
+    renew_leases = writes(runs.renew_leases)
+    expire_leases_of = writes(runs.expire_leases_of)
+    cancel_run = writes(runs.cancel_run)
+    load_journal = reads(journal.load_journal)
+    get_effect = reads(journal.get_effect)
+    swap_effect = writes(effect_swap.swap_effect)
+    list_events = reads(events.list_events)
+    get_approvals = reads(approvals.get_approvals)
+    decide_approval = writes(approvals.decide_approval)
+    list_outbox = reads(outbox.list_outbox)
+    settle_outbox = writes(outbox.settle_outbox)
+    register_worker = writes(workers.register_worker)
+    heartbeat_worker = writes(workers.heartbeat_worker)
+    deregister_worker = writes(workers.deregister_worker)
+    list_workers = reads(workers.list_workers)
+    registrations = reads(workers.registrations)
+    version_counts = reads(workers.version_counts)
+    open_runs = reads(workers.open_runs)
+    mark_restored = writes(restore.mark_restored)
 
 
-__all__ = ["SQLStore", "StoreError"]
+__all__ = ["Store", "StoreError", "reads", "writes"]

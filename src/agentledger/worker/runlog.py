@@ -14,7 +14,7 @@ from typing import Any
 
 from agentledger.engine.runner import Stopped
 from agentledger.records import Run, RunStatus
-from agentledger.store.base import Store
+from agentledger.store.sqlstore import Store
 
 log = logging.getLogger("agentledger.worker")
 

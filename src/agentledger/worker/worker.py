@@ -72,8 +72,7 @@ from agentledger.engine.runner import Stopped, execute_run
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
 from agentledger.failures import FailureLog, cause_of
 from agentledger.records import Run, RunStatus, WorkerInfo
-from agentledger.store.base import Store
-from agentledger.store.sqlstore import redacted_url
+from agentledger.store.sqlstore import Store, redacted_url
 from agentledger.worker.config import WorkerConfig
 from agentledger.worker.liveness import is_dead_local_owner, me
 from agentledger.worker.runlog import log_outcome

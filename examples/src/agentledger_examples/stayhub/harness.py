@@ -22,7 +22,7 @@ from typing import Any
 import agentledger
 import agentledger_examples as examples
 from agentledger.records import RunStatus
-from agentledger.store.base import Store
+from agentledger.store.sqlstore import Store
 
 APP_PATH = "agentledger_examples.stayhub.app:app"
 AGENT = "stayhub_booking"

@@ -29,9 +29,9 @@ from agentledger.memory import memory_tools
 from agentledger.models.base import ModelRequest
 from agentledger.models.scripted import ScriptedModel, Turn
 from agentledger.retrieval import index_path, search_docs
+from agentledger.retrieval.queries import Document
 from agentledger.store import open_store
-from agentledger.store.base import Store
-from agentledger.store.queries.retrieval_docs import Document
+from agentledger.store.sqlstore import Store
 from agentledger_examples.stayhub.script import Result, run_input, tool_results
 
 POLICY_PATH = Path(__file__).with_name("policy.md")

@@ -26,9 +26,9 @@ from agentledger.records import Approval
 from agentledger.service.auth import APPROVER, Caller, Principal
 from agentledger.service.cursors import make_cursor, parse_cursor
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
+from agentledger.service.queries import approvals as service_approvals
 from agentledger.service.views import approval_view, arguments_hash
 from agentledger.store import AlreadyDecided
-from agentledger.store.queries import service_approvals
 from agentledger.store.queries.approvals import SYSTEM_PREFIX, ApprovalExpired, NotPermitted
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
@@ -112,11 +112,10 @@ async def list_approvals(
     # keyset until ``limit`` are shown: a page of others' approvals hides nothing. The
     # scan is bounded; where it stops, ``next_cursor`` says where to go on.
     for _ in range(_MAX_PAGES):
-        batch = await store.transact(
-            lambda d, c, after=after: service_approvals.tenant_approvals(
-                d, c, principal.tenant_id, pending, _PAGE, after
-            ),
-            write=False,
+        batch = await store.read(
+            lambda tx, after=after: service_approvals.tenant_approvals(
+                tx, principal.tenant_id, pending, _PAGE, after
+            )
         )
         for item in batch:
             a = item["approval"]
@@ -141,10 +140,7 @@ async def decide(
     approval's expiry (410)."""
     store = request.app.state.store
     clock = clock_of(request)
-    item = await store.transact(
-        lambda d, c: service_approvals.tenant_approval(d, c, approval_id, principal.tenant_id),
-        write=False,
-    )
+    item = await store.read(service_approvals.tenant_approval, approval_id, principal.tenant_id)
     if item is None:
         raise Problem("not-found", f"no approval {approval_id}")
     a = item["approval"]
@@ -181,9 +177,12 @@ async def decide(
     }
     try:
         decided, _ = await store.transact(
-            lambda d, c: service_approvals.decide_with_context(
-                d, c, approval_id, body.decision, principal.user_id, context, clock
-            )
+            service_approvals.decide_with_context,
+            approval_id,
+            body.decision,
+            principal.user_id,
+            context,
+            clock,
         )
     except AlreadyDecided as exc:
         _check_open(exc.approval, clock)

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request
 from agentledger.service.auth import ADMIN, Caller, require
 from agentledger.service.deps import run_or_404
 from agentledger.service.problems import PROBLEM_SCHEMA
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
 
 router = APIRouter(tags=["audit"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: PROBLEM_SCHEMA for code in (401, 403, 404, 422)}
@@ -29,9 +29,8 @@ async def run_audit(
     """Who started the run, what the model proposed, policy decisions, approvals, what
     executed and what it cost, in order (``hash`` is set once the record is sealed)."""
     await run_or_404(request, run_id, principal.tenant_id)
-    records = await request.app.state.store.transact(
-        lambda d, c: service_audit.audit_records(d, c, principal.tenant_id, run_id, after, limit),
-        write=False,
+    records = await request.app.state.store.read(
+        service_audit.audit_records, principal.tenant_id, run_id, after, limit
     )
     return {"run_id": run_id, "records": records}
 
@@ -45,9 +44,8 @@ async def tenant_audit(
 ) -> dict[str, Any]:
     """The tenant's sealed audit chain, in chain order (admin)."""
     require(principal, ADMIN, action="reading the tenant's audit trail")
-    records = await request.app.state.store.transact(
-        lambda d, c: service_audit.audit_records(d, c, principal.tenant_id, None, cursor, limit),
-        write=False,
+    records = await request.app.state.store.read(
+        service_audit.audit_records, principal.tenant_id, None, cursor, limit
     )
     nxt = records[-1]["chain_no"] if len(records) == limit else None
     return {"records": records, "next_cursor": nxt}

@@ -21,8 +21,8 @@ from agentledger.service import deltas
 from agentledger.service.auth import Caller
 from agentledger.service.deps import run_or_404
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
+from agentledger.service.queries import events as service_events
 from agentledger.service.views import TERMINAL_EVENTS
-from agentledger.store.queries import service_events
 
 router = APIRouter(prefix="/v1/runs", tags=["events"])
 _PAGE = 500
@@ -66,9 +66,7 @@ async def run_events(
     row = await run_or_404(request, run_id, principal.tenant_id)
     store = request.app.state.store
     if format == "json":
-        events = await store.transact(
-            lambda d, c: service_events.run_events(d, c, run_id, start, limit), write=False
-        )
+        events = await store.read(service_events.run_events, run_id, start, limit)
         last = events[-1]["seq"] if events else start
         done = row["run"].terminal and last >= row["event_seq"]
         return {"run_id": run_id, "events": events, "next_after": last, "end": done}
@@ -92,16 +90,11 @@ async def _stream(request: Request, run_id: str, after: int) -> AsyncIterator[st
             changed.clear()
             head = state.hub.head(run_id)  # what woke us (see service/hub.py)
             if head is None:
-                heads = await store.transact(
-                    lambda d, c: service_events.event_heads(d, c, [run_id]), write=False
-                )
+                heads = await store.read(service_events.event_heads, [run_id])
                 head = heads.get(run_id, (0, RunStatus.QUEUED))
             head_seq, status = head
             while last < head_seq:
-                page = await store.transact(
-                    lambda d, c: service_events.run_events(d, c, run_id, last, _PAGE),
-                    write=False,
-                )
+                page = await store.read(service_events.run_events, run_id, last, _PAGE)
                 if not page:
                     break
                 for event in page:
@@ -110,11 +103,8 @@ async def _stream(request: Request, run_id: str, after: int) -> AsyncIterator[st
                     sent_terminal = sent_terminal or event["type"] in TERMINAL_EVENTS
             if status in RunStatus.TERMINAL and last >= head_seq:
                 if not sent_terminal:  # a reconnect after the end: the terminal event again
-                    final = await store.transact(
-                        lambda d, c: service_events.last_event_of_types(
-                            d, c, run_id, TERMINAL_EVENTS
-                        ),
-                        write=False,
+                    final = await store.read(
+                        service_events.last_event_of_types, run_id, TERMINAL_EVENTS
                     )
                     yield _sse(final or _synthetic_end(run_id, status, head_seq))
                 return

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from agentledger.service.problems import PROBLEM_SCHEMA, Problem
-from agentledger.store.queries import is_current
+from agentledger.store.queries.migrations import is_current
 
 router = APIRouter(tags=["health"])
 
@@ -22,7 +22,7 @@ async def healthz() -> dict[str, Any]:
 async def readyz(request: Request) -> dict[str, Any]:
     """200 when the database answers and every migration is applied; 503 otherwise."""
     try:
-        current = await request.app.state.store.transact(lambda d, c: is_current(d, c), write=False)
+        current = await request.app.state.store.read(is_current)
     except Exception as exc:
         raise Problem("unavailable", f"database unreachable: {exc}") from None
     if not current:

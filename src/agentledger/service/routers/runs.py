@@ -286,9 +286,7 @@ def _result_answer(row: dict[str, Any], deadline: float, clock: Clock) -> JSONRe
 async def get_steps(run_id: str, request: Request, principal: Caller) -> dict[str, Any]:
     """The run's journal, one entry per step."""
     await run_or_404(request, run_id, principal.tenant_id)
-    steps = await request.app.state.store.transact(
-        lambda d, c: service_runs.run_steps(d, c, run_id), write=False
-    )
+    steps = await request.app.state.store.read(service_runs.run_steps, run_id)
     return {"run_id": run_id, "steps": steps}
 
 
@@ -326,9 +324,7 @@ async def list_runs(
         cursor=parse_cursor(cursor),
         limit=limit,
     )
-    found = await request.app.state.store.transact(
-        lambda d, c: service_runs.list_service_runs(d, c, f), write=False
-    )
+    found = await request.app.state.store.read(service_runs.list_service_runs, f)
     nxt = None
     if len(found) == limit:
         last = found[-1]["run"]

@@ -19,8 +19,7 @@ from typing import Any
 
 from agentledger.store.base import Batch
 from agentledger.store.postgres.connection import EVENTS_CHANNEL, NOW_SQL, convert_placeholders
-from agentledger.store.queries import STEP_COLUMNS, STEP_UPSERT
-from agentledger.store.queries.journal import encode_batch
+from agentledger.store.queries.journal import STEP_COLUMNS, STEP_UPSERT, encode_batch
 
 # Parameter name and type of each steps column, in STEP_COLUMNS order. The casts
 # are needed because INSERT ... SELECT does not infer types from the target.

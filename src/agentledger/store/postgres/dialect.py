@@ -50,7 +50,7 @@ from agentledger.store.postgres.connection import (
     parse_url,
     where_of,
 )
-from agentledger.store.queries import RUN_COLUMNS
+from agentledger.store.queries.common import RUN_COLUMNS
 
 
 class PostgresDialect(Dialect):

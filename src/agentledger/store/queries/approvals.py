@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from agentledger.canonical import clean_text
 from agentledger.clock import SYSTEM, Clock
 from agentledger.errors import StoreError
@@ -15,8 +13,8 @@ from agentledger.records import (
 )
 from agentledger.store import rows
 from agentledger.store.base import AlreadyDecided
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.events import insert_event
+from agentledger.store.tx import Tx
 
 SYSTEM_PREFIX = "system:"
 
@@ -38,14 +36,12 @@ class ApprovalExpired(StoreError):
         self.approval = approval
 
 
-def _conditions(
-    d: Dialect, conn: Any, approval_id: str, decision: str, by: str, now: float
-) -> Approval | None:
+def _conditions(tx: Tx, approval_id: str, decision: str, by: str, now: float) -> Approval | None:
     """Check the policy's conditions; None when this decision is the deciding one,
     else the approval with ``by`` added to its approvers (still undecided). A vote is
     recorded only while ``now`` (the decider's clock) is before ``expires_at``."""
     for _ in range(20):  # optimistic: re-read when another approver got in between
-        found = d.fetchall(conn, "SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
+        found = tx.fetchall("SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
         if not found:
             return None  # the UPDATE path reports the missing approval
         a = rows.approval_from(found[0])
@@ -62,8 +58,7 @@ def _conditions(
         if len(a.approvers) + 1 >= a.approvals_needed:
             return None  # the last approver needed: the decision is recorded
         old = dumps(a.approvers) if a.approvers else None
-        changed = d.execute(
-            conn,
+        changed = tx.execute(
             "UPDATE approvals SET approvers = :new WHERE id = :id AND decision IS NULL "
             "AND COALESCE(approvers, '') = COALESCE(:old, '') AND expires_at > :now",
             {"new": dumps([*a.approvers, by]), "id": a.id, "old": old, "now": now},
@@ -71,7 +66,7 @@ def _conditions(
         if changed:
             a.approvers = [*a.approvers, by]
             insert_event(
-                d, conn, a.run_id, "approval.approved_by", by,
+                tx, a.run_id, "approval.approved_by", by,
                 {"approval_id": a.id, "approvers": a.approvers, "needed": a.approvals_needed},
             )  # fmt: skip
             return a
@@ -80,9 +75,8 @@ def _conditions(
     raise StoreError(f"approval {approval_id}: too many concurrent approvers, retry")
 
 
-def insert_approval(d: Dialect, conn: Any, a: Approval) -> None:
-    d.execute(
-        conn,
+def insert_approval(tx: Tx, a: Approval) -> None:
+    tx.execute(
         "INSERT INTO approvals (id, run_id, step_no, tool, arguments, required_role, "
         "requested_at, expires_at, default_decision, requested_by, not_requester, "
         "approvals_needed) VALUES (:id, :run_id, :step_no, :tool, :arguments, :role, "
@@ -105,7 +99,7 @@ def insert_approval(d: Dialect, conn: Any, a: Approval) -> None:
     )
 
 
-def get_approvals(d: Dialect, conn: Any, run_id: str | None, pending: bool) -> list[Approval]:
+def get_approvals(tx: Tx, run_id: str | None = None, pending: bool = False) -> list[Approval]:
     where, params = [], {}
     if run_id:
         where.append("run_id = :run_id")
@@ -113,13 +107,12 @@ def get_approvals(d: Dialect, conn: Any, run_id: str | None, pending: bool) -> l
     if pending:
         where.append("decision IS NULL")
     clause = f"WHERE {' AND '.join(where)}" if where else ""
-    found = d.fetchall(conn, f"SELECT * FROM approvals {clause} ORDER BY requested_at", params)
+    found = tx.fetchall(f"SELECT * FROM approvals {clause} ORDER BY requested_at", params)
     return [rows.approval_from(r) for r in found]
 
 
 def decide_approval(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     approval_id: str,
     decision: str,
     decided_by: str,
@@ -154,18 +147,15 @@ def decide_approval(
         # transaction holds the write lock since BEGIN IMMEDIATE): a decision is judged
         # by the time at which it holds the row, not by when the request began, and the
         # expiry default cannot commit in between.
-        d.execute(
-            conn, "UPDATE approvals SET decision = decision WHERE id = :id", {"id": approval_id}
-        )
+        tx.execute("UPDATE approvals SET decision = decision WHERE id = :id", {"id": approval_id})
         now = (clock or SYSTEM).now()
         guard = " AND expires_at > :now"
-        pending = _conditions(d, conn, approval_id, decision, clean_text(decided_by), now)
+        pending = _conditions(tx, approval_id, decision, clean_text(decided_by), now)
         if pending is not None:
             return pending  # approved by this decider; more approvers are needed
-    changed = d.execute(
-        conn,
+    changed = tx.execute(
         "UPDATE approvals SET decision = :decision, decided_by = :by, "
-        f"decided_at = {d.now_sql}, approvers = CASE WHEN :decision = 'approve' AND "
+        f"decided_at = {tx.now}, approvers = CASE WHEN :decision = 'approve' AND "
         ":system = 0 THEN :approvers ELSE approvers END WHERE id = :id AND decision IS NULL"
         + guard,
         {
@@ -173,11 +163,11 @@ def decide_approval(
             "by": decided_by,
             "id": approval_id,
             "system": int(system),
-            "approvers": _with_approver(d, conn, approval_id, clean_text(decided_by)),
+            "approvers": _with_approver(tx, approval_id, clean_text(decided_by)),
             "now": now,
         },
     )
-    found = d.fetchall(conn, "SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
+    found = tx.fetchall("SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
     if not found:
         raise StoreError(
             f"no approval {clean_text(approval_id)!r}; list them with `agentledger approvals list`"
@@ -190,16 +180,14 @@ def decide_approval(
             return approval  # this decider's own decision, committed before: a retry
         raise AlreadyDecided(approval)
     # The decision re-queues the run: a worker picks it up and reads the decision.
-    d.execute(
-        conn,
-        f"UPDATE runs SET available_at = {d.now_sql}, updated_at = {d.now_sql} "
+    tx.execute(
+        f"UPDATE runs SET available_at = {tx.now}, updated_at = {tx.now} "
         "WHERE id = :run_id AND status = 'waiting'",
         {"run_id": approval.run_id},
     )
-    d.notify_runnable(conn)
+    tx.dialect.notify_runnable(tx.conn)
     insert_event(
-        d,
-        conn,
+        tx,
         approval.run_id,
         "approval.decided",
         decided_by,
@@ -208,8 +196,8 @@ def decide_approval(
     return approval
 
 
-def _with_approver(d: Dialect, conn: Any, approval_id: str, by: str) -> str:
+def _with_approver(tx: Tx, approval_id: str, by: str) -> str:
     """The approvers list with the deciding approver appended (JSON)."""
-    found = d.fetchall(conn, "SELECT approvers FROM approvals WHERE id = :id", {"id": approval_id})
+    found = tx.fetchall("SELECT approvers FROM approvals WHERE id = :id", {"id": approval_id})
     earlier = loads(found[0]["approvers"]) if found and found[0]["approvers"] else []
     return dumps(earlier if by in earlier else [*earlier, by])

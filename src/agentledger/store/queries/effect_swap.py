@@ -9,13 +9,11 @@ from typing import Any
 from agentledger.canonical import clean_text
 from agentledger.records import Effect, loads
 from agentledger.store import rows
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import json_text
+from agentledger.store.tx import Tx
 
 
-def swap_effect(
-    d: Dialect, conn: Any, effect: Effect, expected: str | None
-) -> tuple[bool, Effect | None]:
+def swap_effect(tx: Tx, effect: Effect, expected: str | None) -> tuple[bool, Effect | None]:
     """Write ``effect`` only if its key's row has status ``expected`` (None: no row).
 
     Returns (written, the row as it is now). Idempotent: a retry after a lost reply
@@ -32,21 +30,19 @@ def swap_effect(
         "expected": expected,
     }
     if expected is None:
-        changed = d.execute(
-            conn,
+        changed = tx.execute(
             "INSERT INTO effects (key, run_id, step_no, status, result, updated_at) "
             "VALUES (:key, :run_id, :step_no, :status, :result, :now) "
             "ON CONFLICT (key) DO NOTHING",
             params,
         )
     else:
-        changed = d.execute(
-            conn,
+        changed = tx.execute(
             "UPDATE effects SET run_id = :run_id, step_no = :step_no, status = :status, "
             "result = :result, updated_at = :now WHERE key = :key AND status = :expected",
             params,
         )
-    found = d.fetchall(conn, "SELECT * FROM effects WHERE key = :key", params)
+    found = tx.fetchall("SELECT * FROM effects WHERE key = :key", params)
     current = rows.effect_from(found[0]) if found else None
     if changed:
         return True, current

@@ -12,7 +12,7 @@ from agentledger.records import (
 )
 from agentledger.store import rows
 from agentledger.store.base import Batch, NewEvent
-from agentledger.store.dialect import Dialect
+from agentledger.store.tx import Tx
 
 # The events_type index leaves out the journal's step events (migration 0061): one
 # index fewer written per journal write. A query by type states this condition (the
@@ -52,8 +52,7 @@ def step_event(owner: str, step: Step) -> NewEvent:
 
 
 def insert_event(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     run_id: str,
     type: str,
     actor: str,
@@ -69,13 +68,12 @@ def insert_event(
     params["data"] = dumps(data)
     params["token"] = token
     if seq is None:
-        d.execute(conn, "UPDATE runs SET event_seq = event_seq + 1 WHERE id = :run_id", params)
+        tx.execute("UPDATE runs SET event_seq = event_seq + 1 WHERE id = :run_id", params)
         seq_sql = "(SELECT event_seq FROM runs WHERE id = :run_id)"
     else:
         params["seq"] = seq
         seq_sql = ":seq"
-    d.execute(
-        conn,
+    tx.execute(
         "INSERT INTO events (run_id, at, type, actor, data, seq, token) VALUES (:run_id, :at, "
         f":type, :actor, :data, {seq_sql}, :token)",
         params,
@@ -83,7 +81,7 @@ def insert_event(
 
 
 def insert_tenant_event(
-    d: Dialect, conn: Any, tenant_id: str, audit_id: str, type: str, actor: str, data: Any
+    tx: Tx, tenant_id: str, audit_id: str, type: str, actor: str, data: Any
 ) -> None:
     """Append an event under no run (a tenant's document changes, a user's memory
     changes), filed under ``audit_id`` (``docs/<tenant>``, ``memory/<tenant>/<user>``).
@@ -91,8 +89,7 @@ def insert_tenant_event(
     It carries its tenant from the start, since there is no run row to find it by: the
     sealer chains it into that tenant's audit chain like a run's events. It has no
     ``seq`` (no run's stream to resume)."""
-    d.execute(
-        conn,
+    tx.execute(
         "INSERT INTO events (run_id, tenant_id, at, type, actor, data) "
         "VALUES (:run_id, :tenant_id, :at, :type, :actor, :data)",
         {
@@ -106,22 +103,21 @@ def insert_tenant_event(
     )
 
 
-def has_event(d: Dialect, conn: Any, run_id: str, token: str) -> bool:
+def has_event(tx: Tx, run_id: str, token: str) -> bool:
     """True when a job with ``token`` appended an event to the run: the job committed
     before (its reply lost) and must not append it again."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT 1 AS found FROM events WHERE run_id = :run_id AND token = :token",
         {"run_id": run_id, "token": token},
     )
     return bool(found)
 
 
-def list_events(d: Dialect, conn: Any, run_id: str | None, after_id: int) -> list[Event]:
+def list_events(tx: Tx, run_id: str | None = None, after_id: int = 0) -> list[Event]:
     if run_id is None:
         sql = "SELECT * FROM events WHERE id > :after ORDER BY id LIMIT 1000"
     else:
         # events_run_seq finds the run's events; within a run seq and id grow together.
         sql = "SELECT * FROM events WHERE run_id = :run_id AND id > :after ORDER BY seq, id"
-    found = d.fetchall(conn, sql, {"run_id": run_id, "after": after_id})
+    found = tx.fetchall(sql, {"run_id": run_id, "after": after_id})
     return [rows.event_from(r) for r in found]

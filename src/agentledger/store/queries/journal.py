@@ -24,17 +24,16 @@ from agentledger.store.base import (
     UnstorableBatch,
     UnstorableValue,
 )
-from agentledger.store.dialect import CleanParams, Dialect
+from agentledger.store.dialect import CleanParams
 from agentledger.store.queries.approvals import insert_approval
 from agentledger.store.queries.common import check_finite, check_time, delay_of, json_text
 from agentledger.store.queries.events import batch_events
 from agentledger.store.queries.outbox import drop_outbox, insert_outbox
+from agentledger.store.tx import Tx
 
 
-def load_journal(d: Dialect, conn: Any, run_id: str) -> list[Step]:
-    found = d.fetchall(
-        conn, "SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id}
-    )
+def load_journal(tx: Tx, run_id: str) -> list[Step]:
+    found = tx.fetchall("SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id})
     return [rows.step_from(r) for r in found]
 
 
@@ -139,35 +138,33 @@ def fence_update(batch: Batch, now_sql: str = ":now") -> tuple[str, dict[str, An
     return encode_batch(batch).fence(now_sql)
 
 
-def apply_batch(d: Dialect, conn: Any, batch: Batch) -> None:
+def apply_batch(tx: Tx, batch: Batch) -> None:
     """Apply one fenced batch: the fence first, then the batch's writes."""
     encoded = encode_batch(batch)
-    sql, params = encoded.fence(d.now_sql)
+    sql, params = encoded.fence(tx.now)
     events = encoded.events
     # The fence hands back the seqs it took (no second statement to read them) and the
     # run's cancel request (the engine stops at its next step boundary: Batch).
-    found = d.fetchall(conn, sql + " RETURNING event_seq, cancel_requested", params)
+    found = tx.fetchall(sql + " RETURNING event_seq, cancel_requested", params)
     if not found:
         raise LeaseLost(batch.run_id, batch.epoch)
     last_seq = int(found[0]["event_seq"])
     batch.cancel_requested = found[0]["cancel_requested"]
     for step in encoded.steps:
-        d.execute(conn, _STEP_INSERT, step)
+        tx.execute(_STEP_INSERT, step)
     for effect in batch.effects:
-        write_effect(d, conn, effect)
+        write_effect(tx, effect)
     for item in batch.outbox:
-        insert_outbox(d, conn, item)
+        insert_outbox(tx, item)
     for approval in batch.approvals:
-        insert_approval(d, conn, approval)
+        insert_approval(tx, approval)
     if batch.drop_outbox:
-        drop_outbox(d, conn, batch.run_id, "compensation began")
+        drop_outbox(tx, batch.run_id, "compensation began")
     if events:
-        insert_events(d, conn, batch.run_id, events, last_seq - len(events) + 1)
+        insert_events(tx, batch.run_id, events, last_seq - len(events) + 1)
 
 
-def insert_events(
-    d: Dialect, conn: Any, run_id: str, events: list[tuple[str, str, str]], first: int
-) -> None:
+def insert_events(tx: Tx, run_id: str, events: list[tuple[str, str, str]], first: int) -> None:
     """A batch's encoded events (type, actor, data JSON) as ONE multi-row INSERT, with
     the seqs ``first``, ``first + 1``, ... that the fence took for them (one statement
     instead of one per event)."""
@@ -175,7 +172,7 @@ def insert_events(
     for i, (type_, actor, data) in enumerate(events):
         params[f"t{i}"], params[f"a{i}"], params[f"d{i}"] = type_, actor, data
         params[f"s{i}"] = first + i
-    d.execute(conn, _events_sql(len(events)), params)
+    tx.execute(_events_sql(len(events)), params)
 
 
 @functools.lru_cache(maxsize=64)
@@ -184,7 +181,7 @@ def _events_sql(n: int) -> str:
     return f"INSERT INTO events (run_id, at, type, actor, data, seq) VALUES {values}"
 
 
-def committed(d: Dialect, conn: Any, batches: list[Batch]) -> set[str]:
+def committed(tx: Tx, batches: list[Batch]) -> set[str]:
     """The tokens of those ``batches`` that are already committed.
 
     Asked before a write is retried after a lost connection: the fence writes the
@@ -195,7 +192,7 @@ def committed(d: Dialect, conn: Any, batches: list[Batch]) -> set[str]:
         return set()
     params = {f"r{i}": b.run_id for i, b in enumerate(batches)}
     marks = ", ".join(f":{k}" for k in params)
-    found = d.fetchall(conn, f"SELECT write_token FROM runs WHERE id IN ({marks})", params)
+    found = tx.fetchall(f"SELECT write_token FROM runs WHERE id IN ({marks})", params)
     tokens = {r["write_token"] for r in found}
     return {b.token for b in batches if b.token in tokens}
 
@@ -322,11 +319,11 @@ _STEP_INSERT = (
 )
 
 
-def upsert_step(d: Dialect, conn: Any, step: Step) -> None:
-    d.execute(conn, _STEP_INSERT, step_params(step))
+def upsert_step(tx: Tx, step: Step) -> None:
+    tx.execute(_STEP_INSERT, step_params(step))
 
 
-def write_effect(d: Dialect, conn: Any, effect: Effect) -> None:
+def write_effect(tx: Tx, effect: Effect) -> None:
     """Claim (status ``claimed``) or complete (``done``) an effect key."""
     params = {
         "key": effect.key,
@@ -337,30 +334,28 @@ def write_effect(d: Dialect, conn: Any, effect: Effect) -> None:
         "now": time.time(),
     }
     if effect.status == EffectStatus.CLAIMED:
-        found = d.fetchall(conn, "SELECT * FROM effects WHERE key = :key", params)
+        found = tx.fetchall("SELECT * FROM effects WHERE key = :key", params)
         if found:
             existing = rows.effect_from(found[0])
             if (existing.run_id, existing.step_no) != (effect.run_id, effect.step_no):
                 raise EffectClaimed(existing)
             return
-        inserted = d.execute(
-            conn,
+        inserted = tx.execute(
             "INSERT INTO effects (key, run_id, step_no, status, result, updated_at) "
             "VALUES (:key, :run_id, :step_no, :status, :result, :now) "
             "ON CONFLICT (key) DO NOTHING",
             params,
         )
         if inserted == 0:  # another process claimed it since our SELECT (PostgreSQL)
-            write_effect(d, conn, effect)
+            write_effect(tx, effect)
     else:
-        d.execute(
-            conn,
+        tx.execute(
             "UPDATE effects SET status = :status, result = :result, updated_at = :now "
             "WHERE key = :key",
             params,
         )
 
 
-def get_effect(d: Dialect, conn: Any, key: str) -> Effect | None:
-    found = d.fetchall(conn, "SELECT * FROM effects WHERE key = :key", {"key": key})
+def get_effect(tx: Tx, key: str) -> Effect | None:
+    found = tx.fetchall("SELECT * FROM effects WHERE key = :key", {"key": key})
     return rows.effect_from(found[0]) if found else None

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from agentledger.backoff import Backoff
-from agentledger.store.dialect import Dialect
+from agentledger.store.tx import Tx
 
 log = logging.getLogger("agentledger.store")
 
@@ -16,22 +15,22 @@ log = logging.getLogger("agentledger.store")
 MIGRATION_WAIT = 120.0
 
 
-def is_current(d: Dialect, conn: Any) -> bool:
+def is_current(tx: Tx) -> bool:
     """True when every migration is applied, found without taking the write lock.
 
     Opening a store then costs a read, so a busy database (or a read-only command)
     is not held up by a write lock it does not need.
     """
     try:
-        done = {r["version"] for r in d.fetchall(conn, "SELECT version FROM schema_migrations")}
+        done = {r["version"] for r in tx.fetchall("SELECT version FROM schema_migrations")}
     except Exception:  # no table yet (or no answer): the locked path decides
-        d.rollback(conn)
+        tx.dialect.rollback(tx.conn)
         return False
-    d.commit(conn)
-    return all(version in done for version, _ in d.migrations())
+    tx.dialect.commit(tx.conn)
+    return all(version in done for version, _ in tx.dialect.migrations())
 
 
-def migrate(d: Dialect, conn: Any, *, wait: float | None = None) -> list[int]:
+def migrate(tx: Tx, *, wait: float | None = None) -> list[int]:
     """Apply every migration not yet applied; return the versions applied.
 
     Safe when several processes open one database at once (workers started together
@@ -46,37 +45,35 @@ def migrate(d: Dialect, conn: Any, *, wait: float | None = None) -> list[int]:
     backoff = Backoff(first=0.05, cap=1.0, jitter=False)
     while True:
         try:
-            return _migrate_locked(d, conn)
+            return _migrate_locked(tx)
         except Exception as exc:
-            d.rollback(conn)
-            if not d.is_locked(exc) or time.monotonic() >= deadline:
+            tx.dialect.rollback(tx.conn)
+            if not tx.dialect.is_locked(exc) or time.monotonic() >= deadline:
                 raise
             log.warning("schema migration: the database is locked by another process (%s); "
                         "waiting", exc)  # fmt: skip
             time.sleep(min(backoff.next(), max(0.0, deadline - time.monotonic())))
 
 
-def _migrate_locked(d: Dialect, conn: Any) -> list[int]:
-    if is_current(d, conn):
+def _migrate_locked(tx: Tx) -> list[int]:
+    if is_current(tx):
         return []
-    d.begin_write(conn)
-    d.execute(
-        conn,
+    tx.dialect.begin_write(tx.conn)
+    tx.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
         "applied_at DOUBLE PRECISION NOT NULL)",
     )
-    done = {r["version"] for r in d.fetchall(conn, "SELECT version FROM schema_migrations")}
+    done = {r["version"] for r in tx.fetchall("SELECT version FROM schema_migrations")}
     applied = []
-    for version, script in d.migrations():
+    for version, script in tx.dialect.migrations():
         if version in done:
             continue
-        for statement in d.split_script(script):
-            d.execute(conn, statement)
-        d.execute(
-            conn,
+        for statement in tx.dialect.split_script(script):
+            tx.execute(statement)
+        tx.execute(
             "INSERT INTO schema_migrations (version, applied_at) VALUES (:v, :t)",
             {"v": version, "t": time.time()},
         )
         applied.append(version)
-    d.commit(conn)
+    tx.dialect.commit(tx.conn)
     return applied

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from agentledger.records import (
     OutboxItem,
@@ -12,17 +11,16 @@ from agentledger.records import (
 )
 from agentledger.store import rows
 from agentledger.store.base import OutboxKeyTaken
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import check_lease, check_time, delay_of, json_text
+from agentledger.store.tx import Tx
 
 
-def insert_outbox(d: Dialect, conn: Any, item: OutboxItem) -> None:
+def insert_outbox(tx: Tx, item: OutboxItem) -> None:
     """Insert a decided row. The same run writing its key again (a replayed step) is a
     no-op; a key another run holds raises :class:`OutboxKeyTaken` (the batch is refused:
     a later run's row must never be lost in silence)."""
-    now = d.now_sql
-    inserted = d.execute(
-        conn,
+    now = tx.now
+    inserted = tx.execute(
         "INSERT INTO outbox (key, run_id, step_no, tool, payload, attempts, next_attempt_at, "
         "status, created_at, updated_at) VALUES (:key, :run_id, :step_no, :tool, :payload, 0, "
         f"{now} + COALESCE(:next_in, 0), 'pending', {now}, {now}) ON CONFLICT (key) DO NOTHING",
@@ -39,16 +37,13 @@ def insert_outbox(d: Dialect, conn: Any, item: OutboxItem) -> None:
     if inserted:
         return
     # PostgreSQL: a concurrent insert of the key was waited for, so its row is visible.
-    found = d.fetchall(
-        conn, "SELECT run_id, step_no FROM outbox WHERE key = :key", {"key": item.key}
-    )
+    found = tx.fetchall("SELECT run_id, step_no FROM outbox WHERE key = :key", {"key": item.key})
     if found and found[0]["run_id"] != item.run_id:
         raise OutboxKeyTaken(item.key, found[0]["run_id"], int(found[0]["step_no"]))
 
 
 def claim_outbox(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     owner: str,
     limit: int,
     lease_seconds: float,
@@ -59,18 +54,16 @@ def claim_outbox(
     judged by the database's clock. ``token`` marks the rows of this claim (see
     :func:`claimed_outbox`)."""
     check_lease(lease_seconds)
-    now = d.now_sql
-    found = d.fetchall(
-        conn,
+    now = tx.now
+    found = tx.fetchall(
         f"SELECT key FROM outbox WHERE status = 'pending' AND next_attempt_at <= {now} "
         f"AND (lease_expires_at IS NULL OR lease_expires_at < {now}) "
-        f"ORDER BY next_attempt_at LIMIT :limit{d.skip_locked}",
+        f"ORDER BY next_attempt_at LIMIT :limit{tx.dialect.skip_locked}",
         {"limit": limit},
     )
     claimed = []
     for r in found:
-        got = d.fetchall(
-            conn,
+        got = tx.fetchall(
             f"UPDATE outbox SET lease_owner = :owner, lease_expires_at = {now} + :lease, "
             "claim_token = :token, "
             f"claim_epoch = claim_epoch + 1, updated_at = {now} WHERE key = :key "
@@ -82,11 +75,10 @@ def claim_outbox(
     return claimed
 
 
-def claimed_outbox(d: Dialect, conn: Any, owner: str, token: str) -> list[OutboxItem] | None:
+def claimed_outbox(tx: Tx, owner: str, token: str) -> list[OutboxItem] | None:
     """The rows a claim with ``token`` leased and still holds (a claim retried after a
     lost COMMIT reply), or None when that claim leased nothing."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT * FROM outbox WHERE claim_token = :token AND lease_owner = :owner "
         "AND status = 'pending' ORDER BY next_attempt_at",
         {"token": token, "owner": owner},
@@ -94,7 +86,7 @@ def claimed_outbox(d: Dialect, conn: Any, owner: str, token: str) -> list[Outbox
     return [rows.outbox_from(r) for r in found] or None
 
 
-def settle_outbox(d: Dialect, conn: Any, item: OutboxItem) -> bool:
+def settle_outbox(tx: Tx, item: OutboxItem) -> bool:
     """Write a delivery attempt back, fenced by the claim ``item`` came from.
 
     The lease is cleared but the claimer's owner and epoch stay on the row, so the same
@@ -105,12 +97,11 @@ def settle_outbox(d: Dialect, conn: Any, item: OutboxItem) -> bool:
     "retry later" must never bring it back to ``pending``.
     """
     check_time("next_attempt_at", item.next_attempt_at)
-    changed = d.execute(
-        conn,
+    changed = tx.execute(
         f"UPDATE outbox SET attempts = :attempts, status = :status, "
-        f"next_attempt_at = {d.now_sql} + :next_in, "
+        f"next_attempt_at = {tx.now} + :next_in, "
         "last_error = :err, history = :history, lease_expires_at = NULL, "
-        f"updated_at = {d.now_sql} WHERE key = :key AND lease_owner = :owner "
+        f"updated_at = {tx.now} WHERE key = :key AND lease_owner = :owner "
         "AND claim_epoch = :epoch AND (status = 'pending' OR CAST(:status AS TEXT) = 'delivered')",
         {
             "attempts": item.attempts,
@@ -126,12 +117,11 @@ def settle_outbox(d: Dialect, conn: Any, item: OutboxItem) -> bool:
     return changed > 0
 
 
-def drop_outbox(d: Dialect, conn: Any, run_id: str, why: str) -> int:
+def drop_outbox(tx: Tx, run_id: str, why: str) -> int:
     """Mark the run's pending rows that no live claim holds ``dropped`` (compensation
     began: what the run decided to send is no longer true). Returns how many."""
-    now = d.now_sql
-    found = d.fetchall(
-        conn,
+    now = tx.now
+    found = tx.fetchall(
         "SELECT key, history FROM outbox WHERE run_id = :run_id AND status = 'pending' "
         f"AND (lease_expires_at IS NULL OR lease_expires_at < {now}) ORDER BY key",
         {"run_id": run_id},
@@ -140,8 +130,7 @@ def drop_outbox(d: Dialect, conn: Any, run_id: str, why: str) -> int:
     for r in found:
         history = loads(r["history"]) or []
         history.append({"at": time.time(), "dropped": why})
-        dropped += d.execute(
-            conn,
+        dropped += tx.execute(
             f"UPDATE outbox SET status = 'dropped', history = :history, updated_at = {now} "
             "WHERE key = :key AND status = 'pending' "
             f"AND (lease_expires_at IS NULL OR lease_expires_at < {now})",
@@ -150,12 +139,10 @@ def drop_outbox(d: Dialect, conn: Any, run_id: str, why: str) -> int:
     return dropped
 
 
-def list_outbox(
-    d: Dialect, conn: Any, status: str | None, run_id: str | None = None
-) -> list[OutboxItem]:
+def list_outbox(tx: Tx, status: str | None = None, run_id: str | None = None) -> list[OutboxItem]:
     where = [w for w, v in (("status = :s", status), ("run_id = :r", run_id)) if v]
     clause = f"WHERE {' AND '.join(where)} " if where else ""
-    found = d.fetchall(
-        conn, f"SELECT * FROM outbox {clause}ORDER BY created_at", {"s": status, "r": run_id}
+    found = tx.fetchall(
+        f"SELECT * FROM outbox {clause}ORDER BY created_at", {"s": status, "r": run_id}
     )
     return [rows.outbox_from(r) for r in found]

@@ -20,45 +20,42 @@ for a person instead of a second call.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from agentledger.records import RunStatus, dumps, loads
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.events import insert_event
+from agentledger.store.tx import Tx
 
 RESTORED_EVENT = "run.restored"
 _OPEN = ", ".join(f"'{s}'" for s in sorted(RunStatus.ALL) if s not in RunStatus.TERMINAL)
 _RESUMABLE = f"'{RunStatus.FAILED}', '{RunStatus.NEEDS_HUMAN}'"
 
 
-def mark_restored(d: Dialect, conn: Any, source: str, actor: str) -> int:
+def mark_restored(tx: Tx, source: str, actor: str) -> int:
     """Mark every non-terminal run restored (see the module docstring); how many."""
-    now = d.now_sql
-    found = d.fetchall(conn, f"SELECT id FROM runs WHERE status IN ({_OPEN}) ORDER BY id")
-    d.execute(
-        conn,
+    now = tx.now
+    found = tx.fetchall(f"SELECT id FROM runs WHERE status IN ({_OPEN}) ORDER BY id")
+    tx.execute(
         f"UPDATE runs SET restored_at = {now}, "
         f"lease_expires_at = CASE WHEN lease_owner IS NULL THEN lease_expires_at ELSE {now} END "
         f"WHERE status IN ({_OPEN})",
     )
     # A failed or needs_human run may have been resumed by a person after the backup and
     # made writes then: marked too, so a resume after the restore checks them the same way.
-    d.execute(conn, f"UPDATE runs SET restored_at = {now} WHERE status IN ({_RESUMABLE})")
+    tx.execute(f"UPDATE runs SET restored_at = {now} WHERE status IN ({_RESUMABLE})")
     for row in found:
-        insert_event(d, conn, str(row["id"]), RESTORED_EVENT, actor, {"from": source})
-    _unknown_retrying_writes(d, conn)
-    _mark_outbox(d, conn, source)
-    d.execute(conn, "DELETE FROM workers")
+        insert_event(tx, str(row["id"]), RESTORED_EVENT, actor, {"from": source})
+    _unknown_retrying_writes(tx)
+    _mark_outbox(tx, source)
+    tx.execute("DELETE FROM workers")
     return len(found)
 
 
-def _unknown_retrying_writes(d: Dialect, conn: Any) -> None:
+def _unknown_retrying_writes(tx: Tx) -> None:
     """A write waiting out a backoff in the backup (``retrying``: nothing applied yet)
     may have been sent again after it: its outcome is unknown now (resolved by its status
     check, or by a person), never a plain resend. Only writes: a write's first journal
     entry records whether it has a status check (engine/unknown.py)."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT s.run_id, s.step_no, s.input, s.output FROM steps s JOIN runs r "
         f"ON r.id = s.run_id WHERE r.status IN ({_OPEN}) AND s.status = 'retrying' "
         "AND s.kind IN ('tool', 'compensation')",
@@ -71,8 +68,7 @@ def _unknown_retrying_writes(d: Dialect, conn: Any) -> None:
         retry = output.get("retry") if isinstance(output, dict) else None
         state = dict(retry) if isinstance(retry, dict) else {}
         state["maybe_applied"] = True
-        d.execute(
-            conn,
+        tx.execute(
             "UPDATE steps SET status = 'unknown', output = :output "
             "WHERE run_id = :run_id AND step_no = :step_no AND status = 'retrying'",
             {"run_id": row["run_id"], "step_no": row["step_no"],
@@ -80,9 +76,9 @@ def _unknown_retrying_writes(d: Dialect, conn: Any) -> None:
         )  # fmt: skip
 
 
-def _mark_outbox(d: Dialect, conn: Any, source: str) -> None:
-    pending = d.fetchall(
-        conn, "SELECT key, attempts, history FROM outbox WHERE status = 'pending' ORDER BY key"
+def _mark_outbox(tx: Tx, source: str) -> None:
+    pending = tx.fetchall(
+        "SELECT key, attempts, history FROM outbox WHERE status = 'pending' ORDER BY key"
     )
     for row in pending:
         history = loads(row["history"]) or []
@@ -97,8 +93,7 @@ def _mark_outbox(d: Dialect, conn: Any, source: str) -> None:
         retry = dict(last["retry"]) if last else {"attempts": int(row["attempts"] or 0)}
         retry["maybe_applied"] = True
         history.append({"at": time.time(), "restored": source, "retry": retry, "next": "check"})
-        d.execute(
-            conn,
+        tx.execute(
             "UPDATE outbox SET history = :history WHERE key = :key AND status = 'pending'",
             {"key": row["key"], "history": dumps(history)},
         )

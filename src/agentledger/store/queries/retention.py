@@ -39,9 +39,9 @@ from typing import Any
 from agentledger.auditkey import AuditKey
 from agentledger.errors import UsageError
 from agentledger.records import RunStatus
-from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
 from agentledger.store.queries.common import in_list
+from agentledger.store.tx import Tx
 
 log = logging.getLogger(__name__)
 
@@ -113,18 +113,14 @@ def _statuses(policy: Policy) -> tuple[str, dict[str, Any]]:
     return in_list("st", list(policy.statuses))
 
 
-def prunable_runs(
-    d: Dialect, conn: Any, policy: Policy, cutoff: float, run_ids: list[str]
-) -> set[str]:
+def prunable_runs(tx: Tx, policy: Policy, cutoff: float, run_ids: list[str]) -> set[str]:
     """Which of ``run_ids`` a prune under ``policy`` may remove now."""
     out: set[str] = set()
     marks_st, params_st = _statuses(policy)
     for start in range(0, len(run_ids), BATCH):
         marks, params = in_list("r", run_ids[start : start + BATCH])
         sql = _PRUNABLE.format(ids=marks, statuses=marks_st)
-        found = d.fetchall(
-            conn, sql, {**params, **params_st, "t": policy.tenant_id, "cutoff": cutoff}
-        )
+        found = tx.fetchall(sql, {**params, **params_st, "t": policy.tenant_id, "cutoff": cutoff})
         out.update(str(r["id"]) for r in found)
     return out
 
@@ -142,9 +138,7 @@ class Link:
     last: int  # the last chain position of its run (its own for a record under no run)
 
 
-def _links(
-    d: Dialect, conn: Any, policy: Policy, cutoff: float, rows: list[dict[str, Any]]
-) -> list[Link]:
+def _links(tx: Tx, policy: Policy, cutoff: float, rows: list[dict[str, Any]]) -> list[Link]:
     """Each record of ``rows`` (chain_no, run_id, at): prunable or not, and where its
     run's records end."""
     run_ids = sorted({str(r["run_id"]) for r in rows})
@@ -153,17 +147,15 @@ def _links(
     for start in range(0, len(run_ids), BATCH):
         marks, params = in_list("r", run_ids[start : start + BATCH])
         existing.update(
-            str(r["id"])
-            for r in d.fetchall(conn, f"SELECT id FROM runs WHERE id IN ({marks})", params)
+            str(r["id"]) for r in tx.fetchall(f"SELECT id FROM runs WHERE id IN ({marks})", params)
         )
-        for r in d.fetchall(
-            conn,
+        for r in tx.fetchall(
             "SELECT run_id, MAX(chain_no) AS last FROM events "
             f"WHERE run_id IN ({marks}) GROUP BY run_id",
             params,
         ):
             lasts[str(r["run_id"])] = int(r["last"] or 0)
-    ok = prunable_runs(d, conn, policy, cutoff, sorted(existing))
+    ok = prunable_runs(tx, policy, cutoff, sorted(existing))
     out = []
     for r in rows:
         run_id, no = str(r["run_id"]), int(r["chain_no"])
@@ -174,23 +166,20 @@ def _links(
     return out
 
 
-def plan(
-    d: Dialect, conn: Any, policy: Policy, cutoff: float, after: int, limit: int
-) -> list[Link]:
+def plan(tx: Tx, policy: Policy, cutoff: float, after: int, limit: int) -> list[Link]:
     """One page of the read-only walk that finds how far a tenant's chain can be pruned:
     the links of up to ``limit`` records after position ``after``."""
-    rows = d.fetchall(
-        conn,
+    rows = tx.fetchall(
         "SELECT chain_no, run_id, at FROM events WHERE tenant_id = :t AND chain_no > :after "
         "ORDER BY chain_no LIMIT :limit",
         {"t": policy.tenant_id, "after": after, "limit": limit},
     )
-    return _links(d, conn, policy, cutoff, rows)
+    return _links(tx, policy, cutoff, rows)
 
 
-def pruned_through(d: Dialect, conn: Any, tenant_id: str) -> int:
+def pruned_through(tx: Tx, tenant_id: str) -> int:
     """The last chain position already pruned of the tenant (0: none)."""
-    s = service_audit.pruned_summary(d, conn, tenant_id)
+    s = service_audit.pruned_summary(tx, tenant_id)
     return int(s["last_chain_no"]) if s is not None else 0
 
 
@@ -214,20 +203,19 @@ class Walk:
                 self.end = link.chain_no
 
 
-def _lock_head(d: Dialect, conn: Any, tenant_id: str, lock: bool) -> dict[str, Any] | None:
+def _lock_head(tx: Tx, tenant_id: str, lock: bool) -> dict[str, Any] | None:
     """The tenant's head, its row locked (PostgreSQL; SQLite's writer is alone) when
     ``lock``: sealers skip the tenant while a batch removes the front of its chain."""
-    lock_sql = " FOR UPDATE" if lock and d.name == "postgres" else ""
-    found = d.fetchall(
-        conn, f"SELECT chain_no, hash, sig FROM audit_heads WHERE tenant_id = :t{lock_sql}",
+    lock_sql = " FOR UPDATE" if lock and tx.dialect.name == "postgres" else ""
+    found = tx.fetchall(
+        f"SELECT chain_no, hash, sig FROM audit_heads WHERE tenant_id = :t{lock_sql}",
         {"t": tenant_id},
     )  # fmt: skip
     return found[0] if found else None
 
 
 def prune_batch(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     policy: Policy,
     cutoff: float,
     end: int,
@@ -244,14 +232,14 @@ def prune_batch(
     after position ``after`` (the batches before it, computed but not done)."""
     t = policy.tenant_id
     out = Removed(t)
-    head = _lock_head(d, conn, t, lock=not dry)
+    head = _lock_head(tx, t, lock=not dry)
     if head is None:
         return out
     if not service_audit.may_extend(t, head, key):
         out.stopped = "the chain is signed under another key, or not signed under this one"
         out.broken = True
         return out
-    s = service_audit.pruned_summary(d, conn, t)
+    s = service_audit.pruned_summary(tx, t)
     if s is not None:
         why = service_audit.summary_problem(key, t, s)
         if why is not None:
@@ -261,28 +249,27 @@ def prune_batch(
     prev = str(s["last_hash"]) if s else service_audit.GENESIS
     signed_at = start if (s is not None and s["sig"] is not None) else None
     if after is not None and after > start:
-        at = d.fetchall(
-            conn, "SELECT hash, sig FROM events WHERE tenant_id = :t AND chain_no = :n",
+        at = tx.fetchall(
+            "SELECT hash, sig FROM events WHERE tenant_id = :t AND chain_no = :n",
             {"t": t, "n": after},
         )  # fmt: skip
         if not at:
             return out
         start, prev = after, str(at[0]["hash"])
         signed_at = after if at[0]["sig"] is not None else None
-    rows = d.fetchall(
-        conn,
+    rows = tx.fetchall(
         "SELECT id, run_id, seq, type, actor, at, data, data_digest, redaction_sig, "
         "chain_no, prev_hash, hash, sig, hash_v FROM events WHERE tenant_id = :t "
         "AND chain_no > :start AND chain_no <= :end ORDER BY chain_no LIMIT :limit",
         {"t": t, "start": start, "end": end, "limit": limit},
     )
     run_ids = sorted({str(r["run_id"]) for r in rows})
-    if d.name == "postgres" and run_ids and not dry:
+    if tx.dialect.name == "postgres" and run_ids and not dry:
         # Hold the runs still while they are re-checked and removed (a `runs resume`
         # waits, then finds no run).
         marks, params = in_list("r", run_ids)
-        d.fetchall(conn, f"SELECT id FROM runs WHERE id IN ({marks}) FOR UPDATE", params)
-    links = {link.chain_no: link for link in _links(d, conn, policy, cutoff, rows)}
+        tx.fetchall(f"SELECT id FROM runs WHERE id IN ({marks}) FOR UPDATE", params)
+    links = {link.chain_no: link for link in _links(tx, policy, cutoff, rows)}
     taken: list[dict[str, Any]] = []
     expected = start + 1
     for row in rows:
@@ -315,59 +302,57 @@ def prune_batch(
         {links[int(r["chain_no"])].run_id for r in taken}
         & {link.run_id for link in links.values() if link.last <= last_no}
     )
-    existing = _existing(d, conn, sorted({links[int(r["chain_no"])].run_id for r in taken}))
+    existing = _existing(tx, sorted({links[int(r["chain_no"])].run_id for r in taken}))
     # Runs whose first records go now and the rest with a later batch: marked, so that a
     # `runs resume` in between never puts a run back to work without its history.
     split = sorted(existing.difference(done_runs))
     done_runs = [r for r in done_runs if r in existing]
     out.records = len(taken)
     out.runs = len(done_runs)
-    out.rows = _count_rows(d, conn, done_runs)
+    out.rows = _count_rows(tx, done_runs)
     out.rows["events"] = len(taken)
     if dry:
         return out
     ids = [int(r["id"]) for r in taken]
     for chunk in range(0, len(ids), BATCH):
         marks, params = in_list("e", ids[chunk : chunk + BATCH])
-        d.execute(conn, f"DELETE FROM events WHERE id IN ({marks})", params)
+        tx.execute(f"DELETE FROM events WHERE id IN ({marks})", params)
     for chunk in range(0, len(done_runs), BATCH):
         marks, params = in_list("r", done_runs[chunk : chunk + BATCH])
         for table in _RUN_TABLES:
             only = _ONLY.get(table, "").format(marks=marks)
-            d.execute(conn, f"DELETE FROM {table} WHERE run_id IN ({marks}){only}", params)
-        d.execute(conn, f"DELETE FROM runs WHERE id IN ({marks})", params)
-        d.execute(conn, f"DELETE FROM runs_pruning WHERE run_id IN ({marks})", params)
+            tx.execute(f"DELETE FROM {table} WHERE run_id IN ({marks}){only}", params)
+        tx.execute(f"DELETE FROM runs WHERE id IN ({marks})", params)
+        tx.execute(f"DELETE FROM runs_pruning WHERE run_id IN ({marks})", params)
     for run_id in split:
-        d.execute(
-            conn,
+        tx.execute(
             "INSERT INTO runs_pruning (run_id, pruned_at) VALUES (:r, :now) "
             "ON CONFLICT (run_id) DO NOTHING",
             {"r": run_id, "now": time.time()},
         )
-    _extend_summary(d, conn, t, s, taken, len(done_runs), key)
+    _extend_summary(tx, t, s, taken, len(done_runs), key)
     return out
 
 
-def _existing(d: Dialect, conn: Any, run_ids: list[str]) -> set[str]:
+def _existing(tx: Tx, run_ids: list[str]) -> set[str]:
     found: set[str] = set()
     for chunk in range(0, len(run_ids), BATCH):
         marks, params = in_list("r", run_ids[chunk : chunk + BATCH])
         found.update(
-            str(r["id"])
-            for r in d.fetchall(conn, f"SELECT id FROM runs WHERE id IN ({marks})", params)
+            str(r["id"]) for r in tx.fetchall(f"SELECT id FROM runs WHERE id IN ({marks})", params)
         )
     return found
 
 
-def _count_rows(d: Dialect, conn: Any, run_ids: list[str]) -> dict[str, int]:
+def _count_rows(tx: Tx, run_ids: list[str]) -> dict[str, int]:
     """How many rows each table holds of ``run_ids`` (``runs`` included)."""
     counts = {table: 0 for table in ("runs", *_RUN_TABLES)}
     for chunk in range(0, len(run_ids), BATCH):
         marks, params = in_list("r", run_ids[chunk : chunk + BATCH])
         for table in _RUN_TABLES:
             only = _ONLY.get(table, "").format(marks=marks)
-            n = d.fetchall(
-                conn, f"SELECT COUNT(*) AS n FROM {table} WHERE run_id IN ({marks}){only}", params
+            n = tx.fetchall(
+                f"SELECT COUNT(*) AS n FROM {table} WHERE run_id IN ({marks}){only}", params
             )[0]["n"]
             counts[table] += int(n)
         counts["runs"] += len(run_ids[chunk : chunk + BATCH])
@@ -375,8 +360,7 @@ def _count_rows(d: Dialect, conn: Any, run_ids: list[str]) -> dict[str, int]:
 
 
 def _extend_summary(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     tenant_id: str,
     s: dict[str, Any] | None,
     taken: list[dict[str, Any]],
@@ -403,8 +387,7 @@ def _extend_summary(
     new["sig"] = (
         key.sign_pruned(tenant_id, service_audit.summary_fields(new)) if key is not None else None
     )
-    d.execute(
-        conn,
+    tx.execute(
         "INSERT INTO audit_pruned (tenant_id, last_chain_no, last_hash, records, runs, counts, "
         "digest, first_at, last_at, pruned_at, sig) VALUES (:t, :last_chain_no, :last_hash, "
         ":records, :runs, :counts, :digest, :first_at, :last_at, :pruned_at, :sig) "
@@ -416,21 +399,21 @@ def _extend_summary(
     )
 
 
-def chained_tenants(d: Dialect, conn: Any) -> list[str]:
+def chained_tenants(tx: Tx) -> list[str]:
     """Tenants with an audit chain (every tenant with runs has one once sealed)."""
     return [
         str(r["tenant_id"])
-        for r in d.fetchall(conn, "SELECT tenant_id FROM audit_heads ORDER BY tenant_id")
+        for r in tx.fetchall("SELECT tenant_id FROM audit_heads ORDER BY tenant_id")
     ]
 
 
-def policies(d: Dialect, conn: Any) -> list[Policy]:
+def policies(tx: Tx) -> list[Policy]:
     """Every tenant's configured retention; a row that is not one (written by hand: a
     status not finished, an age below 0) is skipped with a warning, never the others --
     nor a worker's ``--prune-every``, which would stop on it."""
     out = []
-    for r in d.fetchall(
-        conn, "SELECT tenant_id, older_than, statuses FROM retention ORDER BY tenant_id"
+    for r in tx.fetchall(
+        "SELECT tenant_id, older_than, statuses FROM retention ORDER BY tenant_id"
     ):
         try:
             statuses = tuple(str(r["statuses"]).split(","))
@@ -443,10 +426,9 @@ def policies(d: Dialect, conn: Any) -> list[Policy]:
     return out
 
 
-def set_policy(d: Dialect, conn: Any, policy: Policy) -> None:
+def set_policy(tx: Tx, policy: Policy) -> None:
     """Configure (or replace) a tenant's retention."""
-    d.execute(
-        conn,
+    tx.execute(
         "INSERT INTO retention (tenant_id, older_than, statuses, updated_at) "
         "VALUES (:t, :o, :s, :now) ON CONFLICT (tenant_id) DO UPDATE SET "
         "older_than = excluded.older_than, statuses = excluded.statuses, "
@@ -456,12 +438,12 @@ def set_policy(d: Dialect, conn: Any, policy: Policy) -> None:
     )  # fmt: skip
 
 
-def unset_policy(d: Dialect, conn: Any, tenant_id: str) -> bool:
+def unset_policy(tx: Tx, tenant_id: str) -> bool:
     """Remove a tenant's retention; False when it had none."""
-    return d.execute(conn, "DELETE FROM retention WHERE tenant_id = :t", {"t": tenant_id}) > 0
+    return tx.execute("DELETE FROM retention WHERE tenant_id = :t", {"t": tenant_id}) > 0
 
 
-def claim_round(d: Dialect, conn: Any, period: float) -> bool:
+def claim_round(tx: Tx, period: float) -> bool:
     """Claim the next scheduled prune round for ``period`` seconds: True for the one
     worker whose claim lands (one guarded UPDATE of the single ``prune_rounds`` row),
     False while another worker's round is claimed. A transaction-scoped advisory lock
@@ -469,8 +451,7 @@ def claim_round(d: Dialect, conn: Any, period: float) -> bool:
     whichever pooled connection took it; the row works on both backends."""
     now = time.time()
     return (
-        d.execute(
-            conn,
+        tx.execute(
             "UPDATE prune_rounds SET claimed_until = :until WHERE id = 1 AND claimed_until <= :now",
             {"until": now + period, "now": now},
         )

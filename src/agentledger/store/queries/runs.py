@@ -13,7 +13,6 @@ from agentledger.records import (
 )
 from agentledger.store import rows
 from agentledger.store.base import NewRun
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import (
     RUN_COLUMNS,
     check_lease,
@@ -24,6 +23,7 @@ from agentledger.store.queries.common import (
     new_token,
 )
 from agentledger.store.queries.events import insert_event
+from agentledger.store.tx import Tx
 
 
 def run_params(new: NewRun) -> dict[str, Any]:
@@ -44,23 +44,22 @@ def run_params(new: NewRun) -> dict[str, Any]:
     }
 
 
-def create_run(d: Dialect, conn: Any, new: NewRun) -> Run:
+def create_run(tx: Tx, new: NewRun) -> Run:
     """Insert a queued run; with a ``request_id`` already used, return that run instead.
 
     The request id is written in the same transaction with a unique index, so a submit
     retried after its COMMIT reply was lost finds the run the first attempt made.
     """
     if new.request_id is not None:
-        existing = find_request(d, conn, new.request_id)
+        existing = find_request(tx, new.request_id)
         if existing is not None:
             return existing
     params = run_params(new)
     run_id = params["id"]
-    now = d.now_sql
+    now = tx.now
     # ON CONFLICT: a second submitter with the same request id whose INSERT meets ours
     # in flight waits for it, then inserts nothing and returns the run ours made.
-    inserted = d.execute(
-        conn,
+    inserted = tx.execute(
         "INSERT INTO runs (id, tenant_id, user_id, kind, name, version, target, input, status, "
         "created_at, updated_at, available_at, request_id) VALUES (:id, :tenant_id, :user_id, "
         f":kind, :name, :version, :target, :input, :status, {now}, {now}, "
@@ -70,31 +69,33 @@ def create_run(d: Dialect, conn: Any, new: NewRun) -> Run:
     )
     if inserted == 0:
         assert new.request_id is not None
-        existing = find_request(d, conn, new.request_id)
+        existing = find_request(tx, new.request_id)
         if existing is None:
             raise StoreError(f"submit {clean_text(new.request_id)!r} conflicted and vanished")
         return existing
-    insert_event(d, conn, run_id, "run.submitted", new.user_id or "api", {"input": new.input})
-    d.notify_runnable(conn)
-    run = get_run(d, conn, run_id)
+    insert_event(tx, run_id, "run.submitted", new.user_id or "api", {"input": new.input})
+    tx.dialect.notify_runnable(tx.conn)
+    run = get_run(tx, run_id)
     assert run is not None
     return run
 
 
-def find_request(d: Dialect, conn: Any, request_id: str) -> Run | None:
+def find_request(tx: Tx, request_id: str) -> Run | None:
     """The run a submit with this request id created, if any."""
-    found = d.fetchall(
-        conn, f"SELECT {RUN_COLUMNS} FROM runs WHERE request_id = :rid", {"rid": request_id}
+    found = tx.fetchall(
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE request_id = :rid", {"rid": request_id}
     )
     return rows.run_from(found[0]) if found else None
 
 
-def get_run(d: Dialect, conn: Any, run_id: str) -> Run | None:
-    found = d.fetchall(conn, f"SELECT {RUN_COLUMNS} FROM runs WHERE id = :id", {"id": run_id})
+def get_run(tx: Tx, run_id: str) -> Run | None:
+    found = tx.fetchall(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = :id", {"id": run_id})
     return rows.run_from(found[0]) if found else None
 
 
-def list_runs(d: Dialect, conn: Any, status: str | None, name: str | None, limit: int) -> list[Run]:
+def list_runs(
+    tx: Tx, status: str | None = None, name: str | None = None, limit: int = 100
+) -> list[Run]:
     where: list[str] = []
     params: dict[str, Any] = {"limit": limit}
     if status:
@@ -105,17 +106,16 @@ def list_runs(d: Dialect, conn: Any, status: str | None, name: str | None, limit
         params["name"] = name
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     sql = f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY created_at DESC LIMIT :limit"
-    return [rows.run_from(r) for r in d.fetchall(conn, sql, params)]
+    return [rows.run_from(r) for r in tx.fetchall(sql, params)]
 
 
-def count_runs(d: Dialect, conn: Any) -> dict[str, int]:
-    found = d.fetchall(conn, "SELECT status, COUNT(*) AS n FROM runs GROUP BY status")
+def count_runs(tx: Tx) -> dict[str, int]:
+    found = tx.fetchall("SELECT status, COUNT(*) AS n FROM runs GROUP BY status")
     return {r["status"]: int(r["n"]) for r in found}
 
 
 def claim_runs(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     owner: str,
     targets: list[str],
     limit: int,
@@ -134,18 +134,17 @@ def claim_runs(
     }
     for i, target in enumerate(targets):
         params[f"t{i}"] = target
-    found = d.fetchall(conn, d.claim_sql(len(targets)), params)
+    found = tx.fetchall(tx.dialect.claim_sql(len(targets)), params)
     claimed = [rows.run_from(r) for r in found]
     for run in claimed:
-        insert_event(d, conn, run.id, "run.claimed", owner, {"epoch": run.lease_epoch})
+        insert_event(tx, run.id, "run.claimed", owner, {"epoch": run.lease_epoch})
     return claimed
 
 
-def claimed_with(d: Dialect, conn: Any, owner: str, token: str) -> list[Run] | None:
+def claimed_with(tx: Tx, owner: str, token: str) -> list[Run] | None:
     """The runs a claim with ``token`` took (a claim retried after a lost COMMIT reply),
     or None when that claim did not commit."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         f"SELECT {RUN_COLUMNS} FROM runs WHERE write_token = :token AND lease_owner = :owner "
         "AND status = 'running'",
         {"token": token, "owner": owner},
@@ -153,15 +152,12 @@ def claimed_with(d: Dialect, conn: Any, owner: str, token: str) -> list[Run] | N
     return [rows.run_from(r) for r in found] or None
 
 
-def renew_leases(
-    d: Dialect, conn: Any, owner: str, leases: dict[str, int], lease_seconds: float
-) -> set[str]:
+def renew_leases(tx: Tx, owner: str, leases: dict[str, int], lease_seconds: float) -> set[str]:
     check_lease(lease_seconds)
     lost = set()
     for run_id, epoch in sorted(leases.items()):  # row locks in id order, like commits
-        changed = d.execute(
-            conn,
-            f"UPDATE runs SET lease_expires_at = {d.now_sql} + :lease WHERE id = :id "
+        changed = tx.execute(
+            f"UPDATE runs SET lease_expires_at = {tx.now} + :lease WHERE id = :id "
             "AND lease_epoch = :epoch AND lease_owner = :owner AND status = 'running'",
             {"lease": float(lease_seconds), "id": run_id, "epoch": epoch, "owner": owner},
         )
@@ -170,46 +166,41 @@ def renew_leases(
     return lost
 
 
-def release_run(
-    d: Dialect, conn: Any, run_id: str, epoch: int, owner: str, token: str | None = None
-) -> bool:
+def release_run(tx: Tx, run_id: str, epoch: int, owner: str, token: str | None = None) -> bool:
     """Give the run back (queued, lease cleared), fenced by epoch and owner. ``token``
     marks its ``run.released`` event: a release retried after a lost reply finds it
     (see :func:`agentledger.store.queries.events.has_event`) and answers True."""
-    now = d.now_sql
-    changed = d.execute(
-        conn,
+    now = tx.now
+    changed = tx.execute(
         "UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, "
         f"available_at = {now}, updated_at = {now} WHERE id = :id AND lease_epoch = :epoch "
         "AND lease_owner = :owner AND status = 'running'",
         {"id": run_id, "epoch": epoch, "owner": owner},
     )
     if changed:
-        insert_event(d, conn, run_id, "run.released", owner, {"epoch": epoch}, token=token)
-        d.notify_runnable(conn)
+        insert_event(tx, run_id, "run.released", owner, {"epoch": epoch}, token=token)
+        tx.dialect.notify_runnable(tx.conn)
     return changed > 0
 
 
-def expire_leases_of(d: Dialect, conn: Any, owners: list[str]) -> int:
+def expire_leases_of(tx: Tx, owners: list[str]) -> int:
     # Several workers may reap the same dead owner at once: take its rows in id
     # order and skip the ones another reaper holds, so two reapers never deadlock.
     total = 0
     for owner in sorted(owners):
-        total += d.execute(
-            conn,
+        total += tx.execute(
             "UPDATE runs SET lease_expires_at = 0 WHERE id IN (SELECT id FROM runs "
             "WHERE lease_owner = :owner AND status = 'running' ORDER BY id"
-            f"{d.skip_locked})",
+            f"{tx.dialect.skip_locked})",
             {"owner": owner},
         )
     return total
 
 
-def lease_owners(d: Dialect, conn: Any) -> list[str]:
-    found = d.fetchall(
-        conn,
+def lease_owners(tx: Tx) -> list[str]:
+    found = tx.fetchall(
         "SELECT DISTINCT lease_owner FROM runs WHERE status = 'running' "
-        f"AND lease_owner IS NOT NULL AND lease_expires_at > {d.now_sql}",
+        f"AND lease_owner IS NOT NULL AND lease_expires_at > {tx.now}",
     )
     return [r["lease_owner"] for r in found]
 
@@ -217,22 +208,21 @@ def lease_owners(d: Dialect, conn: Any) -> list[str]:
 _TERMINAL = ", ".join(f"'{s}'" for s in sorted(RunStatus.TERMINAL))
 
 
-def cancel_run(d: Dialect, conn: Any, run_id: str, reason: str, actor: str) -> Run:
+def cancel_run(tx: Tx, run_id: str, reason: str, actor: str) -> Run:
     """Request the cancel of a run (the protocol is in docs/architecture.md, "Cancel").
 
     Never bumps the lease epoch, and never overwrites a terminal state: every change
     is one guarded UPDATE whose row count says whether it happened, so a cancel racing
     the run's final commit leaves ``completed`` as it is.
     """
-    run = get_run(d, conn, run_id)
+    run = get_run(tx, run_id)
     if run is None:
         raise StoreError(f"no run {clean_text(run_id)!r}; list runs with `agentledger runs list`")
     if run.terminal:
         return run
-    now = d.now_sql
+    now = tx.now
     # A queued run that never started: nothing to compensate, cancelled at once.
-    cancelled = d.execute(
-        conn,
+    cancelled = tx.execute(
         "UPDATE runs SET status = 'cancelled', error = :reason, cancel_requested = :reason, "
         "lease_owner = NULL, lease_expires_at = NULL, available_at = NULL, "
         f"updated_at = {now} WHERE id = :id AND status = 'queued' AND step_count = 0 "
@@ -240,12 +230,11 @@ def cancel_run(d: Dialect, conn: Any, run_id: str, reason: str, actor: str) -> R
         {"reason": reason, "id": run_id},
     )
     if cancelled:
-        insert_event(d, conn, run_id, "run.cancelled", actor, {"reason": reason})
+        insert_event(tx, run_id, "run.cancelled", actor, {"reason": reason})
     elif run.cancel_requested is None or run.status in (RunStatus.QUEUED, RunStatus.WAITING):
         # Any other live run: a request its worker honours at the next step boundary.
         # A parked run is made claimable now, so that a worker picks the request up.
-        requested = d.execute(
-            conn,
+        requested = tx.execute(
             "UPDATE runs SET cancel_requested = COALESCE(cancel_requested, :reason), "
             "status = CASE WHEN status IN ('queued', 'waiting') THEN 'queued' ELSE status END, "
             "available_at = CASE WHEN status IN ('queued', 'waiting') "
@@ -254,22 +243,21 @@ def cancel_run(d: Dialect, conn: Any, run_id: str, reason: str, actor: str) -> R
             {"reason": reason, "id": run_id},
         )
         if requested and run.cancel_requested is None:
-            insert_event(d, conn, run_id, "run.cancel_requested", actor, {"reason": reason})
+            insert_event(tx, run_id, "run.cancel_requested", actor, {"reason": reason})
         if requested:
-            d.notify_runnable(conn)
-    run = get_run(d, conn, run_id)
+            tx.dialect.notify_runnable(tx.conn)
+    run = get_run(tx, run_id)
     assert run is not None
     return run
 
 
-def cancel_requests(d: Dialect, conn: Any, run_ids: list[str]) -> dict[str, str]:
+def cancel_requests(tx: Tx, run_ids: list[str]) -> dict[str, str]:
     """Run id -> reason, for those of ``run_ids`` that have a cancel request."""
     if not run_ids:
         return {}
     params = {f"r{i}": run_id for i, run_id in enumerate(run_ids)}
     marks = ", ".join(f":{k}" for k in params)
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         f"SELECT id, cancel_requested FROM runs WHERE id IN ({marks}) "
         "AND cancel_requested IS NOT NULL",
         params,

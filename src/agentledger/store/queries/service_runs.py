@@ -11,30 +11,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentledger.store import rows
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import RUN_COLUMNS
+from agentledger.store.tx import Tx
 
 SERVICE_RUN_COLUMNS = RUN_COLUMNS + ", webhook, idempotency_key, event_seq"
 
 
-def service_run(d: Dialect, conn: Any, run_id: str, tenant_id: str) -> dict[str, Any] | None:
+def service_run(tx: Tx, run_id: str, tenant_id: str) -> dict[str, Any] | None:
     """The run row with its service columns and pending approval, in ``tenant_id`` only."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         f"SELECT {SERVICE_RUN_COLUMNS} FROM runs WHERE id = :id AND tenant_id = :t",
         {"id": run_id, "t": tenant_id},
     )
     if not found:
         return None
-    return _with_approval(d, conn, found[0])
+    return _with_approval(tx, found[0])
 
 
-def _with_approval(d: Dialect, conn: Any, row: dict[str, Any]) -> dict[str, Any]:
+def _with_approval(tx: Tx, row: dict[str, Any]) -> dict[str, Any]:
     data = dict(row)
     data["run"] = rows.run_from(row)
     data["principal"] = json.loads(row["principal"]) if row.get("principal") else None
-    pending = d.fetchall(
-        conn,
+    pending = tx.fetchall(
         "SELECT * FROM approvals WHERE run_id = :id AND decision IS NULL ORDER BY step_no",
         {"id": row["id"]},
     )
@@ -59,7 +57,7 @@ class RunFilter:
     limit: int = 50
 
 
-def list_service_runs(d: Dialect, conn: Any, f: RunFilter) -> list[dict[str, Any]]:
+def list_service_runs(tx: Tx, f: RunFilter) -> list[dict[str, Any]]:
     """Runs of one tenant, newest first, after ``f.cursor``."""
     where = ["tenant_id = :tenant"]
     params: dict[str, Any] = {"tenant": f.tenant_id, "limit": f.limit}
@@ -86,12 +84,10 @@ def list_service_runs(d: Dialect, conn: Any, f: RunFilter) -> list[dict[str, Any
         f"SELECT {SERVICE_RUN_COLUMNS} FROM runs WHERE {' AND '.join(where)} "
         "ORDER BY created_at DESC, id DESC LIMIT :limit"
     )
-    return [_with_approval(d, conn, r) for r in d.fetchall(conn, sql, params)]
+    return [_with_approval(tx, r) for r in tx.fetchall(sql, params)]
 
 
-def run_steps(d: Dialect, conn: Any, run_id: str) -> list[dict[str, Any]]:
+def run_steps(tx: Tx, run_id: str) -> list[dict[str, Any]]:
     """The journal of a run as rows (JSON columns decoded)."""
-    found = d.fetchall(
-        conn, "SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id}
-    )
+    found = tx.fetchall("SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id})
     return [rows.step_from(r).to_dict() for r in found]

@@ -51,9 +51,9 @@ from agentledger import auditkey
 from agentledger.auditkey import AuditKey
 from agentledger.canonical import exact_json
 from agentledger.errors import StoreError, UsageError
-from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_webhooks
+from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.store.queries.common import in_list
+from agentledger.store.tx import Tx
 
 GENESIS = "0" * 64
 
@@ -111,7 +111,7 @@ def record_hash(
     return hashlib.sha256((prev_hash + "\n" + text).encode()).hexdigest()
 
 
-def seal(d: Dialect, conn: Any, limit: int = 5000) -> int:
+def seal(tx: Tx, limit: int = 5000) -> int:
     """Seal up to ``limit`` committed events into their tenants' chains; return how many."""
     # The tenants of the oldest ``limit`` unsealed events (a partial-index range): a scan
     # of every unsealed event grows with the backlog and holds the connection. Events
@@ -124,9 +124,9 @@ def seal(d: Dialect, conn: Any, limit: int = 5000) -> int:
     # the tenant held PostgreSQL's writer for 0.2-0.6 s per seal under load).
     key = auditkey.configured()
     by_tenant: dict[str, list[int]] = {}
-    for event_id, tenant_id in _window(d, conn, limit):
+    for event_id, tenant_id in _window(tx, limit):
         by_tenant.setdefault(tenant_id, []).append(event_id)
-    return sum(_seal_tenant(d, conn, t, by_tenant[t], key) for t in sorted(by_tenant))
+    return sum(_seal_tenant(tx, t, by_tenant[t], key) for t in sorted(by_tenant))
 
 
 def may_extend(tenant_id: str, head: dict[str, Any], key: AuditKey | None) -> bool:
@@ -172,7 +172,7 @@ def may_extend(tenant_id: str, head: dict[str, Any], key: AuditKey | None) -> bo
 _warned: set[str] = set()  # tenants whose chain this process was refused (logged once)
 
 
-def _window(d: Dialect, conn: Any, limit: int) -> list[tuple[int, str]]:
+def _window(tx: Tx, limit: int) -> list[tuple[int, str]]:
     """The oldest ``limit`` unsealed events with a tenant, and their tenants: pages of
     the unsealed index in id order, the tenant of an event under no run as inserted, of
     a run's event its run's by primary key. Two plain lookups rather than a join, whose
@@ -180,8 +180,7 @@ def _window(d: Dialect, conn: Any, limit: int) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
     after = -1
     while len(out) < limit:
-        page = d.fetchall(
-            conn,
+        page = tx.fetchall(
             "SELECT id, run_id, tenant_id FROM events WHERE hash IS NULL AND id > :after "
             "ORDER BY id LIMIT :limit",
             {"after": after, "limit": limit},
@@ -194,7 +193,7 @@ def _window(d: Dialect, conn: Any, limit: int) -> list[tuple[int, str]]:
         if of_runs:
             marks, runs = in_list("r", of_runs)
             sql = f"SELECT id, tenant_id FROM runs WHERE id IN ({marks})"
-            tenants = {r["id"]: r["tenant_id"] for r in d.fetchall(conn, sql, runs)}
+            tenants = {r["id"]: r["tenant_id"] for r in tx.fetchall(sql, runs)}
         for r in page:
             tenant = r["tenant_id"] if r["tenant_id"] is not None else tenants.get(r["run_id"])
             if tenant is not None:
@@ -204,9 +203,7 @@ def _window(d: Dialect, conn: Any, limit: int) -> list[tuple[int, str]]:
     return out[:limit]
 
 
-def _seal_tenant(
-    d: Dialect, conn: Any, tenant_id: str, event_ids: list[int], key: AuditKey | None
-) -> int:
+def _seal_tenant(tx: Tx, tenant_id: str, event_ids: list[int], key: AuditKey | None) -> int:
     """Chain ``event_ids`` (the tenant's oldest unsealed events, as the window found
     them) after the tenant's head, signed under ``key`` when there is one; those
     another sealer chained meanwhile are skipped."""
@@ -214,21 +211,21 @@ def _seal_tenant(
     # writer); the events are read after it is taken, so no two sealers chain one event.
     # A sealer finding it held skips the tenant (SKIP LOCKED) instead of waiting: the
     # holder is sealing those records, and a waiting sealer would hold a connection.
-    lock = f"SELECT chain_no, hash, sig FROM audit_heads WHERE tenant_id = :t{d.skip_locked}"
-    heads = d.fetchall(conn, lock, {"t": tenant_id})
+    skip_locked = tx.dialect.skip_locked
+    lock = f"SELECT chain_no, hash, sig FROM audit_heads WHERE tenant_id = :t{skip_locked}"
+    heads = tx.fetchall(lock, {"t": tenant_id})
     if not heads:
         # Held by another sealer, or the tenant has no head yet. Only then is it
         # inserted: an INSERT ... ON CONFLICT meeting the head of a sealer that has
         # moved it and not committed waits for that sealer, SKIP LOCKED or not.
-        if d.fetchall(conn, "SELECT 1 FROM audit_heads WHERE tenant_id = :t", {"t": tenant_id}):
+        if tx.fetchall("SELECT 1 FROM audit_heads WHERE tenant_id = :t", {"t": tenant_id}):
             return 0
-        d.execute(
-            conn,
+        tx.execute(
             "INSERT INTO audit_heads (tenant_id, chain_no, hash) VALUES (:t, 0, :g) "
             "ON CONFLICT (tenant_id) DO NOTHING",
             {"t": tenant_id, "g": GENESIS},
         )
-        heads = d.fetchall(conn, lock, {"t": tenant_id})
+        heads = tx.fetchall(lock, {"t": tenant_id})
         if not heads:
             return 0
     head = heads[0]
@@ -239,8 +236,7 @@ def _seal_tenant(
     marks, ids = in_list("i", event_ids)
     # ``hash IS NULL`` keeps the read on the unsealed partial index even when stale
     # statistics make the primary key look no better than a scan of the table.
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT id, run_id, seq, type, actor, at, data, data_digest FROM events "
         f"WHERE hash IS NULL AND id IN ({marks}) ORDER BY id",
         ids,
@@ -254,13 +250,12 @@ def _seal_tenant(
         links.append((int(row["id"]), chain_no, prev, digest, sig))
         prev = digest
     for start in range(0, len(links), _LINKS_PER_UPDATE):
-        _write_links(d, conn, tenant_id, links[start : start + _LINKS_PER_UPDATE])
+        _write_links(tx, tenant_id, links[start : start + _LINKS_PER_UPDATE])
     for row in found:
         # The event's webhook, enqueued once: sealing happens once per event.
-        service_webhooks.enqueue_for_event(d, conn, tenant_id, row)
+        service_webhooks.enqueue_for_event(tx, tenant_id, row)
     if found:
-        d.execute(
-            conn,
+        tx.execute(
             "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = :t",
             {"n": chain_no, "h": prev, "s": sig, "t": tenant_id},
         )
@@ -274,16 +269,15 @@ _LINKS_PER_UPDATE = 500
 _Link = tuple[int, int, str, str, str | None]
 
 
-def _write_links(d: Dialect, conn: Any, tenant_id: str, links: list[_Link]) -> None:
+def _write_links(tx: Tx, tenant_id: str, links: list[_Link]) -> None:
     """Chain ``links`` (event id, chain_no, prev_hash, hash, sig), each only if still
     unsealed; every one must change, or the whole seal is rolled back. One UPDATE for
     all on a server, where a round trip per record would cost more than the write;
     one per record on SQLite, in process, where that is cheaper than its
     UPDATE ... FROM join."""
-    if d.name == "sqlite":
+    if tx.dialect.name == "sqlite":
         changed = sum(
-            d.execute(
-                conn,
+            tx.execute(
                 "UPDATE events SET tenant_id = :t, chain_no = :n, prev_hash = :p, hash = :h, "
                 "sig = :s, hash_v = :v WHERE id = :id AND hash IS NULL",
                 {
@@ -310,8 +304,7 @@ def _write_links(d: Dialect, conn: Any, tenant_id: str, links: list[_Link]) -> N
             {f"i{i}": event_id, f"n{i}": number, f"p{i}": prev, f"h{i}": digest, f"s{i}": sig}
         )
     # VALUES columns are column1..column5 on both backends.
-    changed = d.execute(
-        conn,
+    changed = tx.execute(
         "UPDATE events SET tenant_id = :t, chain_no = v.column2, prev_hash = v.column3, "
         f"hash = v.column4, sig = v.column5, hash_v = :v FROM (VALUES {', '.join(values)}) AS v "
         "WHERE events.id = v.column1 AND events.hash IS NULL",
@@ -334,7 +327,7 @@ def _all_changed(tenant_id: str, wanted: int, changed: int) -> None:
 _HAS_TENANT = "(e.tenant_id IS NOT NULL OR EXISTS (SELECT 1 FROM runs r WHERE r.id = e.run_id))"
 
 
-def has_unsealed(d: Dialect, conn: Any) -> bool:
+def has_unsealed(tx: Tx) -> bool:
     """True when some committed event with a tenant is not sealed yet (a partial-index
     probe).
 
@@ -342,25 +335,24 @@ def has_unsealed(d: Dialect, conn: Any) -> bool:
     carried theirs) is never chained (see :func:`seal`): counted here, one of them would
     make every sealer open a write transaction each period for nothing."""
     return bool(
-        d.fetchall(
-            conn,
+        tx.fetchall(
             f"SELECT e.id FROM events e WHERE e.hash IS NULL AND {_HAS_TENANT} LIMIT 1",
         )
     )
 
 
-def unsealed_tail(d: Dialect, conn: Any, tenant_id: str | None = None) -> tuple[int, float | None]:
+def unsealed_tail(tx: Tx, tenant_id: str | None = None) -> tuple[int, float | None]:
     """The committed events not sealed yet (of ``tenant_id``, or of every tenant): how
     many, and when the oldest was written (None when there are none). An event with
     neither a run nor a tenant is never chained, so it is no unsealed tail (see
     :func:`seal`)."""
     if tenant_id is None:
-        found = d.fetchall(conn, "SELECT COUNT(*) AS n, MIN(e.at) AS oldest FROM events e "
+        found = tx.fetchall(
+            "SELECT COUNT(*) AS n, MIN(e.at) AS oldest FROM events e "
                            f"WHERE e.hash IS NULL AND {_HAS_TENANT}")  # fmt: skip
     else:
         # A run's event has no tenant until sealed: its run's; one under no run, its own.
-        found = d.fetchall(
-            conn,
+        found = tx.fetchall(
             "SELECT COUNT(*) AS n, MIN(e.at) AS oldest FROM events e WHERE e.hash IS NULL "
             "AND (e.tenant_id = :t OR (e.tenant_id IS NULL AND EXISTS "
             "(SELECT 1 FROM runs r WHERE r.id = e.run_id AND r.tenant_id = :t)))",
@@ -374,10 +366,9 @@ def unsealed_tail(d: Dialect, conn: Any, tenant_id: str | None = None) -> tuple[
 # (store/queries/retention.py), in its place.
 
 
-def pruned_summary(d: Dialect, conn: Any, tenant_id: str) -> dict[str, Any] | None:
+def pruned_summary(tx: Tx, tenant_id: str) -> dict[str, Any] | None:
     """The tenant's pruned-span summary, or None when nothing of its chain was pruned."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT tenant_id, last_chain_no, last_hash, records, runs, counts, digest, first_at, "
         "last_at, pruned_at, sig FROM audit_pruned WHERE tenant_id = :t",
         {"t": tenant_id},
@@ -385,13 +376,12 @@ def pruned_summary(d: Dialect, conn: Any, tenant_id: str) -> dict[str, Any] | No
     return dict(found[0]) if found else None
 
 
-def pruned_summaries(d: Dialect, conn: Any, tenant_id: str | None = None) -> list[dict[str, Any]]:
+def pruned_summaries(tx: Tx, tenant_id: str | None = None) -> list[dict[str, Any]]:
     """Every tenant's pruned-span summary (of ``tenant_id`` only, when given)."""
     where = "" if tenant_id is None else " WHERE tenant_id = :t"
     return [
         dict(r)
-        for r in d.fetchall(
-            conn,
+        for r in tx.fetchall(
             "SELECT tenant_id, last_chain_no, last_hash, records, runs, counts, digest, "
             f"first_at, last_at, pruned_at, sig FROM audit_pruned{where} ORDER BY tenant_id",
             {"t": tenant_id},
@@ -452,8 +442,7 @@ class Broken:
 
 
 def verify_chain(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     tenant_id: str | None = None,
     key: AuditKey | None = None,
     adopting: bool = False,
@@ -470,8 +459,8 @@ def verify_chain(
     another key only."""
     heads = {
         h["tenant_id"]: h
-        for h in d.fetchall(
-            conn, "SELECT tenant_id, chain_no, hash, sig FROM audit_heads ORDER BY tenant_id"
+        for h in tx.fetchall(
+            "SELECT tenant_id, chain_no, hash, sig FROM audit_heads ORDER BY tenant_id"
         )
         if tenant_id is None or h["tenant_id"] == tenant_id
     }
@@ -480,8 +469,7 @@ def verify_chain(
     where = "" if tenant_id is None else " AND tenant_id = :t"
     chained = {
         str(r["tenant_id"])
-        for r in d.fetchall(
-            conn,
+        for r in tx.fetchall(
             "SELECT DISTINCT tenant_id FROM events WHERE chain_no IS NOT NULL "
             f"AND tenant_id IS NOT NULL{where}",
             {"t": tenant_id},
@@ -491,25 +479,24 @@ def verify_chain(
     broken: list[Broken] = []
     for t in sorted(heads.keys() | chained):
         # A tenant first sealed after the heads were read has one now.
-        head = heads.get(t) or _head(d, conn, t)
-        n, problem = _verify_tenant(d, conn, t, head, key, adopting)
+        head = heads.get(t) or _head(tx, t)
+        n, problem = _verify_tenant(tx, t, head, key, adopting)
         checked += n
         if problem is not None:
             broken.append(problem)
     return checked, broken
 
 
-def _head(d: Dialect, conn: Any, tenant_id: str) -> dict[str, Any] | None:
-    found = d.fetchall(
-        conn, "SELECT tenant_id, chain_no, hash, sig FROM audit_heads WHERE tenant_id = :t",
+def _head(tx: Tx, tenant_id: str) -> dict[str, Any] | None:
+    found = tx.fetchall(
+        "SELECT tenant_id, chain_no, hash, sig FROM audit_heads WHERE tenant_id = :t",
         {"t": tenant_id},
     )  # fmt: skip
     return found[0] if found else None
 
 
 def _verify_tenant(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     t: str,
     head: dict[str, Any] | None,
     key: AuditKey | None,
@@ -519,7 +506,7 @@ def _verify_tenant(
     (None: its head row is gone)."""
     # A pruned span (``agentledger prune``) stands for the chain's first records: the
     # chain goes on from its last record's hash, and a signed summary counts as signed.
-    pruned = pruned_summary(d, conn, t)
+    pruned = pruned_summary(tx, t)
     start, prev, signed_at = 0, GENESIS, None  # signed_at: the first signed position
     if pruned is not None:
         try:
@@ -531,8 +518,7 @@ def _verify_tenant(
         if why is not None:
             return 0, Broken(t, start, None, None, None, why)
         signed_at = start if pruned["sig"] is not None else None
-    rows = d.fetchall(
-        conn,
+    rows = tx.fetchall(
         "SELECT id, run_id, seq, type, actor, at, data, data_digest, redaction_sig, "
         "chain_no, prev_hash, hash, sig, hash_v FROM events WHERE tenant_id = :t "
         "AND chain_no > :start ORDER BY chain_no",
@@ -564,7 +550,7 @@ def _verify_tenant(
             t, last, None, None, None,
             f"the tenant's {last} records have no head (its audit_heads row was deleted)",
         )  # fmt: skip
-    if not _ends_at_head(d, conn, t, last, prev, head_no, str(head["hash"]), at_head):
+    if not _ends_at_head(tx, t, last, prev, head_no, str(head["hash"]), at_head):
         return checked, Broken(
             t, expected_no, None, None, None,
             f"the chain ends at {last} but its head says {head_no} (records deleted)",
@@ -682,19 +668,19 @@ def _bad_redaction(key: AuditKey, tenant_id: str, row: dict[str, Any]) -> Broken
     )  # fmt: skip
 
 
-def redacted_count(d: Dialect, conn: Any, tenant_id: str | None = None) -> int:
+def redacted_count(tx: Tx, tenant_id: str | None = None) -> int:
     """How many records had data erased by ``memory forget`` (their position, type,
     actor and time are still chained; their data is vouched for only by a redaction
     signature, checked by :func:`verify_chain` with the key)."""
     where = "" if tenant_id is None else " AND tenant_id = :t"
-    rows = d.fetchall(
-        conn, f"SELECT COUNT(*) AS n FROM events WHERE data_digest IS NOT NULL{where}",
+    rows = tx.fetchall(
+        f"SELECT COUNT(*) AS n FROM events WHERE data_digest IS NOT NULL{where}",
         {"t": tenant_id},
     )  # fmt: skip
     return int(rows[0]["n"])
 
 
-def sign_unsigned(d: Dialect, conn: Any, tenant_id: str, key: AuditKey) -> int:
+def sign_unsigned(tx: Tx, tenant_id: str, key: AuditKey) -> int:
     """Sign the tenant's sealed, unsigned records under ``key`` once their chain is
     verified: an operator's adoption of a history sealed before the key was configured
     (it vouches for the records as they are now). Only unsigned records before the first
@@ -702,31 +688,31 @@ def sign_unsigned(d: Dialect, conn: Any, tenant_id: str, key: AuditKey) -> int:
     unsigned record after a signed one had its signature removed. Refused, raising
     :class:`UsageError`, when the chain is broken or the head is being sealed; returns
     how many were signed."""
-    head = d.fetchall(
-        conn, f"SELECT chain_no FROM audit_heads WHERE tenant_id = :t{d.skip_locked}",
+    head = tx.fetchall(
+        f"SELECT chain_no FROM audit_heads WHERE tenant_id = :t{tx.dialect.skip_locked}",
         {"t": tenant_id},
     )  # fmt: skip
     if not head:
         raise UsageError(f"tenant {tenant_id} has no audit chain, or it is being sealed: retry")
-    _, broken = verify_chain(d, conn, tenant_id, key, adopting=True)
+    _, broken = verify_chain(tx, tenant_id, key, adopting=True)
     if broken:
         raise UsageError(
             f"tenant {tenant_id}: record {broken[0].chain_no}: {broken[0].reason}; nothing "
             "was signed"
         )
-    rows = d.fetchall(
-        conn,
+    rows = tx.fetchall(
         "SELECT id, chain_no, hash FROM events WHERE tenant_id = :t AND chain_no IS NOT NULL "
         "AND sig IS NULL ORDER BY chain_no",
         {"t": tenant_id},
     )
     for r in rows:
         sig = key.sign(tenant_id, int(r["chain_no"]), r["hash"])
-        d.execute(conn, "UPDATE events SET sig = :s WHERE id = :id", {"s": sig, "id": r["id"]})
-    pruned = pruned_summary(d, conn, tenant_id)
+        tx.execute("UPDATE events SET sig = :s WHERE id = :id", {"s": sig, "id": r["id"]})
+    pruned = pruned_summary(tx, tenant_id)
     if pruned is not None and pruned["sig"] is None:
         sig = key.sign_pruned(tenant_id, summary_fields(pruned))
-        d.execute(conn, "UPDATE audit_pruned SET sig = :s WHERE tenant_id = :t",
+        tx.execute(
+            "UPDATE audit_pruned SET sig = :s WHERE tenant_id = :t",
                   {"s": sig, "t": tenant_id})  # fmt: skip
     head_no = int(head[0]["chain_no"])
     last = [str(r["hash"]) for r in rows if int(r["chain_no"]) == head_no]
@@ -735,23 +721,22 @@ def sign_unsigned(d: Dialect, conn: Any, tenant_id: str, key: AuditKey) -> int:
         # only a signed head).
         last = [str(pruned["last_hash"])]
     if last:
-        d.execute(
-            conn, "UPDATE audit_heads SET sig = :s WHERE tenant_id = :t",
+        tx.execute(
+            "UPDATE audit_heads SET sig = :s WHERE tenant_id = :t",
             {"s": key.sign(tenant_id, head_no, last[0]), "t": tenant_id},
         )  # fmt: skip
     return len(rows)
 
 
 def runs_without_records(
-    d: Dialect, conn: Any, tenant_id: str | None = None, limit: int = 100
+    tx: Tx, tenant_id: str | None = None, limit: int = 100
 ) -> list[tuple[str, str]]:
     """Runs (id, tenant) that have no audit record at all, up to ``limit``, oldest
     first. Every run is written with its ``run.submitted`` record in one transaction,
     so such a run's records were deleted -- the chain alone cannot tell when a tenant's
     whole chain went with them."""
     where = "" if tenant_id is None else "r.tenant_id = :t AND "
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         f"SELECT r.id, r.tenant_id FROM runs r WHERE {where}NOT EXISTS "
         "(SELECT 1 FROM events e WHERE e.run_id = r.id) ORDER BY r.created_at, r.id "
         "LIMIT :limit",
@@ -761,7 +746,7 @@ def runs_without_records(
 
 
 def runs_in_other_chains(
-    d: Dialect, conn: Any, tenant_id: str | None = None, limit: int = 100
+    tx: Tx, tenant_id: str | None = None, limit: int = 100
 ) -> list[tuple[str, str | None, str]]:
     """Runs (id, tenant, the tenant whose chain holds its records) whose sealed records
     are in another tenant's chain, up to ``limit`` (of ``tenant_id``: as the run's
@@ -781,8 +766,7 @@ def runs_in_other_chains(
         sql = (
             f"{select.format('e.tenant_id = :t AND')} UNION {select.format('r.tenant_id = :t AND')}"
         )
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         f"SELECT DISTINCT id, tenant_id, chained FROM ({sql}) m ORDER BY id LIMIT :limit",
         {"t": tenant_id, "limit": limit},
     )
@@ -792,12 +776,11 @@ def runs_in_other_chains(
 CHECKPOINT_FORMAT = "agentledger-audit-checkpoint/1"
 
 
-def checkpoint(d: Dialect, conn: Any, tenant_id: str | None = None) -> list[dict[str, Any]]:
+def checkpoint(tx: Tx, tenant_id: str | None = None) -> list[dict[str, Any]]:
     """Every tenant's head with at least one record (``tenant_id``, ``chain_no``,
     ``hash``, ``sig``): what ``agentledger audit checkpoint`` prints for safekeeping."""
     where = "" if tenant_id is None else " AND tenant_id = :t"
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         f"SELECT tenant_id, chain_no, hash, sig FROM audit_heads WHERE chain_no > 0{where} "
         "ORDER BY tenant_id",
         {"t": tenant_id},
@@ -810,7 +793,7 @@ def checkpoint(d: Dialect, conn: Any, tenant_id: str | None = None) -> list[dict
 
 
 def against_checkpoint(
-    d: Dialect, conn: Any, heads: list[dict[str, Any]], key: AuditKey | None = None
+    tx: Tx, heads: list[dict[str, Any]], key: AuditKey | None = None
 ) -> list[Broken]:
     """Where the database lost or changed what a checkpoint's ``heads`` (from
     :func:`checkpoint`, kept outside the database) recorded: each tenant's record at the
@@ -827,14 +810,13 @@ def against_checkpoint(
                 f"{auditkey.ENV} (key id {key.key_id}): the checkpoint was edited, or taken "
                 "under another key"
             )
-        found = d.fetchall(
-            conn,
+        found = tx.fetchall(
             "SELECT id, run_id, seq, hash FROM events WHERE tenant_id = :t AND chain_no = :n",
             {"t": t, "n": n},
         )
         if found and found[0]["hash"] == digest:
             continue
-        pruned = pruned_summary(d, conn, t) if not found else None
+        pruned = pruned_summary(tx, t) if not found else None
         if pruned is not None and n <= int(pruned["last_chain_no"]):
             # Pruned: the summary keeps the last removed record's hash, which must be the
             # checkpoint's at that position (where a checkpoint taken after a tenant was
@@ -867,8 +849,7 @@ def against_checkpoint(
                 "record differs from the checkpoint's (the chain was rewritten)",
             ))  # fmt: skip
             continue
-        ends = d.fetchall(
-            conn,
+        ends = tx.fetchall(
             "SELECT MAX(chain_no) AS n FROM events WHERE tenant_id = :t AND chain_no IS NOT NULL",
             {"t": t},
         )[0]["n"]
@@ -896,7 +877,7 @@ def _matches(prev: str, tenant_id: str, row: dict[str, Any], chain_no: int) -> b
 
 
 def _ends_at_head(
-    d: Dialect, conn: Any, tenant_id: str, last: int, last_hash: str,
+    tx: Tx, tenant_id: str, last: int, last_hash: str,
     head_no: int, head_hash: str, at_head: str,
 ) -> bool:  # fmt: skip
     """Whether a chain read up to ``last`` ends where the tenant's head says. The head
@@ -906,8 +887,8 @@ def _ends_at_head(
         return last_hash == head_hash
     if last < head_no or at_head != head_hash:
         return False  # records the head had counted are gone
-    fresh = d.fetchall(
-        conn, "SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t", {"t": tenant_id}
+    fresh = tx.fetchall(
+        "SELECT chain_no, hash FROM audit_heads WHERE tenant_id = :t", {"t": tenant_id}
     )
     if not fresh or int(fresh[0]["chain_no"]) < last:
         return False  # records past any head: not chained by a sealer
@@ -915,7 +896,7 @@ def _ends_at_head(
 
 
 def audit_records(
-    d: Dialect, conn: Any, tenant_id: str, run_id: str | None, after: int, limit: int
+    tx: Tx, tenant_id: str, run_id: str | None, after: int, limit: int
 ) -> list[dict[str, Any]]:
     """Audit records of a tenant (or of one of its runs): by chain position for the
     tenant, by seq for a run (unsealed records included, with ``hash`` null)."""
@@ -932,7 +913,7 @@ def audit_records(
             "FROM events WHERE tenant_id = :t AND chain_no > :after "
             "ORDER BY chain_no LIMIT :limit"
         )
-    found = d.fetchall(conn, sql, {"t": tenant_id, "run": run_id, "after": after, "limit": limit})
+    found = tx.fetchall(sql, {"t": tenant_id, "run": run_id, "after": after, "limit": limit})
     out = []
     for r in found:
         row = dict(r)

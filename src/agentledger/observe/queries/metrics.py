@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger.records import loads
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.events import EVENTS_TYPE_INDEXED
+from agentledger.store.tx import Tx
 
 # Audit event types that settle an unknown outcome, by the resolution they record.
 UNKNOWN_RESOLUTIONS = {
@@ -26,7 +26,7 @@ UNKNOWN_SEEN = ("tool.unknown_outcome", "tool.resumed_unknown")
 _LIVE = "status IN ('queued', 'running', 'waiting')"  # the runs_live partial index's
 
 
-def snapshot(d: Dialect, conn: Any, *, live: bool = True, settled: bool = True) -> dict[str, Any]:
+def snapshot(tx: Tx, *, live: bool = True, settled: bool = True) -> dict[str, Any]:
     """Store-derived metric values, as plain rows (see observe/metrics.py).
 
     ``live``: what changes by the second and stays small at any volume, read through
@@ -37,61 +37,55 @@ def snapshot(d: Dialect, conn: Any, *, live: bool = True, settled: bool = True) 
     """
     data: dict[str, Any] = {}
     if live:
-        data.update(_live(d, conn))
+        data.update(_live(tx))
     if settled:
-        data.update(_settled(d, conn))
+        data.update(_settled(tx))
     return data
 
 
-def _live(d: Dialect, conn: Any) -> dict[str, Any]:
-    now = d.now_sql
-    runs = d.fetchall(
-        conn,
+def _live(tx: Tx) -> dict[str, Any]:
+    now = tx.now
+    runs = tx.fetchall(
         "SELECT status, name, version, tenant_id, usage_simulated, COUNT(*) AS n, "
         "SUM(tokens) AS tokens, "
         f"SUM(cost_usd) AS cost, SUM(resumes) AS resumes FROM runs WHERE {_LIVE} "
         "GROUP BY status, name, version, tenant_id, usage_simulated",
     )
-    queued = d.fetchall(
-        conn,
+    queued = tx.fetchall(
         f"SELECT name, version, COUNT(*) AS n, MAX({now} - available_at) AS wait FROM runs "
         f"WHERE status IN ('queued', 'waiting') AND available_at <= {now} "
         "GROUP BY name, version",
     )
-    outbox = d.fetchall(
-        conn,
+    outbox = tx.fetchall(
         f"SELECT status, COUNT(*) AS n, MAX({now} - created_at) AS age FROM outbox "
         "WHERE status IN ('pending', 'dead') GROUP BY status",
     )
     return {"live_runs": runs, "queued": queued, "live_outbox": outbox}
 
 
-def _settled(d: Dialect, conn: Any) -> dict[str, Any]:
-    now = d.now_sql
-    runs = d.fetchall(
-        conn,
+def _settled(tx: Tx) -> dict[str, Any]:
+    now = tx.now
+    runs = tx.fetchall(
         "SELECT status, name, version, tenant_id, usage_simulated, COUNT(*) AS n, "
         "SUM(tokens) AS tokens, "
         f"SUM(cost_usd) AS cost, SUM(resumes) AS resumes FROM runs WHERE NOT ({_LIVE}) "
         "GROUP BY status, name, version, tenant_id, usage_simulated",
     )
-    outbox = d.fetchall(
-        conn,
+    outbox = tx.fetchall(
         f"SELECT status, COUNT(*) AS n, MAX({now} - created_at) AS age FROM outbox "
         "WHERE status NOT IN ('pending', 'dead') GROUP BY status",
     )
     types = (*UNKNOWN_SEEN, *UNKNOWN_RESOLUTIONS)
     params = {f"t{i}": t for i, t in enumerate(types)}
     marks = ", ".join(f":{k}" for k in params)
-    counted = d.fetchall(
-        conn,
+    counted = tx.fetchall(
         f"SELECT type, COUNT(*) AS n FROM events WHERE type IN ({marks}) "
         f"AND {EVENTS_TYPE_INDEXED} GROUP BY type",
         params,
     )
     # Handovers are few; their reason and detail are JSON, so they are classified here.
-    handovers = d.fetchall(
-        conn, f"SELECT data FROM events WHERE type = 'run.handover' AND {EVENTS_TYPE_INDEXED}"
+    handovers = tx.fetchall(
+        f"SELECT data FROM events WHERE type = 'run.handover' AND {EVENTS_TYPE_INDEXED}"
     )
     budget: dict[str, int] = {}
     handed_over_unknown = 0

@@ -6,16 +6,15 @@ import math
 import time
 from typing import Any
 
-from agentledger.store.dialect import Dialect
+from agentledger.store.tx import Tx
 
 
 def set_tenant_budget(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     tenant_id: str,
     period_seconds: float,
-    max_spend_usd: float | None,
-    max_tokens: int | None,
+    max_spend_usd: float | None = None,
+    max_tokens: int | None = None,
     max_rps: float | None = None,
 ) -> None:
     """Create or replace a tenant's limits."""
@@ -27,10 +26,9 @@ def set_tenant_budget(
         "r": max_rps,
         "at": time.time(),
     }
-    d.execute(conn, "DELETE FROM tenant_budgets WHERE tenant_id = :t", params)
-    d.execute(conn, "DELETE FROM tenant_rate WHERE tenant_id = :t", params)  # a new bucket
-    d.execute(
-        conn,
+    tx.execute("DELETE FROM tenant_budgets WHERE tenant_id = :t", params)
+    tx.execute("DELETE FROM tenant_rate WHERE tenant_id = :t", params)  # a new bucket
+    tx.execute(
         "INSERT INTO tenant_budgets (tenant_id, period_seconds, max_spend_usd, max_tokens, "
         "max_rps, updated_at) VALUES (:t, :p, :s, :k, :r, :at)",
         params,
@@ -38,7 +36,7 @@ def set_tenant_budget(
 
 
 def reserve_tenant_usage(
-    d: Dialect, conn: Any, tenant_id: str, now: float, usd: float, tokens: int
+    tx: Tx, tenant_id: str, now: float, usd: float, tokens: int
 ) -> dict[str, Any] | None:
     """Reserve ``usd`` and ``tokens`` against the tenant's period budget, atomically.
 
@@ -48,8 +46,7 @@ def reserve_tenant_usage(
     when the tenant has no limits, else the limits, the row (after the reservation when
     ``reserved``) and ``reserved``.
     """
-    rows = d.fetchall(
-        conn,
+    rows = tx.fetchall(
         "SELECT period_seconds, max_spend_usd, max_tokens, max_rps FROM tenant_budgets "
         "WHERE tenant_id = :t",
         {"t": tenant_id},
@@ -62,8 +59,7 @@ def reserve_tenant_usage(
     params = {"t": tenant_id, "p": since, "usd": usd, "k": tokens}
     # The period's row starts from what the journal already holds (a budget set mid-period
     # counts the spend before it); later calls move it by reservation and settlement only.
-    d.execute(
-        conn,
+    tx.execute(
         "INSERT INTO tenant_usage (tenant_id, period_start, spend_usd, tokens) "
         "SELECT :t, :p, COALESCE(SUM(s.cost_usd), 0), COALESCE(SUM(s.tokens), 0) "
         "FROM runs r JOIN steps s ON s.run_id = r.id "
@@ -78,25 +74,22 @@ def reserve_tenant_usage(
     if budget["max_tokens"] is not None:
         guards.append(" AND tokens + :k <= :max_k")
         params["max_k"] = int(budget["max_tokens"])
-    taken = d.execute(
-        conn,
+    taken = tx.execute(
         "UPDATE tenant_usage SET spend_usd = spend_usd + :usd, tokens = tokens + :k "
         "WHERE tenant_id = :t AND period_start = :p" + "".join(guards),
         params,
     )
     refused, retry_in = (None if taken == 1 else "budget"), 0.0
     if refused is None and budget["max_rps"] is not None:
-        retry_in = take_request(d, conn, tenant_id, now, float(budget["max_rps"]))
+        retry_in = take_request(tx, tenant_id, now, float(budget["max_rps"]))
         if retry_in > 0:  # no request left this instant: give the reservation back
             refused = "rate"
-            d.execute(
-                conn,
+            tx.execute(
                 "UPDATE tenant_usage SET spend_usd = spend_usd - :usd, tokens = tokens - :k "
                 "WHERE tenant_id = :t AND period_start = :p",
                 params,
             )
-    row = d.fetchall(
-        conn,
+    row = tx.fetchall(
         "SELECT spend_usd, tokens FROM tenant_usage WHERE tenant_id = :t AND period_start = :p",
         params,
     )[0]
@@ -120,7 +113,7 @@ _FILLED = (
 )
 
 
-def take_request(d: Dialect, conn: Any, tenant_id: str, now: float, rate: float) -> float:
+def take_request(tx: Tx, tenant_id: str, now: float, rate: float) -> float:
     """Take one request from the tenant's token bucket (``rate`` per second, bursts of
     one second's worth): 0.0 when taken, else the seconds until one is available.
 
@@ -129,14 +122,12 @@ def take_request(d: Dialect, conn: Any, tenant_id: str, now: float, rate: float)
     """
     burst = max(1.0, rate)
     params: dict[str, Any] = {"t": tenant_id, "now": now, "rate": rate, "burst": burst}
-    d.execute(
-        conn,
+    tx.execute(
         "INSERT INTO tenant_rate (tenant_id, level, at) VALUES (:t, :burst, :now) "
         "ON CONFLICT (tenant_id) DO NOTHING",
         params,
     )
-    taken = d.execute(
-        conn,
+    taken = tx.execute(
         f"UPDATE tenant_rate SET level = {_FILLED} - 1, "
         "at = CASE WHEN :now > at THEN :now ELSE at END "
         f"WHERE tenant_id = :t AND {_FILLED} >= 1",
@@ -144,17 +135,16 @@ def take_request(d: Dialect, conn: Any, tenant_id: str, now: float, rate: float)
     )
     if taken == 1:
         return 0.0
-    row = d.fetchall(conn, "SELECT level, at FROM tenant_rate WHERE tenant_id = :t", params)[0]
+    row = tx.fetchall("SELECT level, at FROM tenant_rate WHERE tenant_id = :t", params)[0]
     level = min(burst, float(row["level"]) + max(0.0, now - float(row["at"])) * rate)
     return max((1.0 - level) / rate, 1e-3)
 
 
 def settle_tenant_usage(
-    d: Dialect, conn: Any, tenant_id: str, period_start: float, usd: float, tokens: int
+    tx: Tx, tenant_id: str, period_start: float, usd: float, tokens: int
 ) -> None:
     """Move a period's usage by a settled call's difference (real minus reserved)."""
-    d.execute(
-        conn,
+    tx.execute(
         "UPDATE tenant_usage SET spend_usd = spend_usd + :usd, tokens = tokens + :k "
         "WHERE tenant_id = :t AND period_start = :p",
         {"t": tenant_id, "p": period_start, "usd": usd, "k": tokens},

@@ -20,10 +20,10 @@ so that two processes' groups cannot deadlock on each other.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from agentledger.errors import StoreError
 from agentledger.store.dialect import Dialect
+from agentledger.store.tx import Tx
 
 WINDOW = 60.0  # seconds of the runs-per-minute limit
 IN_FLIGHT_RETRY_AFTER = 5  # seconds a client refused for runs in flight is told to wait
@@ -66,10 +66,9 @@ class Quota:
         return self.runs_per_minute is not None or self.max_in_flight is not None
 
 
-def tenant_quota(d: Dialect, conn: Any, tenant_id: str, default: Quota) -> Quota:
+def tenant_quota(tx: Tx, tenant_id: str, default: Quota) -> Quota:
     """The tenant's own limits where set, else ``default``'s."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT runs_per_minute, max_in_flight FROM tenants WHERE id = :id",
         {"id": tenant_id},
     )
@@ -83,11 +82,10 @@ def tenant_quota(d: Dialect, conn: Any, tenant_id: str, default: Quota) -> Quota
     )
 
 
-def lock_tenant(d: Dialect, conn: Any, tenant_id: str) -> None:
+def lock_tenant(tx: Tx, tenant_id: str) -> None:
     """Hold the tenant's quota lock until this transaction ends (see the module doc)."""
-    if d.name == "postgres":
-        d.fetchall(
-            conn,
+    if tx.dialect.name == "postgres":
+        tx.fetchall(
             "SELECT pg_advisory_xact_lock(:space, hashtext(:t))",
             {"space": LOCK_NAMESPACE, "t": tenant_id},
         )
@@ -114,9 +112,9 @@ class QuotaBook:
         self.now = now
         self._tallies: dict[str, _Tally | None] = {}  # None: the tenant has no limit
 
-    def prepare(self, d: Dialect, conn: Any, tenant_ids: list[str]) -> None:
+    def prepare(self, tx: Tx, tenant_ids: list[str]) -> None:
         """Lock and count the limited ones of ``tenant_ids``, in tenant order."""
-        quotas = {t: tenant_quota(d, conn, t, self.default) for t in set(tenant_ids)}
+        quotas = {t: tenant_quota(tx, t, self.default) for t in set(tenant_ids)}
         for tenant_id in sorted(quotas):
             if tenant_id in self._tallies:
                 continue
@@ -124,14 +122,13 @@ class QuotaBook:
             if not quota.limited:
                 self._tallies[tenant_id] = None
                 continue
-            lock_tenant(d, conn, tenant_id)
-            self._tallies[tenant_id] = self._count(d, conn, tenant_id, quota)
+            lock_tenant(tx, tenant_id)
+            self._tallies[tenant_id] = self._count(tx, tenant_id, quota)
 
-    def _count(self, d: Dialect, conn: Any, tenant_id: str, quota: Quota) -> _Tally:
+    def _count(self, tx: Tx, tenant_id: str, quota: Quota) -> _Tally:
         recent, oldest, in_flight = 0, None, 0
         if quota.runs_per_minute is not None:
-            found = d.fetchall(
-                conn,
+            found = tx.fetchall(
                 "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM runs "
                 "WHERE tenant_id = :t AND created_at > :since",
                 {"t": tenant_id, "since": self.now - WINDOW},
@@ -139,18 +136,17 @@ class QuotaBook:
             recent = int(found[0]["n"])
             oldest = float(found[0]["oldest"]) if found[0]["oldest"] is not None else None
         if quota.max_in_flight is not None:
-            found = d.fetchall(
-                conn,
-                in_flight_sql(d),
+            found = tx.fetchall(
+                in_flight_sql(tx.dialect),
                 {"t": tenant_id},
             )
             in_flight = int(found[0]["n"])
         return _Tally(quota, recent, oldest, in_flight)
 
-    def check(self, d: Dialect, conn: Any, tenant_id: str) -> None:
+    def check(self, tx: Tx, tenant_id: str) -> None:
         """Raise :class:`QuotaExceeded` when the tenant may not start a run now."""
         if tenant_id not in self._tallies:
-            self.prepare(d, conn, [tenant_id])
+            self.prepare(tx, [tenant_id])
         tally = self._tallies[tenant_id]
         if tally is None:
             return

@@ -19,8 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.events import insert_event
+from agentledger.store.tx import Tx
 
 STUCK_EVENT = "run.stuck"
 
@@ -50,18 +50,16 @@ class StuckRun:
 
 
 def find_stuck(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     default_after: float,
     per_agent: dict[str, float],
     takeovers: int,
     live_within: float,
 ) -> list[StuckRun]:
     """The stuck runs now. ``per_agent``: threshold (seconds) by agent/workflow name."""
-    now = d.now_sql
+    now = tx.now
     least = min([default_after, *per_agent.values()])
-    workers = d.fetchall(
-        conn,
+    workers = tx.fetchall(
         f"SELECT targets FROM workers WHERE heartbeat_at > {now} - :live",
         {"live": float(live_within)},
     )
@@ -70,8 +68,7 @@ def find_stuck(
         targets = row["targets"]
         serving.update(json.loads(targets) if isinstance(targets, str) else targets or [])
     # The clock of a run starts at its last write or claim, or when it became due.
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT id, name, version, target, tenant_id, status, resumes, stuck_mark, "
         "CASE WHEN status <> 'running' AND available_at > updated_at THEN available_at "
         f"ELSE updated_at END AS since, {now} AS now FROM runs "
@@ -117,11 +114,10 @@ def find_stuck(
     return stuck
 
 
-def mark_stuck(d: Dialect, conn: Any, run: StuckRun, actor: str) -> bool:
+def mark_stuck(tx: Tx, run: StuckRun, actor: str) -> bool:
     """Record ``run``'s stuck episode and append its ``run.stuck`` event, once: False when
     another checker reported this episode already (or the run ended meanwhile)."""
-    changed = d.execute(
-        conn,
+    changed = tx.execute(
         "UPDATE runs SET stuck_mark = :mark WHERE id = :id "
         "AND status IN ('queued', 'running', 'waiting') "
         "AND (stuck_mark IS NULL OR stuck_mark <> :mark)",
@@ -129,8 +125,7 @@ def mark_stuck(d: Dialect, conn: Any, run: StuckRun, actor: str) -> bool:
     )
     if changed:
         insert_event(
-            d,
-            conn,
+            tx,
             run.run_id,
             STUCK_EVENT,
             actor,

@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.common import in_list, new_id
 from agentledger.store.queries.events import insert_tenant_event
+from agentledger.store.tx import Tx
 
 DOC_COLUMNS = "id, tenant_id, source, title, kind, sha256, chunks, chars, created_at"
 
@@ -150,8 +150,7 @@ def query_terms(text: str, limit: int = 32) -> list[str]:
 
 
 def add_document(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     tenant_id: str,
     source: str,
     title: str,
@@ -166,8 +165,7 @@ def add_document(
     ``docs add`` leaves one document.
     """
     params = {"tenant": tenant_id, "source": source}
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         f"SELECT {DOC_COLUMNS}, embedder FROM documents "
         "WHERE tenant_id = :tenant AND source = :source",
         params,
@@ -178,7 +176,7 @@ def add_document(
     if found and found[0]["sha256"] == sha256 and embedder in (None, found[0]["embedder"]):
         return _document(found[0]), False
     if found:
-        _delete_document(d, conn, found[0]["id"])
+        _delete_document(tx, found[0]["id"])
     doc = Document(
         id=new_id("doc-"),
         tenant_id=tenant_id,
@@ -190,15 +188,13 @@ def add_document(
         chars=sum(len(c.text) for c in chunks),
         created_at=time.time(),
     )
-    d.execute(
-        conn,
+    tx.execute(
         f"INSERT INTO documents ({DOC_COLUMNS}, embedder) VALUES (:id, :tenant_id, :source, "
         ":title, :kind, :sha256, :chunks, :chars, :created_at, :embedder)",
         {**doc.__dict__, "embedder": embedder},
     )
     for no, chunk in enumerate(chunks):
-        d.execute(
-            conn,
+        tx.execute(
             "INSERT INTO doc_chunks (id, document_id, tenant_id, chunk_no, heading, text, "
             "embedding) VALUES (:id, :doc, :tenant, :no, :heading, :text, :embedding)",
             {
@@ -211,16 +207,14 @@ def add_document(
                 "embedding": chunk.embedding if embedder else None,
             },
         )
-    if d.name == "sqlite":
-        d.execute(
-            conn,
+    if tx.dialect.name == "sqlite":
+        tx.execute(
             "INSERT INTO doc_chunks_fts (rowid, heading, text) "
             "SELECT seq, heading, text FROM doc_chunks WHERE document_id = :doc",
             {"doc": doc.id},
         )
     insert_tenant_event(
-        d,
-        conn,
+        tx,
         tenant_id,
         docs_audit_id(tenant_id),
         "docs.replaced" if found else "docs.added",
@@ -230,42 +224,39 @@ def add_document(
     return doc, True
 
 
-def _delete_document(d: Dialect, conn: Any, document_id: str) -> None:
+def _delete_document(tx: Tx, document_id: str) -> None:
     params = {"doc": document_id}
-    if d.name == "sqlite":
+    if tx.dialect.name == "sqlite":
         # An external-content FTS5 index forgets a row when told its old values.
-        d.execute(
-            conn,
+        tx.execute(
             "INSERT INTO doc_chunks_fts (doc_chunks_fts, rowid, heading, text) "
             "SELECT 'delete', seq, heading, text FROM doc_chunks WHERE document_id = :doc",
             params,
         )
-    d.execute(conn, "DELETE FROM doc_chunks WHERE document_id = :doc", params)
-    d.execute(conn, "DELETE FROM documents WHERE id = :doc", params)
+    tx.execute("DELETE FROM doc_chunks WHERE document_id = :doc", params)
+    tx.execute("DELETE FROM documents WHERE id = :doc", params)
 
 
-def list_documents(d: Dialect, conn: Any, tenant_id: str | None) -> list[Document]:
+def list_documents(tx: Tx, tenant_id: str | None = None) -> list[Document]:
     """Documents of one tenant, or of all (``tenant_id`` None: operators)."""
     sql = f"SELECT {DOC_COLUMNS} FROM documents"
     if tenant_id is not None:
         sql += " WHERE tenant_id = :tenant"
-    found = d.fetchall(conn, sql + " ORDER BY tenant_id, source", {"tenant": tenant_id})
+    found = tx.fetchall(sql + " ORDER BY tenant_id, source", {"tenant": tenant_id})
     return [_document(r) for r in found]
 
 
-def remove_document(d: Dialect, conn: Any, tenant_id: str, ref: str, actor: str) -> int:
+def remove_document(tx: Tx, tenant_id: str, ref: str, actor: str) -> int:
     """Remove a tenant's document by id or by source; returns documents removed."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT id, source FROM documents WHERE tenant_id = :tenant "
         "AND (id = :ref OR source = :ref)",
         {"tenant": tenant_id, "ref": ref},
     )
     for row in found:
-        _delete_document(d, conn, row["id"])
+        _delete_document(tx, row["id"])
         insert_tenant_event(
-            d,
-            conn,
+            tx,
             tenant_id,
             docs_audit_id(tenant_id),
             "docs.removed",
@@ -275,7 +266,7 @@ def remove_document(d: Dialect, conn: Any, tenant_id: str, ref: str, actor: str)
     return len(found)
 
 
-def search_chunks(d: Dialect, conn: Any, tenant_id: str, query: str, k: int) -> list[ChunkHit]:
+def search_chunks(tx: Tx, tenant_id: str, query: str, k: int = 5) -> list[ChunkHit]:
     """The ``k`` chunks of the tenant's documents that best match ``query``.
 
     Chunks holding every word of the query (stemmed) come first; when they are fewer
@@ -289,12 +280,12 @@ def search_chunks(d: Dialect, conn: Any, tenant_id: str, query: str, k: int) -> 
     terms = query_terms(query)
     if not terms or k <= 0:
         return []
-    if d.name == "sqlite":
-        return _sqlite_search(d, conn, tenant_id, terms, k)
-    hits = _search(d, conn, tenant_id, terms, k, every=True)
+    if tx.dialect.name == "sqlite":
+        return _sqlite_search(tx, tenant_id, terms, k)
+    hits = _search(tx, tenant_id, terms, k, every=True)
     if len(hits) < k and len(terms) > 1:
         seen = {h.chunk_id for h in hits}
-        more = _search(d, conn, tenant_id, terms, k + len(hits), every=False)
+        more = _search(tx, tenant_id, terms, k + len(hits), every=False)
         hits += [h for h in more if h.chunk_id not in seen][: k - len(hits)]
     return hits
 
@@ -308,9 +299,7 @@ HEADING_WEIGHT = 2.0
 _COLUMNS = "c.id AS chunk_id, c.document_id, doc.source, doc.title, c.heading, c.text"
 
 
-def _sqlite_search(
-    d: Dialect, conn: Any, tenant_id: str, terms: list[str], k: int
-) -> list[ChunkHit]:
+def _sqlite_search(tx: Tx, tenant_id: str, terms: list[str], k: int) -> list[ChunkHit]:
     """BM25 with the tenant's statistics: FTS5 finds which of the tenant's chunks hold
     each word (in the heading, in the text); the number of the tenant's chunks, their
     mean text length and each word's count among them weigh the words. A word counts
@@ -326,11 +315,10 @@ def _sqlite_search(
                 "FROM doc_chunks_fts JOIN doc_chunks c ON c.seq = doc_chunks_fts.rowid "
                 f"WHERE doc_chunks_fts MATCH :q{i}{col} AND c.tenant_id = :tenant"
             )
-    found = d.fetchall(conn, " UNION ALL ".join(parts), params)
+    found = tx.fetchall(" UNION ALL ".join(parts), params)
     if not found:
         return []
-    totals = d.fetchall(
-        conn,
+    totals = tx.fetchall(
         "SELECT SUM(chunks) AS n, SUM(chars) AS chars FROM documents WHERE tenant_id = :tenant",
         params,
     )[0]
@@ -361,8 +349,7 @@ def _sqlite_search(
     by_seq: dict[int, dict[str, Any]] = {}
     for at in range(0, len(best), 500):  # a large ``k``: under every parameter limit
         marks, ids = in_list("s", best[at : at + 500])
-        rows = d.fetchall(
-            conn,
+        rows = tx.fetchall(
             f"SELECT c.seq, {_COLUMNS} FROM doc_chunks c JOIN documents doc "
             f"ON doc.id = c.document_id WHERE c.tenant_id = :tenant AND c.seq IN ({marks})",
             {**ids, "tenant": tenant_id},
@@ -371,9 +358,7 @@ def _sqlite_search(
     return [_hit({**by_seq[s], "score": scores[s]}) for s in best if s in by_seq]
 
 
-def _search(
-    d: Dialect, conn: Any, tenant_id: str, terms: list[str], k: int, every: bool
-) -> list[ChunkHit]:
+def _search(tx: Tx, tenant_id: str, terms: list[str], k: int, every: bool) -> list[ChunkHit]:
     """PostgreSQL: ts_rank scores a chunk by its own words alone (no corpus statistics)."""
     params: dict[str, Any] = {"tenant": tenant_id, "k": k}
     # websearch_to_tsquery never fails on user text; words are ANDed, " or " ORs them.
@@ -385,7 +370,7 @@ def _search(
         "WHERE c.tenant_id = :tenant AND c.tsv @@ query "
         "ORDER BY score DESC, c.seq LIMIT :k"
     )
-    return [_hit(r) for r in d.fetchall(conn, sql, params)]
+    return [_hit(r) for r in tx.fetchall(sql, params)]
 
 
 def _hit(r: dict[str, Any]) -> ChunkHit:
@@ -403,11 +388,10 @@ def _hit(r: dict[str, Any]) -> ChunkHit:
 # embeddings (optional: retrieval/search.py) ----------------------------------------
 
 
-def embedding_stamp(d: Dialect, conn: Any, tenant_id: str, embedder: str) -> str | None:
+def embedding_stamp(tx: Tx, tenant_id: str, embedder: str) -> str | None:
     """What changes whenever the tenant's vectors of ``embedder`` change (a cache key);
     None when the tenant has no document embedded by it."""
-    rows = d.fetchall(
-        conn,
+    rows = tx.fetchall(
         "SELECT COUNT(*) AS n, MAX(created_at) AS latest, SUM(chunks) AS chunks "
         "FROM documents WHERE tenant_id = :tenant AND embedder = :embedder",
         {"tenant": tenant_id, "embedder": embedder},
@@ -418,12 +402,9 @@ def embedding_stamp(d: Dialect, conn: Any, tenant_id: str, embedder: str) -> str
     return f"{row['n']}:{row['latest']!r}:{row['chunks']}"
 
 
-def embedded_chunks(
-    d: Dialect, conn: Any, tenant_id: str, embedder: str
-) -> list[tuple[str, bytes]]:
+def embedded_chunks(tx: Tx, tenant_id: str, embedder: str) -> list[tuple[str, bytes]]:
     """(chunk id, vector bytes) of every chunk of the tenant embedded by ``embedder``."""
-    rows = d.fetchall(
-        conn,
+    rows = tx.fetchall(
         "SELECT c.id, c.embedding FROM doc_chunks c JOIN documents doc ON doc.id = c.document_id "
         "WHERE doc.tenant_id = :tenant AND doc.embedder = :embedder "
         "AND c.embedding IS NOT NULL ORDER BY c.seq",
@@ -432,7 +413,7 @@ def embedded_chunks(
     return [(r["id"], bytes(r["embedding"])) for r in rows]
 
 
-def chunks_by_id(d: Dialect, conn: Any, tenant_id: str, ids: list[str]) -> list[ChunkHit]:
+def chunks_by_id(tx: Tx, tenant_id: str, ids: list[str]) -> list[ChunkHit]:
     """The tenant's chunks of these ids (others' never, whatever the ids)."""
     if not ids:
         return []
@@ -445,4 +426,4 @@ def chunks_by_id(d: Dialect, conn: Any, tenant_id: str, ids: list[str]) -> list[
         "FROM doc_chunks c JOIN documents doc ON doc.id = c.document_id "
         f"WHERE c.tenant_id = :tenant AND c.id IN ({marks})"
     )
-    return [_hit(r) for r in d.fetchall(conn, sql, params)]
+    return [_hit(r) for r in tx.fetchall(sql, params)]

@@ -42,9 +42,9 @@ from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
 from agentledger.records import Step, StepStatus, dumps, loads
 from agentledger.store import rows
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.events import insert_event
 from agentledger.store.queries.runs import get_run
+from agentledger.store.tx import Tx
 
 RESUMABLE = ("failed", "needs_human")
 _IN_FLIGHT = (StepStatus.STARTED, StepStatus.UNKNOWN, StepStatus.RETRYING)
@@ -191,16 +191,16 @@ def _brief(step: Step) -> dict[str, Any]:
     }
 
 
-def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> ResumePlan:
+def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
     """What resuming ``run_id`` would do; raises ResumeRefused when it is not resumable."""
-    run = get_run(d, conn, run_id)
+    run = get_run(tx, run_id)
     if run is None:
         raise ResumeRefused(f"no run {clean_text(run_id)!r}")
     if run.status not in RESUMABLE:
         raise ResumeRefused(
             f"run {run_id} is {run.status}; only failed and needs_human runs are resumed"
         )
-    if d.fetchall(conn, "SELECT 1 FROM runs_pruning WHERE run_id = :id", {"id": run_id}):
+    if tx.fetchall("SELECT 1 FROM runs_pruning WHERE run_id = :id", {"id": run_id}):
         # A prune removed its first records (retention.prune_batch): resumed, it would
         # go on without its history. Read after resume_run's lock on the row, so a batch
         # that held the row before it is seen.
@@ -208,9 +208,7 @@ def plan_resume(d: Dialect, conn: Any, run_id: str, from_step: int | None) -> Re
             f"run {run_id} is being pruned (`agentledger prune` removed its first audit "
             "records); run `agentledger prune` again to finish, or submit a new run"
         )
-    found = d.fetchall(
-        conn, "SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id}
-    )
+    found = tx.fetchall("SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id})
     journal = [rows.step_from(r) for r in found]
     start, kept = first_step(journal, run.status)
     if from_step is not None:
@@ -323,19 +321,18 @@ def _judge(plan: ResumePlan, step: Step, state: str, undone_by: Step | None) -> 
 
 
 def resume_run(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     run_id: str,
     from_step: int | None,
     actor: str,
-    reason: str | None,
+    reason: str | None = None,
 ) -> ResumePlan:
     """Resume ``run_id`` (see the module docstring); returns the plan carried out."""
     # The run row is locked before the journal is read: the plan judges the journal this
     # transaction deletes from, not one read before another resume and its execution
     # (PostgreSQL reads each statement's own snapshot under READ COMMITTED).
-    locked = _lock_resumable(d, conn, run_id)
-    plan = plan_resume(d, conn, run_id, from_step)
+    locked = _lock_resumable(tx, run_id)
+    plan = plan_resume(tx, run_id, from_step)
     if locked != 1:
         raise ResumeRefused(f"run {run_id} changed state meanwhile; look again")
     if plan.refused:
@@ -343,19 +340,17 @@ def resume_run(
     params = {"id": run_id, "n": plan.from_step}
     # Writes kept in flight stay in the journal (by number: at most a run's steps).
     keep = "".join(f" AND step_no <> {int(n)}" for n in plan.kept_in_flight)
-    archived = d.fetchall(
-        conn,
+    archived = tx.fetchall(
         f"SELECT * FROM steps WHERE run_id = :id AND step_no >= :n{keep} ORDER BY step_no",
         params,
     )
-    approvals = d.fetchall(
-        conn, f"SELECT * FROM approvals WHERE run_id = :id AND step_no >= :n{keep}", params
+    approvals = tx.fetchall(
+        f"SELECT * FROM approvals WHERE run_id = :id AND step_no >= :n{keep}", params
     )
-    kept = d.fetchall(conn, "SELECT COUNT(*) AS n FROM steps WHERE run_id = :id", params)[0]["n"]
+    kept = tx.fetchall("SELECT COUNT(*) AS n FROM steps WHERE run_id = :id", params)[0]["n"]
     kept = int(kept) - len(archived)
-    now = d.now_sql
-    moved = d.execute(
-        conn,
+    now = tx.now
+    moved = tx.execute(
         "UPDATE runs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, "
         f"available_at = {now}, updated_at = {now}, result = NULL, error = NULL, "
         "handover_reason = NULL, cancel_requested = NULL, resumes = 0, stuck_mark = NULL, "
@@ -364,14 +359,13 @@ def resume_run(
     )
     if moved != 1:
         raise ResumeRefused(f"run {run_id} changed state meanwhile; look again")
-    d.execute(conn, f"DELETE FROM approvals WHERE run_id = :id AND step_no >= :n{keep}", params)
-    d.execute(conn, f"DELETE FROM steps WHERE run_id = :id AND step_no >= :n{keep}", params)
+    tx.execute(f"DELETE FROM approvals WHERE run_id = :id AND step_no >= :n{keep}", params)
+    tx.execute(f"DELETE FROM steps WHERE run_id = :id AND step_no >= :n{keep}", params)
     outbox: dict[str, list[str]] = {"revived": [], "removed": []}
     if any(s["kind"] == DECISION_KIND for s in archived):
-        outbox = _undrop_outbox(d, conn, run_id, plan.from_step)
+        outbox = _undrop_outbox(tx, run_id, plan.from_step)
     insert_event(
-        d,
-        conn,
+        tx,
         run_id,
         "run.resumed",
         actor,
@@ -387,24 +381,22 @@ def resume_run(
             "outbox_removed": outbox["removed"],
         },
     )
-    d.notify_runnable(conn)
+    tx.dialect.notify_runnable(tx.conn)
     return plan
 
 
-def _lock_resumable(d: Dialect, conn: Any, run_id: str) -> int:
+def _lock_resumable(tx: Tx, run_id: str) -> int:
     """Lock a failed or ``needs_human`` run's row for this transaction (1: locked; 0:
     no such run in such a state): a resume, a settle and a claim of it take turns."""
-    return d.execute(
-        conn,
-        f"UPDATE runs SET updated_at = {d.now_sql} "
+    return tx.execute(
+        f"UPDATE runs SET updated_at = {tx.now} "
         "WHERE id = :id AND status IN ('failed', 'needs_human')",
         {"id": run_id},
     )
 
 
 def settle_step(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     run_id: str,
     step_no: int,
     applied: bool,
@@ -424,18 +416,17 @@ def settle_step(
     """
     if not reason.strip():
         raise ResumeRefused("settling needs a reason (--reason R): it is recorded in the audit")
-    run = get_run(d, conn, run_id)
+    run = get_run(tx, run_id)
     if run is None:
         raise ResumeRefused(f"no run {clean_text(run_id)!r}")
-    if _lock_resumable(d, conn, run_id) != 1:
+    if _lock_resumable(tx, run_id) != 1:
         raise ResumeRefused(
             f"run {run_id} is {run.status}; a step is settled only while its run is failed "
             "or needs_human (a running run's worker resolves it)"
         )
     found = []
     if 1 <= step_no <= MAX_STEP_NO:
-        found = d.fetchall(
-            conn,
+        found = tx.fetchall(
             "SELECT * FROM steps WHERE run_id = :id AND step_no = :n",
             {"id": run_id, "n": step_no},
         )
@@ -460,8 +451,7 @@ def settle_step(
         state = dict(retry) if isinstance(retry, dict) else {}
         state["maybe_applied"] = False  # a person said so: the engine may resend the key
         step.status, step.output = StepStatus.RETRYING, {"retry": state}
-    changed = d.execute(
-        conn,
+    changed = tx.execute(
         "UPDATE steps SET status = :status, input = :input, output = :output, "
         "error_class = NULL, error = NULL WHERE run_id = :id AND step_no = :n AND status = :was",
         {
@@ -478,15 +468,13 @@ def settle_step(
     if applied:
         # An effects-table guard claimed by this step holds the result too, so nothing
         # ever takes the claim for an effect without one.
-        d.execute(
-            conn,
-            f"UPDATE effects SET status = 'done', result = :result, updated_at = {d.now_sql} "
+        tx.execute(
+            f"UPDATE effects SET status = 'done', result = :result, updated_at = {tx.now} "
             "WHERE run_id = :id AND step_no = :n AND status = 'claimed'",
             {"result": dumps(result), "id": run_id, "n": step_no},
         )
     insert_event(
-        d,
-        conn,
+        tx,
         run_id,
         "step.settled",
         actor,
@@ -521,13 +509,12 @@ def _already_settled(step: Step, applied: bool, result: Any, actor: str, reason:
     return effect_state(step) == "not_applied"
 
 
-def _undrop_outbox(d: Dialect, conn: Any, run_id: str, from_step: int) -> dict[str, list[str]]:
+def _undrop_outbox(tx: Tx, run_id: str, from_step: int) -> dict[str, list[str]]:
     """The compensation decision is undone: what it dropped is owed again. A kept step's
     row goes back to ``pending`` (its step is replayed, never enqueued again); a row of a
     step run again is removed, so that step enqueues afresh (a same-run insert of a key
     is a no-op: the dropped row would swallow it)."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT key, step_no, history FROM outbox WHERE run_id = :id AND status = 'dropped' "
         "ORDER BY key",
         {"id": run_id},
@@ -535,16 +522,16 @@ def _undrop_outbox(d: Dialect, conn: Any, run_id: str, from_step: int) -> dict[s
     out: dict[str, list[str]] = {"revived": [], "removed": []}
     for r in found:
         if int(r["step_no"]) >= from_step:
-            d.execute(conn, "DELETE FROM outbox WHERE key = :k AND status = 'dropped'",
+            tx.execute(
+                "DELETE FROM outbox WHERE key = :k AND status = 'dropped'",
                       {"k": r["key"]})  # fmt: skip
             out["removed"].append(r["key"])
             continue
         history = loads(r["history"]) or []
         history.append({"at": time.time(), "revived": "run resumed"})
-        d.execute(
-            conn,
-            f"UPDATE outbox SET status = 'pending', next_attempt_at = {d.now_sql}, "
-            f"history = :history, updated_at = {d.now_sql} "
+        tx.execute(
+            f"UPDATE outbox SET status = 'pending', next_attempt_at = {tx.now}, "
+            f"history = :history, updated_at = {tx.now} "
             "WHERE key = :k AND status = 'dropped'",
             {"k": r["key"], "history": dumps(history)},
         )
@@ -552,7 +539,7 @@ def _undrop_outbox(d: Dialect, conn: Any, run_id: str, from_step: int) -> dict[s
     return out
 
 
-def candidates(d: Dialect, conn: Any, status: str, agent: str | None, limit: int) -> list[str]:
+def candidates(tx: Tx, status: str, agent: str | None, limit: int) -> list[str]:
     """Run ids a bulk resume would take: ``status`` (failed or needs_human), oldest first."""
     if status not in RESUMABLE:
         raise ResumeRefused(f"--status must be one of {', '.join(RESUMABLE)}")
@@ -561,24 +548,24 @@ def candidates(d: Dialect, conn: Any, status: str, agent: str | None, limit: int
     if agent is not None:
         sql += " AND name = :agent"
         params["agent"] = agent
-    found = d.fetchall(conn, sql + " ORDER BY created_at LIMIT :limit", params)
+    found = tx.fetchall(sql + " ORDER BY created_at LIMIT :limit", params)
     return [r["id"] for r in found]
 
 
-def retry_outbox(d: Dialect, conn: Any, key: str, actor: str) -> bool:
+def retry_outbox(tx: Tx, key: str, actor: str) -> bool:
     """Redeliver a dead letter: ``dead`` -> ``pending``, due now, with a fresh set of
     attempts; its history is kept and the retry is audited on its run."""
-    found = d.fetchall(conn, "SELECT run_id FROM outbox WHERE key = :k AND status = 'dead'",
+    found = tx.fetchall(
+        "SELECT run_id FROM outbox WHERE key = :k AND status = 'dead'",
                        {"k": key})  # fmt: skip
     if not found:
         return False
-    changed = d.execute(
-        conn,
-        f"UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = {d.now_sql}, "
-        f"lease_owner = NULL, lease_expires_at = NULL, updated_at = {d.now_sql} "
+    changed = tx.execute(
+        f"UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = {tx.now}, "
+        f"lease_owner = NULL, lease_expires_at = NULL, updated_at = {tx.now} "
         "WHERE key = :k AND status = 'dead'",
         {"k": key},
     )
     if changed:
-        insert_event(d, conn, found[0]["run_id"], "outbox.retried", actor, {"key": key})
+        insert_event(tx, found[0]["run_id"], "outbox.retried", actor, {"key": key})
     return changed > 0

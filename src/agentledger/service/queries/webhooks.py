@@ -1,7 +1,7 @@
 """Webhook deliveries: enqueued once per reported event, claimed with a lease, settled.
 
 A delivery row is written in the transaction that seals its event into the audit chain
-(:func:`agentledger.store.queries.service_audit.seal`), which happens exactly once per
+(:func:`agentledger.service.queries.audit.seal`), which happens exactly once per
 event, so each event is enqueued once; its id (``evt_<run>_<seq>``) is what receivers
 deduplicate on, the same on every retry.
 
@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from agentledger.records import DeliveryStatus, dumps
-from agentledger.store.dialect import Dialect
+from agentledger.store.tx import Tx
 
 # Event type in the journal -> webhook event type.
 REPORTED = {
@@ -33,13 +33,12 @@ REPORTED = {
 }
 
 
-def enqueue_for_event(d: Dialect, conn: Any, tenant_id: str, row: dict[str, Any]) -> None:
+def enqueue_for_event(tx: Tx, tenant_id: str, row: dict[str, Any]) -> None:
     """Enqueue the webhook of one event, if its type is reported and its run has a URL."""
     kind = REPORTED.get(row["type"])
     if kind is None:
         return
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT webhook, name, version, status, result, error, handover_reason, user_id "
         "FROM runs WHERE id = :id",
         {"id": row["run_id"]},
@@ -63,7 +62,7 @@ def enqueue_for_event(d: Dialect, conn: Any, tenant_id: str, row: dict[str, Any]
         body["run"] = _run_at_event(row["type"], body["data"], run)
         if isinstance(body["data"], dict):
             body["data"].pop("run", None)  # it is the body's ``run``
-    _insert(d, conn, event_id, tenant_id, row["run_id"], run["webhook"], kind, body)
+    _insert(tx, event_id, tenant_id, row["run_id"], run["webhook"], kind, body)
 
 
 # Event type -> the run's status it implies (run.stuck: in its data).
@@ -105,12 +104,11 @@ def _run_at_event(event_type: str, data: Any, row: dict[str, Any]) -> dict[str, 
 
 
 def _insert(
-    d: Dialect, conn: Any, event_id: str, tenant_id: str, run_id: str, url: str, kind: str,
+    tx: Tx, event_id: str, tenant_id: str, run_id: str, url: str, kind: str,
     body: dict[str, Any],
 ) -> None:  # fmt: skip
     now = time.time()
-    d.execute(
-        conn,
+    tx.execute(
         "INSERT INTO webhook_deliveries (id, tenant_id, run_id, url, type, body, "
         "next_attempt_at, created_at) VALUES (:id, :t, :run, :url, :type, :body, :now, :now) "
         "ON CONFLICT (id) DO NOTHING",
@@ -126,11 +124,10 @@ def _insert(
     )
 
 
-def enqueue_expiring(d: Dialect, conn: Any, now: float, fraction: float = 0.8) -> int:
+def enqueue_expiring(tx: Tx, now: float, fraction: float = 0.8) -> int:
     """Enqueue ``approval.expiring`` for pending approvals past ``fraction`` of their time
     to live (once each: the delivery id is derived from the approval)."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT a.id, a.run_id, a.tool, a.required_role, a.expires_at, a.requested_at, "
         "r.tenant_id, r.webhook, r.name FROM approvals a JOIN runs r ON r.id = a.run_id "
         "WHERE a.decision IS NULL AND r.webhook IS NOT NULL AND a.expires_at > :now "
@@ -153,12 +150,12 @@ def enqueue_expiring(d: Dialect, conn: Any, now: float, fraction: float = 0.8) -
                 "expires_at": a["expires_at"],
             },
         }
-        _insert(d, conn, event_id, a["tenant_id"], a["run_id"], a["webhook"], body["type"], body)
+        _insert(tx, event_id, a["tenant_id"], a["run_id"], a["webhook"], body["type"], body)
     return len(found)
 
 
 def claim_due(
-    d: Dialect, conn: Any, now: float, limit: int, lease: float, owner: str = ""
+    tx: Tx, now: float, limit: int, lease: float, owner: str = ""
 ) -> list[dict[str, Any]]:
     """Due pending deliveries, each leased to ``owner`` (one claimer at a time).
 
@@ -171,9 +168,8 @@ def claim_due(
     """
     # In one total order (ties broken by id): two claimers lock rows in the same order
     # and never deadlock on PostgreSQL.
-    db_now = d.now_sql
-    found = d.fetchall(
-        conn,
+    db_now = tx.now
+    found = tx.fetchall(
         "SELECT id FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= :now "
         f"AND (lease_until IS NULL OR lease_until <= {db_now}) ORDER BY next_attempt_at, id "
         "LIMIT :limit",
@@ -181,23 +177,20 @@ def claim_due(
     )
     claimed = []
     for r in found:
-        got = d.execute(
-            conn,
+        got = tx.execute(
             f"UPDATE webhook_deliveries SET lease_until = {db_now} + :lease, "
             "lease_owner = :owner, lease_epoch = lease_epoch + 1 WHERE id = :id "
             f"AND status = 'pending' AND (lease_until IS NULL OR lease_until <= {db_now})",
             {"id": r["id"], "lease": float(lease), "owner": owner},
         )
         if got:
-            row = d.fetchall(
-                conn, "SELECT * FROM webhook_deliveries WHERE id = :id", {"id": r["id"]}
-            )
+            row = tx.fetchall("SELECT * FROM webhook_deliveries WHERE id = :id", {"id": r["id"]})
             claimed.append(dict(row[0]))
     return claimed
 
 
 def settle_delivery(
-    d: Dialect, conn: Any, delivery_id: str, delivered: bool, error: str | None,
+    tx: Tx, delivery_id: str, delivered: bool, error: str | None,
     next_attempt_at: float, dead: bool, epoch: int | None = None,
 ) -> bool:  # fmt: skip
     """Record one attempt's outcome; with ``epoch``, only under that claim (else False:
@@ -208,8 +201,7 @@ def settle_delivery(
         else (DeliveryStatus.DEAD if dead else DeliveryStatus.PENDING)
     )
     fence = "" if epoch is None else " AND lease_epoch = :epoch AND status = 'pending'"
-    return bool(d.execute(
-        conn,
+    return bool(tx.execute(
         "UPDATE webhook_deliveries SET status = :s, attempts = attempts + 1, last_error = :e, "
         "next_attempt_at = :n, lease_until = NULL, lease_owner = NULL, "
         "delivered_at = CASE WHEN :s = 'delivered' THEN :now ELSE NULL END WHERE id = :id"
@@ -219,25 +211,23 @@ def settle_delivery(
     ))  # fmt: skip
 
 
-def webhook_secret(d: Dialect, conn: Any, tenant_id: str) -> str:
+def webhook_secret(tx: Tx, tenant_id: str) -> str:
     """The tenant's webhook signing secret (made on first use)."""
-    d.execute(
-        conn,
+    tx.execute(
         "INSERT INTO tenants (id, created_at) VALUES (:id, :now) ON CONFLICT (id) DO NOTHING",
         {"id": tenant_id, "now": time.time()},
     )
-    d.execute(
-        conn,
+    tx.execute(
         "UPDATE tenants SET webhook_secret = :s WHERE id = :id AND webhook_secret IS NULL",
         {"id": tenant_id, "s": "whsec_" + secrets.token_urlsafe(32)},
     )
-    found = d.fetchall(conn, "SELECT webhook_secret FROM tenants WHERE id = :id", {"id": tenant_id})
+    found = tx.fetchall("SELECT webhook_secret FROM tenants WHERE id = :id", {"id": tenant_id})
     return str(found[0]["webhook_secret"])
 
 
-def deliveries(d: Dialect, conn: Any, run_id: str | None = None) -> list[dict[str, Any]]:
+def deliveries(tx: Tx, run_id: str | None = None) -> list[dict[str, Any]]:
     """Delivery rows (for operators and tests)."""
     where = "WHERE run_id = :run" if run_id else ""
-    return [dict(r) for r in d.fetchall(
-        conn, f"SELECT * FROM webhook_deliveries {where} ORDER BY created_at", {"run": run_id}
+    return [dict(r) for r in tx.fetchall(
+        f"SELECT * FROM webhook_deliveries {where} ORDER BY created_at", {"run": run_id}
     )]  # fmt: skip

@@ -7,14 +7,13 @@ from typing import Any
 from agentledger.clock import Clock
 from agentledger.records import Approval
 from agentledger.store import rows
-from agentledger.store.dialect import Dialect
 from agentledger.store.queries.approvals import decide_approval
 from agentledger.store.queries.events import insert_event
+from agentledger.store.tx import Tx
 
 
 def tenant_approvals(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     tenant_id: str,
     pending: bool,
     limit: int,
@@ -26,8 +25,7 @@ def tenant_approvals(
     where = "r.tenant_id = :t" + (" AND a.decision IS NULL" if pending else "")
     if after is not None:
         where += " AND (a.requested_at > :at OR (a.requested_at = :at AND a.id > :id))"
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT a.*, r.user_id AS run_user, r.name AS agent FROM approvals a "
         f"JOIN runs r ON r.id = a.run_id WHERE {where} ORDER BY a.requested_at, a.id "
         "LIMIT :limit",
@@ -44,12 +42,9 @@ def tenant_approvals(
     ]
 
 
-def tenant_approval(
-    d: Dialect, conn: Any, approval_id: str, tenant_id: str
-) -> dict[str, Any] | None:
+def tenant_approval(tx: Tx, approval_id: str, tenant_id: str) -> dict[str, Any] | None:
     """One approval, only if its run is in ``tenant_id``."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT a.*, r.user_id AS run_user, r.name AS agent FROM approvals a "
         "JOIN runs r ON r.id = a.run_id WHERE a.id = :id AND r.tenant_id = :t",
         {"id": approval_id, "t": tenant_id},
@@ -61,8 +56,7 @@ def tenant_approval(
 
 
 def decide_with_context(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     approval_id: str,
     decision: str,
     decided_by: str,
@@ -82,9 +76,9 @@ def decide_with_context(
     """
     # Lock the row first (PostgreSQL; SQLite has one writer), then read: two concurrent
     # callers cannot both see it undecided.
-    d.execute(conn, "UPDATE approvals SET decision = decision WHERE id = :id", {"id": approval_id})
-    before = d.fetchall(conn, "SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
-    approval = decide_approval(d, conn, approval_id, decision, decided_by, clock)
+    tx.execute("UPDATE approvals SET decision = decision WHERE id = :id", {"id": approval_id})
+    before = tx.fetchall("SELECT * FROM approvals WHERE id = :id", {"id": approval_id})
+    approval = decide_approval(tx, approval_id, decision, decided_by, clock)
     # This call recorded something: the decision, or a vote (an approver of several
     # sending the vote again changes nothing, and records no second context).
     was = rows.approval_from(before[0]) if before else None
@@ -94,5 +88,5 @@ def decide_with_context(
         and (approval.decision is not None or approval.approvers != was.approvers)
     )
     if first:
-        insert_event(d, conn, approval.run_id, "approval.decision_context", decided_by, context)
+        insert_event(tx, approval.run_id, "approval.decision_context", decided_by, context)
     return approval, first

@@ -18,10 +18,10 @@ from typing import Any
 
 from agentledger.auditkey import AuditKey
 from agentledger.records import dumps
-from agentledger.store.dialect import Dialect
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
 from agentledger.store.queries.common import new_id
 from agentledger.store.queries.events import insert_tenant_event
+from agentledger.store.tx import Tx
 
 FACT_COLUMNS = (
     "id, tenant_id, user_id, fact_key, fact, source_run, source_key, created_at, updated_at"
@@ -62,14 +62,13 @@ def _fact(row: dict[str, Any]) -> Fact:
 
 
 def upsert_fact(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     tenant_id: str,
     user_id: str,
     fact_key: str,
     fact: str,
-    source_run: str | None,
-    source_key: str | None,
+    source_run: str | None = None,
+    source_key: str | None = None,
 ) -> Fact:
     """Remember ``fact`` under ``fact_key``: insert, or update the text in place.
 
@@ -86,8 +85,7 @@ def upsert_fact(
         "skey": source_key,
         "now": now,
     }
-    d.execute(
-        conn,
+    tx.execute(
         f"INSERT INTO memory_facts ({FACT_COLUMNS}) VALUES (:id, :tenant, :user, :key, :fact, "
         ":run, :skey, :now, :now) ON CONFLICT (tenant_id, user_id, fact_key) DO UPDATE SET "
         "fact = excluded.fact, source_run = excluded.source_run, "
@@ -98,8 +96,7 @@ def upsert_fact(
         "OR memory_facts.source_key IS DISTINCT FROM excluded.source_key",
         params,
     )
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         f"SELECT {FACT_COLUMNS} FROM memory_facts "
         "WHERE tenant_id = :tenant AND user_id = :user AND fact_key = :key",
         params,
@@ -108,8 +105,7 @@ def upsert_fact(
 
 
 def list_facts(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     tenant_id: str,
     user_id: str,
     limit: int = 1000,
@@ -120,20 +116,16 @@ def list_facts(
     if created_before is not None:
         sql += " AND created_at <= :before"
     sql += " ORDER BY updated_at DESC, id LIMIT :limit"
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         sql,
         {"tenant": tenant_id, "user": user_id, "before": created_before, "limit": limit},
     )
     return [_fact(r) for r in found]
 
 
-def fact_by_source(
-    d: Dialect, conn: Any, tenant_id: str, user_id: str, source_key: str
-) -> Fact | None:
+def fact_by_source(tx: Tx, tenant_id: str, user_id: str, source_key: str) -> Fact | None:
     """The fact a step wrote (its idempotency key), if it is there."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         f"SELECT {FACT_COLUMNS} FROM memory_facts WHERE source_key = :skey "
         "AND tenant_id = :tenant AND user_id = :user",
         {"skey": source_key, "tenant": tenant_id, "user": user_id},
@@ -157,8 +149,7 @@ _COPIES = (
 
 
 def forget_facts(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     tenant_id: str,
     user_id: str,
     fact_key: str | None,
@@ -182,16 +173,15 @@ def forget_facts(
     where = "tenant_id = :tenant AND user_id = :user"
     if fact_key is not None:
         where += " AND fact_key = :key"
-    found = d.fetchall(
-        conn, f"SELECT id, fact_key, fact FROM memory_facts WHERE {where} ORDER BY id", params
+    found = tx.fetchall(
+        f"SELECT id, fact_key, fact FROM memory_facts WHERE {where} ORDER BY id", params
     )
-    deleted = d.execute(conn, f"DELETE FROM memory_facts WHERE {where}", params)
+    deleted = tx.execute(f"DELETE FROM memory_facts WHERE {where}", params)
     texts = {t for r in found for t in (r["fact_key"], r["fact"]) if t}
-    redacted = _redact(d, conn, tenant_id, user_id, texts, audit_key)
+    redacted = _redact(tx, tenant_id, user_id, texts, audit_key)
     forgotten = [[r["id"], r["fact_key"], r["fact"]] for r in found]
     insert_tenant_event(
-        d,
-        conn,
+        tx,
         tenant_id,
         memory_audit_id(tenant_id, user_id),
         "memory.forgotten",
@@ -246,8 +236,7 @@ def _marker(found: re.Match[str]) -> str:
 
 
 def _redact(
-    d: Dialect,
-    conn: Any,
+    tx: Tx,
     tenant_id: str,
     user_id: str,
     texts: set[str],
@@ -267,7 +256,7 @@ def _redact(
         "steps": f"run_id IN ({runs})",
         "events": f"(run_id IN ({runs}) OR run_id = :audit)",
     }
-    find = "instr({col}, :n{i}) > 0" if d.name == "sqlite" else "strpos({col}, :n{i}) > 0"
+    find = "instr({col}, :n{i}) > 0" if tx.dialect.name == "sqlite" else "strpos({col}, :n{i}) > 0"
     for start in range(0, len(finds), _NEEDLES_PER_QUERY):
         batch = finds[start : start + _NEEDLES_PER_QUERY]
         params = base | {f"n{i}": needle for i, needle in enumerate(batch)}
@@ -275,8 +264,7 @@ def _redact(
             for col in cols:
                 holds = " OR ".join(find.format(col=col, i=i) for i in range(len(batch)))
                 extra = ", data_digest" if table == "events" else ""
-                rows = d.fetchall(
-                    conn,
+                rows = tx.fetchall(
                     f"SELECT {', '.join(keys)}, {col} AS old{extra} FROM {table} "
                     f"WHERE {scope[table]} AND ({holds})",
                     params,
@@ -301,31 +289,28 @@ def _redact(
                         )
                         digest = ", data_digest = :digest, redaction_sig = :rsig"
                     # Only if unchanged since read: a row rewritten meanwhile is kept.
-                    changed[table] += d.execute(
-                        conn,
+                    changed[table] += tx.execute(
                         f"UPDATE {table} SET {col} = :new{digest} WHERE {match} AND {col} = :old",
                         values,
                     )
     return changed
 
 
-def tenants_with_facts(d: Dialect, conn: Any, user_id: str) -> list[str]:
+def tenants_with_facts(tx: Tx, user_id: str) -> list[str]:
     """The tenants where ``user_id`` has remembered facts (operators: the hint of a
     forget that matched nothing)."""
-    found = d.fetchall(
-        conn,
+    found = tx.fetchall(
         "SELECT DISTINCT tenant_id FROM memory_facts WHERE user_id = :user ORDER BY tenant_id",
         {"user": user_id},
     )
     return [r["tenant_id"] for r in found]
 
 
-def all_facts(d: Dialect, conn: Any, tenant_id: str | None, user_id: str) -> list[Fact]:
+def all_facts(tx: Tx, tenant_id: str | None, user_id: str) -> list[Fact]:
     """A user's facts in one tenant, or in every tenant (``tenant_id`` None: operators)."""
     if tenant_id is not None:
-        return list_facts(d, conn, tenant_id, user_id)
-    found = d.fetchall(
-        conn,
+        return list_facts(tx, tenant_id, user_id)
+    found = tx.fetchall(
         f"SELECT {FACT_COLUMNS} FROM memory_facts WHERE user_id = :user "
         "ORDER BY tenant_id, updated_at DESC, id",
         {"user": user_id},

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from agentledger.store.dialect import Dialect
+from agentledger.store.tx import Tx
 
 
 def _where(
@@ -38,19 +38,18 @@ def nearest_rank(n: int, p: float) -> int:
 
 
 def run_stats(
-    d: Dialect, conn: Any, since: float | None, agent: str | None, tenant: str | None = None
+    tx: Tx, since: float | None, agent: str | None, tenant: str | None = None
 ) -> dict[str, Any]:
     """Counts by status, totals, duration percentiles and the failing-step distribution
     (of one tenant's runs, or every tenant's)."""
     where, params = _where(since, agent, tenant)
     by_status = {
         r["status"]: int(r["n"])
-        for r in d.fetchall(
-            conn, f"SELECT status, COUNT(*) AS n FROM runs WHERE {where} GROUP BY status", params
+        for r in tx.fetchall(
+            f"SELECT status, COUNT(*) AS n FROM runs WHERE {where} GROUP BY status", params
         )
     }
-    totals = d.fetchall(
-        conn,
+    totals = tx.fetchall(
         "SELECT COUNT(*) AS n, COALESCE(SUM(cost_usd), 0) AS cost, "
         "COALESCE(SUM(tokens), 0) AS tokens, COALESCE(SUM(usage_simulated), 0) AS simulated "
         f"FROM runs WHERE {where}",
@@ -61,8 +60,7 @@ def run_stats(
     percentiles: dict[str, float | None] = {"p50": None, "p95": None}
     for name, p in (("p50", 0.5), ("p95", 0.95)):
         if n_done:
-            row = d.fetchall(
-                conn,
+            row = tx.fetchall(
                 f"SELECT updated_at - created_at AS seconds FROM runs WHERE {done} "
                 "ORDER BY updated_at - created_at, id LIMIT 1 OFFSET :k",
                 {**params, "k": nearest_rank(n_done, p)},
@@ -71,8 +69,7 @@ def run_stats(
     rwhere, rparams = _where(since, agent, tenant, "r")
     # The failing step of a run: its first failed or unsettled step (compensations and
     # the compensation decision aside); a run without one failed outside any step.
-    failing = d.fetchall(
-        conn,
+    failing = tx.fetchall(
         "SELECT COALESCE(s.name, '(no step)') AS step, COUNT(*) AS n, "
         "AVG(r.cost_usd) AS cost, AVG(r.updated_at - r.created_at) AS seconds "
         "FROM runs r LEFT JOIN steps s ON s.run_id = r.id AND s.step_no = ("

@@ -1,0 +1,1 @@
+"""The observability feature's SQL: metrics, run stats, stuck runs, resume, trace context."""
