@@ -20,6 +20,8 @@ PACKAGE = SRC / "agentledger"
 ROOT = "(root)"  # the modules directly under agentledger/ and the package itself
 KERNEL = (ROOT, "models", "tools", "store", "engine", "worker")
 EVERYTHING = (*KERNEL, "observe", "gateway", "retrieval", "memory", "service", "cli")
+# Public helpers for users' own tests: the kernel, driven the way production drives it.
+TESTING = KERNEL
 
 # package -> the packages it may import besides itself (docs/architecture.md, "The map").
 MAP: dict[str, tuple[str, ...]] = {
@@ -35,6 +37,7 @@ MAP: dict[str, tuple[str, ...]] = {
     "memory": (*KERNEL, "retrieval", "service"),
     "service": (*KERNEL, "observe", "gateway", "memory", "retrieval"),
     "cli": EVERYTHING,
+    "testing": TESTING,
 }
 
 # Kernel modules that still reach into a feature, each to be inverted (a hook the
