@@ -1,0 +1,121 @@
+"""A group of accepts with bad members, on each backend: one refused before any write,
+one failing mid-write (its group falls back to one by one), keys repeated and reused,
+and the tenant's quota at its edge. The good members are accepted exactly once, each bad
+one gets its own answer, and a refused member never spends the quota."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from agentledger.errors import StoreError
+from agentledger.service.accepting import (
+    IdempotencyMismatch,
+    Quota,
+    QuotaExceeded,
+)
+from agentledger.store import SQLStore
+from agentledger.store.queries import service_audit
+from tests.service.test_accept_group_fast import ok, request, respond, submit, table, took_fast_path
+
+
+class Boom(RuntimeError):
+    """The error of a member failing mid-write."""
+
+
+def failing(run: Any) -> Any:
+    raise Boom("response cannot be built")
+
+
+async def counts(store: SQLStore) -> tuple[int, int, int]:
+    runs = await table(store, "SELECT COUNT(*) AS n FROM runs")
+    events = await table(store, "SELECT COUNT(*) AS n FROM events")
+    keys = await table(store, "SELECT COUNT(*) AS n FROM idempotency_keys")
+    return int(runs[0]["n"]), int(events[0]["n"]), int(keys[0]["n"])
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["set", "one-by-one"])
+async def test_bad_members_fail_alone_and_never_spend_the_quota(
+    store: SQLStore, fallback: bool
+) -> None:
+    quota = Quota(max_in_flight=4)
+    first, _ = await submit(store, [request(0, key="b", quota=quota, tag="pre")])
+    assert not ok(first[0]).replayed  # 3 slots remain
+    group = [
+        request(1, key="a", quota=quota),
+        request(2, key="c", quota=quota),  # refused before any write: a bad time
+        request(3, key="a", quota=quota),  # a replay of the first, in the group
+        request(4, key="b", body="other", quota=quota),  # reused with another body
+        request(5, key="b", body="same", quota=quota),  # a replay of the earlier group
+        request(6, quota=quota),
+        request(7, quota=quota),
+        request(8, quota=quota),  # one over the quota
+    ]
+    group[1].new.available_at = math.nan
+    if fallback:
+        group[5].respond = failing  # fails mid-write, alone in the fallback
+    outcomes, statements = await submit(store, group)
+    assert took_fast_path(statements) is not fallback
+    assert not ok(outcomes[0]).replayed
+    assert isinstance(outcomes[1], (StoreError, ValueError)), outcomes[1]
+    assert ok(outcomes[2]).replayed and ok(outcomes[2]).run.id == ok(outcomes[0]).run.id
+    assert isinstance(outcomes[3], IdempotencyMismatch)
+    assert ok(outcomes[4]).replayed and ok(outcomes[4]).run.id == ok(first[0]).run.id
+    if fallback:
+        assert isinstance(outcomes[5], Boom)
+        assert not ok(outcomes[6]).replayed and not ok(outcomes[7]).replayed
+    else:
+        assert not ok(outcomes[5]).replayed and not ok(outcomes[6]).replayed
+        assert isinstance(outcomes[7], QuotaExceeded)
+    new = 3  # the quota's last three slots
+    runs, events, keys = await counts(store)
+    assert (runs, events, keys) == (1 + new, 2 * (1 + new), 2)
+    ids = [o.run.id for o in outcomes if not isinstance(o, BaseException)]
+    assert len(set(ids)) == 1 + new  # a, b and the new ones: no run twice
+    # The quota is spent now: one more is refused; a replay still answers.
+    more, _ = await submit(store, [request(9, quota=quota, tag="x"),
+                                   request(10, key="a", quota=quota, tag="x")])  # fmt: skip
+    assert isinstance(more[0], QuotaExceeded)
+    assert ok(more[1]).replayed
+    await store.transact(lambda d, c: service_audit.seal(d, c))
+    checked, broken = await store.transact(
+        lambda d, c: service_audit.verify_chain(d, c), write=False
+    )
+    assert broken == [] and checked == events
+
+
+async def test_a_key_whose_first_member_fails_mid_write_is_accepted_by_the_second(
+    store: SQLStore,
+) -> None:
+    """The first submit of a key fails mid-write; the second, in the same group, was a
+    replay of it: in the fallback it is accepted as the key's first, once."""
+    group = [request(0, key="k"), request(1, key="k"), request(2, key="k")]
+    group[0].respond = failing
+    outcomes, _ = await submit(store, group)
+    assert isinstance(outcomes[0], Boom)
+    assert not ok(outcomes[1]).replayed
+    assert ok(outcomes[2]).replayed and ok(outcomes[2]).run.id == ok(outcomes[1]).run.id
+    assert ok(outcomes[2]).response == ok(outcomes[1]).response
+    assert await counts(store) == (1, 2, 1)
+    keys = await table(store, "SELECT run_id, response FROM idempotency_keys")
+    assert keys[0]["run_id"] == ok(outcomes[1]).run.id
+
+
+async def test_replays_answer_the_first_response_byte_for_byte(store: SQLStore) -> None:
+    """What the key's first submit answered, a replay in the same group and one in a
+    later group answer alike, hostile numbers and text included."""
+
+    def hostile(run: Any) -> Any:
+        return {**respond(run), "z": -0.0, "big": 1e308, "tiny": 5e-324, "t": "\u00e9\U0001f600"}
+
+    group = [request(0, key="h"), request(1, key="h")]
+    for r in group:
+        r.respond = hostile
+    outcomes, _ = await submit(store, group)
+    later, _ = await submit(store, [request(2, key="h", tag="l")])
+    bodies = [ok(outcomes[0]).response, ok(outcomes[1]).response, ok(later[0]).response]
+    assert len({json.dumps(b) for b in bodies}) == 1, bodies
+    assert math.copysign(1.0, bodies[2]["z"]) == -1.0
