@@ -83,3 +83,36 @@ async def test_two_services_and_a_sealer_race_accepts_into_one_chain(
         )
         assert keys[0]["n"] == runs[0]["n"] == rounds * 8
         assert all(len(ids) == 1 for ids in answered.values()), answered
+
+
+async def test_quota_edge_with_keys_repeated_across_two_services(store_url: str) -> None:
+    """Five runs in flight allowed; twelve submits of six keys, each key sent once to each
+    service at the same moment: exactly five runs, each key answered by one run (or
+    refused by the quota), a replay never refused by it."""
+    settings = settings_for(store_url, max_in_flight=5)
+    async with in_process(settings) as a, in_process(settings) as b:
+        h = await a.key(tenant="tq")
+        posts = []
+        for i in range(12):
+            headers = {**h, "Idempotency-Key": f"q-{i // 2}"}
+            body = {"agent": "free", "input": {"k": i // 2}}
+            posts.append((a if i % 2 else b).client.post("/v1/runs", json=body, headers=headers))
+        replies = await asyncio.gather(*posts)
+        by_key: dict[int, set[object]] = {}
+        for i, r in enumerate(replies):
+            assert r.status_code in (202, 409, 429), r.text
+            by_key.setdefault(i // 2, set()).add(r.json()["id"] if r.status_code == 202 else None)
+        accepted = {k for k, ids in by_key.items() if ids - {None}}
+        assert len(accepted) == 5, by_key
+        assert all(len(ids - {None}) <= 1 for ids in by_key.values()), by_key
+        # The accepted keys replay even with the quota spent; a new key is refused.
+        for k in accepted:
+            again = await a.client.post(
+                "/v1/runs", json={"agent": "free", "input": {"k": k}},
+                headers={**h, "Idempotency-Key": f"q-{k}"},
+            )  # fmt: skip
+            assert again.status_code == 202 and again.json()["id"] in by_key[k]
+        runs = await a.store.transact(
+            lambda d, c: d.fetchall(c, "SELECT COUNT(*) AS n FROM runs"), write=False
+        )
+        assert runs[0]["n"] == 5
