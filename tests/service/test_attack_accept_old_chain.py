@@ -85,18 +85,23 @@ def cli(url: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProces
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
+@pytest.mark.parametrize("mode", ["unsigned", "signed", "adopted"])
 async def test_an_old_release_file_extended_by_the_sealer_verifies_since_its_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signed: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
+    """``adopted``: written unsigned by the old release, then signed by
+    ``audit sign-unsigned`` when this release starts with a key."""
     url = f"sqlite:///{tmp_path / 'old.db'}"
     env = {k: v for k, v in os.environ.items() if k != "AGENTLEDGER_AUDIT_KEY"}
+    signed = mode != "unsigned"
+    old_env = {**env, "PYTHONPATH": str(old_source(tmp_path / "old"))}
     if signed:
         env["AGENTLEDGER_AUDIT_KEY"] = "s" * 40
         monkeypatch.setenv("AGENTLEDGER_AUDIT_KEY", env["AGENTLEDGER_AUDIT_KEY"])
     else:
         monkeypatch.delenv("AGENTLEDGER_AUDIT_KEY", raising=False)
-    old_env = {**env, "PYTHONPATH": str(old_source(tmp_path / "old"))}
+    if mode == "signed":
+        old_env["AGENTLEDGER_AUDIT_KEY"] = env["AGENTLEDGER_AUDIT_KEY"]
     done = subprocess.run(
         [sys.executable, "-c", OLD_DRIVER, url],
         capture_output=True, text=True, env=old_env, timeout=120,
@@ -107,6 +112,9 @@ async def test_an_old_release_file_extended_by_the_sealer_verifies_since_its_che
     assert taken.returncode == 0, taken.stdout + taken.stderr
     checkpoint = tmp_path / "checkpoint.json"
     checkpoint.write_text(taken.stdout)
+    if mode == "adopted":
+        adopted = cli(url, "sign-unsigned", env=env)
+        assert adopted.returncode == 0, adopted.stdout + adopted.stderr
 
     store: SQLStore = open_store(url)
     await store.open()
