@@ -14,10 +14,10 @@ from pathlib import Path
 
 import httpx
 
+from agentledger.service.auth import create_key
 from agentledger.store import open_store
 from agentledger.store.queries import service_audit
 from tests.service.conftest import PEPPER, free_port
-from agentledger.service.auth import create_key
 
 ROOT = Path(__file__).resolve().parents[2]
 

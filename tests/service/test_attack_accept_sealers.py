@@ -52,7 +52,7 @@ async def test_two_services_and_a_sealer_race_accepts_into_one_chain(
                     if r.status_code == 202:
                         answered.setdefault(f"k{n}-{i % 8}", set()).add(r.json()["id"])
             stop.touch()
-            out, err = proc.communicate(timeout=60)
+            _, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, err
         finally:
             if proc.poll() is None:
