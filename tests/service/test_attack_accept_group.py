@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
 from agentledger.service.accepting import (
     IdempotencyMismatch,
@@ -119,3 +120,26 @@ async def test_replays_answer_the_first_response_byte_for_byte(store: SQLStore) 
     bodies = [ok(outcomes[0]).response, ok(outcomes[1]).response, ok(later[0]).response]
     assert len({json.dumps(b) for b in bodies}) == 1, bodies
     assert math.copysign(1.0, bodies[2]["z"]) == -1.0
+
+
+@pytest.mark.parametrize("tenant", ["n\x00ul", "s\ud800x"])
+async def test_a_key_in_a_tenant_the_store_cleans_is_replayed(store: SQLStore, tenant: str) -> None:
+    """A tenant id with a NUL or a lone surrogate is stored cleaned (U+FFFD): its key is
+    found again in a later group, under either spelling, and replayed, not written
+    twice; one quota counts the runs of both spellings."""
+    stored = clean_text(tenant)
+    quota = Quota(max_in_flight=2)
+    first, _ = await submit(store, [request(0, key="k", tenant=tenant, quota=quota)])
+    later, _ = await submit(store, [
+        request(1, key="k", tenant=tenant, quota=quota, tag="l"),
+        request(2, key="k", tenant=stored, quota=quota, tag="l"),
+        request(3, key="k", body="other", tenant=tenant, quota=quota, tag="l"),
+        request(4, tenant=stored, quota=quota, tag="l"),
+        request(5, tenant=tenant, quota=quota, tag="l"),
+    ])  # fmt: skip
+    for replay in later[:2]:
+        assert ok(replay).replayed and ok(replay).run.id == ok(first[0]).run.id
+    assert isinstance(later[2], IdempotencyMismatch)
+    assert not ok(later[3]).replayed
+    assert isinstance(later[4], QuotaExceeded)
+    assert await counts(store) == (2, 4, 1)
