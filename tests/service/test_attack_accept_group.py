@@ -143,3 +143,16 @@ async def test_a_key_in_a_tenant_the_store_cleans_is_replayed(store: SQLStore, t
     assert not ok(later[3]).replayed
     assert isinstance(later[4], QuotaExceeded)
     assert await counts(store) == (2, 4, 1)
+
+
+async def test_a_request_id_the_store_cleans_answers_its_run_when_retried(
+    store: SQLStore,
+) -> None:
+    """A submit retried (its commit reply lost) with a request id the store keeps
+    cleaned answers the run it made, not a unique violation."""
+    first = request(0)
+    first.new.request_id = "q\x00\ud800"
+    done, _ = await submit(store, [first])
+    again, _ = await submit(store, [first, request(1)])
+    assert ok(again[0]).run.id == ok(done[0]).run.id and not ok(again[1]).replayed
+    assert await counts(store) == (2, 4, 0)

@@ -188,7 +188,7 @@ def _accept_set(tx: Tx, requests: list[SubmitRequest], book: QuotaBook) -> list[
     for r in requests:
         new = r.new
         try:
-            rid = new.request_id
+            rid = clean_text(new.request_id) if new.request_id is not None else None
             if rid is not None and rid in committed:
                 run = committed[rid]
                 out.append(Submitted(run, False, r.respond(run)))
@@ -243,7 +243,8 @@ def _accept_set(tx: Tx, requests: list[SubmitRequest], book: QuotaBook) -> list[
 
 def _ident(tenant_id: str, key: str) -> tuple[str, str]:
     """A key's (tenant, key) as stored and read back: the store writes text cleaned (a
-    NUL or a lone surrogate as U+FFFD), so the rows read are matched cleaned."""
+    NUL or a lone surrogate as U+FFFD), so the rows read (keys, request ids) are
+    matched cleaned."""
     return clean_text(tenant_id), clean_text(key)
 
 
