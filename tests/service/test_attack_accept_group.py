@@ -13,12 +13,15 @@ import pytest
 
 from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
+from agentledger.service import accepting
 from agentledger.service.accepting import (
     IdempotencyMismatch,
+    IdempotencyRequest,
     Quota,
     QuotaExceeded,
+    SubmitRequest,
 )
-from agentledger.store import SQLStore
+from agentledger.store import SQLStore, open_store
 from agentledger.store.queries import service_audit
 from tests.service.test_accept_group_fast import ok, request, respond, submit, table, took_fast_path
 
@@ -156,3 +159,46 @@ async def test_a_request_id_the_store_cleans_answers_its_run_when_retried(
     again, _ = await submit(store, [first, request(1)])
     assert ok(again[0]).run.id == ok(done[0]).run.id and not ok(again[1]).replayed
     assert await counts(store) == (2, 4, 0)
+
+
+@pytest.mark.postgres
+async def test_an_expired_key_replaced_by_another_process_meanwhile_is_replayed(
+    pg_url: str,
+) -> None:
+    """Both see the key's expired row; the other process replaces it and commits
+    between this group's read and its writes: this group's DELETE finds nothing, its
+    INSERT meets the new row, and the submit replays the other process's run."""
+    store = open_store(pg_url)
+    await store.open()
+    try:
+        gone = request(0, key="k", tag="gone")
+        gone.idem = IdempotencyRequest("k", "fp-same", 0.0)  # expired at once
+        await submit(store, [gone])
+        theirs: list[Any] = []
+
+        def racing(run: Any) -> Any:
+            if not theirs:
+                c2 = store.dialect.connect()
+                try:
+                    other = SubmitRequest(
+                        request(9, tag="other").new, {"user_id": "bob"}, None,
+                        IdempotencyRequest("k", "fp-same", 3600.0), Quota(), respond,
+                    )  # fmt: skip
+                    theirs.append(accepting.accept(store.dialect, c2, [other])[0])
+                    c2.commit()
+                finally:
+                    c2.close()
+            return respond(run)
+
+        group = [request(1, key="k"), request(2, key="k"), request(3)]
+        group[0].respond = racing
+        outcomes, statements = await submit(store, group)
+        assert "ROLLBACK TO SAVEPOINT accept_group" in statements
+        won = ok(theirs[0])
+        for replay in outcomes[:2]:
+            assert ok(replay).replayed and ok(replay).run.id == won.run.id
+        assert not ok(outcomes[2]).replayed
+        keys = await table(store, "SELECT run_id FROM idempotency_keys")
+        assert keys == [{"run_id": won.run.id}]
+    finally:
+        await store.close()
