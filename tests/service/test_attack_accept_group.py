@@ -21,8 +21,9 @@ from agentledger.service.accepting import (
     QuotaExceeded,
     SubmitRequest,
 )
-from agentledger.store import SQLStore, open_store
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
+from agentledger.store import Store, open_store
+from agentledger.store.tx import Tx
 from tests.service.test_accept_group_fast import ok, request, respond, submit, table, took_fast_path
 
 
@@ -34,7 +35,7 @@ def failing(run: Any) -> Any:
     raise Boom("response cannot be built")
 
 
-async def counts(store: SQLStore) -> tuple[int, int, int]:
+async def counts(store: Store) -> tuple[int, int, int]:
     runs = await table(store, "SELECT COUNT(*) AS n FROM runs")
     events = await table(store, "SELECT COUNT(*) AS n FROM events")
     keys = await table(store, "SELECT COUNT(*) AS n FROM idempotency_keys")
@@ -43,7 +44,7 @@ async def counts(store: SQLStore) -> tuple[int, int, int]:
 
 @pytest.mark.parametrize("fallback", [False, True], ids=["set", "one-by-one"])
 async def test_bad_members_fail_alone_and_never_spend_the_quota(
-    store: SQLStore, fallback: bool
+    store: Store, fallback: bool
 ) -> None:
     quota = Quota(max_in_flight=4)
     first, _ = await submit(store, [request(0, key="b", quota=quota, tag="pre")])
@@ -84,15 +85,13 @@ async def test_bad_members_fail_alone_and_never_spend_the_quota(
                                    request(10, key="a", quota=quota, tag="x")])  # fmt: skip
     assert isinstance(more[0], QuotaExceeded)
     assert ok(more[1]).replayed
-    await store.transact(lambda d, c: service_audit.seal(d, c))
-    checked, broken = await store.transact(
-        lambda d, c: service_audit.verify_chain(d, c), write=False
-    )
+    await store.transact(service_audit.seal)
+    checked, broken = await store.read(lambda tx: service_audit.verify_chain(tx))
     assert broken == [] and checked == events
 
 
 async def test_a_key_whose_first_member_fails_mid_write_is_accepted_by_the_second(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     """The first submit of a key fails mid-write; the second, in the same group, was a
     replay of it: in the fallback it is accepted as the key's first, once."""
@@ -108,7 +107,7 @@ async def test_a_key_whose_first_member_fails_mid_write_is_accepted_by_the_secon
     assert keys[0]["run_id"] == ok(outcomes[1]).run.id
 
 
-async def test_replays_answer_the_first_response_byte_for_byte(store: SQLStore) -> None:
+async def test_replays_answer_the_first_response_byte_for_byte(store: Store) -> None:
     """What the key's first submit answered, a replay in the same group and one in a
     later group answer alike, hostile numbers and text included."""
 
@@ -126,7 +125,7 @@ async def test_replays_answer_the_first_response_byte_for_byte(store: SQLStore) 
 
 
 @pytest.mark.parametrize("tenant", ["n\x00ul", "s\ud800x"])
-async def test_a_key_in_a_tenant_the_store_cleans_is_replayed(store: SQLStore, tenant: str) -> None:
+async def test_a_key_in_a_tenant_the_store_cleans_is_replayed(store: Store, tenant: str) -> None:
     """A tenant id with a NUL or a lone surrogate is stored cleaned (U+FFFD): its key is
     found again in a later group, under either spelling, and replayed, not written
     twice; one quota counts the runs of both spellings."""
@@ -149,7 +148,7 @@ async def test_a_key_in_a_tenant_the_store_cleans_is_replayed(store: SQLStore, t
 
 
 async def test_a_request_id_the_store_cleans_answers_its_run_when_retried(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     """A submit retried (its commit reply lost) with a request id the store keeps
     cleaned answers the run it made, not a unique violation."""
@@ -184,7 +183,7 @@ async def test_an_expired_key_replaced_by_another_process_meanwhile_is_replayed(
                         request(9, tag="other").new, {"user_id": "bob"}, None,
                         IdempotencyRequest("k", "fp-same", 3600.0), Quota(), respond,
                     )  # fmt: skip
-                    theirs.append(accepting.accept(store.dialect, c2, [other])[0])
+                    theirs.append(accepting.accept(Tx(store.dialect, c2), [other])[0])
                     c2.commit()
                 finally:
                     c2.close()

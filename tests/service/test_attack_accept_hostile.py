@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
 from tests.service.conftest import Api
 
 # Written by hand: a lone surrogate and a NUL as JSON escapes, -0.0, the largest and
@@ -28,10 +28,8 @@ async def post(api: Api, body: str, headers: dict[str, str], ctype: str) -> http
 
 
 async def verify(api: Api) -> int:
-    await api.store.transact(lambda d, c: service_audit.seal(d, c))
-    checked, broken = await api.store.transact(
-        lambda d, c: service_audit.verify_chain(d, c), write=False
-    )
+    await api.store.transact(service_audit.seal)
+    checked, broken = await api.store.read(lambda tx: service_audit.verify_chain(tx))
     assert broken == [], broken
     return int(checked)
 
@@ -57,9 +55,7 @@ async def test_hostile_values_replay_alike_on_both_paths_and_verify(api: Api) ->
         assert reused.status_code == 422, reused.text
         assert reused.json()["type"].endswith("idempotency-key-reused"), reused.text
     # The stored input: NUL and the surrogate as U+FFFD, the numbers as sent.
-    row = await api.store.transact(
-        lambda d, c: d.fetchall(c, "SELECT input FROM runs"), write=False
-    )
+    row = await api.store.read(lambda tx: tx.fetchall("SELECT input FROM runs"))
     assert len(row) == 1
     stored = json.loads(row[0]["input"])
     assert stored["nul"] == "a\ufffdb" and stored["sur"] == "x\ufffdy"

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 
 from agentledger.service.auth import create_key
+from agentledger.service.queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries import service_audit
 from tests.service.conftest import PEPPER, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,16 +28,16 @@ from tests.service import service_app
 from tests.service.conftest import settings_for
 from agentledger.service import create_app
 from agentledger.service.server import uvicorn_config
-from agentledger.store.sqlstore import SQLStore
+from agentledger.store.sqlstore import Store
 import agentledger.service.accepting as accepting
 
 url, port, die = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "die"
 if die:
     accepted = []
-    original_accept, original_transact = accepting.accept, SQLStore.transact
+    original_accept, original_transact = accepting.accept, Store.transact
 
-    def accept(d, c, requests):
-        out = original_accept(d, c, requests)
+    def accept(*args, **kwargs):
+        out = original_accept(*args, **kwargs)
         accepted.append(True)
         return out
 
@@ -48,7 +48,7 @@ if die:
         return out
 
     accepting.accept = accept
-    SQLStore.transact = transact
+    Store.transact = transact
 settings = settings_for(url)
 api = create_app(settings, service_app.app)
 uvicorn.Server(uvicorn_config(api, "127.0.0.1", port, settings.client_bounds, "warning")).run()
@@ -104,9 +104,7 @@ async def test_kill_9_between_commit_and_answer_then_the_retry_replays(
             if dying.poll() is None:
                 dying.kill()
             dying.wait()
-        runs = await store.transact(
-            lambda d, c: d.fetchall(c, "SELECT id, input FROM runs"), write=False
-        )
+        runs = await store.read(lambda tx: tx.fetchall("SELECT id, input FROM runs"))
         assert len(runs) == 1  # committed before the kill
         live = start(store_url, port, False, log)
         try:
@@ -126,14 +124,10 @@ async def test_kill_9_between_commit_and_answer_then_the_retry_replays(
         assert again.content == retry.content  # byte for byte
         assert other.status_code == 422, other.text
         assert other.json()["type"].endswith("idempotency-key-reused")
-        count = await store.transact(
-            lambda d, c: d.fetchall(c, "SELECT COUNT(*) AS n FROM runs"), write=False
-        )
+        count = await store.read(lambda tx: tx.fetchall("SELECT COUNT(*) AS n FROM runs"))
         assert count[0]["n"] == 1
-        await store.transact(lambda d, c: service_audit.seal(d, c))
-        checked, broken = await store.transact(
-            lambda d, c: service_audit.verify_chain(d, c), write=False
-        )
+        await store.transact(service_audit.seal)
+        checked, broken = await store.read(lambda tx: service_audit.verify_chain(tx))
         assert broken == [] and checked >= 2
     finally:
         await store.close()

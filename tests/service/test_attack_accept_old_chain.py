@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from agentledger.service.accepting import IdempotencyMismatch, IdempotencyRequest
-from agentledger.store import SQLStore, open_store
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
+from agentledger.store import Store, open_store
 from agentledger.store.queries.events import insert_event
 from tests.service.test_accept_group_fast import ok, request, submit, table
 
@@ -113,10 +113,16 @@ async def test_an_old_release_file_extended_by_the_sealer_verifies_since_its_che
     checkpoint = tmp_path / "checkpoint.json"
     checkpoint.write_text(taken.stdout)
     if mode == "adopted":
+        # This release's schema first (`audit` commands do not migrate), then adopt.
+        migrated = subprocess.run(
+            [sys.executable, "-m", "agentledger.cli.main", "migrate", "--db", url],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert migrated.returncode == 0, migrated.stdout + migrated.stderr
         adopted = cli(url, "sign-unsigned", env=env)
         assert adopted.returncode == 0, adopted.stdout + adopted.stderr
 
-    store: SQLStore = open_store(url)
+    store: Store = open_store(url)
     await store.open()
     try:
         old_rows = await table(store, "SELECT id, hash, chain_no FROM events ORDER BY id")
@@ -130,11 +136,9 @@ async def test_an_old_release_file_extended_by_the_sealer_verifies_since_its_che
         assert ok(outcomes[0]).replayed  # the old release's key, replayed
         assert isinstance(outcomes[4], IdempotencyMismatch)  # same key, another body
         run_id = ok(outcomes[1]).run.id
-        await store.transact(lambda d, c: insert_event(d, c, run_id, "run.started", "w", {}))
-        await store.transact(lambda d, c: service_audit.seal(d, c))
-        checked, broken = await store.transact(
-            lambda d, c: service_audit.verify_chain(d, c), write=False
-        )
+        await store.transact(insert_event, run_id, "run.started", "w", {})
+        await store.transact(service_audit.seal)
+        checked, broken = await store.read(lambda tx: service_audit.verify_chain(tx))
         assert broken == [], broken
         assert checked == len(old_rows) + 3 * 2 + 1
         # The old records were not touched.

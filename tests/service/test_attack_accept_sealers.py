@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentledger import auditkey
-from agentledger.store.queries import service_audit
+from agentledger.service.queries import audit as service_audit
 from tests.service.conftest import in_process, settings_for
 from tests.service.test_audit_signed import ENV, KEY
 
@@ -58,29 +58,24 @@ async def test_two_services_and_a_sealer_race_accepts_into_one_chain(
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-        await a.store.transact(lambda d, c: service_audit.seal(d, c))
+        await a.store.transact(service_audit.seal)
         key = auditkey.key_from_text(KEY)
-        checked, broken = await a.store.transact(
-            lambda d, c: service_audit.verify_chain(d, c, None, key), write=False
-        )
+        checked, broken = await a.store.read(lambda tx: service_audit.verify_chain(tx, None, key))
         assert broken == [], broken
-        rows = await a.store.transact(
-            lambda d, c: d.fetchall(
-                c, "SELECT tenant_id, chain_no, sig, hash FROM events ORDER BY tenant_id, chain_no"
-            ),
-            write=False,
+        rows = await a.store.read(
+            lambda tx: tx.fetchall(
+                "SELECT tenant_id, chain_no, sig, hash FROM events ORDER BY tenant_id, chain_no"
+            )
         )
         assert checked == len(rows)
         for tenant in ("t1", "t2"):
             chain = [r for r in rows if r["tenant_id"] == tenant]
             assert [r["chain_no"] for r in chain] == list(range(1, len(chain) + 1))
             assert all(r["sig"] for r in chain)
-        keys = await a.store.transact(
-            lambda d, c: d.fetchall(c, "SELECT COUNT(*) AS n FROM idempotency_keys"), write=False
+        keys = await a.store.read(
+            lambda tx: tx.fetchall("SELECT COUNT(*) AS n FROM idempotency_keys")
         )
-        runs = await a.store.transact(
-            lambda d, c: d.fetchall(c, "SELECT COUNT(*) AS n FROM runs"), write=False
-        )
+        runs = await a.store.read(lambda tx: tx.fetchall("SELECT COUNT(*) AS n FROM runs"))
         assert keys[0]["n"] == runs[0]["n"] == rounds * 8
         assert all(len(ids) == 1 for ids in answered.values()), answered
 
@@ -112,7 +107,5 @@ async def test_quota_edge_with_keys_repeated_across_two_services(store_url: str)
                 headers={**h, "Idempotency-Key": f"q-{k}"},
             )  # fmt: skip
             assert again.status_code == 202 and again.json()["id"] in by_key[k]
-        runs = await a.store.transact(
-            lambda d, c: d.fetchall(c, "SELECT COUNT(*) AS n FROM runs"), write=False
-        )
+        runs = await a.store.read(lambda tx: tx.fetchall("SELECT COUNT(*) AS n FROM runs"))
         assert runs[0]["n"] == 5
