@@ -25,6 +25,7 @@ from agentledger.service.queries import audit as service_audit
 from agentledger.store import Store, open_store
 from agentledger.store.tx import Tx
 from tests.service.test_accept_group_fast import ok, request, respond, submit, table, took_fast_path
+from tests.store.pgproxy import COMMIT, LossyProxy
 
 
 class Boom(RuntimeError):
@@ -199,5 +200,42 @@ async def test_an_expired_key_replaced_by_another_process_meanwhile_is_replayed(
         assert not ok(outcomes[2]).replayed
         keys = await table(store, "SELECT run_id FROM idempotency_keys")
         assert keys == [{"run_id": won.run.id}]
+    finally:
+        await store.close()
+
+
+@pytest.mark.postgres
+async def test_a_fallen_back_group_whose_commit_reply_is_lost_answers_each_once(
+    proxy: LossyProxy,
+) -> None:
+    """A group that fell back to one by one (a member failing mid-write), with a key
+    twice and a quota at its edge, loses its COMMIT reply: the store runs it again, and
+    each member gets the answer it had -- one run each, the failing one still refused,
+    no slot of the quota spent twice."""
+    store = open_store(proxy.url)
+    await store.open()
+    try:
+        quota = Quota(max_in_flight=3)
+        group = [
+            request(0, key="a", quota=quota, tag="lc"),
+            request(1, quota=quota, tag="lc"),  # fails mid-write
+            request(2, key="a", quota=quota, tag="lc"),  # replay of the first
+            request(3, quota=quota, tag="lc"),
+            request(4, quota=quota, tag="lc"),
+            request(5, quota=quota, tag="lc"),  # over the quota
+        ]
+        group[1].respond = failing
+        proxy.arm(COMMIT)
+        outcomes = await store.transact(accepting.accept, group)
+        assert proxy.cut.is_set()
+        # Run again, the failing member meets the quota first: the group's own runs,
+        # committed, fill it. Refused either way, and never written.
+        assert isinstance(outcomes[1], (Boom, QuotaExceeded))
+        assert isinstance(outcomes[5], QuotaExceeded)
+        made = [ok(outcomes[i]).run.id for i in (0, 3, 4)]
+        assert ok(outcomes[2]).replayed and ok(outcomes[2]).run.id == made[0]
+        runs = await table(store, "SELECT id FROM runs ORDER BY id")
+        assert sorted(made) == [r["id"] for r in runs]
+        assert await counts(store) == (3, 6, 1)
     finally:
         await store.close()
