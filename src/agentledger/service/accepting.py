@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
 from agentledger.records import Run, dumps
 from agentledger.service.queries.quota import Quota, QuotaBook, QuotaExceeded
@@ -187,12 +188,12 @@ def _accept_set(tx: Tx, requests: list[SubmitRequest], book: QuotaBook) -> list[
     for r in requests:
         new = r.new
         try:
-            rid = new.request_id
+            rid = clean_text(new.request_id) if new.request_id is not None else None
             if rid is not None and rid in committed:
                 run = committed[rid]
                 out.append(Submitted(run, False, r.respond(run)))
                 continue
-            ident = (new.tenant_id, r.idem.key) if r.idem is not None else None
+            ident = _ident(new.tenant_id, r.idem.key) if r.idem is not None else None
             if r.idem is not None and ident in keys:
                 known = keys[ident]
                 if known.fingerprint != r.idem.fingerprint:
@@ -238,6 +239,13 @@ def _accept_set(tx: Tx, requests: list[SubmitRequest], book: QuotaBook) -> list[
         else:
             results.append(item)
     return results
+
+
+def _ident(tenant_id: str, key: str) -> tuple[str, str]:
+    """A key's (tenant, key) as stored and read back: the store writes text cleaned (a
+    NUL or a lone surrogate as U+FFFD), so the rows read (keys, request ids) are
+    matched cleaned."""
+    return clean_text(tenant_id), clean_text(key)
 
 
 def _committed_requests(tx: Tx, requests: list[SubmitRequest]) -> dict[str, Run]:
@@ -418,7 +426,7 @@ def _insert_keys(tx: Tx, inserts: list[_New], expired: set[tuple[str, str]], now
     for i, item in enumerate(keyed):
         idem, tenant = item.request.idem, item.request.new.tenant_id
         assert idem is not None
-        if (tenant, idem.key) in expired:
+        if _ident(tenant, idem.key) in expired:
             replace.setdefault(tenant, []).append(idem.key)
         params[f"t{i}"] = tenant
         params[f"k{i}"] = idem.key

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentledger.canonical import clean_text
 from agentledger.errors import StoreError
 from agentledger.store.dialect import Dialect
 from agentledger.store.tx import Tx
@@ -114,7 +115,9 @@ class QuotaBook:
 
     def prepare(self, tx: Tx, tenant_ids: list[str]) -> None:
         """Lock and count the limited ones of ``tenant_ids``, in tenant order."""
-        quotas = {t: tenant_quota(tx, t, self.default) for t in set(tenant_ids)}
+        # Tallied by the tenant id as stored (text is written cleaned: a NUL or a lone
+        # surrogate as U+FFFD), so two spellings of one stored tenant share one tally.
+        quotas = {t: tenant_quota(tx, t, self.default) for t in {clean_text(t) for t in tenant_ids}}
         for tenant_id in sorted(quotas):
             if tenant_id in self._tallies:
                 continue
@@ -145,6 +148,7 @@ class QuotaBook:
 
     def check(self, tx: Tx, tenant_id: str) -> None:
         """Raise :class:`QuotaExceeded` when the tenant may not start a run now."""
+        tenant_id = clean_text(tenant_id)
         if tenant_id not in self._tallies:
             self.prepare(tx, [tenant_id])
         tally = self._tallies[tenant_id]
@@ -168,7 +172,7 @@ class QuotaBook:
 
     def accepted(self, tenant_id: str) -> None:
         """Count a run of ``tenant_id`` inserted in this transaction."""
-        tally = self._tallies.get(tenant_id)
+        tally = self._tallies.get(clean_text(tenant_id))
         if tally is not None:
             tally.recent += 1
             tally.in_flight += 1
