@@ -51,7 +51,13 @@ class _FailingStore:
         self.causes, self.answer = list(causes), answer
         self.calls = 0
 
-    async def transact(self, fn: Callable[..., Any], write: bool = True) -> Any:
+    async def transact(self, op: Callable[..., Any], *args: Any) -> Any:
+        return self._next(write=True)
+
+    async def read(self, op: Callable[..., Any], *args: Any) -> Any:
+        return self._next(write=False)
+
+    def _next(self, write: bool) -> Any:
         self.calls += 1
         if self.causes:
             raise StoreUnavailable(self.causes.pop(0))
