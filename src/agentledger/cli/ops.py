@@ -206,11 +206,28 @@ def worker(
 
 
 @click.command("migrate")
+@click.option(
+    "--status",
+    "show_status",
+    is_flag=True,
+    help="List the applied and pending migrations, one a line; change nothing.",
+)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 0 when the schema is current, 1 when migrations are pending (all online), "
+    "3 when a pending one is offline (stop the workers first); change nothing.",
+)
 @db_option
+@json_option
 @run_async
-async def migrate(db: str) -> None:
-    """Create or upgrade the schema."""
+async def migrate(show_status: bool, check: bool, db: str, as_json: bool) -> None:
+    """Create or upgrade the schema (with --status or --check: only tell)."""
     from agentledger.store.sqlstore import redacted_url
+
+    if show_status or check:
+        await _migration_report(db, show_status=show_status, check=check, as_json=as_json)
+        return
 
     async def go(store: Store) -> tuple[list[int], list[int]]:
         # Opening with create applied what was missing (store.applied).
@@ -218,12 +235,69 @@ async def migrate(db: str) -> None:
 
     applied, versions = await with_store(db, go, create=True)
     where, latest = redacted_url(db), max(versions)
-    if applied and min(versions) in applied:
+    if as_json:
+        print_json({"applied": applied, "version": latest})
+    elif applied and min(versions) in applied:
         click.echo(f"schema created (version {latest}) in {where}")
     elif applied:
         click.echo(f"schema upgraded to version {latest} (applied {len(applied)}) in {where}")
     else:
         click.echo(f"schema up to date (version {latest}) in {where}")
+
+
+async def _migration_report(db: str, *, show_status: bool, check: bool, as_json: bool) -> None:
+    """``migrate --status`` / ``--check``: read the applied versions without migrating
+    (a store with no schema yet lists every migration as pending)."""
+    import datetime
+    import os
+
+    from agentledger.store.queries.migrations import migration_status
+    from agentledger.store.sqlite import sqlite_path
+    from agentledger.store.tx import Tx
+
+    if db.startswith("sqlite:"):
+        path = sqlite_path(db)[0]
+        if path != ":memory:" and not os.path.exists(path):
+            raise UsageError(f"no database at {path}; check --db")
+    dialect = open_store(db).dialect
+
+    def read() -> list[Any]:
+        conn = dialect.connect()
+        try:
+            return migration_status(Tx(dialect, conn))
+        finally:
+            dialect.close(conn)
+
+    found = await asyncio.to_thread(read)
+    pending = [m for m in found if m.applied_at is None]
+    if show_status and as_json:
+        print_json([m.__dict__ for m in found])
+    elif show_status:
+        for m in found:
+            if m.applied_at is None:
+                state = f"pending, offline: {m.offline}" if m.offline else "pending, online"
+            else:
+                at = datetime.datetime.fromtimestamp(m.applied_at, datetime.UTC)
+                state = f"applied {at.isoformat(timespec='seconds').replace('+00:00', 'Z')}"
+                if not m.known:
+                    state += " (by a newer release)"
+            click.echo(f"{m.version:04d} {m.name or '?':<28} {visible(state)}")
+    if not check:
+        return
+    if not pending:
+        if not show_status:
+            click.echo(f"schema current (version {max(m.version for m in found)})")
+        return
+    if len(pending) == len([m for m in found if m.known]):
+        fail("no agentledger schema yet: create it with `agentledger migrate`", code=1)
+    names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+    offline = [m for m in pending if m.offline]
+    if offline:
+        why = "; ".join(f"{m.version:04d}: {m.offline}" for m in offline)
+        fail(f"{len(pending)} pending migration(s): {names}; offline, stop the workers "
+             f"before `agentledger migrate` ({why})", code=3)  # fmt: skip
+    fail(f"{len(pending)} pending migration(s), all online: {names}; "
+         "run `agentledger migrate`", code=1)  # fmt: skip
 
 
 @click.group("approvals")

@@ -175,11 +175,17 @@ class Dialect(ABC):
 
     def migrations(self) -> list[tuple[int, str]]:
         """Numbered migration scripts for this dialect, in order."""
+        return [(version, script) for version, _, script in self.migration_files()]
+
+    def migration_files(self) -> list[tuple[int, str, str]]:
+        """This dialect's migrations as ``(number, name, script)``, in order; the name
+        is the file's, without its number and ``.sql``."""
         folder = resources.files("agentledger.store") / "migrations" / self.name
         found = []
         for entry in folder.iterdir():
             if entry.name.endswith(".sql"):
-                found.append((int(entry.name.split("_", 1)[0]), entry.read_text()))
+                number, _, name = entry.name.removesuffix(".sql").partition("_")
+                found.append((int(number), name, entry.read_text()))
         return sorted(found)
 
     def split_script(self, script: str) -> list[str]:
