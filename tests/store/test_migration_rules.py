@@ -72,9 +72,7 @@ def violations(script: str, earlier: list[str], code: str) -> list[str]:
             found.append(f"changes a column's type or constraints: {s}")
         elif re.search(r"\bADD CONSTRAINT\b", upper):
             found.append(f"adds a constraint old workers' writes may break: {s}")
-        elif re.search(r"\bADD COLUMN\b", upper) and "NOT NULL" in upper and (
-            "DEFAULT" not in upper
-        ):
+        elif re.search(r"\bADD COLUMN\b.*\bNOT NULL\b", upper) and "DEFAULT" not in upper:
             found.append(f"adds a NOT NULL column without a default (old workers' "
                          f"INSERTs fail): {s}")  # fmt: skip
         elif m := re.match(
