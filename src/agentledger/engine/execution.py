@@ -275,10 +275,22 @@ class Execution:
         asyncio.get_running_loop().call_soon(self._flush_held)
 
     def _flush_held(self) -> None:
-        if self._held is None or self._flushing is not None:
-            return
+        if self._held is None or (self._flushing is not None and not self._flushing.done()):
+            return  # nothing held, or a flush in progress (its end flushes what follows)
         batch, self._held = self._held, None
-        self._flushing = asyncio.create_task(self._send(batch))
+        self._flushing = asyncio.create_task(self._flush_after(self._flushing, batch))
+
+    async def _flush_after(self, previous: asyncio.Task[None] | None, batch: Batch) -> None:
+        """Commit a held outcome on its own, after the flush before it (whose failure is
+        this one's too). An outcome held while that flush ran is flushed next: parallel
+        writes that return while a sibling is still being called are all durable."""
+        if previous is not None:
+            await previous
+        try:
+            await self._send(batch)
+        finally:
+            if self._held is not None:
+                asyncio.get_running_loop().call_soon(self._flush_held)
 
     async def durable(self) -> None:
         """Commit a held outcome now: the next step is about to run code (a read, a
