@@ -32,7 +32,7 @@ from agentledger.clock import SYSTEM, Clock
 from agentledger.engine.signals import Abandon, Cancelled, Handover, HandoverReason
 from agentledger.errors import LeaseLost, StoreError, StoreUnavailable
 from agentledger.records import Approval, Effect, OutboxItem, Run, RunStatus, Step, StepStatus
-from agentledger.store.base import Batch, NewEvent, RunUpdate
+from agentledger.store.base import Batch, KeyHeld, NewEvent, RunUpdate
 from agentledger.store.sqlstore import Store
 from agentledger.tools.contract import Tool
 from agentledger.workflow import Workflow
@@ -311,11 +311,20 @@ class Execution:
         if self._flushing is not None:
             flushing, self._flushing = self._flushing, None
             await flushing  # its Abandon (lease lost, store error) is this write's too
+        carried = None
         if self._held is not None:
-            held, self._held = self._held, None
-            batch = held if batch is None else _carried(held, batch)
-        if batch is not None:
+            carried, self._held = self._held, None
+            batch = carried if batch is None else _carried(carried, batch)
+        if batch is None:
+            return
+        try:
             await self._send(batch)
+        except KeyHeld:
+            # Refused whole for a key another run holds (nothing written): the outcome
+            # it carried still goes in, on its own, before the caller sees the refusal.
+            if carried is not None and carried is not batch:
+                await self._send(carried)
+            raise
 
     async def _send(self, batch: Batch) -> None:
         known = self.cancel_reason()
