@@ -57,6 +57,14 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> 
     decision = await run_policy(exe.policy, call)
     if isinstance(decision, Allow) and tool.approval:
         decision = RequireApproval(role=tool.approval)
+    if isinstance(decision, RequireApproval):
+        # A held outcome goes in first (a plain write's boundary left it to the write's
+        # own entry): its fence reads back a cancel, and nobody is asked to approve a
+        # call of a run that was cancelled before it was asked for.
+        await exe.durable()
+        cancel = exe.cancel_reason()
+        if cancel is not None:
+            raise Cancelled(cancel)
     # Every decision is in the audit trail: an Allow in the step's journal entry and its
     # ``step.<status>`` record (written with it, at no extra cost per step), the others
     # also as events of their own.
