@@ -73,6 +73,15 @@ async def test_outcomes_that_return_while_a_sibling_is_called_are_all_durable(
             await asyncio.sleep(0.02)
         assert run.status == RunStatus.COMPLETED
         assert [r["item"] for r in run.result] == ["a", "b", "c"]
+        # Each journal fact has its event, once: every step started, then succeeded.
+        facts = [
+            (e.data["step_no"], e.type)
+            for e in await store.list_events(run_id)
+            if e.type.startswith("step.")
+        ]
+        for n in (1, 2, 3):
+            assert [t for s, t in facts if s == n] == ["step.started", "step.succeeded"]
+        assert sorted(provider) == sorted(s.idempotency_key for s in await store.load_journal(run_id))
     finally:
         release.set()
         worker.stop()
