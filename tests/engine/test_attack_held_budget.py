@@ -22,7 +22,11 @@ async def test_a_budget_stop_after_a_held_outcome_keeps_it(store: SQLStore, kind
     calls: list[str] = []
 
     async def status(ctx: ToolContext, args: dict[str, Any]) -> Status:
-        return Status.succeeded(applied[ctx.idempotency_key]) if ctx.idempotency_key in applied else Status.not_found()
+        return (
+            Status.succeeded(applied[ctx.idempotency_key])
+            if ctx.idempotency_key in applied
+            else Status.not_found()
+        )
 
     @app.tool(effect="write", idempotency="provider", status_check=status)
     async def book(ctx: ToolContext, item: str) -> Any:

@@ -81,7 +81,9 @@ async def test_outcomes_that_return_while_a_sibling_is_called_are_all_durable(
         ]
         for n in (1, 2, 3):
             assert [t for s, t in facts if s == n] == ["step.started", "step.succeeded"]
-        assert sorted(provider) == sorted(s.idempotency_key for s in await store.load_journal(run_id))
+        assert sorted(provider) == sorted(
+            s.idempotency_key for s in await store.load_journal(run_id)
+        )
     finally:
         release.set()
         worker.stop()

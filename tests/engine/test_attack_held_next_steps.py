@@ -154,6 +154,10 @@ async def test_a_held_outcome_before_each_kind_of_step(store: SQLStore, then: st
         assert [s.status for s in refunds] == [StepStatus.SUCCEEDED] * 2
     events = await store.list_events(run_id)
     for step in journal:
-        facts = [e.type for e in events if e.type.startswith("step.") and e.data["step_no"] == step.step_no]
+        facts = [
+            e.type
+            for e in events
+            if e.type.startswith("step.") and e.data["step_no"] == step.step_no
+        ]
         assert facts[-1] == f"step.{step.status}", (step.step_no, facts)
         assert len(facts) == len(set(facts)), (step.step_no, facts)

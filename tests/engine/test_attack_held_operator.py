@@ -1,7 +1,7 @@
 """What an operator sees and can do while a run holds a write's outcome: the run is
-``running`` with no result, its write ``started`` (the call was made, its outcome not
-yet durable) until the run's next write or the event loop's next turn; ``runs settle`` and ``runs resume`` (also as a dry run) are refused; a
-tool with neither a status check nor provider keys is never held."""
+``running`` with no result (its write ``started`` until the run's next write or the
+event loop's next turn); ``runs settle`` and ``runs resume`` (also as a dry run) are
+refused; a tool with neither a status check nor provider keys is never held."""
 
 from __future__ import annotations
 
