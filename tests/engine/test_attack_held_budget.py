@@ -11,12 +11,12 @@ import pytest
 from agentledger import App, RunStatus, Status, ToolContext
 from agentledger.budget import Budget
 from agentledger.records import StepStatus
-from agentledger.store import SQLStore
+from agentledger.store import Store
 from tests.engine.test_attack_held_next_steps import World, drain
 
 
 @pytest.mark.parametrize("kind", ["steps", "time"])
-async def test_a_budget_stop_after_a_held_outcome_keeps_it(store: SQLStore, kind: str) -> None:
+async def test_a_budget_stop_after_a_held_outcome_keeps_it(store: Store, kind: str) -> None:
     app = App("attack-held-budget")
     applied: dict[str, Any] = {}
     calls: list[str] = []

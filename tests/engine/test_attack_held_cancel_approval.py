@@ -8,6 +8,7 @@ needs an approval would otherwise ask a person to approve a call of a cancelled 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from agentledger.engine.signals import Cancelled
 from agentledger.engine.tool_step import run_tool_step
 from agentledger.tools.context import ToolContext
 from agentledger.tools.contract import tool
-from tests.fast.writes_harness import Provider, World, make_tool, world
+from tests.fast.writes_harness import Provider, World, world
 
 __all__ = ["world"]
 
@@ -24,13 +25,18 @@ __all__ = ["world"]
 async def test_no_approval_is_requested_for_a_run_cancelled_while_an_outcome_was_held(
     world: World,
 ) -> None:
-    pay, refund = Provider(), Provider()
+    pay, refund, release = Provider(), Provider(), asyncio.Event()
+
+    async def charge(ctx: ToolContext, item: str = "x") -> Any:
+        result = await pay.call(ctx, {"item": item})
+        await release.wait()
+        return result
 
     async def big_refund(ctx: ToolContext, item: str = "x") -> Any:
         return await refund.call(ctx, {"item": item})
 
     world.add(
-        make_tool(pay, "pay"),
+        tool(charge, name="pay", effect="write", idempotency="provider", status_check=pay.status),
         tool(
             big_refund,
             name="big_refund",
@@ -41,8 +47,13 @@ async def test_no_approval_is_requested_for_a_run_cancelled_while_an_outcome_was
         ),
     )
     exe = await world.new_execution()
-    assert (await run_tool_step(exe, 1, "pay", {"item": "a"})).ok  # its outcome is held
+    calling = asyncio.create_task(run_tool_step(exe, 1, "pay", {"item": "a"}))
+    while not pay.calls:
+        await asyncio.sleep(0.01)
+    # Requested while the first write is being called: its outcome, held, reads it back.
     await world.store.cancel_run(exe.run.id, "changed my mind", "user:ann")
+    release.set()
+    assert (await calling).ok
     await exe.before_step(carries=True)  # what ctx.tool does before a plain write
     with pytest.raises(Cancelled):
         await run_tool_step(exe, 2, "big_refund", {"item": "r"})

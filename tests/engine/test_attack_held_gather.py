@@ -12,7 +12,7 @@ from typing import Any
 
 from agentledger import App, RunStatus, Status, ToolContext, Worker, WorkerConfig
 from agentledger.records import StepStatus
-from agentledger.store import SQLStore
+from agentledger.store import Store
 
 
 def gather_app(provider: dict[str, Any], release: asyncio.Event) -> App:
@@ -42,7 +42,7 @@ def gather_app(provider: dict[str, Any], release: asyncio.Event) -> App:
 
 
 async def test_outcomes_that_return_while_a_sibling_is_called_are_all_durable(
-    store: SQLStore,
+    store: Store,
 ) -> None:
     provider: dict[str, Any] = {}
     release = asyncio.Event()

@@ -24,12 +24,12 @@ from agentledger import (
     WorkerConfig,
 )
 from agentledger.records import StepStatus
-from agentledger.store import SQLStore
+from agentledger.store import Store
 from agentledger.tools.contract import Compensation
 
 
 class World:
-    def __init__(self, store: SQLStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self.applied: dict[str, Any] = {}
         self.calls: list[str] = []
@@ -132,7 +132,7 @@ async def drain(world: World, run_id: str) -> Any:
 
 
 @pytest.mark.parametrize("then", ["step", "read", "sleep", "outbox", "fail", "agent"])
-async def test_a_held_outcome_before_each_kind_of_step(store: SQLStore, then: str) -> None:
+async def test_a_held_outcome_before_each_kind_of_step(store: Store, then: str) -> None:
     world = World(store)
     if then == "agent":
         run_id = await world.app.submit(store, "agent", {"message": "go"})

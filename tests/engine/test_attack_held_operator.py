@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from agentledger.engine.tool_step import run_tool_step
+from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.store.queries.observe_resume import ResumeRefused
 from tests.fast.writes_harness import Provider, World, make_tool, world
 
 __all__ = ["world"]
