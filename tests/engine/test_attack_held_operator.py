@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from agentledger.engine.tool_step import run_tool_step
+from agentledger.observe.queries import resume
 from agentledger.observe.queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
 from tests.fast.writes_harness import Provider, World, make_tool, world
@@ -26,12 +27,13 @@ async def test_a_run_holding_an_outcome_is_running_and_not_settled_or_resumed(
     run = await world.store.get_run(exe.run.id)
     assert run is not None and run.status == RunStatus.RUNNING and run.result is None
     # (the event loop's next turn commits it on its own: the run waits on nothing here)
+    run_id, store = exe.run.id, world.store
     with pytest.raises(ResumeRefused):
-        await world.store.settle_step(exe.run.id, 1, True, {"id": "x"}, "cli:ann", "looked")
+        await store.transact(resume.settle_step, run_id, 1, True, {"id": "x"}, "cli:ann", "seen")
     with pytest.raises(ResumeRefused):
-        await world.store.plan_resume(exe.run.id, None)
+        await store.read(resume.plan_resume, run_id, None)
     with pytest.raises(ResumeRefused):
-        await world.store.resume_run(exe.run.id, None, "cli:ann", "again")
+        await store.transact(resume.resume_run, run_id, None, "cli:ann", "again")
     await exe.settle_held()
     assert (await world.step(exe.run.id, 1)).status == StepStatus.SUCCEEDED
     assert len(pay.calls) == 1
