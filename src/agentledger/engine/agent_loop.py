@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from agentledger.agent import Agent
+from agentledger.engine import hooks
 from agentledger.engine.execution import Execution, carries_held
 from agentledger.engine.model_step import model_step
 from agentledger.engine.signals import Handover, HandoverReason, RunFailed
@@ -24,7 +25,6 @@ from agentledger.engine.tool_step import run_tool_step
 from agentledger.engine.workflow_runner import hash_of, journaled_outcome
 from agentledger.memory.context import memory_note
 from agentledger.models.base import FinishReason, Message
-from agentledger.observe import tracing
 from agentledger.records import StepStatus
 
 
@@ -56,7 +56,7 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
         if prior is None or prior.status != StepStatus.SUCCEEDED:
             if prior is None:
                 await exe.before_step()
-            with tracing.model_step_scope(step_no):  # observe/tracing.py: the chat spans
+            with hooks.model_step_scope(step_no):  # spans (hooks.py): the chat spans
                 await model_step(exe, agent, step_no, messages, schemas)
             entry = exe.journal[step_no]
             if entry.status != StepStatus.SUCCEEDED:
@@ -65,7 +65,7 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
                 )
             prior = entry
         else:  # answered from the journal: a span marked replayed, its tokens not counted
-            tracing.replayed_step(exe, prior)
+            hooks.replayed_step(exe, prior)
         # The message as journaled, on the first pass as on replay.
         message = Message.from_dict(prior.output["message"])
         messages.append(message)
