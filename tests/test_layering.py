@@ -44,12 +44,8 @@ MAP: dict[str, tuple[str, ...]] = {
 # feature registers, or the code moved). The list only shrinks: an entry that no longer
 # holds fails test_known_exceptions_still_hold, so it is removed with its fix.
 KNOWN_EXCEPTIONS: dict[str, tuple[str, ...]] = {
-    # The user's facts in the agent loop; tenant budgets, cooldowns and streams in the
-    # model step.
-    "agentledger.engine.agent_loop": ("agentledger.memory",),
+    # Tenant budgets, cooldowns and streams in the model step.
     "agentledger.engine.model_step": ("agentledger.gateway",),
-    # The worker runs the webhook dispatcher and the stuck-run detector beside its runs.
-    "agentledger.worker.worker": ("agentledger.observe", "agentledger.service"),
     # The audit chain is sealed and pruned with the kernel's events.
     "agentledger.sealer": ("agentledger.service",),
     "agentledger.store.queries.retention": ("agentledger.service",),

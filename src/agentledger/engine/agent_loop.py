@@ -23,7 +23,6 @@ from agentledger.engine.model_step import model_step
 from agentledger.engine.signals import Handover, HandoverReason, RunFailed
 from agentledger.engine.tool_step import run_tool_step
 from agentledger.engine.workflow_runner import hash_of, journaled_outcome
-from agentledger.memory.context import memory_note
 from agentledger.models.base import FinishReason, Message
 from agentledger.records import StepStatus
 
@@ -41,7 +40,7 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
     """Drive the agent until it answers; return ``{"answer": text}``."""
     messages = [Message("system", agent.instructions), Message("user", user_message(exe.run.input))]
     if agent.memory:  # the user's facts, read for the run's own tenant and user only
-        messages.insert(1, Message("system", await memory_note(exe.store, exe.run)))
+        messages.insert(1, Message("system", await hooks.memory_note(exe.store, exe.run)))
     schemas = [t.schema() for t in agent.tools]
     step_no = 1
     invalid_streak = 0

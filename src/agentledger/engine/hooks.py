@@ -1,11 +1,12 @@
 """What the engine reports about its steps, and who listens: the kernel's hook points.
 
 The engine calls these module-level functions around a run's execution, its model and
-tool attempts and its replayed steps. By default each is a no-op; a feature installs
-its own with :func:`install` (``agentledger.observe`` installs the OpenTelemetry spans
-and the process histograms when it is imported). The engine looks each one up on this
-module at the call, so an installed hook costs what a direct call into the feature
-would, and the kernel never imports the feature.
+tool attempts and its replayed steps; by default each is a no-op. A feature installs
+its own with :func:`install` when it is imported: ``agentledger.observe`` the
+OpenTelemetry spans and the process histograms, ``agentledger.memory`` the user's facts
+an agent built with ``memory=True`` reads (that one has no silent default). The engine
+looks each one up on this module at the call, so an installed hook costs what a direct
+call into the feature would, and the kernel never imports the feature.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from agentledger.errors import UsageError
 
 
 @dataclass
@@ -74,8 +77,18 @@ def model_attempt(exe: Any, model: Any) -> Any:
     return _UNOBSERVED
 
 
+async def memory_note(store: Any, run: Any) -> str:
+    """The system message of what is remembered about ``run``'s user, for an agent built
+    with ``memory=True``: ``agentledger.memory`` installs it when imported. Without it
+    such an agent cannot run as defined, so it refuses instead of running without."""
+    raise UsageError(
+        "an agent built with memory=True needs agentledger.memory: import it in the app"
+    )
+
+
 #: The hook points :func:`install` accepts.
 HOOKS = (
+    "memory_note",
     "run_span",
     "set_outcome",
     "tool_attempt",
