@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import Any
 
+from agentledger.cli.ops import worker_companions
 from agentledger.records import RunStatus
 from agentledger.store import Store
 from agentledger.worker import Worker, WorkerConfig
@@ -33,17 +34,14 @@ async def execute(
         if not pending:
             done.set()
 
-    worker = Worker(
-        store,
-        bench_app,
-        WorkerConfig(
-            concurrency=concurrency,
-            lease_seconds=120.0,
-            poll_seconds=0.01,
-            reap_seconds=3600.0,
-            outbox=False,
-        ),
+    config = WorkerConfig(
+        concurrency=concurrency,
+        lease_seconds=120.0,
+        poll_seconds=0.01,
+        reap_seconds=3600.0,
+        outbox=False,
     )
+    worker = Worker(store, bench_app, config, companions=worker_companions(config))
     worker.on_finished = finished
     start = time.perf_counter()
     task = asyncio.create_task(worker.run(install_signals=False))

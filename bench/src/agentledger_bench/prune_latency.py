@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from agentledger import sealer
+from agentledger.cli.ops import worker_companions
 from agentledger.prune import prune_tenant
 from agentledger.records import RunStatus
 from agentledger.store import Store, open_store
@@ -70,7 +71,10 @@ async def _seed(store: Store, steps: int, say: Any) -> float:
         if (i + 1) % 200 == 0:
             say(f"submitted {i + 1}/{runs} history runs")
     config = WorkerConfig(poll_seconds=0.02, concurrency=50)
-    await Worker(store, bench_app, config, burst=True).run(install_signals=False)
+    companions = worker_companions(config)
+    await Worker(store, bench_app, config, burst=True, companions=companions).run(
+        install_signals=False
+    )
     while await sealer.seal_once(store):
         pass
     return time.perf_counter() - t0
@@ -106,7 +110,8 @@ async def run(
     try:
         seed_s = await _seed(store, steps, say)
         say(f"history seeded and sealed in {seed_s:.0f} s")
-        worker = Worker(store, bench_app, WorkerConfig(poll_seconds=0.01, concurrency=WAVE))
+        config = WorkerConfig(poll_seconds=0.01, concurrency=WAVE)
+        worker = Worker(store, bench_app, config, companions=worker_companions(config))
         running = asyncio.create_task(worker.run(install_signals=False))
         try:
             before: list[list[float]] = []

@@ -31,6 +31,7 @@ from agentledger.records import ApprovalDecision
 from agentledger.store import Store, open_store
 from agentledger.store.queries.approvals import SYSTEM_PREFIX
 from agentledger.worker import Worker, WorkerConfig, WorkerFailed, startup_signals
+from agentledger.worker.companions import Companion
 from agentledger.worker.runlog import configure_logging
 
 
@@ -192,7 +193,15 @@ def worker(
             metrics = start_metrics(store, metrics_port, metrics_host)
         heap.freeze_startup()  # agentledger/heap.py: full collections skip the start-up heap
         try:
-            await Worker(store, app, config, burst=burst, exit_when_drained=exit_when_drained).run()
+            worker = Worker(
+                store,
+                app,
+                config,
+                burst=burst,
+                exit_when_drained=exit_when_drained,
+                companions=worker_companions(config),
+            )
+            await worker.run()
         finally:
             if metrics is not None:
                 metrics.stop()
@@ -431,3 +440,18 @@ async def outbox_dead(db: str, as_json: bool) -> None:
             cell(i.key), cell(i.run_id), cell(i.tool), str(i.attempts), cell(i.last_error or "")
         )
     console().print(table)
+
+
+def worker_companions(config: WorkerConfig) -> list[Companion]:
+    """The side tasks of an ``agentledger worker``: the stuck-run detector, and the
+    webhook dispatcher unless ``--no-webhooks``."""
+    from agentledger.observe import stuck
+
+    found = [stuck.companion()]
+    if config.webhooks:
+        # Imported here: the service package loads what a worker with webhooks off
+        # never needs.
+        from agentledger.service import webhooks
+
+        found.append(webhooks.companion())
+    return found

@@ -17,14 +17,13 @@ import json
 from typing import Any
 
 from agentledger.agent import Agent
+from agentledger.engine import hooks
 from agentledger.engine.execution import Execution, carries_held
 from agentledger.engine.model_step import model_step
 from agentledger.engine.signals import Handover, HandoverReason, RunFailed
 from agentledger.engine.tool_step import run_tool_step
 from agentledger.engine.workflow_runner import hash_of, journaled_outcome
-from agentledger.memory.context import memory_note
 from agentledger.models.base import FinishReason, Message
-from agentledger.observe import tracing
 from agentledger.records import StepStatus
 
 
@@ -41,7 +40,7 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
     """Drive the agent until it answers; return ``{"answer": text}``."""
     messages = [Message("system", agent.instructions), Message("user", user_message(exe.run.input))]
     if agent.memory:  # the user's facts, read for the run's own tenant and user only
-        messages.insert(1, Message("system", await memory_note(exe.store, exe.run)))
+        messages.insert(1, Message("system", await hooks.memory_note(exe.store, exe.run)))
     schemas = [t.schema() for t in agent.tools]
     step_no = 1
     invalid_streak = 0
@@ -56,7 +55,7 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
         if prior is None or prior.status != StepStatus.SUCCEEDED:
             if prior is None:
                 await exe.before_step()
-            with tracing.model_step_scope(step_no):  # observe/tracing.py: the chat spans
+            with hooks.model_step_scope(step_no):  # spans (hooks.py): the chat spans
                 await model_step(exe, agent, step_no, messages, schemas)
             entry = exe.journal[step_no]
             if entry.status != StepStatus.SUCCEEDED:
@@ -65,7 +64,7 @@ async def run_agent(exe: Execution, agent: Agent) -> Any:
                 )
             prior = entry
         else:  # answered from the journal: a span marked replayed, its tokens not counted
-            tracing.replayed_step(exe, prior)
+            hooks.replayed_step(exe, prior)
         # The message as journaled, on the first pass as on replay.
         message = Message.from_dict(prior.output["message"])
         messages.append(message)

@@ -42,6 +42,7 @@ from typing import Any
 
 from agentledger.agent import Agent
 from agentledger.canonical import input_hash
+from agentledger.engine import hooks
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import Attempts, RetryState, call_with_timeout, run_attempts
 from agentledger.engine.signals import Handover, HandoverReason, Park, RunFailed
@@ -62,7 +63,6 @@ from agentledger.models.base import (
 from agentledger.models.errors import FALLBACK_CLASSES, unbilled
 from agentledger.models.fallback import chain_of
 from agentledger.models.provider import ProviderModel
-from agentledger.observe import tracing
 from agentledger.records import StepStatus
 from agentledger.store.base import NewEvent
 from agentledger.tools.contract import RetryPolicy
@@ -96,7 +96,7 @@ class ModelAttempts(Attempts["ModelResponse | ToolError"]):
         request = c.request(timeout, self.model)
         started = time.perf_counter()
         try:
-            with tracing.model_attempt(c.exe, self.model) as traced:  # observe/tracing.py
+            with hooks.model_attempt(c.exe, self.model) as traced:  # spans (hooks.py)
                 response = await call_with_timeout(lambda: self.model.complete(request), timeout)
                 traced.response = response if isinstance(response, ModelResponse) else None
         except Exception as exc:

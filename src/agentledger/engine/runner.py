@@ -24,6 +24,7 @@ from agentledger.agent import Agent
 from agentledger.app import App
 from agentledger.canonical import journal_value
 from agentledger.clock import SYSTEM, Clock
+from agentledger.engine import hooks
 from agentledger.engine.agent_loop import run_agent
 from agentledger.engine.compensation import (
     CompensationDecision,
@@ -35,7 +36,6 @@ from agentledger.engine.execution import STORE_RETRY_SECONDS, Execution
 from agentledger.engine.signals import Abandon, Cancelled, Handover, HandoverReason, Park, RunFailed
 from agentledger.engine.workflow_runner import run_workflow
 from agentledger.errors import StoreError, StoreUnavailable
-from agentledger.observe import tracing
 from agentledger.records import TRACEBACK_START, Run, RunStatus, StepStatus
 from agentledger.store.base import NewEvent
 from agentledger.store.sqlstore import Store
@@ -92,9 +92,9 @@ async def execute_run(
         cancel_requests=cancel_requests,
         store_retry_seconds=store_retry_seconds,
     )
-    async with tracing.run_span(store, run, run.kind):  # observe/tracing.py: a run's span
+    async with hooks.run_span(store, run, run.kind):  # spans (hooks.py): a run's span
         outcome = await _execute(exe, definition, max_resumes)
-        tracing.set_outcome(outcome)
+        hooks.set_outcome(outcome)
         return outcome
 
 

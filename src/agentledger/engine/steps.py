@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentledger.engine import hooks
 from agentledger.engine.execution import Execution
 from agentledger.engine.retries import Attempts, RetryState, call_with_timeout
 from agentledger.engine.signals import Park
 from agentledger.errors import ToolError
-from agentledger.observe import tracing
 from agentledger.records import Effect, EffectStatus, Step, StepStatus
 from agentledger.store.base import EffectClaimed, NewEvent
 from agentledger.tools.context import Principal, ToolContext
@@ -118,8 +118,8 @@ class StepAttempts(Attempts[ToolOutcome]):
 
     async def call(self) -> Any:
         ctx = tool_context(self.exe, self.step.step_no, self.key, self.tool, self.state.attempts)
-        # observe/tracing.py: the execute_tool span and the step duration histogram
-        with tracing.tool_attempt(self.exe, self.step, self.tool, self.key, self.state.attempts):
+        # spans (hooks.py): the execute_tool span and the step duration histogram
+        with hooks.tool_attempt(self.exe, self.step, self.tool, self.key, self.state.attempts):
             return await call_with_timeout(lambda: self.tool.call(ctx, self.args), ctx.time_left())
 
     async def succeeded(self, result: Any, how: str) -> ToolOutcome:

@@ -24,7 +24,7 @@ from typing import Any
 
 from agentledger.canonical import NotJournalable, journal_value
 from agentledger.engine import approvals as approval_gate
-from agentledger.engine import inflight
+from agentledger.engine import hooks, inflight
 from agentledger.engine.execution import Execution, carries_held
 from agentledger.engine.retries import RetryState, as_tool_error, call_with_timeout, run_attempts
 from agentledger.engine.signals import Cancelled, Handover, HandoverReason
@@ -39,7 +39,6 @@ from agentledger.engine.steps import (
 )
 from agentledger.engine.unknown import drive_write
 from agentledger.errors import InvalidArguments, Refused
-from agentledger.observe import tracing
 from agentledger.records import OutboxItem, Step, StepStatus
 from agentledger.store.base import NewEvent, OutboxKeyTaken
 from agentledger.tools.contract import Tool
@@ -94,7 +93,7 @@ async def _tool_step(
 ) -> ToolOutcome:
     prior = exe.prior(step_no, name)
     if prior is not None and prior.status in _REPLAYABLE:
-        tracing.replayed_step(exe, prior)  # observe/tracing.py: marked replayed, no usage
+        hooks.replayed_step(exe, prior)  # spans (hooks.py): marked replayed, no usage
         return _replay(prior)
     key = key or exe.key(step_no)
     step = prior or new_step(exe, step_no, kind, name, status=StepStatus.NEW)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentledger.canonical import NotJournalable, input_hash, journal_value
+from agentledger.engine import hooks
 from agentledger.engine.execution import Execution, carries_held
 from agentledger.engine.signals import Cancelled, Handover, HandoverReason, Park
 from agentledger.engine.steps import ToolOutcome, close_duration, fail_step, new_step
@@ -32,7 +33,6 @@ from agentledger.errors import (
     ToolError,
     ToolTimeout,
 )
-from agentledger.observe import tracing
 from agentledger.records import StepStatus
 from agentledger.tools.contract import Tool
 from agentledger.workflow import Workflow
@@ -120,13 +120,13 @@ class WorkflowContext:
         digest = hash_of({"args": list(args), "kwargs": kwargs})
         prior = exe.prior(step_no, name, digest)
         if prior is not None and prior.status in _DONE:
-            tracing.replayed_step(exe, prior)  # observe/tracing.py: marked replayed
+            hooks.replayed_step(exe, prior)  # spans (hooks.py): marked replayed
             if prior.status == StepStatus.SUCCEEDED:
                 return prior.output
             raise StepFailed(prior.error or "step failed", failure=prior.error_class)
         await exe.before_step()
         step = new_step(exe, step_no, "step", name, status=StepStatus.NEW)
-        with tracing.workflow_step(exe, step_no, name) as traced:
+        with hooks.workflow_step(exe, step_no, name) as traced:
             try:
                 result = fn(*args, **kwargs)
                 if inspect.isawaitable(result):

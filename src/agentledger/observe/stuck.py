@@ -20,13 +20,14 @@ from agentledger.observe.instruments import STUCK_REPORTED
 from agentledger.observe.queries import stuck as observe_stuck
 from agentledger.observe.queries.stuck import STUCK_EVENT, StuckRun
 from agentledger.store.sqlstore import Store
+from agentledger.worker.companions import Companion
+from agentledger.worker.liveness import LIVE_WITHIN
 
 log = logging.getLogger(__name__)
 
 DEFAULT_AFTER: float = envsettings.default("stuck_after")
 DEFAULT_TAKEOVERS: int = envsettings.default("stuck_takeovers")
 DEFAULT_CHECK = 60.0
-LIVE_WITHIN = 60.0  # a worker is live if it heartbeat within this (cli/routing.py's)
 
 __all__ = ["STUCK_EVENT", "StuckDetector", "StuckPolicy", "StuckRun"]
 
@@ -117,3 +118,14 @@ async def stuck_runs(store: Store, name: str | None = None, limit: int = 100) ->
     runs = [await store.get_run(s.run_id) for s in found]
     live = [r for r in runs if r is not None]
     return sorted(live, key=lambda r: r.created_at, reverse=True)[:limit]
+
+
+def companion() -> Companion:
+    """The detector as a worker's side task (:class:`~agentledger.worker.companions.Companion`):
+    reports stuck runs now and then (one query, the database's clock)."""
+
+    def loop(worker: Any) -> Any:
+        detector = StuckDetector(worker.store, StuckPolicy.from_env(worker.app), worker.owner)
+        return lambda: detector.run(worker.stopping)
+
+    return Companion("stuck", loop)

@@ -10,6 +10,9 @@ sampler, span limits, processors and exporter decide what is recorded and sent. 
 module needs only the OpenTelemetry API; the SDK and the OTLP exporter are imported by
 :func:`otlp_provider` when a process asks for them.
 
+The engine calls these through its hook points (:mod:`agentledger.engine.hooks`), which
+:func:`install` points here when :mod:`agentledger.observe` is imported.
+
 A run's trace context is stored with the run by its first execution (a guarded UPDATE:
 the first one wins), and every later execution -- a resume on another worker -- starts
 its ``invoke_agent``/``invoke_workflow`` span as a child of it: one trace per run. A step
@@ -25,13 +28,14 @@ import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from agentledger.engine import hooks
+from agentledger.engine.hooks import Attempt
 from agentledger.extras import require
 from agentledger.observe import semconv as sc
 from agentledger.observe.instruments import OPERATION_DURATION, STEP_DURATION, TOKEN_USAGE
@@ -164,15 +168,6 @@ def set_outcome(outcome: str) -> None:
     span = trace.get_current_span()
     if not isinstance(span, NonRecordingSpan):
         span.set_attribute(sc.RUN_OUTCOME, outcome)
-
-
-@dataclass
-class Attempt:
-    """What a hook learns while an attempt runs (set by the caller)."""
-
-    response: Any = None
-    resolution: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _effect(tool: Any) -> str:
@@ -419,3 +414,17 @@ def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
                     ending[sc.GEN_AI_OUTPUT_MESSAGES] = str(response.message)[:10000]
         if span is not None:
             _end(span, ending, status)
+
+
+def install() -> None:
+    """Make these the engine's hooks (:mod:`agentledger.engine.hooks`): done when
+    :mod:`agentledger.observe` is imported."""
+    hooks.install(
+        run_span=run_span,
+        set_outcome=set_outcome,
+        tool_attempt=tool_attempt,
+        replayed_step=replayed_step,
+        model_step_scope=model_step_scope,
+        workflow_step=workflow_step,
+        model_attempt=model_attempt,
+    )

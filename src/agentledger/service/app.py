@@ -181,13 +181,14 @@ async def _purge_keys_forever(store: Store, period: float, failures: FailureLog)
 async def _start_workers(store: Store, app: App, n: int) -> list[tuple[Any, asyncio.Task[None]]]:
     if n <= 0:
         return []
+    from agentledger.observe import stuck
     from agentledger.worker.config import WorkerConfig
     from agentledger.worker.worker import Worker
 
     started = []
     for _ in range(n):
         # This process's own dispatcher delivers the webhooks (see lifespan above).
-        worker = Worker(store, app, WorkerConfig(webhooks=False))
+        worker = Worker(store, app, WorkerConfig(webhooks=False), companions=[stuck.companion()])
         task = asyncio.create_task(worker.run(install_signals=False), name="inline-worker")
         started.append((worker, task))
     return started

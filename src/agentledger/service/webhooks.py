@@ -53,6 +53,7 @@ from agentledger.failures import FailureLog
 from agentledger.service.egress import Egress, Refused, Unresolved
 from agentledger.service.queries import webhooks as service_webhooks
 from agentledger.store import Store
+from agentledger.worker.companions import Companion
 
 log = logging.getLogger(__name__)
 
@@ -221,3 +222,34 @@ class Dispatcher:
         )
         if not settled:  # our lease ran out mid-attempt: the next claimer decides
             log.warning("webhook %s: claim lost before its outcome was written", row["id"])
+
+
+def companion() -> Companion:
+    """The dispatcher as a worker's side task
+    (:class:`~agentledger.worker.companions.Companion`): a deployment without a running
+    service delivers webhooks too; deliveries are claimed, so any number of workers and
+    service processes dispatch at once. A burst worker's last seal enqueues the webhooks
+    of its last runs' events (completed, failed, needs_human) after its dispatcher
+    stopped: it delivers what is due once before exiting, within the shutdown grace. A
+    failed attempt is rescheduled as usual and retried by the next dispatcher."""
+
+    def loop(worker: Any) -> Any:
+        dispatcher = Dispatcher(worker.store, backoff=backoff_from_env(), owner=worker.owner)
+        return lambda: dispatcher.run(worker.stopping)
+
+    async def at_exit(worker: Any) -> None:
+        if not worker.burst:
+            return
+        dispatcher = Dispatcher(worker.store, backoff=backoff_from_env(), owner=worker.owner)
+
+        async def rounds() -> None:
+            async with delivery_client(dispatcher.timeout) as client:
+                while await dispatcher.once(client):  # a round takes up to 50
+                    pass
+
+        try:
+            await asyncio.wait_for(rounds(), worker.config.shutdown_grace)
+        except Exception as exc:  # a timeout too: left for the next dispatcher
+            log.warning("webhooks left for the next dispatcher: %s", exc or type(exc).__name__)
+
+    return Companion("webhooks", loop, at_exit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -13,7 +14,7 @@ from agentledger.app import App
 from agentledger.clock import SYSTEM
 from agentledger.records import Approval, Run, Step
 from agentledger.store import open_store
-from agentledger.worker import Worker, WorkerConfig
+from agentledger.worker import Companion, Worker, WorkerConfig
 
 
 class Harness:
@@ -27,9 +28,16 @@ class Harness:
     """
 
     def __init__(
-        self, app: App, *, db: str | None = None, config: WorkerConfig | None = None
+        self,
+        app: App,
+        *,
+        db: str | None = None,
+        config: WorkerConfig | None = None,
+        companions: Sequence[Companion] = (),
     ) -> None:
         self.app = app
+        # Features' side tasks for the worker (worker/companions.py), none by default.
+        self.companions = tuple(companions)
         self._url = db
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.config = config or WorkerConfig(poll_seconds=0.02, shutdown_grace=2.0)
@@ -83,7 +91,7 @@ class Harness:
         """Let a worker execute until nothing is runnable (retries and backoffs waited
         out), then return ``run_id``'s run (default: the latest submitted). Raises
         ``TimeoutError`` if the runs have not settled within ``timeout`` seconds."""
-        worker = Worker(self.store, self.app, self.config, burst=True)
+        worker = Worker(self.store, self.app, self.config, burst=True, companions=self.companions)
         await asyncio.wait_for(worker.run(install_signals=False), timeout)
         if run_id is None:
             runs = await self.store.list_runs(limit=1)

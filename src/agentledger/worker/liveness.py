@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+# A worker is live if it heartbeat within this many seconds (cli/routing.py's too).
+LIVE_WITHIN = 60.0
 
 
 def process_start(pid: int) -> str:

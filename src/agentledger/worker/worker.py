@@ -1,6 +1,7 @@
 """The worker process: claim, lease, heartbeat, execute, shut down cleanly.
 
-Side tasks (claim loop, heartbeat, outbox and webhook dispatchers) are supervised. A transient
+Side tasks (claim loop, heartbeat, outbox dispatcher, and the companions its builder
+composed: the webhook dispatcher, the stuck-run detector) are supervised. A transient
 store error (the database is locked, the connection is being re-established) never
 stops a worker: the loop logs it and retries with a backoff. Any other error in a side
 task stops the worker, which then raises :class:`WorkerFailed` so that the process
@@ -20,8 +21,9 @@ Burst mode (``agentledger worker --burst``): the worker stops by itself, exit co
 once nothing is left that it could run now: its own runs rested, a claim finds no due
 queued or waiting run of its targets and no lease of a dead or expired owner to take
 over, and no outbox row is due. Runs parked until later are left for later. Before it
-exits it seals the audit records its runs wrote and delivers, once, the webhooks that
-last seal enqueued (a failed delivery is retried by the next dispatcher).
+exits it seals the audit records its runs wrote and runs its companions' exit passes
+(the webhook dispatcher delivers, once, the webhooks that last seal enqueued; a failed
+delivery is retried by the next dispatcher).
 
 Drain mode (``agentledger worker --exit-when-drained``, docs/architecture.md "Versions"):
 the worker stops by itself, exit code 0, once no run of its targets is left at all --
@@ -62,7 +64,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from agentledger import prune, sealer
@@ -73,8 +75,9 @@ from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
 from agentledger.failures import FailureLog, cause_of
 from agentledger.records import Run, RunStatus, WorkerInfo
 from agentledger.store.sqlstore import Store, redacted_url
+from agentledger.worker.companions import Companion
 from agentledger.worker.config import WorkerConfig
-from agentledger.worker.liveness import is_dead_local_owner, me
+from agentledger.worker.liveness import LIVE_WITHIN, is_dead_local_owner, me
 from agentledger.worker.runlog import log_outcome
 
 log = logging.getLogger("agentledger.worker")
@@ -105,12 +108,16 @@ class Worker:
         *,
         burst: bool = False,
         exit_when_drained: bool = False,
+        companions: Sequence[Companion] = (),
     ) -> None:
         self.store = store
         self.app = app
         self.config = config or WorkerConfig()
         self.burst = burst  # stop once nothing is left to run now (see the module docstring)
         self.exit_when_drained = exit_when_drained  # stop once its targets have no run left
+        # Features' side tasks (worker/companions.py): the webhook dispatcher, the
+        # stuck-run detector, as the builder composed them.
+        self.companions = tuple(companions)
         self.identity = me()
         self.owner = str(self.identity)
         self.stopping = asyncio.Event()  # stop claiming; runs stop at a step boundary
@@ -202,9 +209,10 @@ class Worker:
             ]
             if self.config.outbox:
                 side.append(asyncio.create_task(self._outbox_loop(), name="outbox"))
-            if self.config.webhooks:
-                side.append(asyncio.create_task(self._webhook_loop(), name="webhooks"))
-            side.append(asyncio.create_task(self._stuck_loop(), name="stuck"))  # observe/stuck.py
+            for companion in self.companions:  # composed by whoever built this worker
+                side.append(
+                    asyncio.create_task(self._companion_loop(companion), name=companion.name)
+                )
             # The audit chain is sealed where its records are written (agentledger/sealer.py).
             seal_every = sealer.period_from_env()
             sealer.key_at_start()
@@ -231,8 +239,9 @@ class Worker:
             await self._drain()
             # What its last runs wrote.
             await sealer.seal_before_exit(self.store, failures=self._store_log)
-            if self.burst and self.config.webhooks:
-                await self._deliver_last_webhooks()
+            for companion in self.companions:
+                if companion.at_exit is not None:
+                    await companion.at_exit(self)
         finally:
             self._drained.set()
             for task in side:
@@ -393,42 +402,8 @@ class Worker:
         )
         await self._supervise("outbox", lambda: dispatcher.run(self.stopping))
 
-    async def _webhook_loop(self) -> None:
-        """Deliver webhooks (service/webhooks.py): a deployment without a running
-        service delivers them too; deliveries are claimed, so any number of workers
-        and service processes dispatch at once."""
-        # Imported here, not at the top: the service package loads FastAPI, which a
-        # worker with webhooks off (--no-webhooks, inline workers) never needs.
-        from agentledger.service.webhooks import Dispatcher, backoff_from_env
-
-        dispatcher = Dispatcher(self.store, backoff=backoff_from_env(), owner=self.owner)
-        await self._supervise("webhooks", lambda: dispatcher.run(self.stopping))
-
-    async def _deliver_last_webhooks(self) -> None:
-        """A burst worker's last seal enqueues the webhooks of its last runs' events
-        (completed, failed, needs_human) after its dispatcher stopped: deliver what is due
-        once before exiting, within the shutdown grace. A failed attempt is rescheduled
-        as usual and retried by the next dispatcher (a worker or ``serve``)."""
-        from agentledger.service.webhooks import Dispatcher, backoff_from_env, delivery_client
-
-        dispatcher = Dispatcher(self.store, backoff=backoff_from_env(), owner=self.owner)
-
-        async def rounds() -> None:
-            async with delivery_client(dispatcher.timeout) as client:
-                while await dispatcher.once(client):  # a round takes up to 50
-                    pass
-
-        try:
-            await asyncio.wait_for(rounds(), self.config.shutdown_grace)
-        except Exception as exc:  # a timeout too: left for the next dispatcher
-            log.warning("webhooks left for the next dispatcher: %s", exc or type(exc).__name__)
-
-    async def _stuck_loop(self) -> None:
-        """Report stuck runs now and then (observe/stuck.py: one query, database clock)."""
-        from agentledger.observe.stuck import StuckDetector, StuckPolicy
-
-        detector = StuckDetector(self.store, StuckPolicy.from_env(self.app), self.owner)
-        await self._supervise("stuck", lambda: detector.run(self.stopping))
+    async def _companion_loop(self, companion: Companion) -> None:
+        await self._supervise(companion.name, companion.loop(self))
 
     # claiming -------------------------------------------------------------
 
@@ -497,8 +472,6 @@ class Worker:
         A target another live worker serves without draining (the new deploy has the
         same version of it) is that worker's: its runs do not keep this one. Draining
         workers never cover for each other: the last old worker waits for the last run."""
-        from agentledger.observe.stuck import LIVE_WITHIN
-
         live = await self.store.list_workers(live_within=LIVE_WITHIN)
         covered = {t for w in live if w.id != self.owner and not w.draining for t in w.targets}
         if await self.store.open_runs([t for t in self.targets if t not in covered]):

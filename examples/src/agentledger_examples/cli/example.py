@@ -9,6 +9,7 @@ import tempfile
 import click
 
 from agentledger.cli.common import db_option
+from agentledger.cli.ops import worker_companions
 from agentledger.cli.tables import journal_notes, journal_view
 from agentledger.records import RunStatus
 
@@ -45,7 +46,8 @@ def example(ctx: click.Context, db: str, fresh: bool) -> None:
                 await app.submit(store, "daily_digest", {"cities": ["Porto", "Rome"]}),
                 await app.submit(store, "weather_agent", {"message": "Weather in Lisbon?"}),
             ]
-            worker = Worker(store, app, WorkerConfig(poll_seconds=0.05))
+            config = WorkerConfig(poll_seconds=0.05)
+            worker = Worker(store, app, config, companions=worker_companions(config))
             task = asyncio.create_task(worker.run(install_signals=False))
             while True:
                 runs = [await store.get_run(i) for i in ids]
