@@ -89,7 +89,13 @@ async def test_a_dripping_receiver_is_not_sent_one_delivery_twice_at_once(
         second = Dispatcher(store, timeout=TIMEOUT, backoff=3600, owner="second", egress=local)
         async with httpx.AsyncClient(timeout=TIMEOUT) as client:
             attempt = asyncio.create_task(first.once(client))
-            assert await asyncio.to_thread(rec.started.wait, 30)
+            started = asyncio.create_task(asyncio.to_thread(rec.started.wait, 30))
+            await asyncio.wait({attempt, started}, return_when=asyncio.FIRST_COMPLETED)
+            if not rec.started.is_set():  # say why the receiver never saw the attempt
+                rows = await store.transact(service_webhooks.deliveries)
+                tried = attempt.result() if attempt.done() else "unfinished"
+                raise AssertionError(f"no request reached the receiver: {tried=} {rows=}")
+            await started
             while not attempt.done():  # the other dispatcher polls all along the attempt
                 await second.once(client)
                 await asyncio.sleep(TIMEOUT / 3)
