@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+#: What the core must never pull: the web stack, the SDK, the Prometheus client, psycopg.
 FORBIDDEN = {
     "fastapi",
     "starlette",

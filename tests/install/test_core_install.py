@@ -16,23 +16,11 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 from agentledger.extras import EXTRAS
+from tests.install.check_core_install import FORBIDDEN as NOT_CORE
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 OPTIONAL: dict[str, list[str]] = PROJECT["optional-dependencies"]
-
-#: What the core must never pull (the web stack, the SDK, the Prometheus client).
-NOT_CORE = {
-    "fastapi",
-    "starlette",
-    "uvicorn",
-    "httptools",
-    "uvloop",
-    "opentelemetry-sdk",
-    "opentelemetry-exporter-otlp-proto-http",
-    "prometheus-client",
-    "psycopg",
-}
 
 
 def _name(requirement: str) -> str:

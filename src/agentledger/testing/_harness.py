@@ -12,7 +12,7 @@ from typing import Any
 
 from agentledger.app import App
 from agentledger.clock import SYSTEM
-from agentledger.records import Approval, Run, Step
+from agentledger.records import Approval, ApprovalDecision, Run, Step
 from agentledger.store import open_store
 from agentledger.worker import Companion, Worker, WorkerConfig
 
@@ -119,12 +119,12 @@ class Harness:
 
     async def approve(self, approval_id: str, by: str) -> Approval:
         """Approve as ``by`` (a role or a person); the run is queued again."""
-        return await self._decide(approval_id, "approve", by)
+        return await self._decide(approval_id, ApprovalDecision.APPROVE, by)
 
     async def reject(self, approval_id: str, by: str) -> Approval:
         """Reject as ``by``; the run goes on with the rejection."""
-        return await self._decide(approval_id, "reject", by)
+        return await self._decide(approval_id, ApprovalDecision.REJECT, by)
 
-    async def _decide(self, approval_id: str, decision: str, by: str) -> Approval:
+    async def _decide(self, approval_id: str, decision: ApprovalDecision, by: str) -> Approval:
         decided: Approval = await self.store.decide_approval(approval_id, decision, by, SYSTEM)
         return decided
