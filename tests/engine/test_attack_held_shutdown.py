@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from agentledger.records import RunStatus, StepStatus
-from tests.engine.helpers import Env, tool_steps
+from tests.engine.helpers import Env, tool_steps, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -27,6 +27,10 @@ def test_a_graceful_stop_commits_the_held_outcome_before_giving_the_run_back(env
     first = env.start_worker(lease=30.0, extra=("--shutdown-grace", "20"))
     env.wait_marker(flag)
     first.send_signal(signal.SIGTERM)
+    # Release the tool only once the worker has taken the signal in: a signal and the
+    # tool's return landing in one turn of its event loop may legitimately run the
+    # next boundary before the signal's handler, and the run would then just go on.
+    wait_for(lambda: "stopping: draining" in env.worker_log(1), 30, "the worker to stop")
     flag.unlink()
     assert first.wait(timeout=30) == 0, env.worker_log(1)
     run = env.run(run_id)
