@@ -26,9 +26,9 @@ bench:
 core-install:
 	python tests/install/check_core_install.py
 
-# The README's table of AGENTLEDGER_* variables, rendered from agentledger/envsettings.py.
+# The README's table of AGENTLEDGER_* variables, rendered from agentledger/_envsettings.py.
 env-table:
-	python -c 'import pathlib, agentledger.envsettings as e; p = pathlib.Path("README.md"); p.write_text(e.with_table(p.read_text()))'
+	python -c 'import pathlib, agentledger._envsettings as e; p = pathlib.Path("README.md"); p.write_text(e.with_table(p.read_text()))'
 
 # Side by side with another commit:
 #   make bench-compare REF=main [N=3] [DB=postgresql://...] [KILLS=0]

@@ -91,9 +91,9 @@ def template_database() -> str:
     """The session's template database with the current schema (built on first use)."""
     global _template
     if _template is None:
-        from agentledger.store.postgres import PostgresDialect
-        from agentledger.store.queries import migrations
-        from agentledger.store.tx import Tx
+        from agentledger.store._postgres import PostgresDialect
+        from agentledger.store._queries import migrations
+        from agentledger.store._tx import Tx
 
         name = TEMPLATE_NAME
         _create(name, None)

@@ -5,10 +5,11 @@
 Public names are listed in ``__all__`` (pinned by a test).
 """
 
-from agentledger.agent import Agent
-from agentledger.app import App, load_app
-from agentledger.budget import Budget
-from agentledger.engine.workflow_runner import WorkflowContext
+from agentledger._agent import Agent
+from agentledger._app import App, load_app
+from agentledger._budget import Budget
+from agentledger._policies import Allow, Decision, Deny, Policy, ProposedCall, RequireApproval
+from agentledger.engine._workflow_runner import WorkflowContext
 from agentledger.errors import (
     AgentLedgerError,
     BusinessError,
@@ -37,7 +38,6 @@ from agentledger.models import (
     Turn,
     Usage,
 )
-from agentledger.policies import Allow, Deny, ProposedCall, RequireApproval
 from agentledger.records import RunStatus, StepStatus
 from agentledger.store import open_store
 from agentledger.tools import Compensation, RetryPolicy, Status, Tool, ToolContext, tool
@@ -53,6 +53,7 @@ __all__ = [
     "Budget",
     "BusinessError",
     "Compensation",
+    "Decision",
     "Deny",
     "InProgress",
     "InvalidArguments",
@@ -61,6 +62,7 @@ __all__ = [
     "Model",
     "ModelRequest",
     "ModelResponse",
+    "Policy",
     "ProposedCall",
     "ProviderError",
     "RateLimited",

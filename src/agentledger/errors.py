@@ -21,7 +21,7 @@ message that says what happened and what to do::
     │   ├── Refused                 refusal or policy block: never retried
     │   └── BusinessError           the tool's answer (sold out, declined): never retried
 
-Control signals (not errors) live in :mod:`agentledger.engine.signals`.
+Control signals (not errors) live in :mod:`agentledger.engine._signals`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 class FailureClass(StrEnum):
     """The class of a failed call (``error_class``): it selects the retry rule
-    (:mod:`agentledger.engine.retries`) and is journaled with the failure."""
+    (:mod:`agentledger.engine._retries`) and is journaled with the failure."""
 
     TOOL_ERROR = "tool_error"
     RATE_LIMITED = "rate_limited"

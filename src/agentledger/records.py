@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum, nonmember
 from typing import Any
 
-from agentledger.canonical import clean_text
+from agentledger._canonical import clean_text
 
 
 class RunStatus(StrEnum):
@@ -65,7 +65,7 @@ class ApprovalDecision(StrEnum):
 
 
 #: Where a failed run's error turns from its message to its traceback: the engine keeps
-#: both in ``runs.error`` (engine/runner.py), readers show the message and the
+#: both in ``runs.error`` (engine/_runner.py), readers show the message and the
 #: traceback only when asked.
 TRACEBACK_START = "\nTraceback (most recent call last):\n"
 
@@ -118,7 +118,7 @@ class Run:
     # Its tokens and cost were simulated: an offline scripted model answered a model step.
     usage_simulated: bool = False
     # When the store was restored from a backup while this run was not terminal: its
-    # journal may be older than the providers' ledgers (engine/unknown.py).
+    # journal may be older than the providers' ledgers (engine/_unknown.py).
     restored_at: float | None = None
 
     @property
@@ -257,7 +257,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 def dumps(value: Any) -> str:
     """Compact JSON used for every JSON column.
 
-    Text is sanitized (:func:`agentledger.canonical.clean_text`): a NUL or a lone
+    Text is sanitized (:func:`agentledger._canonical.clean_text`): a NUL or a lone
     UTF-16 surrogate anywhere in ``value`` comes back as U+FFFD, so what the journal
     returns can be written anywhere else (a text column, a provider) without failing.
     """

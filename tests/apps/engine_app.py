@@ -29,7 +29,7 @@ from agentledger import (
     WorkflowContext,
 )
 from agentledger.errors import BusinessError, ProviderError, RateLimited, Refused, ToolTimeout
-from agentledger.tools.status import Status
+from agentledger.tools._status import Status
 from tests.apps import ledger
 
 app = App("engine-tests")

@@ -17,7 +17,7 @@ import httpx
 
 from agentledger import App, ToolContext, WorkflowContext
 from agentledger.errors import BusinessError
-from agentledger.tools.status import Status
+from agentledger.tools._status import Status
 from tests.apps import ledger
 from tests.apps.engine_app import guarded_write, hold, hold_spec
 

@@ -117,7 +117,7 @@ def test_invalid_utf8_in_an_option_is_named_not_blamed_on_the_database(
     env: Env, option: str
 ) -> None:
     env.cli("migrate", "--db", env.url)
-    argv = [sys.executable.encode(), b"-m", b"agentledger.cli.main", b"submit", b"quick",
+    argv = [sys.executable.encode(), b"-m", b"agentledger.cli._main", b"submit", b"quick",
             b"--input", b'{"n": 1}', b"--version", b"1", b"--app", APP.encode(),
             option.encode(), b"bad\xff\xfeuser", b"--db", env.url.encode()]  # fmt: skip
     result = subprocess.run(argv, cwd=ROOT, env=env.child_env(), capture_output=True, check=False)
@@ -170,7 +170,7 @@ def _cli_at(env: Env, columns: str, *args: str) -> subprocess.CompletedProcess[s
     child = env.child_env()
     child["COLUMNS"] = columns
     return subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", *args],
+        [sys.executable, "-m", "agentledger.cli._main", *args],
         cwd=ROOT, env=child, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 

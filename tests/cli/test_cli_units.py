@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from agentledger.cli.routing import choose_version, version_key
-from agentledger.cli.text import cell, markup_safe, visible
+from agentledger.cli._routing import choose_version, version_key
+from agentledger.cli._text import cell, markup_safe, visible
 from agentledger.errors import UnknownTargetError, UsageError
 
 KNOWN = {"w@1": "workflow", "w@2": "workflow", "w@9": "workflow", "w@10": "workflow"}

@@ -18,13 +18,13 @@ from click.testing import CliRunner
 from pydantic import BaseModel
 
 from agentledger import Agent, App, ScriptedModel, Turn, WorkflowContext
-from agentledger.cli.main import cli
-from agentledger.inputs import InvalidInput
-from agentledger.policies import RequireApproval
+from agentledger._inputs import InvalidInput
+from agentledger._policies import RequireApproval
+from agentledger.cli._main import cli
 from agentledger.records import RunStatus, WorkerInfo
 from agentledger.store import open_store
 from agentledger.worker import Worker, WorkerConfig
-from agentledger.worker.liveness import me
+from agentledger.worker._liveness import me
 from tests.cli.helpers import run_cli
 
 
@@ -175,7 +175,7 @@ async def test_burst_takes_over_a_dead_workers_run(tmp_path: Path) -> None:
 
 
 def test_owner_notes_flag_stale_heartbeats_and_expired_leases() -> None:
-    from agentledger.cli.runs import owner_note
+    from agentledger.cli._runs import owner_note
     from agentledger.records import Run
 
     now = 1_000_000.0
@@ -233,7 +233,7 @@ def test_read_only_commands_on_postgres_say_how_to_create_it() -> None:
         pytest.skip(f"no PostgreSQL: {exc}")
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "agentledger.cli.main", "runs", "list", "--db", url],
+            [sys.executable, "-m", "agentledger.cli._main", "runs", "list", "--db", url],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         assert result.returncode == 2
@@ -262,12 +262,12 @@ def test_worker_logs_state_changes_as_json(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'l.db'}"
     for name, payload in (("untyped", "{}"), ("typed", '{"day": "x"}'), ("asker", '"hi"')):
         subprocess.run(
-            [sys.executable, "-m", "agentledger.cli.main", "submit", name, "--app", "fu_app:app",
+            [sys.executable, "-m", "agentledger.cli._main", "submit", name, "--app", "fu_app:app",
              "--input", payload, "--db", url],
             check=True, env=env, cwd=tmp_path, capture_output=True,
         )  # fmt: skip
     result = subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", "worker", "--app", "fu_app:app",
+        [sys.executable, "-m", "agentledger.cli._main", "worker", "--app", "fu_app:app",
          "--db", url, "--burst", "--log-format", "json", "-v"],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -286,7 +286,7 @@ def test_worker_logs_state_changes_as_json(tmp_path: Path) -> None:
 
 
 def test_redacted_database_url() -> None:
-    from agentledger.store.sqlstore import redacted_url
+    from agentledger.store._sqlstore import redacted_url
 
     assert redacted_url("postgresql://al:secret@db:5432/x") == "postgresql://al:***@db:5432/x"
     assert redacted_url("sqlite:///a.db") == "sqlite:///a.db"

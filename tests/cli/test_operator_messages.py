@@ -285,7 +285,7 @@ def cli_commands() -> dict[str, object]:
     """Every command a user can invoke, by its full path (``agentledger runs list``)."""
     import click
 
-    from agentledger.cli.main import cli
+    from agentledger.cli._main import cli
 
     found: dict[str, object] = {}
 
@@ -333,7 +333,7 @@ def test_the_readme_command_table_names_every_command_and_only_real_options() ->
 def test_help_texts_say_what_the_commands_do() -> None:
     from click.testing import CliRunner
 
-    from agentledger.cli.main import cli
+    from agentledger.cli._main import cli
 
     def help_of(*args: str) -> str:
         return " ".join(CliRunner().invoke(cli, [*args, "--help"]).output.split())

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import agentledger
 from agentledger.records import RunStatus
-from agentledger.store.sqlite import SQLiteDialect
+from agentledger.store._sqlite import SQLiteDialect
 from tests.apps import upgrade_app
 from tests.engine.helpers import Env, parse_json, wait_for
 from tests.store.test_migration_rules import violations

@@ -24,7 +24,7 @@ def test_bad_worker_settings_exit_with_one_line(
     env: Env, args: tuple[str, ...], option: str
 ) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", "worker", "--app",
+        [sys.executable, "-m", "agentledger.cli._main", "worker", "--app",
          "tests.apps.engine_app:app", "--db", env.url, *args],
         cwd=ROOT, env=env.child_env(), capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -67,7 +67,7 @@ class Env:
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run ``agentledger ARGS`` in a subprocess and return its result."""
         return subprocess.run(
-            [sys.executable, "-m", "agentledger.cli.main", *args],
+            [sys.executable, "-m", "agentledger.cli._main", *args],
             cwd=ROOT,
             env=self.child_env(),
             capture_output=True,
@@ -96,7 +96,7 @@ class Env:
                 *prefix,
                 sys.executable,
                 "-m",
-                "agentledger.cli.main",
+                "agentledger.cli._main",
                 "worker",
                 "--app",
                 app,

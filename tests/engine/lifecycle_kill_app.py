@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger import Agent, App, ScriptedModel, ToolContext, Turn
-from agentledger.budget import Budget
-from agentledger.tools.contract import Compensation
+from agentledger._budget import Budget
+from agentledger.tools._contract import Compensation
 from tests.apps import ledger
 from tests.apps.engine_app import hold, ledger_status
 

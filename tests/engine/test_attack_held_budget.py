@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentledger import App, RunStatus, Status, ToolContext
-from agentledger.budget import Budget
+from agentledger._budget import Budget
 from agentledger.records import StepStatus
 from agentledger.store import Store
 from tests.engine.test_attack_held_next_steps import World, drain

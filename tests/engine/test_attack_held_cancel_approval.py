@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from agentledger.engine.signals import Cancelled
-from agentledger.engine.tool_step import run_tool_step
-from agentledger.tools.context import ToolContext
-from agentledger.tools.contract import tool
+from agentledger.engine._signals import Cancelled
+from agentledger.engine._tool_step import run_tool_step
+from agentledger.tools._context import ToolContext
+from agentledger.tools._contract import tool
 from tests.fast.writes_harness import Provider, World, world
 
 __all__ = ["world"]

@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentledger.engine.signals import Abandon
-from agentledger.engine.tool_step import run_tool_step
+from agentledger.engine._signals import Abandon
+from agentledger.engine._tool_step import run_tool_step
 from agentledger.records import StepStatus
-from agentledger.tools.context import ToolContext
-from agentledger.tools.contract import tool
+from agentledger.tools._context import ToolContext
+from agentledger.tools._contract import tool
 from tests.fast.writes_harness import Provider, World, world
 
 __all__ = ["world"]

@@ -25,7 +25,7 @@ from agentledger import (
 )
 from agentledger.records import StepStatus
 from agentledger.store import Store
-from agentledger.tools.contract import Compensation
+from agentledger.tools._contract import Compensation
 
 
 class World:

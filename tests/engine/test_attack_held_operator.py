@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentledger.engine.tool_step import run_tool_step
-from agentledger.observe.queries import resume
-from agentledger.observe.queries.resume import ResumeRefused
+from agentledger.engine._tool_step import run_tool_step
+from agentledger.observe._queries import resume
+from agentledger.observe._queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
 from tests.fast.writes_harness import Provider, World, make_tool, world
 

@@ -8,8 +8,8 @@ committed what was held before it, not what was held after).
 
 from __future__ import annotations
 
-from agentledger.engine.steps import claim_effect, new_step
-from agentledger.engine.tool_step import run_tool_step
+from agentledger.engine._steps import claim_effect, new_step
+from agentledger.engine._tool_step import run_tool_step
 from agentledger.records import StepStatus
 from tests.fast.writes_harness import Provider, World, make_tool, world
 

@@ -1,4 +1,4 @@
-"""The engine's hook points (engine/hooks.py): no-ops until a feature installs its own,
+"""The engine's hook points (engine/_hooks.py): no-ops until a feature installs its own,
 except the user's facts, which an agent built with ``memory=True`` never runs without.
 Each case in a fresh interpreter: importing a feature installs its hooks for good."""
 
@@ -16,8 +16,8 @@ def _run(code: str) -> str:
 
 def test_the_engine_imports_no_feature_and_its_hooks_start_as_defaults() -> None:
     out = _run(
-        "import sys, asyncio, agentledger.engine.runner, agentledger.worker;"
-        "from agentledger.engine import hooks;"
+        "import sys, asyncio, agentledger.engine._runner, agentledger.worker;"
+        "from agentledger.engine import _hooks as hooks;"
         "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('agentledger.')}"
         " & {'observe', 'memory', 'service', 'gateway'}));"
         "rec = hooks.tool_attempt(None, None, None, 'k', 1).__enter__();"
@@ -33,9 +33,9 @@ def test_the_engine_imports_no_feature_and_its_hooks_start_as_defaults() -> None
 def test_importing_observe_and_memory_installs_their_hooks() -> None:
     out = _run(
         "import agentledger.observe, agentledger.memory;"
-        "from agentledger.engine import hooks;"
-        "from agentledger.observe import tracing;"
-        "from agentledger.memory import context;"
+        "from agentledger.engine import _hooks as hooks;"
+        "from agentledger.observe import _tracing as tracing;"
+        "from agentledger.memory import _context as context;"
         "print(hooks.tool_attempt is tracing.tool_attempt, hooks.run_span is tracing.run_span,"
         " hooks.memory_note is context.memory_note)"
     )

@@ -133,7 +133,7 @@ async def test_a_write_tool_that_raises_is_an_unknown_outcome_resolved_by_status
 async def test_a_store_error_mid_run_abandons_it_for_resume_not_failure(tmp_path: Path) -> None:
     """The database failing is not the run failing: the run is left to be resumed."""
     from agentledger.errors import StoreError
-    from agentledger.store.base import Batch
+    from agentledger.store._base import Batch
 
     class FlakyStore(Store):
         commits = 0
@@ -144,7 +144,7 @@ async def test_a_store_error_mid_run_abandons_it_for_resume_not_failure(tmp_path
                 raise StoreError("PostgreSQL error: deadlock detected")
             await super().commit(batch)
 
-    from agentledger.store.sqlite import SQLiteDialect
+    from agentledger.store._sqlite import SQLiteDialect
 
     store = FlakyStore(SQLiteDialect(f"sqlite:///{tmp_path / 'a.db'}"))
     await store.open()

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from agentledger import App, open_store
-from agentledger.clock import FakeClock
-from agentledger.engine.runner import execute_run
+from agentledger._clock import FakeClock
+from agentledger.engine._runner import execute_run
 from agentledger.records import Event, Run, Step
-from agentledger.store.base import Batch
-from agentledger.store.sqlstore import Store
+from agentledger.store._base import Batch
+from agentledger.store._sqlstore import Store
 
 KILLED = "killed"
 

@@ -1,4 +1,4 @@
-"""The policy and approval gate (engine/approvals.py; issue items 17 and 20)."""
+"""The policy and approval gate (engine/_approvals.py; issue items 17 and 20)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from agentledger import App, RunStatus, ToolContext
-from agentledger.clock import FakeClock
-from agentledger.engine.runner import Stopped
+from agentledger._clock import FakeClock
+from agentledger._policies import Allow, Deny, ProposedCall, RequireApproval
+from agentledger.engine._runner import Stopped
 from agentledger.errors import Refused, StoreError
-from agentledger.policies import Allow, Deny, ProposedCall, RequireApproval
-from agentledger.store.queries.approvals import ApprovalExpired
+from agentledger.store._queries.approvals import ApprovalExpired
 from tests.fast.lifecycle_harness import Harness
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from agentledger import App, RunStatus, Status, ToolContext
-from agentledger.engine.tool_step import run_tool_step
+from agentledger.engine._tool_step import run_tool_step
 from agentledger.errors import RateLimited
 from agentledger.records import StepStatus
-from agentledger.tools.contract import Compensation, tool
+from agentledger.tools._contract import Compensation, tool
 from tests.fast.lifecycle_harness import KILLED, Harness, Killed
 from tests.fast.writes_harness import Fault, Provider, World, make_tool, world
 
@@ -239,7 +239,7 @@ async def test_an_outbox_row_dropped_mid_delivery_is_not_resurrected(world: Worl
     async def drop_meanwhile(ctx: ToolContext, item: str = "x") -> Any:
         with sqlite3.connect(world.path) as conn:  # the dispatcher's lease ran out
             conn.execute("UPDATE outbox SET lease_expires_at = 0")
-        from agentledger.engine.steps import new_step
+        from agentledger.engine._steps import new_step
 
         decision = new_step(exe, 2, "decision", "compensate", status=StepStatus.SUCCEEDED)
         decision.output = {"status": "cancelled", "plan": []}
@@ -279,9 +279,9 @@ async def test_a_cancel_while_a_refund_waits_out_a_backoff_still_refunds(tmp_pat
 
 
 def test_hostile_retry_after_values_are_never_a_negative_nan_or_endless_wait() -> None:
-    from agentledger.engine.retries import backoff
-    from agentledger.tools.contract import RetryPolicy
-    from agentledger.tools.http import retry_after_seconds
+    from agentledger.engine._retries import backoff
+    from agentledger.tools._contract import RetryPolicy
+    from agentledger.tools._http import retry_after_seconds
 
     policy = RetryPolicy()
     for text in (

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentledger import App, RunStatus, Status, ToolContext
-from agentledger.tools.contract import Compensation
+from agentledger.tools._contract import Compensation
 from tests.fast.lifecycle_harness import KILLED, Harness, Killed
 
 

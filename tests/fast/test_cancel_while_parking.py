@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentledger import App, RunStatus
-from agentledger.store.base import Batch
+from agentledger.store._base import Batch
 from tests.fast.lifecycle_harness import Harness
 
 LONG = 400 * 86400.0  # past the harness clock's 30 days in the past: a park in the future

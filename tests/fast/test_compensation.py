@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from agentledger import Agent, App, RunStatus, ScriptedModel, Status, ToolContext, Turn
-from agentledger.budget import Budget
+from agentledger._budget import Budget
 from agentledger.errors import BusinessError, RateLimited
-from agentledger.tools.contract import Compensation
+from agentledger.tools._contract import Compensation
 from tests.fast.lifecycle_harness import KILLED, Harness, Killed
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from agentledger import Agent, App, RunStatus, ScriptedModel, Status, ToolContext, Turn
+from agentledger._policies import Allow, Deny, ProposedCall
 from agentledger.errors import BusinessError
-from agentledger.models.base import Message, ModelRequest, ModelResponse
-from agentledger.policies import Allow, Deny, ProposedCall
+from agentledger.models._base import Message, ModelRequest, ModelResponse
 from tests.fast.lifecycle_harness import KILLED, Harness, Killed
 
 

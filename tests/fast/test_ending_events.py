@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentledger import App, RunStatus, WorkflowContext
-from agentledger.budget import Budget
+from agentledger._budget import Budget
 from tests.fast.lifecycle_harness import Harness
 
 

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from agentledger import App, RunStatus, Status, ToolContext
+from agentledger._outbox import OutboxDispatcher
 from agentledger.errors import RateLimited
-from agentledger.outbox import OutboxDispatcher
 from agentledger.records import StepStatus
-from agentledger.tools.contract import Compensation
+from agentledger.tools._contract import Compensation
 from tests.fast.lifecycle_harness import Harness, Killed
 
 IN_FLIGHT = {StepStatus.STARTED, StepStatus.UNKNOWN, StepStatus.RETRYING}

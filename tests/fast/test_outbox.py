@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from agentledger.engine import inflight
-from agentledger.engine.tool_step import run_tool_step
+from agentledger._outbox import BASE_DELAY_ENV, UNKNOWN_OUTCOME, default_base_delay
+from agentledger.engine import _inflight as inflight
+from agentledger.engine._tool_step import run_tool_step
 from agentledger.errors import UsageError
-from agentledger.outbox import BASE_DELAY_ENV, UNKNOWN_OUTCOME, default_base_delay
 from agentledger.records import Effect, OutboxItem
 from tests.fast.writes_harness import Fault, Provider, World, make_tool, world
 

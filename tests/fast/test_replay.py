@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from agentledger import App, RunStatus, Status, ToolContext
-from agentledger.canonical import NotJournalable
-from agentledger.engine.workflow_runner import StepFailed
+from agentledger._canonical import NotJournalable
+from agentledger.engine._workflow_runner import StepFailed
 from agentledger.errors import InvalidArguments
 from tests.fast.lifecycle_harness import KILLED, Harness, Killed
 
@@ -174,7 +174,7 @@ async def test_workflow_tool_key_is_stable_and_hashes_canonical_json(tmp_path: P
     async with Harness(tmp_path, _tool_app(provider, [])) as h:
         a = await h.drive(await h.submit("pay", {"amount": 1, "tags": ["x"]}))
         (step,) = await h.journal(a.id)
-    from agentledger.canonical import input_hash
+    from agentledger._canonical import input_hash
 
     digest = input_hash({"amount": 1, "tags": ["x"]})
     assert step.idempotency_key == f"{a.id}:1:charge:{digest}"

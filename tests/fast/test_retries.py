@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger.engine.retries import (
+from agentledger.engine._retries import (
     CHECK,
     FAIL,
     GIVE_UP,
@@ -21,9 +21,9 @@ from agentledger.engine.retries import (
     call_with_timeout,
     next_delay,
 )
-from agentledger.engine.signals import Park
-from agentledger.engine.steps import wait_or_park
-from agentledger.engine.tool_step import run_tool_step
+from agentledger.engine._signals import Park
+from agentledger.engine._steps import wait_or_park
+from agentledger.engine._tool_step import run_tool_step
 from agentledger.errors import (
     BusinessError,
     DeadlineReached,
@@ -37,8 +37,8 @@ from agentledger.errors import (
     ToolTimeout,
 )
 from agentledger.records import StepStatus
-from agentledger.tools.contract import RetryPolicy
-from agentledger.tools.http import call_provider, raise_for_provider, retry_after_seconds
+from agentledger.tools._contract import RetryPolicy
+from agentledger.tools._http import call_provider, raise_for_provider, retry_after_seconds
 from tests.fast.writes_harness import Fault, Provider, World, make_tool, world
 
 __all__ = ["world"]
@@ -163,7 +163,7 @@ def test_unexpected_exceptions_become_classes() -> None:
 
 async def test_wait_or_park_refuses_a_non_finite_delay(world: World) -> None:
     exe = await world.new_execution()
-    from agentledger.engine.steps import new_step
+    from agentledger.engine._steps import new_step
 
     step = new_step(exe, 1, "tool", "x", status="")
     with pytest.raises(ValueError):

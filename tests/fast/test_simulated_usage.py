@@ -10,10 +10,10 @@ from typing import Any
 from rich.console import Console
 
 from agentledger import Agent, App, ScriptedModel, Turn
-from agentledger.cli.tables import journal_entry, journal_view
-from agentledger.observe.metrics import render_metrics
-from agentledger.observe.stats import stats
-from agentledger.observe.stuck import StuckPolicy
+from agentledger.cli._tables import journal_entry, journal_view
+from agentledger.observe._metrics import render_metrics
+from agentledger.observe._stats import stats
+from agentledger.observe._stuck import StuckPolicy
 from agentledger.records import RunStatus
 from tests.cli.helpers import run_cli
 from tests.fast.lifecycle_harness import Harness

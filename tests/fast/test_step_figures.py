@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from agentledger import App, RunStatus, WorkflowContext
-from agentledger.cli.tables import attempts_text, journal_entry, journal_notes
-from agentledger.outbox import OutboxDispatcher
+from agentledger._outbox import OutboxDispatcher
+from agentledger.cli._tables import attempts_text, journal_entry, journal_notes
 from tests.fast.lifecycle_harness import Harness
 from tests.fast.test_approvals_gate import make_app as gate_app
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from agentledger.engine.signals import Abandon, Handover, Park
-from agentledger.engine.tool_step import run_tool_step
-from agentledger.engine.unknown import drive_write
+from agentledger.engine._signals import Abandon, Handover, Park
+from agentledger.engine._tool_step import run_tool_step
+from agentledger.engine._unknown import drive_write
 from agentledger.records import Step, StepStatus
-from agentledger.tools.contract import RetryPolicy
+from agentledger.tools._contract import RetryPolicy
 from tests.fast.writes_harness import Fault, Provider, World, make_tool, world
 
 __all__ = ["world"]

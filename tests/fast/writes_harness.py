@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from agentledger import App, open_store
-from agentledger.clock import FakeClock
-from agentledger.engine.execution import Execution
+from agentledger._clock import FakeClock
+from agentledger._outbox import OutboxDispatcher
+from agentledger._workflow import Workflow
+from agentledger.engine._execution import Execution
 from agentledger.errors import (
     BusinessError,
     InProgress,
@@ -29,14 +31,12 @@ from agentledger.errors import (
     Refused,
     ToolTimeout,
 )
-from agentledger.outbox import OutboxDispatcher
 from agentledger.records import OutboxItem, Run, Step
-from agentledger.store.base import NewEvent, NewRun
-from agentledger.store.sqlstore import Store
-from agentledger.tools.context import ToolContext
-from agentledger.tools.contract import RetryPolicy, Tool, tool
-from agentledger.tools.status import Status
-from agentledger.workflow import Workflow
+from agentledger.store._base import NewEvent, NewRun
+from agentledger.store._sqlstore import Store
+from agentledger.tools._context import ToolContext
+from agentledger.tools._contract import RetryPolicy, Tool, tool
+from agentledger.tools._status import Status
 
 # Faults a provider applies to its next calls, in order (then it answers normally):
 #   ok, business, refused, invalid, 429 (retry_after via ``Fault.retry_after``),

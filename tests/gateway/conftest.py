@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentledger.gateway.cooldown import COOLDOWNS
+from agentledger.gateway._cooldown import COOLDOWNS
 from tests.gateway.fakes import FakeProviders
 
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from agentledger.budget import Budget
-from agentledger.gateway import queries as gateway_budgets
-from agentledger.gateway.cooldown import COOLDOWNS
-from agentledger.models.pricing import genai_prices_version
+from agentledger._budget import Budget
+from agentledger.gateway import _queries as gateway_budgets
+from agentledger.gateway._cooldown import COOLDOWNS
+from agentledger.models._pricing import genai_prices_version
 from agentledger.records import RunStatus, StepStatus
 from tests.fast.lifecycle_harness import Harness
 from tests.gateway.fakes import (
@@ -214,9 +214,9 @@ async def test_failover_happens_exactly_on_its_classes(
 async def test_slow_answer_past_the_timeout_is_retried_once_then_falls_back(
     fake: FakeProviders, tmp_path: Path
 ) -> None:
-    from agentledger.models.anthropic import AnthropicModel
-    from agentledger.models.fallback import FallbackModel
-    from agentledger.models.openai import OpenAIModel
+    from agentledger.models._anthropic import AnthropicModel
+    from agentledger.models._fallback import FallbackModel
+    from agentledger.models._openai import OpenAIModel
 
     slow = openai_answer("late")
     slow.delay = 2.0
@@ -241,7 +241,7 @@ async def test_slow_answer_past_the_timeout_is_retried_once_then_falls_back(
 async def test_streaming_forwards_deltas_and_journals_the_final_message(
     fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentledger.gateway import stream
+    from agentledger.gateway import _stream as stream
 
     seen: list[str] = []
     monkeypatch.setattr(stream, "publish", lambda run_id, step_no, text, *_: seen.append(text))
@@ -267,7 +267,7 @@ async def test_anthropic_streaming_forwards_deltas_and_journals_only_the_final_m
     journal and the run's events hold the final message only, never a delta."""
     import asyncio
 
-    from agentledger.gateway import stream
+    from agentledger.gateway import _stream as stream
 
     monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
     fake.script(anthropic_stream(["Free ", "cancellation ", "until noon."]))

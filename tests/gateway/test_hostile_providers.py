@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agentledger.budget import Budget
-from agentledger.gateway import queries as gateway_budgets
+from agentledger._budget import Budget
+from agentledger.gateway import _queries as gateway_budgets
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import Harness
 from tests.gateway.fakes import (

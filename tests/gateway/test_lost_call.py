@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentledger.gateway import queries as gateway_budgets
+from agentledger.gateway import _queries as gateway_budgets
 from agentledger.records import RunStatus, StepStatus
 from tests.engine.helpers import Env
 from tests.gateway import worker_app

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from agentledger.errors import UsageError
-from agentledger.models.anthropic import AnthropicModel
-from agentledger.models.fallback import FallbackModel
-from agentledger.models.openai import OpenAICompatibleModel, OpenAIModel
-from agentledger.models.pricing import Pricer
-from agentledger.models.provider import import_sdk
-from agentledger.models.scripted import ScriptedModel
-from agentledger.models.spec import model_from_string, resolve_model
+from agentledger.models._anthropic import AnthropicModel
+from agentledger.models._fallback import FallbackModel
+from agentledger.models._openai import OpenAICompatibleModel, OpenAIModel
+from agentledger.models._pricing import Pricer
+from agentledger.models._provider import import_sdk
+from agentledger.models._scripted import ScriptedModel
+from agentledger.models._spec import model_from_string, resolve_model
 
 
 def test_strings_name_models_and_chains() -> None:

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from agentledger.gateway import relay
-from agentledger.gateway.stream import delta
+from agentledger.gateway import _relay as relay
+from agentledger.gateway._stream import delta
 
 NOTIFY_LIMIT = 8000  # PostgreSQL refuses a payload of this many bytes or more
 
@@ -38,7 +38,7 @@ def test_payloads_join_a_steps_deltas_and_each_fits_one_notify() -> None:
 
 @pytest.mark.postgres
 def test_a_relay_reaches_a_listener_on_another_connection(pg_url: str) -> None:
-    from agentledger.store.postgres.listen import RunListener
+    from agentledger.store._postgres.listen import RunListener
 
     got: list[str] = []
     done = threading.Event()

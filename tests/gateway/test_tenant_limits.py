@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agentledger.gateway import queries as gateway_budgets
+from agentledger.gateway import _queries as gateway_budgets
 from agentledger.store import open_store
 
 

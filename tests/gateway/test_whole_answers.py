@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.budget import Budget
-from agentledger.gateway import queries as gateway_budgets
+from agentledger._budget import Budget
+from agentledger.gateway import _queries as gateway_budgets
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import Harness
 from tests.gateway.fakes import (
@@ -285,7 +285,7 @@ async def test_hostile_usage_never_makes_a_call_free_or_breaks_the_journal(
 ) -> None:
     """Negative or zero counts for a real answer are not counts: the gateway's estimate
     stands in. A count too large for the store is capped (and still binds)."""
-    from agentledger.models.provider import MAX_TOKENS_COUNTED
+    from agentledger.models._provider import MAX_TOKENS_COUNTED
 
     fake.script(openai_answer(WHOLE, usage=usage))
     h, run_id = await run_once(tmp_path, OPENAI)
@@ -308,8 +308,8 @@ async def test_a_listener_is_told_which_attempt_each_delta_belongs_to(
 ) -> None:
     """Live deltas of a stream cut short, then of the retry that answered: each names its
     attempt, so a listener knows to drop the truncated text."""
-    from agentledger.gateway import stream
-    from agentledger.service.deltas import frame
+    from agentledger.gateway import _stream as stream
+    from agentledger.service._deltas import frame
 
     monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
     fake.script(openai_stream(["Your refund of 240 "], finished=False), openai_stream([WHOLE]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger import App, Budget, ToolContext
-from agentledger.agent import Agent
+from agentledger._agent import Agent
 
 
 def make_app(model: Any = "openai:gpt-4.1-mini", budget: Budget | None = None) -> App:

@@ -62,7 +62,7 @@ def _cli(args: list[str], blocked: bool, cwd: str) -> subprocess.CompletedProces
     code = (
         f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
         + ("import core_smoke; core_smoke.block(); " if blocked else "")
-        + "from agentledger.cli.main import main; sys.argv[0] = 'agentledger'; main()"
+        + "from agentledger.cli._main import main; sys.argv[0] = 'agentledger'; main()"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLEDGER_")}
     return subprocess.run(

@@ -15,7 +15,7 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
-from agentledger.extras import EXTRAS
+from agentledger._extras import EXTRAS
 from tests.install.check_core_install import FORBIDDEN as NOT_CORE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,11 +7,11 @@ from typing import Any
 
 import psycopg
 
-from agentledger.app import App
-from agentledger.engine.runner import execute_run
+from agentledger._app import App
+from agentledger.engine._runner import execute_run
 from agentledger.records import Run
 from agentledger.store import Store
-from agentledger.store.sqlite import sqlite_path
+from agentledger.store._sqlite import sqlite_path
 
 
 async def run_to_rest(

@@ -3,11 +3,11 @@ only, on both backends; StayHub answers "can I cancel for free?" from its policy
 
 from __future__ import annotations
 
-from agentledger.app import App
-from agentledger.memory import queries as memory_facts
-from agentledger.memory.queries import memory_audit_id
-from agentledger.models.base import ModelRequest, ModelResponse
-from agentledger.models.scripted import ScriptedModel
+from agentledger._app import App
+from agentledger.memory import _queries as memory_facts
+from agentledger.memory._queries import memory_audit_id
+from agentledger.models._base import ModelRequest, ModelResponse
+from agentledger.models._scripted import ScriptedModel
 from agentledger.records import RunStatus
 from agentledger.store import Store
 from agentledger_examples.stayhub.knowledge import NOT_FOUND, help_agent, index_policy

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from agentledger.cli.main import cli
-from agentledger.memory import queries as memory_facts
+from agentledger.cli._main import cli
+from agentledger.memory import _queries as memory_facts
 from agentledger.store import open_store
 from agentledger_examples.stayhub.knowledge import POLICY_PATH
 from tests.memory.runs import count

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from agentledger.cli.main import cli
+from agentledger.cli._main import cli
 from agentledger_examples.stayhub.knowledge import POLICY_PATH
 from tests.cli.helpers import run_cli
 

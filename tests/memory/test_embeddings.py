@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.retrieval import index_path, search
-from agentledger.retrieval import queries as retrieval_docs
-from agentledger.retrieval.embeddings import embedder
-from agentledger.store.sqlstore import Store
+from agentledger.retrieval import _queries as retrieval_docs
+from agentledger.retrieval import _search as search
+from agentledger.retrieval import index_path
+from agentledger.retrieval._embeddings import embedder
+from agentledger.store._sqlstore import Store
 
 pytest.importorskip("wordllama", reason="the embeddings extra is not installed")
 
@@ -55,7 +56,7 @@ def test_the_model_loads_from_its_wheel_with_no_network_and_no_cache(tmp_path: P
     }
     env.pop("AGENTLEDGER_EMBEDDINGS", None)
     code = (
-        "from agentledger.retrieval.embeddings import embedder\n"
+        "from agentledger.retrieval._embeddings import embedder\n"
         "e = embedder()\n"
         "assert e is not None, 'no embedder'\n"
         "print(e.name, len(e.embed(['free cancellation'])[0]))\n"

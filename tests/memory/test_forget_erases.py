@@ -12,14 +12,14 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from agentledger import auditkey
-from agentledger.cli.main import cli
-from agentledger.memory import queries as memory_facts
-from agentledger.memory.queries import memory_audit_id
+from agentledger import _auditkey as auditkey
+from agentledger.cli._main import cli
+from agentledger.memory import _queries as memory_facts
+from agentledger.memory._queries import memory_audit_id
 from agentledger.records import RunStatus
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store, open_store
-from agentledger.store.sqlite import sqlite_path
+from agentledger.store._sqlite import sqlite_path
 from tests.memory.runs import count, run_to_rest
 from tests.memory.test_agents import help_app
 

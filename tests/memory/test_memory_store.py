@@ -3,12 +3,12 @@ writes, and forgetting that deletes the rows (checked with SQL) and is audited."
 
 from __future__ import annotations
 
+from agentledger.memory import _queries as memory_facts
 from agentledger.memory import fact_key_of, rank_facts
-from agentledger.memory import queries as memory_facts
-from agentledger.memory.queries import memory_audit_id
-from agentledger.memory.tools import recall, remember, remember_status
+from agentledger.memory._queries import memory_audit_id
+from agentledger.memory._tools import recall, remember, remember_status
 from agentledger.store import Store
-from agentledger.tools.context import ToolContext
+from agentledger.tools._context import ToolContext
 from tests.memory.runs import count
 
 
@@ -126,7 +126,7 @@ async def test_forget_all_deletes_every_row_of_the_user_in_the_tenant(
 
 
 def test_rank_facts_prefers_more_shared_words_then_newer() -> None:
-    from agentledger.memory.queries import Fact
+    from agentledger.memory._queries import Fact
 
     def fact(key: str, text: str, at: float) -> Fact:
         return Fact(key, "t", "u", key, text, None, None, at, at)

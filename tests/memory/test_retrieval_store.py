@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentledger.retrieval import _queries as retrieval_docs
 from agentledger.retrieval import index_path
-from agentledger.retrieval import queries as retrieval_docs
-from agentledger.retrieval.queries import docs_audit_id, query_terms
-from agentledger.retrieval.tools import search_docs
+from agentledger.retrieval._queries import docs_audit_id, query_terms
+from agentledger.retrieval._tools import search_docs
 from agentledger.store import Store
-from agentledger.tools.context import ToolContext
+from agentledger.tools._context import ToolContext
 from agentledger_examples.stayhub.knowledge import POLICY_SOURCE, index_policy
 from tests.memory.runs import count
 
@@ -90,7 +90,7 @@ async def test_remove_deletes_the_rows_and_the_index(store: Store, store_url: st
 
 
 async def test_the_retrieval_bench_runs_and_cleans_up(tmp_path: Path) -> None:
-    from agentledger.retrieval.embeddings import embedder
+    from agentledger.retrieval._embeddings import embedder
     from agentledger.store import open_store
     from agentledger_bench.retrieval import measure
 

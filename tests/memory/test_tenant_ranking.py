@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from agentledger.retrieval import index_path
-from agentledger.retrieval.tools import search_docs
+from agentledger.retrieval._tools import search_docs
 from agentledger.store import Store
-from agentledger.tools.context import ToolContext
+from agentledger.tools._context import ToolContext
 
 A_DOC = """# Clinic notes
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger import App, Status, ToolContext
-from agentledger.tools.contract import RetryPolicy, tool
+from agentledger.tools._contract import RetryPolicy, tool
 from tests.fast.lifecycle_harness import Killed
 
 BUG_FLAG = "AGENTLEDGER_TEST_CONFIRM_BUG"

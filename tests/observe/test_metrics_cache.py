@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from agentledger.observe.metrics import REFRESH_ENV, figures_of, refresh_seconds, render_metrics
-from agentledger.observe.queries import metrics as observe_metrics
-from agentledger.observe.stuck import StuckPolicy
+from agentledger.observe._metrics import REFRESH_ENV, figures_of, refresh_seconds, render_metrics
+from agentledger.observe._queries import metrics as observe_metrics
+from agentledger.observe._stuck import StuckPolicy
 from agentledger.records import Run, RunStatus
 from agentledger.store import Batch, NewRun, RunUpdate, Store
 from agentledger_bench.metrics_scrape import measure

@@ -9,7 +9,7 @@ from pathlib import Path
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentledger.observe import semconv as sc
+from agentledger.observe import _semconv as sc
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import KILLED, Harness
 from tests.observe.apps import Payments, booking_agent_app, journal_app

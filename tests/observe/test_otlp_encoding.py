@@ -32,7 +32,7 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from agentledger.observe import otlp
+from agentledger.observe import _otlp as otlp
 from agentledger_bench.observe_overhead import CollectorStub
 
 # The encoder is used only on the exporter versions it is tested with; on another one the

@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 
-from agentledger.observe import semconv as sc
-from agentledger.observe import tracing
+from agentledger.observe import _semconv as sc
+from agentledger.observe import _tracing as tracing
 from agentledger.records import RunStatus
 from agentledger_bench.observe_overhead import CollectorStub
 from tests.fast.lifecycle_harness import KILLED, Harness

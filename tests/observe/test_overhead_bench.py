@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentledger.observe import tracing
+from agentledger.observe import _tracing as tracing
 from agentledger_bench import observe_overhead
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agentledger.cli.main import cli
-from agentledger.observe.queries import resume as observe_resume
-from agentledger.observe.queries.resume import ResumeRefused
+from agentledger.cli._main import cli
+from agentledger.observe._queries import resume as observe_resume
+from agentledger.observe._queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
 from tests.fast.lifecycle_harness import Harness
 from tests.observe.apps import BUG_FLAG, Payments, booking_app

@@ -11,8 +11,8 @@ import pytest
 
 from agentledger import App, ToolContext
 from agentledger.errors import BusinessError
-from agentledger.observe.queries import resume as observe_resume
-from agentledger.observe.queries.resume import ResumeRefused
+from agentledger.observe._queries import resume as observe_resume
+from agentledger.observe._queries.resume import ResumeRefused
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import Harness
 

@@ -18,10 +18,10 @@ import pytest
 
 from agentledger import App, ToolContext, open_store
 from agentledger.errors import ToolTimeout
-from agentledger.observe.queries import resume as observe_resume
-from agentledger.observe.queries.resume import ResumeRefused
+from agentledger.observe._queries import resume as observe_resume
+from agentledger.observe._queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.tools.contract import Compensation, RetryPolicy
+from agentledger.tools._contract import Compensation, RetryPolicy
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness
 from tests.observe.test_resume_settle import FAULT, money_taken, settle_app

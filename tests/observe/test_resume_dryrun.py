@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from agentledger import App, ToolContext
-from agentledger.cli.main import cli
+from agentledger.cli._main import cli
 from agentledger.errors import BusinessError
-from agentledger.observe.queries import resume as observe_resume
+from agentledger.observe._queries import resume as observe_resume
 from agentledger.records import RunStatus
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness

@@ -10,9 +10,9 @@ import pytest
 
 from agentledger import App, RunStatus, Status, ToolContext
 from agentledger.errors import BusinessError
-from agentledger.observe.queries import resume as observe_resume
-from agentledger.observe.queries.resume import ResumeRefused
-from agentledger.tools.contract import Compensation
+from agentledger.observe._queries import resume as observe_resume
+from agentledger.observe._queries.resume import ResumeRefused
+from agentledger.tools._contract import Compensation
 from tests.fast.lifecycle_harness import Harness
 
 

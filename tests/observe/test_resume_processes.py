@@ -41,7 +41,7 @@ def _guarded_in_doubt(env: Env, n: int) -> list[str]:
 
 def _cli(env: Env, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "agentledger.cli.main", *args, "--db", env.url],
+        [sys.executable, "-m", "agentledger.cli._main", *args, "--db", env.url],
         cwd=ROOT,
         env=env.child_env(),
         stdout=subprocess.PIPE,

@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 from agentledger import App, Status, ToolContext
-from agentledger.cli.main import cli
+from agentledger.cli._main import cli
 from agentledger.errors import ToolTimeout
-from agentledger.observe.queries import resume as observe_resume
-from agentledger.observe.queries.resume import ResumeRefused
+from agentledger.observe._queries import resume as observe_resume
+from agentledger.observe._queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.tools.contract import Compensation, RetryPolicy
+from agentledger.tools._contract import Compensation, RetryPolicy
 from tests.apps import ledger
 from tests.fast.lifecycle_harness import Harness
 

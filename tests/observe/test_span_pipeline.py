@@ -23,8 +23,9 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceState
 from opentelemetry.util.types import Attributes
 
 import agentledger
-from agentledger.observe import otlp, tracing
-from agentledger.observe import semconv as sc
+from agentledger.observe import _otlp as otlp
+from agentledger.observe import _semconv as sc
+from agentledger.observe import _tracing as tracing
 from agentledger.records import RunStatus
 from agentledger_bench.observe_overhead import CollectorStub
 from tests.fast.lifecycle_harness import KILLED, Harness
@@ -128,7 +129,7 @@ def test_the_tracing_hooks_need_only_the_api() -> None:
     # The SDK and the exporter are loaded by the code that sets a pipeline up, not by
     # importing the hooks the engine calls.
     code = (
-        "import sys, agentledger.observe.tracing, agentledger.engine.runner;"
+        "import sys, agentledger.observe._tracing, agentledger.engine._runner;"
         "print(sorted(m for m in sys.modules"
         " if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))"
     )

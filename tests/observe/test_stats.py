@@ -8,10 +8,10 @@ import random
 import time
 from typing import Any
 
-from agentledger.observe.stats import stats
-from agentledger.observe.stuck import StuckPolicy
-from agentledger.store.base import NewRun
-from agentledger.store.sqlstore import Store
+from agentledger.observe._stats import stats
+from agentledger.observe._stuck import StuckPolicy
+from agentledger.store._base import NewRun
+from agentledger.store._sqlstore import Store
 
 
 async def _sql(store: Store, sql: str, params: dict[str, Any]) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentledger.clock import FakeClock
-from agentledger.observe.metrics import REFRESH_ENV, render_metrics
-from agentledger.observe.queries import stuck as observe_stuck
-from agentledger.observe.stuck import StuckDetector, StuckPolicy, StuckRun
+from agentledger._clock import FakeClock
+from agentledger.observe._metrics import REFRESH_ENV, render_metrics
+from agentledger.observe._queries import stuck as observe_stuck
+from agentledger.observe._stuck import StuckDetector, StuckPolicy, StuckRun
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import KILLED, Harness
 from tests.observe.apps import Payments, booking_app

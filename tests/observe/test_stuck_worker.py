@@ -15,10 +15,10 @@ import httpx
 import pytest
 
 from agentledger.records import RunStatus
-from agentledger.service.egress import Egress
-from agentledger.service.queries import audit as service_audit
-from agentledger.service.queries import webhooks as service_webhooks
-from agentledger.service.webhooks import Dispatcher, verify
+from agentledger.service._egress import Egress
+from agentledger.service._queries import audit as service_audit
+from agentledger.service._queries import webhooks as service_webhooks
+from agentledger.service._webhooks import Dispatcher, verify
 from agentledger.store import open_store
 from tests.engine.helpers import APP_V2, Env, wait_for
 from tests.observe.test_stuck_metrics import samples, value

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from agentledger.observe import semconv as sc
+from agentledger.observe import _semconv as sc
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import KILLED, Harness
 from tests.observe.apps import Payments, booking_app

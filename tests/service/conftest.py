@@ -17,8 +17,8 @@ from fastapi import FastAPI
 
 from agentledger import App
 from agentledger.service import ServiceSettings, create_app
-from agentledger.service.auth import create_key
-from agentledger.service.server import uvicorn_config
+from agentledger.service._auth import create_key
+from agentledger.service._server import uvicorn_config
 from agentledger.store import Store
 from tests.service import service_app
 

@@ -8,7 +8,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import open_store
 
 

@@ -10,9 +10,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentledger import Allow, App, RequireApproval, ToolContext, WorkflowContext
-from agentledger.budget import Budget
-from agentledger.policies import ProposedCall
-from agentledger.tools.contract import Compensation
+from agentledger._budget import Budget
+from agentledger._policies import ProposedCall
+from agentledger.tools._contract import Compensation
 
 app = App("service-tests")
 

@@ -1,4 +1,4 @@
-"""A group of accepts in a few statements (service/accepting.py), on each backend: the
+"""A group of accepts in a few statements (service/_accepting.py), on each backend: the
 answers and the rows it writes, duplicates of a key inside the group, a key from an
 earlier group, a quota refusal mid-group, and a failing statement that makes each submit
 of the group accepted again alone."""
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from agentledger import sealer
-from agentledger.service import accepting
-from agentledger.service.accepting import (
+from agentledger import _sealer as sealer
+from agentledger.service import _accepting as accepting
+from agentledger.service._accepting import (
     IdempotencyMismatch,
     IdempotencyRequest,
     Quota,
@@ -22,10 +22,10 @@ from agentledger.service.accepting import (
     SubmitRequest,
     Submitted,
 )
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import NewRun, Store, open_store
-from agentledger.store.dialect import Dialect
-from agentledger.store.tx import Tx
+from agentledger.store._dialect import Dialect
+from agentledger.store._tx import Tx
 from tests import dbutil
 from tests.store.pgproxy import READY_FOR_QUERY, LossyProxy
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from agentledger.service import accepting
+from agentledger.service import _accepting as accepting
 from agentledger.store import NewRun, open_store
-from agentledger.store.tx import Tx
+from agentledger.store._tx import Tx
 from tests.store.pgproxy import COMMIT, LossyProxy
 
 pytestmark = pytest.mark.postgres

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentledger import sealer
-from agentledger.service.queries import audit as service_audit
+from agentledger import _sealer as sealer
+from agentledger.service._queries import audit as service_audit
 from tests.service.conftest import in_process, settings_for
 from tests.service.test_runs_api import assert_problem
 

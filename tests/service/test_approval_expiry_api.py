@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from agentledger.clock import Clock
+from agentledger._clock import Clock
 from tests.service.conftest import in_process, settings_for
 from tests.service.test_approvals_api import parked
 from tests.service.test_runs_api import assert_problem

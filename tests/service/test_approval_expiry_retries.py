@@ -18,12 +18,12 @@ from typing import Any
 
 import psycopg
 
-from agentledger.clock import FakeClock
+from agentledger._clock import FakeClock
 from agentledger.records import Approval, Run
-from agentledger.service.queries import approvals as service_approvals
-from agentledger.service.routers.approvals import arguments_hash
+from agentledger.service._queries import approvals as service_approvals
+from agentledger.service._routers.approvals import arguments_hash
 from agentledger.store import RunUpdate, Store, open_store
-from agentledger.store.tx import Tx
+from agentledger.store._tx import Tx
 from tests.service.conftest import Api, in_process, settings_for
 from tests.service.test_runs_api import assert_problem
 from tests.store.test_contract import batch, new_run

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentledger.service.routers import approvals as approvals_router
+from agentledger.service._routers import approvals as approvals_router
 from tests.service.conftest import Api, in_process, settings_for, until
 from tests.service.test_runs_api import assert_problem
 

@@ -11,19 +11,19 @@ from typing import Any
 
 import pytest
 
-from agentledger.canonical import clean_text
+from agentledger._canonical import clean_text
 from agentledger.errors import StoreError
-from agentledger.service import accepting
-from agentledger.service.accepting import (
+from agentledger.service import _accepting as accepting
+from agentledger.service._accepting import (
     IdempotencyMismatch,
     IdempotencyRequest,
     Quota,
     QuotaExceeded,
     SubmitRequest,
 )
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store, open_store
-from agentledger.store.tx import Tx
+from agentledger.store._tx import Tx
 from tests.service.test_accept_group_fast import ok, request, respond, submit, table, took_fast_path
 from tests.store.pgproxy import COMMIT, LossyProxy
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from tests.service.conftest import Api
 
 # Written by hand: a lone surrogate and a NUL as JSON escapes, -0.0, the largest and

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from agentledger.service.auth import create_key
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._auth import create_key
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import open_store
 from tests.service.conftest import PEPPER, free_port
 
@@ -27,9 +27,9 @@ import uvicorn
 from tests.service import service_app
 from tests.service.conftest import settings_for
 from agentledger.service import create_app
-from agentledger.service.server import uvicorn_config
-from agentledger.store.sqlstore import Store
-import agentledger.service.accepting as accepting
+from agentledger.service._server import uvicorn_config
+from agentledger.store._sqlstore import Store
+import agentledger.service._accepting as accepting
 
 url, port, die = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "die"
 if die:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.service.accepting import IdempotencyMismatch, IdempotencyRequest
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._accepting import IdempotencyMismatch, IdempotencyRequest
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store, open_store
-from agentledger.store.queries.events import insert_event
+from agentledger.store._queries.events import insert_event
 from tests.service.test_accept_group_fast import ok, request, submit, table
 
 # The last commit whose accepts chained their events at insert on SQLite.
@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 OLD_DRIVER = r"""
 import asyncio, sys
 from agentledger.store import NewRun, open_store
-from agentledger.store.queries import service_runs, service_audit
-from agentledger.store.queries.events import insert_event
-from agentledger.store.queries.service_quota import Quota
-from agentledger.store.queries.service_submits import IdempotencyRequest, SubmitRequest
+from agentledger.store._queries import service_runs, service_audit
+from agentledger.store._queries.events import insert_event
+from agentledger.store._queries.service_quota import Quota
+from agentledger.store._queries.service_submits import IdempotencyRequest, SubmitRequest
 
 def respond(run):
     return {"id": run.id, "status": run.status, "created_at": run.created_at}
@@ -80,7 +80,7 @@ def old_source(dest: Path) -> Path:
 
 def cli(url: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", "audit", *args, "--db", url],
+        [sys.executable, "-m", "agentledger.cli._main", "audit", *args, "--db", url],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
 
@@ -115,7 +115,7 @@ async def test_an_old_release_file_extended_by_the_sealer_verifies_since_its_che
     if mode == "adopted":
         # This release's schema first (`audit` commands do not migrate), then adopt.
         migrated = subprocess.run(
-            [sys.executable, "-m", "agentledger.cli.main", "migrate", "--db", url],
+            [sys.executable, "-m", "agentledger.cli._main", "migrate", "--db", url],
             capture_output=True, text=True, env=env, timeout=120,
         )  # fmt: skip
         assert migrated.returncode == 0, migrated.stdout + migrated.stderr

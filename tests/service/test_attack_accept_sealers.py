@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agentledger import auditkey
-from agentledger.service.queries import audit as service_audit
+from agentledger import _auditkey as auditkey
+from agentledger.service._queries import audit as service_audit
 from tests.service.conftest import in_process, settings_for
 from tests.service.test_audit_signed import ENV, KEY
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agentledger.cli.main import cli
+from agentledger.cli._main import cli
 from tests.service.conftest import Api, in_process, settings_for, until
 from tests.service.test_runs_api import assert_problem
 

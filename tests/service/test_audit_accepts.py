@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from agentledger.service import accepting
-from agentledger.service.accepting import (
+from agentledger.service import _accepting as accepting
+from agentledger.service._accepting import (
     IdempotencyMismatch,
     IdempotencyRequest,
     SubmitRequest,
 )
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store
-from agentledger.store.queries.events import insert_event
-from agentledger.store.tx import Tx
+from agentledger.store._queries.events import insert_event
+from agentledger.store._tx import Tx
 from tests.service.test_accept_group_fast import ok, request, submit, table, took_fast_path
 
 ODD = [
@@ -123,7 +123,7 @@ async def test_audit_verify_command_on_a_file_of_accepts(
     await store.close()
     env = {**os.environ}
     done = subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", "audit", "verify", "--db", store_url],
+        [sys.executable, "-m", "agentledger.cli._main", "audit", "verify", "--db", store_url],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -189,7 +189,7 @@ def _chained_at_insert(tx: Tx, tenant: str, run_id: str, key: Any) -> None:
 async def test_chains_written_at_insert_still_verify_and_are_extended(
     store: Store, store_url: str, monkeypatch: pytest.MonkeyPatch, signed: bool
 ) -> None:
-    from agentledger import auditkey
+    from agentledger import _auditkey as auditkey
     from agentledger.store import NewRun
 
     if signed:
@@ -223,7 +223,7 @@ async def test_chains_written_at_insert_still_verify_and_are_extended(
     assert broken == []
     await store.close()
     done = subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", "audit", "verify", "--db", store_url],
+        [sys.executable, "-m", "agentledger.cli._main", "audit", "verify", "--db", store_url],
         capture_output=True, text=True, env={**os.environ}, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import open_store
 from tests.service.test_accept_group_fast import ok, request, submit
 
@@ -16,8 +16,8 @@ SEALER = textwrap.dedent(
     """
     import asyncio, sys
     from agentledger.store import open_store
-    from agentledger.service.queries import audit as service_audit
-    from agentledger.store.queries.events import insert_event
+    from agentledger.service._queries import audit as service_audit
+    from agentledger.store._queries.events import insert_event
 
     async def main(url, run_id, rounds):
         store = open_store(url)

@@ -1,4 +1,4 @@
-"""The audit hash is computed over canonical JSON (agentledger/canonical.py); chains
+"""The audit hash is computed over canonical JSON (agentledger/_canonical.py); chains
 sealed before, in the chain's own encoding, keep verifying: each record names the
 encoding that hashed it (``events.hash_v``)."""
 
@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agentledger import sealer
-from agentledger.cli.main import cli
-from agentledger.service.queries import audit as service_audit
-from agentledger.service.queries.audit import GENESIS, HASH_CANONICAL, record_hash
+from agentledger import _sealer as sealer
+from agentledger.cli._main import cli
+from agentledger.service._queries import audit as service_audit
+from agentledger.service._queries.audit import GENESIS, HASH_CANONICAL, record_hash
 from agentledger.store import Store, open_store
-from agentledger.store.tx import Tx
+from agentledger.store._tx import Tx
 from tests.service import service_app
 
 LEGACY_DUMP = Path(__file__).parent / "data" / "audit_before_canonical.sql"

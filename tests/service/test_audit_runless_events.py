@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from agentledger import sealer
-from agentledger.memory import queries as memory_facts
-from agentledger.retrieval import queries as retrieval_docs
-from agentledger.retrieval.queries import NewChunk
-from agentledger.service.queries import audit as service_audit
+from agentledger import _sealer as sealer
+from agentledger.memory import _queries as memory_facts
+from agentledger.retrieval import _queries as retrieval_docs
+from agentledger.retrieval._queries import NewChunk
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store
 from tests.service import service_app
 from tests.service.conftest import in_process, settings_for

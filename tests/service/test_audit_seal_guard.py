@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from agentledger.errors import StoreError
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.tx import Tx
+from agentledger.store._tx import Tx
 from tests.service import service_app
 
 

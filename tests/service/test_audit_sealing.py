@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from agentledger import sealer
-from agentledger.service.queries import audit as service_audit
+from agentledger import _sealer as sealer
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.queries.events import insert_event
+from agentledger.store._queries.events import insert_event
 from tests.engine.helpers import ROOT, Env
 from tests.loopback_http import QuietHandler, serving
 from tests.service import service_app
@@ -209,7 +209,7 @@ def test_a_bad_seal_period_stops_the_worker_with_a_one_line_reason(tmp_path: Pat
         child = env.child_env()
         child[sealer.PERIOD_ENV] = "soon"
         done = subprocess.run(
-            [sys.executable, "-m", "agentledger.cli.main", "worker", "--app", APP,
+            [sys.executable, "-m", "agentledger.cli._main", "worker", "--app", APP,
              "--db", env.url, "--burst"],
             cwd=ROOT, env=child, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip

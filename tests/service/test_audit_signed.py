@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from agentledger import sealer
-from agentledger.cli.main import cli
+from agentledger import _sealer as sealer
+from agentledger.cli._main import cli
 from agentledger.errors import UsageError
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store
-from agentledger.store.tx import Tx
+from agentledger.store._tx import Tx
 from tests.service import service_app
 
 KEY = "0f9b6c1d2e3a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c"

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from agentledger import auditkey, sealer
-from agentledger.service.queries import audit as service_audit
+from agentledger import _auditkey as auditkey
+from agentledger import _sealer as sealer
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store
-from agentledger.store.tx import Tx
+from agentledger.store._tx import Tx
 from tests.service.test_audit_signed import (
     KEY,
     _chain,

@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from agentledger import auditkey
-from agentledger.service.queries import audit as service_audit
+from agentledger import _auditkey as auditkey
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store
 from tests.service.test_audit_signed import ENV, KEY, _chain, _runs, _sealed, keyed, run_cli
 
@@ -23,8 +23,8 @@ SEALER = textwrap.dedent(
     """
     import asyncio, sys
     from agentledger.store import open_store
-    from agentledger.service.queries import audit as service_audit
-    from agentledger.store.queries.events import insert_event
+    from agentledger.service._queries import audit as service_audit
+    from agentledger.store._queries.events import insert_event
 
     async def main(url, run_id, rounds):
         store = open_store(url)

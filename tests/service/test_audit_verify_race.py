@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.tx import Tx
+from agentledger.store._tx import Tx
 from tests.service import service_app
 
 

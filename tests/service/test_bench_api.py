@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agentledger.cli.main import cli
+from agentledger.cli._main import cli
 from agentledger_bench.api import run_api_bench
 
 _AT_RATE = {

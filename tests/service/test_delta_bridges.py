@@ -1,5 +1,5 @@
 """The LISTEN connection that brings other processes' model deltas to a service process
-(service/deltas.py) lives only while a stream follows a run, and never outlives the
+(service/_deltas.py) lives only while a stream follows a run, and never outlives the
 service: the last stream leaving closes it, and shutdown closes one whose stream was
 abandoned without its generator being closed."""
 
@@ -11,7 +11,7 @@ import threading
 
 import psycopg
 
-from agentledger.service import deltas
+from agentledger.service import _deltas as deltas
 
 APP_NAME = "agentledger-delta-listener"
 

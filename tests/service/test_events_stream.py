@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger.service.queries import events as service_events
+from agentledger.service._queries import events as service_events
 from agentledger.store import open_store
 from tests.engine.helpers import Env
 from tests.service.conftest import Api, mint, served, settings_for, until

@@ -1,4 +1,4 @@
-"""``POST /v1/runs``'s fast path (service/fastpath.py) answers exactly as the FastAPI
+"""``POST /v1/runs``'s fast path (service/_fastpath.py) answers exactly as the FastAPI
 route does: each request is sent once as ``application/json`` (eligible for the fast
 path) and once as ``application/json; charset=utf-8`` (always the route), and the two
 answers are compared."""
@@ -182,7 +182,7 @@ async def test_an_unhandled_error_is_the_same_500_problem_on_both_paths(
     """A crash inside the endpoint: the fast path answers what Starlette's
     ServerErrorMiddleware answers for the route (the catch-all handler's 500 problem
     document, with the request id), and the error still reaches the server."""
-    from agentledger.service.routers import runs as runs_router
+    from agentledger.service._routers import runs as runs_router
 
     def boom(value: Any) -> Any:
         raise RuntimeError("boom")

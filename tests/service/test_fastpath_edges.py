@@ -1,4 +1,4 @@
-"""ServiceAPI's front (service/fastpath.py) against FastAPI's route at the edges:
+"""ServiceAPI's front (service/_fastpath.py) against FastAPI's route at the edges:
 request ids given, malformed or missing; the body limit by Content-Length and chunked;
 a client gone mid-body; query strings; a trailing slash; other methods and scopes."""
 
@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from agentledger.service.problems import MAX_BODY_BYTES
+from agentledger.service._problems import MAX_BODY_BYTES
 from tests.service.conftest import Api, in_process, settings_for
 
 FAST = b"application/json"
@@ -147,7 +147,7 @@ async def test_lifespan_and_websocket_scopes_reach_the_app(tmp_path: Path) -> No
     """ServiceAPI passes every scope but an HTTP POST /v1/runs on: the lifespan starts
     and stops the app (its store opened and closed); a websocket on /v1/runs is closed
     by the router, not taken for a submit."""
-    from agentledger.service.app import create_app
+    from agentledger.service._app import create_app
     from tests.service import service_app
 
     app = create_app(settings_for(f"sqlite:///{tmp_path / 'l.db'}"), service_app.app)

@@ -12,9 +12,9 @@ import httpx
 
 from agentledger import App, WorkflowContext
 from agentledger.service import create_app
-from agentledger.service.auth import create_key
-from agentledger.service.queries import webhooks as service_webhooks
-from agentledger.service.webhooks import verify
+from agentledger.service._auth import create_key
+from agentledger.service._queries import webhooks as service_webhooks
+from agentledger.service._webhooks import verify
 from tests.service.conftest import PEPPER, settings_for, until
 from tests.service.test_webhooks import FAST, Receiver, receiver  # noqa: F401 (fixture)
 

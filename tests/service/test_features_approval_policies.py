@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 
 from agentledger import Allow, App, RequireApproval, ToolContext, WorkflowContext
-from agentledger.policies import ProposedCall
-from agentledger.service.auth import create_key
+from agentledger._policies import ProposedCall
+from agentledger.service._auth import create_key
 from tests.service.conftest import PEPPER, in_process, settings_for, until
 from tests.service.test_runs_api import assert_problem
 

@@ -6,9 +6,9 @@ import time
 
 from agentledger.records import target_of
 from agentledger.store import Store
-from agentledger.store.base import NewRun
-from agentledger.store.queries.runs import create_run
-from agentledger.store.tx import Tx
+from agentledger.store._base import NewRun
+from agentledger.store._queries.runs import create_run
+from agentledger.store._tx import Tx
 
 
 async def test_a_claim_takes_every_tenant_round_robin(store: Store) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from agentledger import App, ToolContext, WorkflowContext
-from agentledger.service.auth import create_key
+from agentledger.service._auth import create_key
 from tests.service.conftest import PEPPER, in_process, settings_for, until
 
 app = App("principal-tests")

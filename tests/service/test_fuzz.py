@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from agentledger.service import create_app
-from agentledger.service.auth import create_key
+from agentledger.service._auth import create_key
 from agentledger.store import open_store
 from tests.service import service_app
 from tests.service.conftest import PEPPER, served, settings_for

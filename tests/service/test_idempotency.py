@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from agentledger.service import accepting
+from agentledger.service import _accepting as accepting
 from agentledger.store import open_store
 from tests.service.conftest import Api, in_process, mint, served, settings_for
 from tests.service.test_runs_api import assert_problem

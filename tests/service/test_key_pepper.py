@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from agentledger.service.auth import create_key, pepper_fingerprint
+from agentledger.service._auth import create_key, pepper_fingerprint
 from tests.service.conftest import PEPPER, in_process, settings_for
 from tests.service.test_runs_api import assert_problem
 

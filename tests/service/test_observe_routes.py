@@ -81,7 +81,7 @@ async def test_a_deployment_key_reads_figures_and_starts_nothing(api: Api) -> No
 async def test_metrics_without_the_metrics_extra_say_what_to_install(
     api: Api, monkeypatch: Any
 ) -> None:
-    from agentledger import extras
+    from agentledger import _extras as extras
 
     real = extras.installed
     monkeypatch.setattr(extras, "installed", lambda m: m != "prometheus_client" and real(m))

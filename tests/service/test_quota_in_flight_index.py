@@ -4,11 +4,11 @@ not the tenant's whole history, and counts exactly the unfinished runs."""
 from __future__ import annotations
 
 from agentledger.records import RunStatus
-from agentledger.service.queries.quota import LIVE, Quota, QuotaBook, in_flight_sql
+from agentledger.service._queries.quota import LIVE, Quota, QuotaBook, in_flight_sql
 from agentledger.store import Store
-from agentledger.store.base import NewRun
-from agentledger.store.queries.runs import create_run
-from agentledger.store.tx import Tx
+from agentledger.store._base import NewRun
+from agentledger.store._queries.runs import create_run
+from agentledger.store._tx import Tx
 
 HISTORY = 300  # finished runs of the tenant
 LIVE_RUNS = {"queued": 4, "running": 3, "waiting": 2}

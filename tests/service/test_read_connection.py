@@ -8,9 +8,9 @@ import asyncio
 import threading
 
 from agentledger.store import Store, open_store
-from agentledger.store.base import NewRun
-from agentledger.store.queries.runs import create_run
-from agentledger.store.tx import Tx
+from agentledger.store._base import NewRun
+from agentledger.store._queries.runs import create_run
+from agentledger.store._tx import Tx
 
 
 def _names(tx: Tx) -> set[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-from agentledger import sealer
+from agentledger import _sealer as sealer
 from agentledger.store import NewRun
 from tests.service.conftest import Api
 from tests.service.test_runs_api import assert_problem
@@ -67,7 +67,7 @@ async def test_openapi_declares_the_bearer_scheme_on_the_runs_operations(api: Ap
 
 
 async def test_seal_once_seals_at_most_batch_times_max_batches(api: Api) -> None:
-    """The serve process seals in small slices (service/app.py); the sizes are honoured."""
+    """The serve process seals in small slices (service/_app.py); the sizes are honoured."""
     # Runs created through the store's own path: their events are written unsealed.
     for i in range(6):
         await api.store.create_run(

@@ -13,9 +13,9 @@ from typing import Any
 import psycopg
 
 from agentledger.service import create_app
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import open_store
-from agentledger.store.tx import Tx
+from agentledger.store._tx import Tx
 from tests.service import service_app
 from tests.service.conftest import in_process, settings_for, until
 

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _key(db: str) -> str:
     env = {**os.environ, "AGENTLEDGER_KEY_PEPPER": PEPPER.decode()}
     return subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", "keys", "create", "--tenant", "t1",
+        [sys.executable, "-m", "agentledger.cli._main", "keys", "create", "--tenant", "t1",
          "--user", "ann", "--roles", "operator", "--expires-in", "1d", "--db", db],
         cwd=ROOT, env=env, capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
@@ -56,7 +56,7 @@ def test_serve_logs_its_start_the_requests_and_the_runs_as_json(tmp_path: Path) 
     key = _key(db)
     env = {**os.environ, "AGENTLEDGER_KEY_PEPPER": PEPPER.decode()}
     command = [
-        sys.executable, "-m", "agentledger.cli.main", "serve", "-v", "--log-format", "json",
+        sys.executable, "-m", "agentledger.cli._main", "serve", "-v", "--log-format", "json",
         "--app", "tests.service.service_app:app", "--db", db, "--port", "0",
         "--workers-inline", "1",
     ]  # fmt: skip

@@ -22,7 +22,7 @@ def test_serve_metrics_port_answers_without_a_key(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "AGENTLEDGER_KEY_PEPPER": PEPPER.decode()}
     command = [
-        sys.executable, "-c", "from agentledger.cli.main import main; main()", "serve",
+        sys.executable, "-c", "from agentledger.cli._main import main; main()", "serve",
         "--app", "tests.service.service_app:app", "--db", f"sqlite:///{tmp_path / 's.db'}",
         "--port", str(port), "--metrics-port", "0", "--header-timeout", "2",
         "--webhook-allow-host", "127.0.0.1",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from agentledger.service.settings import ClientBounds
+from agentledger.service._settings import ClientBounds
 from tests.service.conftest import mint, served, settings_for
 
 OUTER = 30.0  # seconds: far past any bound below; reaching it is the failure

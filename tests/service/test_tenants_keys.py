@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agentledger.cli.main import cli
-from agentledger.service.queries import keys as service_keys
+from agentledger.cli._main import cli
+from agentledger.service._queries import keys as service_keys
 from tests.service.conftest import PEPPER, Api, in_process, settings_for
 from tests.service.test_runs_api import assert_problem
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from agentledger import App, WorkflowContext, sealer
-from agentledger.canonical import MAX_DEPTH
-from agentledger.service.queries import audit as service_audit
+from agentledger import App, WorkflowContext
+from agentledger import _sealer as sealer
+from agentledger._canonical import MAX_DEPTH
+from agentledger.service._queries import audit as service_audit
 from tests.service.conftest import in_process, settings_for, until
 from tests.service.test_webhook_event_state import NO_SEALER, Received, receiver  # noqa: F401
 

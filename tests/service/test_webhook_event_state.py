@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from agentledger import App, WorkflowContext, sealer
-from agentledger.budget import Budget
-from agentledger.observe.queries import resume as observe_resume
-from agentledger.observe.queries.stuck import StuckRun, mark_stuck
-from agentledger.service.queries import webhooks as service_webhooks
+from agentledger import App, WorkflowContext
+from agentledger import _sealer as sealer
+from agentledger._budget import Budget
+from agentledger.observe._queries import resume as observe_resume
+from agentledger.observe._queries.stuck import StuckRun, mark_stuck
+from agentledger.service._queries import webhooks as service_webhooks
 from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import Api, in_process, settings_for, until
 

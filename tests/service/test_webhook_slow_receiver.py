@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentledger.service.egress import Egress
-from agentledger.service.queries import webhooks as service_webhooks
-from agentledger.service.webhooks import Dispatcher
+from agentledger.service._egress import Egress
+from agentledger.service._queries import webhooks as service_webhooks
+from agentledger.service._webhooks import Dispatcher
 from agentledger.store import open_store
 from tests.loopback_http import QuietHandler, serving
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from agentledger.errors import UsageError
-from agentledger.service.egress import Egress, Refused
-from agentledger.service.queries import webhooks as service_webhooks
+from agentledger.service._egress import Egress, Refused
+from agentledger.service._queries import webhooks as service_webhooks
 from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import Api, in_process, settings_for, until
 

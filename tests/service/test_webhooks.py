@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agentledger.service.queries import webhooks as service_webhooks
-from agentledger.service.webhooks import verify
+from agentledger.service._queries import webhooks as service_webhooks
+from agentledger.service._webhooks import verify
 from tests.loopback_http import QuietHandler, serving
 from tests.service.conftest import in_process, settings_for, until
 

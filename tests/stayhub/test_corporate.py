@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 
 from agentledger.service import create_app
-from agentledger.service.auth import create_key
+from agentledger.service._auth import create_key
 from agentledger_examples.stayhub.app import app as stayhub_app
 from agentledger_examples.stayhub.harness import AGENT
 from agentledger_examples.stayhub.sandbox.catalog import GUEST_EMAIL_DOMAIN

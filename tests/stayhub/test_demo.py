@@ -20,7 +20,7 @@ def run_demo(
     *args: str, env: dict[str, str] | None = None, timeout: float = 150
 ) -> tuple[int, dict[str, Any], str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", "demo", *args, "--json"],
+        [sys.executable, "-m", "agentledger.cli._main", "demo", *args, "--json"],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -96,7 +96,7 @@ def test_demo_default_chaos_mix() -> None:
 
 def test_demo_help_says_what_runs_by_default() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", "demo", "--help"],
+        [sys.executable, "-m", "agentledger.cli._main", "demo", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -137,7 +137,7 @@ def test_demo_with_db_says_where_the_worker_logs_are(tmp_path: Any) -> None:
     logs = report["worker_logs"]
     assert logs is not None and (Path(logs) / "worker-1.log").exists(), report
     text = subprocess.run(
-        [sys.executable, "-m", "agentledger.cli.main", "demo", "--runs", "1", "--workers", "1",
+        [sys.executable, "-m", "agentledger.cli._main", "demo", "--runs", "1", "--workers", "1",
          "--db", url],
         capture_output=True, text=True, timeout=150, check=False,
     )  # fmt: skip

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from agentledger.store import Store, open_store
-from agentledger.store.postgres import connect
+from agentledger.store._postgres import connect
 from tests import dbutil
 from tests.store.pgproxy import LossyProxy
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
+from agentledger.store._postgres import PostgresDialect, connect, convert_placeholders
 from tests.store.conftest import hold
 from tests.store.test_claim_model import ALSO, OURS, Row, _insert
 

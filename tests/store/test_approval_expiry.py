@@ -14,11 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentledger.clock import FakeClock
+from agentledger._clock import FakeClock
 from agentledger.records import Approval, Run
-from agentledger.service.queries import approvals as service_approvals
+from agentledger.service._queries import approvals as service_approvals
 from agentledger.store import RunUpdate, Store
-from agentledger.store.queries.approvals import ApprovalExpired
+from agentledger.store._queries.approvals import ApprovalExpired
 from tests.store.test_contract import batch, new_run
 
 EXPIRES = 1_900_000_000.0  # on the engine's clock, as the gate writes it

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from agentledger.store.base import Batch, batch_token
+from agentledger.store._base import Batch, batch_token
 
 
 def test_every_batch_gets_its_own_token() -> None:
@@ -16,7 +16,7 @@ def test_every_batch_gets_its_own_token() -> None:
 
 
 def test_two_processes_never_share_a_token() -> None:
-    code = "from agentledger.store.base import batch_token; print(batch_token())"
+    code = "from agentledger.store._base import batch_token; print(batch_token())"
 
     def first_token() -> str:
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -28,7 +28,7 @@ import psycopg
 import pytest
 
 from agentledger.store import Store, open_store
-from agentledger.store.tx import Tx
+from agentledger.store._tx import Tx
 from tests.store.conftest import hold
 
 OURS = "w@1"

@@ -60,10 +60,10 @@ async def test_a_skewed_worker_parks_for_as_long_as_it_meant(
     assert await store.claim_runs("w2", [TARGET], 5, 30) == []  # not due yet (behind)
     # The dispatcher, also skewed, settles a retry in WAIT seconds.
     with monkeypatch.context() as m:
-        from agentledger.store.queries import outbox as outbox_queries
+        from agentledger.store._queries import outbox as outbox_queries
 
         m.setattr(outbox_queries, "time", SkewedTime(offset))
-        from agentledger.store.queries import common
+        from agentledger.store._queries import common
 
         m.setattr(common, "time", SkewedTime(offset))
         due = await store._call(lambda tx: tx.execute("UPDATE outbox SET next_attempt_at = 0"))

@@ -22,7 +22,7 @@ from agentledger.store import (
     UnstorableBatch,
     open_store,
 )
-from agentledger.store.tx import Tx
+from agentledger.store._tx import Tx
 
 TARGET = "agent@1"
 
@@ -470,7 +470,7 @@ async def test_cancel_of_a_running_run_is_a_request_that_keeps_the_lease(store: 
 async def test_cancel_never_overwrites_a_terminal_state(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentledger.store.queries import runs as run_queries
+    from agentledger.store._queries import runs as run_queries
 
     await store.create_run(new_run())
     run = await claim_one(store, "w1")
@@ -744,9 +744,9 @@ class SkewedTime:
 
 def skew(monkeypatch: pytest.MonkeyPatch, offset: float) -> None:
     """Shift the store's notion of "now" (every store module that reads the clock)."""
-    from agentledger.store import queries
-    from agentledger.store.queries import approvals, common, events, journal, outbox, runs
-    from agentledger.store.queries import workers as worker_queries
+    from agentledger.store import _queries as queries
+    from agentledger.store._queries import approvals, common, events, journal, outbox, runs
+    from agentledger.store._queries import workers as worker_queries
 
     modules = [queries, approvals, common, events, journal, outbox, runs, worker_queries]
     for module in modules:
@@ -855,7 +855,7 @@ async def test_a_group_the_database_refuses_falls_back_to_one_batch_at_a_time(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A batch that passes validation and is refused by the database all the same.
-    from agentledger.store import sqlstore
+    from agentledger.store import _sqlstore as sqlstore
 
     monkeypatch.setattr(sqlstore.journal, "validate_batch", lambda batch: None)
     for _ in range(5):

@@ -8,9 +8,9 @@ import time
 
 from agentledger.records import target_of
 from agentledger.store import Store
-from agentledger.store.base import NewRun
-from agentledger.store.queries.runs import create_run
-from agentledger.store.tx import Tx
+from agentledger.store._base import NewRun
+from agentledger.store._queries.runs import create_run
+from agentledger.store._tx import Tx
 
 
 def _runs(tx: Tx, tenant: str, name: str, n: int, first_at: float) -> list[str]:

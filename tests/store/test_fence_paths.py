@@ -18,7 +18,7 @@ import pytest
 from agentledger.errors import LeaseLost, StoreError
 from agentledger.records import Approval, Effect, OutboxItem, Run, Step
 from agentledger.store import Batch, NewEvent, NewRun, RunUpdate, Store, open_store
-from agentledger.store.groupcommit import InlineCommitter
+from agentledger.store._groupcommit import InlineCommitter
 
 TARGET = "agent@1"
 BAD_KINDS = ("stale_epoch", "other_owner", "terminal")

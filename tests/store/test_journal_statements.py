@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentledger.store import open_store
-from agentledger.store.sqlite import SQLiteDialect
+from agentledger.store._sqlite import SQLiteDialect
 from agentledger_bench import engine_runs
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.store.postgres import PostgresDialect
-from agentledger.store.queries.migrations import offline_reason
-from agentledger.store.sqlite import SQLiteDialect
+from agentledger.store._postgres import PostgresDialect
+from agentledger.store._queries.migrations import offline_reason
+from agentledger.store._sqlite import SQLiteDialect
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "agentledger"
 

@@ -10,11 +10,11 @@ from typing import Any
 import psycopg
 
 from agentledger.store import open_store
-from agentledger.store.dialect import Dialect
-from agentledger.store.postgres import PostgresDialect
-from agentledger.store.queries import migrations
-from agentledger.store.sqlite import SQLiteDialect, sqlite_path
-from agentledger.store.tx import Tx
+from agentledger.store._dialect import Dialect
+from agentledger.store._postgres import PostgresDialect
+from agentledger.store._queries import migrations
+from agentledger.store._sqlite import SQLiteDialect, sqlite_path
+from agentledger.store._tx import Tx
 from tests import dbutil
 
 Schema = list[tuple[Any, ...]]

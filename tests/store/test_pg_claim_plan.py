@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
+from agentledger.store._postgres import PostgresDialect, connect, convert_placeholders
 from tests.store.pg_claims import claim_params, ctes, explain_claim, rows_read
 
 pytestmark = pytest.mark.postgres

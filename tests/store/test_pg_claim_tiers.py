@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentledger.store.postgres import connect
+from agentledger.store._postgres import connect
 from tests.store.pg_claims import (
     TARGETS,
     Claimer,

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from agentledger.service.queries import audit as service_audit
-from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
-from agentledger.store.tx import Tx
+from agentledger.service._queries import audit as service_audit
+from agentledger.store._postgres import PostgresDialect, connect, convert_placeholders
+from agentledger.store._tx import Tx
 from tests.store.pg_claims import rows_read
 
 pytestmark = pytest.mark.postgres

@@ -11,7 +11,7 @@ import time
 import psycopg
 import pytest
 
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import open_store
 from tests.service import service_app
 

@@ -4,8 +4,8 @@ server's defaults: short statements, no transaction left idle, no JIT compilatio
 from __future__ import annotations
 
 from agentledger.store import open_store
-from agentledger.store.postgres.connection import connect
-from agentledger.store.tx import Tx
+from agentledger.store._postgres.connection import connect
+from agentledger.store._tx import Tx
 
 SHOWN = ("statement_timeout", "idle_in_transaction_session_timeout", "jit")
 

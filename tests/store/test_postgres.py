@@ -17,8 +17,8 @@ import pytest
 from agentledger.errors import LeaseLost, StoreError, StoreUnavailable
 from agentledger.records import Effect, Run, Step
 from agentledger.store import Batch, EffectClaimed, NewRun, RunUpdate, Store, open_store
-from agentledger.store.postgres import PostgresDialect, connect, convert_placeholders
-from agentledger.store.postgres.listen import RunListener, notify_runs
+from agentledger.store._postgres import PostgresDialect, connect, convert_placeholders
+from agentledger.store._postgres.listen import RunListener, notify_runs
 from tests import dbutil
 from tests.pgcluster import PrivateCluster
 
@@ -288,7 +288,7 @@ def test_run_listener_retries_until_the_server_is_there(
     pg_cluster.stop()
     got: queue.Queue[str] = queue.Queue()
     listener = RunListener(pg_cluster.admin_url, got.put, max_backoff=0.2, poll_interval=0.1)
-    caplog.set_level(logging.WARNING, logger="agentledger.store.postgres.listen")
+    caplog.set_level(logging.WARNING, logger="agentledger.store._postgres.listen")
 
     def failed_attempts() -> int:
         return sum("cannot LISTEN" in r.getMessage() for r in caplog.records)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from agentledger.cli.main import cli
+from agentledger.cli._main import cli
 from agentledger.store import Store
-from agentledger.store.queries import retention
+from agentledger.store._queries import retention
 from agentledger.worker import Worker, WorkerConfig
 from tests.service import service_app
 
@@ -232,7 +232,7 @@ async def test_a_worker_steps_while_a_prune_runs(store: Store, store_url: str) -
     ]
     worker = Worker(store, service_app.app, WorkerConfig(poll_seconds=0.02), burst=True)
     running = asyncio.create_task(worker.run(install_signals=False))
-    from agentledger.prune import prune_tenant
+    from agentledger._prune import prune_tenant
 
     removed = await prune_tenant(store, retention.Policy("t1", 0.0), batch=20)
     await running

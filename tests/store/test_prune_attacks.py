@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store
-from agentledger.store.queries import retention
+from agentledger.store._queries import retention
 from agentledger.worker import Worker, WorkerConfig
 from tests.engine.helpers import wait_for
 from tests.service import service_app
@@ -75,7 +75,7 @@ async def test_a_run_split_by_a_batch_is_not_resumed_half_pruned(
 
 
 def _key() -> Any:
-    from agentledger import auditkey
+    from agentledger import _auditkey as auditkey
 
     return auditkey.configured()
 
@@ -239,7 +239,7 @@ async def test_hostile_values_are_refused_in_one_line(store: Store, store_url: s
 def _prune_proc(url: str, tenant: str, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "agentledger.cli.main", "prune", "--older-than", "0s",
+            [sys.executable, "-m", "agentledger.cli._main", "prune", "--older-than", "0s",
              "--tenant", tenant, "--json", "--db", url],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, ENV: KEY},
         )  # fmt: skip
@@ -309,7 +309,7 @@ async def test_a_cli_prune_beside_a_worker_pruning_on_schedule(
     assert got.exit_code == 0, got.output
     with (tmp_path / "w.log").open("ab") as out:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "agentledger.cli.main", "worker", "--app",
+            [sys.executable, "-m", "agentledger.cli._main", "worker", "--app",
              "tests.service.service_app:app", "--db", store_url, "--poll-seconds", "0.05",
              "--prune-every", "1"],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, ENV: KEY},

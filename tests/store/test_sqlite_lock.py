@@ -16,7 +16,7 @@ import pytest
 from agentledger.errors import StoreUnavailable
 from agentledger.records import Run, Step
 from agentledger.store import Batch, RunUpdate, Store, open_store
-from agentledger.store.base import NewRun
+from agentledger.store._base import NewRun
 
 TARGET = "agent@1"
 

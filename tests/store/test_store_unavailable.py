@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 from agentledger.errors import StoreUnavailable
-from agentledger.store.postgres.connection import connect
-from agentledger.store.postgres.dialect import PostgresDialect
-from agentledger.store.sqlite import SQLiteDialect
+from agentledger.store._postgres.connection import connect
+from agentledger.store._postgres.dialect import PostgresDialect
+from agentledger.store._sqlite import SQLiteDialect
 
 
 @contextmanager

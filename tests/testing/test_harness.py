@@ -16,7 +16,7 @@ from agentledger import (
     ToolContext,
     Turn,
 )
-from agentledger.policies import Allow, ProposedCall
+from agentledger._policies import Allow, ProposedCall
 from agentledger.testing import FakeProvider, Harness, KeyConflict
 
 

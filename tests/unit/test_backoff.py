@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from agentledger.backoff import Backoff, exponential, retry_after, retry_after_seconds
-from agentledger.engine.retries import backoff
-from agentledger.tools.contract import RetryPolicy
+from agentledger._backoff import Backoff, exponential, retry_after, retry_after_seconds
+from agentledger.engine._retries import backoff
+from agentledger.tools._contract import RetryPolicy
 
 
 def test_delays_double_from_the_first_up_to_the_cap() -> None:
@@ -59,8 +59,8 @@ def test_a_providers_retry_after_is_never_negative_nor_nan(
 
 
 def test_model_providers_and_http_tools_parse_retry_after_alike() -> None:
-    from agentledger.models import provider
-    from agentledger.tools import http
+    from agentledger.models import _provider as provider
+    from agentledger.tools import _http as http
 
     assert provider.retry_after is retry_after
     assert http.retry_after_seconds is retry_after_seconds

@@ -18,7 +18,7 @@ from agentledger import (
     UsageError,
     tool,
 )
-from agentledger.engine.retries import RetryState, next_delay
+from agentledger.engine._retries import RetryState, next_delay
 from agentledger.errors import BusinessError, ProviderError, ToolTimeout
 from agentledger.models import Message
 from agentledger.tools import RetryPolicy

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 import pytest
 
-from agentledger import envsettings
-from agentledger.cli.main import cli
-from agentledger.envsettings import EnvSettings, current, env_name
+from agentledger import _envsettings as envsettings
+from agentledger._envsettings import EnvSettings, current, env_name
+from agentledger.cli._main import cli
 from agentledger.errors import UsageError
 from agentledger.store import DEFAULT_URL
 
@@ -21,7 +21,7 @@ VARIABLE = re.compile(r"\bAGENTLEDGER_[A-Z][A-Z0-9_]*[A-Z0-9]\b")
 def test_the_readme_table_is_the_one_the_model_renders() -> None:
     readme = (ROOT / "README.md").read_text()
     assert envsettings.with_table(readme) == readme, (
-        "README.md's table of environment variables differs from agentledger/envsettings.py: "
+        "README.md's table of environment variables differs from agentledger/_envsettings.py: "
         "run `make env-table`"
     )
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from agentledger import sealer
+from agentledger import _sealer as sealer
+from agentledger._failures import FailureLog
 from agentledger.errors import StoreUnavailable
-from agentledger.failures import FailureLog
-from agentledger.service.webhooks import Dispatcher
+from agentledger.service._webhooks import Dispatcher
 
 LOG = logging.getLogger("test.failures")
 
@@ -92,7 +92,7 @@ def test_the_seal_loop_logs_a_failing_store_once_and_its_recovery(
 def test_the_webhook_dispatcher_logs_a_failing_store_once_and_its_recovery(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, "agentledger.service.webhooks")
+    caplog.set_level(logging.DEBUG, "agentledger.service._webhooks")
     # The statement differs from round to round; the cause does not.
     store = _FailingStore([f"database disk full (INSERT INTO webhooks {i})" for i in range(4)], [])
     dispatcher = Dispatcher(store, period=0.002)  # type: ignore[arg-type]

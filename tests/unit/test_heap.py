@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from agentledger import heap
+from agentledger import _heap as heap
 
 
 class _Node:

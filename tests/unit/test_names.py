@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.engine.retries import RetryAction
-from agentledger.engine.signals import HandoverReason
+from agentledger.engine._retries import RetryAction
+from agentledger.engine._signals import HandoverReason
 from agentledger.errors import FailureClass
-from agentledger.models.base import FinishReason, UsageSource
+from agentledger.models._base import FinishReason, UsageSource
 from agentledger.records import (
     ApprovalDecision,
     DeliveryStatus,
@@ -21,7 +21,7 @@ from agentledger.records import (
     RunStatus,
     StepStatus,
 )
-from agentledger.tools.contract import Delivery, EffectKind, Idempotency, tool
+from agentledger.tools._contract import Delivery, EffectKind, Idempotency, tool
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "agentledger"
 
@@ -58,9 +58,11 @@ def test_run_status_groups_are_not_members() -> None:
 
 
 def test_every_error_class_is_a_failure_class() -> None:
-    from agentledger import canonical, errors
-    from agentledger.engine import approvals, workflow_runner
-    from agentledger.models import errors as model_errors
+    from agentledger import _canonical as canonical
+    from agentledger import errors
+    from agentledger.engine import _approvals as approvals
+    from agentledger.engine import _workflow_runner as workflow_runner
+    from agentledger.models import _errors as model_errors
 
     found = [
         value.error_class

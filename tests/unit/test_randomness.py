@@ -1,11 +1,11 @@
-"""Random hex for ids (agentledger/randomness.py): buffered from the OS, never shared
+"""Random hex for ids (agentledger/_randomness.py): buffered from the OS, never shared
 with a forked child."""
 
 from __future__ import annotations
 
 import os
 
-from agentledger.randomness import random_hex
+from agentledger._randomness import random_hex
 
 
 def test_random_hex_has_the_asked_length_and_does_not_repeat() -> None:

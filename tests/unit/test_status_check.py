@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentledger.engine.retries import ask_status
-from agentledger.tools.context import ToolContext
-from agentledger.tools.contract import Tool
-from agentledger.tools.status import Status
+from agentledger.engine._retries import ask_status
+from agentledger.tools._context import ToolContext
+from agentledger.tools._contract import Tool
+from agentledger.tools._status import Status
 
 
 def _ctx() -> ToolContext:

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from agentledger.cli.main import main
+from agentledger.cli._main import main
 
 if __name__ == "__main__":
     gate = os.environ["GATE"]

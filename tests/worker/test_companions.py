@@ -1,4 +1,4 @@
-"""A worker runs the side tasks its builder composed (worker/companions.py), supervised
+"""A worker runs the side tasks its builder composed (worker/_companions.py), supervised
 like its own loops, and each one's exit pass once after its runs are released; the
 worker itself starts no feature's loop."""
 
@@ -47,7 +47,7 @@ async def test_a_burst_worker_runs_its_companions_and_their_exit_passes(store: S
 
 
 def test_the_cli_worker_composes_the_stuck_detector_and_the_webhook_dispatcher() -> None:
-    from agentledger.cli.ops import worker_companions
+    from agentledger.cli._ops import worker_companions
 
     assert [c.name for c in worker_companions(WorkerConfig())] == ["stuck", "webhooks"]
     assert [c.name for c in worker_companions(WorkerConfig(webhooks=False))] == ["stuck"]

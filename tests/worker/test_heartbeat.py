@@ -10,7 +10,7 @@ import pytest
 
 from agentledger import App
 from agentledger.worker import Worker, WorkerConfig
-from agentledger.worker import worker as worker_module
+from agentledger.worker import _worker as worker_module
 
 
 class FakeStore:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from agentledger.worker.liveness import (
+from agentledger.worker._liveness import (
     ProcessId,
     is_dead_local_owner,
     make_owner_id,
@@ -124,7 +124,7 @@ def test_ourselves_are_alive() -> None:
 
 def test_a_real_exited_process_is_dead_and_a_live_one_is_not() -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", "from agentledger.worker.liveness import make_owner_id as m;"
+        [sys.executable, "-c", "from agentledger.worker._liveness import make_owner_id as m;"
          "print(m(), flush=True); import sys; sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

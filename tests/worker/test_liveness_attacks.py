@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from agentledger.worker import liveness
-from agentledger.worker.liveness import ProcessId, is_dead_local_owner, owner_is_dead, parse_owner
+from agentledger.worker import _liveness as liveness
+from agentledger.worker._liveness import ProcessId, is_dead_local_owner, owner_is_dead, parse_owner
 
 BOOT = "928f2d2d7e9b481d9a74e8c659da6190"
 NS = "4026531836"

@@ -21,7 +21,7 @@ def _start(env: Env, app: str, db: str, extra_env: dict[str, str]) -> subprocess
     env._logs += 1
     log = open(env.tmp / f"worker{env._logs}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentledger.cli.main", "worker", "--app", app, "--db", db],
+        [sys.executable, "-m", "agentledger.cli._main", "worker", "--app", app, "--db", db],
         cwd=ROOT, env={**env.child_env(), **extra_env}, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     log.close()

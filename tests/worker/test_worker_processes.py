@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from agentledger.records import RunStatus, StepStatus
-from agentledger.worker.liveness import parse_owner, read_pid_namespace
+from agentledger.worker._liveness import parse_owner, read_pid_namespace
 from tests.engine.helpers import Env, tool_steps, wait_for
 from tests.worker.procs import pid_namespace_prefix, wait_log
 
@@ -101,7 +101,7 @@ def test_a_locked_database_does_not_stop_the_worker(env: Env) -> None:
         wait_log(env, 1, "locked")  # the worker met the lock (and said so)
         wait_for(lambda: env.worker_log(1).count("retrying") >= 3, what="several retries")
         log = env.worker_log(1)
-        assert log.count("ERROR") == 1 and log.count("WARNING agentledger.service.webhooks") <= 1
+        assert log.count("ERROR") == 1 and log.count("WARNING agentledger.service._webhooks") <= 1
         assert worker.poll() is None
     finally:
         holder.execute("ROLLBACK")

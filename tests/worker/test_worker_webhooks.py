@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from agentledger.service.queries import webhooks as service_webhooks
-from agentledger.service.webhooks import verify
+from agentledger.service._queries import webhooks as service_webhooks
+from agentledger.service._webhooks import verify
 from agentledger.store import open_store
 from tests.engine.helpers import Env, wait_for
 from tests.loopback_http import QuietHandler, serving

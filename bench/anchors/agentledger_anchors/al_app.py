@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentledger.app import App
-from agentledger.budget import Budget
-from agentledger.engine.workflow_runner import WorkflowContext
+from agentledger._app import App
+from agentledger._budget import Budget
+from agentledger.engine._workflow_runner import WorkflowContext
 from agentledger_anchors.ticks import TICKS, tick
 
 app = App("agentledger-anchors")

@@ -63,7 +63,7 @@ def _kill(*procs: subprocess.Popen[bytes] | None) -> None:
 
 def _agentledger_worker(url: str) -> list[str]:
     return [
-        sys.executable, "-m", "agentledger.cli.main", "worker",
+        sys.executable, "-m", "agentledger.cli._main", "worker",
         "--app", "agentledger_anchors.al_app:app", "--db", url,
         "--poll-seconds", "0.05", "--no-outbox", "--concurrency", "4",
         "--lease-seconds", str(LEASE_SECONDS),

@@ -38,9 +38,10 @@ from typing import Any
 
 import httpx
 
-from agentledger import App, WorkflowContext, heap
+from agentledger import App, WorkflowContext
+from agentledger import _heap as heap
 from agentledger.errors import UsageError
-from agentledger.service.queries import audit as service_audit
+from agentledger.service._queries import audit as service_audit
 from agentledger.store import open_store
 
 app = App("api-bench")
@@ -305,7 +306,7 @@ async def _sse_lag(
         tasks = [asyncio.create_task(follow(i)) for i in ids]
         await asyncio.wait_for(opened.wait(), 60)
         worker = subprocess.Popen(
-            [sys.executable, "-m", "agentledger.cli.main", "worker", "--app", APP_PATH,
+            [sys.executable, "-m", "agentledger.cli._main", "worker", "--app", APP_PATH,
              "--db", db, "--poll-seconds", "0.05"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -348,7 +349,7 @@ async def run_api_bench(
     store = open_store(db)
     await store.open()
     try:
-        from agentledger.service.auth import create_key
+        from agentledger.service._auth import create_key
 
         key, _ = await create_key(store, pepper.encode(), "bench", "bench", ["operator"], 3600)
         # The streamed runs belong to another tenant: claims are fair across tenants, so
@@ -361,7 +362,7 @@ async def run_api_bench(
     port = _port()
     base = f"http://127.0.0.1:{port}"
     serve = subprocess.Popen(
-        [sys.executable, "-m", "agentledger.cli.main", "serve", "--app", APP_PATH, "--db", db,
+        [sys.executable, "-m", "agentledger.cli._main", "serve", "--app", APP_PATH, "--db", db,
          "--port", str(port), "--log-level", "warning", "--no-access-log"],
         env=env,
     )  # fmt: skip

@@ -18,10 +18,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentledger.app import App
-from agentledger.budget import Budget
-from agentledger.engine.workflow_runner import WorkflowContext
-from agentledger.tools.context import ToolContext
+from agentledger._app import App
+from agentledger._budget import Budget
+from agentledger.engine._workflow_runner import WorkflowContext
+from agentledger.tools._context import ToolContext
 
 app = App("agentledger-bench")
 
@@ -29,7 +29,7 @@ app = App("agentledger-bench")
 def worker_command(url: str, *options: str) -> list[str]:
     """A worker process of this app on ``url`` (polling fast, no outbox)."""
     return [
-        sys.executable, "-m", "agentledger.cli.main", "worker", "--app",
+        sys.executable, "-m", "agentledger.cli._main", "worker", "--app",
         "agentledger_bench.apps:app", "--db", url, "--poll-seconds", "0.05", "--no-outbox",
         *options,
     ]  # fmt: skip

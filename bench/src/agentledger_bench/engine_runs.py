@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-from agentledger.cli.ops import worker_companions
+from agentledger.cli._ops import worker_companions
 from agentledger.records import RunStatus
 from agentledger.store import Store
 from agentledger.worker import Worker, WorkerConfig

@@ -42,9 +42,9 @@ from typing import Any
 
 from agentledger.records import RunStatus
 from agentledger.store import Store, open_store
-from agentledger.store.dialect import Dialect
-from agentledger.store.queries.common import RUN_COLUMNS
-from agentledger.store.tx import Tx
+from agentledger.store._dialect import Dialect
+from agentledger.store._queries.common import RUN_COLUMNS
+from agentledger.store._tx import Tx
 
 TARGET = "bench_fair@1"
 SHAPES = ("one_tenant", "big_plus_100", "many_tenants", "few_due")

@@ -89,8 +89,8 @@ def serve() -> None:
 
 
 async def _measure(calls: int, port: int) -> dict[str, Any]:
-    from agentledger.models.base import Message, ModelRequest, ToolSchema
-    from agentledger.models.spec import model_from_string
+    from agentledger.models._base import Message, ModelRequest, ToolSchema
+    from agentledger.models._spec import model_from_string
 
     os.environ["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
     os.environ.setdefault("OPENAI_API_KEY", "bench-key")

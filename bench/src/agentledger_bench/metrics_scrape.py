@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentledger.observe.metrics import StoreFigures, render_metrics
-from agentledger.observe.stuck import StuckPolicy
+from agentledger.observe._metrics import StoreFigures, render_metrics
+from agentledger.observe._stuck import StuckPolicy
 from agentledger.store import Store, open_store
 
 _RUN = (

@@ -7,7 +7,7 @@ in a rotating order, so the noise of a shared machine hits them alike):
 - ``none``: no tracer provider (the default: every tracing hook is a type check);
 - ``memory``: the OpenTelemetry SDK with a ``BatchSpanProcessor`` into an in-memory
   exporter (the cost of making the spans, without encoding or sending them);
-- ``otlp``: what a user configures (:func:`agentledger.observe.tracing.otlp_provider`:
+- ``otlp``: what a user configures (:func:`agentledger.observe._tracing.otlp_provider`:
   the SDK's ``TracerProvider`` and ``BatchSpanProcessor`` with its default batch of 512
   spans, the official OTLP/HTTP exporter) sending to a collector stub on loopback, and
   ``/metrics`` scraped every ``--scrape-every`` seconds while the runs execute (store
@@ -20,7 +20,7 @@ in a rotating order, so the noise of a shared machine hits them alike):
 
 With ``--compare``, variants of ``otlp`` (same collector, same scraping):
 ``otlp_fast_encoder`` exports with the opt-in encoder
-(``otlp_provider(fast_encoder=True)``, :mod:`agentledger.observe.otlp`);
+(``otlp_provider(fast_encoder=True)``, :mod:`agentledger.observe._otlp`);
 ``otlp_batch_2048`` exports batches of 2,048 spans (``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``,
 a queue of 8,192); ``otlp_ratio_10`` samples a tenth of the runs
 (``OTEL_TRACES_SAMPLER=parentbased_traceidratio``, argument 0.1).
@@ -59,9 +59,9 @@ from typing import Any
 
 from opentelemetry import trace
 
-from agentledger.observe import tracing
-from agentledger.observe.instruments import STEP_DURATION
-from agentledger.observe.metrics import MetricsServer
+from agentledger.observe import _tracing as tracing
+from agentledger.observe._instruments import STEP_DURATION
+from agentledger.observe._metrics import MetricsServer
 from agentledger.store import open_store
 from agentledger_bench.engine_runs import per_step_us
 

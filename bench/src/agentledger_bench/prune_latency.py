@@ -34,12 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentledger import sealer
-from agentledger.cli.ops import worker_companions
-from agentledger.prune import prune_tenant
+from agentledger import _sealer as sealer
+from agentledger._prune import prune_tenant
+from agentledger.cli._ops import worker_companions
 from agentledger.records import RunStatus
 from agentledger.store import Store, open_store
-from agentledger.store.queries.retention import Policy
+from agentledger.store._queries.retention import Policy
 from agentledger.worker import Worker, WorkerConfig
 from agentledger_bench.apps import app as bench_app
 

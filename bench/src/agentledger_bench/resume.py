@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentledger.store.sqlstore import Store
+from agentledger.store._sqlstore import Store
 from agentledger_bench.apps import app as bench_app
 from agentledger_bench.apps import worker_command
 

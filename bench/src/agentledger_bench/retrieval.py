@@ -11,7 +11,7 @@ database should be empty: the bench's tenants are removed at the end.
 
 With the embeddings extra installed (and ``--hybrid``, the default then), the chunks are
 embedded too and the same queries are also timed through the hybrid search
-(:func:`agentledger.retrieval.search.hybrid_search`: full text and cosine fused by
+(:func:`agentledger.retrieval._search.hybrid_search`: full text and cosine fused by
 reciprocal rank), reported as ``hybrid_p50_ms`` ... side by side with the full-text
 figures of the same run. The first hybrid query reads the tenant's vectors into the
 in-process cache (``hybrid_first_ms``); the percentiles are of the queries after it.
@@ -28,10 +28,10 @@ import statistics
 import time
 from typing import Any
 
-from agentledger.retrieval import queries as retrieval_docs
-from agentledger.retrieval.embeddings import Embedder, embedder
-from agentledger.retrieval.queries import NewChunk
-from agentledger.retrieval.search import hybrid_search
+from agentledger.retrieval import _queries as retrieval_docs
+from agentledger.retrieval._embeddings import Embedder, embedder
+from agentledger.retrieval._queries import NewChunk
+from agentledger.retrieval._search import hybrid_search
 from agentledger.store import Store, open_store
 
 TENANT = "bench-retrieval"

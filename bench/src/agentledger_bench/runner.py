@@ -119,7 +119,7 @@ async def run_bench(config: BenchConfig, progress: Progress | None = None) -> di
     if config.workdir:
         base_dir = Path(config.workdir)
     elif config.db and not postgres:
-        from agentledger.store.sqlite import sqlite_path
+        from agentledger.store._sqlite import sqlite_path
 
         base_dir = Path(sqlite_path(config.db)[0]).resolve().parent
     else:

@@ -8,12 +8,12 @@ with ``Agent(memory=True)`` also gets the user's facts as a system message
 forgetting deletes the rows and records a ``memory.forgotten`` audit event.
 """
 
-from agentledger.engine import hooks as _hooks
-from agentledger.memory.context import memory_note
-from agentledger.memory.facts import fact_key_of, rank_facts
-from agentledger.memory.tools import memory_tools, recall, remember
+from agentledger.engine import _hooks as _hooks
+from agentledger.memory._context import memory_note
+from agentledger.memory._facts import fact_key_of, rank_facts
+from agentledger.memory._tools import memory_tools, recall, remember
 
-# The agent loop reads the user's facts through the engine's hook (engine/hooks.py).
+# The agent loop reads the user's facts through the engine's hook (engine/_hooks.py).
 _hooks.install(memory_note=memory_note)
 
 __all__ = ["fact_key_of", "memory_note", "memory_tools", "rank_facts", "recall", "remember"]

@@ -14,19 +14,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentledger.service.app import create_app
-    from agentledger.service.settings import ServiceSettings
+    from agentledger.service._app import create_app
+    from agentledger.service._settings import ServiceSettings
 
 __all__ = ["ServiceSettings", "create_app"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "create_app":
-        from agentledger.service.app import create_app
+        from agentledger.service._app import create_app
 
         return create_app
     if name == "ServiceSettings":
-        from agentledger.service.settings import ServiceSettings
+        from agentledger.service._settings import ServiceSettings
 
         return ServiceSettings
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

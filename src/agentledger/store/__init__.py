@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from agentledger._extras import hint
 from agentledger.errors import UsageError
-from agentledger.extras import hint
-from agentledger.store.base import (
+from agentledger.store._base import (
     AlreadyDecided,
     Batch,
     EffectClaimed,
@@ -16,8 +16,8 @@ from agentledger.store.base import (
     UnstorableBatch,
     UnstorableValue,
 )
-from agentledger.store.sqlstore import Store
-from agentledger.store.tx import Tx
+from agentledger.store._sqlstore import Store
+from agentledger.store._tx import Tx
 
 DEFAULT_URL = "sqlite:///agentledger.db"
 
@@ -30,7 +30,7 @@ def open_store(url: str | None = None) -> Store:
     url = url or DEFAULT_URL
     if url.startswith(("postgresql://", "postgres://")):
         try:
-            from agentledger.store.postgres import PostgresDialect
+            from agentledger.store._postgres import PostgresDialect
         except ImportError as exc:
             raise UsageError(
                 hint("postgres", "a postgresql:// database")
@@ -38,7 +38,7 @@ def open_store(url: str | None = None) -> Store:
             ) from exc
         return Store(PostgresDialect(url))
     if url.startswith("sqlite:") or "://" not in url:
-        from agentledger.store.sqlite import SQLiteDialect
+        from agentledger.store._sqlite import SQLiteDialect
 
         return Store(SQLiteDialect(url))
     scheme = url.split("://", 1)[0]

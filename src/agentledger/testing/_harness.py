@@ -10,8 +10,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from agentledger.app import App
-from agentledger.clock import SYSTEM
+from agentledger._app import App
+from agentledger._clock import SYSTEM
 from agentledger.records import Approval, ApprovalDecision, Run, Step
 from agentledger.store import open_store
 from agentledger.worker import Companion, Worker, WorkerConfig
@@ -36,7 +36,7 @@ class Harness:
         companions: Sequence[Companion] = (),
     ) -> None:
         self.app = app
-        # Features' side tasks for the worker (worker/companions.py), none by default.
+        # Features' side tasks for the worker (worker/_companions.py), none by default.
         self.companions = tuple(companions)
         self._url = db
         self._tmp: tempfile.TemporaryDirectory[str] | None = None

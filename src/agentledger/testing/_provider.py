@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentledger.canonical import canonical_json
+from agentledger._canonical import canonical_json
 from agentledger.errors import BusinessError, InProgress, ProviderError, ToolTimeout
 
 # What a fault does, and whether the provider applied the effect before it struck:

@@ -28,8 +28,8 @@ from typing import Any
 
 import click
 
-from agentledger import envsettings
-from agentledger.cli.tables import journal_entry, journal_notes, journal_view
+from agentledger import _envsettings as envsettings
+from agentledger.cli._tables import journal_entry, journal_notes, journal_view
 from agentledger.records import Run, RunStatus
 from agentledger_examples.stayhub.sandbox.faults import grammar_help
 

@@ -8,9 +8,9 @@ import tempfile
 
 import click
 
-from agentledger.cli.common import db_option
-from agentledger.cli.ops import worker_companions
-from agentledger.cli.tables import journal_notes, journal_view
+from agentledger.cli._common import db_option
+from agentledger.cli._ops import worker_companions
+from agentledger.cli._tables import journal_notes, journal_view
 from agentledger.records import RunStatus
 
 

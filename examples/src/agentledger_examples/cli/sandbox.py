@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agentledger.cli.common import check_port_free
+from agentledger.cli._common import check_port_free
 from agentledger_examples.stayhub.sandbox.faults import grammar_help
 
 

@@ -38,14 +38,18 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
-from agentledger.agent import Agent
-from agentledger.app import App
-from agentledger.budget import Budget
+from agentledger import (
+    Agent,
+    Allow,
+    App,
+    Budget,
+    Decision,
+    ProposedCall,
+    RequireApproval,
+    ScriptedModel,
+)
 from agentledger.errors import BusinessError, InProgress
-from agentledger.models.scripted import ScriptedModel
-from agentledger.policies import Allow, Decision, ProposedCall, RequireApproval
-from agentledger.tools import Compensation, RetryPolicy, Status, ToolContext
-from agentledger.tools.http import call_provider
+from agentledger.tools import Compensation, RetryPolicy, Status, ToolContext, call_provider
 from agentledger_examples.stayhub.script import booking_script
 
 DEFAULT_URL = "http://127.0.0.1:8700"

@@ -22,7 +22,7 @@ from typing import Any
 import agentledger
 import agentledger_examples as examples
 from agentledger.records import RunStatus
-from agentledger.store.sqlstore import Store
+from agentledger.store import Store
 
 APP_PATH = "agentledger_examples.stayhub.app:app"
 AGENT = "stayhub_booking"
@@ -33,7 +33,7 @@ def worker_command(db: str, *, lease_seconds: float = 2.0, poll_seconds: float =
     return [
         sys.executable,
         "-m",
-        "agentledger.cli.main",
+        "agentledger.cli._main",
         "worker",
         "--app",
         APP_PATH,

@@ -22,16 +22,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from agentledger.agent import Agent
-from agentledger.app import App
-from agentledger.budget import Budget
+from agentledger import Agent, App, Budget, ModelRequest, ScriptedModel, Turn
 from agentledger.memory import memory_tools
-from agentledger.models.base import ModelRequest
-from agentledger.models.scripted import ScriptedModel, Turn
-from agentledger.retrieval import index_path, search_docs
-from agentledger.retrieval.queries import Document
-from agentledger.store import open_store
-from agentledger.store.sqlstore import Store
+from agentledger.retrieval import Document, index_path, search_docs
+from agentledger.store import Store, open_store
 from agentledger_examples.stayhub.script import Result, run_input, tool_results
 
 POLICY_PATH = Path(__file__).with_name("policy.md")

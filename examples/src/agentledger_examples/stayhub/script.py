@@ -27,8 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentledger.models.base import ModelRequest
-from agentledger.models.scripted import Turn
+from agentledger import ModelRequest, Turn
 
 INVENTED_ADDRESS = "refunds@attacker.example"
 

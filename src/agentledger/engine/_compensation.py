@@ -1,0 +1,195 @@
+"""Compensation: undo earlier effects when a run ends without completing.
+
+When a run is headed for ``failed``, ``cancelled`` or a handover, the decision is
+journaled first -- a ``decision`` step holding the terminal status it is heading
+to, why, and the plan: which succeeded write steps are owed a compensation
+(newest first) and at which step number each compensation runs. A resumed run
+that finds the decision goes straight back to compensating; it never has to
+re-derive the failure. The decision's batch drops the run's undelivered outbox
+rows (a "booking confirmed" email must not follow a cancelled booking).
+
+Compensations are durable steps like any other (``kind="compensation"``): keyed,
+retried by class, parked for a long backoff, status-checked when their outcome
+is unknown. One that cannot be settled -- it failed, its arguments could not be
+built, or its outcome stays unknown -- hands the run to a human with the reason
+(:class:`~agentledger.engine._signals.Handover`), never a terminal state with
+money taken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentledger.engine._execution import Execution
+from agentledger.engine._signals import Handover, HandoverReason
+from agentledger.engine._steps import fail_step, new_step
+from agentledger.engine._tool_step import run_tool_step
+from agentledger.errors import ToolError
+from agentledger.records import Step, StepStatus
+from agentledger.store._base import NewEvent
+
+DECISION_KIND = "decision"
+DECISION_NAME = "compensate"
+
+
+@dataclass
+class CompensationDecision:
+    """Where a run is heading once its compensations are done."""
+
+    status: str
+    error: str | None = None
+    handover_reason: str | None = None
+    event: str = "run.failed"
+    data: dict[str, Any] = field(default_factory=dict)
+    plan: list[list[int]] = field(default_factory=list)  # [step owed, compensation step]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "error": self.error,
+            "handover_reason": self.handover_reason,
+            "event": self.event,
+            "data": self.data,
+            "plan": self.plan,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CompensationDecision:
+        return cls(
+            status=data["status"],
+            error=data.get("error"),
+            handover_reason=data.get("handover_reason"),
+            event=data.get("event", "run.failed"),
+            data=dict(data.get("data") or {}),
+            plan=[list(p) for p in data.get("plan", [])],
+        )
+
+
+def journaled_decision(exe: Execution) -> CompensationDecision | None:
+    """The decision to compensate, if the journal holds one (the run is compensating)."""
+    for step in exe.journal.values():
+        if step.kind == DECISION_KIND and isinstance(step.output, dict):
+            return CompensationDecision.from_dict(step.output)
+    return None
+
+
+def owed(exe: Execution) -> list[Step]:
+    """Write steps that took effect and declare a compensation, newest first.
+
+    A write that succeeded but whose result could not be journaled took effect
+    too: it is owed its compensation (whose arguments then cannot be built, which
+    hands the run to a human rather than leaving the effect unaccounted for).
+    """
+    steps = []
+    for step in sorted(exe.journal.values(), key=lambda s: s.step_no, reverse=True):
+        tool = exe.tools.get(step.name)
+        took_effect = step.status == StepStatus.SUCCEEDED or (
+            step.status == StepStatus.FAILED and step.error_class == "not_journalable"
+        )
+        if (
+            step.kind == "tool"
+            and took_effect
+            and tool is not None
+            and tool.compensation is not None
+            and step.idempotency_key is not None
+        ):
+            steps.append(step)
+    return steps
+
+
+async def plan_compensation(exe: Execution, decision: CompensationDecision) -> CompensationDecision:
+    """Journal ``decision`` with its compensation plan; return it.
+
+    Nothing owed: nothing is journaled (the run finishes at once, no resume needed).
+    """
+    targets = owed(exe)
+    if not targets:
+        return decision
+    first = max(exe.journal, default=0) + 1
+    decision.plan = [[t.step_no, first + 1 + i] for i, t in enumerate(targets)]
+    step = new_step(exe, first, DECISION_KIND, DECISION_NAME, status=StepStatus.SUCCEEDED)
+    step.output = decision.to_dict()
+    await exe.record(
+        step,
+        drop_outbox=True,
+        events=[
+            NewEvent(
+                "run.compensating",
+                exe.owner,
+                {"heading_to": decision.status, "owed": [t for t, _ in decision.plan]},
+            )
+        ],
+    )
+    return decision
+
+
+async def compensate(exe: Execution, decision: CompensationDecision) -> list[int]:
+    """Run the compensations of ``decision``'s plan still owed; return the steps undone.
+
+    Raises Park (a compensation waits: the run parks and resumes here) or Handover
+    (one could not be settled; the others were still attempted first).
+    """
+    exe.compensating = True
+    failures: list[str] = []
+    compensated: list[int] = []
+    for target_no, comp_no in decision.plan:
+        target = exe.journal[target_no]
+        tool = exe.tools.get(target.name)
+        comp = tool.compensation if tool is not None else None
+        existing = exe.journal.get(comp_no)
+        if existing is not None and existing.status == StepStatus.SUCCEEDED:
+            compensated.append(target_no)
+            continue
+        if existing is not None and existing.status == StepStatus.FAILED:
+            failures.append(_failure(target, existing.name, existing.error))
+            continue
+        if comp is None:  # the code lost the compensation under the run
+            failures.append(_failure(target, "?", "its tool no longer declares a compensation"))
+            continue
+        if existing is None:
+            try:
+                args = comp.arguments(
+                    target.input.get("args", {}) if isinstance(target.input, dict) else {},
+                    target.output,
+                )
+            except Exception as exc:
+                error = f"could not build its arguments: {type(exc).__name__}: {exc}"
+                step = new_step(exe, comp_no, "compensation", comp.tool, status=StepStatus.NEW)
+                step.input = {"compensates": target_no}
+                await fail_step(exe, step, ToolError(error))
+                failures.append(_failure(target, comp.tool, error))
+                continue
+        else:
+            args = {}  # in flight: run_tool_step resumes with the journaled arguments
+        try:
+            outcome = await run_tool_step(
+                exe, comp_no, comp.tool, args, kind="compensation", compensates=target_no
+            )
+        except Handover as stuck:  # its outcome stays unknown: a human settles it
+            failures.append(_failure(target, comp.tool, stuck.detail))
+            continue
+        # As the journal states it, so a resumed run judges it the same way.
+        entry = exe.journal.get(comp_no)
+        ok = entry is not None and entry.status == StepStatus.SUCCEEDED
+        reason = outcome.error if entry is None else entry.error
+        await exe.event(
+            "compensation.done" if ok else "compensation.failed",
+            {"step_no": target_no, "tool": comp.tool, "by_step": comp_no, "error": reason},
+        )
+        if ok:
+            compensated.append(target_no)
+        else:
+            failures.append(_failure(target, comp.tool, reason))
+    if failures:
+        raise Handover(
+            HandoverReason.COMPENSATION, "compensation could not be settled: " + "; ".join(failures)
+        )
+    return compensated
+
+
+def _failure(target: Step, comp_tool: str, error: str | None) -> str:
+    return f"{comp_tool} for step {target.step_no} ({target.name}): {error or 'failed'}"
+
+
+__all__ = ["CompensationDecision", "compensate", "journaled_decision", "owed", "plan_compensation"]

@@ -1,0 +1,123 @@
+"""The append-only audit trail."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agentledger.records import (
+    Event,
+    Step,
+    dumps,
+)
+from agentledger.store import _rows as rows
+from agentledger.store._base import Batch, NewEvent
+from agentledger.store._tx import Tx
+
+# The events_type index leaves out the journal's step events (migration 0061): one
+# index fewer written per journal write. A query by type states this condition (the
+# index's own) so that both databases use the index.
+EVENTS_TYPE_INDEXED = "type NOT LIKE 'step.%'"
+
+
+def batch_events(batch: Batch) -> list[NewEvent]:
+    """The events a batch appends: one ``step.<status>`` per journal entry it writes
+    (so a run's event stream describes its journal, in the same transaction), then the
+    batch's own events."""
+    return [step_event(batch.owner, step) for step in batch.steps] + list(batch.events)
+
+
+def step_event(owner: str, step: Step) -> NewEvent:
+    """The ``step.<status>`` event of one journal write. Being an event, it is sealed into
+    the tenant's audit chain, so it carries what the audit trail must show of the step:
+    the idempotency key it executed with, the policy decision that let it run, and its
+    tokens and cost (each only when there is one, to keep the row small)."""
+    data: dict[str, Any] = {
+        "step_no": step.step_no,
+        "kind": step.kind,
+        "name": step.name,
+        "status": step.status,
+        "attempts": step.attempts,
+        "error_class": step.error_class,
+    }
+    if step.idempotency_key:
+        data["key"] = step.idempotency_key
+    if isinstance(step.input, dict) and isinstance(step.input.get("policy"), str):
+        data["policy"] = step.input["policy"]
+    if step.tokens:
+        data["tokens"] = step.tokens
+    if step.cost_usd:
+        data["cost_usd"] = step.cost_usd
+    return NewEvent(f"step.{step.status}", owner, data)
+
+
+def insert_event(
+    tx: Tx,
+    run_id: str,
+    type: str,
+    actor: str,
+    data: Any,
+    seq: int | None = None,
+    token: str | None = None,
+) -> None:
+    """Append an event. Its per-run ``seq`` comes from ``runs.event_seq``, bumped here under
+    the run row's lock (or by the fence, which passes ``seq``): a run's events commit in
+    seq order with no gaps, so a reader resuming after seq N misses none. ``token`` marks
+    the job that wrote it (see :func:`has_event`)."""
+    params = {"run_id": run_id, "at": time.time(), "type": type, "actor": actor}
+    params["data"] = dumps(data)
+    params["token"] = token
+    if seq is None:
+        tx.execute("UPDATE runs SET event_seq = event_seq + 1 WHERE id = :run_id", params)
+        seq_sql = "(SELECT event_seq FROM runs WHERE id = :run_id)"
+    else:
+        params["seq"] = seq
+        seq_sql = ":seq"
+    tx.execute(
+        "INSERT INTO events (run_id, at, type, actor, data, seq, token) VALUES (:run_id, :at, "
+        f":type, :actor, :data, {seq_sql}, :token)",
+        params,
+    )
+
+
+def insert_tenant_event(
+    tx: Tx, tenant_id: str, audit_id: str, type: str, actor: str, data: Any
+) -> None:
+    """Append an event under no run (a tenant's document changes, a user's memory
+    changes), filed under ``audit_id`` (``docs/<tenant>``, ``memory/<tenant>/<user>``).
+
+    It carries its tenant from the start, since there is no run row to find it by: the
+    sealer chains it into that tenant's audit chain like a run's events. It has no
+    ``seq`` (no run's stream to resume)."""
+    tx.execute(
+        "INSERT INTO events (run_id, tenant_id, at, type, actor, data) "
+        "VALUES (:run_id, :tenant_id, :at, :type, :actor, :data)",
+        {
+            "run_id": audit_id,
+            "tenant_id": tenant_id,
+            "at": time.time(),
+            "type": type,
+            "actor": actor,
+            "data": dumps(data),
+        },
+    )
+
+
+def has_event(tx: Tx, run_id: str, token: str) -> bool:
+    """True when a job with ``token`` appended an event to the run: the job committed
+    before (its reply lost) and must not append it again."""
+    found = tx.fetchall(
+        "SELECT 1 AS found FROM events WHERE run_id = :run_id AND token = :token",
+        {"run_id": run_id, "token": token},
+    )
+    return bool(found)
+
+
+def list_events(tx: Tx, run_id: str | None = None, after_id: int = 0) -> list[Event]:
+    if run_id is None:
+        sql = "SELECT * FROM events WHERE id > :after ORDER BY id LIMIT 1000"
+    else:
+        # events_run_seq finds the run's events; within a run seq and id grow together.
+        sql = "SELECT * FROM events WHERE run_id = :run_id AND id > :after ORDER BY seq, id"
+    found = tx.fetchall(sql, {"run_id": run_id, "after": after_id})
+    return [rows.event_from(r) for r in found]
