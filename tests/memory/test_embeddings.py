@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentledger.retrieval import _queries as retrieval_docs
-from agentledger.retrieval import _search as search
-from agentledger.retrieval import index_path
+from agentledger.retrieval import index_path, search
 from agentledger.retrieval._embeddings import embedder
 from agentledger.store._sqlstore import Store
 

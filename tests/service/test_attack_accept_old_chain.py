@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 OLD_DRIVER = r"""
 import asyncio, sys
 from agentledger.store import NewRun, open_store
-from agentledger.store._queries import service_runs, service_audit
-from agentledger.store._queries.events import insert_event
-from agentledger.store._queries.service_quota import Quota
-from agentledger.store._queries.service_submits import IdempotencyRequest, SubmitRequest
+from agentledger.store.queries import service_runs, service_audit
+from agentledger.store.queries.events import insert_event
+from agentledger.store.queries.service_quota import Quota
+from agentledger.store.queries.service_submits import IdempotencyRequest, SubmitRequest
 
 def respond(run):
     return {"id": run.id, "status": run.status, "created_at": run.created_at}
@@ -78,9 +78,20 @@ def old_source(dest: Path) -> Path:
     return dest / "src"
 
 
+# The command line of whichever release is on PYTHONPATH (its module moved since).
+MAIN = """
+import importlib, sys
+try:
+    main = importlib.import_module("agentledger.cli._main").main
+except ModuleNotFoundError:
+    main = importlib.import_module("agentledger.cli.main").main
+main()
+"""
+
+
 def cli(url: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agentledger.cli._main", "audit", *args, "--db", url],
+        [sys.executable, "-c", MAIN, "audit", *args, "--db", url],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
 

@@ -60,9 +60,9 @@ from agentledger.models._base import (
     ToolSchema,
     UsageSource,
 )
+from agentledger.models._errors import FALLBACK_CLASSES, unbilled
 from agentledger.models._fallback import chain_of
 from agentledger.models._provider import ProviderModel
-from agentledger.models._errors import FALLBACK_CLASSES, unbilled
 from agentledger.records import StepStatus
 from agentledger.store._base import NewEvent
 from agentledger.tools._contract import RetryPolicy

@@ -26,8 +26,8 @@ from agentledger.models._base import (
     ModelResponse,
     ToolCall,
 )
-from agentledger.models._provider import ProviderModel, broke_off, finished, import_sdk
 from agentledger.models._errors import IncompleteAnswer, InvalidResponse
+from agentledger.models._provider import ProviderModel, broke_off, finished, import_sdk
 
 #: The stop reasons that say an answer is whole, as ours (``pause_turn`` asks the caller
 #: to continue the turn: not whole).

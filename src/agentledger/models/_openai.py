@@ -31,6 +31,7 @@ from agentledger.models._base import (
     ModelResponse,
     ToolCall,
 )
+from agentledger.models._errors import IncompleteAnswer, InvalidResponse
 from agentledger.models._provider import (
     ProviderModel,
     broke_off,
@@ -38,7 +39,6 @@ from agentledger.models._provider import (
     import_sdk,
     safe_url,
 )
-from agentledger.models._errors import IncompleteAnswer, InvalidResponse
 
 
 def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:

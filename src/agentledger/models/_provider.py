@@ -29,7 +29,6 @@ from agentledger.models._base import (
     Usage,
     UsageSource,
 )
-from agentledger.models._pricing import Price, Pricer
 from agentledger.models._errors import (
     ContextWindowExceeded,
     IncompleteAnswer,
@@ -37,6 +36,7 @@ from agentledger.models._errors import (
     MissingExtra,
     ModelRejected,
 )
+from agentledger.models._pricing import Price, Pricer
 
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TIMEOUT = 60.0
