@@ -20,7 +20,7 @@ from agentledger.errors import UsageError
 
 #: Each extra and the modules that tell whether it is installed.
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "service": ("fastapi", "uvicorn"),
+    "service": ("fastapi", "uvicorn", "jinja2"),
     "postgres": ("psycopg",),
     "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),
     "metrics": ("prometheus_client",),

@@ -15,6 +15,7 @@ from agentledger import _sealer as sealer
 from agentledger._app import App
 from agentledger._failures import FailureLog
 from agentledger.service import _accepting as accepting
+from agentledger.service import _console as console
 from agentledger.service import _deltas as deltas
 from agentledger.service import _docs_pages as docs_pages
 from agentledger.service import _problems as problems
@@ -126,6 +127,7 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
     for module in (health, runs, events, approvals, audit, observe):
         api.include_router(module.router)
     docs_pages.install(api)
+    console.install(api)  # the web console at /ui
     return api
 
 

@@ -179,7 +179,6 @@ _UNAUTHENTICATED = {"WWW-Authenticate": 'Bearer realm="agentledger"'}
 
 async def authenticate(request: Request) -> Principal:
     """The caller's principal, from its bearer key; 401 problem otherwise."""
-    state = request.app.state
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -189,6 +188,16 @@ async def authenticate(request: Request) -> Principal:
             "`agentledger keys create`",
             headers=_UNAUTHENTICATED,
         )
+    principal = await check_key(request.app, token)
+    request.state.principal = principal
+    return principal
+
+
+async def check_key(app: Any, token: str) -> Principal:
+    """The principal of the API key ``token`` (``al_<id>_<secret>``) on ``app``; a 401
+    problem when it is malformed, unknown, revoked or expired. The API's bearer keys and
+    the console's sign-in both come through here."""
+    state = app.state
     match = _KEY.match(token.strip())
     if match is None:
         raise Problem("unauthenticated", "malformed API key", headers=_UNAUTHENTICATED)
@@ -205,9 +214,7 @@ async def authenticate(request: Request) -> Principal:
         raise Problem("unauthenticated", "this API key was revoked", headers=_UNAUTHENTICATED)
     if row["expires_at"] <= time.time():
         raise Problem("unauthenticated", "this API key has expired", headers=_UNAUTHENTICATED)
-    principal = Principal(key_id, row["tenant_id"], row["user_id"], frozenset(row["roles"]))
-    request.state.principal = principal
-    return principal
+    return Principal(key_id, row["tenant_id"], row["user_id"], frozenset(row["roles"]))
 
 
 def _other_pepper(row: dict[str, Any], pepper: bytes) -> None:

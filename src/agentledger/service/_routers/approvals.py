@@ -175,6 +175,9 @@ async def decide(
         "reason": body.reason,
         "request_id": getattr(request.state, "request_id", None),
     }
+    via = getattr(request.state, "via", None)  # the console calls this handler too
+    if via:
+        context["via"] = via
     try:
         decided, _ = await store.transact(
             service_approvals.decide_with_context,

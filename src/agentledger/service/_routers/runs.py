@@ -348,7 +348,9 @@ async def cancel_run(
     if row["run"].terminal:
         return JSONResponse(run_view(row), status_code=200)
     reason = (body or CancelRun()).reason
-    actor = f"{principal.user_id} (key {principal.key_id})"
+    # The console calls this handler too, and says so (``request.state.via``).
+    via = getattr(request.state, "via", None)
+    actor = f"{principal.user_id} (key {principal.key_id}{f', {via}' if via else ''})"
     await request.app.state.store.cancel_run(run_id, reason, actor)
     row = await run_or_404(request, run_id, principal.tenant_id)
     return JSONResponse(run_view(row), status_code=202)

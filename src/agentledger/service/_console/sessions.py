@@ -1,0 +1,114 @@
+"""Console sessions: an API key pasted once becomes a server-side session.
+
+The browser holds a random session id in a cookie (``HttpOnly``, ``SameSite=Strict``,
+``Secure`` over https); the store holds only its SHA-256, the key it was made with, the
+tenant, user and roles, a CSRF token and the expiry. Every request re-reads the session
+(expiry is the server's, a logout revokes it) and the key (a revoked or expired key ends
+its sessions), so a session never outlives what the key may do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+from fastapi import Request, Response
+
+from agentledger.service._auth import Principal, check_key
+from agentledger.service._queries import console as queries
+
+COOKIE = "agentledger_console"
+LIFETIME = 8 * 3600.0  # seconds a session lasts at most (never past its key's expiry)
+_MAX_FORM = 64 * 1024  # a console form is a few fields
+
+
+@dataclass(frozen=True)
+class Session:
+    """A signed-in person: the principal its key gives, and the session's CSRF token."""
+
+    id_hash: str
+    principal: Principal
+    csrf: str
+    expires_at: float
+
+
+def _hash(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+async def sign_in(request: Request, response: Response, key: str) -> Session:
+    """Check ``key`` as the API does (401 problem when it is not a live key), store a
+    new session and set its cookie on ``response``."""
+    app = request.app
+    principal = await check_key(app, key)
+    row = await app.state.keys.get(app.state.store, principal.key_id)
+    now = time.time()
+    expires_at = min(now + LIFETIME, float(row["expires_at"]) if row else now)
+    session_id = secrets.token_urlsafe(32)
+    csrf = secrets.token_urlsafe(32)
+    id_hash = _hash(session_id)
+    await app.state.store.transact(
+        queries.insert_session, id_hash, principal.key_id, principal.tenant_id,
+        principal.user_id, sorted(principal.roles), csrf, now, expires_at,
+    )  # fmt: skip
+    response.set_cookie(
+        COOKIE,
+        session_id,
+        max_age=max(1, int(expires_at - now)),
+        path="/",
+        secure=request.url.scheme == "https",
+        httponly=True,
+        samesite="strict",
+    )
+    return Session(id_hash, principal, csrf, expires_at)
+
+
+async def current(request: Request) -> Session | None:
+    """The request's live session, or None (no cookie, unknown, revoked, expired, or
+    its key revoked or expired)."""
+    session_id = request.cookies.get(COOKIE)
+    if not session_id or len(session_id) > 200:
+        return None
+    state = request.app.state
+    row = await state.store.read(queries.get_session, _hash(session_id))
+    now = time.time()
+    if row is None or row["revoked_at"] is not None or row["expires_at"] <= now:
+        return None
+    key = await state.keys.get(state.store, row["key_id"])
+    if key is None or key["revoked_at"] is not None or key["expires_at"] <= now:
+        return None
+    # The key's roles as they are now (they never change today; if they ever do, the
+    # session follows the key, not a copy made at sign-in).
+    principal = Principal(row["key_id"], key["tenant_id"], key["user_id"], frozenset(key["roles"]))
+    request.state.principal = principal
+    return Session(row["id_hash"], principal, row["csrf"], float(row["expires_at"]))
+
+
+async def sign_out(request: Request, response: Response, session: Session | None) -> None:
+    """Revoke the session in the store and clear its cookie."""
+    if session is not None:
+        await request.app.state.store.transact(queries.revoke_session, session.id_hash, time.time())
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+
+
+async def form(request: Request) -> dict[str, str]:
+    """A urlencoded form's fields (the first value of each); an oversized or undecodable
+    body reads as no fields."""
+    body = await request.body()
+    if len(body) > _MAX_FORM:
+        return {}
+    try:
+        fields = parse_qs(body.decode(), keep_blank_values=True, max_num_fields=50)
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return {k: v[0] for k, v in fields.items() if v}
+
+
+def csrf_ok(session: Session, fields: dict[str, str]) -> bool:
+    """True when the form carries this session's CSRF token (constant-time)."""
+    given = fields.get("csrf", "")
+    return bool(given) and hmac.compare_digest(given.encode(), session.csrf.encode())

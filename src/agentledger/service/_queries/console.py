@@ -1,0 +1,231 @@
+"""The web console's SQL: its sign-in sessions, the filtered runs list and the reads
+behind a run's page (service/_console/)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agentledger.records import RunStatus
+from agentledger.store import _rows as rows
+from agentledger.store._queries.common import RUN_COLUMNS
+from agentledger.store._tx import Tx
+
+# sessions ------------------------------------------------------------------------------
+
+
+def insert_session(
+    tx: Tx,
+    id_hash: str,
+    key_id: str,
+    tenant_id: str,
+    user_id: str,
+    roles: list[str],
+    csrf: str,
+    now: float,
+    expires_at: float,
+) -> None:
+    """Store a new session (the SHA-256 of its id, never the id)."""
+    tx.execute(
+        "INSERT INTO console_sessions (id_hash, key_id, tenant_id, user_id, roles, csrf, "
+        "created_at, expires_at) VALUES (:h, :k, :t, :u, :r, :c, :now, :exp)",
+        {
+            "h": id_hash, "k": key_id, "t": tenant_id, "u": user_id,
+            "r": json.dumps(sorted(roles)), "c": csrf, "now": now, "exp": expires_at,
+        },
+    )  # fmt: skip
+
+
+def get_session(tx: Tx, id_hash: str) -> dict[str, Any] | None:
+    """The session row of ``id_hash`` (roles decoded), revoked or expired ones included."""
+    found = tx.fetchall("SELECT * FROM console_sessions WHERE id_hash = :h", {"h": id_hash})
+    if not found:
+        return None
+    row = dict(found[0])
+    row["roles"] = json.loads(row["roles"])
+    return row
+
+
+def revoke_session(tx: Tx, id_hash: str, now: float) -> bool:
+    """End a session; False when it was not live."""
+    return bool(
+        tx.execute(
+            "UPDATE console_sessions SET revoked_at = :now WHERE id_hash = :h "
+            "AND revoked_at IS NULL",
+            {"h": id_hash, "now": now},
+        )
+    )
+
+
+def purge_sessions(tx: Tx, before: float) -> int:
+    """Delete sessions that expired before ``before``."""
+    return int(tx.execute("DELETE FROM console_sessions WHERE expires_at < :b", {"b": before}) or 0)
+
+
+# the runs list -----------------------------------------------------------------------
+
+#: Statuses the console filters by beyond the stored ones: a view over the run and its
+#: steps, approvals and stuck mark.
+DERIVED_STATUSES = ("waiting_approval", "retrying", "stuck")
+STATUSES: tuple[str, ...] = (*RunStatus.ALL, *DERIVED_STATUSES)
+
+_PENDING = "EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.id AND a.decision IS NULL)"
+_RETRYING = "EXISTS (SELECT 1 FROM steps s WHERE s.run_id = runs.id AND s.status = 'retrying')"
+# Attempts past the first, over the run's steps (the steps' primary key is the index).
+_RETRIES = (
+    "(SELECT COALESCE(SUM(s.attempts - 1), 0) FROM steps s WHERE s.run_id = runs.id "
+    "AND s.attempts > 1)"
+)
+
+
+@dataclass
+class ConsoleFilter:
+    """What the runs page filters by (all from the URL's query)."""
+
+    tenant_id: str
+    status: str | None = None
+    agent: str | None = None
+    version: str | None = None
+    user: str | None = None
+    error_class: str | None = None
+    min_retries: int | None = None
+    cost_min: float | None = None
+    cost_max: float | None = None
+    idempotency_key: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+    cursor: tuple[float, str] | None = None
+    limit: int = 50
+
+
+def _where(f: ConsoleFilter) -> tuple[list[str], dict[str, Any]]:
+    where = ["tenant_id = :tenant"]
+    params: dict[str, Any] = {"tenant": f.tenant_id}
+    for column, value in (("name", f.agent), ("version", f.version), ("user_id", f.user),
+                          ("idempotency_key", f.idempotency_key)):  # fmt: skip
+        if value is not None:
+            where.append(f"{column} = :{column}")
+            params[column] = value
+    if f.status == "waiting_approval":
+        where.append(f"status = 'waiting' AND {_PENDING}")
+    elif f.status == "retrying":
+        where.append(f"status IN ('queued', 'waiting') AND {_RETRYING}")
+    elif f.status == "stuck":
+        terminal = ", ".join(f"'{s}'" for s in sorted(RunStatus.TERMINAL))
+        where.append(f"stuck_mark IS NOT NULL AND status NOT IN ({terminal})")
+    elif f.status is not None:
+        where.append("status = :status")
+        params["status"] = f.status
+    if f.error_class is not None:
+        where.append(
+            "(handover_reason = :ec OR EXISTS (SELECT 1 FROM steps s WHERE s.run_id = runs.id "
+            "AND s.error_class = :ec))"
+        )
+        params["ec"] = f.error_class
+    if f.min_retries is not None:
+        where.append(f"{_RETRIES} >= :min_retries")
+        params["min_retries"] = f.min_retries
+    if f.cost_min is not None:
+        where.append("cost_usd >= :cost_min")
+        params["cost_min"] = f.cost_min
+    if f.cost_max is not None:
+        where.append("cost_usd <= :cost_max")
+        params["cost_max"] = f.cost_max
+    if f.created_after is not None:
+        where.append("created_at >= :after")
+        params["after"] = f.created_after
+    if f.created_before is not None:
+        where.append("created_at < :before")
+        params["before"] = f.created_before
+    return where, params
+
+
+def list_runs(tx: Tx, f: ConsoleFilter) -> list[dict[str, Any]]:
+    """One page of the tenant's runs, newest first, after ``f.cursor``: keyset over
+    (created_at, id), which the ``runs_tenant_created`` index serves however many runs
+    the tenant has. Each row: the run, whether an approval waits, its retries."""
+    where, params = _where(f)
+    if f.cursor is not None:
+        where.append("(created_at < :c_at OR (created_at = :c_at AND id < :c_id))")
+        params["c_at"], params["c_id"] = f.cursor
+    params["limit"] = f.limit
+    sql = (
+        f"SELECT {RUN_COLUMNS}, event_seq, stuck_mark, idempotency_key, "
+        f"CASE WHEN {_PENDING} THEN 1 ELSE 0 END AS pending_approval, "
+        f"{_RETRIES} AS retries FROM runs WHERE {' AND '.join(where)} "
+        "ORDER BY created_at DESC, id DESC LIMIT :limit"
+    )
+    out = []
+    for r in tx.fetchall(sql, params):
+        out.append(
+            {
+                "run": rows.run_from(r),
+                "event_seq": int(r["event_seq"]),
+                "stuck": r["stuck_mark"] is not None,
+                "pending_approval": bool(r["pending_approval"]),
+                "retries": int(r["retries"] or 0),
+                "idempotency_key": r["idempotency_key"],
+            }
+        )
+    return out
+
+
+# a run's page ------------------------------------------------------------------------
+
+
+def run_story(tx: Tx, run_id: str, events_limit: int = 500) -> dict[str, Any]:
+    """What a run's page shows beside the run row: its journal, approvals, outbox rows,
+    effects-table rows and (the latest ``events_limit``) events, in one read."""
+    steps = [
+        rows.step_from(r)
+        for r in tx.fetchall(
+            "SELECT * FROM steps WHERE run_id = :id ORDER BY step_no", {"id": run_id}
+        )
+    ]
+    approvals = [
+        rows.approval_from(r)
+        for r in tx.fetchall(
+            "SELECT * FROM approvals WHERE run_id = :id ORDER BY step_no", {"id": run_id}
+        )
+    ]
+    outbox = tx.fetchall(
+        "SELECT key, step_no, tool, attempts, status, last_error, next_attempt_at, updated_at "
+        "FROM outbox WHERE run_id = :id ORDER BY step_no, key",
+        {"id": run_id},
+    )
+    effects = tx.fetchall(
+        "SELECT key, step_no, status FROM effects WHERE run_id = :id ORDER BY step_no",
+        {"id": run_id},
+    )
+    events = tx.fetchall(
+        "SELECT seq, type, actor, at, data FROM events WHERE run_id = :id AND seq IS NOT NULL "
+        "ORDER BY seq DESC LIMIT :n",
+        {"id": run_id, "n": events_limit},
+    )
+    decoded = [
+        {**dict(e), "data": json.loads(e["data"]) if e["data"] is not None else None}
+        for e in reversed(events)
+    ]
+    return {
+        "steps": steps,
+        "approvals": approvals,
+        "outbox": [dict(r) for r in outbox],
+        "effects": [dict(r) for r in effects],
+        "events": decoded,
+    }
+
+
+def page_marks(tx: Tx, tenant_id: str, run_ids: list[str]) -> list[tuple[str, str, int]]:
+    """(id, status, event_seq) of the runs a page shows: what the live list compares."""
+    if not run_ids:
+        return []
+    params: dict[str, Any] = {f"r{i}": r for i, r in enumerate(run_ids)}
+    params["t"] = tenant_id
+    marks = ", ".join(f":r{i}" for i in range(len(run_ids)))
+    found = tx.fetchall(
+        f"SELECT id, status, event_seq FROM runs WHERE tenant_id = :t AND id IN ({marks}) "
+        "ORDER BY id",
+        params,
+    )
+    return [(r["id"], r["status"], int(r["event_seq"])) for r in found]

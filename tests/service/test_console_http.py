@@ -1,0 +1,245 @@
+"""The console over HTTP (in process): sessions, CSRF, roles, tenants, headers, escaping."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentledger.service._console import sessions
+from tests.service.conftest import Api, in_process, settings_for, until
+
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@pytest.fixture
+async def live(tmp_path: Path) -> AsyncIterator[Api]:
+    """The service with one inline worker, on SQLite."""
+    async with in_process(settings_for(f"sqlite:///{tmp_path / 'ui.db'}", workers_inline=1)) as a:
+        yield a
+
+
+def _bearer(headers: dict[str, str]) -> str:
+    return headers["Authorization"].removeprefix("Bearer ")
+
+
+@contextlib.asynccontextmanager
+async def browser(
+    api: Api, key: dict[str, str], base: str = "http://console"
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A client that signed in with ``key`` (its own cookie jar)."""
+    transport = httpx.ASGITransport(app=api.app)
+    async with httpx.AsyncClient(transport=transport, base_url=base) as client:
+        r = await client.post("/ui/signin", data={"key": _bearer(key), "next": "/ui/runs"})
+        assert r.status_code == 303 and r.headers["location"] == "/ui/runs", r.text
+        yield client
+
+
+async def csrf_of(client: httpx.AsyncClient, path: str = "/ui/runs") -> str:
+    page = await client.get(path)
+    assert page.status_code == 200, page.text
+    found = _CSRF.search(page.text)
+    assert found, page.text
+    return found.group(1)
+
+
+async def parked(api: Api, headers: dict[str, str], amount: int = 120) -> dict[str, Any]:
+    body = {"agent": "payout", "input": {"amount": amount, "approval": {"role": "manager"}}}
+    run = (await api.client.post("/v1/runs", json=body, headers=headers)).json()
+
+    async def waiting() -> bool:
+        r = (await api.client.get(f"/v1/runs/{run['id']}", headers=headers)).json()
+        return bool(r["pending_approval"]) and r["status"] == "waiting"
+
+    await until(waiting)
+    return dict((await api.client.get(f"/v1/runs/{run['id']}", headers=headers)).json())
+
+
+async def test_a_session_cookie_is_strict_httponly_and_secure_over_https(sqlite_api: Api) -> None:
+    key = await sqlite_api.key("t1", "vera", ("viewer",))
+    anonymous = await sqlite_api.client.get("/ui/runs?status=failed")
+    assert anonymous.status_code == 303
+    assert anonymous.headers["location"] == "/ui/signin?next=/ui/runs%3Fstatus%3Dfailed"
+    for base, secure in (("http://console", False), ("https://console", True)):
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=sqlite_api.app), base_url=base)
+        async with client:
+            r = await client.post("/ui/signin", data={"key": _bearer(key)})
+            cookie = r.headers["set-cookie"]
+            assert cookie.startswith(f"{sessions.COOKIE}=")
+            assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+            assert ("Secure" in cookie) is secure, cookie
+            assert (await client.get("/ui/runs")).status_code == 200
+    # Only the session id's hash is stored, never the id itself.
+    stored = await sqlite_api.store.read(
+        lambda tx: tx.fetchall("SELECT id_hash, csrf FROM console_sessions")
+    )
+    session_id = cookie.split(";", 1)[0].split("=", 1)[1]
+    assert len(stored) == 2 and all(session_id not in row["id_hash"] for row in stored)
+
+
+async def test_a_wrong_key_does_not_sign_in(sqlite_api: Api) -> None:
+    r = await sqlite_api.client.post("/ui/signin", data={"key": "al_000000000000_" + "x" * 30})
+    assert r.status_code == 401 and "does not sign in" in r.text
+    assert "set-cookie" not in r.headers
+
+
+async def test_logout_revokes_the_session_on_the_server(sqlite_api: Api) -> None:
+    key = await sqlite_api.key("t1", "vera", ("viewer",))
+    async with browser(sqlite_api, key) as client:
+        stolen = client.cookies.get(sessions.COOKIE)
+        token = await csrf_of(client)
+        out = await client.post("/ui/signout", data={"csrf": token})
+        assert out.status_code == 303 and out.headers["location"] == "/ui/signin"
+        # The cookie a copy kept no longer signs anyone in.
+        client.cookies.set(sessions.COOKIE, stolen or "")
+        again = await client.get("/ui/runs")
+        assert again.status_code == 303 and again.headers["location"].startswith("/ui/signin")
+
+
+async def test_a_session_expires_on_the_server_and_with_its_key(sqlite_api: Api) -> None:
+    key = await sqlite_api.key("t1", "vera", ("viewer",))
+    async with browser(sqlite_api, key) as client:
+        assert (await client.get("/ui/runs")).status_code == 200
+        await sqlite_api.store.transact(
+            lambda tx: tx.execute("UPDATE console_sessions SET expires_at = 1")
+        )
+        assert (await client.get("/ui/runs")).status_code == 303
+    async with browser(sqlite_api, key) as client:
+        assert (await client.get("/ui/runs")).status_code == 200
+        await sqlite_api.store.transact(
+            lambda tx: tx.execute("UPDATE api_keys SET revoked_at = 1")
+        )
+        sqlite_api.app.state.keys._rows.clear()  # as after the key cache's few seconds
+        assert (await client.get("/ui/runs")).status_code == 303
+
+
+async def test_a_post_without_this_sessions_csrf_token_is_refused(live: Api) -> None:
+    operator = await live.key("t1", "olga", ("operator",))
+    run = await parked(live, operator)
+    async with browser(live, operator) as client:
+        url = f"/ui/runs/{run['id']}/cancel"
+        # A form another site made: the cookie rides along, the token cannot.
+        forged = await client.post(url, data={"reason": "forged"})
+        assert forged.status_code == 403 and "security token" in forged.text
+        wrong = await client.post(url, data={"reason": "x", "csrf": "not-the-token"})
+        assert wrong.status_code == 403
+        signout = await client.post("/ui/signout", data={})
+        assert signout.status_code == 403
+        assert (await client.get("/ui/runs")).status_code == 200  # still signed in
+        row = (await live.client.get(f"/v1/runs/{run['id']}", headers=operator)).json()
+        assert row["cancel_requested"] is None
+        token = await csrf_of(client, f"/ui/runs/{run['id']}")
+        ok = await client.post(url, data={"reason": "wrong hotel", "csrf": token})
+        assert ok.status_code == 303
+    row = (await live.client.get(f"/v1/runs/{run['id']}", headers=operator)).json()
+    assert row["cancel_requested"] == "wrong hotel"
+    events = (await live.client.get(f"/v1/runs/{run['id']}/events?format=json",
+                                    headers=operator)).json()["events"]  # fmt: skip
+    asked = [e for e in events if e["type"] in ("run.cancel_requested", "run.cancelled")]
+    assert asked and asked[0]["actor"].endswith(", console)"), asked
+
+
+async def test_a_viewer_sees_but_cannot_decide_and_an_approver_decides(live: Api) -> None:
+    guest = await live.key("t1", "gina", ("guest",))
+    viewer = await live.key("t1", "vera", ("viewer",))
+    manager = await live.key("t1", "mona", ("manager",))
+    run = await parked(live, guest, amount=240)
+    approval = run["pending_approval"]
+    async with browser(live, viewer) as client:
+        inbox = await client.get("/ui/approvals")
+        assert "Nothing waits for your decision" in inbox.text and "Approve" not in inbox.text
+        page = await client.get(f"/ui/runs/{run['id']}")
+        assert page.status_code == 200 and "Cancel this run" not in page.text
+        token = await csrf_of(client)
+        r = await client.post(
+            f"/ui/approvals/{approval['id']}/decision",
+            data={"csrf": token, "decision": "approve",
+                  "arguments_hash": approval["arguments_hash"]},
+        )  # fmt: skip
+        assert r.status_code == 403 and "You may not decide this approval" in r.text
+    async with browser(live, manager) as client:
+        inbox = await client.get("/ui/approvals")
+        assert '<dd class="arg-amount">240</dd>' in inbox.text
+        token = await csrf_of(client, "/ui/approvals")
+        r = await client.post(
+            f"/ui/approvals/{approval['id']}/decision",
+            data={"csrf": token, "decision": "approve", "reason": "within policy",
+                  "arguments_hash": approval["arguments_hash"]},
+        )  # fmt: skip
+        assert r.status_code == 303 and r.headers["location"] == "/ui/approvals?done=approve"
+        again = await client.post(
+            f"/ui/approvals/{approval['id']}/decision",
+            data={"csrf": token, "decision": "reject",
+                  "arguments_hash": approval["arguments_hash"]},
+        )  # fmt: skip
+        assert again.status_code == 409
+        assert "Already decided: mona approved it" in again.text
+    done = await live.client.get(f"/v1/runs/{run['id']}/result?wait=30", headers=guest)
+    assert done.json()["status"] == "completed"
+    events = (await live.client.get(f"/v1/runs/{run['id']}/events?format=json&limit=1000",
+                                    headers=guest)).json()["events"]  # fmt: skip
+    (context,) = [e for e in events if e["type"] == "approval.decision_context"]
+    assert context["actor"] == "mona" and context["data"]["via"] == "console"
+    assert context["data"]["reason"] == "within policy"
+
+
+async def test_another_tenants_run_is_a_plain_404_page(live: Api) -> None:
+    mine = await live.key("t1", "olga", ("operator",))
+    theirs = await live.key("t2", "fred", ("admin",))
+    run = await parked(live, mine)
+    async with browser(live, theirs) as client:
+        for path in (f"/ui/runs/{run['id']}", f"/ui/runs/{run['id']}/story",
+                     f"/ui/runs/{run['id']}/events", "/ui/runs/no-such-run"):  # fmt: skip
+            r = await client.get(path)
+            assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+            assert "There is no" in r.text and run["id"] not in r.text.split("<main", 1)[0]
+        listed = await client.get("/ui/runs")
+        assert run["id"] not in listed.text
+        token = await csrf_of(client)
+        r = await client.post(f"/ui/runs/{run['id']}/cancel", data={"csrf": token})
+        assert r.status_code == 404
+
+
+async def test_every_console_answer_carries_the_csp_and_the_usual_headers(live: Api) -> None:
+    operator = await live.key("t1", "olga", ("operator",))
+    run = await parked(live, operator)
+    pages = ["/ui/signin", "/ui/static/console.css", "/ui/static/console.js"]
+    async with browser(live, operator) as client:
+        pages += ["/ui/runs", "/ui/runs?status=waiting_approval&min_retries=x",
+                  f"/ui/runs/{run['id']}", f"/ui/runs/{run['id']}/story", "/ui/runs/rows",
+                  "/ui/approvals", "/ui/runs/missing"]  # fmt: skip
+        for path in pages:
+            r = await client.get(path)
+            assert r.status_code in (200, 404), path
+            csp = r.headers["content-security-policy"]
+            assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp, path
+            assert "unsafe-inline" not in csp and "form-action 'self'" in csp
+            assert r.headers["x-content-type-options"] == "nosniff"
+            assert r.headers["referrer-policy"] == "same-origin"
+            if r.headers["content-type"].startswith("text/html"):
+                # No inline script: every <script> names a file of the console.
+                for tag in re.findall(r"<script[^>]*>", r.text):
+                    assert 'src="/ui/static/console.js"' in tag, (path, tag)
+                assert " style=" not in r.text and "<style" not in r.text, path
+                assert not re.search(r"\son[a-z]+=", r.text), path
+    api_answer = await live.client.get("/v1/runs", headers=operator)
+    assert "content-security-policy" not in api_answer.headers  # the API is left as it was
+
+
+async def test_text_from_runs_is_shown_as_text(live: Api) -> None:
+    operator = await live.key("t1", "olga", ("operator",))
+    hostile = '<script>alert("x")</script><b onmouseover="x()">bold</b>'
+    body = {"agent": "free", "input": {"answer": hostile}}
+    run = (await live.client.post("/v1/runs", json=body, headers=operator)).json()
+    done = await live.client.get(f"/v1/runs/{run['id']}/result?wait=30", headers=operator)
+    assert done.json()["result"] == {"answer": hostile}
+    async with browser(live, operator) as client:
+        page = await client.get(f"/ui/runs/{run['id']}")
+    assert "<script>alert" not in page.text and "<b onmouseover" not in page.text
+    # Shown, as text (inside the result's JSON, whose quotes are escaped too).
+    assert "&lt;script&gt;alert(" in page.text and "&lt;/script&gt;&lt;b onmouseover=" in page.text
