@@ -111,9 +111,7 @@ async def test_a_session_expires_on_the_server_and_with_its_key(sqlite_api: Api)
         assert (await client.get("/ui/runs")).status_code == 303
     async with browser(sqlite_api, key) as client:
         assert (await client.get("/ui/runs")).status_code == 200
-        await sqlite_api.store.transact(
-            lambda tx: tx.execute("UPDATE api_keys SET revoked_at = 1")
-        )
+        await sqlite_api.store.transact(lambda tx: tx.execute("UPDATE api_keys SET revoked_at = 1"))
         sqlite_api.app.state.keys._rows.clear()  # as after the key cache's few seconds
         assert (await client.get("/ui/runs")).status_code == 303
 

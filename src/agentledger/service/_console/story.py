@@ -70,7 +70,11 @@ def segments(run: Run, events: list[dict[str, Any]], now: float) -> list[Segment
             label = _LABELS[open_kind]
             if open_kind == "exec":
                 label = f"executing on {worker} (lease epoch {epoch})"
-            out.append(Segment(open_kind, label, open_at, max(at, open_at), worker, epoch))
+            ran = open_kind == "exec"  # only execution has a worker and a lease
+            out.append(
+                Segment(open_kind, label, open_at, max(at, open_at),
+                        worker if ran else None, epoch if ran else None)
+            )  # fmt: skip
 
     for e in events:
         at, kind = float(e["at"] or open_at), e["type"]

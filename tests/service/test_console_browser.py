@@ -1,0 +1,215 @@
+"""The console in a real headless Chromium (the system's, driven by Playwright), with
+every host but the service unreachable: an approver signs in, approves a booking from
+the inbox and the run's page turns completed live; a stale approval says so in words;
+axe-core finds no serious or critical violation; screenshots at two widths."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentledger.service._auth import create_key
+from agentledger.store import open_store
+from tests.conftest import _skip_or_fail
+from tests.service.conftest import PEPPER, served, settings_for
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "docs" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run", "--disable-sync",
+    # Offline but for the service: any other host does not resolve.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+]  # fmt: skip
+WIDTHS = (1280, 390)
+
+
+@dataclass
+class Console:
+    """The served app, its database and the keys of its people."""
+
+    base: str
+    db_url: str
+    keys: dict[str, str]
+    browser: Any
+
+    def api(self, who: str) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.base, headers={"Authorization": f"Bearer {self.keys[who]}"}
+        )
+
+    def sql(self, statement: str, params: dict[str, Any]) -> None:
+        async def run() -> None:
+            store = open_store(self.db_url)
+            await store.open()
+            try:
+                await store.transact(lambda tx: tx.execute(statement, params))
+            finally:
+                await store.close()
+
+        # Playwright's sync API runs a loop on this thread: the store gets one of its own.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, run()).result()
+
+
+PEOPLE = {"gina": ("guest",), "mona": ("manager",), "olga": ("operator",)}
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """One server (with an inline worker) and one browser for the module."""
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        _skip_or_fail("chromium not installed (apt-get install chromium)")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        _skip_or_fail("playwright not installed (pip install -e '.[dev]')")
+        raise
+    url = f"sqlite:///{tmp_path_factory.mktemp('console') / 'ui.db'}"
+
+    async def mint() -> dict[str, str]:
+        store = open_store(url)
+        await store.open()
+        try:
+            out = {}
+            for who, roles in PEOPLE.items():
+                out[who], _ = await create_key(store, PEPPER, "t1", who, list(roles), 3600)
+            return out
+        finally:
+            await store.close()
+
+    keys = asyncio.run(mint())
+    with served(settings_for(url, workers_inline=1)) as srv, sync_api.sync_playwright() as p:
+        executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+        browser = p.chromium.launch(executable_path=executable, args=ARGS)
+        try:
+            yield Console(srv.base_url, url, keys, browser)
+        finally:
+            browser.close()
+
+
+def parked(c: Console, amount: int) -> dict[str, Any]:
+    """A booking-like run: its payment waits for a manager's approval."""
+    with c.api("gina") as api:
+        body = {"agent": "payout", "input": {"amount": amount, "approval": {"role": "manager"}}}
+        run = api.post("/v1/runs", json=body).json()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            row = api.get(f"/v1/runs/{run['id']}").json()
+            if row["status"] == "waiting" and row["pending_approval"]:
+                return dict(row)
+            time.sleep(0.05)
+    raise AssertionError("the run never waited for its approval")
+
+
+def signed_in(c: Console, who: str, width: int = 1280) -> Any:
+    """A page of a new browser context (its own cookies) signed in as ``who``, by
+    keyboard: the key typed into the labelled field and Enter."""
+    context = c.browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    page.goto(f"{c.base}/ui/runs")
+    assert "/ui/signin" in page.url
+    page.get_by_label("API key").fill(c.keys[who])
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"{c.base}/ui/runs")
+    return page
+
+
+def test_an_approver_approves_and_the_runs_page_turns_completed_live(console: Console) -> None:
+    from playwright.sync_api import expect
+
+    manager = signed_in(console, "mona")  # on the runs list
+    run = parked(console, 480)
+    # The list takes the new run in without a reload.
+    row = manager.locator(f"tr[data-run='{run['id']}']")
+    expect(row).to_contain_text("waiting for approval", timeout=15_000)
+    watcher = signed_in(console, "gina")
+    watcher.goto(f"{console.base}/ui/runs/{run['id']}")
+    expect(watcher.locator("#run-status")).to_have_text("waiting")
+
+    manager.get_by_role("link", name="Approvals").click()
+    card = manager.locator(f"#approval-{run['pending_approval']['id']}")
+    expect(card.locator("dd.arg-amount")).to_have_text("480")
+    expect(card).to_contain_text("Asked by gina")
+    # By keyboard: the reason field, then Tab to Approve and Enter.
+    card.get_by_label("Reason (recorded with your decision)").fill("corporate rate")
+    manager.keyboard.press("Tab")
+    expect(card.get_by_role("button", name="Approve")).to_be_focused()
+    manager.keyboard.press("Enter")
+    expect(manager.get_by_role("status")).to_have_text("Approved: the run goes on.")
+
+    # The watcher never reloads: the event stream brings the run's end to its page.
+    expect(watcher.locator("#run-status")).to_have_text("completed", timeout=30_000)
+    effects = watcher.locator("table:has(caption:text('Effects table')) tbody tr")
+    expect(effects).to_have_count(1)
+    expect(effects.first).to_contain_text("done")
+    expect(watcher.locator("#run-result")).to_contain_text('"paid": 480')
+    watcher.context.close()
+    manager.context.close()
+
+
+def test_a_stale_approval_says_the_arguments_changed(console: Console) -> None:
+    from playwright.sync_api import expect
+
+    run = parked(console, 75)
+    approval = run["pending_approval"]
+    manager = signed_in(console, "mona")
+    manager.goto(f"{console.base}/ui/approvals")
+    card = manager.locator(f"#approval-{approval['id']}")
+    expect(card.locator("dd.arg-amount")).to_have_text("75")
+    # The proposal changes after the manager was shown it.
+    console.sql(
+        "UPDATE approvals SET arguments = :a WHERE id = :id",
+        {"a": '{"amount": 7500}', "id": approval["id"]},
+    )
+    card.get_by_role("button", name="Approve").click()
+    expect(manager.get_by_role("alert")).to_contain_text("The arguments changed, look again")
+    # Shown again, with what it proposes now; nothing was decided.
+    expect(manager.locator(f"#approval-{approval['id']} dd.arg-amount")).to_have_text("7500")
+    with console.api("gina") as api:
+        assert api.get(f"/v1/runs/{run['id']}").json()["pending_approval"]["decision"] is None
+    manager.context.close()
+
+
+def test_pages_pass_axe_and_are_shot_at_two_widths(console: Console) -> None:
+    from axe_playwright_python.sync_playwright import Axe
+
+    run = parked(console, 120)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    axe = Axe()
+    pages = {
+        "runs": "/ui/runs",
+        "run": f"/ui/runs/{run['id']}",
+        "approvals": "/ui/approvals",
+    }
+    for width in WIDTHS:
+        page = signed_in(console, "mona", width)
+        for name, path in pages.items():
+            page.goto(f"{console.base}{path}")
+            page.locator("main h1").wait_for()
+            results = axe.run(page)
+            bad = [
+                (v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3])
+                for v in results.response["violations"]
+                if v["impact"] in ("serious", "critical")
+            ]
+            assert not bad, (name, width, bad)
+            # Nothing wider than the window: usable without scrolling sideways.
+            overflow = page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 1, (name, width, overflow)
+            page.screenshot(path=str(SHOTS / f"console-{name}-{width}.png"), full_page=True)
+        page.context.close()
