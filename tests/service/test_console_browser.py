@@ -64,7 +64,7 @@ class Console:
             pool.submit(asyncio.run, run()).result()
 
 
-PEOPLE = {"gina": ("guest",), "mona": ("manager",), "olga": ("operator",)}
+PEOPLE = {"gina": ("guest",), "mona": ("manager",), "olga": ("operator", "approver")}
 
 
 @pytest.fixture(scope="module")
@@ -187,15 +187,19 @@ def test_pages_pass_axe_and_are_shot_at_two_widths(console: Console) -> None:
     from axe_playwright_python.sync_playwright import Axe
 
     run = parked(console, 120)
+    with console.api("olga") as api:
+        handed = api.post("/v1/runs", json={"agent": "over_budget"}).json()
+        assert api.get(f"/v1/runs/{handed['id']}/result?wait=30").json()["status"] == "needs_human"
     SHOTS.mkdir(parents=True, exist_ok=True)
     axe = Axe()
     pages = {
         "runs": "/ui/runs",
         "run": f"/ui/runs/{run['id']}",
         "approvals": "/ui/approvals",
+        "resume": f"/ui/runs/{handed['id']}/resume",
     }
     for width in WIDTHS:
-        page = signed_in(console, "mona", width)
+        page = signed_in(console, "olga", width)  # every button shows
         for name, path in pages.items():
             page.goto(f"{console.base}{path}")
             page.locator("main h1").wait_for()
@@ -210,6 +214,12 @@ def test_pages_pass_axe_and_are_shot_at_two_widths(console: Console) -> None:
             overflow = page.evaluate(
                 "document.documentElement.scrollWidth - document.documentElement.clientWidth"
             )
-            assert overflow <= 1, (name, width, overflow)
+            wide = page.evaluate(
+                "Array.from(document.querySelectorAll('body *')).filter(e => "
+                "e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)"
+                ".slice(0, 5).map(e => e.tagName + '.' + e.className + ' ' + "
+                "Math.round(e.getBoundingClientRect().right))"
+            )
+            assert overflow <= 1, (name, width, overflow, wide)
             page.screenshot(path=str(SHOTS / f"console-{name}-{width}.png"), full_page=True)
         page.context.close()

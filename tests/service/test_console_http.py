@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from agentledger.service._console import sessions
+from agentledger.service._queries import console as console_queries
 from tests.service.conftest import Api, in_process, settings_for, until
 
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -109,6 +111,8 @@ async def test_a_session_expires_on_the_server_and_with_its_key(sqlite_api: Api)
             lambda tx: tx.execute("UPDATE console_sessions SET expires_at = 1")
         )
         assert (await client.get("/ui/runs")).status_code == 303
+    # What serve's purge (beside the idempotency keys') then deletes.
+    assert await sqlite_api.store.transact(console_queries.purge_sessions, time.time()) == 1
     async with browser(sqlite_api, key) as client:
         assert (await client.get("/ui/runs")).status_code == 200
         await sqlite_api.store.transact(lambda tx: tx.execute("UPDATE api_keys SET revoked_at = 1"))
@@ -241,3 +245,48 @@ async def test_text_from_runs_is_shown_as_text(live: Api) -> None:
     assert "<script>alert" not in page.text and "<b onmouseover" not in page.text
     # Shown, as text (inside the result's JSON, whose quotes are escaped too).
     assert "&lt;script&gt;alert(" in page.text and "&lt;/script&gt;&lt;b onmouseover=" in page.text
+
+
+async def test_an_operator_resumes_after_the_dry_run_a_viewer_cannot(live: Api) -> None:
+    operator = await live.key("t1", "olga", ("operator",))
+    viewer = await live.key("t1", "vera", ("viewer",))
+    run = (await live.client.post("/v1/runs", json={"agent": "over_budget"},
+                                  headers=operator)).json()  # fmt: skip
+    done = await live.client.get(f"/v1/runs/{run['id']}/result?wait=30", headers=operator)
+    assert done.json()["status"] == "needs_human"
+    url = f"/ui/runs/{run['id']}/resume"
+    async with browser(live, viewer) as client:
+        assert "Resume this run" not in (await client.get(f"/ui/runs/{run['id']}")).text
+        assert (await client.get(url)).status_code == 403
+        token = await csrf_of(client)
+        assert (await client.post(url, data={"csrf": token, "from_step": "2"})).status_code == 403
+    async with browser(live, operator) as client:
+        assert "Resume this run" in (await client.get(f"/ui/runs/{run['id']}")).text
+        dry = await client.get(url)
+        assert dry.status_code == 200 and "Resume from step 2" in dry.text, dry.text
+        assert "No side effect is repeated or in doubt" in dry.text
+        token = _CSRF.search(dry.text).group(1)  # type: ignore[union-attr]
+        assert (await client.post(url, data={"from_step": "2"})).status_code == 403
+        stale = await client.post(url, data={"csrf": token, "from_step": "1"})
+        assert stale.status_code == 409 and "changed since you looked" in stale.text
+        row = (await live.client.get(f"/v1/runs/{run['id']}", headers=operator)).json()
+        assert row["status"] == "needs_human"  # the refused resume changed nothing
+        ok = await client.post(url, data={"csrf": token, "from_step": "2", "reason": "budget up"})
+        assert ok.status_code == 303
+    events = (await live.client.get(f"/v1/runs/{run['id']}/events?format=json&limit=1000",
+                                    headers=operator)).json()["events"]  # fmt: skip
+    (resumed,) = [e for e in events if e["type"] == "run.resumed"]
+    assert resumed["actor"].endswith(", console)") and resumed["data"]["reason"] == "budget up"
+
+
+async def test_a_runs_events_resume_after_last_event_id(live: Api) -> None:
+    operator = await live.key("t1", "olga", ("operator",))
+    body = {"agent": "echo", "input": {"text": "hi", "steps": 2}}
+    run = (await live.client.post("/v1/runs", json=body, headers=operator)).json()
+    await live.client.get(f"/v1/runs/{run['id']}/result?wait=30", headers=operator)
+    async with browser(live, operator) as client:
+        r = await client.get(f"/ui/runs/{run['id']}/events", headers={"Last-Event-ID": "3"})
+    ids = [int(line[4:]) for line in r.text.splitlines() if line.startswith("id: ")]
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert ids and ids[0] == 4 and ids == list(range(4, ids[-1] + 1))
+    assert "event: run.completed" in r.text

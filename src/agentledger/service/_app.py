@@ -25,6 +25,7 @@ from agentledger.service._egress import Egress
 from agentledger.service._fastpath import ServiceAPI
 from agentledger.service._hub import EventHub
 from agentledger.service._idempotency import InFlight
+from agentledger.service._queries import console as console_queries
 from agentledger.service._routers import approvals, audit, events, health, observe, runs
 from agentledger.service._settings import ServiceSettings
 from agentledger.service._webhooks import Dispatcher
@@ -172,11 +173,13 @@ _SEAL_SLICES = sealer.BATCH * sealer.MAX_BATCHES // _SEAL_SLICE
 
 
 async def _purge_keys_forever(store: Store, period: float, failures: FailureLog) -> None:
-    """Remove expired idempotency keys every ``period`` seconds (beside the sealer)."""
+    """Remove expired idempotency keys and console sessions every ``period`` seconds
+    (beside the sealer)."""
     while True:
         await asyncio.sleep(period)
         try:
             await store.transact(accepting.purge_idempotency_keys, time.time())
+            await store.transact(console_queries.purge_sessions, time.time())
         except Exception as exc:  # retried next period
             failures.failed("idempotency key purge", exc)
         else:

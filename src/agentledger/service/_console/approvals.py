@@ -63,7 +63,7 @@ async def inbox(request: Request, done: str | None = None) -> HTMLResponse:
 
 
 @router.post("/{approval_id}/decision")
-async def decide(request: Request, approval_id: str) -> Response:
+async def decision_form(request: Request, approval_id: str) -> Response:
     session, fields = await checked_form(request)
     decision = fields.get("decision")
     if decision != "approve" and decision != "reject":

@@ -186,6 +186,11 @@ async def _story(request: Request, run_id: str, tenant_id: str) -> dict[str, Any
     }
 
 
+def _may_resume(request: Request, run: Any) -> bool:
+    p = request.state.console_session.principal
+    return run.status in ("failed", "needs_human") and p.has(OPERATOR, ADMIN)
+
+
 def _may_cancel(request: Request, run: Any) -> bool:
     p = request.state.console_session.principal
     return not run.terminal and (p.has(OPERATOR, ADMIN) or (run.user_id == p.user_id and p.acts))
@@ -197,7 +202,7 @@ async def run_page(request: Request, run_id: str) -> HTMLResponse:
     told = await _story(request, run_id, session.principal.tenant_id)
     return render.page(
         request, "run.html", title=f"Run {run_id}", may_cancel=_may_cancel(request, told["run"]),
-        **told,
+        may_resume=_may_resume(request, told["run"]), **told,
     )  # fmt: skip
 
 
@@ -207,8 +212,9 @@ async def run_story(request: Request, run_id: str) -> HTMLResponse:
     session = await signed_in(request)
     told = await _story(request, run_id, session.principal.tenant_id)
     body = render.html(
-        "_story.html", session=session, may_cancel=_may_cancel(request, told["run"]), **told
-    )
+        "_story.html", session=session, may_cancel=_may_cancel(request, told["run"]),
+        may_resume=_may_resume(request, told["run"]), **told,
+    )  # fmt: skip
     return HTMLResponse(body, headers={"Cache-Control": "no-store"})
 
 

@@ -68,8 +68,6 @@ def segments(run: Run, events: list[dict[str, Any]], now: float) -> list[Segment
     def close(at: float) -> None:
         if open_kind:
             label = _LABELS[open_kind]
-            if open_kind == "exec":
-                label = f"executing on {worker} (lease epoch {epoch})"
             ran = open_kind == "exec"  # only execution has a worker and a lease
             out.append(
                 Segment(open_kind, label, open_at, max(at, open_at),
