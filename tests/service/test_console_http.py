@@ -17,6 +17,7 @@ from agentledger.service._queries import console as console_queries
 from tests.service.conftest import Api, in_process, settings_for, until
 
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+_TOKEN = re.compile(r'name="token" value="([^"]+)"')
 
 
 @pytest.fixture
@@ -37,9 +38,18 @@ async def browser(
     """A client that signed in with ``key`` (its own cookie jar)."""
     transport = httpx.ASGITransport(app=api.app)
     async with httpx.AsyncClient(transport=transport, base_url=base) as client:
-        r = await client.post("/ui/signin", data={"key": _bearer(key), "next": "/ui/runs"})
+        r = await sign_in(client, key)
         assert r.status_code == 303 and r.headers["location"] == "/ui/runs", r.text
         yield client
+
+
+async def sign_in(client: httpx.AsyncClient, key: dict[str, str]) -> httpx.Response:
+    """Fill the sign-in form as a browser does (its token comes with the form)."""
+    form = await client.get("/ui/signin")
+    found = _TOKEN.search(form.text)
+    assert found, form.text
+    data = {"key": _bearer(key), "next": "/ui/runs", "token": found.group(1)}
+    return await client.post("/ui/signin", data=data)
 
 
 async def csrf_of(client: httpx.AsyncClient, path: str = "/ui/runs") -> str:
@@ -70,8 +80,9 @@ async def test_a_session_cookie_is_strict_httponly_and_secure_over_https(sqlite_
     for base, secure in (("http://console", False), ("https://console", True)):
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=sqlite_api.app), base_url=base)
         async with client:
-            r = await client.post("/ui/signin", data={"key": _bearer(key)})
-            cookie = r.headers["set-cookie"]
+            r = await sign_in(client, key)
+            (cookie,) = [c for c in r.headers.get_list("set-cookie")
+                         if c.startswith(f"{sessions.COOKIE}=")]  # fmt: skip
             assert cookie.startswith(f"{sessions.COOKIE}=")
             assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
             assert ("Secure" in cookie) is secure, cookie
@@ -84,10 +95,20 @@ async def test_a_session_cookie_is_strict_httponly_and_secure_over_https(sqlite_
     assert len(stored) == 2 and all(session_id not in row["id_hash"] for row in stored)
 
 
-async def test_a_wrong_key_does_not_sign_in(sqlite_api: Api) -> None:
-    r = await sqlite_api.client.post("/ui/signin", data={"key": "al_000000000000_" + "x" * 30})
+async def test_a_wrong_key_does_not_sign_in_nor_a_form_from_elsewhere(sqlite_api: Api) -> None:
+    client = sqlite_api.client
+    r = await sign_in(client, {"Authorization": "Bearer al_000000000000_" + "x" * 30})
     assert r.status_code == 401 and "does not sign in" in r.text
-    assert "set-cookie" not in r.headers
+    assert not [c for c in r.headers.get_list("set-cookie") if sessions.COOKIE + "=" in c]
+    # A page elsewhere posting a key of its own: no form token, no session.
+    key = await sqlite_api.key("t1", "mallory", ("viewer",))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=sqlite_api.app), base_url="http://console"
+    ) as victim:
+        forged = await victim.post("/ui/signin", data={"key": _bearer(key), "token": "x"})
+        assert forged.status_code == 403 and sessions.COOKIE not in victim.cookies
+    unknown = await client.get("/ui/no-such-page")
+    assert unknown.status_code == 303  # signed out: to the sign-in form first
 
 
 async def test_logout_revokes_the_session_on_the_server(sqlite_api: Api) -> None:
@@ -214,7 +235,7 @@ async def test_every_console_answer_carries_the_csp_and_the_usual_headers(live: 
     async with browser(live, operator) as client:
         pages += ["/ui/runs", "/ui/runs?status=waiting_approval&min_retries=x",
                   f"/ui/runs/{run['id']}", f"/ui/runs/{run['id']}/story", "/ui/runs/rows",
-                  "/ui/approvals", "/ui/runs/missing"]  # fmt: skip
+                  "/ui/approvals", "/ui/runs/missing", "/ui/nothing/here"]  # fmt: skip
         for path in pages:
             r = await client.get(path)
             assert r.status_code in (200, 404), path

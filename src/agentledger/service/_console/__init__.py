@@ -26,3 +26,4 @@ def install(api: FastAPI) -> None:
     api.mount(STATIC_URL, StaticFiles(directory=STATIC), name="console-assets")
     for module in (signin, runs, resume, approvals):
         api.include_router(module.router)
+    api.include_router(signin.fallback)

@@ -3,14 +3,18 @@ revokes it."""
 
 from __future__ import annotations
 
+import hmac
+import secrets
+
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import RedirectResponse, Response
 
 from agentledger.service._console import render, sessions
 from agentledger.service._console.errors import PageError, SignInFirst
 from agentledger.service._problems import Problem
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
+_SIGNIN_COOKIE = "agentledger_signin"
 
 
 def _back(value: str | None) -> str:
@@ -50,28 +54,41 @@ async def home() -> Response:
     return RedirectResponse("/ui/runs", status_code=303)
 
 
+def _form_page(request: Request, back: str, error: str | None, status: int = 200) -> Response:
+    """The sign-in form, with a fresh token in a field and in a cookie: a sign-in POST
+    must carry both (another site's form cannot read the cookie to copy it), so no page
+    elsewhere can sign a browser in under someone else's key."""
+    token = secrets.token_urlsafe(24)
+    response = render.page(request, "signin.html", status, back=back, error=error, token=token)
+    response.set_cookie(
+        _SIGNIN_COOKIE, token, max_age=3600, path="/ui/signin",
+        secure=request.url.scheme == "https", httponly=True, samesite="strict",
+    )  # fmt: skip
+    return response
+
+
 @router.get("/signin")
-async def signin_form(request: Request, next: str | None = None) -> HTMLResponse:
-    return render.page(request, "signin.html", back=_back(next), error=None)
+async def signin_form(request: Request, next: str | None = None) -> Response:
+    return _form_page(request, _back(next), None)
 
 
 @router.post("/signin")
 async def signin(request: Request) -> Response:
     fields = await sessions.form(request)
     back = _back(fields.get("next"))
+    expected = request.cookies.get(_SIGNIN_COOKIE, "")
+    given = fields.get("token", "")
+    if not (expected and hmac.compare_digest(expected.encode(), given.encode())):
+        return _form_page(request, back, "The sign-in form had expired; paste the key again.", 403)
     key = fields.get("key", "").strip()
     if not key:
-        return render.page(
-            request, "signin.html", status=400, back=back, error="Paste an API key to sign in."
-        )
+        return _form_page(request, back, "Paste an API key to sign in.", 400)
     response = RedirectResponse(back, status_code=303)
     try:
         await sessions.sign_in(request, response, key)
     except Problem as exc:
-        return render.page(
-            request, "signin.html", status=401, back=back,
-            error=f"That key does not sign in: {exc.detail}.",
-        )  # fmt: skip
+        return _form_page(request, back, f"That key does not sign in: {exc.detail}.", 401)
+    response.delete_cookie(_SIGNIN_COOKIE, path="/ui/signin")
     return response
 
 
@@ -81,3 +98,14 @@ async def signout(request: Request) -> Response:
     response = RedirectResponse("/ui/signin", status_code=303)
     await sessions.sign_out(request, response, session)
     return response
+
+
+# Included after every other console router: it takes what none of them does.
+fallback = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+@fallback.get("/{rest:path}")
+async def unknown_page(request: Request, rest: str) -> Response:
+    """Any other path under /ui: a page saying so (the API's 404 is JSON)."""
+    await signed_in(request)
+    raise PageError(404, "Not found", "There is no such page in the console.")
