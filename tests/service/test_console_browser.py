@@ -64,7 +64,7 @@ class Console:
             pool.submit(asyncio.run, run()).result()
 
 
-PEOPLE = {"gina": ("guest",), "mona": ("manager",), "olga": ("operator", "approver")}
+PEOPLE = {"gina": ("guest",), "mona": ("manager",), "olga": ("admin",)}
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +197,7 @@ def test_pages_pass_axe_and_are_shot_at_two_widths(console: Console) -> None:
         "run": f"/ui/runs/{run['id']}",
         "approvals": "/ui/approvals",
         "resume": f"/ui/runs/{handed['id']}/resume",
+        "numbers": "/ui/numbers",
     }
     for width in WIDTHS:
         page = signed_in(console, "olga", width)  # every button shows

@@ -311,3 +311,24 @@ async def test_a_runs_events_resume_after_last_event_id(live: Api) -> None:
     assert r.headers["content-type"].startswith("text/event-stream")
     assert ids and ids[0] == 4 and ids == list(range(4, ids[-1] + 1))
     assert "event: run.completed" in r.text
+
+
+async def test_the_numbers_page_is_the_apis_stats_for_admins(live: Api) -> None:
+    admin = await live.key("t1", "ada", ("admin",))
+    viewer = await live.key("t1", "vera", ("viewer",))
+    for text in ("a", "b", "c"):
+        r = await live.client.post("/v1/runs", json={"agent": "echo", "input": {"text": text}},
+                                   headers=admin)  # fmt: skip
+        await live.client.get(f"/v1/runs/{r.json()['id']}/result?wait=30", headers=admin)
+    r = await live.client.post("/v1/runs", json={"agent": "over_budget"}, headers=admin)
+    await live.client.get(f"/v1/runs/{r.json()['id']}/result?wait=30", headers=admin)
+    api_figures = (await live.client.get("/v1/stats?since=7d", headers=admin)).json()
+    assert api_figures["completion_rate"] == 0.75
+    async with browser(live, admin) as client:
+        page = await client.get("/ui/numbers?since=7d")
+        assert page.status_code == 200
+        assert '<dd id="completion-rate">75.0 %</dd>' in page.text
+        assert 'href="/ui/runs?agent=over_budget"' in page.text and ">(no step)<" in page.text
+    async with browser(live, viewer) as client:
+        refused = await client.get("/ui/numbers")
+        assert refused.status_code == 403 and "needs one of the roles admin" in refused.text

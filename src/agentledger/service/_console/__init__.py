@@ -6,7 +6,8 @@ build step. Every page carries a Content-Security-Policy without inline script
 (``headers.py``). A person signs in by pasting an API key once and then holds a
 server-side session (``sessions.py``); every state-changing form carries the session's
 CSRF token. Modules: ``render.py`` (templates), ``story.py`` (a run's waterfall and
-step outcomes), ``signin.py``, ``runs.py``, ``resume.py`` and ``approvals.py`` (the routes).
+step outcomes); the routes: ``signin.py``, ``runs.py``, ``resume.py``, ``approvals.py``,
+``numbers.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from agentledger.service._console import approvals, errors, resume, runs, signin
+from agentledger.service._console import approvals, errors, numbers, resume, runs, signin
 from agentledger.service._console.headers import ConsoleHeaders
 from agentledger.service._console.render import STATIC, STATIC_URL
 
@@ -24,6 +25,6 @@ def install(api: FastAPI) -> None:
     api.add_middleware(ConsoleHeaders)
     errors.install(api)
     api.mount(STATIC_URL, StaticFiles(directory=STATIC), name="console-assets")
-    for module in (signin, runs, resume, approvals):
+    for module in (signin, runs, resume, approvals, numbers):
         api.include_router(module.router)
     api.include_router(signin.fallback)
