@@ -198,6 +198,7 @@ def test_pages_pass_axe_and_are_shot_at_two_widths(console: Console) -> None:
         "approvals": "/ui/approvals",
         "resume": f"/ui/runs/{handed['id']}/resume",
         "numbers": "/ui/numbers",
+        "attention": "/ui/attention",
     }
     for width in WIDTHS:
         page = signed_in(console, "olga", width)  # every button shows

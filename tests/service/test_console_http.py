@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -332,3 +333,31 @@ async def test_the_numbers_page_is_the_apis_stats_for_admins(live: Api) -> None:
     async with browser(live, viewer) as client:
         refused = await client.get("/ui/numbers")
         assert refused.status_code == 403 and "needs one of the roles admin" in refused.text
+
+
+async def test_what_needs_a_human_is_grouped_by_cause(live: Api) -> None:
+    operator = await live.key("t1", "olga", ("operator",))
+    theirs = await live.key("t2", "fred", ("operator",))
+    handed = []
+    for headers in (operator, operator, theirs):
+        r = await live.client.post("/v1/runs", json={"agent": "over_budget"}, headers=headers)
+        await live.client.get(f"/v1/runs/{r.json()['id']}/result?wait=30", headers=headers)
+        handed.append(r.json()["id"])
+    await live.store.transact(
+        lambda tx: tx.execute(
+            "INSERT INTO outbox (key, run_id, step_no, tool, attempts, next_attempt_at, status, "
+            "last_error, created_at, updated_at) VALUES ('ob-1', :r, 1, 'email', 5, 0, 'dead', "
+            "'<b>smtp</b> refused', 0, 0)",
+            {"r": handed[0]},
+        )
+    )  # fmt: skip
+    async with browser(live, operator) as client:
+        page = await client.get("/ui/attention")
+        assert page.status_code == 200
+        # needs_human runs record their handover's words as the cause.
+        cause = "step budget reached (1 of 1 steps)"
+        link = "/ui/runs?" + urlencode({"status": "needs_human", "error_class": cause})
+        assert f'<a href="{link}">2 runs</a>' in page.text.replace("&amp;", "&")
+        assert "&lt;b&gt;smtp&lt;/b&gt; refused" in page.text and "ob-1" in page.text
+        listed = await client.get(link)
+        assert sorted(re.findall(r'<tr data-run="([^"]+)">', listed.text)) == sorted(handed[:2])

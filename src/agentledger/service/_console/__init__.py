@@ -7,7 +7,7 @@ build step. Every page carries a Content-Security-Policy without inline script
 server-side session (``sessions.py``); every state-changing form carries the session's
 CSRF token. Modules: ``render.py`` (templates), ``story.py`` (a run's waterfall and
 step outcomes); the routes: ``signin.py``, ``runs.py``, ``resume.py``, ``approvals.py``,
-``numbers.py``.
+``attention.py``, ``numbers.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,15 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from agentledger.service._console import approvals, errors, numbers, resume, runs, signin
+from agentledger.service._console import (
+    approvals,
+    attention,
+    errors,
+    numbers,
+    resume,
+    runs,
+    signin,
+)
 from agentledger.service._console.headers import ConsoleHeaders
 from agentledger.service._console.render import STATIC, STATIC_URL
 
@@ -25,6 +33,6 @@ def install(api: FastAPI) -> None:
     api.add_middleware(ConsoleHeaders)
     errors.install(api)
     api.mount(STATIC_URL, StaticFiles(directory=STATIC), name="console-assets")
-    for module in (signin, runs, resume, approvals, numbers):
+    for module in (signin, runs, resume, approvals, attention, numbers):
         api.include_router(module.router)
     api.include_router(signin.fallback)

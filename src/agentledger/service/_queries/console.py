@@ -229,3 +229,44 @@ def page_marks(tx: Tx, tenant_id: str, run_ids: list[str]) -> list[tuple[str, st
         params,
     )
     return [(r["id"], r["status"], int(r["event_seq"])) for r in found]
+
+
+# what needs a person ---------------------------------------------------------------
+
+
+def attention(
+    tx: Tx, tenant_id: str, group_limit: int = 50, dead_limit: int = 50
+) -> dict[str, Any]:
+    """The tenant's runs that wait for a person, grouped by status and cause as the run
+    records it (a failed run's error class; a handed-over run's reason in words), the
+    largest ``group_limit`` groups; how many are stuck; and the outbox's dead letters
+    (newest first, at most ``dead_limit``)."""
+    groups = tx.fetchall(
+        "SELECT status, COALESCE(handover_reason, '') AS cause, COUNT(*) AS n, "
+        "MAX(updated_at) AS latest FROM runs WHERE tenant_id = :t "
+        "AND status IN ('needs_human', 'failed') "
+        "GROUP BY status, COALESCE(handover_reason, '') ORDER BY n DESC, status, cause "
+        "LIMIT :g",
+        {"t": tenant_id, "g": group_limit},
+    )
+    terminal = ", ".join(f"'{s}'" for s in sorted(RunStatus.TERMINAL))
+    stuck = tx.fetchall(
+        "SELECT COUNT(*) AS n FROM runs WHERE tenant_id = :t AND stuck_mark IS NOT NULL "
+        f"AND status NOT IN ({terminal})",
+        {"t": tenant_id},
+    )[0]["n"]
+    dead = tx.fetchall(
+        "SELECT o.key, o.run_id, o.step_no, o.tool, o.attempts, o.last_error, o.updated_at "
+        "FROM outbox o JOIN runs r ON r.id = o.run_id WHERE o.status = 'dead' "
+        "AND r.tenant_id = :t ORDER BY o.updated_at DESC LIMIT :n",
+        {"t": tenant_id, "n": dead_limit},
+    )
+    return {
+        "groups": [
+            {"status": g["status"], "cause": g["cause"], "runs": int(g["n"]),
+             "latest": g["latest"]}
+            for g in groups
+        ],
+        "stuck": int(stuck),
+        "dead": [dict(d) for d in dead],
+    }  # fmt: skip
