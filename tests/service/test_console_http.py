@@ -361,3 +361,31 @@ async def test_what_needs_a_human_is_grouped_by_cause(live: Api) -> None:
         assert "&lt;b&gt;smtp&lt;/b&gt; refused" in page.text and "ob-1" in page.text
         listed = await client.get(link)
         assert sorted(re.findall(r'<tr data-run="([^"]+)">', listed.text)) == sorted(handed[:2])
+
+
+async def test_an_expired_approval_is_said_in_words(live: Api) -> None:
+    guest = await live.key("t1", "gina", ("guest",))
+    manager = await live.key("t1", "mona", ("manager",))
+    body = {"agent": "payout", "input": {"amount": 5, "approval": {"role": "manager",
+                                                                   "expires_in": 1.5}}}  # fmt: skip
+    run = (await live.client.post("/v1/runs", json=body, headers=guest)).json()
+
+    async def shown() -> bool:
+        r = (await live.client.get(f"/v1/runs/{run['id']}", headers=guest)).json()
+        return bool(r["pending_approval"])
+
+    await until(shown)
+    approval = (await live.client.get(f"/v1/runs/{run['id']}", headers=guest)).json()[
+        "pending_approval"
+    ]
+    async with browser(live, manager) as client:
+        token = await csrf_of(client, "/ui/approvals")
+        done = await live.client.get(f"/v1/runs/{run['id']}/result?wait=30", headers=guest)
+        assert done.json()["status"] == "failed"  # the default (reject) was applied
+        r = await client.post(
+            f"/ui/approvals/{approval['id']}/decision",
+            data={"csrf": token, "decision": "approve",
+                  "arguments_hash": approval["arguments_hash"]},
+        )  # fmt: skip
+    assert r.status_code == 410, r.text
+    assert "This approval expired; the default (reject) was applied. Nothing was decided." in r.text

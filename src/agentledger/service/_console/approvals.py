@@ -35,8 +35,8 @@ def _in_words(exc: Problem) -> str:
         who, what = exc.extra.get("decided_by"), exc.extra.get("decision")
         verb = "approved" if what == "approve" else "rejected"
         return f"Already decided: {who} {verb} it. Nothing was changed."
-    if exc.kind == "expired" and "default" in exc.detail:
-        return f"This approval expired and its default was applied ({exc.detail.split('(')[-1]}"
+    if exc.kind == "expired" and "; " in exc.detail:  # "... expired; the default (x) was applied"
+        return f"This approval expired; {exc.detail.split('; ', 1)[1]}. Nothing was decided."
     words = _WORDS.get(exc.kind)
     if exc.kind == "forbidden":
         return f"{words}: {exc.detail}."
