@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+import pytest
 
 from tests.service.conftest import Api
 from tests.service.test_console_http import browser
@@ -74,3 +77,9 @@ async def test_filters_live_in_the_url_and_pages_hold_every_run_once(api: Api) -
         assert "status: &#39;bogus&#39; is not a status" in r.text
         assert "cost min: &#39;lots&#39; is not a number" in r.text
         assert len(_ids(r.text)) == 40
+
+
+async def test_the_page_timing_benchmark_runs(tmp_path: Path) -> None:
+    bench = pytest.importorskip("agentledger_bench.console_pages")
+    out = await bench.measure(f"sqlite:///{tmp_path / 'bench.db'}", runs=1200, repeat=1)
+    assert out["runs"] == 1200 and out["run_page"]["median_ms"] > 0

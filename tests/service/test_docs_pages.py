@@ -90,3 +90,8 @@ def test_the_wheel_ships_the_assets(tmp_path: Path) -> None:
         "redoc/redoc.standalone.js", "redoc/LICENSE",
     ):  # fmt: skip
         assert static + name in names, sorted(n for n in names if "static" in n)
+    # The console's templates and assets (service/_console/).
+    console = "agentledger/service/_console/"
+    for name in ("templates/base.html", "templates/_story.html", "static/console.css",
+                 "static/console.js"):  # fmt: skip
+        assert console + name in names, sorted(n for n in names if "_console" in n)
