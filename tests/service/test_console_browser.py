@@ -156,6 +156,9 @@ def test_an_approver_approves_and_the_runs_page_turns_completed_live(console: Co
     expect(effects).to_have_count(1)
     expect(effects.first).to_contain_text("done")
     expect(watcher.locator("#run-result")).to_contain_text('"paid": 480')
+    writes = watcher.locator("table:has(caption:text('Writes')) tbody tr")
+    expect(writes).to_have_count(1)
+    expect(writes.first).to_contain_text("confirmed")
     watcher.context.close()
     manager.context.close()
 
@@ -199,6 +202,7 @@ def test_pages_pass_axe_and_are_shot_at_two_widths(console: Console) -> None:
         "resume": f"/ui/runs/{handed['id']}/resume",
         "numbers": "/ui/numbers",
         "attention": "/ui/attention",
+        "effects": "/ui/effects",
     }
     for width in WIDTHS:
         page = signed_in(console, "olga", width)  # every button shows

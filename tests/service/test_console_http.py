@@ -389,3 +389,30 @@ async def test_an_expired_approval_is_said_in_words(live: Api) -> None:
         )  # fmt: skip
     assert r.status_code == 410, r.text
     assert "This approval expired; the default (reject) was applied. Nothing was decided." in r.text
+
+
+async def test_the_side_effects_ledger_lists_open_outcomes_first(live: Api) -> None:
+    operator = await live.key("t1", "olga", ("operator",))
+    theirs = await live.key("t2", "fred", ("operator",))
+    ids = []
+    for body, headers in (({"agent": "payout", "input": {"amount": 9}}, operator),
+                          ({"agent": "over_budget"}, operator),
+                          ({"agent": "payout", "input": {"amount": 8}}, theirs)):  # fmt: skip
+        r = await live.client.post("/v1/runs", json=body, headers=headers)
+        await live.client.get(f"/v1/runs/{r.json()['id']}/result?wait=30", headers=headers)
+        ids.append(r.json()["id"])
+    await live.store.transact(
+        lambda tx: tx.execute(
+            "INSERT INTO steps (run_id, step_no, kind, name, status, attempts, lease_epoch, "
+            "idempotency_key) VALUES (:id, 7, 'tool', 'pay', 'unknown', 1, 1, 'k-unknown')",
+            {"id": ids[1]},
+        )
+    )  # fmt: skip
+    async with browser(live, operator) as client:
+        page = (await client.get("/ui/effects")).text
+        run_page = (await client.get(f"/ui/runs/{ids[0]}")).text
+    open_part, all_part = page.split("All writes", 1)
+    assert "k-unknown" in open_part and "outcome unknown: handed over to a person" in open_part
+    assert ids[0] in all_part and "confirmed" in all_part
+    assert ids[2] not in page  # another tenant's writes
+    assert "Writes, each under its key" in run_page and ">confirmed</td>" in run_page

@@ -7,7 +7,8 @@ build step. Every page carries a Content-Security-Policy without inline script
 server-side session (``sessions.py``); every state-changing form carries the session's
 CSRF token. Modules: ``render.py`` (templates), ``story.py`` (a run's waterfall and
 step outcomes); the routes: ``signin.py``, ``runs.py``, ``resume.py``, ``approvals.py``,
-``attention.py``, ``numbers.py``.
+``attention.py``,
+``effects.py``, ``numbers.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from agentledger.service._console import (
     approvals,
     attention,
+    effects,
     errors,
     numbers,
     resume,
@@ -33,6 +35,6 @@ def install(api: FastAPI) -> None:
     api.add_middleware(ConsoleHeaders)
     errors.install(api)
     api.mount(STATIC_URL, StaticFiles(directory=STATIC), name="console-assets")
-    for module in (signin, runs, resume, approvals, attention, numbers):
+    for module in (signin, runs, resume, approvals, attention, effects, numbers):
         api.include_router(module.router)
     api.include_router(signin.fallback)

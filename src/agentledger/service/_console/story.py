@@ -191,3 +191,21 @@ def scale(run: Run, lane: list[Segment], steps: list[StepView], now: float) -> f
             a = v.step.started_at
             v.x, v.width = place(a, a + (v.step.duration_ms or 0) / 1000)
     return span
+
+
+def effect_words(step: Step, run_status: str) -> str:
+    """What the journal says of one write, in words (the side effects ledger)."""
+    state = effect_state(step)
+    if state == "executed":
+        return "confirmed"
+    if state == "unknown":
+        if run_status == "needs_human":
+            return "outcome unknown: handed over to a person"
+        return "outcome unknown: waiting for a status check"
+    if state == "not_applied":
+        return "not applied: will be sent again with its key"
+    if step.status == StepStatus.WAITING:
+        return "waiting for approval"
+    if step.status == StepStatus.FAILED:
+        return "failed, applied nothing"
+    return step.status or "new"

@@ -270,3 +270,66 @@ def attention(
         "stuck": int(stuck),
         "dead": [dict(d) for d in dead],
     }  # fmt: skip
+
+
+# the side effects ledger -----------------------------------------------------------
+
+_WRITE = "s.kind IN ('tool', 'compensation') AND s.idempotency_key IS NOT NULL"
+_LEDGER_COLUMNS = (
+    "s.run_id, s.step_no, s.kind, s.name, s.status, s.input, s.output, s.attempts, "
+    "s.idempotency_key, s.started_at, s.duration_ms, s.error_class, s.error, s.lease_epoch, "
+    "r.status AS run_status, r.name AS agent, r.created_at AS run_created"
+)
+
+
+def ledger(
+    tx: Tx, tenant_id: str, cursor: tuple[float, str] | None, limit: int = 50
+) -> dict[str, Any]:
+    """The tenant's writes (tool and compensation steps with a key): first every one
+    whose outcome is open (in flight or unknown) in a run not finished (or handed to a
+    person), then a page of all writes by their runs, newest run first, after
+    ``cursor`` (the last run's created_at and id). Both walk runs by the tenant's index
+    and each run's journal by its key."""
+    open_rows = tx.fetchall(
+        f"SELECT {_LEDGER_COLUMNS} FROM runs r JOIN steps s ON s.run_id = r.id "
+        "WHERE r.tenant_id = :t AND r.status IN ('queued', 'running', 'waiting', "
+        f"'needs_human') AND {_WRITE} AND s.status IN ('started', 'unknown', 'retrying') "
+        "ORDER BY r.created_at, s.step_no LIMIT 200",
+        {"t": tenant_id},
+    )
+    params: dict[str, Any] = {"t": tenant_id, "n": limit}
+    after = ""
+    if cursor is not None:
+        after = "AND (r.created_at < :c_at OR (r.created_at = :c_at AND r.id < :c_id)) "
+        params["c_at"], params["c_id"] = cursor
+    # The runs of the page first (by the index), then their writes.
+    page_runs = tx.fetchall(
+        f"SELECT r.id, r.created_at FROM runs r WHERE r.tenant_id = :t {after}"
+        f"AND EXISTS (SELECT 1 FROM steps s WHERE s.run_id = r.id AND {_WRITE}) "
+        "ORDER BY r.created_at DESC, r.id DESC LIMIT :n",
+        params,
+    )
+    rows_: list[dict[str, Any]] = []
+    if page_runs:
+        ids = {f"r{i}": r["id"] for i, r in enumerate(page_runs)}
+        marks = ", ".join(f":{k}" for k in ids)
+        rows_ = tx.fetchall(
+            f"SELECT {_LEDGER_COLUMNS} FROM runs r JOIN steps s ON s.run_id = r.id "
+            f"WHERE r.id IN ({marks}) AND {_WRITE} "
+            "ORDER BY r.created_at DESC, r.id DESC, s.step_no",
+            ids,
+        )
+    last = page_runs[-1] if len(page_runs) == limit else None
+    return {
+        "open": [_ledger_row(r) for r in open_rows],
+        "writes": [_ledger_row(r) for r in rows_],
+        "next": (float(last["created_at"]), last["id"]) if last else None,
+    }
+
+
+def _ledger_row(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "step": rows.step_from({**r, "tokens": 0, "cost_usd": 0.0, "input_hash": None}),
+        "run_status": r["run_status"],
+        "agent": r["agent"],
+    }
