@@ -6,7 +6,6 @@ import contextlib
 import re
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -22,9 +21,9 @@ _TOKEN = re.compile(r'name="token" value="([^"]+)"')
 
 
 @pytest.fixture
-async def live(tmp_path: Path) -> AsyncIterator[Api]:
-    """The service with one inline worker, on SQLite."""
-    async with in_process(settings_for(f"sqlite:///{tmp_path / 'ui.db'}", workers_inline=1)) as a:
+async def live(store_url: str) -> AsyncIterator[Api]:
+    """The service with one inline worker, on each backend."""
+    async with in_process(settings_for(store_url, workers_inline=1)) as a:
         yield a
 
 

@@ -216,21 +216,6 @@ def run_story(tx: Tx, run_id: str, events_limit: int = 500) -> dict[str, Any]:
     }
 
 
-def page_marks(tx: Tx, tenant_id: str, run_ids: list[str]) -> list[tuple[str, str, int]]:
-    """(id, status, event_seq) of the runs a page shows: what the live list compares."""
-    if not run_ids:
-        return []
-    params: dict[str, Any] = {f"r{i}": r for i, r in enumerate(run_ids)}
-    params["t"] = tenant_id
-    marks = ", ".join(f":r{i}" for i in range(len(run_ids)))
-    found = tx.fetchall(
-        f"SELECT id, status, event_seq FROM runs WHERE tenant_id = :t AND id IN ({marks}) "
-        "ORDER BY id",
-        params,
-    )
-    return [(r["id"], r["status"], int(r["event_seq"])) for r in found]
-
-
 # what needs a person ---------------------------------------------------------------
 
 
