@@ -43,7 +43,7 @@ class StepView:
 def _wait_kind(why: str) -> str:
     if why.startswith("approval"):
         return "approval"
-    if "retry" in why or "rate" in why or "backoff" in why:
+    if "backing off" in why:  # engine/_steps.py and _model_step.py: a retry's backoff
         return "retry"
     return "wait"
 
