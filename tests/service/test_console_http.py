@@ -360,6 +360,24 @@ async def test_what_needs_a_human_is_grouped_by_cause(live: Api) -> None:
         assert "&lt;b&gt;smtp&lt;/b&gt; refused" in page.text and "ob-1" in page.text
         listed = await client.get(link)
         assert sorted(re.findall(r'<tr data-run="([^"]+)">', listed.text)) == sorted(handed[:2])
+        # Resume the group: its dry run's count first, then exactly those runs.
+        dry = await client.get("/ui/attention/resume?" + urlencode(
+            {"status": "needs_human", "cause": cause}))  # fmt: skip
+        assert "Dry run: 2 runs would resume, 0 would be refused" in dry.text
+        shown = re.search(r'name="runs" value="([^"]+)"', dry.text)
+        assert shown and sorted(shown.group(1).split(",")) == sorted(handed[:2])
+        token = _CSRF.search(dry.text).group(1)  # type: ignore[union-attr]
+        form = {"csrf": token, "status": "needs_human", "cause": cause}
+        stale = await client.post("/ui/attention/resume", data={**form, "runs": handed[0]})
+        assert stale.status_code == 409 and "changed since you looked" in stale.text
+        done = await client.post("/ui/attention/resume", data={**form, "runs": shown.group(1)})
+        assert done.status_code == 200 and done.text.count(": resumed</li>") == 2
+    for run_id, headers in ((handed[0], operator), (handed[1], operator), (handed[2], theirs)):
+        events = (await live.client.get(f"/v1/runs/{run_id}/events?format=json&limit=1000",
+                                        headers=headers)).json()["events"]  # fmt: skip
+        resumed = [e["actor"] for e in events if e["type"] == "run.resumed"]
+        assert resumed == ([] if headers is theirs else [resumed[0]])
+        assert all(a.startswith("olga (key ") and a.endswith(", console)") for a in resumed)
 
 
 async def test_an_expired_approval_is_said_in_words(live: Api) -> None:

@@ -37,4 +37,5 @@ def install(api: FastAPI) -> None:
     api.mount(STATIC_URL, StaticFiles(directory=STATIC), name="console-assets")
     for module in (signin, runs, resume, approvals, attention, effects, numbers):
         api.include_router(module.router)
+    api.include_router(resume.bulk)
     api.include_router(signin.fallback)

@@ -318,3 +318,14 @@ def _ledger_row(r: dict[str, Any]) -> dict[str, Any]:
         "run_status": r["run_status"],
         "agent": r["agent"],
     }
+
+
+def group_runs(tx: Tx, tenant_id: str, status: str, cause: str, limit: int) -> list[str]:
+    """Ids of the tenant's runs in ``status`` whose recorded cause is ``cause`` (one
+    group of the needs-a-human page), oldest first, at most ``limit``."""
+    found = tx.fetchall(
+        "SELECT id FROM runs WHERE tenant_id = :t AND status = :s "
+        "AND COALESCE(handover_reason, '') = :c ORDER BY created_at, id LIMIT :n",
+        {"t": tenant_id, "s": status, "c": cause, "n": limit},
+    )
+    return [r["id"] for r in found]
