@@ -324,10 +324,23 @@ async def test_the_numbers_page_is_the_apis_stats_for_admins(live: Api) -> None:
     await live.client.get(f"/v1/runs/{r.json()['id']}/result?wait=30", headers=admin)
     api_figures = (await live.client.get("/v1/stats?since=7d", headers=admin)).json()
     assert api_figures["completion_rate"] == 0.75
+    # Two runs a moment apart across a UTC midnight land on two days (rounded down).
+    ids = [e["id"] for e in (await live.client.get("/v1/runs", headers=admin)).json()["runs"]]
+    midnight = (int(time.time() // 86400) - 2) * 86400
+    for run_id, at in ((ids[0], midnight - 0.1), (ids[1], midnight + 0.1)):
+        await live.store.transact(
+            lambda tx, r=run_id, a=at: tx.execute(
+                "UPDATE runs SET created_at = :a WHERE id = :id", {"a": a, "id": r}
+            )
+        )
+    day = time.strftime("%Y-%m-%d", time.gmtime(midnight))
+    before = time.strftime("%Y-%m-%d", time.gmtime(midnight - 1))
     async with browser(live, admin) as client:
         page = await client.get("/ui/numbers?since=7d")
         assert page.status_code == 200
         assert '<dd id="completion-rate">75.0 %</dd>' in page.text
+        for date in (before, day):
+            assert f'<td data-label="Day">{date}</td><td data-label="Runs">1</td>' in page.text
         assert 'href="/ui/runs?agent=over_budget"' in page.text and ">(no step)<" in page.text
     async with browser(live, viewer) as client:
         refused = await client.get("/ui/numbers")

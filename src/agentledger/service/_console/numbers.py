@@ -1,23 +1,28 @@
 """``/ui/numbers``: the five numbers (completion rate, p50/p95 duration, cost per run,
 failing steps with their cost, stuck runs) for the tenant and per agent, read through
-the API's own ``/v1/stats`` handler (its role rule: admin)."""
+the API's own ``/v1/stats`` handler (its role rule: admin), and the runs per day."""
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from agentledger.observe._stats import parse_since
 from agentledger.service._console import render
 from agentledger.service._console.errors import PageError
 from agentledger.service._console.signin import signed_in
 from agentledger.service._problems import Problem
+from agentledger.service._queries import console as queries
 from agentledger.service._routers import observe as api
 
 router = APIRouter(prefix="/ui/numbers", include_in_schema=False)
 WINDOWS = ("24h", "7d", "30d", "all")
 _MAX_AGENTS = 20  # per-agent rows read per page (each is one stats read)
+_MAX_DAYS = 60  # days drawn at most (the latest)
 
 
 @router.get("")
@@ -37,7 +42,39 @@ async def numbers_page(request: Request, since: str = "7d") -> HTMLResponse:
         if figures["runs"]:
             per_agent.append((name, figures))
     most = max(overall["by_status"].values(), default=0)
+    window = parse_since(since)
+    start = None if window is None else time.time() - window
+    rows = await request.app.state.store.read(queries.daily, p.tenant_id, start, None)
     return render.page(
         request, "numbers.html", title="Numbers", since=since, windows=WINDOWS,
-        n=overall, per_agent=per_agent, most=most,
+        n=overall, per_agent=per_agent, most=most, days=days_of(rows),
     )  # fmt: skip
+
+
+_BAD = ("failed", "needs_human", "expired")
+
+
+def days_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per UTC day (the last ``_MAX_DAYS`` with runs): runs completed, failed or handed
+    over, the rest, and their cost; with each bar's place in a 1000-wide drawing."""
+    by_day: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        d = by_day.setdefault(r["day"], {"day": r["day"], "completed": 0, "bad": 0,
+                                         "other": 0, "cost_usd": 0.0})  # fmt: skip
+        status = r["status"]
+        kind = "completed" if status == "completed" else "bad" if status in _BAD else "other"
+        d[kind] += r["runs"]
+        d["cost_usd"] += r["cost_usd"]
+    days = [by_day[k] for k in sorted(by_day)][-_MAX_DAYS:]
+    top = max((d["completed"] + d["bad"] + d["other"] for d in days), default=0)
+    width = 1000 / max(len(days), 1)
+    for i, d in enumerate(days):
+        d["date"] = dt.datetime.fromtimestamp(d["day"] * 86400, tz=dt.UTC).strftime("%Y-%m-%d")
+        d["total"] = d["completed"] + d["bad"] + d["other"]
+        d["x"], d["w"] = round(i * width + 1, 1), round(max(width - 2, 1), 1)
+        y = 200.0
+        for kind in ("completed", "bad", "other"):
+            h = 200 * d[kind] / top if top else 0
+            y -= h
+            d[f"{kind}_y"], d[f"{kind}_h"] = round(y, 1), round(h, 1)
+    return days
