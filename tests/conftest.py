@@ -27,6 +27,10 @@ from pathlib import Path
 
 import pytest
 
+# The suite's workers are production workers: the features that register the kernel's
+# required hooks (tenant budgets, the audit chain) are imported, as the CLI does.
+import agentledger.gateway
+import agentledger.service  # noqa: F401
 from agentledger.store import Store, open_store
 from tests import dbutil, netguard
 from tests.engine.helpers import Env

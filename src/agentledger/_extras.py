@@ -40,6 +40,13 @@ class ExtraNotInstalled(UsageError):
     """A command or feature needs an extra (or a package) that is not installed."""
 
 
+class MissingFeature(UsageError):
+    """The kernel needs a feature package this process never imported: the hook or seam
+    it registers when imported is missing where going on without it would spend money
+    unchecked or leave the audit chain unsealed (``engine/_hooks.py``,
+    ``agentledger/_auditchain.py``). The message names the module to import."""
+
+
 def installed(module: str) -> bool:
     """True when ``module`` can be imported (found, not imported: nothing runs)."""
     try:

@@ -2,7 +2,9 @@
 that produces them.
 
 Events are committed unsealed by whoever writes them (the journal's hot path stays free
-of a per-tenant chain head, see ``service/_queries/audit.py``); a sealer run by each
+of a per-tenant chain head); the chain itself is ``agentledger.service``'s, reached
+through the kernel's seam (``agentledger/_auditchain.py``), which refuses when the
+service was never imported rather than leave records unsealed. A sealer run by each
 ``serve`` process and each worker seals them shortly after, and a stopping worker seals
 once more after its last run is released, so nothing it wrote is left unsealed.
 Sealers may run in many processes at once: each tenant's head row lock serializes them
@@ -16,11 +18,12 @@ import asyncio
 import logging
 import random
 
+from agentledger import _auditchain as auditchain
 from agentledger import _auditkey as auditkey
 from agentledger import _envsettings as envsettings
+from agentledger._extras import MissingFeature
 from agentledger._failures import FailureLog
 from agentledger.errors import StoreUnavailable
-from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store
 
 log = logging.getLogger(__name__)
@@ -42,7 +45,10 @@ def key_at_start() -> auditkey.AuditKey | None:
     """The key this process signs seals with (``AGENTLEDGER_AUDIT_KEY``), checked when
     a sealing process starts: an unusable value raises :class:`UsageError` then, not at
     the first seal; none logs a warning, since the chain is then only as trustworthy
-    as every writer of the database."""
+    as every writer of the database. A process without the audit chain
+    (``agentledger.service`` never imported) raises :class:`MissingFeature` here, before
+    it writes anything nobody would seal."""
+    auditchain.required("a process that writes audit events", "written")
     key = auditkey.configured()
     if key is None:
         log.warning(
@@ -59,14 +65,15 @@ async def seal_once(store: Store, batch: int | None = None, max_batches: int | N
     """Seal what is committed and unsealed now (up to ``batch * max_batches`` records,
     ``batch`` per transaction; default ``BATCH`` and ``MAX_BATCHES``); return how many
     records were sealed."""
+    chain = auditchain.required("sealing the audit chain", "sealed")
     batch = batch or BATCH
     max_batches = max_batches or MAX_BATCHES
     # A read first: an idle process does not take SQLite's write lock every period.
-    if not await store.read(service_audit.has_unsealed):
+    if not await store.read(chain.has_unsealed):
         return 0
     total = 0
     for _ in range(max_batches):
-        sealed = await store.transact(service_audit.seal, batch)
+        sealed = await store.transact(chain.seal, batch)
         total += sealed
         if sealed < batch:
             break
@@ -85,8 +92,8 @@ async def seal_quietly(
     that wrote tells it the store works again."""
     try:
         sealed = await seal_once(store, batch, max_batches)
-    except NotImplementedError:
-        return 0  # a store without the service's tables: nothing to seal
+    except MissingFeature:
+        raise  # no chain to seal into: not a store trouble the next seal gets past
     except Exception as exc:
         if failures is not None and isinstance(exc, StoreUnavailable):
             failures.failed("audit sealing", exc)

@@ -1,6 +1,7 @@
 """The engine's hook points (engine/_hooks.py): no-ops until a feature installs its own,
-except the user's facts, which an agent built with ``memory=True`` never runs without.
-Each case in a fresh interpreter: importing a feature installs its hooks for good."""
+except the user's facts, which an agent built with ``memory=True`` never runs without,
+and the tenant budgets, without which a priced model call is never sent. Each case in a
+fresh interpreter: importing a feature installs its hooks for good."""
 
 from __future__ import annotations
 
@@ -24,10 +25,17 @@ def test_the_engine_imports_no_feature_and_its_hooks_start_as_defaults() -> None
         "print(type(rec).__name__);"
         "\ntry:\n asyncio.run(hooks.memory_note(None, None))"
         "\nexcept Exception as exc:\n print(type(exc).__name__)"
+        "\ntry:\n asyncio.run(hooks.reserve_tenant(None, 't', 0.0, 0.1, 10))"
+        "\nexcept Exception as exc:\n print(type(exc).__name__, 'agentledger.gateway' in str(exc))"
+        "\nprint(hooks.model_cooled_until('m', 0.0), hooks.model_call_ended('m', 0.0, 'x'))"
     )
-    # Still imported (tests/test_layering.py, KNOWN_EXCEPTIONS): the gateway by the model
-    # step, the service's audit chain by the sealer.
-    assert out.splitlines() == ["['gateway', 'service']", "Attempt", "UsageError"], out
+    assert out.splitlines() == [
+        "[]",
+        "Attempt",
+        "MissingFeature",
+        "MissingFeature True",
+        "None None",
+    ], out
 
 
 def test_importing_observe_and_memory_installs_their_hooks() -> None:
@@ -38,5 +46,18 @@ def test_importing_observe_and_memory_installs_their_hooks() -> None:
         "from agentledger.memory import _context as context;"
         "print(hooks.tool_attempt is tracing.tool_attempt, hooks.run_span is tracing.run_span,"
         " hooks.memory_note is context.memory_note)"
+    )
+    assert out == "True True True"
+
+
+def test_importing_the_gateway_installs_its_hooks() -> None:
+    out = _run(
+        "import agentledger.gateway;"
+        "from agentledger.engine import _hooks as hooks;"
+        "from agentledger.gateway import _engine as engine;"
+        "from agentledger.gateway._cooldown import COOLDOWNS;"
+        "print(hooks.reserve_tenant is engine.reserve_tenant,"
+        " hooks.settle_tenant is engine.settle_tenant,"
+        " hooks.model_cooled_until == COOLDOWNS.cooled_until)"
     )
     assert out == "True True True"

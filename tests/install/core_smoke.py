@@ -77,6 +77,8 @@ def _cli(args: list[str], blocked: bool, cwd: str) -> subprocess.CompletedProces
 
 
 async def _embedded(url: str) -> str:
+    # The audit chain that seals what the worker writes (a worker refuses without it).
+    import agentledger.service  # noqa: F401
     from agentledger import App, RunStatus, Worker, WorkerConfig, WorkflowContext, open_store
 
     app = App("core")

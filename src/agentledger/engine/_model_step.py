@@ -44,14 +44,11 @@ from agentledger._agent import Agent
 from agentledger._canonical import input_hash
 from agentledger.engine import _hooks as hooks
 from agentledger.engine._execution import Execution
+from agentledger.engine._hooks import TenantReservation
 from agentledger.engine._retries import Attempts, RetryState, call_with_timeout, run_attempts
 from agentledger.engine._signals import Handover, HandoverReason, Park, RunFailed
 from agentledger.engine._steps import close_duration, new_step, take_events
 from agentledger.errors import RateLimited, Refused, ToolError
-from agentledger.gateway import _queries as gateway_budgets
-from agentledger.gateway import _stream as stream
-from agentledger.gateway._cooldown import COOLDOWNS
-from agentledger.gateway._tenants import TenantBudget, TenantUsage
 from agentledger.models._base import (
     Message,
     Model,
@@ -212,24 +209,25 @@ class ModelCall:
             "cost_usd": usd,
         }
         if usage is not None:  # taken from the tenant's period row: settled after the call
-            attempt["tenant_period"] = usage[0].period_start
+            attempt["tenant_period"] = usage.period_start
         self.attempts.append(attempt)
         await self._journal(StepStatus.STARTED)
         return tokens, usd
 
-    async def _reserve_tenant(
-        self, usd: float, tokens: int
-    ) -> tuple[TenantUsage, bool, str | None, float] | None:
-        """Reserve against the tenant's period budget and take one request of its rate;
-        over the rate, wait a short while in the worker (then try again) or park; over
-        the budget, park until the next period."""
+    async def _reserve_tenant(self, usd: float, tokens: int) -> TenantReservation | None:
+        """Reserve against the tenant's period budget and take one request of its rate
+        (``agentledger.gateway``, through the engine's hook); over the rate, wait a short
+        while in the worker (then try again) or park; over the budget, park until the
+        next period."""
         exe = self.exe
         while True:
-            usage = await _reserve_tenant(exe, usd, tokens)
-            if usage is None or usage[1]:
-                return usage
-            if usage[2] == "rate":
-                delay, rps = usage[3], usage[0].budget.max_rps
+            got = await hooks.reserve_tenant(
+                exe.store, exe.run.tenant_id, exe.clock.now(), usd, tokens
+            )
+            if got is None or got.taken:
+                return got
+            if got.refused == "rate":
+                delay, rps = got.retry_in, got.max_rps or 0.0
                 reason = (
                     f"tenant {exe.run.tenant_id} request rate limit ({rps:g}/s): "
                     f"next model call in {delay:.3f} s"
@@ -239,9 +237,9 @@ class ModelCall:
                     continue
                 await self._journal(StepStatus.RETRYING, error=_budget_error(reason, "rate"))
                 raise Park(exe.clock.now() + delay, f"{reason}; not sent")
-            refusal = usage[0].refusal(usd, tokens) or "tenant limit for the period"
+            refusal = got.reason or "tenant limit for the period"
             await self._journal(StepStatus.RETRYING, error=_budget_error(refusal))
-            raise Park(usage[0].period_end, f"{refusal}; not sent until the next period")
+            raise Park(got.period_end, f"{refusal}; not sent until the next period")
 
     def settle_failure(
         self,
@@ -302,9 +300,7 @@ class ModelCall:
         usd = float(attempt.get("cost_usd", 0.0)) - float(attempt.get("reserved_usd", 0.0))
         tokens = int(attempt.get("tokens", 0)) - int(attempt.get("reserved_tokens", 0))
         if usd or tokens:
-            await self.exe.store.transact(
-                gateway_budgets.settle_tenant_usage, self.exe.run.tenant_id, period, usd, tokens
-            )
+            await hooks.settle_tenant(self.exe.store, self.exe.run.tenant_id, period, usd, tokens)
 
     def _current(self, model: Model) -> dict[str, Any]:
         if self.attempts and self.attempts[-1].get("inflight"):
@@ -318,7 +314,7 @@ class ModelCall:
 
     def _cooldown(self, model: Model, error_class: str | None) -> None:
         now = self.exe.clock.monotonic()
-        until = COOLDOWNS.record(model.name, now, error_class)
+        until = hooks.model_call_ended(model.name, now, error_class)
         if until is not None:
             # Said as what it changes: a chain's last model is never skipped, so a run
             # with no fallback (this one, maybe) is not waiting for the cooldown.
@@ -348,7 +344,7 @@ class ModelCall:
         attempt = len(self.attempts) + (0 if inflight else 1)
 
         def delta(text: str) -> None:  # also to other processes
-            stream.publish(run_id, step_no, text, self.exe.store, attempt)
+            hooks.model_delta(self.exe.store, run_id, step_no, text, attempt)
 
         return ModelRequest(
             messages=list(self.messages),
@@ -373,7 +369,7 @@ class ModelCall:
         last: ToolError | None = None
         while self.index < len(chain):
             model = chain[self.index]
-            cooled = COOLDOWNS.cooled_until(model.name, self.exe.clock.monotonic())
+            cooled = hooks.model_cooled_until(model.name, self.exe.clock.monotonic())
             if cooled is not None and self.index < len(chain) - 1:
                 self.attempts.append(
                     {
@@ -470,35 +466,6 @@ def _budget_error(reason: str, error_class: str = "budget") -> ToolError:
     error = ToolError(reason)
     error.error_class = error_class
     return error
-
-
-async def _reserve_tenant(
-    exe: Execution, usd: float, tokens: int
-) -> tuple[TenantUsage, bool, str | None, float] | None:
-    """Reserve the call against the tenant's period budget in the store (one guarded
-    update, so concurrent workers cannot overshoot): the usage and whether it was taken,
-    or None when the tenant has no limits."""
-    try:
-        row = await exe.store.transact(
-            gateway_budgets.reserve_tenant_usage, exe.run.tenant_id, exe.clock.now(), usd, tokens
-        )
-    except NotImplementedError:
-        return None
-    if row is None:
-        return None
-    budget = TenantBudget(
-        exe.run.tenant_id,
-        float(row["period_seconds"]),
-        row["max_spend_usd"],
-        row["max_tokens"],
-        row.get("max_rps"),
-    )
-    taken = bool(row["reserved"])
-    spend, used = row["spend_usd"], row["tokens"]
-    if taken:  # the row includes this call; the usage reported is what was there before
-        spend, used = spend - usd, used - tokens
-    usage = TenantUsage(budget, row["period_start"], spend, used)
-    return usage, taken, row.get("refused"), float(row.get("retry_in") or 0.0)
 
 
 async def model_step(

@@ -24,6 +24,7 @@ from agentledger._agent import Agent
 from agentledger._app import App
 from agentledger._canonical import journal_value
 from agentledger._clock import SYSTEM, Clock
+from agentledger._extras import MissingFeature
 from agentledger.engine import _hooks as hooks
 from agentledger.engine._agent_loop import run_agent
 from agentledger.engine._compensation import (
@@ -170,6 +171,10 @@ async def _drive(exe: Execution, definition: Any) -> str:
         except StoreError as exc:
             # The database failed, not the run: leave it to be resumed.
             raise _store_abandon(exc) from None
+        except MissingFeature:
+            # This process lacks a feature the step needs (engine/_hooks.py), not the
+            # run a way to go on: the worker gives it back untouched and stops.
+            raise
         except Exception as exc:  # the workflow raised: the run fails, its effects are undone
             # The traceback is kept with the error: a bare "KeyError: 'day'" names no line.
             message = f"{type(exc).__name__}: {exc}"

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# The audit chain, registered with the kernel when imported (agentledger/_auditchain.py):
+# every process that imports the service seals and prunes it.
+from agentledger.service._queries import audit as _audit  # noqa: F401
+
 if TYPE_CHECKING:
     from agentledger.service._app import create_app
     from agentledger.service._settings import ServiceSettings

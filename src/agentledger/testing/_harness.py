@@ -10,6 +10,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+# A harness worker is a production worker: priced model calls are checked against
+# tenant budgets and its records are sealed, by the features that do it in production
+# (registered with the kernel when imported: engine/_hooks.py, agentledger/_auditchain.py).
+import agentledger.gateway as _gateway  # noqa: F401
+import agentledger.service as _service  # noqa: F401
 from agentledger._app import App
 from agentledger._clock import SYSTEM
 from agentledger.records import Approval, ApprovalDecision, Run, Step

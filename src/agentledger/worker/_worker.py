@@ -67,10 +67,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from agentledger import _auditchain as auditchain
 from agentledger import _prune as prune
 from agentledger import _sealer as sealer
 from agentledger._app import App
 from agentledger._backoff import Backoff
+from agentledger._extras import MissingFeature
 from agentledger._failures import FailureLog, cause_of
 from agentledger.engine._runner import Stopped, execute_run
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable
@@ -172,8 +174,12 @@ class Worker:
     async def run(self, install_signals: bool = True) -> None:
         """Work until stopped (SIGTERM/SIGINT or :meth:`stop`).
 
-        Raises :class:`WorkerFailed` when it stopped on an unrecoverable error.
+        Raises :class:`WorkerFailed` when it stopped on an unrecoverable error, and
+        :class:`~agentledger._extras.MissingFeature` before it starts when nothing in
+        the process would seal the audit records its runs write (``agentledger.service``
+        never imported: ``agentledger/_auditchain.py``).
         """
+        auditchain.required("a worker", "claimed")
         loop = asyncio.get_running_loop()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -532,6 +538,13 @@ class Worker:
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
+        except MissingFeature as exc:
+            # A step needs a feature this process never imported (engine/_hooks.py): the
+            # run goes back untouched for a worker that has it, and this one stops, loud.
+            outcome = Stopped.RELEASED
+            await self._give_back(run.id, run.lease_epoch)
+            self._fail(f"run {run.id}", exc)
+            return outcome
         except Exception as exc:
             if is_transient(exc):
                 # The store failed mid-run (the engine retried its write): nothing was

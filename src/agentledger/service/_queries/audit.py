@@ -44,9 +44,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentledger import _auditchain as auditchain
 from agentledger import _auditkey as auditkey
 from agentledger._auditkey import AuditKey
 from agentledger._canonical import exact_json
@@ -920,3 +922,81 @@ def audit_records(
         row["data"] = json.loads(row["data"]) if row["data"] is not None else None
         out.append(row)
     return out
+
+
+# What prune (store/_queries/retention.py) asks of the chain, through the kernel's seam.
+
+
+def check_record(
+    key: AuditKey | None,
+    tenant_id: str,
+    row: dict[str, Any],
+    prev: str,
+    expected_no: int,
+    signed_at: int | None,
+) -> tuple[int, str] | None:
+    """Why ``row``, expected at ``expected_no`` after ``prev``, breaks the chain, as
+    ``(chain_no, reason)``, or None (a stored value not of its type breaks it too)."""
+    try:
+        problem = _check_record(key, tenant_id, row, prev, expected_no, signed_at, False)
+    except (TypeError, ValueError) as exc:
+        return expected_no, str(exc)
+    return None if problem is None else (problem.chain_no, problem.reason)
+
+
+def extend_pruned(
+    tx: Tx,
+    tenant_id: str,
+    s: dict[str, Any] | None,
+    taken: list[dict[str, Any]],
+    runs: int,
+    key: AuditKey | None,
+) -> None:
+    """Extend the tenant's pruned-span summary ``s`` (None: the first) over ``taken``,
+    the records a prune removes in this transaction, and ``runs`` runs removed with
+    them: their counts by type, the digest folded over their hashes, signed under
+    ``key`` (store/_queries/retention.py)."""
+    counts: dict[str, int] = json.loads(s["counts"]) if s else {}
+    digest = str(s["digest"]) if s else GENESIS
+    for r in taken:
+        counts[str(r["type"])] = counts.get(str(r["type"]), 0) + 1
+        digest = fold(digest, str(r["hash"]))
+    new: dict[str, Any] = {
+        "t": tenant_id,
+        "last_chain_no": int(taken[-1]["chain_no"]),
+        "last_hash": str(taken[-1]["hash"]),
+        "records": (int(s["records"]) if s else 0) + len(taken),
+        "runs": (int(s["runs"]) if s else 0) + runs,
+        "counts": json.dumps(counts, sort_keys=True, separators=(",", ":")),
+        "digest": digest,
+        "first_at": s["first_at"] if s else taken[0]["at"],
+        "last_at": taken[-1]["at"],
+        "pruned_at": time.time(),
+    }
+    new["sig"] = key.sign_pruned(tenant_id, summary_fields(new)) if key is not None else None
+    tx.execute(
+        "INSERT INTO audit_pruned (tenant_id, last_chain_no, last_hash, records, runs, counts, "
+        "digest, first_at, last_at, pruned_at, sig) VALUES (:t, :last_chain_no, :last_hash, "
+        ":records, :runs, :counts, :digest, :first_at, :last_at, :pruned_at, :sig) "
+        "ON CONFLICT (tenant_id) DO UPDATE SET last_chain_no = excluded.last_chain_no, "
+        "last_hash = excluded.last_hash, records = excluded.records, runs = excluded.runs, "
+        "counts = excluded.counts, digest = excluded.digest, first_at = excluded.first_at, "
+        "last_at = excluded.last_at, pruned_at = excluded.pruned_at, sig = excluded.sig",
+        new,
+    )
+
+
+# The kernel seals and prunes through this (agentledger/_auditchain.py): registered when
+# this module is imported, which importing agentledger.service does.
+auditchain.register(
+    auditchain.AuditChain(
+        has_unsealed=has_unsealed,
+        seal=seal,
+        genesis=GENESIS,
+        pruned_summary=pruned_summary,
+        summary_problem=summary_problem,
+        may_extend=may_extend,
+        check_record=check_record,
+        extend_pruned=extend_pruned,
+    )
+)

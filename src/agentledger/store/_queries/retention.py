@@ -30,16 +30,15 @@ refuses it.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentledger import _auditchain as auditchain
 from agentledger._auditkey import AuditKey
 from agentledger.errors import UsageError
 from agentledger.records import RunStatus
-from agentledger.service._queries import audit as service_audit
 from agentledger.store._queries.common import in_list
 from agentledger.store._tx import Tx
 
@@ -179,7 +178,8 @@ def plan(tx: Tx, policy: Policy, cutoff: float, after: int, limit: int) -> list[
 
 def pruned_through(tx: Tx, tenant_id: str) -> int:
     """The last chain position already pruned of the tenant (0: none)."""
-    s = service_audit.pruned_summary(tx, tenant_id)
+    chain = auditchain.required("a prune", "removed")
+    s = chain.pruned_summary(tx, tenant_id)
     return int(s["last_chain_no"]) if s is not None else 0
 
 
@@ -230,23 +230,24 @@ def prune_batch(
     verified first (a record that fails is never summarized: the batch stops before it
     and :attr:`Removed.stopped` says why). ``dry``: compute, change nothing, starting
     after position ``after`` (the batches before it, computed but not done)."""
+    chain = auditchain.required("a prune", "removed")
     t = policy.tenant_id
     out = Removed(t)
     head = _lock_head(tx, t, lock=not dry)
     if head is None:
         return out
-    if not service_audit.may_extend(t, head, key):
+    if not chain.may_extend(t, head, key):
         out.stopped = "the chain is signed under another key, or not signed under this one"
         out.broken = True
         return out
-    s = service_audit.pruned_summary(tx, t)
+    s = chain.pruned_summary(tx, t)
     if s is not None:
-        why = service_audit.summary_problem(key, t, s)
+        why = chain.summary_problem(key, t, s)
         if why is not None:
             out.stopped, out.broken = why, True
             return out
     start = int(s["last_chain_no"]) if s else 0
-    prev = str(s["last_hash"]) if s else service_audit.GENESIS
+    prev = str(s["last_hash"]) if s else chain.genesis
     signed_at = start if (s is not None and s["sig"] is not None) else None
     if after is not None and after > start:
         at = tx.fetchall(
@@ -277,13 +278,10 @@ def prune_batch(
         if not link.prunable:
             out.stopped = f"record {link.chain_no} (run {link.run_id}) is no longer prunable"
             break
-        try:
-            problem = service_audit._check_record(key, t, row, prev, expected, signed_at, False)
-        except (TypeError, ValueError) as exc:
-            problem = service_audit.Broken(t, expected, None, None, None, str(exc))
+        problem = chain.check_record(key, t, row, prev, expected, signed_at)
         if problem is not None:
             out.stopped = (
-                f"record {problem.chain_no} does not verify ({problem.reason}); nothing from "
+                f"record {problem[0]} does not verify ({problem[1]}); nothing from "
                 "it on is pruned: see `agentledger audit verify`"
             )
             out.broken = True
@@ -330,7 +328,7 @@ def prune_batch(
             "ON CONFLICT (run_id) DO NOTHING",
             {"r": run_id, "now": time.time()},
         )
-    _extend_summary(tx, t, s, taken, len(done_runs), key)
+    chain.extend_pruned(tx, t, s, taken, len(done_runs), key)
     return out
 
 
@@ -357,46 +355,6 @@ def _count_rows(tx: Tx, run_ids: list[str]) -> dict[str, int]:
             counts[table] += int(n)
         counts["runs"] += len(run_ids[chunk : chunk + BATCH])
     return counts
-
-
-def _extend_summary(
-    tx: Tx,
-    tenant_id: str,
-    s: dict[str, Any] | None,
-    taken: list[dict[str, Any]],
-    runs: int,
-    key: AuditKey | None,
-) -> None:
-    counts: dict[str, int] = json.loads(s["counts"]) if s else {}
-    digest = str(s["digest"]) if s else service_audit.GENESIS
-    for r in taken:
-        counts[str(r["type"])] = counts.get(str(r["type"]), 0) + 1
-        digest = service_audit.fold(digest, str(r["hash"]))
-    new: dict[str, Any] = {
-        "t": tenant_id,
-        "last_chain_no": int(taken[-1]["chain_no"]),
-        "last_hash": str(taken[-1]["hash"]),
-        "records": (int(s["records"]) if s else 0) + len(taken),
-        "runs": (int(s["runs"]) if s else 0) + runs,
-        "counts": json.dumps(counts, sort_keys=True, separators=(",", ":")),
-        "digest": digest,
-        "first_at": s["first_at"] if s else taken[0]["at"],
-        "last_at": taken[-1]["at"],
-        "pruned_at": time.time(),
-    }
-    new["sig"] = (
-        key.sign_pruned(tenant_id, service_audit.summary_fields(new)) if key is not None else None
-    )
-    tx.execute(
-        "INSERT INTO audit_pruned (tenant_id, last_chain_no, last_hash, records, runs, counts, "
-        "digest, first_at, last_at, pruned_at, sig) VALUES (:t, :last_chain_no, :last_hash, "
-        ":records, :runs, :counts, :digest, :first_at, :last_at, :pruned_at, :sig) "
-        "ON CONFLICT (tenant_id) DO UPDATE SET last_chain_no = excluded.last_chain_no, "
-        "last_hash = excluded.last_hash, records = excluded.records, runs = excluded.runs, "
-        "counts = excluded.counts, digest = excluded.digest, first_at = excluded.first_at, "
-        "last_at = excluded.last_at, pruned_at = excluded.pruned_at, sig = excluded.sig",
-        new,
-    )
 
 
 def chained_tenants(tx: Tx) -> list[str]:
