@@ -192,3 +192,31 @@ def test_no_import_cycles_between_modules() -> None:
 
 def _is_parent(candidate: str, mod: str) -> bool:
     return mod.startswith(candidate + ".")
+
+
+def _doc_map() -> dict[str, set[str]]:
+    """The table of docs/architecture.md, "The map": package -> what it may import."""
+    doc = (SRC.parent / "docs" / "architecture.md").read_text()
+    section = doc.split("## The map", 1)[1].split("\n## ", 1)[0]
+    names = {"root": ROOT, "the kernel": "kernel", "kernel": "kernel"}
+    found: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("package", "---"):
+            continue
+        package = ROOT if cells[0].startswith("*(root)*") else cells[0].strip("`/")
+        allowed: set[str] = set()
+        for word in (w.strip() for w in cells[2].split(",")):
+            target = names.get(word, word)
+            if target == "kernel":
+                allowed.update(KERNEL)
+            elif target == "everything":
+                allowed.update(EVERYTHING)
+            else:
+                allowed.add(target)
+        found[package] = allowed - {package}
+    return found
+
+
+def test_the_docs_map_is_this_map() -> None:
+    assert _doc_map() == {p: set(allowed) - {p} for p, allowed in MAP.items()}
