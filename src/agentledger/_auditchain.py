@@ -74,13 +74,6 @@ def register(chain: AuditChain) -> None:
     _registered = chain
 
 
-def unregister() -> AuditChain | None:
-    """Forget the registered chain (tests of the refusal); returns it."""
-    global _registered
-    chain, _registered = _registered, None
-    return chain
-
-
 def registered() -> bool:
     """Whether a chain is registered in this process."""
     return _registered is not None

@@ -29,7 +29,6 @@ from agentledger.store import Store
 log = logging.getLogger(__name__)
 
 PERIOD_ENV = "AGENTLEDGER_AUDIT_SEAL_EVERY"
-DEFAULT_PERIOD: float = envsettings.default("audit_seal_every")
 BATCH = 500  # records per transaction (a backlog is sealed in several)
 MAX_BATCHES = 20  # per round, so one round's backlog cannot hold a process's loop
 

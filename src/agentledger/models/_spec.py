@@ -27,7 +27,6 @@ from agentledger._envsettings import EnvSettings
 from agentledger.errors import UsageError
 from agentledger.models._base import Model
 
-MODEL_ENV = "AGENTLEDGER_MODEL"
 PROVIDERS = ("openai", "anthropic", "openai-compatible")
 
 

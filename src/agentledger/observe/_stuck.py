@@ -106,10 +106,7 @@ class StuckDetector:
                 await asyncio.wait_for(stopping.wait(), self.policy.check_seconds)
             if stopping.is_set():
                 return
-            try:
-                await self.check_once()
-            except NotImplementedError:
-                return  # a store without the query: nothing to watch
+            await self.check_once()
 
 
 async def stuck_runs(store: Store, name: str | None = None, limit: int = 100) -> list[Any]:

@@ -57,8 +57,6 @@ from agentledger.worker._companions import Companion
 
 log = logging.getLogger(__name__)
 
-BACKOFF_ENV = "AGENTLEDGER_WEBHOOK_BACKOFF"
-
 
 def backoff_from_env() -> float:
     """First retry delay of a worker's deliveries (env ``AGENTLEDGER_WEBHOOK_BACKOFF``,

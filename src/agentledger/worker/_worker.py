@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import signal
@@ -84,9 +83,6 @@ from agentledger.worker._liveness import LIVE_WITHIN, is_dead_local_owner, me
 from agentledger.worker._runlog import log_outcome
 
 log = logging.getLogger("agentledger.worker")
-
-# Does the engine take the live cancel-request mapping? (Older engines do not.)
-_ACCEPTS_CANCEL = "cancel_requests" in inspect.signature(execute_run).parameters
 
 
 class WorkerFailed(AgentLedgerError):
@@ -129,7 +125,6 @@ class Worker:
         self.active: dict[str, tuple[asyncio.Task[str], int]] = {}
         # run id -> reason, refreshed by the heartbeat loop; the engine reads it live.
         self.cancel_requests: dict[str, str] = {}
-        self._cancel_supported = True
         self._wake = asyncio.Event()
         self._failure: str | None = None
         self._last_reap = 0.0
@@ -513,9 +508,6 @@ class Worker:
                 # step at once. Its writes are fenced by the old epoch anyway.
                 previous.cancel()
                 await asyncio.gather(previous, return_exceptions=True)
-            kwargs: dict[str, Any] = {}
-            if _ACCEPTS_CANCEL:
-                kwargs["cancel_requests"] = self.cancel_requests
             outcome = await execute_run(
                 self.store,
                 self.app,
@@ -525,7 +517,7 @@ class Worker:
                 park_threshold=self.config.park_threshold,
                 max_resumes=self.config.max_resumes,
                 store_retry_seconds=self.config.store_retry_seconds,
-                **kwargs,
+                cancel_requests=self.cancel_requests,
             )
             self._ended.add((run.id, run.lease_epoch))
             if outcome == Stopped.RELEASED:
@@ -636,13 +628,9 @@ class Worker:
         return run is None or run.lease_epoch != epoch or run.status == RunStatus.RUNNING
 
     async def _refresh_cancel_requests(self, run_ids: list[str]) -> None:
-        if not run_ids or not self._cancel_supported:
+        if not run_ids:
             return
-        try:
-            found = await self.store.cancel_requests(run_ids)
-        except NotImplementedError:
-            self._cancel_supported = False
-            return
+        found = await self.store.cancel_requests(run_ids)
         for run_id in run_ids:
             if run_id in found:
                 self.cancel_requests[run_id] = found[run_id]

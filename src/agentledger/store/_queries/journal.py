@@ -58,7 +58,11 @@ class EncodedBatch:
     events: list[tuple[str, str, str]]  # (type, actor, data JSON), step events first
 
     def fence(self, now_sql: str) -> tuple[str, dict[str, Any]]:
-        """The fence's SQL on a dialect's clock, and its parameters as of now."""
+        """The fence: an UPDATE of the run row that matches only while the lease epoch
+        and owner are the writer's (and the run is still running), as SQL and its
+        parameters as of now. ``now_sql`` is the dialect's clock
+        (:attr:`Dialect.now_sql`): a park time is written as the database's now plus the
+        delay the writer meant (see ``common.delay_of``)."""
         params = CleanParams(self.fence_params)
         params["now"] = time.time()
         if "available_in" in params:
@@ -127,15 +131,6 @@ def _fence(batch: Batch, n_events: int) -> tuple[str, dict[str, Any]]:
         "AND lease_owner = :owner AND status = 'running'"
     )
     return sql, params
-
-
-def fence_update(batch: Batch, now_sql: str = ":now") -> tuple[str, dict[str, Any]]:
-    """The fence: an UPDATE of the run row that matches only while the lease epoch
-    and owner are the writer's (and the run is still running). Returns SQL, params.
-
-    ``now_sql`` is the dialect's clock (:attr:`Dialect.now_sql`): a park time is written
-    as the database's now plus the delay the writer meant (see ``common.delay_of``)."""
-    return encode_batch(batch).fence(now_sql)
 
 
 def apply_batch(tx: Tx, batch: Batch) -> None:
@@ -317,10 +312,6 @@ _STEP_INSERT = (
     ":input, :input_hash, :output, :attempts, :key, :started_at, :duration_ms, :tokens, "
     f":cost_usd, :error_class, :error, :lease_epoch) {STEP_UPSERT}"
 )
-
-
-def upsert_step(tx: Tx, step: Step) -> None:
-    tx.execute(_STEP_INSERT, step_params(step))
 
 
 def write_effect(tx: Tx, effect: Effect) -> None:
