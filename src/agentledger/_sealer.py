@@ -8,7 +8,7 @@ service was never imported rather than leave records unsealed. A sealer run by e
 ``serve`` process and each worker seals them shortly after, and a stopping worker seals
 once more after its last run is released, so nothing it wrote is left unsealed.
 Sealers may run in many processes at once: each tenant's head row lock serializes them
-and a record is chained once (:func:`service_audit.seal`). Each signs what it seals under
+and a record is chained once (``service/_queries/audit.py``). Each signs what it seals under
 ``AGENTLEDGER_AUDIT_KEY`` (``agentledger/_auditkey.py``), read when it starts.
 """
 

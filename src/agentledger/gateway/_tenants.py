@@ -1,10 +1,11 @@
 """Tenant period budgets: spend and tokens per tenant per period, reserved before a call.
 
-A budget row (``tenant_budgets``, set with ``store.set_tenant_budget``) gives a period in
-seconds and limits. The period's usage is a row in the store (``tenant_usage``), started
-from the journal's model steps of the period and then moved only by reservations (one
-guarded update: taken only if it fits) and settlements (real minus reserved), so workers
-reserving at once cannot overshoot the limit together.
+A budget row (``tenant_budgets``, set with ``set_tenant_budget`` of
+``gateway/_queries.py``) gives a period in seconds and limits. The period's usage is a
+row in the store (``tenant_usage``), started from the journal's model steps of the
+period and then moved only by reservations (one guarded update: taken only if it fits)
+and settlements (real minus reserved), so workers reserving at once cannot overshoot
+the limit together.
 """
 
 from __future__ import annotations
