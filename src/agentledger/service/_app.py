@@ -11,6 +11,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
+# The inline workers' model steps check tenant budgets through the gateway's hooks
+# (engine/_hooks.py): a priced call is refused in a process without it.
+import agentledger.gateway as _gateway  # noqa: F401
 from agentledger import _sealer as sealer
 from agentledger._app import App
 from agentledger._failures import FailureLog
