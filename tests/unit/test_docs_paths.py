@@ -28,8 +28,8 @@ INSTALLABLES = {
 PATH = re.compile(r"(?<![\w./-])([\w][\w./-]*\.py)\b")
 SHIPPED = ("src", "examples/src", "bench/src", "scripts")
 BARE = {p.name for top in SHIPPED for p in (ROOT / top).rglob("*.py")}
-#: The reader's own files in the README and the guide.
-READERS = {"hotel.py", "shop.py", "path/to/file.py"}
+#: The reader's own files in the README and the guide, and the private module's pattern.
+READERS = {"hotel.py", "shop.py", "path/to/file.py", "_name.py"}
 
 
 def exists(path: str) -> bool:
