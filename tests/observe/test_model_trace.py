@@ -5,10 +5,13 @@ counted once (issue 11, item 1)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from agentledger import App
 from agentledger.observe import _semconv as sc
 from agentledger.records import RunStatus
 from tests.fast.lifecycle_harness import KILLED, Harness
@@ -85,3 +88,32 @@ async def test_workflow_steps_replayed_are_marked(
     first = [s for s in found if s.name == "step first" and s.attributes[sc.STEP_REPLAYED]]
     assert first[0].attributes[sc.STEP_NO] == 1
     assert first[0].attributes[sc.STEP_OUTCOME] == "succeeded"
+
+
+async def test_spans_the_users_code_starts_inside_a_step_are_its_children(
+    tmp_path: Path,
+    spans: InMemorySpanExporter,  # noqa: F811
+) -> None:
+    app = App("observe-nested")
+    seen: dict[str, Any] = {}
+
+    def traced() -> int:
+        with trace.get_tracer("users-code").start_as_current_span("users span"):
+            return 1
+
+    @app.workflow(name="nested")
+    async def nested(ctx: Any, input: Any) -> Any:
+        value = await ctx.step("outer", traced)
+        seen["after"] = trace.get_current_span().get_span_context().span_id  # the run span
+        return value
+
+    async with Harness(tmp_path, app) as h:
+        run_id = await h.submit("nested")
+        assert await h.execute(run_id, owner="w1") == RunStatus.COMPLETED
+    found = _of(spans, run_id)
+    step = next(s for s in found if s.name == "step outer")
+    run = next(s for s in found if s.name == "invoke_workflow nested")
+    users = next(s for s in spans.get_finished_spans() if s.name == "users span")
+    assert users.parent is not None and users.parent.span_id == step.context.span_id
+    assert step.parent is not None and step.parent.span_id == run.context.span_id
+    assert seen["after"] == run.context.span_id  # the step's span is detached once it ends

@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -332,34 +333,54 @@ def model_step_scope(step_no: int) -> Iterator[None]:
         _MODEL_STEP.reset(token)
 
 
-@contextlib.contextmanager
-def workflow_step(exe: Any, step_no: int, name: str) -> Iterator[Attempt]:
-    """The first pass of a workflow's ``ctx.step``: a ``step {name}`` span."""
-    rec = Attempt()
-    tracer = _recording_tracer()
-    if tracer is None:
-        yield rec
-        return
-    span = tracer.start_span(
-        f"{sc.SPAN_STEP} {name}",
-        attributes={
-            sc.RUN_ID: exe.run.id,
-            sc.STEP_NO: step_no,
-            sc.STEP_KIND: "step",
-            sc.STEP_REPLAYED: False,
-        },
-    )
-    try:
-        with trace.use_span(span, end_on_exit=False, record_exception=False):
-            yield rec
-    finally:
-        outcome = rec.resolution or "interrupted"  # the caller sets succeeded / failed
+class WorkflowStep:
+    """The first pass of a workflow's ``ctx.step``: a ``step {name}`` span.
+
+    A plain context manager (no generator). The span is current while the function runs
+    (spans the user's code starts inside the step are its children): the context is
+    attached and detached directly, once each.
+    """
+
+    __slots__ = ("_span", "_token", "rec")
+
+    def __init__(self, exe: Any, step_no: int, name: str) -> None:
+        self.rec = Attempt()
+        self._span: trace.Span | None = None
+        self._token: Any = None
+        tracer = _recording_tracer()
+        if tracer is not None:
+            self._span = tracer.start_span(
+                f"{sc.SPAN_STEP} {name}",
+                attributes={
+                    sc.RUN_ID: exe.run.id,
+                    sc.STEP_NO: step_no,
+                    sc.STEP_KIND: "step",
+                    sc.STEP_REPLAYED: False,
+                },
+            )
+
+    def __enter__(self) -> Attempt:
+        if self._span is not None:
+            self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        return self.rec
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        span = self._span
+        if span is None:
+            return
+        otel_context.detach(self._token)
+        outcome = self.rec.resolution or "interrupted"  # the caller sets succeeded / failed
         ending: dict[str, Any] = {sc.STEP_OUTCOME: outcome}
         status = None
         if outcome != "succeeded":
-            ending[sc.ERROR_TYPE] = str(rec.extra.get("error_class") or outcome)
+            ending[sc.ERROR_TYPE] = str(self.rec.extra.get("error_class") or outcome)
             status = Status(StatusCode.ERROR)
         _end(span, ending, status)
+
+
+def workflow_step(exe: Any, step_no: int, name: str) -> WorkflowStep:
+    """The first pass of a workflow's ``ctx.step`` (:class:`WorkflowStep`)."""
+    return WorkflowStep(exe, step_no, name)
 
 
 @contextlib.contextmanager
