@@ -34,5 +34,7 @@ def test_observe_overhead_compare(capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads(capsys.readouterr().out)
     for name in observe_overhead.CONDITIONS + observe_overhead.COMPARE:
         assert report[f"read_step_cpu_us_{name}"] > 0
+        assert report[f"read_step_loop_cpu_us_{name}"] > 0  # the event loop's thread alone
+    assert report["heap_frozen"] is False
     assert report["read_step_ratio_otlp_batch_2048"] > 0
     assert tracing._PROVIDER is None

@@ -23,7 +23,8 @@ With ``--compare``, variants of ``otlp`` (same collector, same scraping):
 (``otlp_provider(fast_encoder=True)``, :mod:`agentledger.observe._otlp`);
 ``otlp_batch_2048`` exports batches of 2,048 spans (``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``,
 a queue of 8,192); ``otlp_ratio_10`` samples a tenth of the runs
-(``OTEL_TRACES_SAMPLER=parentbased_traceidratio``, argument 0.1).
+(``OTEL_TRACES_SAMPLER=parentbased_traceidratio``, argument 0.1); ``otlp_unscraped`` is
+``otlp`` without the scraping (what the spans alone cost).
 
 Figures per condition: the median per-step time of a ``--steps``-step workflow of no-op
 read tools (``read_step_us``, timed inside the run as ``agentledger bench`` does) and of
@@ -33,7 +34,12 @@ duration, ``gen_ai.client.*``) are recorded in every condition; their own cost p
 observation is ``histogram_observe_us``. ``read_step_cpu_us``: the process's CPU time per
 read step (all threads, run start and end included, and the export of every span the
 run made: what is still queued when the run ends is flushed inside the measurement),
-steadier than wall time on a loaded machine. The default ``--steps`` (1024) is two export
+steadier than wall time on a loaded machine; ``read_step_loop_cpu_us``: the CPU time of
+the event loop's thread alone per read step (the worker's own; the processor's thread
+encodes and sends apart from it). ``--freeze-heap``: after the warm-up, collect and
+freeze the heap as the ``worker`` and ``serve`` commands do once started (spans waiting
+in the processor's queue then survive collections that no longer walk the start-up
+heap). The default ``--steps`` (1024) is two export
 batches, so the processor's thread encodes and sends during the timed run as it does on
 a busy worker. Target: ``otlp`` read-step overhead <= 10 %.
 """
@@ -59,6 +65,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from agentledger import _heap as heap
 from agentledger.observe import _tracing as tracing
 from agentledger.observe._instruments import STEP_DURATION
 from agentledger.observe._metrics import MetricsServer
@@ -66,7 +73,7 @@ from agentledger.store import open_store
 from agentledger_bench.engine_runs import per_step_us
 
 CONDITIONS = ("none", "memory", "otlp", "unsampled")
-COMPARE = ("otlp_fast_encoder", "otlp_batch_2048", "otlp_ratio_10")
+COMPARE = ("otlp_fast_encoder", "otlp_batch_2048", "otlp_ratio_10", "otlp_unscraped")
 # The OTEL_* settings of each condition's provider beyond the defaults, read by the SDK
 # as a user would set them.
 _SETTINGS: dict[str, dict[str, str]] = {
@@ -183,7 +190,8 @@ def _flush(provider: Any) -> None:
 @contextmanager
 def _condition(name: str, providers: dict[str, Any], scraper: Scraper) -> Iterator[None]:
     tracing.set_provider(providers[name])
-    if name.startswith("otlp") or name == "unsampled":  # a watched worker: /metrics scraped
+    # A watched worker: /metrics scraped (``otlp_unscraped``: the spans alone).
+    if name != "otlp_unscraped" and (name.startswith("otlp") or name == "unsampled"):
         scraper.on.set()
     try:
         yield
@@ -208,7 +216,12 @@ def _median(values: list[float]) -> float:
 
 
 async def measure(
-    url: str, reps: int, steps: int, scrape_every: float, compare: bool = False
+    url: str,
+    reps: int,
+    steps: int,
+    scrape_every: float,
+    compare: bool = False,
+    freeze: bool = False,
 ) -> dict[str, Any]:
     """Every condition ``reps`` times, interleaved; the report."""
     conditions = CONDITIONS + (COMPARE if compare else ())
@@ -221,17 +234,22 @@ async def measure(
     read: dict[str, list[float]] = {c: [] for c in conditions}
     step: dict[str, list[float]] = {c: [] for c in conditions}
     read_cpu: dict[str, list[float]] = {c: [] for c in conditions}
+    loop_cpu: dict[str, list[float]] = {c: [] for c in conditions}
     try:
         for name in conditions:  # warm up: imports, schema, page cache, the first spans
             with _condition(name, providers, scraper):
                 await per_step_us(store, "bench_read_tool", 10)
+        if freeze:  # as `worker` and `serve` do once started (agentledger._heap)
+            heap.freeze_startup()
         for rep in range(reps):
             turn = rep % len(conditions)
             order = conditions[turn:] + conditions[:turn]
             for name in order:
                 with _condition(name, providers, scraper):
                     cpu = time.process_time()  # every thread: the exporter's too
+                    loop = time.thread_time()  # the event loop's thread alone
                     read[name].append(await per_step_us(store, "bench_read_tool", steps))
+                    loop_cpu[name].append((time.thread_time() - loop) / steps * 1e6)
                     _flush(providers[name])  # the rest of this run's spans, counted
                     read_cpu[name].append((time.process_time() - cpu) / steps * 1e6)
                     step[name].append(await per_step_us(store, "bench_step", steps))
@@ -248,12 +266,18 @@ async def measure(
         "reps": reps,
         "steps": steps,
         "scrape_every_s": scrape_every,
+        "heap_frozen": freeze,
         "scrapes": scraper.scrapes,
         "scrape_errors": scraper.errors,
         "otlp_exports": {"requests": collector.requests, "bytes": collector.bytes},
         "histogram_observe_us": round(histogram_observe_us(), 3),
     }
-    figures = (("read_step", read), ("ctx_step", step), ("read_step_cpu", read_cpu))
+    figures = (
+        ("read_step", read),
+        ("ctx_step", step),
+        ("read_step_cpu", read_cpu),
+        ("read_step_loop_cpu", loop_cpu),
+    )
     for figure, samples in figures:
         base = _median(samples["none"])
         for name in conditions:
@@ -279,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compare", action="store_true", help="also otlp with larger batches, and sampled"
     )
+    parser.add_argument(
+        "--freeze-heap",
+        action="store_true",
+        help="after the warm-up, collect and freeze the heap as `worker` and `serve` do",
+    )
     args = parser.parse_args(argv)
     workdir = None
     url = args.db
@@ -286,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tempfile.mkdtemp(prefix=".agentledger-observe-bench-"))
         url = f"sqlite:///{workdir / 'engine.db'}"
     try:
-        report = asyncio.run(measure(url, args.reps, args.steps, args.scrape_every, args.compare))
+        report = asyncio.run(
+            measure(url, args.reps, args.steps, args.scrape_every, args.compare, args.freeze_heap)
+        )
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
