@@ -1,5 +1,5 @@
 # The one place the project's commands live.
-.PHONY: install demo test lint typecheck bench core-install env-table bench-compare bench-anchors
+.PHONY: install demo test lint typecheck bench screenshots core-install env-table bench-compare bench-anchors
 
 # The README's test command installs the same: the runtime with every extra, the
 # examples (StayHub, the sandbox, the demo) and the benchmarks.
@@ -21,6 +21,11 @@ typecheck:
 
 bench:
 	agentledger bench
+
+# The console's screenshots in docs/screenshots/, refreshed by its browser tests (a plain
+# test run writes them to its temporary directory instead).
+screenshots:
+	AGENTLEDGER_SCREENSHOTS=docs/screenshots pytest -q -n 0 tests/service/test_console_browser.py -k shot
 
 # `pip install agentledger` alone, in a fresh venv: what it pulls and that the core works.
 core-install:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -25,7 +26,9 @@ from tests.service.conftest import PEPPER, served, settings_for
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "docs" / "screenshots"
+#: Where screenshots go when asked (``make screenshots`` sets it to docs/screenshots);
+#: otherwise into the test's temporary directory, so a test run leaves the tree clean.
+SHOTS_ENV = "AGENTLEDGER_SCREENSHOTS"
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -186,14 +189,22 @@ def test_a_stale_approval_says_the_arguments_changed(console: Console) -> None:
     manager.context.close()
 
 
-def test_pages_pass_axe_and_are_shot_at_two_widths(console: Console) -> None:
+def shots_dir(tmp_path: Path) -> Path:
+    """The folder screenshots are written to: ``$AGENTLEDGER_SCREENSHOTS`` (relative to
+    the project's root) when set, else ``tmp_path``."""
+    asked = os.environ.get(SHOTS_ENV, "").strip()
+    return (ROOT / asked) if asked else tmp_path
+
+
+def test_pages_pass_axe_and_are_shot_at_two_widths(console: Console, tmp_path: Path) -> None:
     from axe_playwright_python.sync_playwright import Axe
 
     run = parked(console, 120)
     with console.api("olga") as api:
         handed = api.post("/v1/runs", json={"agent": "over_budget"}).json()
         assert api.get(f"/v1/runs/{handed['id']}/result?wait=30").json()["status"] == "needs_human"
-    SHOTS.mkdir(parents=True, exist_ok=True)
+    shots = shots_dir(tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
     axe = Axe()
     pages = {
         "runs": "/ui/runs",
@@ -227,5 +238,5 @@ def test_pages_pass_axe_and_are_shot_at_two_widths(console: Console) -> None:
                 "Math.round(e.getBoundingClientRect().right))"
             )
             assert overflow <= 1, (name, width, overflow, wide)
-            page.screenshot(path=str(SHOTS / f"console-{name}-{width}.png"), full_page=True)
+            page.screenshot(path=str(shots / f"console-{name}-{width}.png"), full_page=True)
         page.context.close()
