@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import html
+import http.server
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,7 +71,13 @@ class Console:
             pool.submit(asyncio.run, run()).result()
 
 
-PEOPLE = {"gina": ("guest",), "mona": ("manager",), "olga": ("admin",)}
+PEOPLE = {
+    "gina": ("t1", ("guest",)),
+    "mona": ("t1", ("manager",)),
+    "olga": ("t1", ("admin",)),
+    "vera": ("t1", ("viewer",)),
+    "tara": ("t2", ("guest",)),  # another tenant
+}
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +97,8 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         await store.open()
         try:
             out = {}
-            for who, roles in PEOPLE.items():
-                out[who], _ = await create_key(store, PEPPER, "t1", who, list(roles), 3600)
+            for who, (tenant, roles) in PEOPLE.items():
+                out[who], _ = await create_key(store, PEPPER, tenant, who, list(roles), 3600)
             return out
         finally:
             await store.close()
@@ -160,8 +170,19 @@ def test_an_approver_approves_and_the_runs_page_turns_completed_live(console: Co
     expect(effects.first).to_contain_text("done")
     expect(watcher.locator("#run-result")).to_contain_text('"paid": 480')
     writes = watcher.locator("table:has(caption:text('Writes')) tbody tr")
-    expect(writes).to_have_count(1)
+    expect(writes).to_have_count(1)  # one charge, under its key
+    expect(writes.first).to_contain_text("pay")
     expect(writes.first).to_contain_text("confirmed")
+    key = writes.first.locator("code").first.inner_text()
+    assert key.strip(), "the write shows its key"
+    # The ledger across runs says the same of this run: one write, confirmed, that key.
+    watcher.goto(f"{console.base}/ui/effects")
+    ledger = watcher.locator(
+        f"table:has(caption:text('All writes')) tbody tr:has(a[href^='/ui/runs/{run['id']}'])"
+    )
+    expect(ledger).to_have_count(1)
+    expect(ledger.first).to_contain_text("confirmed")
+    expect(ledger.first.locator("code")).to_have_text(key)
     watcher.context.close()
     manager.context.close()
 
@@ -187,6 +208,147 @@ def test_a_stale_approval_says_the_arguments_changed(console: Console) -> None:
     with console.api("gina") as api:
         assert api.get(f"/v1/runs/{run['id']}").json()["pending_approval"]["decision"] is None
     manager.context.close()
+
+
+def test_a_viewer_cannot_decide_a_forged_post_is_refused_a_foreign_run_is_404(
+    console: Console,
+) -> None:
+    """No approve button for a viewer; an approver's browser made to POST a decision
+    without the session's CSRF token (by a script on the console's page, and by a form
+    on another origin of the same site, whose requests carry the cookie) is refused and
+    nothing is decided; another tenant's run id is the plain 404 page."""
+    from playwright.sync_api import expect
+
+    run = parked(console, 33)
+    approval = run["pending_approval"]
+    viewer = signed_in(console, "vera")
+    viewer.goto(f"{console.base}/ui/approvals")
+    expect(viewer.locator("main")).to_contain_text("Nothing waits for your decision.")
+    expect(viewer.get_by_role("button", name="Approve")).to_have_count(0)
+    viewer.goto(f"{console.base}/ui/runs/{run['id']}")
+    expect(viewer.locator("#run-status")).to_have_text("waiting")
+    expect(viewer.locator("main button")).to_have_count(0)  # nor cancel, nor resume
+
+    with console.api("tara") as theirs:
+        foreign = theirs.post("/v1/runs", json={"agent": "free", "input": {"x": 1}}).json()
+    response = viewer.goto(f"{console.base}/ui/runs/{foreign['id']}")
+    assert response is not None and response.status == 404
+    expect(viewer.locator("main h1")).to_have_text("Not found")
+    expect(viewer.locator("main")).not_to_contain_text("free")  # not even the agent's name
+    viewer.context.close()
+
+    manager = signed_in(console, "mona")
+    decision = f"{console.base}/ui/approvals/{approval['id']}/decision"
+    fields = {"decision": "approve", "arguments_hash": approval["arguments_hash"],
+              "reason": "forged"}  # fmt: skip
+    status = manager.evaluate(
+        "async ([url, fields]) => (await fetch(url, {method: 'POST', "
+        "body: new URLSearchParams(fields), credentials: 'include'})).status",
+        [decision, fields],
+    )
+    assert status == 403
+    with attacker_page(decision, fields) as evil, manager.expect_response(decision) as answer:
+        manager.goto(evil)
+    assert answer.value.status == 403
+    expect(manager.locator("main h1")).to_have_text("Refused")
+    with console.api("gina") as api:
+        assert api.get(f"/v1/runs/{run['id']}").json()["pending_approval"]["decision"] is None
+    manager.context.close()
+
+
+@contextlib.contextmanager
+def attacker_page(action: str, fields: dict[str, str]) -> Iterator[str]:
+    """A page on a second loopback server (another origin, the same site: the browser
+    sends the console's SameSite cookie with its form) that posts ``fields`` to
+    ``action`` as soon as it loads; yields its URL."""
+    inputs = "".join(
+        f'<input type="hidden" name="{html.escape(k)}" value="{html.escape(v)}">'
+        for k, v in fields.items()
+    )
+    body = (
+        f'<!doctype html><form method="post" action="{html.escape(action)}">{inputs}</form>'
+        "<script>document.forms[0].submit()</script>"
+    ).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/offer"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def handed_over(c: Console, journal: list[tuple[int, str, str, str, str, str]]) -> str:
+    """A run handed to a person (over its step budget), with ``journal`` rows (step,
+    kind, name, status, key, input JSON) written after its own first step."""
+    with c.api("olga") as api:
+        run = api.post("/v1/runs", json={"agent": "over_budget"}).json()
+        assert api.get(f"/v1/runs/{run['id']}/result?wait=30").json()["status"] == "needs_human"
+    for no, kind, name, status, key, data in journal:
+        c.sql(
+            "INSERT INTO steps (run_id, step_no, kind, name, status, input, attempts, "
+            "lease_epoch, idempotency_key) VALUES (:id, :no, :kind, :name, :status, :input, "
+            "1, 1, :key)",
+            {"id": run["id"], "no": no, "kind": kind, "name": name, "status": status,
+             "input": data, "key": key or None},
+        )  # fmt: skip
+    return str(run["id"])
+
+
+def test_a_resume_shows_its_dry_run_before_the_button(console: Console) -> None:
+    """The resume page lists the side effects from the resume's step on, each with its
+    state and key (a confirmed charge, its compensation, an unknown payment) before any
+    button: a plan that would repeat a confirmed effect has no button, only why; one
+    that only status-checks an unknown write has the button after the list."""
+    from playwright.sync_api import expect
+
+    refused = handed_over(console, [
+        (2, "step", "second", "failed", "", "{}"),
+        (3, "tool", "charge", "succeeded", "k-charge", '{"amount": 5}'),
+        (4, "compensation", "refund", "succeeded", "k-refund", '{"compensates": 3}'),
+        (5, "tool", "pay", "unknown", "k-pay", '{"status_check": true}'),
+    ])  # fmt: skip
+    resumable = handed_over(console, [
+        (2, "tool", "pay", "unknown", "k-pay-2", '{"status_check": true}'),
+    ])  # fmt: skip
+    page = signed_in(console, "olga")
+    page.goto(f"{console.base}/ui/runs/{refused}/resume")
+    dry = page.locator("table:has(caption:text('dry run')) tbody tr")
+    expect(dry).to_have_count(3)
+    states = {row.locator("code").inner_text(): row.inner_text() for row in dry.all()}
+    assert "confirmed" in states["k-charge"] and "compensated" in states["k-charge"]
+    assert "confirmed" in states["k-refund"] and "compensated" in states["k-refund"]
+    assert "unknown" in states["k-pay"] and "status-checked" in states["k-pay"]
+    expect(page.get_by_role("button", name="Resume from step 2")).to_have_count(0)
+    expect(page.get_by_role("alert").first).to_contain_text("Refused")
+
+    page.goto(f"{console.base}/ui/runs/{resumable}/resume")
+    row = page.locator("table:has(caption:text('dry run')) tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("unknown")
+    expect(row.locator("code")).to_have_text("k-pay-2")
+    button = page.get_by_role("button", name="Resume from step 3")
+    expect(button).to_be_visible()
+    # The list comes first in the page's order (what a screen reader and Tab reach first).
+    follows = page.evaluate(
+        "([t, b]) => !!(t.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING)",
+        [row.element_handle(), button.element_handle()],
+    )
+    assert follows
+    page.context.close()
 
 
 def shots_dir(tmp_path: Path) -> Path:
