@@ -90,3 +90,61 @@ async def test_stats_match_the_rows(store: Store) -> None:
                 abs_tol=1e-3,
             )
         assert got.stuck == []
+
+
+async def test_numbers_per_agent_version_and_day_match_the_rows(store: Store) -> None:
+    """by_target's counts, cost and nearest-rank p50/p95 per agent, version and UTC day
+    (and over the window without days) are what the rows say; failing steps carry
+    their class and total cost; ``version`` narrows the five numbers."""
+    from agentledger.observe._queries.stats import by_target
+
+    rng = random.Random(23)
+    midnight = (int(time.time() // 86400) - 3) * 86400.0
+    rows = []
+    for i in range(60):
+        name, version = ("booking", str(1 + i % 2)) if i % 3 else ("refund", "1")
+        status = rng.choice(["completed"] * 5 + ["failed", "running"])
+        created = midnight + rng.choice([-0.5, 0.5, 86400.5, 2 * 86400 + 7])
+        duration = round(rng.uniform(1, 100), 3)
+        cost = round(rng.uniform(0, 0.5), 4)
+        run = await store.create_run(NewRun("workflow", name, version, {"i": i}))
+        await _sql(
+            store,
+            "UPDATE runs SET status = :s, created_at = :c, updated_at = :u, cost_usd = :cost, "
+            "handover_reason = :why WHERE id = :id",
+            {"s": status, "c": created, "u": created + duration, "cost": cost, "id": run.id,
+             "why": "rate_limited" if status == "failed" else None},
+        )  # fmt: skip
+        rows.append(dict(name=name, version=version, status=status, day=int(created // 86400),
+                         duration=duration, cost=cost))  # fmt: skip
+    for per_day in (True, False):
+        got = await store.read(by_target, midnight - 86400, None, None, None, per_day)
+        expected: dict[tuple[str, str, int | None], list[dict[str, Any]]] = {}
+        for r in rows:
+            key = (r["name"], r["version"], r["day"] if per_day else None)
+            expected.setdefault(key, []).append(r)
+        assert {(g["agent"], g["version"], g["day"]) for g in got} == set(expected)
+        assert per_day is False or len({g["day"] for g in got}) == 4  # midnight splits
+        for g in got:
+            mine = expected[(g["agent"], g["version"], g["day"])]
+            done = [r["duration"] for r in mine if r["status"] == "completed"]
+            assert g["runs"] == len(mine)
+            assert g["completed"] == len(done)
+            assert g["finished"] == sum(r["status"] != "running" for r in mine)
+            assert math.isclose(g["cost_usd"], sum(r["cost"] for r in mine), abs_tol=1e-9)
+            for name, p in (("p50_seconds", 0.5), ("p95_seconds", 0.95)):
+                want = _nearest_rank(done, p) if done else None
+                assert (g[name] is None) == (want is None)
+                assert want is None or math.isclose(g[name], want, abs_tol=1e-3)
+    two = await stats(store, None, "booking", StuckPolicy(after=10 * 365 * 86400), version="2",
+                      bucket="day")  # fmt: skip
+    mine = [r for r in rows if r["name"] == "booking" and r["version"] == "2"]
+    assert two.runs == len(mine) and two.series is not None
+    assert {(g["agent"], g["version"]) for g in two.series} == {("booking", "2")}
+    failed = [r for r in mine if r["status"] == "failed"]
+    assert [(f["step"], f["error_class"], f["failures"]) for f in two.failing_steps] == (
+        [("(no step)", "rate_limited", len(failed))] if failed else []
+    )
+    if failed:
+        total = sum(r["cost"] for r in failed)
+        assert math.isclose(two.failing_steps[0]["cost_usd"], total, abs_tol=1e-9)

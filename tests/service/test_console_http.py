@@ -342,6 +342,23 @@ async def test_the_numbers_page_is_the_apis_stats_for_admins(live: Api) -> None:
         for date in (before, day):
             assert f'<td data-label="Day">{date}</td><td data-label="Runs">1</td>' in page.text
         assert 'href="/ui/runs?agent=over_budget"' in page.text and ">(no step)<" in page.text
+        # Per agent and version: the table, and a chart per figure with its table.
+        assert '<td data-label="Agent"><a href="/ui/runs?agent=echo">echo</a></td>' in page.text
+        assert 'href="/ui/runs?agent=echo&amp;version=1">1</a>' in page.text
+        for title in ("Completion rate per day", "p95 duration per day", "Cost per run per day"):
+            assert f"<summary>{title} as a table</summary>" in page.text
+        assert page.text.count('role="img" aria-labelledby="chart-') == 3
+        assert '<th scope="col">echo@1</th>' in page.text
+        # The failing step's class (the hand-over's reason, as the runs filter reads it).
+        assert ">step budget reached (1 of 1 steps)</a>" in page.text
+    by_day = (await live.client.get("/v1/stats?since=7d&bucket=day&agent=echo&version=1",
+                                    headers=admin)).json()  # fmt: skip
+    assert by_day["version"] == "1" and by_day["runs"] == 3
+    assert {(g["agent"], g["version"]) for g in by_day["series"]} == {("echo", "1")}
+    assert sum(g["runs"] for g in by_day["series"]) == 3
+    assert len({g["day"] for g in by_day["series"]}) == 2  # the moved runs, two days
+    bad = await live.client.get("/v1/stats?bucket=week", headers=admin)
+    assert bad.status_code in (400, 422)
     async with browser(live, viewer) as client:
         refused = await client.get("/ui/numbers")
         assert refused.status_code == 403 and "needs one of the roles admin" in refused.text

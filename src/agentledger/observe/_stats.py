@@ -54,6 +54,10 @@ class Stats:
     simulated_runs: int = 0
     failing_steps: list[dict[str, Any]] = field(default_factory=list)
     stuck: list[dict[str, Any]] = field(default_factory=list)
+    version: str | None = None
+    # With ``bucket="day"``: the numbers per agent, version and UTC day of creation
+    # (see observe_stats.by_target), each with its completion rate and cost per run.
+    series: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)
@@ -67,18 +71,29 @@ async def stats(
     agent: str | None = None,
     policy: StuckPolicy | None = None,
     tenant: str | None = None,
+    version: str | None = None,
+    bucket: str | None = None,
 ) -> Stats:
     """The five numbers for runs created in the last ``since`` seconds (None: all),
-    optionally of one agent or workflow, of one tenant (None: every tenant). Mount
-    this at ``GET /v1/stats``."""
+    optionally of one agent or workflow (and one of its versions), of one tenant (None:
+    every tenant); with ``bucket="day"`` also per agent, version and day. Mount this at
+    ``GET /v1/stats``."""
+    if bucket not in (None, "day"):
+        raise ValueError(f"bucket {bucket!r}: the one bucket is day")
     start = None if since is None else time.time() - since
-    raw = await store.read(observe_stats.run_stats, start, agent, tenant)
+    raw = await store.read(observe_stats.run_stats, start, agent, tenant, version)
     finished = sum(n for s, n in raw["by_status"].items() if s in FINISHED)
     stuck = await (policy or StuckPolicy.from_env()).find(store)
     if agent is not None:
         stuck = [s for s in stuck if s.name == agent]
     if tenant is not None:
         stuck = [s for s in stuck if s.tenant_id == tenant]
+    if version is not None:
+        stuck = [s for s in stuck if s.version == version]
+    series = None
+    if bucket == "day":
+        groups = await store.read(observe_stats.by_target, start, agent, tenant, version, True)
+        series = [with_rates(g) for g in groups]
     return Stats(
         since=start,
         agent=agent,
@@ -94,4 +109,17 @@ async def stats(
         simulated_runs=int(raw.get("simulated_runs", 0)),
         failing_steps=raw["failing_steps"],
         stuck=[s.to_dict() for s in stuck],
+        version=version,
+        series=series,
     )
+
+
+def with_rates(group: dict[str, Any]) -> dict[str, Any]:
+    """A group's counts (observe_stats.by_target) with its completion rate and cost
+    per run."""
+    finished, runs = group["finished"], group["runs"]
+    return {
+        **group,
+        "completion_rate": group["completed"] / finished if finished else None,
+        "cost_per_run_usd": group["cost_usd"] / runs if runs else None,
+    }

@@ -15,7 +15,11 @@ from agentledger.store._tx import Tx
 
 
 def _where(
-    since: float | None, agent: str | None, tenant: str | None, alias: str = ""
+    since: float | None,
+    agent: str | None,
+    tenant: str | None,
+    alias: str = "",
+    version: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
     prefix = f"{alias}." if alias else ""
     clauses: list[str] = ["1 = 1"]
@@ -26,6 +30,9 @@ def _where(
     if agent is not None:
         clauses.append(f"{prefix}name = :agent")
         params["agent"] = agent
+    if version is not None:
+        clauses.append(f"{prefix}version = :version")
+        params["version"] = version
     if tenant is not None:
         clauses.append(f"{prefix}tenant_id = :tenant")
         params["tenant"] = tenant
@@ -38,11 +45,16 @@ def nearest_rank(n: int, p: float) -> int:
 
 
 def run_stats(
-    tx: Tx, since: float | None, agent: str | None, tenant: str | None = None
+    tx: Tx,
+    since: float | None,
+    agent: str | None,
+    tenant: str | None = None,
+    version: str | None = None,
 ) -> dict[str, Any]:
     """Counts by status, totals, duration percentiles and the failing-step distribution
-    (of one tenant's runs, or every tenant's)."""
-    where, params = _where(since, agent, tenant)
+    by step and failure class (of one tenant's runs, or every tenant's; of one version
+    of the agent when ``version`` is given)."""
+    where, params = _where(since, agent, tenant, version=version)
     by_status = {
         r["status"]: int(r["n"])
         for r in tx.fetchall(
@@ -66,18 +78,21 @@ def run_stats(
                 {**params, "k": nearest_rank(n_done, p)},
             )
             percentiles[name] = float(row[0]["seconds"])
-    rwhere, rparams = _where(since, agent, tenant, "r")
+    rwhere, rparams = _where(since, agent, tenant, "r", version)
     # The failing step of a run: its first failed or unsettled step (compensations and
-    # the compensation decision aside); a run without one failed outside any step.
+    # the compensation decision aside); a run without one failed outside any step. Its
+    # class: the step's error class, else why the run was handed over.
+    cls = "COALESCE(s.error_class, r.handover_reason, '')"
     failing = tx.fetchall(
-        "SELECT COALESCE(s.name, '(no step)') AS step, COUNT(*) AS n, "
+        f"SELECT COALESCE(s.name, '(no step)') AS step, {cls} AS error_class, "
+        "COUNT(*) AS n, SUM(r.cost_usd) AS total, "
         "AVG(r.cost_usd) AS cost, AVG(r.updated_at - r.created_at) AS seconds "
         "FROM runs r LEFT JOIN steps s ON s.run_id = r.id AND s.step_no = ("
         "SELECT MIN(x.step_no) FROM steps x WHERE x.run_id = r.id "
         "AND x.status IN ('failed', 'unknown', 'started', 'retrying') "
         "AND x.kind NOT IN ('compensation', 'decision')) "
         f"WHERE {rwhere} AND r.status IN ('failed', 'needs_human') "
-        "GROUP BY COALESCE(s.name, '(no step)') ORDER BY n DESC, step",
+        f"GROUP BY COALESCE(s.name, '(no step)'), {cls} ORDER BY n DESC, step, error_class",
         rparams,
     )
     return {
@@ -90,10 +105,76 @@ def run_stats(
         "failing_steps": [
             {
                 "step": r["step"],
+                "error_class": r["error_class"] or None,
                 "failures": int(r["n"]),
+                "cost_usd": float(r["total"] or 0.0),
                 "avg_cost_usd": float(r["cost"] or 0.0),
                 "avg_seconds": float(r["seconds"] or 0.0),
             }
             for r in failing
         ],
     }
+
+
+#: Statuses a run ends in (the completion rate's denominator).
+_FINISHED = ("completed", "failed", "cancelled", "expired", "needs_human")
+
+
+def _day(tx: Tx, column: str) -> str:
+    # The UTC day number, rounded down on both backends (PostgreSQL's CAST rounds).
+    if tx.dialect.name == "sqlite":
+        return f"CAST({column} / 86400 AS INTEGER)"
+    return f"CAST(FLOOR({column} / 86400) AS INTEGER)"
+
+
+def by_target(
+    tx: Tx,
+    since: float | None,
+    agent: str | None,
+    tenant: str | None,
+    version: str | None = None,
+    per_day: bool = False,
+) -> list[dict[str, Any]]:
+    """The numbers per agent and version (and per UTC day of creation when ``per_day``):
+    runs, completed, finished, cost, and p50/p95 duration of the completed runs
+    (nearest rank, as :func:`run_stats`). Two grouped reads over the window's runs,
+    whatever the number of agents, versions or days: a count per group, and one
+    sorted pass over the completed runs numbered within their group."""
+    where, params = _where(since, agent, tenant, version=version)
+    keys = "name, version" + (f", {_day(tx, 'created_at')}" if per_day else "")
+    day = f"{_day(tx, 'created_at')} AS day" if per_day else "0 AS day"
+    finished = ", ".join(f"'{s}'" for s in _FINISHED)
+    counts = tx.fetchall(
+        f"SELECT name, version, {day}, COUNT(*) AS n, "
+        "SUM(CASE WHEN status = 'completed' THEN 1 ELSE 0 END) AS completed, "
+        f"SUM(CASE WHEN status IN ({finished}) THEN 1 ELSE 0 END) AS finished, "
+        "COALESCE(SUM(cost_usd), 0) AS cost "
+        f"FROM runs WHERE {where} GROUP BY {keys}",
+        params,
+    )
+    # ceil(p * n) in integers, the same on both backends: (n + 1) / 2 and (95n + 99) / 100.
+    ranks = tx.fetchall(
+        f"SELECT name, version, day, "
+        "MAX(CASE WHEN rn = (cnt + 1) / 2 THEN secs END) AS p50, "
+        "MAX(CASE WHEN rn = (95 * cnt + 99) / 100 THEN secs END) AS p95 FROM ("
+        f"SELECT name, version, {day}, updated_at - created_at AS secs, "
+        f"ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY updated_at - created_at, id) AS rn, "
+        f"COUNT(*) OVER (PARTITION BY {keys}) AS cnt "
+        f"FROM runs WHERE {where} AND status = 'completed') ranked "
+        "GROUP BY name, version, day",
+        params,
+    )
+    pct = {(r["name"], r["version"], int(r["day"])): r for r in ranks}
+    out = []
+    for r in counts:
+        key = (r["name"], r["version"], int(r["day"]))
+        p = pct.get(key, {})
+        out.append({
+            "agent": r["name"], "version": r["version"], "day": key[2] if per_day else None,
+            "runs": int(r["n"]), "completed": int(r["completed"] or 0),
+            "finished": int(r["finished"] or 0), "cost_usd": float(r["cost"]),
+            "p50_seconds": None if p.get("p50") is None else float(p["p50"]),
+            "p95_seconds": None if p.get("p95") is None else float(p["p95"]),
+        })  # fmt: skip
+    out.sort(key=lambda g: (g["day"] or 0, g["agent"], g["version"]))
+    return out

@@ -1,6 +1,7 @@
 """``/ui/numbers``: the five numbers (completion rate, p50/p95 duration, cost per run,
-failing steps with their cost, stuck runs) for the tenant and per agent, read through
-the API's own ``/v1/stats`` handler (its role rule: admin), and the runs per day."""
+failing steps by class with their cost, stuck runs) for the tenant, read through the
+API's own ``/v1/stats`` handler (its role rule: admin); the same per agent and version,
+and per day as charts; and the runs per day."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from agentledger.observe._stats import parse_since
-from agentledger.service._console import render
+from agentledger.observe._queries import stats as observe_stats
+from agentledger.observe._stats import parse_since, with_rates
+from agentledger.service._console import charts, render
 from agentledger.service._console.errors import PageError
 from agentledger.service._console.signin import signed_in
 from agentledger.service._problems import Problem
@@ -21,8 +23,12 @@ from agentledger.service._routers import observe as api
 
 router = APIRouter(prefix="/ui/numbers", include_in_schema=False)
 WINDOWS = ("24h", "7d", "30d", "all")
-_MAX_AGENTS = 20  # per-agent rows read per page (each is one stats read)
+_MAX_TARGETS = 50  # agents and versions listed at most (the most runs first)
 _MAX_DAYS = 60  # days drawn at most (the latest)
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v * 100:.1f} %"
 
 
 @router.get("")
@@ -32,22 +38,31 @@ async def numbers_page(request: Request, since: str = "7d") -> HTMLResponse:
         since = "7d"
     p = session.principal
     try:
-        overall = await api.five_numbers(request, p, since, None, None)
+        overall = await api.five_numbers(request, p, since, None, None, None, "day")
     except Problem as exc:
         raise PageError(exc.status, exc.title, f"{exc.detail}.") from None
-    names = sorted({t.split("@", 1)[0] for t in request.app.state.agent_app.targets()})
-    per_agent: list[tuple[str, dict[str, Any]]] = []
-    for name in names[:_MAX_AGENTS]:
-        figures = await api.five_numbers(request, p, since, name, None)
-        if figures["runs"]:
-            per_agent.append((name, figures))
-    most = max(overall["by_status"].values(), default=0)
     window = parse_since(since)
     start = None if window is None else time.time() - window
-    rows = await request.app.state.store.read(queries.daily, p.tenant_id, start, None)
+    store = request.app.state.store
+    groups = await store.read(observe_stats.by_target, start, None, p.tenant_id, None, False)
+    stuck: dict[tuple[str, str], int] = {}
+    for s in overall["stuck"]:
+        stuck[(s["name"], s["version"])] = stuck.get((s["name"], s["version"]), 0) + 1
+    targets = sorted((with_rates(g) for g in groups), key=lambda g: (-g["runs"], g["agent"]))
+    for g in targets:
+        g["stuck_runs"] = stuck.get((g["agent"], g["version"]), 0)
+    series = overall["series"] or []
+    drawn = [
+        charts.line_chart(series, "completion_rate", "Completion rate per day", _rate),
+        charts.line_chart(series, "p95_seconds", "p95 duration per day", render.seconds),
+        charts.line_chart(series, "cost_per_run_usd", "Cost per run per day", render.money),
+    ]
+    most = max(overall["by_status"].values(), default=0)
+    rows = await store.read(queries.daily, p.tenant_id, start, None)
     return render.page(
         request, "numbers.html", title="Numbers", since=since, windows=WINDOWS,
-        n=overall, per_agent=per_agent, most=most, days=days_of(rows),
+        n=overall, targets=targets[:_MAX_TARGETS], more_targets=len(targets) > _MAX_TARGETS,
+        charts=[c for c in drawn if c is not None], most=most, days=days_of(rows),
     )  # fmt: skip
 
 

@@ -43,9 +43,15 @@ async def five_numbers(
     since: str = Query("7d", max_length=20, description="7d, 12h, 30m, or all"),
     agent: str | None = Query(None, max_length=200),
     tenant: str | None = Query(None, max_length=200, description="deployment keys only"),
+    version: str | None = Query(None, max_length=200, description="one version of the agent"),
+    bucket: str | None = Query(
+        None, pattern="^day$", description="day: also per agent, version and UTC day"
+    ),
 ) -> dict[str, Any]:
-    """Completion rate, p50/p95 duration, cost per run, failing steps, stuck runs of
-    the caller's tenant (admin); of every tenant, or ``tenant``, with a deployment key."""
+    """Completion rate, p50/p95 duration, cost per run, failing steps (by step and
+    class, with their cost), stuck runs of the caller's tenant (admin); of every
+    tenant, or ``tenant``, with a deployment key. ``bucket=day`` adds ``series``: the
+    numbers per agent, version and day."""
     if DEPLOYMENT in principal.roles:
         scope = tenant
     else:
@@ -57,4 +63,7 @@ async def five_numbers(
         window = parse_since(since)
     except ValueError as exc:
         raise Problem("bad-request", str(exc)) from None
-    return (await stats(request.app.state.store, window, agent, tenant=scope)).to_dict()
+    found = await stats(
+        request.app.state.store, window, agent, tenant=scope, version=version, bucket=bucket
+    )
+    return found.to_dict()
