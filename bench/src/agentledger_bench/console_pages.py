@@ -6,7 +6,8 @@ Seeds a store (a new SQLite file, or the empty PostgreSQL database ``--db`` name
 tenth with a three-step journal, one step retried; three events each), written in bulk;
 then serves the app in process (ASGI, no sockets), signs in once and times each page
 ``--repeat`` times, interleaved: the runs list's first page, a status filter, a filter
-few runs match (retries), a page deep in the list (by its cursor) and a run's page.
+few runs match (retries), a page deep in the list (by its cursor), a run's page, and
+the numbers page over 7 and 30 days (every run: per agent, version and day).
 Figures: the median and p95 time per page in milliseconds, measured around the request
 in the same process (the server's time; no network).
 """
@@ -34,7 +35,7 @@ PEPPER = b"console-bench-pepper-0123456789"
 _RUN = (
     "INSERT INTO runs (id, tenant_id, user_id, kind, name, version, target, status, "
     "step_count, tokens, cost_usd, created_at, updated_at, available_at, handover_reason, "
-    "event_seq) VALUES (:id, 't1', :user, 'agent', :name, '1', :target, :status, :steps, "
+    "event_seq) VALUES (:id, 't1', :user, 'agent', :name, :version, :target, :status, :steps, "
     ":tokens, :cost, :created, :updated, :created, :reason, 3)"
 )
 _STEP = (
@@ -59,8 +60,9 @@ def _rows(n: int) -> dict[str, list[dict[str, Any]]]:
         run_id = f"r{i:09d}"
         journal = i % 10 == 0
         out["runs"].append({
+            # Each agent's version 2 rolled out half way through the month.
             "id": run_id, "user": f"u{i % 20}", "name": f"agent{i % 4}",
-            "target": f"agent{i % 4}@1", "status": status, "steps": 3 if journal else 0,
+            "version": "1" if i < n // 2 else "2", "target": f"agent{i % 4}@1", "status": status, "steps": 3 if journal else 0,
             "tokens": i % 5000, "cost": (i % 100) / 1000, "created": created,
             "updated": created + 5, "reason": "rate_limited" if status == "failed" else None,
         })  # fmt: skip
@@ -131,6 +133,8 @@ async def measure(url: str, runs: int, repeat: int) -> dict[str, Any]:
                     "runs_min_retries_1": "/ui/runs?min_retries=1",
                     "runs_page_21": deep,
                     "run_page": f"/ui/runs/r{runs - 10:09d}",
+                    "numbers_7d": "/ui/numbers?since=7d",
+                    "numbers_30d": "/ui/numbers?since=30d",
                 }
                 times: dict[str, list[float]] = {name: [] for name in pages}
                 for _ in range(repeat):

@@ -134,12 +134,15 @@ def by_target(
     tenant: str | None,
     version: str | None = None,
     per_day: bool = False,
+    percentiles: bool = True,
 ) -> list[dict[str, Any]]:
     """The numbers per agent and version (and per UTC day of creation when ``per_day``):
     runs, completed, finished, cost, and p50/p95 duration of the completed runs
     (nearest rank, as :func:`run_stats`). Two grouped reads over the window's runs,
     whatever the number of agents, versions or days: a count per group, and one
-    sorted pass over the completed runs numbered within their group."""
+    sorted pass over the completed runs numbered within their group, which returns
+    only the rows at the ranks asked for (the costly part: left out, with p50/p95
+    None, when ``percentiles`` is False)."""
     where, params = _where(since, agent, tenant, version=version)
     keys = "name, version" + (f", {_day(tx, 'created_at')}" if per_day else "")
     day = f"{_day(tx, 'created_at')} AS day" if per_day else "0 AS day"
@@ -152,23 +155,35 @@ def by_target(
         f"FROM runs WHERE {where} GROUP BY {keys}",
         params,
     )
-    # ceil(p * n) in integers, the same on both backends: (n + 1) / 2 and (95n + 99) / 100.
-    ranks = tx.fetchall(
-        f"SELECT name, version, day, "
-        "MAX(CASE WHEN rn = (cnt + 1) / 2 THEN secs END) AS p50, "
-        "MAX(CASE WHEN rn = (95 * cnt + 99) / 100 THEN secs END) AS p95 FROM ("
-        f"SELECT name, version, {day}, updated_at - created_at AS secs, "
-        f"ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY updated_at - created_at, id) AS rn, "
-        f"COUNT(*) OVER (PARTITION BY {keys}) AS cnt "
-        f"FROM runs WHERE {where} AND status = 'completed') ranked "
-        "GROUP BY name, version, day",
-        params,
-    )
-    pct = {(r["name"], r["version"], int(r["day"])): r for r in ranks}
+    # One sorted pass numbers the completed runs within their group; only the rows at
+    # the group's nearest ranks come back: ceil(p * n) in integers, the same on both
+    # backends, (n + 1) / 2 and (95n + 99) / 100, n from a count per group.
+    ranks = []
+    if percentiles:
+        ranks = tx.fetchall(
+            "SELECT ranked.name, ranked.version, ranked.day, ranked.secs, "
+            "CASE WHEN ranked.rn = (c.cnt + 1) / 2 THEN 1 ELSE 0 END AS is50, "
+            "CASE WHEN ranked.rn = (95 * c.cnt + 99) / 100 THEN 1 ELSE 0 END AS is95 FROM ("
+            f"SELECT name, version, {day}, updated_at - created_at AS secs, ROW_NUMBER() "
+            f"OVER (PARTITION BY {keys} ORDER BY updated_at - created_at) AS rn "
+            f"FROM runs WHERE {where} AND status = 'completed') ranked JOIN ("
+            f"SELECT name, version, {day}, COUNT(*) AS cnt FROM runs "
+            f"WHERE {where} AND status = 'completed' GROUP BY {keys}) c "
+            "ON c.name = ranked.name AND c.version = ranked.version AND c.day = ranked.day "
+            "WHERE ranked.rn IN ((c.cnt + 1) / 2, (95 * c.cnt + 99) / 100)",
+            params,
+        )
+    pct: dict[tuple[str, str, int], dict[str, float]] = {}
+    for r in ranks:
+        got = pct.setdefault((r["name"], r["version"], int(r["day"])), {})
+        if r["is50"]:
+            got["p50"] = float(r["secs"])
+        if r["is95"]:
+            got["p95"] = float(r["secs"])
     out = []
     for r in counts:
         key = (r["name"], r["version"], int(r["day"]))
-        p = pct.get(key, {})
+        p: dict[str, float] = pct.get(key, {})
         out.append({
             "agent": r["name"], "version": r["version"], "day": key[2] if per_day else None,
             "runs": int(r["n"]), "completed": int(r["completed"] or 0),

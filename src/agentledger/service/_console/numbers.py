@@ -38,7 +38,7 @@ async def numbers_page(request: Request, since: str = "7d") -> HTMLResponse:
         since = "7d"
     p = session.principal
     try:
-        overall = await api.five_numbers(request, p, since, None, None, None, "day")
+        overall = await api.five_numbers(request, p, since, None, None, None, None)
     except Problem as exc:
         raise PageError(exc.status, exc.title, f"{exc.detail}.") from None
     window = parse_since(since)
@@ -51,10 +51,12 @@ async def numbers_page(request: Request, since: str = "7d") -> HTMLResponse:
     targets = sorted((with_rates(g) for g in groups), key=lambda g: (-g["runs"], g["agent"]))
     for g in targets:
         g["stuck_runs"] = stuck.get((g["agent"], g["version"]), 0)
-    series = overall["series"] or []
+    # Per day, the counts only: percentiles per agent, version and day would sort the
+    # window's runs once more (``/v1/stats?bucket=day`` has them).
+    daily = await store.read(observe_stats.by_target, start, None, p.tenant_id, None, True, False)
+    series = [with_rates(g) for g in daily]
     drawn = [
         charts.line_chart(series, "completion_rate", "Completion rate per day", _rate),
-        charts.line_chart(series, "p95_seconds", "p95 duration per day", render.seconds),
         charts.line_chart(series, "cost_per_run_usd", "Cost per run per day", render.money),
     ]
     most = max(overall["by_status"].values(), default=0)
