@@ -62,7 +62,8 @@ def _rows(n: int) -> dict[str, list[dict[str, Any]]]:
         out["runs"].append({
             # Each agent's version 2 rolled out half way through the month.
             "id": run_id, "user": f"u{i % 20}", "name": f"agent{i % 4}",
-            "version": "1" if i < n // 2 else "2", "target": f"agent{i % 4}@1", "status": status, "steps": 3 if journal else 0,
+            "version": "1" if i < n // 2 else "2", "target": f"agent{i % 4}@1",
+            "status": status, "steps": 3 if journal else 0,
             "tokens": i % 5000, "cost": (i % 100) / 1000, "created": created,
             "updated": created + 5, "reason": "rate_limited" if status == "failed" else None,
         })  # fmt: skip
