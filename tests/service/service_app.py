@@ -13,6 +13,7 @@ from agentledger import Allow, App, RequireApproval, ToolContext, WorkflowContex
 from agentledger._budget import Budget
 from agentledger._policies import ProposedCall
 from agentledger.tools._contract import Compensation
+from agentledger.tools._status import Status
 
 app = App("service-tests")
 
@@ -102,3 +103,14 @@ async def over_budget(ctx: WorkflowContext, input: Any) -> Any:
     await ctx.step("first", _pause, 0.0, None)
     await ctx.step("second", _pause, 0.0, None)
     return "unreachable"
+
+
+async def ship_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
+    """The carrier's answer about a shipment's key: shipped, with what it was sent."""
+    return Status.succeeded({"shipped": args.get("parcel"), "key": ctx.idempotency_key})
+
+
+@app.tool(effect="write", idempotency="provider", status_check=ship_status)
+async def ship(ctx: ToolContext, parcel: str) -> dict[str, Any]:
+    """Ship a parcel (the carrier answers status queries about its key)."""
+    return {"shipped": parcel}

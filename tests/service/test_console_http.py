@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import re
 import time
 from collections.abc import AsyncIterator
@@ -463,3 +464,53 @@ async def test_the_side_effects_ledger_lists_open_outcomes_first(live: Api) -> N
     assert ids[0] in all_part and "confirmed" in all_part
     assert ids[2] not in page  # another tenant's writes
     assert "Writes, each under its key" in run_page and ">confirmed</td>" in run_page
+
+
+async def test_check_now_shows_the_providers_answer_beside_the_journals(live: Api) -> None:
+    """An open write whose tool has a status check: an operator's "Check now" asks the
+    provider (this process serves the app) and shows both answers; nothing changes;
+    a viewer has no button and is refused; a form without the CSRF token too."""
+    operator = await live.key("t1", "olga", ("operator",))
+    viewer = await live.key("t1", "vera", ("viewer",))
+    r = await live.client.post("/v1/runs", json={"agent": "free", "input": {}}, headers=operator)
+    run_id = r.json()["id"]
+    await live.client.get(f"/v1/runs/{run_id}/result?wait=30", headers=operator)
+
+    def unknown_shipment(tx: Any) -> None:
+        tx.execute("UPDATE runs SET status = 'needs_human' WHERE id = :id", {"id": run_id})
+        tx.execute(
+            "INSERT INTO steps (run_id, step_no, kind, name, status, input, attempts, "
+            "lease_epoch, idempotency_key) VALUES (:id, 4, 'tool', 'ship', 'unknown', :i, 1, "
+            "1, 'k-ship')",
+            {"id": run_id, "i": '{"args": {"parcel": "p-7"}, "status_check": true}'},
+        )
+
+    await live.store.transact(unknown_shipment)
+    form = {"run_id": run_id, "step_no": "4"}
+    async with browser(live, viewer) as client:
+        page = await client.get("/ui/effects")
+        assert "k-ship" in page.text and "Check now" not in page.text
+        token = _CSRF.search((await client.get("/ui/runs")).text)
+        assert token is not None
+        refused = await client.post("/ui/effects/check", data={**form, "csrf": token.group(1)})
+        assert refused.status_code == 403
+    async with browser(live, operator) as client:
+        page = await client.get("/ui/effects")
+        assert "Check now: ask the provider about k-ship" in page.text
+        token = _CSRF.search(page.text)
+        assert token is not None
+        assert (await client.post("/ui/effects/check", data=form)).status_code == 403
+        checked = await client.post("/ui/effects/check", data={**form, "csrf": token.group(1)})
+        assert checked.status_code == 200, checked.text
+        assert (
+            '<td data-label="Says" id="journal-says">outcome unknown: handed over to a '
+            "person</td>" in checked.text
+        )
+        assert 'id="provider-says">succeeded: it happened</td>' in checked.text
+        assert '"shipped": "p-7"' in html.unescape(checked.text)
+    steps = await live.store.read(
+        lambda tx: tx.fetchall(
+            "SELECT status FROM steps WHERE run_id = :id AND step_no = 4", {"id": run_id}
+        )
+    )
+    assert steps[0]["status"] == "unknown"  # the journal keeps its word

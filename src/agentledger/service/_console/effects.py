@@ -1,17 +1,29 @@
 """``/ui/effects``: the side effects ledger across the tenant's runs -- every write with
 its key, state and tool (the provider it calls); writes whose outcome is open are listed
-first."""
+first. "Check now" (operators) asks the tool's status check about an open write's key,
+from this process (it serves the app, so it has the tool), and shows the provider's
+answer beside the journal's; the journal is left as it is: the run's worker settles it
+by the same check when the run goes on."""
 
 from __future__ import annotations
+
+import time
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from agentledger.engine._retries import ask_status
+from agentledger.observe._queries.resume import effect_state
+from agentledger.service._auth import ADMIN, OPERATOR
 from agentledger.service._console import render, story
-from agentledger.service._console.signin import signed_in
+from agentledger.service._console.errors import PageError, not_found
+from agentledger.service._console.signin import checked_form, signed_in
 from agentledger.service._cursors import make_cursor, parse_cursor
 from agentledger.service._problems import Problem
 from agentledger.service._queries import console as queries
+from agentledger.store._queries import service_runs
+from agentledger.tools._context import Principal, ToolContext
 
 router = APIRouter(prefix="/ui/effects", include_in_schema=False)
 
@@ -24,11 +36,65 @@ async def effects_page(request: Request, cursor: str | None = None) -> HTMLRespo
     except Problem:
         after = None
     found = await request.app.state.store.read(queries.ledger, session.principal.tenant_id, after)
+    may_check = session.principal.has(OPERATOR, ADMIN)
     for group in ("open", "writes"):
         for row in found[group]:
             row["words"] = story.effect_words(row["step"], row["run_status"])
+            row["checkable"] = may_check and _checkable(request, row["step"]) is not None
     nxt = make_cursor(*found["next"]) if found["next"] else None
     return render.page(
         request, "effects.html", title="Side effects", open=found["open"],
         writes=found["writes"], next_cursor=nxt,
+    )  # fmt: skip
+
+
+def _checkable(request: Request, step: Any) -> Any:
+    """The tool whose status check can say what became of this write (open outcomes
+    only), or None."""
+    if effect_state(step) != "unknown" or not step.idempotency_key:
+        return None
+    tool = request.app.state.agent_app.tools.get(step.name)
+    return tool if tool is not None and tool.status_check is not None else None
+
+
+@router.post("/check")
+async def check_now(request: Request) -> HTMLResponse:
+    session, fields = await checked_form(request)
+    p = session.principal
+    run_id = fields.get("run_id", "")[:200]
+    try:
+        step_no = int(fields.get("step_no", ""))
+    except ValueError:
+        raise PageError(400, "Bad request", "The form lacks the step to check.") from None
+    store = request.app.state.store
+    row = await store.read(service_runs.service_run, run_id, p.tenant_id)
+    if row is None:
+        raise not_found(f"run {run_id}")
+    if not p.has(OPERATOR, ADMIN):
+        raise PageError(403, "Not allowed", "Asking a provider needs the role operator.")
+    run = row["run"]
+    step = await store.read(queries.one_step, run_id, step_no)
+    if step is None:
+        raise not_found(f"step {step_no} of run {run_id}")
+    tool = _checkable(request, step)
+    if tool is None:
+        raise PageError(
+            409, "Nothing to check",
+            "This write's outcome is not open, or its tool has no status check.",
+        )  # fmt: skip
+    app = request.app.state.agent_app
+    ctx = ToolContext(
+        run_id=run.id, step_no=step.step_no, idempotency_key=step.idempotency_key,
+        deadline=time.monotonic() + tool.timeout, tenant_id=run.tenant_id,
+        user_id=run.user_id, attempt=max(1, step.attempts), run_input=run.input,
+        resources=app.resources,
+        principal=Principal.of_run(run.tenant_id, run.user_id, run.principal),
+    )  # fmt: skip
+    args = step.input.get("args", {}) if isinstance(step.input, dict) else {}
+    history: list[str] = []
+    answer = await ask_status(tool, ctx, args, history)
+    return render.page(
+        request, "check.html", title=f"Status check of {step.idempotency_key}", run=run,
+        step=step, journal=story.effect_words(step, run.status), answer=answer,
+        could_not_ask=history,
     )  # fmt: skip

@@ -216,6 +216,14 @@ def run_story(tx: Tx, run_id: str, events_limit: int = 500) -> dict[str, Any]:
     }
 
 
+def one_step(tx: Tx, run_id: str, step_no: int) -> Any:
+    """One journal entry of a run (a Step), or None."""
+    found = tx.fetchall(
+        "SELECT * FROM steps WHERE run_id = :id AND step_no = :n", {"id": run_id, "n": step_no}
+    )
+    return rows.step_from(found[0]) if found else None
+
+
 # what needs a person ---------------------------------------------------------------
 
 
