@@ -23,6 +23,7 @@ class Line:
     colour: int
     points: str  # an SVG path's d
     values: dict[int, float | None]
+    dots: list[tuple[float, float]] = field(default_factory=list)  # each day's value
 
 
 @dataclass
@@ -75,6 +76,7 @@ def line_chart(
     lines = []
     for colour, key in enumerate(targets):
         runs: list[list[str]] = [[]]
+        dots: list[tuple[float, float]] = []
         for i, day in enumerate(days):
             v = table[key].get(day)
             if v is None:
@@ -83,8 +85,9 @@ def line_chart(
             x = _PAD + i * step if len(days) > 1 else WIDTH / 2
             y = HEIGHT - _PAD - (HEIGHT - 2 * _PAD) * v / top
             runs[-1].append(f"{x:.1f},{y:.1f}")
+            dots.append((round(x, 1), round(y, 1)))
         # One path of several pieces (each "M" starts one); a lone point shows as a
         # dot by the stroke's round cap.
         points = " ".join("M " + " L ".join(r if len(r) > 1 else r * 2) for r in runs if r)
-        lines.append(Line(f"{key[0]}@{key[1]}", colour, points, table[key]))
+        lines.append(Line(f"{key[0]}@{key[1]}", colour, points, table[key], dots))
     return Chart(metric, title, lines, top, days, shown, {d: date_of(d) for d in days})
