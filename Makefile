@@ -22,10 +22,11 @@ typecheck:
 bench:
 	agentledger bench
 
-# The console's screenshots in docs/screenshots/, refreshed by its browser tests (a plain
+# The console's screenshots in docs/screenshots/, refreshed by its browser tests (the
+# whole module: the earlier tests leave the runs the pages show; a plain
 # test run writes them to its temporary directory instead).
 screenshots:
-	AGENTLEDGER_SCREENSHOTS=docs/screenshots pytest -q -n 0 tests/service/test_console_browser.py -k shot
+	AGENTLEDGER_SCREENSHOTS=docs/screenshots pytest -q -n 0 tests/service/test_console_browser.py
 
 # `pip install agentledger` alone, in a fresh venv: what it pulls and that the core works.
 core-install:
