@@ -4,12 +4,16 @@ answer a person."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentledger.service._console import render
+from agentledger.service._console.headers import PREFIX
 
 
 class PageError(Exception):
@@ -33,8 +37,44 @@ def not_found(what: str) -> PageError:
     return PageError(404, "Not found", f"There is no {what} here.")
 
 
+def _is_console(request: Request) -> bool:
+    path = request.url.path
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
 def install(api: FastAPI) -> None:
-    """Register the handlers on ``api``."""
+    """Register the handlers on ``api`` (after the API's own: a request validation
+    error or an HTTP error under ``/ui`` -- a parameter that is not a number, a method
+    no console route takes -- is a page in words too; elsewhere the API's handler
+    answers as before)."""
+    api_invalid = api.exception_handlers[RequestValidationError]
+    api_http = api.exception_handlers[StarletteHTTPException]
+
+    @api.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Any:
+        if not _is_console(request):
+            return await api_invalid(request, exc)
+        wrong = sorted({str(e.get("loc", ("", "?"))[-1]) for e in exc.errors()})
+        return render.page(
+            request, "error.html", status=400, title="Bad request",
+            message=f"This page does not take that value of {', '.join(wrong)}; "
+            "correct the address and try again.",
+        )  # fmt: skip
+
+    @api.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Any:
+        if not _is_console(request):
+            return await api_http(request, exc)
+        words = {
+            404: "There is no such page in the console.",
+            405: "The console does not take that request here; use its pages and forms.",
+        }
+        response = render.page(
+            request, "error.html", status=exc.status_code, title="Not possible",
+            message=words.get(exc.status_code, "The console cannot answer that request."),
+        )  # fmt: skip
+        response.headers.update(dict(exc.headers or {}))
+        return response
 
     @api.exception_handler(PageError)
     async def _page_error(request: Request, exc: PageError) -> HTMLResponse:
