@@ -4,6 +4,7 @@ answer a person."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 from urllib.parse import quote
 
@@ -37,6 +38,11 @@ def not_found(what: str) -> PageError:
     return PageError(404, "Not found", f"There is no {what} here.")
 
 
+async def _answer(given: Any) -> Any:
+    """What another handler answered (Starlette lets a handler be sync or async)."""
+    return await given if inspect.isawaitable(given) else given
+
+
 def _is_console(request: Request) -> bool:
     path = request.url.path
     return path == PREFIX or path.startswith(PREFIX + "/")
@@ -53,7 +59,7 @@ def install(api: FastAPI) -> None:
     @api.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Any:
         if not _is_console(request):
-            return await api_invalid(request, exc)
+            return await _answer(api_invalid(request, exc))
         wrong = sorted({str(e.get("loc", ("", "?"))[-1]) for e in exc.errors()})
         return render.page(
             request, "error.html", status=400, title="Bad request",
@@ -64,7 +70,7 @@ def install(api: FastAPI) -> None:
     @api.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Any:
         if not _is_console(request):
-            return await api_http(request, exc)
+            return await _answer(api_http(request, exc))
         words = {
             404: "There is no such page in the console.",
             405: "The console does not take that request here; use its pages and forms.",
