@@ -59,10 +59,15 @@ async def pay(ctx: ToolContext, amount: int) -> dict[str, Any]:
 
 
 def approval_policy(call: ProposedCall) -> Any:
-    """``input["approval"] = {"role": R, "expires_in": S}`` puts ``pay`` behind approval."""
+    """``input["approval"] = {"role": R, "expires_in": S, "not_requester": B}`` puts
+    ``pay`` behind approval."""
     spec = call.run_input.get("approval") if isinstance(call.run_input, dict) else None
     if spec and call.tool == "pay":
-        return RequireApproval(role=spec["role"], expires_in=float(spec.get("expires_in", 3600)))
+        return RequireApproval(
+            role=spec["role"],
+            expires_in=float(spec.get("expires_in", 3600)),
+            not_requester=bool(spec.get("not_requester", False)),
+        )
     return Allow()
 
 
