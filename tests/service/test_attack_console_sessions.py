@@ -256,7 +256,8 @@ async def test_sign_in_never_redirects_off_the_console(api: Api) -> None:
     bearer = key["Authorization"].removeprefix("Bearer ")
     hostile = ("https://evil.example/", "//evil.example/", "/\\evil.example", "/ui/\\evil",
                "javascript:alert(1)", "/ui//evil.example", "/ui/\r\nSet-Cookie: a=b",
-               "/ui/%0d%0aSet-Cookie:%20a=b", "\t//evil.example", "/ui/../..//evil.example")  # fmt: skip
+               "/ui/%0d%0aSet-Cookie:%20a=b", "\t//evil.example",
+               "/ui/../..//evil.example")  # fmt: skip
     for nxt in hostile:
         async with _client(api) as client:
             form = await client.get("/ui/signin", params={"next": nxt})
