@@ -5,6 +5,8 @@ both backends."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Any
 
 from agentledger.service._console import sessions
@@ -122,8 +124,8 @@ async def test_each_role_acts_only_within_its_role(live: Api) -> None:
 async def test_four_eyes_the_requester_cannot_approve_their_own_run(live: Api) -> None:
     requester = await live.key("t1", "mona", ("manager",))
     other = await live.key("t1", "max", ("manager",))
-    body = {"agent": "payout",
-            "input": {"amount": 99, "approval": {"role": "manager", "not_requester": True}}}  # fmt: skip
+    policy = {"role": "manager", "not_requester": True}
+    body = {"agent": "payout", "input": {"amount": 99, "approval": policy}}
     run = (await live.client.post("/v1/runs", json=body, headers=requester)).json()
 
     async def waiting() -> bool:
@@ -210,3 +212,41 @@ async def test_a_run_that_is_not_resumable_is_not_resumed_nor_forced(live: Api) 
     r = await live.client.get("/v1/runs")
     live.client.cookies.clear()
     assert r.status_code == 401
+
+
+async def test_concurrent_resumes_and_cancels_of_one_run_act_once(api: Api) -> None:
+    """Four resume forms posted at once (a double click, two tabs, two operators): one
+    resumes, the others are refused in words; four cancels record one request."""
+    operator = await api.key("t1", "olga", ("operator",))
+    run = (
+        await api.client.post("/v1/runs", json={"agent": "free", "input": 1}, headers=operator)
+    ).json()
+    await api.store.transact(
+        lambda tx: tx.execute(
+            "UPDATE runs SET status = 'needs_human', handover_reason = 'by hand' WHERE id = :i",
+            {"i": run["id"]},
+        )
+    )
+    async with browser(api, operator) as client:
+        dry = await client.get(f"/ui/runs/{run['id']}/resume")
+        step = re.search(r'name="from_step" value="(\d+)"', dry.text)
+        assert step, dry.text
+        token = await csrf_of(client)
+        form = {"csrf": token, "from_step": step.group(1), "reason": "go"}
+        answers = await asyncio.gather(
+            *(client.post(f"/ui/runs/{run['id']}/resume", data=form) for _ in range(4))
+        )
+        codes = sorted(r.status_code for r in answers)
+        assert codes == [303, 409, 409, 409], codes
+        cancels = await asyncio.gather(
+            *(client.post(f"/ui/runs/{run['id']}/cancel", data={"csrf": token, "reason": f"r{i}"})
+              for i in range(4))
+        )  # fmt: skip
+        assert all(r.status_code in (303, 409) for r in cancels), [r.status_code for r in cancels]
+    events = (
+        await api.client.get(
+            f"/v1/runs/{run['id']}/events?format=json&limit=1000", headers=operator
+        )
+    ).json()["events"]
+    assert len([e for e in events if e["type"] == "run.resumed"]) == 1
+    assert len([e for e in events if e["type"] in ("run.cancel_requested", "run.cancelled")]) == 1
