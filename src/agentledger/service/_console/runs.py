@@ -4,6 +4,7 @@ run's page (its story, followed live; cancel for operators)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import math
 import time
@@ -14,7 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from agentledger.service._auth import ADMIN, OPERATOR
-from agentledger.service._console import render, story
+from agentledger.service._console import render, sessions, story
 from agentledger.service._console.errors import PageError, not_found
 from agentledger.service._console.signin import checked_form, signed_in
 from agentledger.service._cursors import make_cursor, parse_cursor
@@ -30,6 +31,22 @@ router = APIRouter(prefix="/ui/runs", include_in_schema=False)
 PAGE = 50
 _TEXT_FILTERS = ("agent", "version", "user", "error_class", "idempotency_key")
 _LIVE_POLL = 1.0  # seconds between the live list's looks at its page
+_RECHECK = 1.0  # seconds between an open stream's looks at its session
+
+
+async def _while_signed_in(request: Request, frames: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``frames`` for as long as the session that opened the stream lives: a sign-out,
+    the session's expiry or its key's revocation ends an open stream too (a stream is
+    read for hours; checking only when it opened would let it outlive the session)."""
+    checked = time.monotonic()
+    async with contextlib.aclosing(frames):  # type: ignore[type-var]
+        async for frame in frames:
+            now = time.monotonic()
+            if now - checked >= _RECHECK:
+                checked = now
+                if await sessions.current(request) is None:
+                    return
+            yield frame
 
 
 def _number(params: dict[str, str], name: str, errors: list[str], *, integer: bool = False) -> Any:
@@ -141,6 +158,8 @@ async def runs_live(request: Request) -> StreamingResponse:
         quiet = 0.0
         while not await request.is_disconnected():
             await asyncio.sleep(_LIVE_POLL)
+            if await sessions.current(request) is None:
+                return  # signed out, expired or its key revoked: the stream ends too
             now = await marks()
             if now != seen:
                 seen, quiet = now, 0.0
@@ -237,7 +256,7 @@ async def run_events(request: Request, run_id: str, after: int | None = None) ->
     if row is None:
         raise not_found(f"run {run_id}")
     return StreamingResponse(
-        events_router._stream(request, run_id, start),
+        _while_signed_in(request, events_router._stream(request, run_id, start)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
