@@ -5,6 +5,7 @@ makes, assets, streams, an oversized body), and no page cached."""
 from __future__ import annotations
 
 import httpx
+from fastapi.routing import APIRoute
 
 from agentledger.service._console.headers import CSP
 from tests.service.conftest import Api
@@ -73,3 +74,25 @@ async def test_every_kind_of_answer_carries_the_csp(live: Api) -> None:
         r = await client.post("/ui/signout", data={"csrf": token})
         assert r.status_code == 303
         _guarded(r, "sign out")
+
+
+async def _crash() -> None:
+    raise RuntimeError("a bug in a console page")
+
+
+async def test_a_crash_under_ui_is_a_page_with_the_csp(api: Api) -> None:
+    """The framework answers an unhandled error outside the middleware that adds the
+    console's headers: that answer must carry them too (and say it in words)."""
+    api.app.router.routes.insert(0, APIRoute("/ui/test-crash", _crash))
+    transport = httpx.ASGITransport(app=api.app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+        r = await client.get("/ui/test-crash")
+    assert r.status_code == 500
+    _guarded(r, "crash")
+    assert r.headers["content-type"].startswith("text/html") and "server log" in r.text
+    assert "a bug in a console page" not in r.text  # nothing of the error leaks
+    # The API's crash answer is left as it was.
+    api.app.router.routes.insert(0, APIRoute("/v1/test-crash", _crash))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        r = await client.get("/v1/test-crash")
+    assert r.status_code == 500 and r.headers["content-type"] == "application/problem+json"

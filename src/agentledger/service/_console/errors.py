@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentledger.service._console import render
-from agentledger.service._console.headers import PREFIX
+from agentledger.service._console.headers import HEADERS, PREFIX
 
 
 class PageError(Exception):
@@ -55,6 +55,26 @@ def install(api: FastAPI) -> None:
     answers as before)."""
     api_invalid = api.exception_handlers[RequestValidationError]
     api_http = api.exception_handlers[StarletteHTTPException]
+    api_crash = api.exception_handlers[Exception]
+
+    @api.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> Any:
+        logged = await _answer(api_crash(request, exc))  # the API's: logs it, request id
+        if not _is_console(request):
+            return logged
+        # Answered by the framework outside every middleware: the console's headers are
+        # added here, or this one page would go out without its CSP.
+        try:
+            response = render.page(
+                request, "error.html", status=500, title="Server error",
+                message="Something went wrong on the server; it is in the server log. "
+                "Reload the page, or try again later.",
+            )  # fmt: skip
+        except Exception:  # the page itself failed: the API's answer, with the headers
+            response = logged
+        for name, value in HEADERS:
+            response.headers[name.decode()] = value.decode()
+        return response
 
     @api.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Any:
