@@ -14,7 +14,7 @@ import httpx
 from fastapi.routing import APIRoute
 
 from agentledger.service._console import sessions
-from tests.service.conftest import Api
+from tests.service.conftest import Api, mint, served, settings_for
 from tests.service.test_console_http import browser, csrf_of, sign_in
 
 _URLSAFE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -269,3 +269,33 @@ async def test_sign_in_never_redirects_off_the_console(api: Api) -> None:
             assert where.startswith("/ui/") and not where.startswith("//"), (nxt, where)
             assert "\r" not in where and "\n" not in where and "\\" not in where, (nxt, where)
             assert "set-cookie: a=b" not in str(r.headers).lower()
+
+
+async def test_secure_follows_the_scheme_a_trusted_proxy_reports(tmp_path: Any) -> None:
+    """Over real HTTP: ``X-Forwarded-Proto`` is believed only from the proxies uvicorn
+    trusts (loopback by default); believing "https" only adds ``Secure`` (the browser
+    then keeps the cookie off plain http), and "http" from a client cannot take it off
+    a connection that really is https (TLS ends before the header is read)."""
+    with served(settings_for(f"sqlite:///{tmp_path / 'svc.db'}")) as server:
+        key = await mint(server.app, "t1", "vera", ["viewer"], 3600)
+        bearer = key["Authorization"].removeprefix("Bearer ")
+        seen: dict[str, list[str]] = {}
+        for proto in ("", "https"):
+            async with httpx.AsyncClient(base_url=server.base_url) as client:
+                headers = {"X-Forwarded-Proto": proto} if proto else {}
+                form = await client.get("/ui/signin", headers=headers)
+                seen[proto] = form.headers.get_list("set-cookie")
+                token = re.search(r'name="token" value="([^"]+)"', form.text)
+                assert token
+                r = await client.post(
+                    "/ui/signin", headers=headers,
+                    data={"key": bearer, "token": token.group(1), "next": "/ui/runs"},
+                )  # fmt: skip
+                if proto:  # the token cookie was Secure: plain http did not send it back
+                    assert r.status_code == 403 and _issued(r) is None
+                else:
+                    assert r.status_code == 303 and "Secure" not in str(
+                        r.headers.get_list("set-cookie")
+                    )
+        assert all("Secure" in c for c in seen["https"]) and seen["https"]
+        assert not any("Secure" in c for c in seen[""])
