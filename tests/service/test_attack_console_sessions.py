@@ -299,3 +299,18 @@ async def test_secure_follows_the_scheme_a_trusted_proxy_reports(tmp_path: Any) 
                     )
         assert all("Secure" in c for c in seen["https"]) and seen["https"]
         assert not any("Secure" in c for c in seen[""])
+
+
+async def test_signing_in_again_ends_the_session_the_browser_held(api: Api) -> None:
+    """A second sign-in in the same browser (another person at a shared desk, another
+    key) ends the session whose cookie it replaces: a copy of the old cookie signs no
+    one in afterwards."""
+    first = await api.key("t1", "vera", ("viewer",))
+    second = await api.key("t1", "olga", ("operator",))
+    async with browser(api, first) as client:
+        old = client.cookies.get(sessions.COOKIE) or ""
+        r = await sign_in(client, second)
+        assert r.status_code == 303
+    async with _client(api) as thief:
+        thief.cookies.set(sessions.COOKIE, old)
+        assert (await thief.get("/ui/runs")).status_code == 303

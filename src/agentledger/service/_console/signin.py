@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
+import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
@@ -12,6 +13,7 @@ from fastapi.responses import RedirectResponse, Response
 from agentledger.service._console import render, sessions
 from agentledger.service._console.errors import PageError, SignInFirst
 from agentledger.service._problems import Problem
+from agentledger.service._queries import console as queries
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 _SIGNIN_COOKIE = "agentledger_signin"
@@ -88,6 +90,11 @@ async def signin(request: Request) -> Response:
         await sessions.sign_in(request, response, key)
     except Problem as exc:
         return _form_page(request, back, f"That key does not sign in: {exc.detail}.", 401)
+    # The new cookie replaces the one the browser held: end that session too, so no
+    # copy of it outlives the sign-in (a shared desk, another key).
+    held = await sessions.current(request)
+    if held is not None:
+        await request.app.state.store.transact(queries.revoke_session, held.id_hash, time.time())
     response.delete_cookie(_SIGNIN_COOKIE, path="/ui/signin")
     return response
 
