@@ -155,3 +155,35 @@ async def test_model_and_user_text_never_becomes_markup(api: Api) -> None:
             assert "<img src=x" not in page.text and "<script>alert" not in page.text, path
             assert 'href="javascript:' not in page.text.lower(), path
             assert not re.search(r"<script(?![^>]*src=\"/ui/static/console.js\")", page.text), path
+
+
+async def test_check_now_hostile_fields_and_another_tenants_run(api: Api) -> None:
+    """``/ui/effects/check`` takes a run id and a step number from its form: another
+    tenant's run is a 404 page, a viewer is refused, a hostile step number is a page in
+    words (never a 500), on both backends."""
+    mine = await api.key("t1", "olga", ("operator",))
+    viewer = await api.key("t1", "vera", ("viewer",))
+    theirs = await api.key("t2", "fred", ("admin",))
+    run = (await api.client.post("/v1/runs", json={"agent": "free", "input": 1},
+                                 headers=mine)).json()  # fmt: skip
+    async with browser(api, theirs) as client:
+        token = await csrf_of(client)
+        form = {"csrf": token, "run_id": run["id"], "step_no": "0"}
+        r = await client.post("/ui/effects/check", data=form)
+        _assert_page(r, "foreign")
+        assert r.status_code == 404
+    async with browser(api, viewer) as client:
+        token = await csrf_of(client)
+        form = {"csrf": token, "run_id": run["id"], "step_no": "0"}
+        r = await client.post("/ui/effects/check", data=form)
+        assert r.status_code == 403
+    async with browser(api, mine) as client:
+        token = await csrf_of(client)
+        for step in ["-1", "0", "9" * 40, str(2**63), str(2**31), "1e3", "NaN", "١٢", "", "\x00"]:
+            for rid in (run["id"], "\x00", "x" * 500):
+                body = f"csrf={token}&run_id={_q(rid)}&step_no={_q(step)}"
+                r = await client.post(
+                    "/ui/effects/check", content=body,
+                    headers={"content-type": "application/x-www-form-urlencoded"},
+                )  # fmt: skip
+                _assert_page(r, f"check {rid[:10]!r} {step[:10]!r}")

@@ -172,7 +172,7 @@ async def test_every_post_route_refuses_a_missing_wrong_or_misplaced_csrf_token(
     posts = _console_routes(api, "POST")
     assert {"/ui/signout", "/ui/runs/{run_id}/cancel", "/ui/runs/{run_id}/resume",
             "/ui/approvals/{approval_id}/decision", "/ui/attention/resume",
-            "/ui/signin"} == set(posts), posts  # fmt: skip
+            "/ui/signin", "/ui/effects/check"} == set(posts), posts  # fmt: skip
     run = (
         await api.client.post("/v1/runs", json={"agent": "free", "input": 1}, headers=admin)
     ).json()
@@ -181,7 +181,8 @@ async def test_every_post_route_refuses_a_missing_wrong_or_misplaced_csrf_token(
     async with browser(api, admin) as client:
         mine = await csrf_of(client)
         form = {"decision": "approve", "arguments_hash": "h", "from_step": "0",
-                "status": "failed", "cause": "", "runs": "", "key": "x", "token": "x"}  # fmt: skip
+                "status": "failed", "cause": "", "runs": "", "key": "x", "token": "x",
+                "run_id": run["id"], "step_no": "0"}  # fmt: skip
         for route in posts:
             url = route.format(run_id=run["id"], approval_id="ap")
             tries = [

@@ -66,6 +66,8 @@ async def check_now(request: Request) -> HTMLResponse:
         step_no = int(fields.get("step_no", ""))
     except ValueError:
         raise PageError(400, "Bad request", "The form lacks the step to check.") from None
+    if not 0 <= step_no < 2**31:  # a step number the store can hold (SQLite: 64 bits)
+        raise not_found(f"step {str(step_no)[:20]}")
     store = request.app.state.store
     row = await store.read(service_runs.service_run, run_id, p.tenant_id)
     if row is None:
