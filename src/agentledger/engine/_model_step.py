@@ -299,8 +299,22 @@ class ModelCall:
             return
         usd = float(attempt.get("cost_usd", 0.0)) - float(attempt.get("reserved_usd", 0.0))
         tokens = int(attempt.get("tokens", 0)) - int(attempt.get("reserved_tokens", 0))
-        if usd or tokens:
+        if not (usd or tokens):
+            return
+        try:
             await hooks.settle_tenant(self.exe.store, self.exe.run.tenant_id, period, usd, tokens)
+        except Exception as exc:
+            # The provider has answered (or failed) and may have billed: that outcome is
+            # the step's, not this bookkeeping's. A settle that fails leaves the row at
+            # the reservation, which over-counts the tenant but never under-counts it.
+            log.warning(
+                "run %s: tenant %s period usage not settled (%s: %s); it stays at the "
+                "call's reservation",
+                self.exe.run.id,
+                self.exe.run.tenant_id,
+                type(exc).__name__,
+                exc,
+            )
 
     def _current(self, model: Model) -> dict[str, Any]:
         if self.attempts and self.attempts[-1].get("inflight"):
