@@ -90,3 +90,233 @@ def test_installing_the_gateway_twice_keeps_one_set_of_hooks(gateway_hooks: None
     importlib.reload(agentledger.gateway)
     assert hooks.reserve_tenant.__module__ == "agentledger.gateway._engine"
     assert hooks.model_call_ended == COOLDOWNS.record
+
+
+# ---------------------------------------------------------------------------------------
+# In fresh processes: which imports install the seams, and what a worker does with them.
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from agentledger.store import open_store  # noqa: E402
+from tests.gateway import worker_app  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SEAMS = """
+import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+from agentledger import _auditchain
+from agentledger.engine import _hooks
+print(_hooks.reserve_tenant.__module__, _hooks.settle_tenant.__module__, _auditchain.registered())
+"""
+
+
+def _python(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "agentledger.cli._main",  # `agentledger worker`, `prune`, `audit`, `serve`
+        "agentledger.cli._ops",  # the example command's worker
+        "agentledger.service._app",  # `serve --workers-inline N`
+        "agentledger.testing",  # the public Harness
+    ],
+)
+def test_every_process_that_runs_steps_has_both_seams(entry: str) -> None:
+    done = _python(SEAMS, entry)
+    gw = "agentledger.gateway._engine"
+    assert done.stdout.split() == [gw, gw, "True"], (done.stdout, done.stderr)
+
+
+def test_the_kernel_alone_has_neither_seam_so_both_refuse() -> None:
+    """`import agentledger` (an embedded Worker): the defaults, which refuse."""
+    done = _python(SEAMS, "agentledger", "agentledger.worker", "agentledger.engine._runner")
+    hooks_mod = "agentledger.engine._hooks"
+    assert done.stdout.split() == [hooks_mod, hooks_mod, "False"], (done.stdout, done.stderr)
+
+
+async def _submit(url: str, n: int, max_spend: float) -> list[str]:
+    store = open_store(url)
+    await store.open()
+    try:
+        await store.transact(
+            gateway_budgets.set_tenant_budget, "default", 86_400, max_spend_usd=max_spend
+        )
+        return [
+            str(await worker_app.app.submit(store, "concierge", {"message": f"Hotels {i}?"}))
+            for i in range(n)
+        ]
+    finally:
+        await store.close()
+
+
+async def _state(url: str, run_ids: list[str]) -> tuple[list[Any], float]:
+    store = open_store(url)
+    await store.open()
+    try:
+        runs = [await store.get_run(r) for r in run_ids]
+        row = await store.transact(
+            gateway_budgets.reserve_tenant_usage, "default", time.time(), 0.0, 0
+        )
+        return runs, float(row["spend_usd"])
+    finally:
+        await store.close()
+
+
+CONCURRENT = """
+import asyncio, sys
+import agentledger.service
+from agentledger import Worker, WorkerConfig, open_store
+from tests.gateway.worker_app import app
+
+async def main(url):
+    store = open_store(url)
+    await store.open()
+    try:
+        await Worker(store, app, WorkerConfig(poll_seconds=0.02, shutdown_grace=1.0,
+                     concurrency=4), burst=True).run(install_signals=False)
+    finally:
+        await store.close()
+
+try:
+    asyncio.run(main(sys.argv[1]))
+except Exception as exc:
+    print(type(exc).__name__, str(exc).splitlines()[0])
+"""
+
+
+async def test_a_gateway_less_worker_with_many_runs_gives_every_one_back(
+    store_url: str, fake: FakeProviders
+) -> None:
+    """Four priced runs claimed at once by a worker without the gateway: the first
+    refusal stops it, and every run -- not only the one that refused -- is given back
+    queued, none left leased, nothing sent, no spend."""
+    fake.script(*(openai_answer("Answer.") for _ in range(4)))
+    run_ids = await _submit(store_url, 4, 10.0)
+    done = _python(CONCURRENT, store_url)
+    assert done.stdout.startswith("WorkerFailed"), (done.stdout, done.stderr)
+    assert "import agentledger.gateway" in done.stdout
+    assert fake.requests == []
+    runs, spend = await _state(store_url, run_ids)
+    assert [r.status for r in runs] == [RunStatus.QUEUED] * 4, [
+        (r.status, r.lease_owner) for r in runs
+    ]
+    assert all(r.lease_owner is None and r.error is None for r in runs), runs
+    assert spend == 0.0
+
+
+LATE = """
+import asyncio, sys
+import agentledger.service
+from agentledger import Worker, WorkerConfig, open_store
+from tests.gateway.worker_app import app
+from tests.gateway.test_attack_seams import _submit
+
+async def main(url):
+    store = open_store(url)
+    await store.open()
+    worker = Worker(store, app, WorkerConfig(poll_seconds=0.02, shutdown_grace=1.0))
+    task = asyncio.create_task(worker.run(install_signals=False))
+    try:
+        await asyncio.sleep(0.5)  # the worker is up and polling
+        assert not task.done(), task
+        import agentledger.gateway  # after the worker started
+        (run_id,) = await _submit(url, 1, 0.0001)
+        while (await store.get_run(run_id)).status == "queued":
+            await asyncio.sleep(0.05)
+        while (await store.get_run(run_id)).status == "running":
+            await asyncio.sleep(0.05)
+        print("status", (await store.get_run(run_id)).status)
+    finally:
+        worker.stop()
+        await task
+        await store.close()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_a_gateway_imported_after_the_worker_started_is_used(
+    store_url: str, fake: FakeProviders
+) -> None:
+    """The hooks are looked up at each call: a worker that started before the gateway was
+    imported enforces the tenant's budget on the next call (refused: parked, not sent)."""
+    fake.script(openai_answer("Answer."))
+    done = _python(LATE, store_url)
+    assert "status waiting" in done.stdout, (done.stdout, done.stderr)
+    assert fake.requests == []
+
+
+KILLED_AFTER_RESERVING = """
+import asyncio, os, signal, sys
+import agentledger.gateway, agentledger.service
+from agentledger import Worker, WorkerConfig, open_store
+from agentledger.engine import _hooks
+from tests.gateway.worker_app import app
+
+real = _hooks.reserve_tenant
+
+async def reserve_then_die(store, tenant, now, usd, tokens):
+    got = await real(store, tenant, now, usd, tokens)  # committed in the store
+    print("reserved", usd, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # before the journal says the call started
+
+_hooks.install(reserve_tenant=reserve_then_die)
+
+async def main(url):
+    store = open_store(url)
+    await store.open()
+    await Worker(store, app, WorkerConfig(poll_seconds=0.02), burst=True).run(
+        install_signals=False)
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_a_kill_between_the_reservation_and_the_journal_over_counts_one_call(
+    store_url: str, fake: FakeProviders
+) -> None:
+    """SIGKILL after the tenant's reservation committed and before the model step's
+    ``started`` entry: the call was never sent, but nothing records the reservation, so
+    the tenant's period row keeps it (until the period ends). Bounded and on the safe side:
+    the row over-counts by exactly that one reservation, it never under-counts, and the
+    run itself (resumed by a worker with the gateway) counts only what it spent."""
+    fake.script(openai_answer("Answer."))
+    (run_id,) = await _submit(store_url, 1, 10.0)
+    killed = _python(KILLED_AFTER_RESERVING, store_url)
+    assert killed.returncode == -9, (killed.stdout, killed.stderr)
+    reserved = float(killed.stdout.split()[1])
+    assert fake.requests == []
+
+    resumed = _python(
+        "import sys, agentledger.cli._main as m; sys.argv[0] = 'agentledger'; m.main()",
+        "worker",
+        "--app",
+        "tests.gateway.worker_app:app",
+        "--db",
+        store_url,
+        "--burst",
+        "--lease-seconds",
+        "1",
+        "--poll-seconds",
+        "0.05",
+    )
+    (run,), spend = await _state(store_url, [run_id])
+    assert run.status == RunStatus.COMPLETED, (run.status, resumed.stdout, resumed.stderr)
+    assert len(fake.requests) == 1
+    assert spend == pytest.approx(run.cost_usd + reserved)
