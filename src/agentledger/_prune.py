@@ -17,7 +17,9 @@ import logging
 import random
 import time
 
+from agentledger import _auditchain as auditchain
 from agentledger import _auditkey as auditkey
+from agentledger._extras import MissingFeature
 from agentledger._failures import FailureLog
 from agentledger.errors import StoreUnavailable
 from agentledger.store import Store
@@ -112,7 +114,10 @@ def _add(total: Removed, got: Removed) -> None:
 async def prune_forever(store: Store, period: float, failures: FailureLog | None = None) -> None:
     """A worker's ``--prune-every``: every ``period`` seconds (jittered), prune each
     tenant with a configured retention -- in the one worker whose claim of the round
-    lands (``retention.claim_round``): the others skip it."""
+    lands (``retention.claim_round``): the others skip it. Without the audit chain it
+    raises :class:`MissingFeature` at once: a round it claimed could not prune, and the
+    workers that can would skip it."""
+    auditchain.required("a worker's --prune-every", "claimed or removed")
     while True:
         await asyncio.sleep(period * random.uniform(0.5, 1.5))
         try:
@@ -121,7 +126,7 @@ async def prune_forever(store: Store, period: float, failures: FailureLog | None
             for policy in await store.read(retention.policies):
                 try:
                     removed = await prune_tenant(store, policy)
-                except StoreUnavailable:
+                except (StoreUnavailable, MissingFeature):
                     raise
                 except Exception as exc:
                     # One tenant's prune failing for its own reason is retried next
