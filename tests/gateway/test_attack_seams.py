@@ -216,8 +216,57 @@ async def test_a_gateway_less_worker_with_many_runs_gives_every_one_back(
     assert [r.status for r in runs] == [RunStatus.QUEUED] * 4, [
         (r.status, r.lease_owner) for r in runs
     ]
-    assert all(r.lease_owner is None and r.error is None for r in runs), runs
+    assert all(r.lease_owner is None and r.error is None and r.resumes == 0 for r in runs), runs
     assert spend == 0.0
+
+
+SLOW_RELEASE = """
+import asyncio, sys
+import agentledger.service
+from agentledger import Worker, WorkerConfig, open_store
+from tests.gateway.worker_app import app
+
+async def main(url):
+    store = open_store(url)
+    await store.open()
+    real, calls = store.release_run, []
+
+    async def slow_release(*args):
+        # The store slows down after the first give-back: the drain's grace runs out
+        # while the other runs are still giving themselves back.
+        calls.append(args)
+        if len(calls) > 1:
+            await asyncio.sleep(1.0)
+        return await real(*args)
+
+    store.release_run = slow_release
+    try:
+        await Worker(store, app, WorkerConfig(poll_seconds=0.02, shutdown_grace=0.1,
+                     concurrency=4), burst=True).run(install_signals=False)
+    finally:
+        await store.close()
+
+try:
+    asyncio.run(main(sys.argv[1]))
+except Exception as exc:
+    print(type(exc).__name__, str(exc).splitlines()[0])
+"""
+
+
+async def test_runs_giving_themselves_back_when_the_grace_ends_are_still_given_back(
+    store_url: str, fake: FakeProviders
+) -> None:
+    """The first refusal stops the worker; the other runs refuse too and give themselves
+    back, slowly. The drain's grace ends meanwhile and cancels them mid-release: they must
+    still be given back (by the drain), not left leased to a worker that has exited."""
+    run_ids = await _submit(store_url, 4, 10.0)
+    done = _python(SLOW_RELEASE, store_url)
+    assert done.stdout.startswith("WorkerFailed"), (done.stdout, done.stderr)
+    runs, spend = await _state(store_url, run_ids)
+    assert [(r.status, r.lease_owner) for r in runs] == [(RunStatus.QUEUED, None)] * 4, done.stderr[
+        -3000:
+    ]
+    assert fake.requests == [] and spend == 0.0
 
 
 LATE = """
@@ -320,3 +369,53 @@ async def test_a_kill_between_the_reservation_and_the_journal_over_counts_one_ca
     assert run.status == RunStatus.COMPLETED, (run.status, resumed.stdout, resumed.stderr)
     assert len(fake.requests) == 1
     assert spend == pytest.approx(run.cost_usd + reserved)
+
+
+UNPRICED = """
+import asyncio, sys
+import agentledger.service
+from agentledger import Agent, App, ScriptedModel, Turn, Worker, WorkerConfig, open_store
+from tests.gateway.worker_app import app as priced
+
+app = App("unpriced")
+app.add_agent(Agent(name="scripted", model=ScriptedModel([Turn(text="hi")]), instructions="x"))
+
+async def main(url, which):
+    store = open_store(url)
+    await store.open()
+    try:
+        target = app if which == "scripted" else priced
+        run_id = await target.submit(store, which, {"message": "hello"})
+        try:
+            await Worker(store, target, WorkerConfig(poll_seconds=0.02, shutdown_grace=1.0),
+                         burst=True).run(install_signals=False)
+        except Exception as exc:
+            print(type(exc).__name__)
+        print("status", (await store.get_run(run_id)).status)
+    finally:
+        await store.close()
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+print("gateway imported:", any(m.startswith("agentledger.gateway") for m in sys.modules))
+"""
+
+
+async def test_the_priced_rule_without_the_gateway(store_url: str, fake: FakeProviders) -> None:
+    """ "Priced" is a provider model (OpenAI, Anthropic: what has a price and a tenant
+    reservation). Without the gateway an unpriced model (ScriptedModel, a user's own
+    Model) runs as before, even under a tenant budget it never reserves against; a
+    provider model is refused even when its tenant has no budget configured -- without
+    the gateway nothing can tell that it has none."""
+    fake.script(openai_answer("Answer."))
+    done = _python(UNPRICED, store_url, "concierge")  # no tenant budget configured
+    assert "WorkerFailed" in done.stdout and "status queued" in done.stdout, (
+        done.stdout,
+        done.stderr,
+    )
+    assert "gateway imported: False" in done.stdout
+    assert fake.requests == []
+
+    await _submit(store_url, 0, 0.0001)  # a budget the scripted model never touches
+    done = _python(UNPRICED, store_url, "scripted")
+    assert "status completed" in done.stdout, (done.stdout, done.stderr)
+    assert "gateway imported: False" in done.stdout

@@ -557,12 +557,16 @@ class Worker:
             return outcome
         finally:
             # Only our own entries: a newer execution of this run may have replaced them.
-            # A run cancelled by the drain stays in ``active`` so that the drain releases it.
+            # A run cancelled by the drain stays in ``active`` so that the drain releases it
+            # -- also one cancelled while giving itself back, its release maybe not done
+            # (the drain's release of a run already given back is refused, harmlessly).
+            task = asyncio.current_task()
+            cancelled = outcome == "cancelled" or (task is not None and task.cancelling() > 0)
             entry = self.active.get(run.id)
             if (
                 entry is not None
                 and entry[1] == run.lease_epoch
-                and not (self.stopping.is_set() and outcome == "cancelled")
+                and not (self.stopping.is_set() and cancelled)
             ):
                 del self.active[run.id]
                 self.cancel_requests.pop(run.id, None)
