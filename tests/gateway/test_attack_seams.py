@@ -30,6 +30,14 @@ def gateway_hooks() -> Iterator[None]:
     gateway_engine.install()
 
 
+async def _close_models(h: Harness) -> None:
+    """The provider clients of the app's models (the Harness leaves them to the app)."""
+    for definition in h.app.definitions.values():
+        closer = getattr(getattr(definition, "model", None), "aclose", None)
+        if closer is not None:
+            await closer()
+
+
 async def _tenant_spend(h: Harness) -> float:
     row = await h.store.transact(
         gateway_budgets.reserve_tenant_usage, "default", time.time(), 0.0, 0
@@ -60,6 +68,34 @@ async def test_a_settle_hook_failing_after_the_answer_never_resends_the_call(
         assert run.status == RunStatus.COMPLETED, (run.status, run.error, run.handover_reason)
         # Not settled: the row stays at the reservation, at least what the run spent.
         assert await _tenant_spend(h) >= run.cost_usd > 0
+        await _close_models(h)
+
+
+async def test_a_live_token_hook_that_raises_never_costs_the_answer(
+    store_url: str, fake: FakeProviders, gateway_hooks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live stream is best effort ("never blocks, never raises"): a ``model_delta``
+    hook (a user's own, or a relay that breaks) raising mid-stream must not turn a paid,
+    whole answer into a failed model call handed to a human."""
+    from tests.gateway.fakes import openai_stream
+
+    seen: list[str] = []
+
+    def broken_delta(store: Any, run_id: str, step_no: int, text: str, attempt: int) -> None:
+        seen.append(text)
+        raise RuntimeError("listener gone")
+
+    monkeypatch.setenv("AGENTLEDGER_MODEL_STREAM", "1")
+    fake.script(openai_stream(["Three ", "hotels."]))
+    async with Harness(make_app("openai:gpt-4.1-mini"), db=store_url) as h:
+        hooks.install(model_delta=broken_delta)
+        run_id = await h.submit("concierge", {"message": "Hotels?"})
+        run = await h.run_until_settled(run_id)
+        assert seen, "the stream hook was never called"
+        assert len(fake.requests) == 1
+        assert run.status == RunStatus.COMPLETED, (run.status, run.handover_reason)
+        assert run.result == {"answer": "Three hotels."}
+        await _close_models(h)
 
 
 async def test_the_harness_enforces_a_tenant_budget(
@@ -77,6 +113,7 @@ async def test_the_harness_enforces_a_tenant_budget(
         assert run.status == RunStatus.WAITING, run.status
         assert fake.requests == []
         assert await _tenant_spend(h) == 0.0
+        await _close_models(h)
 
 
 def test_installing_the_gateway_twice_keeps_one_set_of_hooks(gateway_hooks: None) -> None:
@@ -179,7 +216,8 @@ async def _state(url: str, run_ids: list[str]) -> tuple[list[Any], float]:
 
 
 CONCURRENT = """
-import asyncio, sys
+import asyncio, logging, sys
+logging.basicConfig(level=logging.INFO, format="%(relativeCreated)d %(name)s %(message)s")
 import agentledger.service
 from agentledger import Worker, WorkerConfig, open_store
 from tests.gateway.worker_app import app
@@ -213,9 +251,10 @@ async def test_a_gateway_less_worker_with_many_runs_gives_every_one_back(
     assert "import agentledger.gateway" in done.stdout
     assert fake.requests == []
     runs, spend = await _state(store_url, run_ids)
-    assert [r.status for r in runs] == [RunStatus.QUEUED] * 4, [
-        (r.status, r.lease_owner) for r in runs
-    ]
+    assert [r.status for r in runs] == [RunStatus.QUEUED] * 4, (
+        [(r.status, r.lease_owner) for r in runs],
+        done.stderr[-4000:],
+    )
     assert all(r.lease_owner is None and r.error is None and r.resumes == 0 for r in runs), runs
     assert spend == 0.0
 

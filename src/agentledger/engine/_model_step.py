@@ -358,7 +358,12 @@ class ModelCall:
         attempt = len(self.attempts) + (0 if inflight else 1)
 
         def delta(text: str) -> None:  # also to other processes
-            hooks.model_delta(self.exe.store, run_id, step_no, text, attempt)
+            try:
+                hooks.model_delta(self.exe.store, run_id, step_no, text, attempt)
+            except Exception:
+                # Live tokens are best effort: raised into the adapter, a listener's
+                # failure would cut a paid answer short and send the call again.
+                log.debug("live tokens of run %s: a listener failed", run_id, exc_info=True)
 
         return ModelRequest(
             messages=list(self.messages),
