@@ -238,6 +238,10 @@ class Worker:
                 listen(lambda: loop.call_soon_threadsafe(self.wake)) if listen else None
             )
             await self.stopping.wait()
+            # The claim loop ends on its own once stopping (what it claimed meanwhile it
+            # gives back): wait for it, so that no claim commits after the drain and is
+            # then cancelled with the side tasks, leaving runs leased to a gone worker.
+            await asyncio.wait({side[0]}, timeout=self.config.shutdown_grace)
             await self._drain()
             # What its last runs wrote.
             await sealer.seal_before_exit(self.store, failures=self._store_log)
