@@ -27,7 +27,12 @@ from starlette.responses import Response
 
 from agentledger_examples.stayhub.sandbox import catalog, providers
 from agentledger_examples.stayhub.sandbox.db import Database
-from agentledger_examples.stayhub.sandbox.faults import WRITE_ENDPOINTS, FaultConfig, FaultInjector
+from agentledger_examples.stayhub.sandbox.faults import (
+    WRITE_ENDPOINTS,
+    FaultConfig,
+    FaultInjector,
+    config_from_dict,
+)
 from agentledger_examples.stayhub.sandbox.idempotency import (
     DEFAULT_KEY_TTL,
     abandon_all_in_progress,
@@ -299,7 +304,7 @@ def create_app(
     @app.put("/faults")
     async def put_faults(body: Annotated[dict[str, Any], Body()]) -> Response:
         try:
-            config = FaultConfig.from_dict(body)
+            config = config_from_dict(body)
         except ValueError as exc:
             return json_response(422, {"error": "invalid_faults", "detail": str(exc)})
         pipe.faults.install(config)

@@ -1,65 +1,50 @@
-"""Fault configuration for the StayHub sandbox: the ``--faults`` spec and its runtime.
+"""The StayHub sandbox's faults: the runtime's fault grammar on the sandbox's endpoints.
 
-Spec syntax (one line, entries separated by ``;``)::
-
-    ENTRY := ENDPOINT ':' KIND ['@' PROBABILITY] (',' PARAM '=' VALUE)*
-           | 'seed=' INT
-
-Example::
-
-    payments.create:timeout_after_commit@0.1,hold=30;search:rate_limit@0.5,retry_after=1;
-    email:outage,duration=20;bookings.create:error,count=2;seed=7
-
-``ENDPOINT`` is one of :data:`ENDPOINTS` or ``*`` (every endpoint). ``PROBABILITY`` is in
-[0, 1] and defaults to 1 (always). Several entries may name the same endpoint; they are
-evaluated in order. Kinds and their parameters (every kind also takes ``count=N``: fire at
-most N times, e.g. "fail the first 2 requests"):
-
-- ``latency,ms=N``: sleep N ms (default 100) before handling.
-- ``timeout_after_commit,hold=S``: apply the effect and commit it, then hold the response
-  S seconds (default 30).
-- ``hold,hold=S``: hold the request S seconds (default 30) *before* applying it; its
-  idempotency record is in progress meanwhile (status check says ``pending``).
-- ``rate_limit,retry_after=N``: 429 with ``Retry-After: N`` (default 1); no effect.
-- ``error,status=N``: an N (500-599, default 503) response; no effect.
-- ``outage,start=S,end=S`` or ``outage,duration=S``: every request fails with 503 in the
-  window [start, end) seconds after the fault was installed (``start`` defaults to 0, an
-  outage without ``end``/``duration`` lasts forever).
-- ``decline`` (``payments.create`` only): 402 ``card_declined``, a business error.
-- ``error_after_commit,status=N,save=0|1`` (write endpoints): apply the request and commit
-  it, then answer N (500, 502 or 504; default 500) instead of the real response. With
-  ``save=1`` the 5xx is stored for the key and replayed to every retry with that key, as
-  Stripe does; a status check by key still reports the real outcome.
-- ``lag,lag=S`` (status lookups: ``bookings.status``, ``payments.status``, and ``status``
-  for the generic ``GET /idempotency/{endpoint}/{key}``): a lookup by key answers
-  ``not_found`` for S seconds (default 2) after the key's request committed, as a search
-  index lags behind writes.
-- ``keyless`` (write endpoints; a mode, probability 1): the endpoint ignores the
-  ``Idempotency-Key`` header, as SendGrid's and Postmark's mail APIs have none: every
-  request is applied anew (a resend is a new email) and a status check by key answers 400
-  ``idempotency_not_supported``. On ``crm`` the creation then dedupes by the guest's
-  email with 409 ``contact_exists``, as HubSpot does (update with ``PATCH``).
+The grammar itself (syntax, kinds, parameters, the injector) is
+:mod:`agentledger._chaos.faults`, shared with ``agentledger chaos``; this module names
+what the sandbox accepts: its endpoints, which of them write, and the kinds it
+implements (``decline`` on ``payments.create``; ``lag`` on status lookups:
+``bookings.status``, ``payments.status``, and ``status`` for the generic
+``GET /idempotency/{endpoint}/{key}``; ``keyless`` on write endpoints: the endpoint ignores
+the ``Idempotency-Key`` header, as SendGrid's and Postmark's mail APIs have none, and a
+status check by key answers 400 ``idempotency_not_supported``; on ``crm`` the creation
+then dedupes by the guest's email with 409 ``contact_exists``, as HubSpot does).
 
 ``timeout_after_commit`` holds any committed answer, stored failures included (a 402
 decline whose response is lost: the status check must report ``failed``).
 
-``seed=N`` (default 0) seeds one ``random.Random`` per endpoint, so a run is reproducible
-and traffic on one endpoint does not change the dice rolled for another.
-
-The JSON shape (``GET``/``PUT /faults``) is :meth:`FaultConfig.to_dict`::
-
-    {"seed": 7, "faults": [{"endpoint": "search", "kind": "rate_limit",
-                            "probability": 0.5, "retry_after": 1}]}
+The JSON shape (``GET``/``PUT /faults``) is :meth:`FaultConfig.to_dict`.
 """
 
 from __future__ import annotations
 
-import math
-import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from agentledger._chaos.faults import (
+    Failure,
+    Fault,
+    FaultConfig,
+    Grammar,
+)
+from agentledger._chaos.faults import FaultInjector as _FaultInjector
+from agentledger._chaos.faults import parse_faults as _parse_faults
+
+__all__ = [
+    "ENDPOINTS",
+    "EXAMPLE_SPEC",
+    "FAULT_KINDS",
+    "GRAMMAR",
+    "WRITE_ENDPOINTS",
+    "Failure",
+    "Fault",
+    "FaultConfig",
+    "FaultInjector",
+    "config_from_dict",
+    "grammar_help",
+    "parse_faults",
+]
 
 ENDPOINTS: tuple[str, ...] = (
     "search",
@@ -78,21 +63,6 @@ ENDPOINTS: tuple[str, ...] = (
 )
 """Endpoint names a fault can target (``*`` targets all of them)."""
 
-
-def grammar_help() -> str:
-    """The ``--faults`` grammar in a few lines, for the CLI's own ``--help`` (the module
-    docstring above says each kind in full)."""
-    return (
-        "Entries separated by ';': ENDPOINT:KIND[@PROBABILITY][,PARAM=VALUE...] or seed=N. "
-        f"ENDPOINT: {', '.join(ENDPOINTS)} or * (all). PROBABILITY: 0 to 1 (default 1). "
-        "KIND: latency,ms=N | timeout_after_commit,hold=S | hold,hold=S | "
-        "rate_limit,retry_after=N | error,status=5xx | outage,duration=S (or start=S,end=S) "
-        "| decline (payments.create) | error_after_commit,status=N,save=0|1 | lag,lag=S "
-        "(status lookups) | keyless (write endpoints); every kind takes count=N (fire at "
-        "most N times)."
-    )
-
-
 FAULT_KINDS: tuple[str, ...] = (
     "latency",
     "timeout_after_commit",
@@ -105,7 +75,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "lag",
     "keyless",
 )
-"""Fault kinds understood by the sandbox."""
+"""Fault kinds the sandbox implements."""
 
 WRITE_ENDPOINTS: frozenset[str] = frozenset(
     {
@@ -121,350 +91,50 @@ WRITE_ENDPOINTS: frozenset[str] = frozenset(
 """Endpoints that change something (they take an ``Idempotency-Key``)."""
 
 _MODE_OF: dict[str, str] = {"crm.update": "crm"}  # a keyless CRM updates without keys too
-_WRITE_ONLY_KINDS = frozenset({"error_after_commit", "keyless"})
-_AFTER_COMMIT_STATUSES = frozenset({500, 502, 504})
 
 EXAMPLE_SPEC = (
     "payments.create:timeout_after_commit@0.1,hold=30;search:rate_limit@0.5,retry_after=1;"
     "email:outage,duration=20;seed=7"
 )
 
-_KIND_PARAMS: dict[str, frozenset[str]] = {
-    "latency": frozenset({"ms"}),
-    "timeout_after_commit": frozenset({"hold"}),
-    "hold": frozenset({"hold"}),
-    "rate_limit": frozenset({"retry_after"}),
-    "error": frozenset({"status"}),
-    "outage": frozenset({"start", "end", "duration"}),
-    "decline": frozenset(),
-    "error_after_commit": frozenset({"status", "save"}),
-    "lag": frozenset({"lag"}),
-    "keyless": frozenset(),
-}
-_INT_PARAMS = frozenset({"count", "retry_after", "status", "save"})
-_PARAMS = (
-    "count",
-    "ms",
-    "hold",
-    "retry_after",
-    "status",
-    "start",
-    "end",
-    "duration",
-    "save",
-    "lag",
+GRAMMAR = Grammar(
+    endpoints=ENDPOINTS,
+    write_endpoints=WRITE_ENDPOINTS,
+    kinds=FAULT_KINDS,
+    only={"decline": frozenset({"payments.create"})},
+    example=EXAMPLE_SPEC,
 )
+"""What the sandbox accepts of the grammar."""
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _bad(what: str) -> ValueError:
-    return ValueError(f"bad fault spec: {what}; example: {EXAMPLE_SPEC!r}")
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One fault: what it hits, what it does, how often, and its parameters."""
-
-    endpoint: str
-    kind: str
-    probability: float = 1.0
-    count: int | None = None
-    ms: float | None = None
-    hold: float | None = None
-    retry_after: int | None = None
-    status: int | None = None
-    start: float | None = None
-    end: float | None = None
-    duration: float | None = None
-    save: int | None = None
-    lag: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.endpoint != "*" and self.endpoint not in ENDPOINTS:
-            raise _bad(
-                f"unknown endpoint {self.endpoint!r} (expected one of {', '.join(ENDPOINTS)})"
-            )
-        if self.kind not in FAULT_KINDS:
-            raise _bad(
-                f"unknown fault kind {self.kind!r} (expected one of {', '.join(FAULT_KINDS)})"
-            )
-        if self.kind == "decline" and self.endpoint != "payments.create":
-            raise _bad("'decline' applies to payments.create only")
-        if not _is_number(self.probability) or not 0.0 <= self.probability <= 1.0:
-            raise _bad(f"probability {self.probability} is not in [0, 1]")
-        allowed = _KIND_PARAMS[self.kind] | {"count"}
-        if self.kind in _WRITE_ONLY_KINDS and self.endpoint not in WRITE_ENDPOINTS:
-            raise _bad(f"{self.kind!r} applies to write endpoints only, not {self.endpoint!r}")
-        if self.kind == "keyless" and (self.probability != 1.0 or self.count is not None):
-            raise _bad("'keyless' is a mode of the endpoint: no probability, no count")
-        for name in _PARAMS:
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if not _is_number(value):
-                raise _bad(f"{name}={value!r} is not a number")
-            if name not in allowed:
-                raise _bad(
-                    f"{self.kind!r} takes no parameter {name!r} (allowed: {sorted(allowed)})"
-                )
-            if value < 0:
-                raise _bad(f"{name}={value} must not be negative")
-        if self.status is not None and not 500 <= self.status <= 599:
-            raise _bad(f"error status={self.status} must be 500-599")
-        if (
-            self.kind == "error_after_commit"
-            and self.status is not None
-            and self.status not in _AFTER_COMMIT_STATUSES
-        ):
-            raise _bad(f"error_after_commit status={self.status} must be 500, 502 or 504")
-        if self.save is not None and self.save not in (0, 1):
-            raise _bad(f"save={self.save} must be 0 or 1")
-        if self.end is not None and self.duration is not None:
-            raise _bad("outage takes either end= or duration=, not both")
-
-    @property
-    def hold_seconds(self) -> float:
-        """Seconds to hold for ``hold`` / ``timeout_after_commit`` (default 30)."""
-        return 30.0 if self.hold is None else self.hold
-
-    def outage_window(self) -> tuple[float, float]:
-        """The outage window ``[start, end)`` in seconds after installation."""
-        start = self.start or 0.0
-        if self.duration is not None:
-            return start, start + self.duration
-        return start, math.inf if self.end is None else self.end
-
-    def to_spec(self) -> str:
-        """This fault as one spec entry."""
-        text = f"{self.endpoint}:{self.kind}"
-        if self.probability != 1.0:
-            text += f"@{self.probability:g}"
-        for name in _PARAMS:
-            value = getattr(self, name)
-            if value is not None:
-                text += f",{name}={value:g}"
-        return text
-
-
-@dataclass(frozen=True)
-class FaultConfig:
-    """A whole fault configuration: the faults, in evaluation order, and the seed."""
-
-    faults: tuple[Fault, ...] = ()
-    seed: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the body of ``GET``/``PUT /faults``)."""
-        return {
-            "seed": self.seed,
-            "faults": [{k: v for k, v in asdict(f).items() if v is not None} for f in self.faults],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FaultConfig:
-        """Build a config from :meth:`to_dict` output; ``{"spec": "..."}`` is parsed too."""
-        if "spec" in data:
-            return parse_faults(str(data["spec"]))
-        known = {f.name for f in fields(Fault)}
-        faults: list[Fault] = []
-        for item in data.get("faults", []):
-            if not isinstance(item, Mapping):
-                raise _bad(f"fault entry {item!r} is not an object")
-            unknown = set(item) - known
-            if unknown:
-                raise _bad(f"unknown fault field(s) {sorted(unknown)}")
-            try:
-                faults.append(Fault(**item))
-            except TypeError as exc:
-                raise _bad(str(exc)) from None
-        seed = data.get("seed", 0)
-        if not isinstance(seed, int):
-            raise _bad(f"seed {seed!r} is not an integer")
-        return cls(faults=tuple(faults), seed=seed)
-
-    def to_spec(self) -> str:
-        """The config in spec syntax; ``parse_faults(c.to_spec()) == c``."""
-        return ";".join([*(f.to_spec() for f in self.faults), f"seed={self.seed}"])
-
-
-def _number(name: str, text: str, entry: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise _bad(f"{name}={text!r} in {entry!r} is not a number") from None
-    if name in _INT_PARAMS:
-        if not value.is_integer():
-            raise _bad(f"{name}={text!r} in {entry!r} must be an integer")
-        return int(value)
-    return value
-
-
-def _parse_entry(entry: str) -> Fault:
-    head, _, rest = entry.partition(",")
-    endpoint, colon, kind_prob = head.partition(":")
-    if not colon:
-        raise _bad(f"entry {entry!r} is not ENDPOINT:KIND[@P][,k=v...] or seed=N")
-    kind, at, prob_text = kind_prob.partition("@")
-    kwargs: dict[str, Any] = {"endpoint": endpoint.strip(), "kind": kind.strip()}
-    if at:
-        kwargs["probability"] = _number("probability", prob_text.strip(), entry)
-    names = {f.name for f in fields(Fault)} - {"endpoint", "kind", "probability"}
-    for param in filter(None, (p.strip() for p in rest.split(","))) if rest else ():
-        name, eq, value = param.partition("=")
-        name = name.strip()
-        if not eq or name not in names:
-            raise _bad(f"bad parameter {param!r} in {entry!r} (expected NAME=VALUE)")
-        kwargs[name] = _number(name, value.strip(), entry)
-    return Fault(**kwargs)
+def grammar_help() -> str:
+    """The ``--faults`` grammar in a few lines, for the CLI's own ``--help``."""
+    return (
+        "Entries separated by ';': ENDPOINT:KIND[@PROBABILITY][,PARAM=VALUE...] or seed=N. "
+        f"ENDPOINT: {', '.join(ENDPOINTS)} or * (all). PROBABILITY: 0 to 1 (default 1). "
+        "KIND: latency,ms=N | timeout_after_commit,hold=S | hold,hold=S | "
+        "rate_limit,retry_after=N | error,status=5xx | outage,duration=S (or start=S,end=S) "
+        "| decline (payments.create) | error_after_commit,status=N,save=0|1 | lag,lag=S "
+        "(status lookups) | keyless (write endpoints); every kind takes count=N (fire at "
+        "most N times)."
+    )
 
 
 def parse_faults(spec: str) -> FaultConfig:
-    """Parse a ``--faults`` spec (see the module docstring); raise ``ValueError`` if bad."""
-    faults: list[Fault] = []
-    seed = 0
-    for raw in spec.split(";"):
-        entry = raw.strip()
-        if not entry:
-            continue
-        if entry.startswith("seed="):
-            try:
-                seed = int(entry[5:].strip())
-            except ValueError:
-                raise _bad(f"seed in {entry!r} is not an integer") from None
-            continue
-        faults.append(_parse_entry(entry))
-    return FaultConfig(faults=tuple(faults), seed=seed)
+    """Parse a sandbox ``--faults`` spec; raise ``ValueError`` in one line if bad."""
+    return _parse_faults(spec, GRAMMAR)
 
 
-@dataclass(frozen=True)
-class Failure:
-    """An injected failure response (no effect is applied)."""
-
-    status_code: int
-    body: dict[str, Any]
-    headers: dict[str, str] = field(default_factory=dict)
+def config_from_dict(data: Mapping[str, Any]) -> FaultConfig:
+    """A sandbox fault config from its JSON shape (or ``{"spec": ...}``)."""
+    return FaultConfig.from_dict(data, GRAMMAR)
 
 
-class FaultInjector:
-    """Runtime state of a :class:`FaultConfig`: per-endpoint RNGs, fire counts, install time.
-
-    Each method rolls the dice for one phase of a request at one endpoint.
-    """
+class FaultInjector(_FaultInjector):
+    """The runtime's injector, with the sandbox's shared modes (a keyless CRM updates
+    without keys too)."""
 
     def __init__(
         self, config: FaultConfig | None = None, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._clock = clock
-        self.install(config or FaultConfig())
-
-    @property
-    def config(self) -> FaultConfig:
-        """The installed configuration."""
-        return self._config
-
-    def install(self, config: FaultConfig) -> None:
-        """Replace the configuration; resets RNGs, counters and the outage clock."""
-        self._config = config
-        self._installed_at = self._clock()
-        self._fired = [0] * len(config.faults)
-        # Requests each fault met (its kind and endpoint asked about it), fired or not: a
-        # fault that met none had no chance to fire.
-        self._met = [0] * len(config.faults)
-        self._dropped: dict[str, int] = {}
-        self._rngs = {ep: random.Random(f"{config.seed}:{ep}") for ep in ENDPOINTS}
-
-    def _fires(self, endpoint: str, kinds: tuple[str, ...], first: bool = False) -> list[Fault]:
-        fired: list[Fault] = []
-        for index, fault in enumerate(self._config.faults):
-            if fault.kind not in kinds or fault.endpoint not in ("*", endpoint):
-                continue
-            self._met[index] += 1
-            if fault.count is not None and self._fired[index] >= fault.count:
-                continue
-            if fault.kind == "outage":
-                start, end = fault.outage_window()
-                if not start <= self._clock() - self._installed_at < end:
-                    continue
-            if fault.probability < 1.0 and self._rngs[endpoint].random() >= fault.probability:
-                continue
-            self._fired[index] += 1
-            fired.append(fault)
-            if first:
-                break
-        return fired
-
-    def latency(self, endpoint: str) -> float:
-        """Seconds of injected latency for this request (0 if none)."""
-        return (
-            sum((f.ms if f.ms is not None else 100.0) for f in self._fires(endpoint, ("latency",)))
-            / 1000
-        )
-
-    def failure(self, endpoint: str) -> Failure | None:
-        """An outage, rate limit or error response for this request, if one fires."""
-        for fault in self._fires(endpoint, ("outage", "rate_limit", "error"), first=True):
-            if fault.kind == "outage":
-                left = fault.outage_window()[1] - (self._clock() - self._installed_at)
-                retry = str(max(1, math.ceil(left))) if math.isfinite(left) else "60"
-                return Failure(503, {"error": "outage"}, {"Retry-After": retry})
-            if fault.kind == "rate_limit":
-                after = 1 if fault.retry_after is None else fault.retry_after
-                return Failure(
-                    429,
-                    {"error": "rate_limited", "retry_after": after},
-                    {"Retry-After": str(after)},
-                )
-            status = 503 if fault.status is None else fault.status
-            return Failure(status, {"error": "injected_error", "status": status})
-        return None
-
-    def hold_before(self, endpoint: str) -> float:
-        """Seconds to hold before applying (``hold``); 0 if it does not fire."""
-        return max((f.hold_seconds for f in self._fires(endpoint, ("hold",))), default=0.0)
-
-    def hold_after_commit(self, endpoint: str) -> float:
-        """Seconds to hold after committing (``timeout_after_commit``); 0 if none."""
-        fired = self._fires(endpoint, ("timeout_after_commit",))
-        return max((f.hold_seconds for f in fired), default=0.0)
-
-    def declines(self, endpoint: str) -> bool:
-        """Whether a ``decline`` fault fires for this payment."""
-        return bool(self._fires(endpoint, ("decline",)))
-
-    def error_after_commit(self, endpoint: str) -> tuple[int, bool] | None:
-        """``(status, save)`` when an ``error_after_commit`` fault fires for this write."""
-        for fault in self._fires(endpoint, ("error_after_commit",), first=True):
-            return (500 if fault.status is None else fault.status), bool(fault.save)
-        return None
-
-    def lag(self, endpoint: str) -> float:
-        """Seconds a status lookup lags behind a commit (``lag``); 0 if none fires."""
-        fired = self._fires(endpoint, ("lag",))
-        return max((2.0 if f.lag is None else f.lag for f in fired), default=0.0)
-
-    def keyless(self, endpoint: str) -> bool:
-        """Whether this write endpoint ignores the idempotency key (``keyless`` mode)."""
-        return bool(self._fires(_MODE_OF.get(endpoint, endpoint), ("keyless",), first=True))
-
-    def is_keyless(self, endpoint: str) -> bool:
-        """Whether the endpoint is in ``keyless`` mode, without counting a firing."""
-        mode = _MODE_OF.get(endpoint, endpoint)
-        return any(f.kind == "keyless" and f.endpoint in ("*", mode) for f in self._config.faults)
-
-    def dropped(self, endpoint: str) -> None:
-        """Count a committed response the client never got (lost or replaced by a 5xx)."""
-        self._dropped[endpoint] = self._dropped.get(endpoint, 0) + 1
-
-    def stats(self) -> dict[str, Any]:
-        """How often each configured fault fired and met its operation (``met``: requests
-        it applied to, fired or not), and each endpoint's responses were dropped."""
-        return {
-            "fired": [
-                {"fault": fault.to_spec(), "fired": n, "met": met}
-                for fault, n, met in zip(self._config.faults, self._fired, self._met, strict=True)
-            ],
-            "dropped": dict(sorted(self._dropped.items())),
-        }
+        super().__init__(config, clock, modes=_MODE_OF)

@@ -21,7 +21,7 @@ import httpx
 
 import agentledger
 import agentledger_examples as examples
-from agentledger_examples.stayhub.sandbox.faults import FaultConfig, parse_faults
+from agentledger_examples.stayhub.sandbox.faults import FaultConfig, config_from_dict, parse_faults
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 DEFAULT_PORT = 8700
@@ -70,7 +70,7 @@ def as_fault_config(faults: FaultsLike) -> FaultConfig:
         return faults
     if isinstance(faults, str):
         return parse_faults(faults)
-    return FaultConfig.from_dict(faults)
+    return config_from_dict(faults)
 
 
 class SandboxServer:
