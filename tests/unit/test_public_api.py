@@ -69,6 +69,7 @@ def test_the_testing_surface_is_pinned() -> None:
         "KeyInProgress",
         "ProviderDown",
         "ProviderTimeout",
+        "chaos_effect",
     }
     assert set(agentledger.testing.__all__) == expected
     for name in expected:

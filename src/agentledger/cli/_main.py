@@ -14,6 +14,9 @@ from agentledger.cli import (
     _backup as backup,
 )
 from agentledger.cli import (
+    _chaos as chaos_cli,
+)
+from agentledger.cli import (
     _describe as describe,
 )
 from agentledger.cli import (
@@ -122,6 +125,7 @@ cli.add_command(prune.prune)
 cli.add_command(backup.backup)
 cli.add_command(backup.restore)
 cli.add_command(versions.versions)
+cli.add_command(chaos_cli.chaos)
 
 
 @guarded

@@ -14,10 +14,14 @@ with the real engine and worker, a scripted model, and providers with real seman
         assert run.status == "completed"
         assert payments.applied_count() == 1
 
+``chaos_effect(key)`` lets ``agentledger chaos`` count a tool's side effects at a
+provider it cannot proxy (a no-op anywhere else).
+
 Everything here uses the public API; nothing is simulated that the runtime does in
 production (the journal, leases, status checks and retries are the real ones).
 """
 
+from agentledger.testing._chaos import chaos_effect
 from agentledger.testing._harness import Harness
 from agentledger.testing._provider import (
     FAULTS,
@@ -36,4 +40,5 @@ __all__ = [
     "KeyInProgress",
     "ProviderDown",
     "ProviderTimeout",
+    "chaos_effect",
 ]

@@ -1,0 +1,159 @@
+"""Worker processes under chaos: start W ``agentledger worker`` processes, SIGKILL one
+every S seconds (and start a replacement), SIGSTOP one past its lease and SIGCONT it later
+(a zombie that wakes up believing it still holds its runs)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import agentledger
+
+
+def worker_command(app: str, db: str, lease_seconds: float) -> list[str]:
+    """The command line of one worker process."""
+    return [
+        sys.executable,
+        "-m",
+        "agentledger.cli._main",
+        "worker",
+        "--app",
+        app,
+        "--db",
+        db,
+        "--lease-seconds",
+        str(lease_seconds),
+        "--poll-seconds",
+        "0.05",
+    ]
+
+
+@dataclass
+class Frozen:
+    """A stopped worker and when it is thawed."""
+
+    proc: subprocess.Popen[bytes]
+    thaw_at: float
+
+
+@dataclass
+class WorkerPool:
+    """Worker subprocesses of one app on one database."""
+
+    app: str
+    db: str
+    size: int
+    lease_seconds: float
+    env: dict[str, str]
+    log_dir: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    frozen: list[Frozen] = field(default_factory=list)
+    kills: int = 0
+    freezes: int = 0
+    started: int = 0
+    # Workers that ended by themselves (not killed, not stopped): each is restarted.
+    exits: list[tuple[int, int, str]] = field(default_factory=list)
+    logs: dict[int, int] = field(default_factory=dict)  # pid -> its log's number
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # The same agentledger as this process, and the app's module from the current
+        # directory as `python -m` finds it here.
+        root = str(Path(agentledger.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [os.getcwd(), root, env.get("PYTHONPATH")])
+        )
+        env.update(self.env)
+        return env
+
+    def log_of(self, n: int) -> Path:
+        return self.log_dir / f"worker-{n}.log"
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Start one more worker, its output to its own log file."""
+        self.started += 1
+        with open(self.log_of(self.started), "ab") as log:
+            proc = subprocess.Popen(
+                worker_command(self.app, self.db, self.lease_seconds),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                start_new_session=True,
+            )
+        self.logs[proc.pid] = self.started
+        self.procs.append(proc)
+        return proc
+
+    def start(self) -> WorkerPool:
+        for _ in range(self.size):
+            self.spawn()
+        return self
+
+    def _is_frozen(self, proc: subprocess.Popen[bytes]) -> bool:
+        return any(f.proc is proc for f in self.frozen)
+
+    def running(self) -> list[subprocess.Popen[bytes]]:
+        """Live workers that are not frozen."""
+        return [p for p in self.procs if p.poll() is None and not self._is_frozen(p)]
+
+    def tick(self) -> None:
+        """Thaw the workers whose freeze is over; restart the ones that ended by themselves."""
+        now = time.monotonic()
+        for f in [f for f in self.frozen if f.thaw_at <= now]:
+            with contextlib.suppress(ProcessLookupError):
+                f.proc.send_signal(signal.SIGCONT)
+            self.frozen.remove(f)
+        for proc in [p for p in self.procs if p.poll() is not None]:
+            self.procs.remove(proc)
+            log = self.log_of(self.logs[proc.pid])
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+            self.exits.append((proc.pid, proc.returncode, tail[0] if tail else ""))
+            self.spawn()
+
+    def kill_one(self, rng: random.Random) -> None:
+        """SIGKILL a random running worker (nothing is flushed; its leases expire) and
+        start a replacement."""
+        alive = self.running()
+        if alive:
+            victim = rng.choice(alive)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            self.procs.remove(victim)
+            self.kills += 1
+        self.spawn()
+
+    def freeze_one(self, rng: random.Random, seconds: float) -> None:
+        """SIGSTOP a random running worker for ``seconds`` (longer than its lease: others
+        take its runs over, then it wakes up a zombie). The last running worker is never
+        frozen: someone must take the runs over."""
+        alive = self.running()
+        if len(alive) < 2:
+            return
+        victim = rng.choice(alive)
+        victim.send_signal(signal.SIGSTOP)
+        self.frozen.append(Frozen(victim, time.monotonic() + seconds))
+        self.freezes += 1
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Thaw, SIGTERM every worker, wait, SIGKILL stragglers."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGCONT)
+                    proc.send_signal(signal.SIGTERM)
+        self.frozen.clear()
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()

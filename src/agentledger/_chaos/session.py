@@ -1,0 +1,169 @@
+"""One ``agentledger chaos`` session: proxies, workers, runs, the chaos schedule, then the
+evidence the invariants are checked against."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentledger._app import App
+from agentledger._chaos.counting import Effect, read_hook_effects
+from agentledger._chaos.faults import FaultConfig
+from agentledger._chaos.invariants import INVARIANTS, Evidence, check
+from agentledger._chaos.proxy import env_name, proxies
+from agentledger._chaos.runner import WorkerPool
+from agentledger.records import Run, RunStatus
+from agentledger.store import Store, open_store
+from agentledger.testing._chaos import EFFECTS_ENV
+
+SETTLED_WAIT = 30.0
+"""A waiting run due back later than this is settled (an approval, a long backoff); one
+due sooner is still working and is waited for."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one session does (the command's options, checked)."""
+
+    app_path: str
+    agent: str
+    inputs: list[Any]
+    runs: int = 10
+    workers: int = 2
+    kill_every: float = 0.0
+    freeze_every: float = 0.0
+    db: str = ""
+    proxies: dict[str, str] = field(default_factory=dict)
+    faults: FaultConfig | None = None
+    seed: int = 7
+    timeout: float = 300.0
+    lease_seconds: float = 2.0
+
+
+async def run_session(
+    settings: Settings, app: App, work_dir: Path, progress: Any = None
+) -> dict[str, Any]:
+    """Run the session; return the report (``ok`` false when an invariant broke)."""
+    started = time.monotonic()
+    rng = random.Random(settings.seed)
+    store = open_store(settings.db)
+    await store.open()
+    effects_file = work_dir / "effects.jsonl"
+    try:
+        with proxies(settings.proxies, settings.faults) as started_proxies:
+            env = {env_name(name): p.url for name, p in started_proxies.items()}
+            env[EFFECTS_ENV] = str(effects_file)
+            pool = WorkerPool(
+                settings.app_path,
+                settings.db,
+                settings.workers,
+                settings.lease_seconds,
+                env,
+                work_dir,
+            )
+            try:
+                pool.start()
+                ids = [
+                    await app.submit(
+                        store, settings.agent, settings.inputs[i % len(settings.inputs)]
+                    )
+                    for i in range(settings.runs)
+                ]
+                timed_out = await _drive(store, ids, pool, settings, rng, progress)
+                ended_at = time.time()
+                final = [r for r in [await store.get_run(i) for i in ids] if r is not None]
+            finally:
+                pool.stop()
+            effects: list[Effect] = [e for p in started_proxies.values() for e in p.effects()]
+            proxy_stats = {
+                name: {"upstream": p.upstream, "env": env_name(name), **p.stats()}
+                for name, p in started_proxies.items()
+            }
+        effects += read_hook_effects(effects_file)
+        journals = {run.id: await store.load_journal(run.id) for run in final}
+        events = {run.id: await store.list_events(run.id) for run in final}
+    finally:
+        await store.close()
+    budgets = {}
+    for run in final:
+        definition = app.get(run.name, run.version)
+        if definition is not None:
+            budgets[f"{run.name}@{run.version}"] = definition.budget
+    found = check(Evidence(final, journals, events, effects, budgets, ended_at))
+    violations = [v.to_dict() for name in INVARIANTS for v in found[name]]
+    keys = {(e.provider, e.key) for e in effects if e.key is not None}
+    return {
+        "ok": not violations,
+        "app": settings.app_path,
+        "agent": settings.agent,
+        "db": settings.db,
+        "submitted": settings.runs,
+        "runs": dict(sorted(Counter(r.status for r in final).items())),
+        "timed_out": timed_out,
+        "workers": settings.workers,
+        "kills": pool.kills,
+        "freezes": pool.freezes,
+        "worker_exits": [
+            {"pid": pid, "code": code, "last_line": line} for pid, code, line in pool.exits
+        ],
+        "steps": sum(len(j) for j in journals.values()),
+        "resumes": sum(r.resumes for r in final),
+        "effects": {
+            "counted": len(effects),
+            "keys": len(keys),
+            "at_proxies": sum(1 for e in effects if e.source == "proxy"),
+            "by_hook": sum(1 for e in effects if e.source == "hook"),
+        },
+        "proxies": proxy_stats,
+        "faults": settings.faults.to_spec() if settings.faults else None,
+        "invariants": {name: len(found[name]) for name in INVARIANTS},
+        "violations": violations,
+        "elapsed_s": round(time.monotonic() - started, 2),
+    }
+
+
+def _settled(run: Run | None, now: float) -> bool:
+    if run is None or run.status in RunStatus.TERMINAL:
+        return True
+    return run.status == RunStatus.WAITING and (run.available_at or 0) > now + SETTLED_WAIT
+
+
+async def _drive(
+    store: Store,
+    ids: list[str],
+    pool: WorkerPool,
+    settings: Settings,
+    rng: random.Random,
+    progress: Any,
+) -> bool:
+    """Wait for every run to settle while killing and freezing workers on schedule;
+    return True when the timeout came first."""
+    now = time.monotonic()
+    deadline = now + settings.timeout
+    next_kill = now + settings.kill_every if settings.kill_every > 0 else float("inf")
+    next_freeze = now + settings.freeze_every if settings.freeze_every > 0 else float("inf")
+    # Past the lease, so another worker takes the runs over before the zombie wakes up.
+    freeze_for = settings.lease_seconds * 1.5 + 0.5
+    while True:
+        runs = [await store.get_run(i) for i in ids]
+        done = sum(1 for r in runs if _settled(r, time.time()))
+        if progress is not None:
+            progress(done, len(ids), pool)
+        if done == len(ids):
+            return False
+        now = time.monotonic()
+        if now > deadline:
+            return True
+        pool.tick()
+        if now >= next_kill:
+            pool.kill_one(rng)
+            next_kill = now + settings.kill_every
+        if now >= next_freeze:
+            pool.freeze_one(rng, freeze_for)
+            next_freeze = now + settings.freeze_every
+        await asyncio.sleep(0.1)
