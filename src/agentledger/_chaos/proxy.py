@@ -208,6 +208,9 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     state: _State
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Quiet: a worker killed mid-request resets its connection, as chaos intends."""
+
 
 class ChaosProxy:
     """One proxy NAME -> URL on 127.0.0.1 (a free port), serving on its own threads."""

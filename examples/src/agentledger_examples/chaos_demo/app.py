@@ -3,12 +3,13 @@
 A workflow charges an order at the payments provider (``provider.py``; its address in
 ``CHECKOUT_PAYMENTS_URL``, or the chaos proxy's in ``AGENTLEDGER_CHAOS_PROXY_PAY``) with
 the step's idempotency key, then files a receipt in a local file: a provider without
-keys, guarded by the effects table and counted with ``chaos_effect``.
+keys, with a status check that looks for the step's key, counted with ``chaos_effect``.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +59,27 @@ async def charge(ctx: ToolContext, order_id: str, amount: int) -> dict[str, Any]
     return result
 
 
-@app.tool(effect="write", timeout=2)
+def receipts() -> Path:
+    """The receipts file (shared by every worker on the host)."""
+    default = Path(tempfile.gettempdir()) / "agentledger-checkout-receipts.txt"
+    return Path(os.environ.get("CHECKOUT_RECEIPTS", default))
+
+
+async def receipt_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
+    """Whether the receipt of this step is in the file (its key ends the line)."""
+    path = receipts()
+    lines = path.read_text().splitlines() if path.exists() else []
+    if any(line.endswith(f" {ctx.idempotency_key}") for line in lines):
+        return Status.succeeded({"filed": args["order_id"]})
+    return Status.not_found()
+
+
+@app.tool(effect="write", timeout=2, status_check=receipt_status)
 async def file_receipt(ctx: ToolContext, order_id: str, charge_id: str) -> dict[str, Any]:
-    """Append a receipt line to a local file: no keys, so the effects table guards it."""
-    path = Path(os.environ.get("CHECKOUT_RECEIPTS", "receipts.txt"))
-    with path.open("a") as out:
-        out.write(f"{order_id} {charge_id}\n")
+    """Append a receipt line to a local file. The file takes no keys, so the line carries
+    the step's key for the status check, and the hook counts each line written."""
+    with receipts().open("a") as out:
+        out.write(f"{order_id} {charge_id} {ctx.idempotency_key}\n")
     chaos_effect(ctx.idempotency_key, provider="receipts")
     return {"filed": order_id}
 

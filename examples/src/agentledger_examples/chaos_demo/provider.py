@@ -92,6 +92,9 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     ledger: _Ledger
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Quiet: a client killed mid-request resets its connection."""
+
 
 class PaymentsProvider:
     """The provider on 127.0.0.1 (``port`` 0: a free one), served on its own threads."""

@@ -1,0 +1,160 @@
+"""`agentledger chaos` as a subprocess: real workers, real SIGKILL/SIGSTOP, a real HTTP
+provider on loopback behind the command's proxy. It passes a correct app and catches the
+broken ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentledger_examples.chaos_demo.provider import PaymentsProvider
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.apps.chaos_app:app"
+
+
+def chaos(tmp_path: Path, *args: str, timeout: float = 120) -> tuple[int, dict[str, Any], str]:
+    """Run ``agentledger chaos ARGS --json`` from the repository root."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentledger.cli._main", "chaos", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "CHAOS_TEST_RECEIPTS": str(tmp_path / "receipts.txt")},
+        check=False,
+    )
+    report = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    return proc.returncode, report, proc.stderr
+
+
+@pytest.fixture
+def orders(tmp_path: Path) -> str:
+    path = tmp_path / "orders.jsonl"
+    path.write_text(
+        "\n".join(json.dumps({"order_id": f"o-{i}", "amount": 1000 + i}) for i in range(5))
+    )
+    return str(path)
+
+
+@pytest.fixture
+def provider() -> Iterator[PaymentsProvider]:
+    with PaymentsProvider() as p:
+        yield p
+
+
+@pytest.fixture
+def keyless_provider() -> Iterator[PaymentsProvider]:
+    with PaymentsProvider(ignore_keys=True) as p:
+        yield p
+
+
+def _by_invariant(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [v for v in report["violations"] if v["invariant"] == name]
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_correct_app_passes_under_kills_freezes_and_faults(
+    backend: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    orders: str,
+    provider: PaymentsProvider,
+) -> None:
+    db = ("--db", str(request.getfixturevalue("pg_url"))) if backend == "postgres" else ()
+    code, report, stderr = chaos(
+        tmp_path,
+        "--app", APP, "--agent", "checkout", "--inputs", orders,
+        "--runs", "10", "--workers", "2", "--kill-every", "2", "--freeze-every", "3",
+        "--proxy", f"pay={provider.url}",
+        "--faults", "pay:error_after_commit@0.3;pay:drop@0.15;pay:rate_limit@0.1;"
+        "pay:in_progress@0.1;pay:timeout_after_commit@0.1,hold=3;seed=3",
+        *db,
+    )  # fmt: skip
+    assert code == 0, (report.get("violations"), stderr[-2000:])
+    assert report["ok"] and not report["violations"]
+    assert sum(report["runs"].values()) == 10 and not report["timed_out"]
+    assert report["kills"] >= 1
+    # Faults fired and every charge reached the provider once per key.
+    fired = {f["fault"]: f["fired"] for f in report["proxies"]["pay"]["faults"]}
+    assert fired["pay:error_after_commit@0.3"] > 0
+    charges = provider.charges()
+    assert len(charges) == len({c["key"] for c in charges})
+    assert report["effects"]["at_proxies"] == len(charges)
+    assert report["effects"]["by_hook"] >= 1
+
+
+def test_a_tool_that_trusts_a_provider_ignoring_keys_is_caught(
+    tmp_path: Path, orders: str, keyless_provider: PaymentsProvider
+) -> None:
+    code, report, stderr = chaos(
+        tmp_path,
+        "--app", APP, "--agent", "checkout_trusting", "--inputs", orders,
+        "--runs", "4", "--workers", "2",
+        "--proxy", f"pay={keyless_provider.url}",
+        "--faults", "pay:error_after_commit,count=2",
+    )  # fmt: skip
+    assert code == 1, (report, stderr[-2000:])
+    doubles = _by_invariant(report, "effects_per_key")
+    assert doubles, report["violations"]
+    # The report names the run, the step and the key, and the provider agrees.
+    double = doubles[0]
+    assert double["run"] and double["step"] is not None and double["key"]
+    assert "took effect 2 times at pay" in double["what"]
+    charged = [c for c in keyless_provider.charges() if c["key"] == double["key"]]
+    assert len(charged) == 2
+
+
+def test_a_status_check_that_lies_is_caught(
+    tmp_path: Path, orders: str, keyless_provider: PaymentsProvider
+) -> None:
+    code, report, stderr = chaos(
+        tmp_path,
+        "--app", APP, "--agent", "checkout_lying", "--inputs", orders,
+        "--runs", "4", "--workers", "2",
+        "--proxy", f"pay={keyless_provider.url}",
+        "--faults", "pay:error_after_commit,count=2",
+    )  # fmt: skip
+    assert code == 1, (report, stderr[-2000:])
+    doubles = _by_invariant(report, "effects_per_key")
+    assert doubles, report["violations"]
+    charged = [c for c in keyless_provider.charges() if c["key"] == doubles[0]["key"]]
+    assert len(charged) >= 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--app", "tests.apps.nowhere:app"), "tests.apps.nowhere"),
+        (("--agent", "chekout"), "did you mean 'checkout'"),
+        (("--inputs", "BAD"), "line 2 is not JSON"),
+        (("--faults", "pay:explode"), "unknown fault kind 'explode'"),
+        (("--faults", "mail:error"), "unknown endpoint 'mail'"),
+        (("--proxy", "pay"), "give NAME=URL"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, orders: str, args: tuple[str, ...], message: str
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"order_id": "o-1", "amount": 5}\n{not json\n')
+    options = {"--app": APP, "--agent": "checkout", "--inputs": orders}
+    options["--proxy"] = "pay=http://127.0.0.1:9"
+    given = dict(zip(args[::2], args[1::2], strict=True))
+    if given.get("--inputs") == "BAD":
+        given["--inputs"] = str(bad)
+    options.update(given)
+    flat = [x for pair in options.items() for x in pair]
+    code, _, stderr = chaos(tmp_path, *flat)
+    assert code == 2, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], stderr

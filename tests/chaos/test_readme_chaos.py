@@ -1,0 +1,29 @@
+"""The README's "Prove it on your own agent" block runs as written (fewer runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.docs.test_docs_run import ROOT, _bash, _check, _env, blocks
+
+
+def chaos_block() -> list[str]:
+    """The commands of the README's console block that runs ``agentledger chaos``."""
+    found = [
+        text
+        for lang, text in blocks(ROOT / "README.md")
+        if lang == "console" and "agentledger chaos" in text
+    ]
+    assert len(found) == 1, found
+    return [line[2:] for line in found[0].splitlines() if line.startswith("$ ")]
+
+
+def test_the_readme_chaos_command_runs_as_written(tmp_path: Path) -> None:
+    commands = chaos_block()
+    chaos = [c for c in commands if c.startswith("agentledger chaos ")]
+    assert len(chaos) == 1 and "--runs 20" in chaos[0]
+    short = [c.replace("--runs 20", "--runs 6") for c in commands]
+    result = _bash("set -euo pipefail\n" + "\n".join(short), tmp_path, _env(tmp_path))
+    _check(result, "the README's chaos block")
+    assert "all invariants hold" in result.stdout
+    assert "workers killed (SIGKILL)" in result.stdout
