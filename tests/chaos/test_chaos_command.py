@@ -158,3 +158,28 @@ def test_bad_input_is_one_line_and_exit_2(
     assert code == 2, stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], stderr
+
+
+ZOMBIES = ("--agent", "naps", "--runs", "6", "--workers", "2", "--freeze-every", "2")
+
+
+def test_zombies_are_fenced(tmp_path: Path, orders: str) -> None:
+    code, report, stderr = chaos(
+        tmp_path, "--app", APP, "--inputs", orders, *ZOMBIES, "--lease-seconds", "1"
+    )
+    assert code == 0, (report.get("violations"), stderr[-2000:])
+    assert report["freezes"] >= 2 and report["resumes"] >= 1
+
+
+def test_writes_of_a_worker_that_lost_its_lease_are_caught(tmp_path: Path, orders: str) -> None:
+    # The same, on workers whose journal fence was deleted: frozen past their lease and
+    # thawed, they write into runs another worker claimed meanwhile.
+    unfenced = "tests.apps.chaos_unfenced_app:app"
+    code, report, stderr = chaos(
+        tmp_path, "--app", unfenced, "--inputs", orders, *ZOMBIES, "--lease-seconds", "1"
+    )
+    assert code == 1, (report, stderr[-2000:])
+    stale = _by_invariant(report, "stale_lease_writes")
+    assert stale, report["violations"]
+    assert stale[0]["run"] and stale[0]["step"] is not None
+    assert "after worker" in stale[0]["what"]

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,29 +118,39 @@ class WorkerPool:
             self.exits.append((proc.pid, proc.returncode, tail[0] if tail else ""))
             self.spawn()
 
-    def kill_one(self, rng: random.Random) -> None:
-        """SIGKILL a random running worker (nothing is flushed; its leases expire) and
-        start a replacement."""
+    def _pick(
+        self, rng: random.Random, alive: list[subprocess.Popen[bytes]], busy: Collection[int]
+    ) -> subprocess.Popen[bytes]:
+        """A random one of ``alive``, among those holding runs (``busy`` pids) if any."""
+        holding = [p for p in alive if p.pid in busy]
+        return rng.choice(holding or alive)
+
+    def kill_one(self, rng: random.Random, busy: Collection[int] = ()) -> None:
+        """SIGKILL a random running worker, one holding runs if any (nothing is flushed;
+        its leases expire) and start a replacement."""
         alive = self.running()
         if alive:
-            victim = rng.choice(alive)
+            victim = self._pick(rng, alive, busy)
             victim.send_signal(signal.SIGKILL)
             victim.wait()
             self.procs.remove(victim)
             self.kills += 1
         self.spawn()
 
-    def freeze_one(self, rng: random.Random, seconds: float) -> None:
-        """SIGSTOP a random running worker for ``seconds`` (longer than its lease: others
-        take its runs over, then it wakes up a zombie). The last running worker is never
-        frozen: someone must take the runs over."""
+    def freeze_one(self, rng: random.Random, seconds: float, busy: Collection[int]) -> bool:
+        """SIGSTOP a random running worker that holds runs (``busy`` pids) for ``seconds``
+        (longer than its lease: others take its runs over, then it wakes up a zombie).
+        False when none holds a run (freezing an idle worker tests nothing) or it is the
+        last one running: someone must take the runs over."""
         alive = self.running()
-        if len(alive) < 2:
-            return
-        victim = rng.choice(alive)
+        holding = [p for p in alive if p.pid in busy]
+        if len(alive) < 2 or not holding:
+            return False
+        victim = rng.choice(holding)
         victim.send_signal(signal.SIGSTOP)
         self.frozen.append(Frozen(victim, time.monotonic() + seconds))
         self.freezes += 1
+        return True
 
     def stop(self, timeout: float = 10.0) -> None:
         """Thaw, SIGTERM every worker, wait, SIGKILL stragglers."""

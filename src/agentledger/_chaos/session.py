@@ -17,6 +17,7 @@ from agentledger._chaos.faults import FaultConfig
 from agentledger._chaos.invariants import INVARIANTS, Evidence, check
 from agentledger._chaos.proxy import env_name, proxies
 from agentledger._chaos.runner import WorkerPool
+from agentledger.errors import StoreError
 from agentledger.records import Run, RunStatus
 from agentledger.store import Store, open_store
 from agentledger.testing._chaos import EFFECTS_ENV
@@ -76,7 +77,7 @@ async def run_session(
                 ]
                 timed_out = await _drive(store, ids, pool, settings, rng, progress)
                 ended_at = time.time()
-                final = [r for r in [await store.get_run(i) for i in ids] if r is not None]
+                final = [r for r in await _read_runs(store, ids) if r is not None]
             finally:
                 pool.stop()
             effects: list[Effect] = [e for p in started_proxies.values() for e in p.effects()]
@@ -127,6 +128,25 @@ async def run_session(
     }
 
 
+async def _read_runs(store: Store, ids: list[str], attempts: int = 50) -> list[Run | None]:
+    """The runs, read again while the workers' locks refuse the read."""
+    for _ in range(attempts - 1):
+        try:
+            return [await store.get_run(i) for i in ids]
+        except StoreError:
+            await asyncio.sleep(0.2)
+    return [await store.get_run(i) for i in ids]
+
+
+def owner_pid(owner: str | None) -> int | None:
+    """The pid in a lease owner id (``host:pid:start:nonce...``, read from the right: a
+    host name may hold colons), or None."""
+    if not owner:
+        return None
+    parts = owner.rsplit(":", 3)
+    return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None
+
+
 def _settled(run: Run | None, now: float) -> bool:
     if run is None or run.status in RunStatus.TERMINAL:
         return True
@@ -150,7 +170,16 @@ async def _drive(
     # Past the lease, so another worker takes the runs over before the zombie wakes up.
     freeze_for = settings.lease_seconds * 1.5 + 0.5
     while True:
-        runs = [await store.get_run(i) for i in ids]
+        try:
+            runs = [await store.get_run(i) for i in ids]
+        except StoreError:
+            # The command only watches: a read the workers' locks refused (a frozen
+            # worker may hold SQLite's) is read again.
+            if time.monotonic() > deadline:
+                return True
+            pool.tick()
+            await asyncio.sleep(0.2)
+            continue
         done = sum(1 for r in runs if _settled(r, time.time()))
         if progress is not None:
             progress(done, len(ids), pool)
@@ -160,10 +189,10 @@ async def _drive(
         if now > deadline:
             return True
         pool.tick()
+        busy = {pid for r in runs if r is not None and (pid := owner_pid(r.lease_owner))}
         if now >= next_kill:
-            pool.kill_one(rng)
+            pool.kill_one(rng, busy)
             next_kill = now + settings.kill_every
-        if now >= next_freeze:
-            pool.freeze_one(rng, freeze_for)
+        if now >= next_freeze and pool.freeze_one(rng, freeze_for, busy):
             next_freeze = now + settings.freeze_every
         await asyncio.sleep(0.1)
