@@ -10,7 +10,7 @@ Every tool charges the payments provider of the chaos example
 - ``checkout_trusting``: broken. The charge declares ``idempotency="provider"`` but its
   provider ignores keys (the test starts it with ``ignore_keys``): a same-key resend after
   an unknown outcome charges again.
-- ``naps``: twenty short steps, for freezes to land in.
+- ``naps``: twelve short steps, for freezes to land in.
 - ``checkout_lying``: broken. The charge's status check answers ``not_found`` even after
   the provider charged: the runtime sends it again, and the provider charges again.
 """
@@ -114,7 +114,7 @@ async def checkout_lying(ctx: WorkflowContext, order: dict[str, Any]) -> dict[st
 
 @app.workflow(name="naps", version="1")
 async def naps(ctx: WorkflowContext, order: dict[str, Any]) -> dict[str, Any]:
-    """Twenty short steps: a worker frozen past its lease is frozen inside one."""
-    for n in range(20):
+    """Twelve short steps: a worker frozen past its lease is frozen inside one."""
+    for n in range(12):
         await ctx.step(f"nap{n}", asyncio.sleep, 0.3)
     return {"order_id": order["order_id"]}

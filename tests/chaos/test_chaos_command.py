@@ -160,7 +160,7 @@ def test_bad_input_is_one_line_and_exit_2(
     assert len(lines) == 1 and message in lines[0], stderr
 
 
-ZOMBIES = ("--agent", "naps", "--runs", "6", "--workers", "2", "--freeze-every", "2")
+ZOMBIES = ("--agent", "naps", "--runs", "6", "--workers", "2", "--freeze-every", "1.5")
 
 
 def test_zombies_are_fenced(tmp_path: Path, orders: str) -> None:
