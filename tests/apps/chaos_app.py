@@ -11,6 +11,7 @@ Every tool charges the payments provider of the chaos example
   provider ignores keys (the test starts it with ``ignore_keys``): a same-key resend after
   an unknown outcome charges again.
 - ``naps``: twelve short steps, for freezes to land in.
+- ``tallies``: eight writes counted with the hook at every call.
 - ``checkout_lying``: broken. The charge's status check answers ``not_found`` even after
   the provider charged: the runtime sends it again, and the provider charges again.
 """
@@ -117,4 +118,21 @@ async def naps(ctx: WorkflowContext, order: dict[str, Any]) -> dict[str, Any]:
     """Twelve short steps: a worker frozen past its lease is frozen inside one."""
     for n in range(12):
         await ctx.step(f"nap{n}", asyncio.sleep, 0.3)
+    return {"order_id": order["order_id"]}
+
+
+@app.tool(effect="write", timeout=2, idempotency="provider")
+async def tally(ctx: ToolContext, n: int) -> int:
+    """Counts every call it gets with the hook. Sent again with its key only after an
+    unknown outcome, never once its step is journaled succeeded."""
+    await asyncio.sleep(0.3)
+    chaos_effect(ctx.idempotency_key, provider="tally")
+    return n
+
+
+@app.workflow(name="tallies", version="1")
+async def tallies(ctx: WorkflowContext, order: dict[str, Any]) -> dict[str, Any]:
+    """Eight tallies, one after the other."""
+    for n in range(8):
+        await ctx.tool("tally", n=n)
     return {"order_id": order["order_id"]}

@@ -183,3 +183,19 @@ def test_writes_of_a_worker_that_lost_its_lease_are_caught(tmp_path: Path, order
     assert stale, report["violations"]
     assert stale[0]["run"] and stale[0]["step"] is not None
     assert "after worker" in stale[0]["what"]
+
+
+def test_a_succeeded_step_executed_again_is_caught(tmp_path: Path, orders: str) -> None:
+    # Workers whose replay forgets succeeded steps call every write of a resumed run
+    # again, after the journal recorded it succeeded (they never finish: a timeout).
+    forgetful = "tests.apps.chaos_forgetful_app:app"
+    code, report, stderr = chaos(
+        tmp_path, "--app", forgetful, "--agent", "tallies", "--inputs", orders,
+        "--runs", "4", "--workers", "2", "--kill-every", "2", "--lease-seconds", "1",
+        "--timeout", "12",
+    )  # fmt: skip
+    assert code == 1, (report, stderr[-2000:])
+    again = _by_invariant(report, "succeeded_step_executed_again")
+    assert again, report["violations"]
+    assert again[0]["run"] and again[0]["step"] is not None and again[0]["key"]
+    assert "was journaled succeeded, then its key" in again[0]["what"]

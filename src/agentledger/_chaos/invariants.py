@@ -17,6 +17,7 @@ violations it found, each naming the run, the step, the key and what happened.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,12 @@ def _steps_by_key(evidence: Evidence) -> dict[str, _StepRef]:
     return found
 
 
+def _sources(effects: list[Effect]) -> str:
+    """Where effects were counted, e.g. ``proxy POST /charges -> 200 (x2); hook (x1)``."""
+    counts = Counter(f"{e.source} {e.detail}".strip() for e in effects)
+    return "; ".join(f"{what} (x{n})" for what, n in counts.items())
+
+
 def _name(ref: _StepRef | None) -> str:
     return "" if ref is None else f" (run {ref.run} step {ref.step.step_no} {ref.step.name})"
 
@@ -94,7 +101,7 @@ def effects_per_key(evidence: Evidence) -> list[Violation]:
         if len(effects) <= 1:
             continue
         ref = steps.get(key)
-        where = "; ".join(f"{e.source} {e.detail}".strip() for e in effects)
+        where = _sources(effects)
         found.append(
             Violation(
                 "effects_per_key",
@@ -127,19 +134,19 @@ def succeeded_step_executed_again(evidence: Evidence) -> list[Violation]:
         at = succeeded.get(ref.run, {}).get(ref.step.step_no)
         if at is None:
             continue
-        for effect in effects:
-            if effect.at > at:
-                found.append(
-                    Violation(
-                        "succeeded_step_executed_again",
-                        f"run {ref.run} step {ref.step.step_no} ({ref.step.name}) was journaled "
-                        f"succeeded, then its key {key} took effect again at {provider} "
-                        f"{effect.at - at:.3f} s later ({effect.source} {effect.detail})".rstrip(),
-                        ref.run,
-                        ref.step.step_no,
-                        key,
-                    )
+        again = [e for e in effects if e.at > at]
+        if again:
+            found.append(
+                Violation(
+                    "succeeded_step_executed_again",
+                    f"run {ref.run} step {ref.step.step_no} ({ref.step.name}) was journaled "
+                    f"succeeded, then its key {key} took effect {len(again)} more time(s) at "
+                    f"{provider}, the first {again[0].at - at:.3f} s later: {_sources(again)}",
+                    ref.run,
+                    ref.step.step_no,
+                    key,
                 )
+            )
     return found
 
 
