@@ -2,12 +2,14 @@
 
 A workflow charges an order at the payments provider (``provider.py``; its address in
 ``CHECKOUT_PAYMENTS_URL``, or the chaos proxy's in ``AGENTLEDGER_CHAOS_PROXY_PAY``) with
-the step's idempotency key, then files a receipt in a local file: a provider without
-keys, with a status check that looks for the step's key, counted with ``chaos_effect``.
+the step's idempotency key, then files a receipt in a local file that dedupes by the
+step's key, with a status check that looks for the key; the file is no HTTP provider, so
+the tool counts its effects with ``chaos_effect``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -65,22 +67,31 @@ def receipts() -> Path:
     return Path(os.environ.get("CHECKOUT_RECEIPTS", default))
 
 
+def _filed(path: Path, key: str) -> bool:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return any(line.endswith(f" {key}") for line in lines)
+
+
 async def receipt_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     """Whether the receipt of this step is in the file (its key ends the line)."""
-    path = receipts()
-    lines = path.read_text().splitlines() if path.exists() else []
-    if any(line.endswith(f" {ctx.idempotency_key}") for line in lines):
+    if _filed(receipts(), ctx.idempotency_key):
         return Status.succeeded({"filed": args["order_id"]})
     return Status.not_found()
 
 
-@app.tool(effect="write", timeout=2, status_check=receipt_status)
+@app.tool(effect="write", timeout=2, idempotency="provider", status_check=receipt_status)
 async def file_receipt(ctx: ToolContext, order_id: str, charge_id: str) -> dict[str, Any]:
-    """Append a receipt line to a local file. The file takes no keys, so the line carries
-    the step's key for the status check, and the hook counts each line written."""
-    with receipts().open("a") as out:
+    """Append a receipt line to a local file, once per key: the line ends with the step's
+    key, and a key already filed is not filed again (under a lock: a worker frozen past its
+    lease may send its call after another worker filed it). The hook counts each line."""
+    path = receipts()
+    with path.open("a") as out:
+        fcntl.flock(out, fcntl.LOCK_EX)
+        if _filed(path, ctx.idempotency_key):
+            return {"filed": order_id}
         out.write(f"{order_id} {charge_id} {ctx.idempotency_key}\n")
-    chaos_effect(ctx.idempotency_key, provider="receipts")
+        out.flush()
+        chaos_effect(ctx.idempotency_key, provider="receipts")
     return {"filed": order_id}
 
 
