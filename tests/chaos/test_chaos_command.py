@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from agentledger._chaos.pgcluster import ClusterUnavailable, find_bindir
 from agentledger_examples.chaos_demo.provider import PaymentsProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +94,27 @@ def test_a_correct_app_passes_under_kills_freezes_and_faults(
     assert report["effects"]["by_hook"] >= 1
 
 
+@pytest.mark.postgres
+def test_a_correct_app_passes_on_a_private_postgres_restarted_under_it(
+    tmp_path: Path, orders: str, provider: PaymentsProvider
+) -> None:
+    try:
+        find_bindir()
+    except ClusterUnavailable as exc:
+        pytest.skip(f"no PostgreSQL binaries for a private cluster: {exc}")
+    code, report, stderr = chaos(
+        tmp_path,
+        "--app", APP, "--agent", "checkout", "--inputs", orders,
+        "--runs", "8", "--workers", "2", "--kill-every", "3",
+        "--pg-private", "--pg-restart-every", "2",
+        "--proxy", f"pay={provider.url}", "--faults", "pay:error_after_commit@0.3;seed=3",
+    )  # fmt: skip
+    assert code == 0, (report.get("violations"), stderr[-2000:])
+    assert report["pg_restarts"] >= 1 and report["db"].startswith("postgresql://")
+    charges = provider.charges()
+    assert len(charges) == len({c["key"] for c in charges})
+
+
 def test_a_tool_that_trusts_a_provider_ignoring_keys_is_caught(
     tmp_path: Path, orders: str, keyless_provider: PaymentsProvider
 ) -> None:
@@ -140,6 +162,7 @@ def test_a_status_check_that_lies_is_caught(
         (("--faults", "pay:explode"), "unknown fault kind 'explode'"),
         (("--faults", "mail:error"), "unknown endpoint 'mail'"),
         (("--proxy", "pay"), "give NAME=URL"),
+        (("--pg-restart-every", "3"), "add --pg-private"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -35,6 +35,7 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         ("workers killed (SIGKILL)", report["kills"]),
         ("workers frozen past their lease (SIGSTOP)", report["freezes"]),
         ("workers that exited by themselves", len(report["worker_exits"])),
+        ("PostgreSQL restarts (--pg-private)", report["pg_restarts"]),
         ("journal entries", report["steps"]),
         ("resumes", report["resumes"]),
         ("faults", report["faults"] or "none"),

@@ -4,9 +4,12 @@ evidence the invariants are checked against."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import random
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ from agentledger._chaos.faults import FaultConfig
 from agentledger._chaos.invariants import INVARIANTS, Evidence, check
 from agentledger._chaos.proxy import env_name, proxies
 from agentledger._chaos.runner import WorkerPool
-from agentledger.errors import StoreError
+from agentledger.errors import StoreError, UsageError
 from agentledger.records import Run, RunStatus
 from agentledger.store import Store, open_store
 from agentledger.testing._chaos import EFFECTS_ENV
@@ -44,12 +47,42 @@ class Settings:
     seed: int = 7
     timeout: float = 300.0
     lease_seconds: float = 2.0
+    pg_private: bool = False  # db is then set by run_session
+    pg_restart_every: float = 0.0
+
+
+@contextlib.contextmanager
+def private_cluster(settings: Settings) -> Iterator[tuple[Settings, Any]]:
+    """``settings`` on a private PostgreSQL cluster when it asks for one (removed on the
+    way out), else as they are."""
+    if not settings.pg_private:
+        yield settings, None
+        return
+    from agentledger._chaos.pgcluster import ClusterUnavailable, PrivateCluster
+
+    try:
+        cluster = PrivateCluster()
+    except (ClusterUnavailable, RuntimeError) as exc:
+        raise UsageError(f"--pg-private: {exc}") from None
+    try:
+        cluster.start()
+        url = cluster.create_database("chaos")
+        yield dataclasses.replace(settings, db=url), cluster
+    finally:
+        cluster.destroy()
 
 
 async def run_session(
     settings: Settings, app: App, work_dir: Path, progress: Any = None
 ) -> dict[str, Any]:
     """Run the session; return the report (``ok`` false when an invariant broke)."""
+    with private_cluster(settings) as (settings, cluster):
+        return await _session(settings, app, work_dir, progress, cluster)
+
+
+async def _session(
+    settings: Settings, app: App, work_dir: Path, progress: Any, cluster: Any
+) -> dict[str, Any]:
     started = time.monotonic()
     rng = random.Random(settings.seed)
     store = open_store(settings.db)
@@ -75,7 +108,9 @@ async def run_session(
                     )
                     for i in range(settings.runs)
                 ]
-                timed_out = await _drive(store, ids, pool, settings, rng, progress)
+                timed_out, restarts = await _drive(
+                    store, ids, pool, settings, rng, progress, cluster
+                )
                 ended_at = time.time()
                 final = [r for r in await _read_runs(store, ids) if r is not None]
             finally:
@@ -109,6 +144,7 @@ async def run_session(
         "workers": settings.workers,
         "kills": pool.kills,
         "freezes": pool.freezes,
+        "pg_restarts": restarts,
         "worker_exits": [
             {"pid": pid, "code": code, "last_line": line} for pid, code, line in pool.exits
         ],
@@ -160,10 +196,14 @@ async def _drive(
     settings: Settings,
     rng: random.Random,
     progress: Any,
-) -> bool:
-    """Wait for every run to settle while killing and freezing workers on schedule;
-    return True when the timeout came first."""
+    cluster: Any = None,
+) -> tuple[bool, int]:
+    """Wait for every run to settle while killing and freezing workers and restarting
+    the private cluster on schedule; return (whether the timeout came first, restarts)."""
     now = time.monotonic()
+    restarts = 0
+    every = settings.pg_restart_every if cluster is not None else 0.0
+    next_restart = now + every if every > 0 else float("inf")
     deadline = now + settings.timeout
     next_kill = now + settings.kill_every if settings.kill_every > 0 else float("inf")
     next_freeze = now + settings.freeze_every if settings.freeze_every > 0 else float("inf")
@@ -176,7 +216,7 @@ async def _drive(
             # The command only watches: a read the workers' locks refused (a frozen
             # worker may hold SQLite's) is read again.
             if time.monotonic() > deadline:
-                return True
+                return True, restarts
             pool.tick()
             await asyncio.sleep(0.2)
             continue
@@ -184,10 +224,10 @@ async def _drive(
         if progress is not None:
             progress(done, len(ids), pool)
         if done == len(ids):
-            return False
+            return False, restarts
         now = time.monotonic()
         if now > deadline:
-            return True
+            return True, restarts
         pool.tick()
         busy = {pid for r in runs if r is not None and (pid := owner_pid(r.lease_owner))}
         if now >= next_kill:
@@ -195,4 +235,9 @@ async def _drive(
             next_kill = now + settings.kill_every
         if now >= next_freeze and pool.freeze_one(rng, freeze_for, busy):
             next_freeze = now + settings.freeze_every
+        if now >= next_restart:
+            # Off the event loop: the restart takes a while, the progress bar goes on.
+            await asyncio.to_thread(cluster.restart)
+            restarts += 1
+            next_restart = time.monotonic() + every
         await asyncio.sleep(0.1)

@@ -19,6 +19,7 @@ from agentledger._chaos.faults import FAULT_KINDS, Grammar, parse_faults
 from agentledger._chaos.proxy import env_name
 from agentledger._chaos.report import print_report
 from agentledger._chaos.session import Settings, run_session
+from agentledger._extras import ExtraNotInstalled, hint, missing
 from agentledger.cli._common import _check_db_url
 from agentledger.cli._routing import check_known
 from agentledger.errors import UsageError
@@ -107,6 +108,20 @@ def parse_proxies(values: tuple[str, ...]) -> dict[str, str]:
     help="Faults the proxies inject: 'NAME:KIND[@P][,k=v...];...;seed=N'. KIND: "
     f"{', '.join(PROXY_KINDS)} (see docs/guide.md).",
 )
+@click.option(
+    "--pg-private",
+    is_flag=True,
+    help="Run on a private PostgreSQL cluster the command starts (initdb in a temporary "
+    "folder, a free port on 127.0.0.1) and removes at the end; needs the postgres extra "
+    "and the server's binaries.",
+)
+@click.option(
+    "--pg-restart-every",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Restart the --pg-private cluster every SECONDS under the workers (0: never).",
+)
 @click.option("--seed", default=7, show_default=True, help="Seed of the kill/freeze schedule.")
 @click.option(
     "--timeout",
@@ -134,6 +149,8 @@ def chaos(
     db: str | None,
     proxy_values: tuple[str, ...],
     faults: str,
+    pg_private: bool,
+    pg_restart_every: float,
     seed: int,
     timeout: float,
     lease_seconds: float,
@@ -148,7 +165,17 @@ def chaos(
     that call agentledger.testing.chaos_effect); no succeeded step executed again; every
     run terminal or waiting; no write of a worker that lost its lease accepted; no run
     stuck; no step past its run's budget. Exit 1 on any violation, 2 on bad input.
+    With --pg-private it runs on a PostgreSQL cluster of its own, restarted every
+    --pg-restart-every seconds.
     """
+    if pg_restart_every and not pg_private:
+        raise UsageError(
+            "--pg-restart-every restarts only a server the command started: add --pg-private"
+        )
+    if pg_private and db:
+        raise UsageError("give --db or --pg-private, not both")
+    if pg_private and missing("postgres"):
+        raise ExtraNotInstalled(hint("postgres", "agentledger chaos --pg-private"))
     proxies = parse_proxies(proxy_values)
     grammar = Grammar(
         endpoints=tuple(proxies),
@@ -184,6 +211,8 @@ def chaos(
         seed=seed,
         timeout=timeout,
         lease_seconds=lease_seconds,
+        pg_private=pg_private,
+        pg_restart_every=pg_restart_every,
     )
     previous = signal.getsignal(signal.SIGTERM)
 
