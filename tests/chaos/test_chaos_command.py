@@ -222,3 +222,13 @@ def test_a_succeeded_step_executed_again_is_caught(tmp_path: Path, orders: str) 
     assert again, report["violations"]
     assert again[0]["run"] and again[0]["step"] is not None and again[0]["key"]
     assert "was journaled succeeded, then its key" in again[0]["what"]
+
+
+def test_workers_that_cannot_start_stop_the_session(tmp_path: Path, orders: str) -> None:
+    crashing = "tests.apps.chaos_crashing_app:app"
+    code, report, stderr = chaos(
+        tmp_path, "--app", crashing, "--agent", "checkout", "--inputs", orders, "--runs", "2"
+    )
+    assert code == 1, (report, stderr[-2000:])
+    assert "workers exited by themselves" in report["gave_up"]
+    assert "CHECKOUT_API_KEY is not set" in report["gave_up"]

@@ -60,7 +60,7 @@ class Exchange:
     key: str | None
     method: str
     path: str
-    arrived: float
+    arrived: float  # wall clock when the request reached the proxy
     status: int | None = None  # None: the provider never answered (unreachable)
     replayed: bool = False
     fault: str | None = None  # what the proxy did to its answer, if anything
@@ -112,6 +112,9 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
     def _proxy(self) -> None:
+        # When the client sent it: a request held here was sent before anything that
+        # happens during its hold.
+        arrived = time.time()
         state = self.server.state
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
@@ -137,7 +140,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if hold:
             time.sleep(hold)
-        exchange = Exchange(key, method, self.path, time.time()) if write else None
+        exchange = Exchange(key, method, self.path, arrived) if write else None
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
         try:
             answer = state.client.request(

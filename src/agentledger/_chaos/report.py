@@ -76,6 +76,8 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
             f"{exit_['last_line']}",
             soft_wrap=True,
         )
+    if report.get("gave_up"):
+        console.print(f"[red]stopped:[/] {report['gave_up']}", soft_wrap=True)
     for v in report["violations"]:
         console.print(f"[red]violation ({v['invariant']}):[/] {v['what']}", soft_wrap=True)
     if report.get("kept"):

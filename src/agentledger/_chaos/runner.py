@@ -104,8 +104,19 @@ class WorkerPool:
         """Live workers that are not frozen."""
         return [p for p in self.procs if p.poll() is None and not self._is_frozen(p)]
 
+    def gave_up(self) -> str | None:
+        """Why the session should stop: workers keep ending by themselves (an app that
+        does not import in a worker, a database they cannot open), or None."""
+        if len(self.exits) < max(5, 2 * self.size):
+            return None
+        pid, code, line = self.exits[-1]
+        return (
+            f"{len(self.exits)} workers exited by themselves; the last ({pid}, exit {code}): {line}"
+        )
+
     def tick(self) -> None:
-        """Thaw the workers whose freeze is over; restart the ones that ended by themselves."""
+        """Thaw the workers whose freeze is over; restart the ones that ended by themselves
+        (until :meth:`gave_up`)."""
         now = time.monotonic()
         for f in [f for f in self.frozen if f.thaw_at <= now]:
             with contextlib.suppress(ProcessLookupError):
@@ -116,7 +127,8 @@ class WorkerPool:
             log = self.log_of(self.logs[proc.pid])
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
             self.exits.append((proc.pid, proc.returncode, tail[0] if tail else ""))
-            self.spawn()
+            if self.gave_up() is None:
+                self.spawn()
 
     def _pick(
         self, rng: random.Random, alive: list[subprocess.Popen[bytes]], busy: Collection[int]

@@ -132,9 +132,11 @@ async def _session(
             budgets[f"{run.name}@{run.version}"] = definition.budget
     found = check(Evidence(final, journals, events, effects, budgets, ended_at))
     violations = [v.to_dict() for name in INVARIANTS for v in found[name]]
+    gave_up = pool.gave_up()
     keys = {(e.provider, e.key) for e in effects if e.key is not None}
     return {
-        "ok": not violations,
+        "ok": not violations and gave_up is None,
+        "gave_up": gave_up,
         "app": settings.app_path,
         "agent": settings.agent,
         "db": settings.db,
@@ -226,8 +228,8 @@ async def _drive(
         if done == len(ids):
             return False, restarts
         now = time.monotonic()
-        if now > deadline:
-            return True, restarts
+        if now > deadline or pool.gave_up():
+            return now > deadline, restarts
         pool.tick()
         busy = {pid for r in runs if r is not None and (pid := owner_pid(r.lease_owner))}
         if now >= next_kill:
