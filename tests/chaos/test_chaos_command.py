@@ -21,10 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.apps.chaos_app:app"
 
 
-def chaos(tmp_path: Path, *args: str, timeout: float = 120) -> tuple[int, dict[str, Any], str]:
-    """Run ``agentledger chaos ARGS --json`` from the repository root."""
+def chaos(tmp_path: Path, *args: str, timeout: float = 240) -> tuple[int, dict[str, Any], str]:
+    """Run ``agentledger chaos ARGS --json`` from the repository root (with a ``--timeout``
+    inside the subprocess's, so that a slow host gets the command's report)."""
+    limit = () if "--timeout" in args else ("--timeout", str(timeout - 60))
     proc = subprocess.run(
-        [sys.executable, "-m", "agentledger.cli._main", "chaos", *args, "--json"],
+        [sys.executable, "-m", "agentledger.cli._main", "chaos", *args, *limit, "--json"],
         capture_output=True,
         text=True,
         timeout=timeout,

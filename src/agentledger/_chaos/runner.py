@@ -18,6 +18,18 @@ from pathlib import Path
 import agentledger
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the command dies (Linux), so a chaos
+    session killed itself leaves no worker behind; elsewhere, nothing."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def worker_command(app: str, db: str, lease_seconds: float) -> list[str]:
     """The command line of one worker process."""
     return [
@@ -86,7 +98,10 @@ class WorkerPool:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self._env(),
+                # Its own session: a Ctrl-C at the terminal reaches the command, which
+                # stops the workers itself.
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         self.logs[proc.pid] = self.started
         self.procs.append(proc)
