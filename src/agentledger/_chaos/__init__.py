@@ -3,6 +3,7 @@
 One job per module: :mod:`faults` (the fault grammar, shared with the StayHub sandbox),
 :mod:`proxy` (an HTTP reverse proxy that injects faults and counts effects per key),
 :mod:`counting` (effects per key, from the proxies and the tools' hook),
-:mod:`runner` (worker processes, kills and freezes), :mod:`session` (one session, start to
-end), :mod:`invariants` (the checks), :mod:`report` (the tables).
+:mod:`runner` (worker processes, kills and freezes), :mod:`pgcluster` (a private
+PostgreSQL cluster to restart), :mod:`session` (one session, start to end),
+:mod:`invariants` (the checks), :mod:`report` (the tables).
 """

@@ -28,6 +28,7 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         runs.add_row(state, str(n))
     console.print(runs)
     figures = Table("figure", "value", title="chaos")
+    figures.columns[1].overflow = "fold"  # the app and the faults in full
     for label, value in (
         ("app", f"{report['app']} ({report['agent']})"),
         ("submitted", report["submitted"]),
