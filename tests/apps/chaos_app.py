@@ -12,6 +12,7 @@ Every tool charges the payments provider of the chaos example
   an unknown outcome charges again.
 - ``naps``: twelve short steps, for freezes to land in.
 - ``tallies``: eight writes counted with the hook at every call.
+- ``frugal``: an agent whose token budget its first model step uses up.
 - ``checkout_lying``: broken. The charge's status check answers ``not_found`` even after
   the provider charged: the runtime sends it again, and the provider charges again.
 """
@@ -25,7 +26,17 @@ from typing import Any
 
 import httpx
 
-from agentledger import App, BusinessError, Status, ToolContext, WorkflowContext
+from agentledger import (
+    Agent,
+    App,
+    Budget,
+    BusinessError,
+    ScriptedModel,
+    Status,
+    ToolContext,
+    Turn,
+    WorkflowContext,
+)
 from agentledger.testing import chaos_effect
 from agentledger.tools import call_provider
 
@@ -136,3 +147,25 @@ async def tallies(ctx: WorkflowContext, order: dict[str, Any]) -> dict[str, Any]
     for n in range(8):
         await ctx.tool("tally", n=n)
     return {"order_id": order["order_id"]}
+
+
+@app.tool(effect="read", timeout=2)
+async def look_up(ctx: ToolContext, order_id: str) -> dict[str, Any]:
+    """An order's state (a read: nothing to count)."""
+    return {"order_id": order_id, "state": "paid"}
+
+
+app.add_agent(
+    Agent(
+        name="frugal",
+        version="1",
+        model=ScriptedModel(
+            [Turn(calls=[("look_up", {"order_id": f"o-{n}"})]) for n in range(6)]
+            + [Turn(text="All six orders are paid.")]
+        ),
+        instructions="Check each order.",
+        tools=[look_up],
+        # Used up by the first model step: the runtime hands the run over before the next.
+        budget=Budget(max_tokens=50),
+    )
+)

@@ -224,6 +224,7 @@ def test_a_succeeded_step_executed_again_is_caught(tmp_path: Path, orders: str) 
     assert again, report["violations"]
     assert again[0]["run"] and again[0]["step"] is not None and again[0]["key"]
     assert "was journaled succeeded, then its key" in again[0]["what"]
+    assert report["timed_out"] and _by_invariant(report, "runs_settled")
 
 
 def test_workers_that_cannot_start_stop_the_session(tmp_path: Path, orders: str) -> None:
@@ -234,3 +235,23 @@ def test_workers_that_cannot_start_stop_the_session(tmp_path: Path, orders: str)
     assert code == 1, (report, stderr[-2000:])
     assert "workers exited by themselves" in report["gave_up"]
     assert "CHECKOUT_API_KEY is not set" in report["gave_up"]
+    # Left queued, no worker holding them: unsettled and stuck, each named.
+    assert report["invariants"]["runs_settled"] == report["invariants"]["no_stuck_runs"] == 2
+    stuck = _by_invariant(report, "no_stuck_runs")
+    assert all(v["run"] and "no live lease" in v["what"] for v in stuck)
+
+
+def test_steps_past_the_budget_are_caught(tmp_path: Path) -> None:
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text('"Are my orders paid?"\n')
+    frugal = ("--agent", "frugal", "--inputs", str(questions), "--runs", "2", "--workers", "1")
+    code, report, stderr = chaos(tmp_path, "--app", APP, *frugal)
+    assert code == 0, (report.get("violations"), stderr[-2000:])
+    assert report["runs"] == {"needs_human": 2}  # the runtime stopped them at the budget
+    # On workers that never find a budget reached, every later step is past it.
+    unbudgeted = "tests.apps.chaos_unbudgeted_app:app"
+    code, report, stderr = chaos(tmp_path, "--app", unbudgeted, *frugal)
+    assert code == 1, (report, stderr[-2000:])
+    past = _by_invariant(report, "spend_within_budget")
+    assert len(past) == 2 and all(v["step"] == 2 for v in past), past
+    assert "of its budget (50 tokens" in past[0]["what"]
