@@ -174,6 +174,17 @@ class EnvSettings(BaseSettings):
         default=False,
         description="`agentledger demo` keeps its temporary database and prints its path.",
     )
+    chaos_effects: Text = Field(
+        default="",
+        description="File `agentledger chaos` sets in its workers: "
+        "`agentledger.testing.chaos_effect` appends each side effect to it (unset: the hook "
+        "does nothing).",
+    )
+    pg_bindir: Text = Field(
+        default="",
+        description="PostgreSQL's `bin` folder for `agentledger chaos --pg-private` (unset: "
+        "the newest installed, else `initdb` on the `PATH`).",
+    )
     # The service and the audit chain.
     key_pepper: SecretStr = Field(
         default=SecretStr(""),

@@ -77,7 +77,7 @@ def test_a_correct_app_passes_under_kills_freezes_and_faults(
     code, report, stderr = chaos(
         tmp_path,
         "--app", APP, "--agent", "checkout", "--inputs", orders,
-        "--runs", "10", "--workers", "2", "--kill-every", "2", "--freeze-every", "3",
+        "--runs", "10", "--workers", "2", "--kill-every", "3", "--freeze-every", "4",
         "--proxy", f"pay={provider.url}",
         "--faults", "pay:error_after_commit@0.3;pay:drop@0.15;pay:rate_limit@0.1;"
         "pay:in_progress@0.1;pay:timeout_after_commit@0.1,hold=3;seed=3",

@@ -29,14 +29,16 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from agentledger import _envsettings as envsettings
+
 
 class ClusterUnavailable(RuntimeError):
     """No PostgreSQL binaries here, or no user to run them as."""
 
 
 def find_bindir() -> Path:
-    """The newest installed PostgreSQL's bin directory (``AGENTLEDGER_PG_BINDIR`` wins)."""
-    chosen = os.environ.get("AGENTLEDGER_PG_BINDIR")
+    """The newest installed PostgreSQL's bin directory (``pg_bindir`` of the settings wins)."""
+    chosen = envsettings.current().pg_bindir
     candidates = [chosen] if chosen else sorted(glob.glob("/usr/lib/postgresql/*/bin"))
     found = [Path(c) for c in candidates if c and (Path(c) / "initdb").exists()]
     if not found:

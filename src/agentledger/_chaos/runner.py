@@ -145,24 +145,21 @@ class WorkerPool:
             if self.gave_up() is None:
                 self.spawn()
 
-    def _pick(
-        self, rng: random.Random, alive: list[subprocess.Popen[bytes]], busy: Collection[int]
-    ) -> subprocess.Popen[bytes]:
-        """A random one of ``alive``, among those holding runs (``busy`` pids) if any."""
-        holding = [p for p in alive if p.pid in busy]
-        return rng.choice(holding or alive)
-
-    def kill_one(self, rng: random.Random, busy: Collection[int] = ()) -> None:
-        """SIGKILL a random running worker, one holding runs if any (nothing is flushed;
-        its leases expire) and start a replacement."""
-        alive = self.running()
-        if alive:
-            victim = self._pick(rng, alive, busy)
-            victim.send_signal(signal.SIGKILL)
-            victim.wait()
-            self.procs.remove(victim)
-            self.kills += 1
+    def kill_one(self, rng: random.Random, busy: Collection[int]) -> bool:
+        """SIGKILL a random running worker that holds runs (``busy`` pids; nothing is
+        flushed, its leases expire) and start a replacement. False when none holds a run:
+        a worker still starting is not killed before it claimed anything, or a slow host
+        would never let one work."""
+        holding = [p for p in self.running() if p.pid in busy]
+        if not holding:
+            return False
+        victim = rng.choice(holding)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        self.procs.remove(victim)
+        self.kills += 1
         self.spawn()
+        return True
 
     def freeze_one(self, rng: random.Random, seconds: float, busy: Collection[int]) -> bool:
         """SIGSTOP a random running worker that holds runs (``busy`` pids) for ``seconds``

@@ -232,8 +232,7 @@ async def _drive(
             return now > deadline, restarts
         pool.tick()
         busy = {pid for r in runs if r is not None and (pid := owner_pid(r.lease_owner))}
-        if now >= next_kill:
-            pool.kill_one(rng, busy)
+        if now >= next_kill and pool.kill_one(rng, busy):
             next_kill = now + settings.kill_every
         if now >= next_freeze and pool.freeze_one(rng, freeze_for, busy):
             next_freeze = now + settings.freeze_every

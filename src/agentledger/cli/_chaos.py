@@ -79,7 +79,7 @@ def parse_proxies(values: tuple[str, ...]) -> dict[str, str]:
     default=0.0,
     show_default=True,
     type=click.FloatRange(min=0),
-    help="SIGKILL a random worker every SECONDS and start a replacement (0: never).",
+    help="SIGKILL a random worker holding runs every SECONDS and start a replacement (0: never).",
 )
 @click.option(
     "--freeze-every",

@@ -13,7 +13,10 @@ import json
 import os
 import time
 
-EFFECTS_ENV = "AGENTLEDGER_CHAOS_EFFECTS"
+from agentledger import _envsettings as envsettings
+from agentledger._envsettings import env_name
+
+EFFECTS_ENV = env_name("chaos_effects")
 """The file ``agentledger chaos`` reads the hook's records from (set in its workers)."""
 
 
@@ -23,7 +26,7 @@ def chaos_effect(key: str, provider: str = "tool") -> None:
     Call it after the provider applied the effect. A no-op unless the process runs under
     ``agentledger chaos``, which then reports any key with more than one effect.
     """
-    path = os.environ.get(EFFECTS_ENV)
+    path = envsettings.current().chaos_effects
     if not path:
         return
     line = json.dumps({"key": str(key), "provider": str(provider), "at": time.time()}) + "\n"
