@@ -105,6 +105,8 @@ async def file_receipt(ctx: ToolContext, order_id: str, charge_id: str) -> dict[
 
 async def _checkout(ctx: WorkflowContext, order: dict[str, Any], tool: str) -> dict[str, Any]:
     paid = await ctx.tool(tool, order_id=order["order_id"], amount=order["amount"])
+    # Packing takes a moment: long enough for a kill or a freeze to land between the writes.
+    await ctx.step("pack", asyncio.sleep, 1.0)
     await ctx.tool("file_receipt", order_id=order["order_id"], charge_id=paid["id"])
     return {"charge": paid["id"]}
 
