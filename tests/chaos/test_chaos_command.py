@@ -25,13 +25,16 @@ def chaos(tmp_path: Path, *args: str, timeout: float = 240) -> tuple[int, dict[s
     """Run ``agentledger chaos ARGS --json`` from the repository root (with a ``--timeout``
     inside the subprocess's, so that a slow host gets the command's report)."""
     limit = () if "--timeout" in args else ("--timeout", str(timeout - 60))
+    # What a failed session keeps goes in the test's folder (a private cluster's folder
+    # must stay where its own OS user can reach it).
+    tmpdir = {} if "--pg-private" in args else {"TMPDIR": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, "-m", "agentledger.cli._main", "chaos", *args, *limit, "--json"],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env={**os.environ, "CHAOS_TEST_RECEIPTS": str(tmp_path / "receipts.txt")},
+        env={**os.environ, "CHAOS_TEST_RECEIPTS": str(tmp_path / "receipts.txt"), **tmpdir},
         check=False,
     )
     report = json.loads(proc.stdout) if proc.stdout.strip() else {}
