@@ -76,6 +76,7 @@ def _no_leftover_databases() -> Iterator[None]:
     yield
     if not dbutil.pg_available():
         return
+    dbutil.finish_drops()  # the drops handed to the background are done
     left = dbutil.leftover_databases()
     for name in left:
         dbutil.drop_database(name)

@@ -13,8 +13,11 @@ server other suites share -- and only that.
 from __future__ import annotations
 
 import os
+import queue
 import secrets
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -131,8 +134,74 @@ def make_pg_database(*, migrated: bool = True) -> str:
 
 
 def drop_pg_database(url: str) -> None:
-    """Drop a database made by :func:`make_pg_database`, closing its connections."""
-    _drop(dbname_of(url))
+    """Drop a database made by :func:`make_pg_database`, closing its connections.
+
+    The drop is handed to a background thread and the caller goes on: every ``DROP
+    DATABASE`` makes the server take an immediate checkpoint and waits for it, a wait
+    no test needs to sit through (each test has a database of its own, never reused).
+    :func:`finish_drops` waits for every drop handed over.
+    """
+    _dropper().put(dbname_of(url))
+
+
+class _Dropper:
+    """Drops the databases handed to it, in a daemon thread; several at once when they
+    pile up, so their checkpoints are shared."""
+
+    def __init__(self) -> None:
+        self._names: queue.Queue[str | None] = queue.Queue()
+        self._errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._loop, name="drop-databases", daemon=True)
+        self._thread.start()
+
+    def put(self, name: str) -> None:
+        self._names.put(name)
+
+    def _loop(self) -> None:
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="drop-database") as pool:
+            while True:
+                batch = [self._names.get()]
+                while True:
+                    try:
+                        batch.append(self._names.get_nowait())
+                    except queue.Empty:
+                        break
+                names = [n for n in batch if n is not None]
+                for future in [pool.submit(_drop, n) for n in names]:
+                    try:
+                        future.result()
+                    except BaseException as exc:  # reported by finish(), not lost
+                        self._errors.append(exc)
+                if None in batch:
+                    return
+
+    def finish(self) -> None:
+        self._names.put(None)
+        self._thread.join()
+        if self._errors:
+            raise self._errors[0]
+
+
+_dropping: _Dropper | None = None
+_dropping_lock = threading.Lock()
+
+
+def _dropper() -> _Dropper:
+    global _dropping
+    with _dropping_lock:
+        if _dropping is None:
+            _dropping = _Dropper()
+        return _dropping
+
+
+def finish_drops() -> None:
+    """Wait until every database handed to :func:`drop_pg_database` is dropped (raises
+    the first drop that failed)."""
+    global _dropping
+    with _dropping_lock:
+        dropping, _dropping = _dropping, None
+    if dropping is not None:
+        dropping.finish()
 
 
 def leftover_databases() -> list[str]:
