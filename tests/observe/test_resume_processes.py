@@ -67,6 +67,7 @@ def _settled(env: Env, run_id: str) -> int:
     return len([e for e in env.events(run_id) if e.type == "step.settled"])
 
 
+@pytest.mark.long
 def test_settle_and_resume_killed_at_random_points_never_send_twice(
     backend_env: Env,
 ) -> None:

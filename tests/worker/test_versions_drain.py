@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from agentledger.cli._routing import LIVE_WITHIN
 from agentledger.records import RunStatus
 from tests.engine.helpers import APP, APP_V2, Env, wait_for
@@ -35,6 +37,7 @@ def _serving(env: Env, target: str, n: int) -> dict[str, dict[str, Any]]:
     return wait_for(check, 30, f"{n} live worker(s) of {target}")
 
 
+@pytest.mark.long
 def test_old_version_drains_and_a_version_left_without_workers_is_flagged(
     backend_env: Env,
 ) -> None:
