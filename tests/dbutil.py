@@ -17,7 +17,7 @@ import queue
 import secrets
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -115,8 +115,9 @@ def template_database() -> str:
 
 
 def drop_template() -> None:
-    """Drop the session's template database, if one was built."""
+    """Drop the session's template database (and the clone made ahead), if one was built."""
     global _template
+    _spares.drop_unused()
     if _template is not None:
         _drop(_template)
         _template = None
@@ -128,9 +129,49 @@ def make_pg_database(*, migrated: bool = True) -> str:
     ``migrated=True`` clones the session template (schema in place, as after a
     first ``store.open()``); ``migrated=False`` gives an empty database.
     """
+    if migrated:
+        return url_for(_spares.take())
     name = f"{TEST_PREFIX}{secrets.token_hex(6)}"
-    _create(name, template_database() if migrated else None)
+    _create(name, None)
     return url_for(name)
+
+
+def _new_clone() -> str:
+    name = f"{TEST_PREFIX}{secrets.token_hex(6)}"
+    _create(name, template_database())
+    return name
+
+
+class _Spares:
+    """Migrated clones made one ahead, in a thread: each test still gets a database no
+    one has used, but its creation overlapped the test before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._next: Future[str] | None = None
+
+    def take(self) -> str:
+        with self._lock:
+            ahead, self._next = self._next, None
+            name = ahead.result() if ahead is not None else _new_clone()
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clone-database")
+            self._next = self._pool.submit(_new_clone)
+            return name
+
+    def drop_unused(self) -> None:
+        """Drop the clone made ahead, if any (the session is over)."""
+        with self._lock:
+            ahead, self._next = self._next, None
+            pool, self._pool = self._pool, None
+        if ahead is not None:
+            _drop(ahead.result())
+        if pool is not None:
+            pool.shutdown()
+
+
+_spares = _Spares()
 
 
 def drop_pg_database(url: str) -> None:
@@ -158,7 +199,7 @@ class _Dropper:
         self._names.put(name)
 
     def _loop(self) -> None:
-        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="drop-database") as pool:
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="drop-database") as pool:
             while True:
                 batch = [self._names.get()]
                 while True:
