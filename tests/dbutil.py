@@ -185,9 +185,14 @@ def drop_pg_database(url: str) -> None:
     _dropper().put(dbname_of(url))
 
 
+DROP_BATCH = 8
+"""Databases dropped together, once that many wait (and what is left at the end)."""
+
+
 class _Dropper:
-    """Drops the databases handed to it, in a daemon thread; several at once when they
-    pile up, so their checkpoints are shared."""
+    """Drops the databases handed to it, in a daemon thread, :data:`DROP_BATCH` at once:
+    drops that run together share their checkpoints (one at a time, each waits for its
+    own)."""
 
     def __init__(self) -> None:
         self._names: queue.Queue[str | None] = queue.Queue()
@@ -199,22 +204,21 @@ class _Dropper:
         self._names.put(name)
 
     def _loop(self) -> None:
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="drop-database") as pool:
-            while True:
-                batch = [self._names.get()]
-                while True:
-                    try:
-                        batch.append(self._names.get_nowait())
-                    except queue.Empty:
+        with ThreadPoolExecutor(max_workers=DROP_BATCH, thread_name_prefix="drop-db") as pool:
+            finished = False
+            while not finished:
+                batch: list[str] = []
+                while len(batch) < DROP_BATCH:
+                    name = self._names.get()
+                    if name is None:  # the session is over: drop what is left
+                        finished = True
                         break
-                names = [n for n in batch if n is not None]
-                for future in [pool.submit(_drop, n) for n in names]:
+                    batch.append(name)
+                for future in [pool.submit(_drop, n) for n in batch]:
                     try:
                         future.result()
                     except BaseException as exc:  # reported by finish(), not lost
                         self._errors.append(exc)
-                if None in batch:
-                    return
 
     def finish(self) -> None:
         self._names.put(None)
