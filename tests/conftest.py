@@ -59,6 +59,14 @@ def _skip_or_fail(message: str) -> None:
     pytest.skip(message)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` (tens of seconds each) go first, the rest keep their order:
+    handed out one by one to the test processes (``--maxschedchunk 1`` in pyproject.toml),
+    the long ones then run side by side at the start instead of one of them holding up
+    the end of the suite."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_external_network() -> None:
     """No test ever reaches a host off this machine (a real model provider included)."""
@@ -76,6 +84,7 @@ def _no_leftover_databases() -> Iterator[None]:
     yield
     if not dbutil.pg_available():
         return
+    dbutil.finish_drops()  # the drops handed to the background are done
     left = dbutil.leftover_databases()
     for name in left:
         dbutil.drop_database(name)

@@ -13,8 +13,11 @@ server other suites share -- and only that.
 from __future__ import annotations
 
 import os
+import queue
 import secrets
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -112,8 +115,9 @@ def template_database() -> str:
 
 
 def drop_template() -> None:
-    """Drop the session's template database, if one was built."""
+    """Drop the session's template database (and the clone made ahead), if one was built."""
     global _template
+    _spares.drop_unused()
     if _template is not None:
         _drop(_template)
         _template = None
@@ -125,14 +129,124 @@ def make_pg_database(*, migrated: bool = True) -> str:
     ``migrated=True`` clones the session template (schema in place, as after a
     first ``store.open()``); ``migrated=False`` gives an empty database.
     """
+    if migrated:
+        return url_for(_spares.take())
     name = f"{TEST_PREFIX}{secrets.token_hex(6)}"
-    _create(name, template_database() if migrated else None)
+    _create(name, None)
     return url_for(name)
 
 
+def _new_clone() -> str:
+    name = f"{TEST_PREFIX}{secrets.token_hex(6)}"
+    _create(name, template_database())
+    return name
+
+
+class _Spares:
+    """Migrated clones made one ahead, in a thread: each test still gets a database no
+    one has used, but its creation overlapped the test before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._next: Future[str] | None = None
+
+    def take(self) -> str:
+        with self._lock:
+            ahead, self._next = self._next, None
+            name = ahead.result() if ahead is not None else _new_clone()
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clone-database")
+            self._next = self._pool.submit(_new_clone)
+            return name
+
+    def drop_unused(self) -> None:
+        """Drop the clone made ahead, if any (the session is over)."""
+        with self._lock:
+            ahead, self._next = self._next, None
+            pool, self._pool = self._pool, None
+        if ahead is not None:
+            _drop(ahead.result())
+        if pool is not None:
+            pool.shutdown()
+
+
+_spares = _Spares()
+
+
 def drop_pg_database(url: str) -> None:
-    """Drop a database made by :func:`make_pg_database`, closing its connections."""
-    _drop(dbname_of(url))
+    """Drop a database made by :func:`make_pg_database`, closing its connections.
+
+    The drop is handed to a background thread and the caller goes on: every ``DROP
+    DATABASE`` makes the server take an immediate checkpoint and waits for it, a wait
+    no test needs to sit through (each test has a database of its own, never reused).
+    :func:`finish_drops` waits for every drop handed over.
+    """
+    _dropper().put(dbname_of(url))
+
+
+DROP_BATCH = 8
+"""Databases dropped together, once that many wait (and what is left at the end)."""
+
+
+class _Dropper:
+    """Drops the databases handed to it, in a daemon thread, :data:`DROP_BATCH` at once:
+    drops that run together share their checkpoints (one at a time, each waits for its
+    own)."""
+
+    def __init__(self) -> None:
+        self._names: queue.Queue[str | None] = queue.Queue()
+        self._errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._loop, name="drop-databases", daemon=True)
+        self._thread.start()
+
+    def put(self, name: str) -> None:
+        self._names.put(name)
+
+    def _loop(self) -> None:
+        with ThreadPoolExecutor(max_workers=DROP_BATCH, thread_name_prefix="drop-db") as pool:
+            finished = False
+            while not finished:
+                batch: list[str] = []
+                while len(batch) < DROP_BATCH:
+                    name = self._names.get()
+                    if name is None:  # the session is over: drop what is left
+                        finished = True
+                        break
+                    batch.append(name)
+                for future in [pool.submit(_drop, n) for n in batch]:
+                    try:
+                        future.result()
+                    except BaseException as exc:  # reported by finish(), not lost
+                        self._errors.append(exc)
+
+    def finish(self) -> None:
+        self._names.put(None)
+        self._thread.join()
+        if self._errors:
+            raise self._errors[0]
+
+
+_dropping: _Dropper | None = None
+_dropping_lock = threading.Lock()
+
+
+def _dropper() -> _Dropper:
+    global _dropping
+    with _dropping_lock:
+        if _dropping is None:
+            _dropping = _Dropper()
+        return _dropping
+
+
+def finish_drops() -> None:
+    """Wait until every database handed to :func:`drop_pg_database` is dropped (raises
+    the first drop that failed)."""
+    global _dropping
+    with _dropping_lock:
+        dropping, _dropping = _dropping, None
+    if dropping is not None:
+        dropping.finish()
 
 
 def leftover_databases() -> list[str]:

@@ -24,6 +24,7 @@ KEYS = [
 ]
 
 
+@pytest.mark.long
 def test_bench_quick_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(bench, ["--quick", "--json"], catch_exceptions=False)

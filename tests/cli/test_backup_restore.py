@@ -222,6 +222,7 @@ def test_an_outbox_row_delivered_after_the_backup_is_not_delivered_blind(
     assert "unknown" in (dead[0].last_error or "")
 
 
+@pytest.mark.long
 def test_a_write_waiting_out_a_backoff_in_the_backup_is_checked_not_resent(
     backend_env: Env, tmp_path: Path
 ) -> None:

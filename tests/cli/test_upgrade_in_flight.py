@@ -17,6 +17,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import agentledger
 from agentledger.records import RunStatus
 from agentledger.store._sqlite import SQLiteDialect
@@ -94,6 +96,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     assert proc.wait(timeout=30) == 0
 
 
+@pytest.mark.long
 def test_runs_in_flight_survive_an_online_upgrade(backend_env: Env, tmp_path: Path) -> None:
     env = backend_env
     tree, migration = _next_release(tmp_path, EXPAND)
@@ -156,6 +159,7 @@ def test_runs_in_flight_survive_an_online_upgrade(backend_env: Env, tmp_path: Pa
     assert env.outbox("delivered") and not env.outbox("pending")
 
 
+@pytest.mark.long
 def test_an_offline_migration_waits_for_the_workers_to_stop(
     backend_env: Env, tmp_path: Path
 ) -> None:

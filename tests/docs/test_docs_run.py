@@ -60,6 +60,7 @@ def _check(result: subprocess.CompletedProcess[str], what: str) -> None:
     )
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("doc", [d for d in DOCS if runnable(d)], ids=lambda d: d.name)
 def test_code_blocks_run_as_written(doc: Path, tmp_path: Path) -> None:

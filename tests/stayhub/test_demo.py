@@ -30,6 +30,7 @@ def run_demo(
     return proc.returncode, report, proc.stderr
 
 
+@pytest.mark.long
 def test_demo_defaults() -> None:
     code, report, stderr = run_demo()
     assert code == 0, (report, stderr)
@@ -52,6 +53,7 @@ CHAOS = (
 )
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
@@ -80,6 +82,7 @@ def test_demo_with_kills_and_faults(backend: str, request: pytest.FixtureRequest
     assert report["ledger"]["charges"] == 60 and report["ledger"]["bookings"] == 60
 
 
+@pytest.mark.long
 def test_demo_default_chaos_mix() -> None:
     """``--kill-every`` alone installs the default chaos mix; the verdict also needs every
     fault to fire and no outbox row to die."""
@@ -111,6 +114,7 @@ def test_demo_rejects_a_bad_fault_spec() -> None:
     assert code == 2 and "--faults" in stderr
 
 
+@pytest.mark.long
 def test_a_fault_that_never_met_its_operation_is_reported_not_failed() -> None:
     """Three guests, none cancels: no refund is asked for, so the refund fault had no
     chance. A fault that met its operation and never fired still fails the verdict."""
@@ -130,6 +134,7 @@ def test_a_fault_that_never_met_its_operation_is_reported_not_failed() -> None:
     assert code == 0 and report["ok"], (report, stderr)
 
 
+@pytest.mark.long
 def test_demo_with_db_says_where_the_worker_logs_are(tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'kept.db'}"
     code, report, stderr = run_demo("--runs", "1", "--workers", "1", "--db", url)

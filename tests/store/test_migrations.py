@@ -8,6 +8,7 @@ import sqlite3
 from typing import Any
 
 import psycopg
+import pytest
 
 from agentledger.store import open_store
 from agentledger.store._dialect import Dialect
@@ -100,6 +101,7 @@ async def test_stores_opening_an_empty_database_at_once_migrate_once(empty_url: 
     assert applied_versions(empty_url) == all_versions()
 
 
+@pytest.mark.long
 def test_replayed_migrations_give_the_fresh_schema(
     empty_url: str, tmp_path: Any, backend: str, request: Any
 ) -> None:

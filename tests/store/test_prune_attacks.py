@@ -245,6 +245,7 @@ def _prune_proc(url: str, tenant: str, log: Path) -> subprocess.Popen[bytes]:
         )  # fmt: skip
 
 
+@pytest.mark.long
 async def test_prunes_racing_and_killed_between_batches_leave_an_exact_summary(
     keyed: None, store: Store, store_url: str, tmp_path: Path
 ) -> None:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
+from agentledger.cli._routing import LIVE_WITHIN
 from agentledger.records import RunStatus
 from tests.engine.helpers import APP, APP_V2, Env, wait_for
 
@@ -19,6 +22,14 @@ def _versions(env: Env) -> dict[str, dict[str, Any]]:
 
 
 def _serving(env: Env, target: str, n: int) -> dict[str, dict[str, Any]]:
+    def live() -> bool:
+        workers = env._store(lambda s: s.list_workers(live_within=LIVE_WITHIN))
+        return sum(target in w.targets for w in workers) == n
+
+    # Waited for in the store (a query, not a process per look), then read with the
+    # command itself.
+    wait_for(live, 30, f"{n} live worker(s) of {target} in the store")
+
     def check() -> dict[str, dict[str, Any]]:
         found = _versions(env)
         return found if len(found.get(target, {}).get("workers", [])) == n else {}
@@ -26,6 +37,7 @@ def _serving(env: Env, target: str, n: int) -> dict[str, dict[str, Any]]:
     return wait_for(check, 30, f"{n} live worker(s) of {target}")
 
 
+@pytest.mark.long
 def test_old_version_drains_and_a_version_left_without_workers_is_flagged(
     backend_env: Env,
 ) -> None:

@@ -89,6 +89,14 @@ def test_heartbeats_go_on_during_a_sigterm_drain(env: Env) -> None:
     assert other.poll() is None
 
 
+def _repeats(log: str) -> int:
+    """Lines of the lock's cause met again (DEBUG, after the ERROR line)."""
+    return sum(
+        " DEBUG " in line and "locked" in line and line.endswith("; retrying")
+        for line in log.splitlines()
+    )
+
+
 def test_a_locked_database_does_not_stop_the_worker(env: Env) -> None:
     """Another process holds the write lock past the busy timeout: the worker waits it out."""
     ids = [env.submit("slow_writes", {"tag": f"t{n}", "n": 3, "pause": 0.2}) for n in range(3)]
@@ -98,8 +106,11 @@ def test_a_locked_database_does_not_stop_the_worker(env: Env) -> None:
     holder = sqlite3.connect(env.db_path, isolation_level=None)
     try:
         holder.execute("BEGIN EXCLUSIVE")
-        wait_log(env, 1, "locked")  # the worker met the lock (and said so)
-        wait_for(lambda: env.worker_log(1).count("retrying") >= 3, what="several retries")
+        # The worker met the lock and said so (the ERROR line), then met it again and
+        # again, each repeat at DEBUG. Waited for by those lines: a failed read logs a
+        # warning that also names the lock and says "retrying", and may come first.
+        wait_log(env, 1, "store failing")
+        wait_for(lambda: _repeats(env.worker_log(1)) >= 3, what="several retries")
         log = env.worker_log(1)
         assert log.count("ERROR") == 1 and log.count("WARNING agentledger.service._webhooks") <= 1
         assert worker.poll() is None

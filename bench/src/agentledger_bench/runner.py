@@ -82,7 +82,8 @@ class BenchConfig:
             concurrent_runs=20,
             concurrent_steps=5,
             concurrent_reps=1,
-            kills=2,
+            # One round per case: enough to exercise kill -> resume end to end.
+            kills=1,
             sizes=(10, 50, 250),
             procs=(1,),
             proc_runs=20,

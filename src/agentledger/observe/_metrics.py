@@ -33,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agentledger import _envsettings as envsettings
-from agentledger.observe._instruments import PROCESS
+from agentledger.observe import _instruments as instruments
 from agentledger.observe._queries import metrics as observe_metrics
 from agentledger.observe._stuck import StuckPolicy
 from agentledger.records import DeliveryStatus
@@ -260,7 +260,7 @@ async def render_metrics(
     registry.register(_Snapshot(data, stuck, figures))
     text = generate_latest(registry).decode()
     if process:
-        text += generate_latest(PROCESS).decode()
+        text += generate_latest(instruments.PROCESS).decode()
     return text
 
 

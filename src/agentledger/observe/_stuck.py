@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger import _envsettings as envsettings
-from agentledger.observe._instruments import STUCK_REPORTED
+from agentledger.observe import _instruments as instruments
 from agentledger.observe._queries import stuck as observe_stuck
 from agentledger.observe._queries.stuck import STUCK_EVENT, StuckRun
 from agentledger.store._sqlstore import Store
@@ -91,7 +91,7 @@ class StuckDetector:
             if run.reported:
                 continue
             if await self.store.transact(observe_stuck.mark_stuck, run, self.actor):
-                STUCK_REPORTED.labels(run.reason).inc()
+                instruments.STUCK_REPORTED.labels(run.reason).inc()
                 log.warning(
                     "run %s (%s@%s) is stuck: %s for %.0f s",
                     run.run_id, run.name, run.version, run.reason, run.idle_seconds,

@@ -38,8 +38,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from agentledger._extras import require
 from agentledger.engine import _hooks as hooks
 from agentledger.engine._hooks import Attempt
+from agentledger.observe import _instruments as instruments
 from agentledger.observe import _semconv as sc
-from agentledger.observe._instruments import OPERATION_DURATION, STEP_DURATION, TOKEN_USAGE
 from agentledger.observe._queries import trace as observe_trace
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -247,7 +247,7 @@ class ToolAttempt:
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         elapsed = time.perf_counter() - self._started
         outcome = "ok" if exc is None else str(getattr(exc, "error_class", None) or kind.__name__)
-        _child(STEP_DURATION, self._tool, self._effect, outcome).observe(elapsed)
+        _child(instruments.STEP_DURATION, self._tool, self._effect, outcome).observe(elapsed)
         span = self._span
         if span is None:
             return
@@ -419,11 +419,13 @@ def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
         raise
     finally:
         elapsed = time.perf_counter() - started
-        _child(OPERATION_DURATION, sc.OP_CHAT, provider, requested, error or "").observe(elapsed)
+        _child(
+            instruments.OPERATION_DURATION, sc.OP_CHAT, provider, requested, error or ""
+        ).observe(elapsed)
         response = rec.response
         if response is not None:
             usage = response.usage
-            tokens = (TOKEN_USAGE, sc.OP_CHAT, provider, requested)
+            tokens = (instruments.TOKEN_USAGE, sc.OP_CHAT, provider, requested)
             _child(*tokens, sc.TOKEN_TYPE_INPUT).observe(usage.input_tokens)
             _child(*tokens, sc.TOKEN_TYPE_OUTPUT).observe(usage.output_tokens)
             if span is not None:

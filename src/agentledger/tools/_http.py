@@ -6,9 +6,7 @@ retry by class (429 with Retry-After, 5xx, business errors never).
 
 from __future__ import annotations
 
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from agentledger._backoff import retry_after_seconds
 from agentledger.errors import (
@@ -21,6 +19,9 @@ from agentledger.errors import (
     Refused,
     ToolTimeout,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 
 def _error_code(detail: Any) -> Any:
@@ -70,6 +71,10 @@ async def call_provider(
     connection that could not be opened (refused, or timed out while connecting)
     provably sent nothing and becomes :class:`NotSent` (safe to send again).
     """
+    # Imported here: every command imports this module, few send a request, and httpx
+    # is a costly import (it loads its own command line's dependencies).
+    import httpx
+
     try:
         response = await client.request(method, url, **kwargs)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
