@@ -107,6 +107,55 @@ def render(report: dict[str, Any], console: Console) -> None:
     )
 
 
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def render_growth(report: dict[str, Any], console: Console) -> None:
+    """The growth benchmark's table: each query before and after the fill."""
+    from agentledger_bench.growth import QUERIES, TABLES
+
+    table = Table(
+        title=f"agentledger bench --growth ({report['backend']}, {report['steps']:,} steps in "
+        f"{report['runs']:,} runs, {report['queued_runs']} queued; fill "
+        f"{report['fill_seconds']:,.0f} s)"
+    )
+    for column in ("query", "before p50 / p95 / p99", "after p50 / p95 / p99", "p99 after/before"):
+        table.add_column(column, justify="left" if column == "query" else "right")
+    for query in QUERIES:
+        b, a = report["before"][query], report["after"][query]
+        if not b.get("n") or not a.get("n"):
+            continue
+        table.add_row(
+            f"{query} (n={a['n']})",
+            f"{b['p50_ms']:.2f} / {b['p95_ms']:.2f} / {b['p99_ms']:.2f} ms",
+            f"{a['p50_ms']:.2f} / {a['p95_ms']:.2f} / {a['p99_ms']:.2f} ms",
+            f"{a['p99_ms'] / max(b['p99_ms'], 1e-3):.2f}x",
+        )
+    console.print(table)
+    sizes = Table(title="sizes after the fill")
+    for column in ("table", "rows", "table", "indexes", "total"):
+        sizes.add_column(column, justify="left" if column == "table" else "right")
+    for name in TABLES:
+        s = report["sizes_after"][name]
+        sizes.add_row(
+            name,
+            f"{s['rows']:,}",
+            _size(s.get("table_bytes", 0)),
+            _size(s.get("index_bytes", 0)),
+            _size(s.get("total_bytes", 0)),
+        )
+    console.print(sizes)
+    console.print(
+        f"load average {report['load_average_start']} at the start, "
+        f"{report['load_average_end']} at the end; see docs/benchmarks.md."
+    )
+
+
 @click.command("bench")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.option(
@@ -131,8 +180,29 @@ def render(report: dict[str, Any], console: Console) -> None:
     "--rate-seconds", default=None, type=click.FloatRange(0.1),
     help="With --api: length of each fixed-rate phase [default: 5, 1 with --quick].",
 )  # fmt: skip
+@click.option(
+    "--growth", default=None, type=click.IntRange(1), metavar="STEPS",
+    help="Benchmark the store under growth instead: the claim, stuck-run, metrics, journal "
+    "and runs-list queries before and after filling a new database with STEPS finished "
+    "steps (PostgreSQL: created on --db's server and dropped at the end).",
+)  # fmt: skip
+@click.option(
+    "--rounds", default=200, show_default=True, type=click.IntRange(1),
+    help="With --growth: timed rounds per phase.",
+)  # fmt: skip
+@click.option(
+    "--keep", is_flag=True, help="With --growth: keep the filled database (its URL is printed)."
+)
 def bench(
-    as_json: bool, db: str | None, quick: bool, api: bool, rate: float, rate_seconds: float | None
+    as_json: bool,
+    db: str | None,
+    quick: bool,
+    api: bool,
+    rate: float,
+    rate_seconds: float | None,
+    growth: int | None = None,
+    rounds: int = 200,
+    keep: bool = False,
 ) -> None:
     """Measure per-step overhead against raw INSERT+COMMIT, throughput and bytes stored.
 
@@ -141,6 +211,17 @@ def bench(
     throughput; the fixed-rate phases give the latency at --rate requests/s, which is
     what a p99 target is about. Prints one JSON object.
     """
+    if growth is not None:
+        from agentledger_bench.growth import run_growth
+
+        err = Console(stderr=True)
+        say = None if as_json else (lambda msg: err.print(f"[dim]{msg}[/dim]"))
+        report = asyncio.run(run_growth(db, growth, rounds, keep, say))
+        if as_json:
+            click.echo(json.dumps(report, indent=2))
+        else:
+            render_growth(report, Console())
+        return
     if api:
         from agentledger_bench.api import run_api_bench
 
