@@ -408,6 +408,7 @@ async def run_growth(
         "payload_chars": PAYLOAD,
         "cpus": os.cpu_count(),
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
+        "database": urlsplit(url).path.lstrip("/") if postgres else "a temporary SQLite file",
     }
     store = open_store(url)
     try:
