@@ -215,8 +215,9 @@ def bench(
         from agentledger_bench.growth import run_growth
 
         err = Console(stderr=True)
-        say = None if as_json else (lambda msg: err.print(f"[dim]{msg}[/dim]"))
-        report = asyncio.run(run_growth(db, growth, rounds, keep, say))
+        report = asyncio.run(
+            run_growth(db, growth, rounds, keep, lambda msg: err.print(f"[dim]{msg}[/dim]"))
+        )
         if as_json:
             click.echo(json.dumps(report, indent=2))
         else:

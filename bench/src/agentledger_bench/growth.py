@@ -197,6 +197,9 @@ def _fill(store: Store, template: str, created_at: float, n_runs: int, say: Say)
     conn = d.connect()
     start = time.perf_counter()
     try:
+        if d.name == "postgres":  # the store's session timeout is for its own statements
+            d.execute(conn, "SET statement_timeout = 0")
+            d.commit(conn)
         statements = _fill_statements(store, conn)
         params = {
             "tmpl": template,
@@ -240,6 +243,7 @@ def _sizes(store: Store) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         if d.name == "postgres":
+            d.execute(conn, "SET statement_timeout = 0")  # COUNT(*) of the filled tables
             for table in TABLES:
                 (row,) = d.fetchall(
                     conn,
