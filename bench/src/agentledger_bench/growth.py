@@ -24,7 +24,9 @@ alike), through the store's own operations:
 - ``metrics_history``: the settled history a process reads on its first scrape and
   then once a minute in the background (fewer rounds: it scans the history);
 - ``journal``: a random finished run's journal and events (``runs show``);
-- ``runs_list`` / ``runs_list_failed``: ``runs list``'s first page, all and ``--status failed``.
+- ``runs_list`` / ``runs_list_failed`` / ``runs_list_needs_human``: ``runs list``'s first
+  page: all runs, ``--status failed`` (5 % of the history) and ``--status needs_human``
+  (none in the history: the state an operator lists, rare by design).
 
 Figures: p50 / p95 / p99 / max in milliseconds per query and phase, and the sizes.
 """
@@ -71,6 +73,7 @@ QUERIES = (
     "journal",
     "runs_list",
     "runs_list_failed",
+    "runs_list_needs_human",
 )
 Say = Callable[[str], None]
 
@@ -342,6 +345,7 @@ async def _measure(
         "metrics_history": lambda: store.read(snapshot, live=False, settled=True),
         "runs_list": lambda: store.list_runs(limit=50),
         "runs_list_failed": lambda: store.list_runs(status=RunStatus.FAILED, limit=50),
+        "runs_list_needs_human": lambda: store.list_runs(status=RunStatus.NEEDS_HUMAN, limit=50),
     }
     times: dict[str, list[float]] = {q: [] for q in QUERIES}
     claimed: list[int] = []

@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from agentledger._randomness import random_hex
-from agentledger.records import dumps
+from agentledger.errors import UsageError
+from agentledger.records import RunStatus, dumps
 from agentledger.store._base import UnstorableValue
 
 RUN_COLUMNS = (
@@ -82,3 +83,16 @@ def in_list(prefix: str, values: list[Any]) -> tuple[str, dict[str, Any]]:
     (``":p0, :p1"``, ``{"p0": ..., "p1": ...}``) for prefix ``p``."""
     params = {f"{prefix}{i}": value for i, value in enumerate(values)}
     return ", ".join(f":{name}" for name in params), params
+
+
+def status_literal(status: str) -> str:
+    """``status`` as an SQL literal, after checking it is a run state.
+
+    A filter on one state is written as a literal, not a parameter: the driver prepares
+    a statement run often, and a plan made once for any state assumes every state is
+    common, so it would walk the whole history newest first looking for a rare one
+    (``needs_human``) instead of reading that state's runs from ``runs_status_created``.
+    """
+    if status not in RunStatus.ALL:
+        raise UsageError(f"no run state {status!r}; give one of {', '.join(RunStatus.ALL)}")
+    return f"'{status}'"

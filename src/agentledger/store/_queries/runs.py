@@ -21,6 +21,7 @@ from agentledger.store._queries.common import (
     json_text,
     new_id,
     new_token,
+    status_literal,
 )
 from agentledger.store._queries.events import insert_event
 from agentledger.store._tx import Tx
@@ -99,8 +100,7 @@ def list_runs(
     where: list[str] = []
     params: dict[str, Any] = {"limit": limit}
     if status:
-        where.append("status = :status")
-        params["status"] = status
+        where.append(f"status = {status_literal(status)}")
     if name:
         where.append("name = :name")
         params["name"] = name

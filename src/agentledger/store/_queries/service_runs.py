@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentledger.store import _rows as rows
-from agentledger.store._queries.common import RUN_COLUMNS
+from agentledger.store._queries.common import RUN_COLUMNS, status_literal
 from agentledger.store._tx import Tx
 
 SERVICE_RUN_COLUMNS = RUN_COLUMNS + ", webhook, idempotency_key, event_seq"
@@ -61,8 +61,9 @@ def list_service_runs(tx: Tx, f: RunFilter) -> list[dict[str, Any]]:
     """Runs of one tenant, newest first, after ``f.cursor``."""
     where = ["tenant_id = :tenant"]
     params: dict[str, Any] = {"tenant": f.tenant_id, "limit": f.limit}
-    for column, value in (("status", f.status), ("name", f.agent), ("version", f.version),
-                          ("user_id", f.user)):  # fmt: skip
+    if f.status is not None:  # a literal: see status_literal
+        where.append(f"status = {status_literal(f.status)}")
+    for column, value in (("name", f.agent), ("version", f.version), ("user_id", f.user)):
         if value is not None:
             where.append(f"{column} = :{column}")
             params[column] = value
