@@ -81,7 +81,10 @@ def test_a_correct_app_passes_under_kills_freezes_and_faults(
     code, report, stderr = chaos(
         tmp_path,
         "--app", APP, "--agent", "checkout", "--inputs", orders,
-        "--runs", "10", "--workers", "2", "--kill-every", "3", "--freeze-every", "5",
+        # Two runs at a time per worker: the runs queue, so workers hold runs when the
+        # first kill is due however fast the host is.
+        "--runs", "10", "--workers", "2", "--concurrency", "2",
+        "--kill-every", "3", "--freeze-every", "5",
         "--proxy", f"pay={provider.url}",
         "--faults", "pay:error_after_commit@0.3;pay:drop@0.15;pay:rate_limit@0.1;"
         "pay:in_progress@0.1;pay:timeout_after_commit@0.1,hold=3;seed=3",
@@ -111,7 +114,7 @@ def test_a_correct_app_passes_on_a_private_postgres_restarted_under_it(
     code, report, stderr = chaos(
         tmp_path,
         "--app", APP, "--agent", "checkout", "--inputs", orders,
-        "--runs", "8", "--workers", "2", "--kill-every", "3",
+        "--runs", "8", "--workers", "2", "--concurrency", "2", "--kill-every", "3",
         "--pg-private", "--pg-restart-every", "2",
         "--proxy", f"pay={provider.url}", "--faults", "pay:error_after_commit@0.3;seed=3",
     )  # fmt: skip

@@ -30,7 +30,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def worker_command(app: str, db: str, lease_seconds: float) -> list[str]:
+def worker_command(app: str, db: str, lease_seconds: float, concurrency: int) -> list[str]:
     """The command line of one worker process."""
     return [
         sys.executable,
@@ -45,6 +45,8 @@ def worker_command(app: str, db: str, lease_seconds: float) -> list[str]:
         str(lease_seconds),
         "--poll-seconds",
         "0.05",
+        "--concurrency",
+        str(concurrency),
     ]
 
 
@@ -66,6 +68,7 @@ class WorkerPool:
     lease_seconds: float
     env: dict[str, str]
     log_dir: Path
+    concurrency: int = 50
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     frozen: list[Frozen] = field(default_factory=list)
     kills: int = 0
@@ -94,7 +97,7 @@ class WorkerPool:
         self.started += 1
         with open(self.log_of(self.started), "ab") as log:
             proc = subprocess.Popen(
-                worker_command(self.app, self.db, self.lease_seconds),
+                worker_command(self.app, self.db, self.lease_seconds, self.concurrency),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self._env(),

@@ -47,6 +47,7 @@ class Settings:
     seed: int = 7
     timeout: float = 300.0
     lease_seconds: float = 2.0
+    concurrency: int = 50
     pg_private: bool = False  # db is then set by run_session
     pg_restart_every: float = 0.0
 
@@ -99,6 +100,7 @@ async def _session(
                 settings.lease_seconds,
                 env,
                 work_dir,
+                settings.concurrency,
             )
             try:
                 pool.start()

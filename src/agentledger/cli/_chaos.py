@@ -72,8 +72,29 @@ def parse_proxies(values: tuple[str, ...]) -> dict[str, str]:
     required=True,
     help="A JSONL file of run inputs, one a line (cycled over the runs).",
 )
-@click.option("--runs", "n_runs", default=20, show_default=True, type=click.IntRange(min=1))
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--runs",
+    "n_runs",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Runs to submit (at least 1).",
+)
+@click.option(
+    "--workers",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Worker processes (at least 1); a killed one is replaced.",
+)
+@click.option(
+    "--concurrency",
+    default=50,
+    show_default=True,
+    type=click.IntRange(min=1, max=10000),
+    help="Runs each worker executes at once. Lower it so runs queue and kills land "
+    "while they are in flight.",
+)
 @click.option(
     "--kill-every",
     default=0.0,
@@ -144,6 +165,7 @@ def chaos(
     inputs_path: str,
     n_runs: int,
     workers: int,
+    concurrency: int,
     kill_every: float,
     freeze_every: float,
     db: str | None,
@@ -211,6 +233,7 @@ def chaos(
         seed=seed,
         timeout=timeout,
         lease_seconds=lease_seconds,
+        concurrency=concurrency,
         pg_private=pg_private,
         pg_restart_every=pg_restart_every,
     )
