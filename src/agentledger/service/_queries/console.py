@@ -10,6 +10,7 @@ from typing import Any
 from agentledger.records import RunStatus
 from agentledger.store import _rows as rows
 from agentledger.store._queries.common import RUN_COLUMNS
+from agentledger.store._queries.service_runs import run_where
 from agentledger.store._tx import Tx
 
 # sessions ------------------------------------------------------------------------------
@@ -100,13 +101,20 @@ class ConsoleFilter:
 
 
 def _where(f: ConsoleFilter) -> tuple[list[str], dict[str, Any]]:
-    where = ["tenant_id = :tenant"]
-    params: dict[str, Any] = {"tenant": f.tenant_id}
-    for column, value in (("name", f.agent), ("version", f.version), ("user_id", f.user),
-                          ("idempotency_key", f.idempotency_key)):  # fmt: skip
-        if value is not None:
-            where.append(f"{column} = :{column}")
-            params[column] = value
+    stored = f.status if f.status not in DERIVED_STATUSES else None
+    where, params = run_where(
+        f.tenant_id,
+        status=stored,
+        agent=f.agent,
+        version=f.version,
+        user=f.user,
+        created_after=f.created_after,
+        created_before=f.created_before,
+        cursor=f.cursor,
+    )
+    if f.idempotency_key is not None:
+        where.append("idempotency_key = :idempotency_key")
+        params["idempotency_key"] = f.idempotency_key
     if f.status == "waiting_approval":
         where.append(f"status = 'waiting' AND {_PENDING}")
     elif f.status == "retrying":
@@ -114,9 +122,6 @@ def _where(f: ConsoleFilter) -> tuple[list[str], dict[str, Any]]:
     elif f.status == "stuck":
         terminal = ", ".join(f"'{s}'" for s in sorted(RunStatus.TERMINAL))
         where.append(f"stuck_mark IS NOT NULL AND status NOT IN ({terminal})")
-    elif f.status is not None:
-        where.append("status = :status")
-        params["status"] = f.status
     if f.error_class is not None:
         where.append(
             "(handover_reason = :ec OR EXISTS (SELECT 1 FROM steps s WHERE s.run_id = runs.id "
@@ -132,12 +137,6 @@ def _where(f: ConsoleFilter) -> tuple[list[str], dict[str, Any]]:
     if f.cost_max is not None:
         where.append("cost_usd <= :cost_max")
         params["cost_max"] = f.cost_max
-    if f.created_after is not None:
-        where.append("created_at >= :after")
-        params["after"] = f.created_after
-    if f.created_before is not None:
-        where.append("created_at < :before")
-        params["before"] = f.created_before
     return where, params
 
 
@@ -146,9 +145,6 @@ def list_runs(tx: Tx, f: ConsoleFilter) -> list[dict[str, Any]]:
     (created_at, id), which the ``runs_tenant_created`` index serves however many runs
     the tenant has. Each row: the run, whether an approval waits, its retries."""
     where, params = _where(f)
-    if f.cursor is not None:
-        where.append("(created_at < :c_at OR (created_at = :c_at AND id < :c_id))")
-        params["c_at"], params["c_id"] = f.cursor
     params["limit"] = f.limit
     sql = (
         f"SELECT {RUN_COLUMNS}, event_seq, stuck_mark, idempotency_key, "

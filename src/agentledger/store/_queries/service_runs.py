@@ -57,30 +57,58 @@ class RunFilter:
     limit: int = 50
 
 
-def list_service_runs(tx: Tx, f: RunFilter) -> list[dict[str, Any]]:
-    """Runs of one tenant, newest first, after ``f.cursor``."""
+def run_where(
+    tenant_id: str,
+    *,
+    status: str | None = None,
+    agent: str | None = None,
+    version: str | None = None,
+    user: str | None = None,
+    created_after: float | None = None,
+    created_before: float | None = None,
+    cursor: tuple[float, str] | None = None,
+) -> tuple[list[str], dict[str, Any]]:
+    """The clauses of a tenant's runs list that the API and the console share: one stored
+    state (a literal: see :func:`status_literal`), agent, version, user, a time range and
+    the keyset cursor (created_at, id) of the last row seen."""
     where = ["tenant_id = :tenant"]
-    params: dict[str, Any] = {"tenant": f.tenant_id, "limit": f.limit}
-    if f.status is not None:  # a literal: see status_literal
-        where.append(f"status = {status_literal(f.status)}")
-    for column, value in (("name", f.agent), ("version", f.version), ("user_id", f.user)):
+    params: dict[str, Any] = {"tenant": tenant_id}
+    if status is not None:
+        where.append(f"status = {status_literal(status)}")
+    for column, value in (("name", agent), ("version", version), ("user_id", user)):
         if value is not None:
             where.append(f"{column} = :{column}")
             params[column] = value
-    if f.created_after is not None:
+    if created_after is not None:
         where.append("created_at >= :after")
-        params["after"] = f.created_after
-    if f.created_before is not None:
+        params["after"] = created_after
+    if created_before is not None:
         where.append("created_at < :before")
-        params["before"] = f.created_before
+        params["before"] = created_before
+    if cursor is not None:
+        where.append("(created_at < :c_at OR (created_at = :c_at AND id < :c_id))")
+        params["c_at"], params["c_id"] = cursor
+    return where, params
+
+
+def list_service_runs(tx: Tx, f: RunFilter) -> list[dict[str, Any]]:
+    """Runs of one tenant, newest first, after ``f.cursor``."""
+    where, params = run_where(
+        f.tenant_id,
+        status=f.status,
+        agent=f.agent,
+        version=f.version,
+        user=f.user,
+        created_after=f.created_after,
+        created_before=f.created_before,
+        cursor=f.cursor,
+    )
+    params["limit"] = f.limit
     pending = "EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.id AND a.decision IS NULL)"
     if f.waiting_approval is not None:
         where.append(pending if f.waiting_approval else f"NOT {pending}")
     if f.needs_human is not None:
         where.append("status = 'needs_human'" if f.needs_human else "status <> 'needs_human'")
-    if f.cursor is not None:
-        where.append("(created_at < :c_at OR (created_at = :c_at AND id < :c_id))")
-        params["c_at"], params["c_id"] = f.cursor
     sql = (
         f"SELECT {SERVICE_RUN_COLUMNS} FROM runs WHERE {' AND '.join(where)} "
         "ORDER BY created_at DESC, id DESC LIMIT :limit"
