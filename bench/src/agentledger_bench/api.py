@@ -43,6 +43,7 @@ from agentledger import _heap as heap
 from agentledger.errors import UsageError
 from agentledger.service._queries import audit as service_audit
 from agentledger.store import open_store
+from agentledger_bench.stats import percentile
 
 app = App("api-bench")
 
@@ -67,13 +68,6 @@ def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def _wait_ready(base: str, proc: subprocess.Popen[bytes]) -> None:
@@ -154,8 +148,8 @@ async def _load(
         "requests": total,
         "concurrency": concurrency,
         "accepted_per_s": round(statuses.get(202, 0) / elapsed, 1),
-        "p50_ms": round(_pct(latencies, 0.50), 2),
-        "p99_ms": round(_pct(latencies, 0.99), 2),
+        "p50_ms": round(percentile(latencies, 0.50), 2),
+        "p99_ms": round(percentile(latencies, 0.99), 2),
         "statuses": statuses,
         "load_generator_cpu_ms_per_request": round(own * 1000 / total, 3),
     }
@@ -236,16 +230,16 @@ async def _fixed_rate(
         # Accepted runs over the time from the first scheduled send to the last answer:
         # below the target when the server (or the generator) fell behind.
         "accepted_per_s": round(accepted / elapsed, 1) if elapsed > 0 else 0.0,
-        "p50_ms": round(_pct(latencies, 0.50), 2),
-        "p90_ms": round(_pct(latencies, 0.90), 2),
-        "p99_ms": round(_pct(latencies, 0.99), 2),
+        "p50_ms": round(percentile(latencies, 0.50), 2),
+        "p90_ms": round(percentile(latencies, 0.90), 2),
+        "p99_ms": round(percentile(latencies, 0.99), 2),
         "max_ms": round(max(latencies), 2) if latencies else float("nan"),
         "errors": total - accepted,
         "statuses": statuses,
         "failures": failures,
         # The generator's own punctuality: large values mean the figures above measure
         # the generator's CPU, not the server.
-        "send_late_p99_ms": round(_pct(late, 0.99), 2),
+        "send_late_p99_ms": round(percentile(late, 0.99), 2),
         "load_generator_cpu_ms_per_request": round(own * 1000 / total, 3),
     }
     if server_before is not None and server_after is not None:
@@ -318,8 +312,8 @@ async def _sse_lag(
     return {
         "streams": streams,
         "events": len(lags),
-        "lag_p50_ms": round(_pct(lags, 0.5), 2),
-        "lag_p95_ms": round(_pct(lags, 0.95), 2),
+        "lag_p50_ms": round(percentile(lags, 0.5), 2),
+        "lag_p95_ms": round(percentile(lags, 0.95), 2),
     }
 
 

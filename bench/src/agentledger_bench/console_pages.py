@@ -30,6 +30,7 @@ from agentledger import App
 from agentledger.service import ServiceSettings, create_app
 from agentledger.service._auth import create_key
 from agentledger.store import Store, open_store
+from agentledger_bench.stats import percentile
 
 PEPPER = b"console-bench-pepper-0123456789"
 _RUN = (
@@ -145,8 +146,7 @@ async def measure(url: str, runs: int, repeat: int) -> dict[str, Any]:
         await store.close()
     out: dict[str, Any] = {"runs": runs, "backend": store.dialect.name}
     for name, values in times.items():
-        values.sort()
-        p95 = values[max(0, int(len(values) * 0.95 + 0.5) - 1)]
+        p95 = percentile(values, 0.95)
         out[name] = {"median_ms": round(statistics.median(values), 1), "p95_ms": round(p95, 1)}
     return out
 

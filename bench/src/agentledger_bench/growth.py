@@ -56,6 +56,7 @@ from agentledger.store._queries.journal import load_journal
 from agentledger.store._tx import Tx
 from agentledger_bench.apps import app as bench_app
 from agentledger_bench.engine_runs import execute
+from agentledger_bench.stats import percentile
 
 TEMPLATE_STEPS = 10
 PAYLOAD = 400  # characters of each step's output
@@ -315,7 +316,7 @@ def _percentiles(values: list[float]) -> dict[str, Any]:
     ordered = sorted(values)
 
     def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))], 3)
+        return round(percentile(ordered, q), 3)
 
     return {
         "n": len(ordered),

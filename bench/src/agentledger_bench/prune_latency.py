@@ -42,6 +42,7 @@ from agentledger.store import Store, open_store
 from agentledger.store._queries.retention import Policy
 from agentledger.worker import Worker, WorkerConfig
 from agentledger_bench.apps import app as bench_app
+from agentledger_bench.stats import percentile
 
 HISTORY = "hist"
 PROBE = "probe"
@@ -92,7 +93,7 @@ def _figures(times: list[list[float]]) -> dict[str, Any]:
     ms = sorted(d * 1000 for _, d in times)
     if not ms:
         return {"steps": 0}
-    p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+    p99 = percentile(ms, 0.99)
     return {
         "steps": len(ms),
         "p50_ms": round(statistics.median(ms), 3),

@@ -33,6 +33,7 @@ from agentledger.retrieval._embeddings import Embedder, embedder
 from agentledger.retrieval._queries import NewChunk
 from agentledger.retrieval._search import hybrid_search
 from agentledger.store import Store, open_store
+from agentledger_bench.stats import percentile
 
 TENANT = "bench-retrieval"
 OTHER = "bench-retrieval-other"
@@ -146,7 +147,7 @@ async def measure(
     latencies.sort()
 
     def pct(p: float, values: list[float] = latencies) -> float:
-        return round(values[min(len(values) - 1, int(p * len(values)))], 3)
+        return round(percentile(values, p), 3)
 
     extra: dict[str, Any] = {}
     if model is not None:
