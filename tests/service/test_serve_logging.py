@@ -87,3 +87,35 @@ def test_serve_logs_its_start_the_requests_and_the_runs_as_json(tmp_path: Path) 
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+def test_an_inline_worker_that_stops_on_an_error_is_logged_and_makes_serve_unready(
+    tmp_path: Path,
+) -> None:
+    """A run accepted by a `serve` whose only worker died would wait for nobody: the
+    death is an error line naming the cause, and /readyz answers 503 so a process
+    manager or load balancer takes the process out (/healthz still answers)."""
+    db = f"sqlite:///{tmp_path / 'broken.db'}"
+    command = [
+        sys.executable, "-m", "agentledger.cli._main", "serve", "--log-format", "json",
+        "--app", "tests.service.broken_startup_app:app", "--db", db, "--port", "0",
+        "--workers-inline", "1",
+    ]  # fmt: skip
+    env = {**os.environ, "AGENTLEDGER_KEY_PEPPER": PEPPER.decode()}
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = Lines(proc)
+        start = lines.until(lambda e: "listening on http://" in e["message"])
+        url = start["message"].split("listening on ")[1].split()[0].rstrip(",")
+        died = lines.until(lambda e: "inline worker stopped" in e["message"])
+        assert died["level"] == "error" and died["logger"].startswith("agentledger.service"), died
+        assert "crm.internal:443" in died["message"], died
+        with httpx.Client(base_url=url, timeout=30) as client:
+            ready = client.get("/readyz")
+            assert ready.status_code == 503, ready.text
+            assert "inline worker stopped" in ready.json()["detail"], ready.text
+            assert "crm.internal:443" in ready.json()["detail"], ready.text
+            assert client.get("/healthz").status_code == 200
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)

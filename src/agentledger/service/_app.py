@@ -65,7 +65,10 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
         accepts = AcceptBatcher(the_store)
         accepts.start()
         api.state.accepts = accepts
-        workers = await _start_workers(the_store, agent_app, settings.workers_inline)
+        api.state.inline_failure = None
+        workers = await _start_workers(
+            the_store, agent_app, settings.workers_inline, lambda why: _inline_failed(api, why)
+        )
         # /metrics without a key, on a port of its own (observe/_metrics.py, as the worker's).
         metrics = None
         if settings.metrics_port is not None:  # prometheus-client: the metrics extra
@@ -189,7 +192,18 @@ async def _purge_keys_forever(store: Store, period: float, failures: FailureLog)
             failures.recovered("idempotency key purge")
 
 
-async def _start_workers(store: Store, app: App, n: int) -> list[tuple[Any, asyncio.Task[None]]]:
+def _inline_failed(api: FastAPI, why: str) -> None:
+    """An inline worker stopped on an error: runs accepted from now on would wait for a
+    worker that is gone, so say it loudly and answer /readyz with 503 (a process manager
+    or a load balancer takes this process out; /healthz still answers)."""
+    log.error("an inline worker stopped: %s; this process no longer executes runs", why)
+    if api.state.inline_failure is None:
+        api.state.inline_failure = why
+
+
+async def _start_workers(
+    store: Store, app: App, n: int, failed: Callable[[str], None]
+) -> list[tuple[Any, asyncio.Task[None]]]:
     if n <= 0:
         return []
     from agentledger.observe import _stuck as stuck
@@ -201,8 +215,19 @@ async def _start_workers(store: Store, app: App, n: int) -> list[tuple[Any, asyn
         # This process's own dispatcher delivers the webhooks (see lifespan above).
         worker = Worker(store, app, WorkerConfig(webhooks=False), companions=[stuck.companion()])
         task = asyncio.create_task(worker.run(install_signals=False), name="inline-worker")
+        task.add_done_callback(lambda t: _report_failure(t, failed))
         started.append((worker, task))
     return started
+
+
+def _report_failure(task: asyncio.Task[None], failed: Callable[[str], None]) -> None:
+    """Call ``failed`` with the cause when an inline worker's task ended on an error (a
+    worker asked to stop returns normally)."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        failed(f"{type(exc).__name__}: {exc}")
 
 
 async def _stop_workers(workers: list[tuple[Any, asyncio.Task[None]]]) -> None:

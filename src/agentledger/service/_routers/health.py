@@ -20,7 +20,11 @@ async def healthz() -> dict[str, Any]:
 
 @router.get("/readyz", responses={503: PROBLEM_SCHEMA})
 async def readyz(request: Request) -> dict[str, Any]:
-    """200 when the database answers and every migration is applied; 503 otherwise."""
+    """200 when the database answers, every migration is applied and no inline worker
+    (``serve --workers-inline``) has stopped on an error; 503 otherwise."""
+    failure = getattr(request.app.state, "inline_failure", None)
+    if failure is not None:
+        raise Problem("unavailable", f"an inline worker stopped: {failure}")
     try:
         current = await request.app.state.store.read(is_current)
     except Exception as exc:
