@@ -31,15 +31,17 @@ def step_event(owner: str, step: Step) -> NewEvent:
     """The ``step.<status>`` event of one journal write. Being an event, it is sealed into
     the tenant's audit chain, so it carries what the audit trail must show of the step:
     the idempotency key it executed with, the policy decision that let it run, and its
-    tokens and cost (each only when there is one, to keep the row small)."""
-    data: dict[str, Any] = {
-        "step_no": step.step_no,
-        "kind": step.kind,
-        "name": step.name,
-        "status": step.status,
-        "attempts": step.attempts,
-        "error_class": step.error_class,
-    }
+    tokens and cost.
+
+    One such event is stored per journal write, so it holds no key whose value the
+    record already says: the status is its type's suffix, ``attempts`` is left out when
+    it is 1 and ``error_class`` when there is none, and the key, policy, tokens and cost
+    only when there is one (records written before carry every key)."""
+    data: dict[str, Any] = {"step_no": step.step_no, "kind": step.kind, "name": step.name}
+    if step.attempts != 1:
+        data["attempts"] = step.attempts
+    if step.error_class is not None:
+        data["error_class"] = step.error_class
     if step.idempotency_key:
         data["key"] = step.idempotency_key
     if isinstance(step.input, dict) and isinstance(step.input.get("policy"), str):
