@@ -592,10 +592,14 @@ def _check_record(
     no = int(row["chain_no"])
     if no != expected_no:
         return Broken(t, expected_no, None, None, None, f"record {expected_no} is missing")
-    if row["prev_hash"] != prev or not _matches(prev, t, row, no):
+    # The previous hash is the record before's own: it enters this record's hash, which
+    # is what is checked. A stored copy (``prev_hash``; NULL where a sealer left it out)
+    # adds nothing a writer of the database could not set too, but must agree.
+    stored = row["prev_hash"]
+    if (stored is not None and stored != prev) or not _matches(prev, t, row, no):
         return Broken(
             t, no, int(row["id"]), row["run_id"], row["seq"],
-            "record does not match its hash (edited)" if row["prev_hash"] == prev
+            "record does not match its hash (edited)" if stored in (None, prev)
             else "record's previous hash does not match (reordered or edited)",
         )  # fmt: skip
     if key is None:
@@ -921,6 +925,40 @@ def audit_records(
         row = dict(r)
         row["data"] = json.loads(row["data"]) if row["data"] is not None else None
         out.append(row)
+    previous = _previous_hashes(tx, tenant_id, out)
+    for row in out:
+        if row["prev_hash"] is None and row["chain_no"] is not None:
+            row["prev_hash"] = previous.get(int(row["chain_no"]) - 1)
+    return out
+
+
+def _previous_hashes(tx: Tx, tenant_id: str, records: list[dict[str, Any]]) -> dict[int, str]:
+    """chain_no -> hash of the records before ``records`` whose ``prev_hash`` is not
+    stored: the record before's own hash, read from the page itself, else from the
+    chain, else (just after a pruned span) the span's last hash, or the genesis."""
+    wanted = {
+        int(r["chain_no"]) - 1
+        for r in records
+        if r["prev_hash"] is None and r["chain_no"] is not None
+    }
+    if not wanted:
+        return {}
+    known = {int(r["chain_no"]): str(r["hash"]) for r in records if r["chain_no"] is not None}
+    out = {n: known[n] for n in wanted if n in known}
+    missing = sorted(wanted.difference(out))
+    if missing:
+        marks, params = in_list("n", missing)
+        params["t"] = tenant_id
+        found = tx.fetchall(
+            f"SELECT chain_no, hash FROM events WHERE tenant_id = :t AND chain_no IN ({marks})",
+            params,
+        )
+        out.update({int(r["chain_no"]): str(r["hash"]) for r in found})
+    if 0 in wanted:
+        out[0] = GENESIS
+    pruned = pruned_summary(tx, tenant_id) if set(wanted).difference(out) else None
+    if pruned is not None:
+        out.setdefault(int(pruned["last_chain_no"]), str(pruned["last_hash"]))
     return out
 
 
