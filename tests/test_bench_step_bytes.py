@@ -1,4 +1,5 @@
-"""Bytes stored per journaled step (docs/benchmarks.md, "Bytes per step").
+"""Bytes stored per journaled step (docs/benchmarks.md, "A step written once: bytes per
+step").
 
 Sizes are exact, unlike times, so this is a test: a 500-step run of ``ctx.step`` calls
 each returning a 500-character string, measured exactly as ``agentledger bench`` figure

@@ -932,6 +932,10 @@ def audit_records(
     return out
 
 
+# Chain positions looked up per statement (under every backend's parameter limit).
+_PER_LOOKUP = 500
+
+
 def _previous_hashes(tx: Tx, tenant_id: str, records: list[dict[str, Any]]) -> dict[int, str]:
     """chain_no -> hash of the records before ``records`` whose ``prev_hash`` is not
     stored: the record before's own hash, read from the page itself, else from the
@@ -946,8 +950,8 @@ def _previous_hashes(tx: Tx, tenant_id: str, records: list[dict[str, Any]]) -> d
     known = {int(r["chain_no"]): str(r["hash"]) for r in records if r["chain_no"] is not None}
     out = {n: known[n] for n in wanted if n in known}
     missing = sorted(wanted.difference(out))
-    if missing:
-        marks, params = in_list("n", missing)
+    for start in range(0, len(missing), _PER_LOOKUP):
+        marks, params = in_list("n", missing[start : start + _PER_LOOKUP])
         params["t"] = tenant_id
         found = tx.fetchall(
             f"SELECT chain_no, hash FROM events WHERE tenant_id = :t AND chain_no IN ({marks})",
