@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from agentledger.store import Store, open_store
 from agentledger_bench.engine_runs import execute
@@ -36,7 +37,7 @@ def _grown(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {name: grown for name, grown in sorted(out.items()) if grown}
 
 
-async def sqlite_bytes(workdir: Path, n: int, payload: int) -> dict[str, int]:
+async def sqlite_bytes(workdir: Path, n: int, payload: int) -> dict[str, Any]:
     """Growth of a fresh database file from an empty run to an ``n``-step run."""
     path = workdir / f"bytes-{n}.db"
     store = open_store(f"sqlite:///{path}")
@@ -72,7 +73,7 @@ def _pg_run_bytes(url: str, run_id: str) -> dict[str, int]:
         return out
 
 
-async def postgres_bytes(store: Store, url: str, n: int, payload: int) -> dict[str, int]:
+async def postgres_bytes(store: Store, url: str, n: int, payload: int) -> dict[str, Any]:
     """Row bytes (``pg_column_size``) of an ``n``-step run minus those of an empty run."""
     ids = []
     for steps in (0, n):
