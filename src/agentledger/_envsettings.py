@@ -199,6 +199,20 @@ class EnvSettings(BaseSettings):
     audit_seal_every: Annotated[
         float, BeforeValidator(_seconds(0.01, 3600)), Field(ge=0.01, le=3600)
     ] = Field(default=1.0, description="Seconds between audit seals (0.01 to 3600).")
+    console_session_idle: Annotated[
+        float, BeforeValidator(_seconds(60, 86400)), Field(ge=60, le=86400)
+    ] = Field(
+        default=1800.0,
+        description="Seconds a console session lasts without a request from its browser "
+        "(60 to 86400; an open live page does not count).",
+    )
+    console_session_lifetime: Annotated[
+        float, BeforeValidator(_seconds(60, 604800)), Field(ge=60, le=604800)
+    ] = Field(
+        default=28800.0,
+        description="Seconds a console session lasts at most, however active (60 to 604800; "
+        "never past its key's expiry).",
+    )
     webhook_backoff: Annotated[
         float, BeforeValidator(_seconds(0.01, 3600)), Field(ge=0.01, le=3600)
     ] = Field(

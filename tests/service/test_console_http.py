@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import html
 import re
@@ -82,11 +83,21 @@ async def test_a_session_cookie_is_strict_httponly_and_secure_over_https(sqlite_
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=sqlite_api.app), base_url=base)
         async with client:
             r = await sign_in(client, key)
-            (cookie,) = [c for c in r.headers.get_list("set-cookie")
-                         if c.startswith(f"{sessions.COOKIE}=")]  # fmt: skip
+            cookies = [c for c in r.headers.get_list("set-cookie")
+                       if c.startswith(f"{sessions.COOKIE}=")]  # fmt: skip
+            (cookie,) = [c for c in cookies if "Max-Age=0" not in c]
             assert cookie.startswith(f"{sessions.COOKIE}=")
-            assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+            assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+            # The console's paths only: the API's never receive the session.
+            assert re.search(r"(?i)path=/ui(;|$)", cookie), cookie
             assert ("Secure" in cookie) is secure, cookie
+            # A cookie an earlier version set for the whole site is expired, not left to
+            # be sent beside the new one.
+            (legacy,) = [c for c in cookies if "Max-Age=0" in c]
+            assert re.search(r"(?i)path=/(;|$)", legacy), legacy
+            # The client's jar holds it for /ui only.
+            jar = [c for c in client.cookies.jar if c.name == sessions.COOKIE]
+            assert [c.path for c in jar] == ["/ui"]
             assert (await client.get("/ui/runs")).status_code == 200
     # Only the session id's hash is stored, never the id itself.
     stored = await sqlite_api.store.read(
@@ -267,6 +278,85 @@ async def test_text_from_runs_is_shown_as_text(live: Api) -> None:
     assert "<script>alert" not in page.text and "<b onmouseover" not in page.text
     # Shown, as text (inside the result's JSON, whose quotes are escaped too).
     assert "&lt;script&gt;alert(" in page.text and "&lt;/script&gt;&lt;b onmouseover=" in page.text
+
+
+async def test_a_session_ends_after_its_idle_time_and_a_request_restarts_the_clock(
+    store_url: str,
+) -> None:
+    """``console_idle`` seconds without a request end a session on the server, well
+    before its absolute expiry; a request restarts the clock (written at most every few
+    seconds); an open stream does not, and ends with the session."""
+    settings = settings_for(store_url, console_idle=600, console_lifetime=7200)
+    async with in_process(settings) as api:
+        key = await api.key("t1", "vera", ("viewer",))
+
+        async def seen() -> float:
+            (row,) = await api.store.read(
+                lambda tx: tx.fetchall("SELECT last_seen_at, created_at, expires_at "
+                                       "FROM console_sessions WHERE revoked_at IS NULL")
+            )  # fmt: skip
+            assert row["expires_at"] <= row["created_at"] + 7200 + 1  # console_lifetime
+            return float(row["last_seen_at"] or row["created_at"])
+
+        async def idle_for(seconds: float) -> None:
+            await api.store.transact(
+                lambda tx: tx.execute(
+                    "UPDATE console_sessions SET last_seen_at = :t",
+                    {"t": time.time() - seconds},
+                )
+            )
+
+        async with browser(api, key) as client:
+            await idle_for(590)  # nearly idle too long: a request keeps it
+            assert (await client.get("/ui/runs")).status_code == 200
+            assert time.time() - await seen() < 60
+            # A stream's looks at its session do not count as the person's requests:
+            # the stream is opened (its request restarts the clock), then nothing else.
+            await idle_for(100)
+            tab = httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app),
+                                    base_url="http://console", cookies=client.cookies)  # fmt: skip
+            reading = asyncio.create_task(_read_all(tab, "/ui/runs/live"))
+
+            async def opened() -> bool:
+                return time.time() - await seen() < 60
+
+            await until(opened)
+            await idle_for(601)
+            status, text = await asyncio.wait_for(reading, 30)
+            assert status == 200 and "retry:" in text  # it was open, then ended
+            assert time.time() - await seen() > 600
+            gone = await client.get("/ui/runs")
+            assert gone.status_code == 303 and gone.headers["location"].startswith("/ui/signin")
+        # A session idle for less than that but past its absolute expiry ends too.
+        async with browser(api, key) as client:
+            await api.store.transact(
+                lambda tx: tx.execute(
+                    "UPDATE console_sessions SET expires_at = :t WHERE revoked_at IS NULL",
+                    {"t": time.time() - 1},
+                )
+            )
+            assert (await client.get("/ui/runs")).status_code == 303
+
+
+async def _read_all(client: httpx.AsyncClient, path: str) -> tuple[int, str]:
+    async with client:
+        r = await client.get(path)
+        return r.status_code, r.text
+
+
+def test_the_idle_time_and_lifetime_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentledger.errors import UsageError
+    from agentledger.service import ServiceSettings
+
+    monkeypatch.setenv("AGENTLEDGER_CONSOLE_SESSION_IDLE", "120")
+    monkeypatch.setenv("AGENTLEDGER_CONSOLE_SESSION_LIFETIME", "3600")
+    made = ServiceSettings(db_url="sqlite://", pepper=b"x" * 16)
+    assert (made.console_idle, made.console_lifetime) == (120.0, 3600.0)
+    monkeypatch.setenv("AGENTLEDGER_CONSOLE_SESSION_IDLE", "5")
+    with pytest.raises(UsageError, match="AGENTLEDGER_CONSOLE_SESSION_IDLE must be"):
+        ServiceSettings(db_url="sqlite://", pepper=b"x" * 16)
 
 
 async def test_an_operator_resumes_after_the_dry_run_a_viewer_cannot(live: Api) -> None:

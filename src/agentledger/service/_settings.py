@@ -78,6 +78,12 @@ class ServiceSettings:
     # Webhooks: how often due deliveries are looked for; the first retry's delay (doubling).
     webhook_poll: float = 0.5
     webhook_backoff: float = 2.0
+    # Console sessions end after this long without a request from their browser, and
+    # this long after sign-in at most (AGENTLEDGER_CONSOLE_SESSION_IDLE / _LIFETIME).
+    console_idle: float = field(default_factory=lambda: envsettings.current().console_session_idle)
+    console_lifetime: float = field(
+        default_factory=lambda: envsettings.current().console_session_lifetime
+    )
     # Workers run inside the service process (the embedded SQLite case).
     workers_inline: int = 0
     # Per-agent webhooks set at deployment (agent name -> URL); they override the

@@ -44,7 +44,7 @@ async def _while_signed_in(request: Request, frames: AsyncIterator[str]) -> Asyn
             now = time.monotonic()
             if now - checked >= _RECHECK:
                 checked = now
-                if await sessions.current(request) is None:
+                if await sessions.current(request, touch=False) is None:
                     return
             yield frame
 
@@ -158,7 +158,7 @@ async def runs_live(request: Request) -> StreamingResponse:
         quiet = 0.0
         while not await request.is_disconnected():
             await asyncio.sleep(_LIVE_POLL)
-            if await sessions.current(request) is None:
+            if await sessions.current(request, touch=False) is None:
                 return  # signed out, expired or its key revoked: the stream ends too
             now = await marks()
             if now != seen:

@@ -1,10 +1,13 @@
 """Console sessions: an API key pasted once becomes a server-side session.
 
 The browser holds a random session id in a cookie (``HttpOnly``, ``SameSite=Strict``,
-``Secure`` over https); the store holds only its SHA-256, the key it was made with, the
-tenant, user and roles, a CSRF token and the expiry. Every request re-reads the session
+``Secure`` over https, ``Path=/ui``: the API's paths never receive it); the store holds
+only its SHA-256, the key it was made with, the tenant, user and roles, a CSRF token, the
+expiry and when the browser last made a request. Every request re-reads the session
 (expiry is the server's, a logout revokes it) and the key (a revoked or expired key ends
-its sessions), so a session never outlives what the key may do.
+its sessions), so a session never outlives what the key may do. A session also ends
+after ``console_idle`` seconds without a request (an unattended browser); an open live
+stream does not count as one, or a tab left open would keep it alive for ever.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from agentledger.service._auth import Principal, check_key
 from agentledger.service._queries import console as queries
 
 COOKIE = "agentledger_console"
-LIFETIME = 8 * 3600.0  # seconds a session lasts at most (never past its key's expiry)
+PATH = "/ui"  # the cookie goes with console requests only
 _MAX_FORM = 64 * 1024  # a console form is a few fields
+_TOUCH_EVERY = 30.0  # seconds: how stale the idle clock may be (a tenth of it at most)
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,8 @@ async def sign_in(request: Request, response: Response, key: str) -> Session:
     principal = await check_key(app, key)
     row = await app.state.keys.get(app.state.store, principal.key_id)
     now = time.time()
-    expires_at = min(now + LIFETIME, float(row["expires_at"]) if row else now)
+    lifetime = app.state.settings.console_lifetime
+    expires_at = min(now + lifetime, float(row["expires_at"]) if row else now)
     session_id = secrets.token_urlsafe(32)
     csrf = secrets.token_urlsafe(32)
     id_hash = _hash(session_id)
@@ -59,17 +64,26 @@ async def sign_in(request: Request, response: Response, key: str) -> Session:
         COOKIE,
         session_id,
         max_age=max(1, int(expires_at - now)),
-        path="/",
+        path=PATH,
         secure=request.url.scheme == "https",
         httponly=True,
         samesite="strict",
     )
+    _forget_root_cookie(response)
     return Session(id_hash, principal, csrf, expires_at)
 
 
-async def current(request: Request) -> Session | None:
-    """The request's live session, or None (no cookie, unknown, revoked, expired, or
-    its key revoked or expired)."""
+def _forget_root_cookie(response: Response) -> None:
+    """Expire a session cookie set with ``Path=/`` by an earlier version: a browser would
+    send it beside the new one, and the server could read the old one first."""
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+
+
+async def current(request: Request, *, touch: bool = True) -> Session | None:
+    """The request's live session, or None (no cookie, unknown, revoked, expired, idle
+    too long, or its key revoked or expired). ``touch``: this request is the person's
+    (a page, a form), so the idle clock starts again; an open stream looking at its
+    session passes False."""
     session_id = request.cookies.get(COOKIE)
     if not session_id or len(session_id) > 200:
         return None
@@ -78,6 +92,14 @@ async def current(request: Request) -> Session | None:
     now = time.time()
     if row is None or row["revoked_at"] is not None or row["expires_at"] <= now:
         return None
+    seen = float(row["last_seen_at"] if row["last_seen_at"] is not None else row["created_at"])
+    idle = state.settings.console_idle
+    if now - seen >= idle:
+        return None
+    if touch and now - seen >= min(_TOUCH_EVERY, idle / 10):
+        # Written at most every few seconds per session: a page's burst of requests (the
+        # page, its assets' checks, a form) is one write, not one each.
+        await state.store.transact(queries.touch_session, row["id_hash"], now)
     key = await state.keys.get(state.store, row["key_id"])
     if key is None or key["revoked_at"] is not None or key["expires_at"] <= now:
         return None
@@ -92,7 +114,8 @@ async def sign_out(request: Request, response: Response, session: Session | None
     """Revoke the session in the store and clear its cookie."""
     if session is not None:
         await request.app.state.store.transact(queries.revoke_session, session.id_hash, time.time())
-    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    response.delete_cookie(COOKIE, path=PATH, httponly=True, samesite="strict")
+    _forget_root_cookie(response)
 
 
 async def form(request: Request) -> dict[str, str]:

@@ -48,6 +48,14 @@ def get_session(tx: Tx, id_hash: str) -> dict[str, Any] | None:
     return row
 
 
+def touch_session(tx: Tx, id_hash: str, now: float) -> None:
+    """The session's browser made a request at ``now`` (its idle clock starts again)."""
+    tx.execute(
+        "UPDATE console_sessions SET last_seen_at = :now WHERE id_hash = :h AND revoked_at IS NULL",
+        {"h": id_hash, "now": now},
+    )
+
+
 def revoke_session(tx: Tx, id_hash: str, now: float) -> bool:
     """End a session; False when it was not live."""
     return bool(
