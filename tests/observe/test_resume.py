@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -69,6 +70,39 @@ async def test_a_confirmed_payment_is_never_executed_again_nor_deleted(
         assert len(payments.calls) == 1
 
 
+async def test_a_forced_resume_re_executes_a_confirmed_payment_and_says_who_and_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payments = Payments()
+    async with Harness(tmp_path, booking_app(payments)) as h:
+        run_id = await _failed_run(h, monkeypatch)
+        monkeypatch.delenv(BUG_FLAG)
+        plan = await h.store.read(observe_resume.plan_resume, run_id, 2)
+        assert not plan.refused and plan.needs_force
+        (forced,) = plan.forced
+        assert forced["step_no"] == 2 and forced["state"] == "confirmed" and forced["key"]
+        for reason in (None, "  "):  # a force without a reason changes nothing
+            with pytest.raises(ResumeRefused, match="needs a reason"):
+                await h.store.transact(
+                    observe_resume.resume_run, run_id, 2, "ops:alice", reason, True
+                )
+        with pytest.raises(observe_resume.ResumeNeedsForce, match=forced["key"]):
+            await h.store.transact(observe_resume.resume_run, run_id, 2, "ops:alice", "why")
+        assert (await h.run(run_id)).status == RunStatus.FAILED
+        assert len(await h.journal(run_id)) == 3
+        await h.store.transact(
+            observe_resume.resume_run, run_id, 2, "ops:alice", "provider refunded it", True
+        )
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.COMPLETED, run
+        assert len(payments.calls) == 2  # called again, under the same key
+        (resumed,) = [e for e in await h.events(run_id) if e.type == "run.resumed"]
+        assert resumed.actor == "ops:alice"
+        assert resumed.data["reason"] == "provider refunded it"
+        assert resumed.data["forced"] == [forced]
+        assert resumed.data["archived_steps"][0]["name"] == forced["name"]
+
+
 def test_cli_dry_run_and_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     payments = Payments()
     h = Harness(tmp_path, booking_app(payments))
@@ -87,7 +121,25 @@ def test_cli_dry_run_and_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert f"would resume {run_id} (failed) from step 3" in out.output
     out = runner.invoke(cli, ["runs", "resume", run_id, "--from-step", "1", "--db", db])
     assert out.exit_code == 1 and "was executed" in out.output
-    out = runner.invoke(cli, ["runs", "resume", run_id, "--force", "--db", db])
-    assert out.exit_code != 0 and "journal keeps every effect" in str(out.exception)
-    out = runner.invoke(cli, ["runs", "resume", run_id, "--db", db])
-    assert out.exit_code == 0 and f"resumed {run_id}" in out.output
+    out = runner.invoke(cli, ["runs", "resume", run_id, "--from-step", "1", "--dry-run",
+                              "--db", db])  # fmt: skip
+    assert out.exit_code == 0 and "needs --force --reason R" in out.output, out.output
+    out = runner.invoke(cli, ["runs", "resume", run_id, "--from-step", "1", "--force",
+                              "--db", db])  # fmt: skip
+    assert out.exit_code != 0 and "--force needs --reason R" in str(out.exception)
+    out = runner.invoke(cli, ["runs", "resume", run_id, "--from-step", "1", "--force",
+                              "--reason", "refunded by hand", "--dry-run", "--db", db])  # fmt: skip
+    assert out.exit_code == 0 and f"would resume {run_id}" in out.output, out.output
+    out = runner.invoke(cli, ["runs", "resume", run_id, "--from-step", "2", "--force",
+                              "--reason", "refunded by hand", "--actor", "ops:eve",
+                              "--db", db])  # fmt: skip
+    assert out.exit_code == 0 and f"resumed {run_id}" in out.output, out.output
+    assert "forced: re-executes confirmed effects 2 " in out.output
+
+    async def resumed() -> list[Any]:
+        async with h:
+            return [e for e in await h.events(run_id) if e.type == "run.resumed"]
+
+    (event,) = asyncio.run(resumed())
+    assert event.actor == "ops:eve" and event.data["reason"] == "refunded by hand"
+    assert [e["step_no"] for e in event.data["forced"]] == [2]

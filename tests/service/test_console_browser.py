@@ -11,6 +11,7 @@ import contextlib
 import html
 import http.server
 import os
+import re
 import shutil
 import threading
 import time
@@ -311,8 +312,9 @@ def handed_over(c: Console, journal: list[tuple[int, str, str, str, str, str]]) 
 def test_a_resume_shows_its_dry_run_before_the_button(console: Console) -> None:
     """The resume page lists the side effects from the resume's step on, each with its
     state and key (a confirmed charge, its compensation, an unknown payment) before any
-    button: a plan that would repeat a confirmed effect has no button, only why; one
-    that only status-checks an unknown write has the button after the list."""
+    button: a plan that would repeat confirmed effects resumes only with the force
+    option ticked and a reason (the audit trail then names who, why and the effects);
+    one that only status-checks an unknown write has the button after the list."""
     from playwright.sync_api import expect
 
     refused = handed_over(console, [
@@ -332,8 +334,34 @@ def test_a_resume_shows_its_dry_run_before_the_button(console: Console) -> None:
     assert "confirmed" in states["k-charge"] and "compensated" in states["k-charge"]
     assert "confirmed" in states["k-refund"] and "compensated" in states["k-refund"]
     assert "unknown" in states["k-pay"] and "status-checked" in states["k-pay"]
-    expect(page.get_by_role("button", name="Resume from step 2")).to_have_count(0)
-    expect(page.get_by_role("alert").first).to_contain_text("Refused")
+    warning = page.locator("#force-needed")
+    expect(warning).to_contain_text("2 confirmed effects would run again")
+    force = page.get_by_label(re.compile("Force: re-execute these 2 confirmed effects"))
+    expect(force).not_to_be_checked()
+    button = page.get_by_role("button", name="Resume from step 2")
+    # Its list and the force option come before the button (reading and Tab order).
+    for before in (dry.first, force):
+        assert page.evaluate(
+            "([a, b]) => !!(a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING)",
+            [before.element_handle(), button.element_handle()],
+        )
+    page.get_by_label(re.compile("^Reason")).fill("charged by hand twice, refunded")
+    button.click()  # without the force option: refused in words, nothing changed
+    expect(page.locator("main h1")).to_have_text("Not resumed")
+    expect(page.locator("main")).to_contain_text("tick the force option and give a reason")
+    with console.api("olga") as api:
+        assert api.get(f"/v1/runs/{refused}").json()["status"] == "needs_human"
+    page.goto(f"{console.base}/ui/runs/{refused}/resume")
+    page.get_by_label(re.compile("Force: re-execute")).check()
+    page.get_by_label(re.compile("^Reason")).fill("charged by hand twice, refunded")
+    page.get_by_role("button", name="Resume from step 2").click()
+    page.wait_for_url(f"{console.base}/ui/runs/{refused}")
+    with console.api("olga") as api:
+        events = api.get(f"/v1/runs/{refused}/events?format=json&limit=1000").json()["events"]
+    (resumed,) = [e for e in events if e["type"] == "run.resumed"]
+    assert resumed["actor"].startswith("olga (key ") and resumed["actor"].endswith(", console)")
+    assert resumed["data"]["reason"] == "charged by hand twice, refunded"
+    assert sorted(e["key"] for e in resumed["data"]["forced"]) == ["k-charge", "k-refund"]
 
     page.goto(f"{console.base}/ui/runs/{resumable}/resume")
     row = page.locator("table:has(caption:text('dry run')) tbody tr")

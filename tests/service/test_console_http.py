@@ -484,7 +484,10 @@ async def test_what_needs_a_human_is_grouped_by_cause(live: Api) -> None:
         # Resume the group: its dry run's count first, then exactly those runs.
         dry = await client.get("/ui/attention/resume?" + urlencode(
             {"status": "needs_human", "cause": cause}))  # fmt: skip
-        assert "Dry run: 2 runs would resume, 0 would be refused" in dry.text
+        assert (
+            "Dry run: 2 runs would resume, 0 only if forced (0 confirmed effects would "
+            "run again), 0 would be refused"
+        ) in dry.text
         shown = re.search(r'name="runs" value="([^"]+)"', dry.text)
         assert shown and sorted(shown.group(1).split(",")) == sorted(handed[:2])
         token = _CSRF.search(dry.text).group(1)  # type: ignore[union-attr]

@@ -56,6 +56,10 @@ def _describe(plan: ResumePlan, dry_run: bool) -> str:
         )
     if dry_run:
         text += "".join(f"\n  refused: {r}" for r in plan.refused)
+        text += "".join(f"\n  needs --force --reason R: {r}" for r in plan.needs_force)
+    elif plan.needs_force:
+        keys = ", ".join(f"{e['step_no']} {e['name']} key {e['key']}" for e in plan.forced)
+        text += f"\n  forced: re-executes confirmed effects {keys}"
     return text
 
 
@@ -78,8 +82,9 @@ async def _answers(store: Store, run_id: str) -> bool:
 @click.option("--agent", default=None, help="With --status: only runs of this agent.")
 @click.option("--limit", default=100, show_default=True, help="With --status: at most this many.")
 @click.option("--dry-run", is_flag=True, help="Show what would be resumed; change nothing.")
-@click.option("--force", is_flag=True, hidden=True,
-              help="Gone: an executed write or compensation is never executed again.")  # fmt: skip
+@click.option("--force", is_flag=True,
+              help="Re-execute the confirmed effects the dry run lists (needs --reason; "
+                   "recorded in the audit trail with them).")  # fmt: skip
 @click.option("--reason", default=None, help="Why (recorded in the audit trail).")
 @click.option("--actor", default=None, help="Who resumes [default: cli:<user>].")
 @db_option
@@ -100,19 +105,19 @@ async def resume(
 ) -> None:
     """Continue a failed or needs_human run after a fix, from its failed step (not the
     top). Steps before it replay from the journal. Refused while a write from that step
-    on has an unknown outcome and no status check (settle it: `runs settle`), and when it
-    would delete an executed write or compensation (the journal keeps every effect;
-    submit a new run instead). --dry-run lists every side effect with its key."""
+    on has an unknown outcome and no status check (settle it: `runs settle`), and, unless
+    --force with --reason, when it would re-execute a confirmed write or compensation
+    (submit a new run instead, or force it: the audit trail records who forced it, why,
+    and those effects). --dry-run lists every side effect with its key."""
     for value, option in ((run_id, "RUN_ID"), (agent, "--agent"), (reason, "--reason"),
                           (actor, "--actor")):  # fmt: skip
         check_text(value, option, limit=None if option == "--reason" else 200)
     if (run_id is None) == (status is None):
         raise UsageError("give a RUN_ID or --status (with --agent), not both")
-    if force:
+    if force and not (reason or "").strip():
         raise UsageError(
-            "--force no longer re-executes an executed write or compensation: the journal "
-            "keeps every effect. Resume from a later step (--from-step), settle an unknown "
-            "write (`agentledger runs settle`), or submit a new run"
+            "--force needs --reason R: the audit trail records who forced the resume, why, "
+            "and the confirmed effects it re-executes"
         )
     if status is not None and from_step is not None:
         raise UsageError("--from-step applies to one run; drop it with --status")
@@ -132,7 +137,7 @@ async def resume(
                     done.append((rid, await store.read(observe_resume.plan_resume, rid, from_step)))
                 else:
                     plan = await store.transact(
-                        observe_resume.resume_run, rid, from_step, who, reason
+                        observe_resume.resume_run, rid, from_step, who, reason, force
                     )
                     done.append((rid, plan))
             except ResumeRefused as exc:

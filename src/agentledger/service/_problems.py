@@ -35,6 +35,8 @@ KINDS: dict[str, tuple[int, str]] = {
     "idempotency-in-flight": (409, "A request with this Idempotency-Key is in flight"),
     "already-decided": (409, "Already decided"),
     "conflict": (409, "Conflict"),
+    "resume-refused": (409, "Not resumed"),
+    "resume-needs-force": (409, "Not resumed: it would re-execute confirmed effects"),
     "arguments-changed": (409, "The approval's arguments are not the ones decided on"),
     "expired": (410, "Expired"),
     "validation-error": (422, "Invalid request"),

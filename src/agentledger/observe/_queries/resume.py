@@ -13,12 +13,15 @@ A resume is one transaction:
    is kept: the resumed engine resolves it by its status check, never by a blind call);
    else the compensation decision; else after the last step.
 3. Every side effect from N on is judged first (:func:`effect_state`), and the resume is
-   refused, whatever the operator asks, when it would
-   - call again a write whose outcome is unknown and whose tool has no status check
-     (it is settled first: :func:`settle_step`, ``agentledger runs settle``), or
-   - delete an executed write or compensation (the journal keeps every effect that
-     happened; a compensated run's forward writes were undone at the provider, and a
-     run completed on them would rest on money given back).
+   refused, whatever the operator asks, when it would call again a write whose outcome
+   is unknown and whose tool has no status check (it is settled first:
+   :func:`settle_step`, ``agentledger runs settle``). It is refused too, unless forced,
+   when it would re-execute a confirmed effect: an executed write or compensation (a
+   compensated run's forward writes were undone at the provider, and a run completed on
+   them would rest on money given back). A force names who and why: the person takes
+   responsibility for each confirmed effect the plan lists (``needs_force``), and the
+   ``run.resumed`` audit event records them with the reason (``forced``). The journal
+   rows go into that event as every archived row does, so nothing that happened is lost.
    A write still in flight (unknown with a status check, or settled "not applied") is
    kept in the journal: the engine status-checks it, or sends it again with its key.
 4. The other journal rows from N on are archived into the ``run.resumed`` audit event
@@ -56,8 +59,14 @@ MAX_STEP_NO = 2**31 - 1
 
 
 class ResumeRefused(StoreError):
-    """A resume (or settle) refused: it would call an unknown write again, delete an
-    executed effect, or the run or step is not in a state it applies to."""
+    """A resume (or settle) refused: it would call an unknown write again, re-execute a
+    confirmed effect without a force, or the run or step is not in a state it applies
+    to."""
+
+
+class ResumeNeedsForce(ResumeRefused):
+    """A resume refused only because it would re-execute confirmed effects: a force
+    with a reason would let it go ahead."""
 
 
 @dataclass
@@ -68,7 +77,9 @@ class ResumePlan:
     kept in flight), each with its ``state`` (:func:`effect_state`, or ``failed``: a
     write that applied nothing and is called again when its step re-executes), the
     ``key`` it has and will use, and ``action``: what the resume does with it.
-    ``refused``: why the resume cannot go ahead (empty: it can).
+    ``refused``: why the resume cannot go ahead, forced or not (empty: it can).
+    ``needs_force``: why it goes ahead only when forced (it re-executes confirmed
+    effects; ``forced`` lists them).
     """
 
     run_id: str
@@ -79,6 +90,8 @@ class ResumePlan:
     kept_in_flight: list[int] = field(default_factory=list)
     effects: list[dict[str, Any]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    needs_force: list[str] = field(default_factory=list)
+    forced: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -304,20 +317,28 @@ def _judge(plan: ResumePlan, step: Step, state: str, undone_by: Step | None) -> 
                 f"{where} was undone by step {undone_by.step_no} ({undone_by.name}, key "
                 f"{undone_by.idempotency_key})"
             )
-        if not any("was compensated" in r for r in plan.refused):
-            plan.refused.append(
+        plan.forced.append(_forced(step, "compensated"))
+        if not any("was compensated" in r for r in plan.needs_force):
+            plan.needs_force.append(
                 f"run {plan.run_id} was compensated ({what}): resuming it from step "
-                f"{plan.from_step} would delete an executed compensation and complete the "
-                "run on an effect the provider shows undone; the journal keeps it. To do "
-                "the work again, submit a new run (`agentledger submit NAME --input ...`): "
-                "it takes new effects with new keys"
+                f"{plan.from_step} re-executes an executed compensation and may complete the "
+                "run on an effect the provider shows undone. To do the work again, submit a "
+                "new run (`agentledger submit NAME --input ...`): it takes new effects with "
+                "new keys; or force the resume with a reason"
             )
-        return "kept (executed and compensated): refused"
-    plan.refused.append(
-        f"{where} was executed: resume never deletes or re-executes an executed write; "
-        f"resume from a later step (--from-step {step.step_no + 1}) or submit a new run"
+        return "confirmed and compensated: re-executed only if forced"
+    plan.forced.append(_forced(step, "confirmed"))
+    plan.needs_force.append(
+        f"{where} was executed: resuming from step {plan.from_step} would call it again; "
+        f"resume from a later step (--from-step {step.step_no + 1}), submit a new run, or "
+        "force the resume with a reason"
     )
-    return "kept (executed): refused"
+    return "confirmed: called again with its key only if forced"
+
+
+def _forced(step: Step, state: str) -> dict[str, Any]:
+    """A confirmed effect a forced resume re-executes, as the audit records it."""
+    return {**_brief(step), "state": state, "key": step.idempotency_key}
 
 
 def resume_run(
@@ -326,8 +347,18 @@ def resume_run(
     from_step: int | None,
     actor: str,
     reason: str | None = None,
+    force: bool = False,
 ) -> ResumePlan:
-    """Resume ``run_id`` (see the module docstring); returns the plan carried out."""
+    """Resume ``run_id`` (see the module docstring); returns the plan carried out.
+
+    ``force``: re-execute the confirmed effects the plan lists (``needs_force``); it
+    needs a ``reason``, and the ``run.resumed`` event records the actor, the reason and
+    those effects. Without it such a resume raises :class:`ResumeNeedsForce`."""
+    if force and not (reason or "").strip():
+        raise ResumeRefused(
+            "a forced resume needs a reason (--reason R): it is recorded in the audit trail "
+            "with who forced it and the confirmed effects it re-executes"
+        )
     # The run row is locked before the journal is read: the plan judges the journal this
     # transaction deletes from, not one read before another resume and its execution
     # (PostgreSQL reads each statement's own snapshot under READ COMMITTED).
@@ -337,6 +368,11 @@ def resume_run(
         raise ResumeRefused(f"run {run_id} changed state meanwhile; look again")
     if plan.refused:
         raise ResumeRefused("; ".join(plan.refused))
+    if plan.needs_force and not force:
+        raise ResumeNeedsForce(
+            f"it would re-execute {len(plan.forced)} confirmed effect(s) "
+            f"({', '.join(str(e['key']) for e in plan.forced)}): " + "; ".join(plan.needs_force)
+        )
     params = {"id": run_id, "n": plan.from_step}
     # Writes kept in flight stay in the journal (by number: at most a run's steps).
     keep = "".join(f" AND step_no <> {int(n)}" for n in plan.kept_in_flight)
@@ -373,6 +409,8 @@ def resume_run(
             "from_step": plan.from_step,
             "previous_status": plan.status,
             "reason": reason,
+            # Who forced it is the event's actor; the confirmed effects it re-executes:
+            "forced": plan.forced if plan.needs_force else None,
             "effects": plan.effects,
             "kept_in_flight": plan.kept_in_flight,
             "archived_steps": archived,

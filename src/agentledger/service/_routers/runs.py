@@ -15,7 +15,9 @@ from pydantic_core import PydanticCustomError
 from agentledger._canonical import NotJournalable, journal_value
 from agentledger._clock import Clock
 from agentledger.errors import UnknownTargetError
+from agentledger.observe._queries.resume import MAX_STEP_NO
 from agentledger.service import _accepting as accepting
+from agentledger.service import _resuming as resuming
 from agentledger.service._auth import ADMIN, OPERATOR, Caller
 from agentledger.service._cursors import make_cursor, parse_cursor
 from agentledger.service._deps import run_or_404
@@ -102,6 +104,34 @@ class CancelRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(default="cancelled through the API", max_length=1000)
+
+
+class ResumeRun(BaseModel):
+    """``POST /v1/runs/{id}/resume``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    from_step: int | None = Field(
+        default=None, ge=1, le=MAX_STEP_NO,
+        description="Re-execute from this step on (default: the failed step).",
+    )  # fmt: skip
+    dry_run: bool = Field(default=False, description="Answer the plan; change nothing.")
+    force: bool = Field(
+        default=False,
+        description="Re-execute the confirmed effects the plan lists (`needs_force`); needs "
+        "a reason, recorded in the audit trail with who forced it and those effects.",
+    )
+    reason: str | None = Field(default=None, max_length=1000, description="Why (audited).")
+
+    @model_validator(mode="after")
+    def _force_has_reason(self) -> ResumeRun:
+        if self.force and not self.dry_run and not (self.reason or "").strip():
+            raise PydanticCustomError(
+                "force_reason",
+                "force needs a reason: it is recorded in the audit trail with who forced "
+                "the resume and the confirmed effects it re-executes",
+            )
+        return self
 
 
 def _validate_input(definition: Any, value: Any) -> None:
@@ -354,3 +384,21 @@ async def cancel_run(
     await request.app.state.store.cancel_run(run_id, reason, actor)
     row = await run_or_404(request, run_id, principal.tenant_id)
     return JSONResponse(run_view(row), status_code=202)
+
+
+@router.post("/{run_id}/resume", responses=ERRORS)
+async def resume_run(
+    run_id: str, request: Request, principal: Caller, body: ResumeRun
+) -> dict[str, Any]:
+    """Continue a failed or ``needs_human`` run from a step (role operator), or with
+    ``dry_run`` answer what it would do: every side effect from there on with its state,
+    key and what the resume does with it. Refused (409) when it would call again a write
+    whose outcome is unknown without a status check, and, without ``force`` and a
+    ``reason``, when it would re-execute confirmed effects (``needs_force``)."""
+    await run_or_404(request, run_id, principal.tenant_id)
+    if not principal.has(OPERATOR, ADMIN):
+        raise Problem("forbidden", "resuming a run needs the role operator")
+    plan = await resuming.resume(
+        request, principal, run_id, body.from_step, body.reason, body.force, body.dry_run
+    )
+    return plan.to_dict()
