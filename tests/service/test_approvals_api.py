@@ -195,7 +195,7 @@ async def test_a_result_long_poll_on_a_run_parked_for_approval_answers_at_once(
     )
 
     async def answered_or_held() -> bool:
-        return waiting.done() or run["id"] in hub._waiters
+        return waiting.done() or ("run", run["id"]) in hub._waiters
 
     await until(answered_or_held)
     approval = run["pending_approval"]

@@ -197,9 +197,15 @@ async def test_a_run_that_is_not_resumable_is_not_resumed_nor_forced(live: Api) 
         for step in ("0", "1"):
             r = await client.post(
                 f"/ui/runs/{handed['id']}/resume",
-                data={"csrf": token, "from_step": step, "force": "yes"},
+                data={"csrf": token, "from_step": step, "force": "yes", "reason": "again"},
             )
             assert r.status_code == 409, (step, r.status_code)
+        # A force without a reason changes nothing either.
+        r = await client.post(
+            f"/ui/runs/{handed['id']}/resume",
+            data={"csrf": token, "from_step": "2", "force": "yes"},
+        )
+        assert r.status_code == 400 and "needs a reason" in r.text
     after = await live.client.get(
         f"/v1/runs/{done['id']}/events?format=json&limit=1000", headers=operator
     )

@@ -188,6 +188,32 @@ def test_an_approver_approves_and_the_runs_page_turns_completed_live(console: Co
     manager.context.close()
 
 
+def test_the_runs_list_takes_in_and_changes_runs_without_a_reload(console: Console) -> None:
+    """A run submitted while the list is open appears, and turns completed when it is
+    approved elsewhere: the page is never loaded again, and it makes no request of its
+    own (no polling): the server's stream brings the rows."""
+    from playwright.sync_api import expect
+
+    page = signed_in(console, "olga")
+    page.evaluate("window.loadedOnce = true")
+    fetched: list[str] = []
+    page.on("request", lambda r: fetched.append(r.url))
+    run = parked(console, 64)
+    row = page.locator(f"tr[data-run='{run['id']}']")
+    expect(row).to_contain_text("waiting for approval", timeout=15_000)
+    approval = run["pending_approval"]
+    with console.api("mona") as api:
+        decided = api.post(
+            f"/v1/approvals/{approval['id']}/decision",
+            json={"decision": "approve", "arguments_hash": approval["arguments_hash"]},
+        )
+        assert decided.status_code == 200, decided.text
+    expect(row.locator(".status")).to_have_text("completed", timeout=30_000)
+    assert page.evaluate("window.loadedOnce === true")  # the same document throughout
+    assert fetched == [], fetched  # the stream was opened before; nothing asked since
+    page.context.close()
+
+
 def test_a_stale_approval_says_the_arguments_changed(console: Console) -> None:
     from playwright.sync_api import expect
 

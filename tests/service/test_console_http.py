@@ -246,7 +246,7 @@ async def test_every_console_answer_carries_the_csp_and_the_usual_headers(live: 
     pages = ["/ui/signin", "/ui/static/console.css", "/ui/static/console.js"]
     async with browser(live, operator) as client:
         pages += ["/ui/runs", "/ui/runs?status=waiting_approval&min_retries=x",
-                  f"/ui/runs/{run['id']}", f"/ui/runs/{run['id']}/story", "/ui/runs/rows",
+                  f"/ui/runs/{run['id']}", f"/ui/runs/{run['id']}/story",
                   "/ui/approvals", "/ui/runs/missing", "/ui/nothing/here"]  # fmt: skip
         for path in pages:
             r = await client.get(path)

@@ -11,6 +11,11 @@ is 100 queries fewer per change, all on the store's one connection. A kept head 
 never newer than the database, and the hub wakes the waiters whenever it moves, so a
 stream that reads a kept head misses nothing: it is woken again by the next poll.
 
+A tenant is watched the same way (:meth:`EventHub.watch_tenant`, the runs list): its
+head is the last position of its audit chain (``audit_heads.chain_no``), which moves
+when the sealer chains the tenant's new events, so one primary-key read per watched
+tenant and poll tells whether anything of the tenant happened.
+
 A poll runs every ``period`` seconds, and at once (at most every ``MIN_GAP``) when
 :meth:`EventHub.poke` says events were committed: the store calls it after each journal
 commit of this process (``serve --workers-inline``), and on PostgreSQL every journal
@@ -33,6 +38,8 @@ log = logging.getLogger(__name__)
 
 _CHUNK = 500  # runs per poll query
 MIN_GAP = 0.005  # seconds between polls started by pokes: a burst of commits, one poll
+_RUN, _TENANT = "run", "tenant"
+_Key = tuple[str, str]  # (kind, id)
 
 
 class EventHub:
@@ -41,8 +48,9 @@ class EventHub:
     def __init__(self, store: Store, period: float) -> None:
         self.store = store
         self.period = period
-        self._waiters: dict[str, set[asyncio.Event]] = {}
-        self._heads: dict[str, tuple[int, str]] = {}
+        # Keyed by (kind, id): a run id and a tenant id may be the same text.
+        self._waiters: dict[tuple[str, str], set[asyncio.Event]] = {}
+        self._heads: dict[tuple[str, str], tuple[int, str]] = {}
         self._wake = asyncio.Event()
         self._poked = asyncio.Event()
         self._loop_ref: asyncio.AbstractEventLoop | None = None
@@ -79,26 +87,52 @@ class EventHub:
     @contextlib.asynccontextmanager
     async def watch(self, run_id: str) -> AsyncIterator[asyncio.Event]:
         """An event set whenever ``run_id`` gets a new event or status."""
+        async with self._watch((_RUN, run_id)) as event:
+            yield event
+
+    @contextlib.asynccontextmanager
+    async def watch_tenant(self, tenant_id: str) -> AsyncIterator[asyncio.Event]:
+        """An event set whenever the tenant's audit chain grows (its events sealed)."""
+        async with self._watch((_TENANT, tenant_id)) as event:
+            yield event
+
+    @contextlib.asynccontextmanager
+    async def _watch(self, key: tuple[str, str]) -> AsyncIterator[asyncio.Event]:
         event = asyncio.Event()
-        self._waiters.setdefault(run_id, set()).add(event)
+        self._waiters.setdefault(key, set()).add(event)
         self._wake.set()
         try:
             yield event
         finally:
-            waiters = self._waiters.get(run_id)
+            waiters = self._waiters.get(key)
             if waiters is not None:
                 waiters.discard(event)
                 if not waiters:
-                    del self._waiters[run_id]
-                    self._heads.pop(run_id, None)
+                    del self._waiters[key]
+                    self._heads.pop(key, None)
 
     def head(self, run_id: str) -> tuple[int, str] | None:
         """(last event seq, status) of a watched run as the last poll read it; None
         before the first poll that saw it."""
-        return self._heads.get(run_id)
+        return self._heads.get((_RUN, run_id))
 
-    async def _heads_of(self, ids: list[str]) -> dict[str, tuple[int, str]]:
-        return await self.store.read(service_events.event_heads, ids)
+    def tenant_head(self, tenant_id: str) -> int | None:
+        """The last chain position of a watched tenant as the last poll read it."""
+        head = self._heads.get((_TENANT, tenant_id))
+        return None if head is None else head[0]
+
+    async def _heads_of(self, keys: list[_Key]) -> dict[_Key, tuple[int, str]]:
+        runs = [i for kind, i in keys if kind == _RUN]
+        tenants = [i for kind, i in keys if kind == _TENANT]
+        out: dict[tuple[str, str], tuple[int, str]] = {}
+        if runs:
+            found = await self.store.read(service_events.event_heads, runs)
+            out.update(((_RUN, i), head) for i, head in found.items())
+        if tenants:
+            chains = await self.store.read(service_events.tenant_heads, tenants)
+            # A tenant with nothing sealed yet is at position 0.
+            out.update(((_TENANT, t), (chains.get(t, 0), "")) for t in tenants)
+        return out
 
     async def _loop(self) -> None:
         while True:
@@ -106,7 +140,7 @@ class EventHub:
                 self._wake.clear()
                 await self._wake.wait()
             ids = list(self._waiters)
-            heads: dict[str, tuple[int, str]] = {}
+            heads: dict[tuple[str, str], tuple[int, str]] = {}
             # In chunks: one query naming every watched run would pass the database's
             # limit of bound parameters under a reconnect storm and blind every stream.
             for start in range(0, len(ids), _CHUNK):
@@ -115,10 +149,10 @@ class EventHub:
                     heads.update(await self._heads_of(chunk))
                 except Exception as exc:  # a store hiccup must not end every stream
                     log.warning("event hub poll failed: %s", exc)
-            for run_id, head in heads.items():
-                if self._heads.get(run_id) != head:
-                    self._heads[run_id] = head
-                    for event in self._waiters.get(run_id, ()):
+            for key, head in heads.items():
+                if self._heads.get(key) != head:
+                    self._heads[key] = head
+                    for event in self._waiters.get(key, ()):
                         event.set()
             await self._pause()
 

@@ -85,7 +85,7 @@ def _force_fields(fields: dict[str, str]) -> tuple[bool, str | None]:
 
 
 def _page_error(exc: Problem) -> PageError:
-    detail = exc.detail
+    detail = f"Nothing was changed. {exc.detail}"
     if exc.kind == "resume-needs-force":
         detail = f"{detail} {_FORCE_HOW}"
     return PageError(exc.status, "Not resumed", detail)

@@ -1,11 +1,21 @@
 """``/ui/runs``: the runs list (filters in the URL, paged on the server, live) and a
-run's page (its story, followed live; cancel for operators)."""
+run's page (its story, followed live; cancel for operators).
+
+The live list follows the tenant's event stream (``routers/events.follow_tenant``: the
+hub wakes it when the tenant's audit chain grows) and reads its page again only when
+an event could change it: an event of a run the page shows, or of a run that matches
+the page's filter now and falls within it (``queries.runs_matching``, by the runs'
+primary key). Events close together are one read (``LIVE_DEBOUNCE``). The stream sends
+the page's rows itself, so a change costs one read; each frame's id is the tenant's
+chain position the page reflects, so a reconnect (``Last-Event-ID``) gets the rows
+again only when something happened meanwhile."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import math
 import time
 from collections.abc import AsyncIterator
@@ -30,8 +40,9 @@ from agentledger.store._queries import service_runs
 router = APIRouter(prefix="/ui/runs", include_in_schema=False)
 PAGE = 50
 _TEXT_FILTERS = ("agent", "version", "user", "error_class", "idempotency_key")
-_LIVE_POLL = 1.0  # seconds between the live list's looks at its page
+LIVE_DEBOUNCE = 0.25  # seconds the live list waits after a relevant event for more
 _RECHECK = 1.0  # seconds between an open stream's looks at its session
+_MATCH_CHUNK = 500  # run ids per runs_matching query
 
 
 async def _while_signed_in(request: Request, frames: AsyncIterator[str]) -> AsyncIterator[str]:
@@ -123,55 +134,85 @@ def _page_context(found: list[dict[str, Any]], params: dict[str, str]) -> dict[s
 async def runs_page(request: Request) -> HTMLResponse:
     session = await signed_in(request)
     f, params, errors = filters_of(request, session.principal.tenant_id)
+    # Read before the page: the live stream goes on from here, so whatever happens
+    # between the two reads is judged by it, not missed.
+    after = await events_router.tenant_head(request, session.principal.tenant_id)
     found = await request.app.state.store.read(queries.list_runs, f)
     return render.page(
         request, "runs.html", title="Runs", errors=errors, statuses=queries.STATUSES,
-        **_page_context(found, params),
+        after=after, **_page_context(found, params),
     )  # fmt: skip
 
 
-@router.get("/rows")
-async def runs_rows(request: Request) -> HTMLResponse:
-    """The list's rows alone: what the live list swaps in when its page changed."""
-    session = await signed_in(request)
-    f, params, _ = filters_of(request, session.principal.tenant_id)
-    found = await request.app.state.store.read(queries.list_runs, f)
+def _rows_frame(found: list[dict[str, Any]], params: dict[str, str], mark: int) -> str:
     body = render.html("_rows.html", **_page_context(found, params))
-    return HTMLResponse(body, headers={"Cache-Control": "no-store"})
+    return f"id: {mark}\nevent: rows\ndata: {json.dumps({'html': body})}\n\n"
+
+
+def _oldest(found: list[dict[str, Any]]) -> tuple[float, str] | None:
+    """The oldest row of a full page: older runs cannot enter it."""
+    if len(found) < PAGE:
+        return None
+    last = found[-1]["run"]
+    return (last.created_at, last.id)
 
 
 @router.get("/live")
-async def runs_live(request: Request) -> StreamingResponse:
-    """Server-sent ``changed`` events whenever the page these filters show changes (a
-    run on it moves on, a new run enters it); the page then fetches its rows again."""
+async def runs_live(request: Request, after: int | None = None) -> Response:
+    """Server-sent ``rows`` events: the page these filters show, read again whenever an
+    event of the tenant could change it (see the module's docstring); a ``position``
+    event when there was nothing to send for a heartbeat."""
     session = await signed_in(request)
-    f, _, _ = filters_of(request, session.principal.tenant_id)
+    tenant_id = session.principal.tenant_id
+    if after is not None and not 0 <= after <= 2**62:
+        raise PageError(400, "Bad request", "after must be an event id")
+    try:
+        start = _resume_point(request, after)
+    except Problem as exc:
+        raise PageError(400, "Bad request", exc.detail) from None
+    f, params, _ = filters_of(request, tenant_id)
+    params.pop("after", None)  # the stream's own, not the page's
     store = request.app.state.store
+    settings = request.app.state.settings
 
-    async def marks() -> list[tuple[str, str, int]]:
-        found = await store.read(queries.list_runs, f)
-        return [(r["run"].id, r["run"].status, r["event_seq"]) for r in found]
+    async def could_change(batch: list[dict[str, Any]], covered: int, shown: set[str],
+                           floor: tuple[float, str] | None) -> bool:  # fmt: skip
+        ids = list({e["run_id"] for e in batch if e["chain_no"] > covered})
+        if not ids:
+            return False
+        if shown.intersection(ids):
+            return True
+        for i in range(0, len(ids), _MATCH_CHUNK):
+            if await store.read(queries.runs_matching, f, ids[i : i + _MATCH_CHUNK], floor):
+                return True
+        return False
 
     async def stream() -> AsyncIterator[str]:
-        yield "retry: 2000\n\n"
-        seen = await marks()
-        quiet = 0.0
-        while not await request.is_disconnected():
-            await asyncio.sleep(_LIVE_POLL)
-            if await sessions.current(request, touch=False) is None:
-                return  # signed out, expired or its key revoked: the stream ends too
-            now = await marks()
-            if now != seen:
-                seen, quiet = now, 0.0
-                yield "event: changed\ndata: {}\n\n"
-            else:
-                quiet += _LIVE_POLL
-                if quiet >= 15:
-                    quiet = 0.0
-                    yield ": still here\n\n"
+        yield f"retry: {settings.sse_retry_ms}\n\n"
+        covered = await events_router.tenant_head(request, tenant_id)
+        found = await store.read(queries.list_runs, f)
+        sent = time.monotonic()
+        if start != covered:  # the page the browser shows may be older than this one
+            yield _rows_frame(found, params, covered)
+        mark = covered
+        shown = {r["run"].id for r in found}
+        floor = _oldest(found)
+        async for last, batch in events_router.follow_tenant(request, tenant_id, covered):
+            mark = max(mark, last)
+            if batch and await could_change(batch, covered, shown, floor):
+                await asyncio.sleep(LIVE_DEBOUNCE)  # the events around it: one read
+                covered = await events_router.tenant_head(request, tenant_id)
+                found = await store.read(queries.list_runs, f)
+                shown, floor = {r["run"].id for r in found}, _oldest(found)
+                mark = max(mark, covered)
+                sent = time.monotonic()
+                yield _rows_frame(found, params, mark)
+            elif time.monotonic() - sent >= settings.sse_heartbeat:
+                sent = time.monotonic()
+                yield f"id: {mark}\nevent: position\ndata: {{}}\n\n"
 
     return StreamingResponse(
-        stream(), media_type="text/event-stream",
+        _while_signed_in(request, stream()), media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )  # fmt: skip
 

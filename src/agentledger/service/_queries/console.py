@@ -175,6 +175,28 @@ def list_runs(tx: Tx, f: ConsoleFilter) -> list[dict[str, Any]]:
     return out
 
 
+def runs_matching(
+    tx: Tx, f: ConsoleFilter, run_ids: list[str], floor: tuple[float, str] | None
+) -> list[str]:
+    """Which of ``run_ids`` the page ``f`` shows could take in now: those that match its
+    filter (the list's own conditions, cursor included) and are not older than
+    ``floor``, the oldest row of a full page. By the runs' primary key, however rare
+    the filter: the live list asks it about the runs whose events it just read."""
+    if not run_ids:
+        return []
+    where, params = _where(f)
+    marks = []
+    for i, run_id in enumerate(run_ids):
+        params[f"id{i}"] = run_id
+        marks.append(f":id{i}")
+    where.append(f"id IN ({', '.join(marks)})")
+    if floor is not None:
+        where.append("(created_at > :floor_at OR (created_at = :floor_at AND id >= :floor_id))")
+        params["floor_at"], params["floor_id"] = floor
+    found = tx.fetchall(f"SELECT id FROM runs WHERE {' AND '.join(where)}", params)
+    return [r["id"] for r in found]
+
+
 # a run's page ------------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""The service's event reads: a run's events by per-run ``seq`` (gapless, in commit order)."""
+"""The service's event reads: a run's events by per-run ``seq`` (gapless, in commit order);
+a tenant's events by their audit chain position (gapless, in sealing order)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,27 @@ def last_event_of_types(tx: Tx, run_id: str, types: tuple[str, ...]) -> dict[str
         "at": r["at"],
         "data": data,
     }
+
+
+def tenant_heads(tx: Tx, tenant_ids: list[str]) -> dict[str, int]:
+    """Tenant id -> the last position of its audit chain (tenants with none left out)."""
+    if not tenant_ids:
+        return {}
+    params = {f"t{i}": t for i, t in enumerate(tenant_ids)}
+    marks = ", ".join(f":{k}" for k in params)
+    found = tx.fetchall(
+        f"SELECT tenant_id, chain_no FROM audit_heads WHERE tenant_id IN ({marks})", params
+    )
+    return {r["tenant_id"]: int(r["chain_no"]) for r in found}
+
+
+def tenant_events(tx: Tx, tenant_id: str, after: int, limit: int) -> list[dict[str, Any]]:
+    """The tenant's sealed events after chain position ``after``, in chain order (by the
+    ``events_chain`` index), at most ``limit``: position, run (or audit id), type."""
+    found = tx.fetchall(
+        "SELECT chain_no, run_id, type FROM events WHERE tenant_id = :t AND chain_no > :after "
+        "ORDER BY chain_no LIMIT :limit",
+        {"t": tenant_id, "after": after, "limit": limit},
+    )
+    return [{"chain_no": int(r["chain_no"]), "run_id": r["run_id"], "type": r["type"]}
+            for r in found]  # fmt: skip

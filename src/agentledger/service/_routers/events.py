@@ -5,10 +5,16 @@ entry it describes), so ``Last-Event-ID: N`` or ``?after=N`` resumes exactly aft
 A client that reconnects after the end gets the terminal event again. ``retry:`` and
 heartbeat comments keep proxies open. A client that disconnects never cancels the run:
 the stream only reads.
+
+A tenant's events are followed the same way (:func:`follow_tenant`, the console's live
+runs list): woken by the same hub, read in pages after a position that only grows, by
+their audit chain position (gapless per tenant, in sealing order), so a follower that
+resumes after position N misses nothing of the tenant's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -110,6 +116,41 @@ async def _stream(request: Request, run_id: str, after: int) -> AsyncIterator[st
                 return
             async for frame in feed.until(changed, settings.sse_heartbeat):
                 yield frame
+
+
+async def follow_tenant(
+    request: Request, tenant_id: str, after: int
+) -> AsyncIterator[tuple[int, list[dict[str, Any]]]]:
+    """The tenant's events after chain position ``after`` as the sealer chains them:
+    (the position reached, the page of events up to it). An empty page: nothing new for
+    ``sse_heartbeat`` seconds (a stream's cue to say it is still there)."""
+    state = request.app.state
+    store = state.store
+    heartbeat = state.settings.sse_heartbeat
+    last = after
+    async with state.hub.watch_tenant(tenant_id) as changed:
+        while True:
+            changed.clear()  # before the read: a change after it wakes the wait below
+            head = state.hub.tenant_head(tenant_id)
+            if head is None:
+                heads = await store.read(service_events.tenant_heads, [tenant_id])
+                head = heads.get(tenant_id, 0)
+            while last < head:
+                page = await store.read(service_events.tenant_events, tenant_id, last, _PAGE)
+                if not page:
+                    break
+                last = page[-1]["chain_no"]
+                yield last, page
+            try:
+                await asyncio.wait_for(changed.wait(), heartbeat)
+            except TimeoutError:
+                yield last, []
+
+
+async def tenant_head(request: Request, tenant_id: str) -> int:
+    """The tenant's chain position now (read from the store, not the hub)."""
+    heads = await request.app.state.store.read(service_events.tenant_heads, [tenant_id])
+    return int(heads.get(tenant_id, 0))
 
 
 def _synthetic_end(run_id: str, status: str, seq: int) -> dict[str, Any]:

@@ -30,19 +30,25 @@
     });
   }
 
+  // The runs list: the server follows the tenant's events and sends the page's rows
+  // when one could have changed them (no polling here); the frames' ids let a
+  // reconnect say where it was.
   function liveList() {
     var table = document.querySelector("table.runs[data-live]");
     if (!table || !window.EventSource) { return; }
     var body = document.getElementById("run-rows");
     var note = document.getElementById("live-note");
-    var refresh = debounce(function () {
-      fetchHtml(table.dataset.rows).then(function (html) {
-        body.innerHTML = html;
-        if (note) { note.textContent = "Updated " + new Date().toLocaleTimeString(); }
-      }).catch(function () {});
-    }, 150);
+    var shown = null;
     var source = new EventSource(table.dataset.live);
-    source.addEventListener("changed", refresh);
+    source.addEventListener("rows", function (e) {
+      var html;
+      try { html = JSON.parse(e.data).html; } catch (err) { return; }
+      if (html !== shown) {
+        shown = html;
+        body.innerHTML = html;
+      }
+      if (note) { note.textContent = "Updated " + new Date().toLocaleTimeString(); }
+    });
   }
 
   function liveRun() {
