@@ -601,6 +601,33 @@ async def test_check_now_shows_the_providers_answer_beside_the_journals(live: Ap
         )
         assert 'id="provider-says">succeeded: it happened</td>' in checked.text
         assert '"shipped": "p-7"' in html.unescape(checked.text)
+        assert "asked again in 30 seconds" in checked.text
+        # At most once every 30 s per write, said in words; two asks at once: one asks.
+        again = await client.post("/ui/effects/check", data={**form, "csrf": token.group(1)})
+        assert again.status_code == 429 and "at most once every 30 s" in again.text
+        assert "Ask again in" in again.text and "olga (key " in again.text
+        await live.store.transact(
+            lambda tx: tx.execute(
+                "UPDATE events SET at = at - 60 WHERE run_id = :id AND type LIKE 'effect.%'",
+                {"id": run_id},
+            )
+        )
+        both = await asyncio.gather(*(
+            client.post("/ui/effects/check", data={**form, "csrf": token.group(1)})
+            for _ in range(2)
+        ))  # fmt: skip
+        assert sorted(r.status_code for r in both) == [200, 429]
+    events = (await live.client.get(f"/v1/runs/{run_id}/events?format=json&limit=1000",
+                                    headers=operator)).json()["events"]  # fmt: skip
+    asked = [e for e in events if e["type"] == "effect.check_asked"]
+    answered = [e for e in events if e["type"] == "effect.checked"]
+    assert len(asked) == len(answered) == 2  # the refused asks are not recorded as asks
+    for e in asked + answered:
+        assert e["actor"].startswith("olga (key ") and e["actor"].endswith(", console)")
+        assert e["data"]["key"] == "k-ship" and e["data"]["step_no"] == 4
+    assert answered[0]["data"]["provider"] == "succeeded: it happened"
+    assert answered[0]["data"]["journal"] == "outcome unknown: handed over to a person"
+    assert answered[0]["data"]["result"] == {"shipped": "p-7", "key": "k-ship"}
     steps = await live.store.read(
         lambda tx: tx.fetchall(
             "SELECT status FROM steps WHERE run_id = :id AND step_no = 4", {"id": run_id}

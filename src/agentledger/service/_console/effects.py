@@ -3,10 +3,18 @@ its key, state and tool (the provider it calls); writes whose outcome is open ar
 first. "Check now" (operators) asks the tool's status check about an open write's key,
 from this process (it serves the app, so it has the tool), and shows the provider's
 answer beside the journal's; the journal is left as it is: the run's worker settles it
-by the same check when the run goes on."""
+by the same check when the run goes on.
+
+A check is audited and rate-limited per write: the ask is recorded in the run's audit
+trail (``effect.check_asked``: who, which write) before the provider is called, in a
+transaction that refuses it when anyone asked about the same write within
+``CHECK_EVERY`` seconds (the run row locked, so concurrent asks take turns); the answer
+follows (``effect.checked``: what the provider said and what the journal says)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from typing import Any
 
@@ -26,6 +34,13 @@ from agentledger.store._queries import service_runs
 from agentledger.tools._context import Principal, ToolContext
 
 router = APIRouter(prefix="/ui/effects", include_in_schema=False)
+CHECK_EVERY = 30.0  # seconds: a write's provider is asked at most this often
+_PROVIDER_WORDS = {
+    "succeeded": "succeeded: it happened",
+    "not_found": "not found: it did not happen",
+    "pending": "pending: ask again later",
+    "failed": "failed",
+}
 
 
 @router.get("")
@@ -44,8 +59,21 @@ async def effects_page(request: Request, cursor: str | None = None) -> HTMLRespo
     nxt = make_cursor(*found["next"]) if found["next"] else None
     return render.page(
         request, "effects.html", title="Side effects", open=found["open"],
-        writes=found["writes"], next_cursor=nxt,
+        writes=found["writes"], next_cursor=nxt, check_every=int(CHECK_EVERY),
     )  # fmt: skip
+
+
+_RECORD_LIMIT = 8000  # characters of a provider's result the audit trail keeps
+
+
+def _recorded(result: Any) -> Any:
+    """The provider's result as the audit trail keeps it: JSON (anything else as its
+    text), cut to ``_RECORD_LIMIT`` characters with its full digest."""
+    text = json.dumps(result, default=str, sort_keys=True, ensure_ascii=False)
+    if len(text) <= _RECORD_LIMIT:
+        return json.loads(text)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return {"cut_to": _RECORD_LIMIT, "sha256": digest, "text": text[:_RECORD_LIMIT]}
 
 
 def _checkable(request: Request, step: Any) -> Any:
@@ -84,6 +112,20 @@ async def check_now(request: Request) -> HTMLResponse:
             409, "Nothing to check",
             "This write's outcome is not open, or its tool has no status check.",
         )  # fmt: skip
+    actor = f"{p.user_id} (key {p.key_id}, console)"
+    journal = story.effect_words(step, run.status)
+    earlier = await store.transact(
+        queries.claim_status_check, run.id, step.step_no, step.idempotency_key, step.name,
+        actor, CHECK_EVERY,
+    )  # fmt: skip
+    if earlier is not None:
+        wait = max(1, int(earlier["at"] + CHECK_EVERY - time.time() + 0.999))
+        raise PageError(
+            429, "Asked a moment ago",
+            f"The provider was asked about {step.idempotency_key} by {earlier['actor']} "
+            f"{max(0, int(time.time() - earlier['at']))} s ago; a write's provider is asked "
+            f"at most once every {int(CHECK_EVERY)} s. Ask again in {wait} s.",
+        )  # fmt: skip
     app = request.app.state.agent_app
     ctx = ToolContext(
         run_id=run.id, step_no=step.step_no, idempotency_key=step.idempotency_key,
@@ -95,8 +137,20 @@ async def check_now(request: Request) -> HTMLResponse:
     args = step.input.get("args", {}) if isinstance(step.input, dict) else {}
     history: list[str] = []
     answer = await ask_status(tool, ctx, args, history)
+    provider = (
+        f"could not ask ({', '.join(history)}): no answer"
+        if history
+        else _PROVIDER_WORDS.get(answer.state, str(answer.state))
+    )
+    await store.transact(
+        queries.record_status_check, run.id, actor,
+        {"step_no": step.step_no, "key": step.idempotency_key, "tool": step.name,
+         "journal": journal, "provider": provider, "provider_state": str(answer.state),
+         "result": _recorded(answer.result), "error": answer.error,
+         "could_not_ask": history},
+    )  # fmt: skip
     return render.page(
         request, "check.html", title=f"Status check of {step.idempotency_key}", run=run,
-        step=step, journal=story.effect_words(step, run.status), answer=answer,
-        could_not_ask=history,
+        step=step, journal=journal, provider=provider, answer=answer,
+        check_every=int(CHECK_EVERY),
     )  # fmt: skip

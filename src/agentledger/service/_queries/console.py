@@ -4,12 +4,14 @@ behind a run's page (service/_console/)."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from agentledger.records import RunStatus
 from agentledger.store import _rows as rows
 from agentledger.store._queries.common import RUN_COLUMNS
+from agentledger.store._queries.events import insert_event
 from agentledger.store._queries.service_runs import run_where
 from agentledger.store._tx import Tx
 
@@ -352,6 +354,39 @@ def _ledger_row(r: dict[str, Any]) -> dict[str, Any]:
         "run_status": r["run_status"],
         "agent": r["agent"],
     }
+
+
+CHECK_ASKED = "effect.check_asked"
+CHECK_ANSWERED = "effect.checked"
+
+
+def claim_status_check(
+    tx: Tx, run_id: str, step_no: int, key: str, tool: str, actor: str, every: float
+) -> dict[str, Any] | None:
+    """Record that ``actor`` asks the provider about write ``step_no`` of ``run_id`` now,
+    unless someone asked within ``every`` seconds: then nothing is written and the
+    earlier ask is returned (its time and who). The run row is locked first, so two
+    asks at once are taken in turn and the second sees the first."""
+    tx.execute("UPDATE runs SET event_seq = event_seq WHERE id = :id", {"id": run_id})
+    now = time.time()
+    found = tx.fetchall(
+        "SELECT at, actor, data FROM events WHERE run_id = :id AND type = :t "
+        "AND at > :since ORDER BY seq DESC",
+        {"id": run_id, "t": CHECK_ASKED, "since": now - every},
+    )
+    for row in found:
+        data = json.loads(row["data"]) if row["data"] else {}
+        if isinstance(data, dict) and data.get("step_no") == step_no:
+            return {"at": float(row["at"]), "actor": row["actor"]}
+    insert_event(tx, run_id, CHECK_ASKED, actor,
+                 {"step_no": step_no, "key": key, "tool": tool})  # fmt: skip
+    return None
+
+
+def record_status_check(tx: Tx, run_id: str, actor: str, data: dict[str, Any]) -> None:
+    """The provider's answer to a status check, beside the journal's word, in the
+    run's audit trail."""
+    insert_event(tx, run_id, CHECK_ANSWERED, actor, data)
 
 
 def group_runs(tx: Tx, tenant_id: str, status: str, cause: str, limit: int) -> list[str]:
