@@ -136,8 +136,13 @@ async def test_a_bulk_resume_counts_and_forces_only_when_asked(live: Api) -> Non
         runs = re.search(r'name="runs" value="([^"]*)"', dry.text).group(1)  # type: ignore[union-attr]
         forced = re.search(r'name="forced_runs" value="([^"]*)"', dry.text).group(1)  # type: ignore[union-attr]
         assert (runs, forced) == (plain, confirmed)
+        assert 'name="forced_effects" value="1"' in dry.text
         form = {"csrf": token, "status": "needs_human", "cause": CAUSE, "runs": runs,
-                "forced_runs": forced, "reason": "after the fix"}  # fmt: skip
+                "forced_runs": forced, "forced_effects": "1",
+                "reason": "after the fix"}  # fmt: skip
+        other = await client.post("/ui/attention/resume",
+                                  data={**form, "force": "yes", "forced_effects": "2"})  # fmt: skip
+        assert other.status_code == 409 and "changed since you looked" in other.text
         no_reason = await client.post("/ui/attention/resume",
                                       data={**form, "force": "yes", "reason": ""})  # fmt: skip
         assert no_reason.status_code == 400
@@ -160,7 +165,8 @@ async def test_a_bulk_resume_without_the_force_leaves_the_confirmed_run(live: Ap
         dry = await client.get(f"/ui/attention/resume?{query}")
         token = _CSRF.search(dry.text).group(1)  # type: ignore[union-attr]
         form = {"csrf": token, "status": "needs_human", "cause": CAUSE, "runs": plain,
-                "forced_runs": confirmed, "reason": "after the fix"}  # fmt: skip
+                "forced_runs": confirmed, "forced_effects": "1",
+                "reason": "after the fix"}  # fmt: skip
         done = await client.post("/ui/attention/resume", data=form)
         assert done.status_code == 200 and done.text.count(": resumed</li>") == 1
         assert "the force option was not ticked" in done.text

@@ -29,6 +29,8 @@ import httpx
 from agentledger import App
 from agentledger.service import ServiceSettings, create_app
 from agentledger.service._auth import create_key
+from agentledger.service._queries import console as console_queries
+from agentledger.service._queries.console import ConsoleFilter
 from agentledger.store import Store, open_store
 from agentledger_bench.stats import percentile
 
@@ -142,12 +144,31 @@ async def measure(url: str, runs: int, repeat: int) -> dict[str, Any]:
                 for _ in range(repeat):
                     for name, page in pages.items():
                         times[name].append((await _timed(client, page))[0])
+                times.update(await _live_checks(store, runs, repeat))
     finally:
         await store.close()
     out: dict[str, Any] = {"runs": runs, "backend": store.dialect.name}
     for name, values in times.items():
         p95 = percentile(values, 0.95)
         out[name] = {"median_ms": round(statistics.median(values), 1), "p95_ms": round(p95, 1)}
+    return out
+
+
+async def _live_checks(store: Store, runs: int, repeat: int) -> dict[str, list[float]]:
+    """What the live list pays per batch of the tenant's events instead of reading its
+    page: which of 50 runs the page could take in (``runs_matching``), for the filter
+    that makes the page itself the slowest (``min_retries=1``) and for no filter."""
+    ids = [f"r{n:09d}" for n in range(runs - 50, runs)]
+    out: dict[str, list[float]] = {}
+    for name, f in (
+        ("live_check_50_ids_min_retries_1", ConsoleFilter("t1", min_retries=1)),
+        ("live_check_50_ids_no_filter", ConsoleFilter("t1")),
+    ):
+        out[name] = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            await store.read(console_queries.runs_matching, f, ids, None)
+            out[name].append((time.perf_counter() - start) * 1000)
     return out
 
 

@@ -203,7 +203,13 @@ async def bulk_resume(request: Request) -> HTMLResponse:
     ready, needs_force = _sorted(plans)
     shown = sorted(r for r in fields.get("runs", "").split(",") if r)
     shown_forced = sorted(r for r in fields.get("forced_runs", "").split(",") if r)
-    if shown != sorted(ready) or shown_forced != sorted(needs_force):
+    # The confirmed effects a force re-executes, as many as the dry run counted.
+    counted = fields.get("forced_effects", "0")
+    if (
+        shown != sorted(ready)
+        or shown_forced != sorted(needs_force)
+        or (needs_force and counted != str(_counts(plans)["forced_effects"]))
+    ):
         raise PageError(
             409, "Not resumed",
             "The runs changed since you looked (some were resumed, handed over or refused "
