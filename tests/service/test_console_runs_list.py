@@ -83,3 +83,37 @@ async def test_the_page_timing_benchmark_runs(tmp_path: Path) -> None:
     bench = pytest.importorskip("agentledger_bench.console_pages")
     out = await bench.measure(f"sqlite:///{tmp_path / 'bench.db'}", runs=1200, repeat=1)
     assert out["runs"] == 1200 and out["run_page"]["median_ms"] > 0
+
+
+async def test_the_live_lists_question_is_the_lists_own_filter_by_id(api: Api) -> None:
+    """``runs_matching`` (which of a batch of runs a live page could take in) answers as
+    the page's own filter would, within the page's cursor and above a full page's last
+    row, and never with another tenant's run."""
+    from agentledger.service._queries.console import ConsoleFilter, list_runs, runs_matching
+
+    alice = await api.key("t1", "alice", ("operator",))
+    other = await api.key("t2", "alice", ("operator",))
+    ids = []
+    for i in range(6):
+        r = await api.client.post("/v1/runs", json={"agent": "echo", "input": {"text": str(i)}},
+                                  headers=alice)  # fmt: skip
+        ids.append(r.json()["id"])
+    foreign = (await api.client.post("/v1/runs", json={"agent": "free"}, headers=other)).json()
+    await api.store.transact(
+        lambda tx: tx.execute(
+            "UPDATE runs SET status = 'failed' WHERE id IN (:a, :b)", {"a": ids[1], "b": ids[4]}
+        )
+    )
+    every = [*ids, foreign["id"], "no-such-run"]
+    for f in (ConsoleFilter("t1"), ConsoleFilter("t1", status="failed"),
+              ConsoleFilter("t1", user="bob"), ConsoleFilter("t1", limit=2)):  # fmt: skip
+        page = await api.store.read(list_runs, ConsoleFilter(**{**f.__dict__, "limit": 1000}))
+        expected = {r["run"].id for r in page}
+        assert set(await api.store.read(runs_matching, f, every, None)) == expected
+    # Within a cursor and above a floor: only the runs between them.
+    newest = await api.store.read(list_runs, ConsoleFilter("t1", limit=1000))
+    order = [r["run"] for r in newest]  # newest first
+    cursor = (order[1].created_at, order[1].id)
+    floor = (order[4].created_at, order[4].id)
+    inside = await api.store.read(runs_matching, ConsoleFilter("t1", cursor=cursor), every, floor)
+    assert set(inside) == {r.id for r in order[2:5]}

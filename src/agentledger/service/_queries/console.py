@@ -187,15 +187,22 @@ def runs_matching(
     if not run_ids:
         return []
     where, params = _where(f)
-    marks = []
+    wanted = []
     for i, run_id in enumerate(run_ids):
         params[f"id{i}"] = run_id
-        marks.append(f":id{i}")
-    where.append(f"id IN ({', '.join(marks)})")
+        wanted.append(f"SELECT CAST(:id{i} AS TEXT) AS wanted")
+    where.append("runs.id = v.wanted")
     if floor is not None:
         where.append("(created_at > :floor_at OR (created_at = :floor_at AND id >= :floor_id))")
         params["floor_at"], params["floor_id"] = floor
-    found = tx.fetchall(f"SELECT id FROM runs WHERE {' AND '.join(where)}", params)
+    # The ids drive the join (SQLite takes a CROSS JOIN's left side as the outer loop):
+    # each run is found by its primary key, never by walking the tenant's index, which
+    # the planner would otherwise prefer for the list's ``tenant_id = :tenant``.
+    found = tx.fetchall(
+        f"SELECT runs.id AS id FROM ({' UNION ALL '.join(wanted)}) AS v CROSS JOIN runs "
+        f"WHERE {' AND '.join(where)}",
+        params,
+    )
     return [r["id"] for r in found]
 
 
