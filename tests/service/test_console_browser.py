@@ -371,6 +371,10 @@ def test_a_resume_shows_its_dry_run_before_the_button(console: Console) -> None:
             "([a, b]) => !!(a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING)",
             [before.element_handle(), button.element_handle()],
         )
+    from axe_playwright_python.sync_playwright import Axe
+
+    found = Axe().run(page).response["violations"]
+    assert not [v["id"] for v in found if v["impact"] in ("serious", "critical")]
     page.get_by_label(re.compile("^Reason")).fill("charged by hand twice, refunded")
     button.click()  # without the force option: refused in words, nothing changed
     expect(page.locator("main h1")).to_have_text("Not resumed")
