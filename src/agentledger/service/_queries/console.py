@@ -187,20 +187,20 @@ def runs_matching(
     if not run_ids:
         return []
     where, params = _where(f)
-    wanted = []
+    marks = []
     for i, run_id in enumerate(run_ids):
         params[f"id{i}"] = run_id
-        wanted.append(f"SELECT CAST(:id{i} AS TEXT) AS wanted")
-    where.append("runs.id = v.wanted")
+        marks.append(f":id{i}")
     if floor is not None:
         where.append("(created_at > :floor_at OR (created_at = :floor_at AND id >= :floor_id))")
         params["floor_at"], params["floor_id"] = floor
-    # The ids drive the join (SQLite takes a CROSS JOIN's left side as the outer loop):
-    # each run is found by its primary key, never by walking the tenant's index, which
-    # the planner would otherwise prefer for the list's ``tenant_id = :tenant``.
+    # The runs are found by their primary key first (a materialized CTE: neither
+    # planner may merge it), then the list's conditions judge those few rows. Merged
+    # into one WHERE, both planners may prefer the tenant's index for the list's
+    # ``tenant_id = :tenant`` and walk every run of the tenant.
     found = tx.fetchall(
-        f"SELECT runs.id AS id FROM ({' UNION ALL '.join(wanted)}) AS v CROSS JOIN runs "
-        f"WHERE {' AND '.join(where)}",
+        f"WITH picked AS MATERIALIZED (SELECT * FROM runs WHERE id IN ({', '.join(marks)})) "
+        f"SELECT id FROM picked AS runs WHERE {' AND '.join(where)}",
         params,
     )
     return [r["id"] for r in found]
