@@ -41,6 +41,7 @@ from agentledger.engine._hooks import Attempt
 from agentledger.observe import _instruments as instruments
 from agentledger.observe import _semconv as sc
 from agentledger.observe._queries import trace as observe_trace
+from agentledger.observe._spanbatch import SpanBatch
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TRACER_NAME = "agentledger"
@@ -48,6 +49,9 @@ _TRACER_NAME = "agentledger"
 # gateway's call protocol does not pass it down).
 _MODEL_STEP: ContextVar[int | None] = ContextVar("agentledger_model_step", default=None)
 
+
+# Tool attempt and replayed step spans, kept until made together (_spanbatch).
+_BATCH = SpanBatch()
 
 # A provider used instead of the global one (set_provider): lets a process switch
 # tracing on and off (the global provider can be set only once).
@@ -153,7 +157,10 @@ async def run_span(store: Any, run: Any, kind: str) -> AsyncIterator[None]:
         with contextlib.suppress(NotImplementedError):
             await store.transact(observe_trace.claim_trace_context, run.id, carrier["traceparent"])
     with trace.use_span(span, end_on_exit=True, record_exception=True):
-        yield
+        try:
+            yield
+        finally:
+            _BATCH.flush()  # the execution's kept spans, before its own span ends
 
 
 async def _stored_context(store: Any, run_id: str) -> str | None:
@@ -217,28 +224,39 @@ def _tool_span(name: str, effect: str) -> tuple[str, dict[str, Any]]:
 class ToolAttempt:
     """One tool attempt: the ``execute_tool {tool}`` span and the duration histogram.
 
-    A plain context manager (no generator). The span is started with all its attributes
-    and ended with the outcome; it is never made current: nothing inside a tool attempt
-    starts spans of ours, so no context is attached and detached per step.
+    A plain context manager (no generator). The span is never made current (nothing
+    inside a tool attempt starts spans of ours), so it is kept when the attempt ends,
+    with its start time, attributes and outcome, and made in a batch with others
+    (:mod:`agentledger.observe._spanbatch`).
     """
 
-    __slots__ = ("_effect", "_span", "_started", "_tool", "rec")
+    __slots__ = (
+        "_attributes",
+        "_effect",
+        "_name",
+        "_parent",
+        "_start",
+        "_started",
+        "_tool",
+        "_tracer",
+        "rec",
+    )
 
     def __init__(self, exe: Any, step: Any, tool: Any, key: str, attempt: int) -> None:
         self.rec = Attempt()
         self._tool, self._effect = tool.name, _effect(tool)
-        self._span: trace.Span | None = None
-        tracer = _recording_tracer()
+        self._tracer = tracer = _recording_tracer()
         if tracer is not None:
-            name, constant = _tool_span(self._tool, self._effect)
-            attributes = {
+            self._name, constant = _tool_span(self._tool, self._effect)
+            self._attributes = {
                 **constant,
                 sc.GEN_AI_TOOL_CALL_ID: key,
                 sc.RUN_ID: exe.run.id,
                 sc.STEP_NO: step.step_no,
                 sc.STEP_ATTEMPT: attempt,
             }
-            self._span = tracer.start_span(name, attributes=attributes)
+            self._parent = otel_context.get_current()
+            self._start = time.time_ns()
         self._started = time.perf_counter()
 
     def __enter__(self) -> Attempt:
@@ -248,17 +266,20 @@ class ToolAttempt:
         elapsed = time.perf_counter() - self._started
         outcome = "ok" if exc is None else str(getattr(exc, "error_class", None) or kind.__name__)
         _child(instruments.STEP_DURATION, self._tool, self._effect, outcome).observe(elapsed)
-        span = self._span
-        if span is None:
+        tracer = self._tracer
+        if tracer is None:
             return
-        ending: dict[str, Any] = {sc.STEP_OUTCOME: outcome}
+        attributes = self._attributes
+        attributes[sc.STEP_OUTCOME] = outcome
         status = None
         if exc is not None:
-            ending[sc.ERROR_TYPE] = outcome
+            attributes[sc.ERROR_TYPE] = outcome
             status = Status(StatusCode.ERROR, str(exc)[:200])
         if self.rec.resolution:
-            ending[sc.UNKNOWN_RESOLUTION] = self.rec.resolution
-        _end(span, ending, status)
+            attributes[sc.UNKNOWN_RESOLUTION] = self.rec.resolution
+        _BATCH.add(
+            tracer, self._name, self._parent, attributes, self._start, time.time_ns(), status
+        )
 
 
 def _end(span: trace.Span, ending: dict[str, Any], status: Status | None) -> None:
@@ -302,7 +323,8 @@ def replayed_step(exe: Any, step: Any) -> None:
         attributes[sc.GEN_AI_TOOL_NAME] = step.name
         if step.idempotency_key:
             attributes[sc.GEN_AI_TOOL_CALL_ID] = step.idempotency_key
-    tracer.start_span(name, attributes=attributes).end()
+    now = time.time_ns()
+    _BATCH.add(tracer, name, otel_context.get_current(), attributes, now, now)
 
 
 def _replayed_model(step: Any, attributes: dict[str, Any]) -> str:
