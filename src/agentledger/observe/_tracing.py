@@ -6,7 +6,9 @@ Nothing is exported unless a tracer provider is configured (the OpenTelemetry SD
 process histograms (:mod:`agentledger.observe._instruments`) are recorded either way.
 
 Every span is made through the configured provider's public ``Tracer.start_span``: its
-sampler, span limits, processors and exporter decide what is recorded and sent. This
+sampler, span limits, processors and exporter decide what is recorded and sent. Spans
+never made current (tool attempts, replayed steps) are made after their work, together
+(:mod:`agentledger.observe._spanbatch`); run and ``ctx.step`` spans are made inline. This
 module needs only the OpenTelemetry API; the SDK and the OTLP exporter are imported by
 :func:`otlp_provider` when a process asks for them.
 
