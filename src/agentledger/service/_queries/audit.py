@@ -520,6 +520,9 @@ def _verify_tenant(
         if why is not None:
             return 0, Broken(t, start, None, None, None, why)
         signed_at = start if pruned["sig"] is not None else None
+        inside = _inside_pruned(tx, t, start)
+        if inside is not None:
+            return 0, inside
     rows = tx.fetchall(
         "SELECT id, run_id, seq, type, actor, at, data, data_digest, redaction_sig, "
         "chain_no, prev_hash, hash, sig, hash_v FROM events WHERE tenant_id = :t "
@@ -573,6 +576,25 @@ def _verify_tenant(
             "sealers do not extend this chain",
         )  # fmt: skip
     return checked, None
+
+
+def _inside_pruned(tx: Tx, t: str, last: int) -> Broken | None:
+    """A sealed record at a position of the pruned span (through ``last``), if any: a
+    prune removes the span's records in the transaction that extends its summary, so
+    such a record was put there, out of the reach of every check after the span."""
+    found = tx.fetchall(
+        "SELECT id, run_id, seq, chain_no FROM events WHERE tenant_id = :t "
+        "AND chain_no <= :last ORDER BY chain_no LIMIT 1",
+        {"t": t, "last": last},
+    )
+    if not found:
+        return None
+    row = found[0]
+    return Broken(
+        t, int(row["chain_no"]), int(row["id"]), row["run_id"], row["seq"],
+        f"record inside the pruned span (through {last}), whose records were removed "
+        "(inserted or renumbered)",
+    )  # fmt: skip
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -939,7 +961,11 @@ _PER_LOOKUP = 500
 def _previous_hashes(tx: Tx, tenant_id: str, records: list[dict[str, Any]]) -> dict[int, str]:
     """chain_no -> hash of the records before ``records`` whose ``prev_hash`` is not
     stored: the record before's own hash, read from the page itself, else from the
-    chain, else (just after a pruned span) the span's last hash, or the genesis."""
+    chain, else (just after a pruned span) the span's last hash, or the genesis.
+
+    A position inside a pruned span is the summary's, never a row's: the span's records
+    were removed with it, so a row there is one a writer of the database put there
+    (``audit verify`` names it)."""
     wanted = {
         int(r["chain_no"]) - 1
         for r in records
@@ -947,22 +973,20 @@ def _previous_hashes(tx: Tx, tenant_id: str, records: list[dict[str, Any]]) -> d
     }
     if not wanted:
         return {}
+    pruned = pruned_summary(tx, tenant_id)
+    start = int(pruned["last_chain_no"]) if pruned is not None else 0
+    out = {start: str(pruned["last_hash"]) if pruned is not None else GENESIS}
     known = {int(r["chain_no"]): str(r["hash"]) for r in records if r["chain_no"] is not None}
-    out = {n: known[n] for n in wanted if n in known}
-    missing = sorted(wanted.difference(out))
-    for start in range(0, len(missing), _PER_LOOKUP):
-        marks, params = in_list("n", missing[start : start + _PER_LOOKUP])
+    out.update({n: known[n] for n in wanted if n > start and n in known})
+    missing = sorted(n for n in wanted.difference(out) if n > start)
+    for at in range(0, len(missing), _PER_LOOKUP):
+        marks, params = in_list("n", missing[at : at + _PER_LOOKUP])
         params["t"] = tenant_id
         found = tx.fetchall(
             f"SELECT chain_no, hash FROM events WHERE tenant_id = :t AND chain_no IN ({marks})",
             params,
         )
         out.update({int(r["chain_no"]): str(r["hash"]) for r in found})
-    if 0 in wanted:
-        out[0] = GENESIS
-    pruned = pruned_summary(tx, tenant_id) if set(wanted).difference(out) else None
-    if pruned is not None:
-        out.setdefault(int(pruned["last_chain_no"]), str(pruned["last_hash"]))
     return out
 
 
