@@ -75,3 +75,80 @@ async def test_a_record_inside_the_pruned_span_is_named(
     found = await run_cli("audit", "verify", "--db", store_url)
     assert found.exit_code == 1 and "TAMPERED" in found.output, found.output
     assert f"record {summary['last_chain_no']}" in found.output, found.output
+
+
+async def _hashed_over(store: Store, records: list[dict[str, Any]]) -> list[int]:
+    """Chain positions of ``records`` whose listed ``prev_hash`` is not the one their
+    hash was made over (in the chain that holds them)."""
+    wrong = []
+    for r in records:
+        if r["chain_no"] is None or r["prev_hash"] is None:
+            continue
+        (row,) = await _rows(store, "SELECT * FROM events WHERE id = :i", {"i": r["id"]})
+        made = service_audit.record_hash(
+            str(r["prev_hash"]), row["tenant_id"], row, int(row["chain_no"]),
+            version=row["hash_v"],
+        )  # fmt: skip
+        if made != row["hash"]:
+            wrong.append(int(r["chain_no"]))
+    return wrong
+
+
+async def test_a_run_moved_to_another_tenant_lists_no_previous_hash_of_the_wrong_chain(
+    keyed: None, store: Store, store_url: str
+) -> None:
+    _, moved = await _finished(store, "t2", 2)
+    _, own = await _finished(store, "t1", 2)
+    await _forget_prev(store)
+    # A writer of the database moves t2's run into t1 (`audit verify` names such a run):
+    # its records are still in t2's chain, at positions t1's chain has records at too.
+    await store.transact(
+        lambda tx: tx.execute("UPDATE runs SET tenant_id = 't1' WHERE id = :r", {"r": moved})
+    )
+    listed = await store.read(service_audit.audit_records, "t1", moved, 0, 1000)
+    assert listed and await _hashed_over(store, listed) == []
+    t2 = {r["hash"] for r in await _rows(store, "SELECT hash FROM events WHERE tenant_id = 't2'")}
+    shown = {r["hash"] for r in listed}
+    assert not {r["prev_hash"] for r in listed} & (t2 - shown), "another tenant's hash"
+    of_own = await store.read(service_audit.audit_records, "t1", own, 0, 1000)
+    assert of_own and all(r["prev_hash"] for r in of_own)
+    assert await _hashed_over(store, of_own) == []
+
+
+async def test_a_run_listing_derives_over_a_thousand_previous_hashes_across_pages(
+    store: Store,
+) -> None:
+    # A run's records interleaved with another's in the chain: none of their previous
+    # records is on the page, so each is looked up (more than two statements' worth).
+    (run_id,) = await _finished(store, "t1", 1, steps=1)
+    (other,) = await _finished(store, "t1", 1, steps=1)
+    (top,) = await _rows(store, "SELECT MAX(chain_no) AS n FROM events WHERE tenant_id = 't1'")
+    base = int(top["n"])
+
+    def forged(tx: Any) -> None:
+        for i in range(1, 2401):
+            tx.execute(
+                "INSERT INTO events (run_id, seq, type, actor, at, data, tenant_id, chain_no, "
+                "prev_hash, hash, hash_v) VALUES (:r, :s, 'x', 'a', 0, NULL, 't1', :n, NULL, "
+                ":h, 2)",
+                {"r": run_id if i % 2 else other, "s": 1000 + i, "n": base + i,
+                 "h": f"{base + i:064x}"},
+            )  # fmt: skip
+
+    await store.transact(forged)
+    await _forget_prev(store)
+    (last,) = await _rows(
+        store, "SELECT hash FROM events WHERE tenant_id = 't1' AND chain_no = :n", {"n": base}
+    )
+    seen: list[dict[str, Any]] = []
+    after = 1000
+    while True:
+        page = await store.read(service_audit.audit_records, "t1", run_id, after, 700)
+        if not page:
+            break
+        seen.extend(page)
+        after = int(page[-1]["seq"])
+    assert len(seen) == 1200
+    for r in seen:
+        n = int(r["chain_no"])
+        assert r["prev_hash"] == (last["hash"] if n == base + 1 else f"{n - 1:064x}"), n

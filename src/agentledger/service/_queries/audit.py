@@ -931,14 +931,14 @@ def audit_records(
     if run_id is not None:
         sql = (
             "SELECT e.id, e.run_id, e.seq, e.type, e.actor, e.at, e.data, e.chain_no, "
-            "e.prev_hash, e.hash FROM events e JOIN runs r ON r.id = e.run_id "
+            "e.prev_hash, e.hash, e.tenant_id FROM events e JOIN runs r ON r.id = e.run_id "
             "WHERE e.run_id = :run AND r.tenant_id = :t AND e.seq > :after "
             "ORDER BY e.seq LIMIT :limit"
         )
     else:
         sql = (
-            "SELECT id, run_id, seq, type, actor, at, data, chain_no, prev_hash, hash "
-            "FROM events WHERE tenant_id = :t AND chain_no > :after "
+            "SELECT id, run_id, seq, type, actor, at, data, chain_no, prev_hash, hash, "
+            "tenant_id FROM events WHERE tenant_id = :t AND chain_no > :after "
             "ORDER BY chain_no LIMIT :limit"
         )
     found = tx.fetchall(sql, {"t": tenant_id, "run": run_id, "after": after, "limit": limit})
@@ -947,8 +947,12 @@ def audit_records(
         row = dict(r)
         row["data"] = json.loads(row["data"]) if row["data"] is not None else None
         out.append(row)
-    previous = _previous_hashes(tx, tenant_id, out)
-    for row in out:
+    # Only records of the tenant's own chain have their previous hash derived, from that
+    # chain: one of a run moved in from another tenant (``runs_in_other_chains``) sits
+    # at a position of another chain, whose records are not the caller's to read.
+    own = [r for r in out if r.pop("tenant_id") == tenant_id]
+    previous = _previous_hashes(tx, tenant_id, own)
+    for row in own:
         if row["prev_hash"] is None and row["chain_no"] is not None:
             row["prev_hash"] = previous.get(int(row["chain_no"]) - 1)
     return out
