@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store
 from tests.store.test_prune import _finished, keyed, run_cli
@@ -152,3 +154,72 @@ async def test_a_run_listing_derives_over_a_thousand_previous_hashes_across_page
     for r in seen:
         n = int(r["chain_no"])
         assert r["prev_hash"] == (last["hash"] if n == base + 1 else f"{n - 1:064x}"), n
+
+
+# Tampering with a chain of t1 (two finished runs, t2 one) whose stored previous hashes
+# are all NULL, each with the chain position `audit verify` must name.
+_TAMPER = {
+    "edit data at 1": (
+        ["UPDATE events SET data = '{}' WHERE tenant_id = 't1' AND chain_no = 1"], 1
+    ),
+    "edit type": (["UPDATE events SET type = 'run.x' WHERE tenant_id = 't1' AND chain_no = 4"], 4),
+    "edit actor": (["UPDATE events SET actor = 'm' WHERE tenant_id = 't1' AND chain_no = 6"], 6),
+    "swap two": (
+        [
+            "UPDATE events SET chain_no = -3 WHERE tenant_id = 't1' AND chain_no = 3",
+            "UPDATE events SET chain_no = 3 WHERE tenant_id = 't1' AND chain_no = 4",
+            "UPDATE events SET chain_no = 4 WHERE tenant_id = 't1' AND chain_no = -3",
+        ],
+        3,
+    ),
+    "a copy inserted": (
+        [
+            "UPDATE events SET chain_no = chain_no + 1000 WHERE tenant_id = 't1' "
+            "AND chain_no > 2",
+            "UPDATE events SET chain_no = chain_no - 999 WHERE tenant_id = 't1' "
+            "AND chain_no > 1000",
+            _COPY.replace(":n", "3").replace(":h", "'" + "e" * 64 + "'")
+            .replace(":t", "'t1'").replace(":from", "2"),
+            "UPDATE audit_heads SET chain_no = chain_no + 1 WHERE tenant_id = 't1'",
+        ],
+        3,
+    ),
+    "another tenant's record": (
+        ["UPDATE events SET tenant_id = 't1', chain_no = 1000 WHERE tenant_id = 't2' "
+         "AND chain_no = 2",
+         "UPDATE events SET tenant_id = 't2', chain_no = 2 WHERE tenant_id = 't1' "
+         "AND chain_no = 2",
+         "UPDATE events SET tenant_id = 't1', chain_no = 2 WHERE tenant_id = 't1' "
+         "AND chain_no = 1000"],
+        2,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(_TAMPER))
+async def test_tampering_without_stored_previous_hashes_is_named(
+    keyed: None, store: Store, store_url: str, case: str
+) -> None:
+    await _finished(store, "t1", 2)
+    await _finished(store, "t2", 1)
+    await _forget_prev(store)
+    assert (await run_cli("audit", "verify", "--db", store_url)).exit_code == 0
+    statements, at = _TAMPER[case]
+
+    def tamper(tx: Any) -> None:
+        for sql in statements:
+            tx.execute(sql)
+
+    await store.transact(tamper)
+    found = await run_cli("audit", "verify", "--db", store_url)
+    assert found.exit_code == 1 and "TAMPERED" in found.output, found.output
+    assert f"tenant t1, record {at} " in found.output, found.output
+    # A prune of t1 removes nothing from the record on (it stops before it, or its run
+    # is not prunable) and never summarizes it: `audit verify` still names it.
+    counted = "SELECT COUNT(*) AS n FROM events WHERE tenant_id = 't1' AND chain_no >= :n"
+    before = await _rows(store, counted, {"n": at})
+    got = await run_cli("prune", "--older-than", "0s", "--tenant", "t1", "--db", store_url)
+    assert got.exit_code in (0, 1), got.output
+    assert await _rows(store, counted, {"n": at}) == before
+    again = await run_cli("audit", "verify", "--db", store_url)
+    assert again.exit_code == 1 and f"tenant t1, record {at} " in again.output, again.output
