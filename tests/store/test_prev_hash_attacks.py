@@ -223,3 +223,15 @@ async def test_tampering_without_stored_previous_hashes_is_named(
     assert await _rows(store, counted, {"n": at}) == before
     again = await run_cli("audit", "verify", "--db", store_url)
     assert again.exit_code == 1 and f"tenant t1, record {at} " in again.output, again.output
+
+
+async def test_a_record_before_the_chain_s_first_position_is_named(
+    keyed: None, store: Store, store_url: str
+) -> None:
+    await _finished(store, "t1", 1)
+    await _forget_prev(store)
+    await store.transact(
+        lambda tx: tx.execute(_COPY, {"n": 0, "h": "f" * 64, "t": "t1", "from": 1})
+    )
+    found = await run_cli("audit", "verify", "--db", store_url)
+    assert found.exit_code == 1 and "tenant t1, record 0 " in found.output, found.output

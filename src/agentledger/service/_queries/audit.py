@@ -520,9 +520,9 @@ def _verify_tenant(
         if why is not None:
             return 0, Broken(t, start, None, None, None, why)
         signed_at = start if pruned["sig"] is not None else None
-        inside = _inside_pruned(tx, t, start)
-        if inside is not None:
-            return 0, inside
+    before = _before_start(tx, t, start, pruned is not None)
+    if before is not None:
+        return 0, before
     rows = tx.fetchall(
         "SELECT id, run_id, seq, type, actor, at, data, data_digest, redaction_sig, "
         "chain_no, prev_hash, hash, sig, hash_v FROM events WHERE tenant_id = :t "
@@ -578,22 +578,27 @@ def _verify_tenant(
     return checked, None
 
 
-def _inside_pruned(tx: Tx, t: str, last: int) -> Broken | None:
-    """A sealed record at a position of the pruned span (through ``last``), if any: a
-    prune removes the span's records in the transaction that extends its summary, so
-    such a record was put there, out of the reach of every check after the span."""
+def _before_start(tx: Tx, t: str, start: int, pruned: bool) -> Broken | None:
+    """A sealed record at a position the chain has none at, if any: 0 or before, or one
+    of the pruned span's (through ``start``; a prune removes the span's records in the
+    transaction that extends its summary). Such a record was put there, out of the reach
+    of every check of the records after ``start``."""
     found = tx.fetchall(
         "SELECT id, run_id, seq, chain_no FROM events WHERE tenant_id = :t "
-        "AND chain_no <= :last ORDER BY chain_no LIMIT 1",
-        {"t": t, "last": last},
+        "AND chain_no <= :start ORDER BY chain_no LIMIT 1",
+        {"t": t, "start": start},
     )
     if not found:
         return None
     row = found[0]
+    where = (
+        f"inside the pruned span (through {start}), whose records were removed"
+        if pruned and int(row["chain_no"]) > 0
+        else "before the chain's first position"
+    )
     return Broken(
         t, int(row["chain_no"]), int(row["id"]), row["run_id"], row["seq"],
-        f"record inside the pruned span (through {last}), whose records were removed "
-        "(inserted or renumbered)",
+        f"record {where} (inserted or renumbered)",
     )  # fmt: skip
 
 
