@@ -436,9 +436,9 @@ async def test_the_numbers_page_is_the_apis_stats_for_admins(live: Api) -> None:
         # Per agent and version: the table, and a chart per figure with its table.
         assert '<td data-label="Agent"><a href="/ui/runs?agent=echo">echo</a></td>' in page.text
         assert 'href="/ui/runs?agent=echo&amp;version=1">1</a>' in page.text
-        for title in ("Completion rate per day", "Cost per run per day"):
+        for title in ("Completion rate per day", "Cost per run per day", "Duration p95 per day"):
             assert f"<summary>{title} as a table</summary>" in page.text
-        assert page.text.count('role="img" aria-labelledby="chart-') == 2
+        assert page.text.count('role="img" aria-labelledby="chart-') == 3
         assert '<th scope="col">echo@1</th>' in page.text
         # The failing step's class (the hand-over's reason, as the runs filter reads it).
         assert ">step budget reached (1 of 1 steps)</a>" in page.text

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger.records import loads
+from agentledger.store._queries import rollup
 from agentledger.store._queries.events import EVENTS_TYPE_INDEXED
 from agentledger.store._tx import Tx
 
@@ -64,16 +65,23 @@ def _live(tx: Tx) -> dict[str, Any]:
 
 
 def _settled(tx: Tx) -> dict[str, Any]:
-    now = tx.now
+    # The finished runs and settled outbox rows: the daily rollup's sums and the rows
+    # not folded yet (store/_queries/rollup.py), each in one statement (one snapshot: a
+    # fold committing meanwhile neither hides a run nor counts it twice).
     runs = tx.fetchall(
-        "SELECT status, name, version, tenant_id, usage_simulated, COUNT(*) AS n, "
-        "SUM(tokens) AS tokens, "
-        f"SUM(cost_usd) AS cost, SUM(resumes) AS resumes FROM runs WHERE NOT ({_LIVE}) "
-        "GROUP BY status, name, version, tenant_id, usage_simulated",
+        "SELECT status, name, version, tenant_id, usage_simulated, SUM(n) AS n, "
+        "SUM(tokens) AS tokens, SUM(cost) AS cost, SUM(resumes) AS resumes FROM ("
+        "SELECT status, name, version, tenant_id, simulated AS usage_simulated, runs AS n, "
+        "tokens, cost_usd AS cost, resumes FROM rollup_runs UNION ALL "
+        "SELECT status, name, version, tenant_id, usage_simulated, 1, tokens, cost_usd, "
+        f"resumes FROM runs WHERE rolled = 0 AND NOT ({_LIVE})"
+        ") u GROUP BY status, name, version, tenant_id, usage_simulated",
     )
+    settled_not = ", ".join(f"'{s}'" for s in rollup.OUTBOX_SETTLED_NOT)
     outbox = tx.fetchall(
-        f"SELECT status, COUNT(*) AS n, MAX({now} - created_at) AS age FROM outbox "
-        "WHERE status NOT IN ('pending', 'dead') GROUP BY status",
+        "SELECT status, SUM(n) AS n FROM (SELECT status, n FROM rollup_outbox UNION ALL "
+        "SELECT status, 1 FROM outbox WHERE rolled = 0 "
+        f"AND status NOT IN ({settled_not})) u GROUP BY status",
     )
     types = (*UNKNOWN_SEEN, *UNKNOWN_RESOLUTIONS)
     params = {f"t{i}": t for i, t in enumerate(types)}
