@@ -23,8 +23,11 @@ from agentledger import _rollup
 from agentledger.observe._numbers import numbers
 from agentledger.observe._queries import stats as observe_stats
 from agentledger.observe._queries.metrics import snapshot
+from agentledger.observe._queries.resume import resume_run
 from agentledger.store import Store
 from agentledger.store._queries import rollup
+from agentledger.worker import Worker, WorkerConfig
+from tests.service import service_app
 from tests.store.test_prune import KEY, _finished, run_cli
 
 CHILD = str(Path(__file__).with_name("rollup_child.py"))
@@ -182,10 +185,43 @@ async def test_the_rollup_is_the_runs_before_during_and_after_folding_and_a_prun
     assert int(left[0]["n"]) == 0
     for since in (week, None):
         await _check(store, since, want[since])
+    # A folded failed run resumed, and a folded handed-over run resumed from a step it
+    # keeps (its failing step changes): each leaves the rollup as it was folded, read
+    # live, then folded again as it is.
+    folded = (
+        "SELECT id FROM runs WHERE status = :s AND tenant_id = 't1' AND rolled = 1 "
+        "AND version = '1' ORDER BY id"
+    )
+    failed = await _sql(store, folded, {"s": "failed"})
+    handed = await _sql(store, folded, {"s": "needs_human"})
+    assert failed and handed
+    await store.transact(resume_run, failed[0]["id"], 1, "ops", "retry")
+    await store.transact(resume_run, handed[0]["id"], None, "ops", "retry")
+    want = {since: await _direct(store, since) for since in (week, None)}
+    for since in (week, None):
+        await _check(store, since, want[since])
+    assert {r["rolled"] for r in await _sql(
+        store, "SELECT rolled FROM runs WHERE id IN (:a, :b)",
+        {"a": failed[0]["id"], "b": handed[0]["id"]})} == {0}  # fmt: skip
+    await _rollup.fold_once(store, max_batches=None)
+    for since in (week, None):
+        await _check(store, since, want[since])
+    await Worker(store, service_app.app, WorkerConfig(poll_seconds=0.02), burst=True).run(
+        install_signals=False
+    )  # the resumed runs run again, to their end
+    assert {r["status"] for r in await _sql(
+        store, "SELECT status FROM runs WHERE id IN (:a, :b)",
+        {"a": failed[0]["id"], "b": handed[0]["id"]})} == {"completed"}  # fmt: skip
+    want = {since: await _direct(store, since) for since in (week, None)}
+    for since in (week, None):
+        await _check(store, since, want[since])
+    await _rollup.fold_once(store, max_batches=None)
+    for since in (week, None):
+        await _check(store, since, want[since])
     # The prune removes the runs (every finished one, failed and handed over too, with
     # their delivered outbox rows); the numbers stay.
-    got = await run_cli("prune", "--older-than", "0s", "--status",
-                        "completed,failed,cancelled,expired,needs_human", "--db", store_url)  # fmt: skip
+    every = "completed,failed,cancelled,expired,needs_human"
+    got = await run_cli("prune", "--older-than", "0s", "--status", every, "--db", store_url)
     assert got.exit_code == 0, got.output
     kept = await _sql(store, "SELECT COUNT(*) AS n FROM runs WHERE tenant_id = 't1'")
     assert int(kept[0]["n"]) <= 2, got.output  # what the prefix rule may keep

@@ -96,8 +96,9 @@ async def numbers(store: Store, tenant: str | None, since_day: int | None) -> di
         f["failures"] += r["failures"]
         f["cost_usd"] += r["cost_usd"]
         f["seconds"] += r["seconds"]
-    failing_steps = sorted(failing.values(),
-                           key=lambda f: (-f["failures"], f["step"], f["error_class"] or ""))  # fmt: skip
+    failing_steps = sorted(
+        failing.values(), key=lambda f: (-f["failures"], f["step"], f["error_class"] or "")
+    )
     for f in failing_steps:
         n = f["failures"]
         f["avg_cost_usd"] = f["cost_usd"] / n

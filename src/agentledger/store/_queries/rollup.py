@@ -10,10 +10,12 @@ pick the same run serialize on its row, and the second finds it folded and skips
 fold killed before its commit leaves nothing. Deleting a folded run (a prune) leaves the
 sums as they are.
 
-What is folded by :func:`fold_pending`: runs in the states nothing leaves (completed,
-cancelled, expired) and delivered outbox rows. A failed or ``needs_human`` run can still
-be resumed or have a step settled, so it stays live until a prune removes it, which
-folds it first (:func:`fold_runs`, in the prune's transaction).
+What is folded by :func:`fold_pending`: every run in a terminal state and every
+delivered outbox row; a prune folds what it removes and is not folded yet
+(:func:`fold_runs`, in its transaction). A failed or ``needs_human`` run can still be
+resumed or have a step settled: the transaction that does so unfolds it first
+(:func:`unfold_run`: its figures, as they were folded, taken out), so it is read live
+until it is folded again.
 
 Durations (submit to last update) go into fixed log-spaced buckets: bucket 0 holds
 under a millisecond, bucket ``i >= 1`` holds [1 ms * r^(i-1), 1 ms * r^i) with
@@ -30,13 +32,15 @@ from agentledger.records import RunStatus
 from agentledger.store._queries.common import in_list
 from agentledger.store._tx import Tx
 
-#: Run states nothing leaves: a run in one is folded by the background pass.
-FINAL = ("completed", "cancelled", "expired")
-#: Outbox states nothing leaves (a dropped row can be revived by a resume).
+#: The states a run is folded in: the terminal ones.
+FINAL = tuple(sorted(RunStatus.TERMINAL))
+#: The terminal states a run can leave (resume) or change in (a settled step).
+_REOPENABLE = ("failed", "needs_human")
+#: Outbox states folded by the background pass (a dropped row can be revived by a
+#: resume).
 OUTBOX_FINAL = ("delivered",)
 #: Outbox states the settled history counts (the rest is the live backlog).
 OUTBOX_SETTLED_NOT = ("pending", "dead")
-_TERMINAL = ", ".join(f"'{s}'" for s in sorted(RunStatus.TERMINAL))
 #: Runs per fold transaction.
 BATCH = 1000
 
@@ -93,17 +97,74 @@ def failing_sql(alias: str = "r") -> tuple[str, str]:
     return join, f"COALESCE(s.error_class, {alias}.handover_reason, '')"
 
 
+_RETURNING = (
+    "RETURNING id, tenant_id, name, version, status, usage_simulated, cost_usd, tokens, "
+    "resumes, created_at, updated_at"
+)
+
+
 def _fold(tx: Tx, where: str, params: dict[str, Any]) -> int:
-    """Fold the unfolded runs ``where`` selects (a condition on ``runs``) and add their
-    figures; how many. The flip comes first and hands back exactly the rows it flipped."""
+    """Fold the unfolded terminal runs ``where`` selects (a condition on ``runs``) and
+    add their figures; how many. The flip comes first, guarded, and hands back exactly
+    the rows it flipped."""
     flipped = tx.fetchall(
-        f"UPDATE runs SET rolled = 1 WHERE rolled = 0 AND {where} "
-        "RETURNING id, tenant_id, name, version, status, usage_simulated, cost_usd, "
-        "tokens, resumes, created_at, updated_at",
+        f"UPDATE runs SET rolled = 1 WHERE rolled = 0 AND status IN ({_quoted(FINAL)}) "
+        f"AND {where} {_RETURNING}",
         params,
     )
+    _add(tx, flipped, 1)
+    return len(flipped)
+
+
+def unfold_run(tx: Tx, run_id: str) -> bool:
+    """Take a folded failed or ``needs_human`` run's figures back out of the rollup,
+    before the transaction resumes it or settles one of its steps (the first write to
+    its row): it is read live from then on, and folded again once it ends again."""
+    flipped = tx.fetchall(
+        f"UPDATE runs SET rolled = 0 WHERE id = :id AND rolled = 1 "
+        f"AND status IN ({_quoted(_REOPENABLE)}) {_RETURNING}",
+        {"id": run_id},
+    )
+    _add(tx, flipped, -1)
+    return bool(flipped)
+
+
+_GROUP = ("tenant_id", "name", "version", "day")
+_RUN_KEY = (*_GROUP, "status", "simulated")
+
+
+def _upsert(
+    tx: Tx,
+    table: str,
+    keys: tuple[str, ...],
+    key: tuple[Any, ...],
+    sums: dict[str, float],
+    sign: int,
+) -> None:
+    """Add ``sign`` times ``sums`` to ``table``'s row ``key``. The callers go through
+    their rows sorted, so two folders take the rows' locks in one order. A row taken
+    back to no runs goes (a float sum may keep a trace of what was taken out)."""
+    params = {f"k{i}": v for i, v in enumerate(key)}
+    params.update({f"s_{c}": sign * v for c, v in sums.items()})
+    columns = (*keys, *sums)
+    values = ", ".join([f":k{i}" for i in range(len(keys))] + [f":s_{c}" for c in sums])
+    adds = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in sums)
+    tx.execute(
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({values}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {adds}",
+        params,
+    )
+    if sign < 0:
+        where = " AND ".join(f"{c} = :k{i}" for i, c in enumerate(keys))
+        count = "runs" if "runs" in sums else "n"
+        tx.execute(f"DELETE FROM {table} WHERE {where} AND {count} = 0", params)
+
+
+def _add(tx: Tx, flipped: list[dict[str, Any]], sign: int) -> None:
+    """Add (``sign`` 1) or take out (-1) these runs' figures, read from their rows and
+    their journals as they are now."""
     if not flipped:
-        return 0
+        return
     runs: dict[tuple[Any, ...], list[float]] = {}
     durations: dict[tuple[Any, ...], int] = {}
     bad: list[str] = []
@@ -125,33 +186,17 @@ def _fold(tx: Tx, where: str, params: dict[str, Any]) -> int:
         elif r["status"] in ("failed", "needs_human"):
             bad.append(str(r["id"]))
             day_of[str(r["id"])] = group
-    # Sorted, so two folders upserting the same rows take their locks in one order.
     for key, (n, cost, tokens, resumes, secs) in sorted(runs.items()):
-        tx.execute(
-            "INSERT INTO rollup_runs (tenant_id, name, version, day, status, simulated, runs, "
-            "cost_usd, tokens, resumes, seconds) VALUES (:t, :a, :v, :d, :s, :sim, :n, :c, "
-            ":tok, :res, :secs) ON CONFLICT (tenant_id, name, version, day, status, simulated) "
-            "DO UPDATE SET runs = rollup_runs.runs + excluded.runs, "
-            "cost_usd = rollup_runs.cost_usd + excluded.cost_usd, "
-            "tokens = rollup_runs.tokens + excluded.tokens, "
-            "resumes = rollup_runs.resumes + excluded.resumes, "
-            "seconds = rollup_runs.seconds + excluded.seconds",
-            {"t": key[0], "a": key[1], "v": key[2], "d": key[3], "s": key[4], "sim": key[5],
-             "n": n, "c": cost, "tok": tokens, "res": resumes, "secs": secs},
-        )  # fmt: skip
+        _upsert(tx, "rollup_runs", _RUN_KEY, key,
+                {"runs": n, "cost_usd": cost, "tokens": tokens, "resumes": resumes,
+                 "seconds": secs}, sign)  # fmt: skip
     for key, n in sorted(durations.items()):
-        tx.execute(
-            "INSERT INTO rollup_durations (tenant_id, name, version, day, bucket, runs) "
-            "VALUES (:t, :a, :v, :d, :b, :n) ON CONFLICT (tenant_id, name, version, day, "
-            "bucket) DO UPDATE SET runs = rollup_durations.runs + excluded.runs",
-            {"t": key[0], "a": key[1], "v": key[2], "d": key[3], "b": key[4], "n": n},
-        )
+        _upsert(tx, "rollup_durations", (*_GROUP, "bucket"), key, {"runs": n}, sign)
     if bad:
-        _fold_failing(tx, bad, day_of)
-    return len(flipped)
+        _add_failing(tx, bad, day_of, sign)
 
 
-def _fold_failing(tx: Tx, run_ids: list[str], day_of: dict[str, tuple[Any, ...]]) -> None:
+def _add_failing(tx: Tx, run_ids: list[str], day_of: dict[str, tuple[Any, ...]], sign: int) -> None:
     join, cls = failing_sql()
     failing: dict[tuple[Any, ...], list[float]] = {}
     for start in range(0, len(run_ids), 500):
@@ -168,16 +213,8 @@ def _fold_failing(tx: Tx, run_ids: list[str], day_of: dict[str, tuple[Any, ...]]
             acc[1] += float(r["cost_usd"] or 0)
             acc[2] += float(r["secs"] or 0)
     for key, (n, cost, secs) in sorted(failing.items()):
-        tx.execute(
-            "INSERT INTO rollup_failing (tenant_id, name, version, day, step, error_class, "
-            "runs, cost_usd, seconds) VALUES (:t, :a, :v, :d, :st, :cl, :n, :c, :secs) "
-            "ON CONFLICT (tenant_id, name, version, day, step, error_class) DO UPDATE SET "
-            "runs = rollup_failing.runs + excluded.runs, "
-            "cost_usd = rollup_failing.cost_usd + excluded.cost_usd, "
-            "seconds = rollup_failing.seconds + excluded.seconds",
-            {"t": key[0], "a": key[1], "v": key[2], "d": key[3], "st": key[4], "cl": key[5],
-             "n": n, "c": cost, "secs": secs},
-        )  # fmt: skip
+        _upsert(tx, "rollup_failing", (*_GROUP, "step", "error_class"), key,
+                {"runs": n, "cost_usd": cost, "seconds": secs}, sign)  # fmt: skip
 
 
 def _fold_outbox(tx: Tx, where: str, params: dict[str, Any]) -> int:
@@ -189,11 +226,7 @@ def _fold_outbox(tx: Tx, where: str, params: dict[str, Any]) -> int:
         if r["status"] not in OUTBOX_SETTLED_NOT:
             counts[r["status"]] = counts.get(r["status"], 0) + 1
     for status, n in sorted(counts.items()):
-        tx.execute(
-            "INSERT INTO rollup_outbox (status, n) VALUES (:s, :n) ON CONFLICT (status) "
-            "DO UPDATE SET n = rollup_outbox.n + excluded.n",
-            {"s": status, "n": n},
-        )
+        _upsert(tx, "rollup_outbox", ("status",), (status,), {"n": n}, 1)
     return len(flipped)
 
 
@@ -202,22 +235,31 @@ def _quoted(values: tuple[str, ...]) -> str:
 
 
 def fold_pending(tx: Tx, limit: int = BATCH) -> int:
-    """One fold transaction: up to ``limit`` runs in a state nothing leaves and up to
-    ``limit`` delivered outbox rows; how many of both were folded (0: none left)."""
-    final = _quoted(FINAL)
-    n = _fold(
-        tx,
-        f"id IN (SELECT id FROM runs WHERE rolled = 0 AND status IN ({final}) LIMIT :n) "
-        f"AND status IN ({final})",
-        {"n": int(limit)},
-    )
-    done = _quoted(OUTBOX_FINAL)
-    n += _fold_outbox(
-        tx,
-        f"key IN (SELECT key FROM outbox WHERE rolled = 0 AND status IN ({done}) LIMIT :n) "
-        f"AND status IN ({done})",
-        {"n": int(limit)},
-    )
+    """One fold transaction: up to ``limit`` runs in a terminal state and up to
+    ``limit`` delivered outbox rows not folded yet (found through the partial indexes
+    ``runs_unrolled`` and ``outbox_unrolled``); how many of both were folded."""
+    ids = [
+        str(r["id"])
+        for r in tx.fetchall(
+            f"SELECT id FROM runs WHERE rolled = 0 AND status IN ({_quoted(FINAL)}) LIMIT :n",
+            {"n": int(limit)},
+        )
+    ]
+    keys = [
+        str(r["key"])
+        for r in tx.fetchall(
+            "SELECT key FROM outbox WHERE rolled = 0 "
+            f"AND status IN ({_quoted(OUTBOX_FINAL)}) LIMIT :n",
+            {"n": int(limit)},
+        )
+    ]
+    n = 0
+    for start in range(0, len(ids), 500):
+        marks, params = in_list("k", ids[start : start + 500])
+        n += _fold(tx, f"id IN ({marks})", params)
+    for start in range(0, len(keys), 500):
+        marks, params = in_list("k", keys[start : start + 500])
+        n += _fold_outbox(tx, f"key IN ({marks}) AND status IN ({_quoted(OUTBOX_FINAL)})", params)
     return n
 
 
@@ -228,6 +270,6 @@ def fold_runs(tx: Tx, run_ids: list[str], outbox_only: str = "") -> int:
     folded = 0
     for start in range(0, len(run_ids), 500):
         marks, params = in_list("k", run_ids[start : start + 500])
-        folded += _fold(tx, f"id IN ({marks}) AND status IN ({_TERMINAL})", params)
+        folded += _fold(tx, f"id IN ({marks})", params)
         _fold_outbox(tx, f"run_id IN ({marks}){outbox_only.format(marks=marks)}", params)
     return folded

@@ -11,7 +11,7 @@
 -- holds writes to runs and outbox for the time of one pass over each table).
 ALTER TABLE runs ADD COLUMN rolled INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE outbox ADD COLUMN rolled INTEGER NOT NULL DEFAULT 0;
-CREATE INDEX IF NOT EXISTS runs_unrolled ON runs (tenant_id, created_at) WHERE rolled = 0;
+CREATE INDEX IF NOT EXISTS runs_unrolled ON runs (status, tenant_id, created_at) WHERE rolled = 0;
 CREATE INDEX IF NOT EXISTS outbox_unrolled ON outbox (status) WHERE rolled = 0;
 CREATE TABLE IF NOT EXISTS rollup_runs (
     tenant_id TEXT NOT NULL,
