@@ -74,7 +74,7 @@ def _settled(tx: Tx) -> dict[str, Any]:
         "SELECT status, name, version, tenant_id, simulated AS usage_simulated, runs AS n, "
         "tokens, cost_usd AS cost, resumes FROM rollup_runs UNION ALL "
         "SELECT status, name, version, tenant_id, usage_simulated, 1, tokens, cost_usd, "
-        f"resumes FROM runs WHERE rolled = 0 AND NOT ({_LIVE})"
+        f"resumes FROM runs WHERE {rollup.unfolded(states=rollup.FINAL)}"
         ") u GROUP BY status, name, version, tenant_id, usage_simulated",
     )
     settled_not = ", ".join(f"'{s}'" for s in rollup.OUTBOX_SETTLED_NOT)

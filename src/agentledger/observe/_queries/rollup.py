@@ -19,7 +19,7 @@ from agentledger.store._tx import Tx
 def _window(tenant: str | None, since_day: int | None, alias: str = "") -> tuple[str, str]:
     """(the rollup rows' condition, the unfolded runs' condition)."""
     prefix = f"{alias}." if alias else ""
-    folded, live = ["1 = 1"], [f"{prefix}rolled = 0"]
+    folded, live = ["1 = 1"], [rollup.unfolded(alias)]
     if tenant is not None:
         folded.append("tenant_id = :tenant")
         live.append(f"{prefix}tenant_id = :tenant")

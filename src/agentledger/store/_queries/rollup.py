@@ -74,6 +74,14 @@ def bucket_value(i: int) -> float:
     return 0.0 if i <= 0 else _FLOOR * 10 ** ((i - 0.5) / _PER_DECADE)
 
 
+def unfolded(alias: str = "", states: tuple[str, ...] = tuple(RunStatus.ALL)) -> str:
+    """The condition that reads the runs not folded (in ``states``) through the partial
+    index ``runs_unrolled``: its leading column, the state, is named, so both planners
+    range over the index's few rows instead of the tenant's whole history."""
+    prefix = f"{alias}." if alias else ""
+    return f"{prefix}rolled = 0 AND {prefix}status IN ({_quoted(states)})"
+
+
 def day_sql(tx: Tx, column: str) -> str:
     """The UTC day number of a UNIX-seconds column, rounded down on both backends
     (PostgreSQL's CAST rounds)."""
