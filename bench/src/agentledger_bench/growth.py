@@ -451,6 +451,9 @@ async def run_growth(
             # The copies arrive finished and not folded; in production the workers'
             # background pass folds runs as they finish (agentledger/_rollup.py): that
             # pass, timed, over the whole fill.
+            # Statistics first, as autovacuum keeps them for a production store: planned
+            # for the empty tables, the fold's statements would scan what they fold.
+            await asyncio.to_thread(_analyze, store, say)
             say("folding the rollup")
             began = time.perf_counter()
             report["folded"] = await rollup.fold_once(store, max_batches=None)
