@@ -33,8 +33,9 @@ def snapshot(tx: Tx, *, live: bool = True, settled: bool = True) -> dict[str, An
     ``live``: what changes by the second and stays small at any volume, read through
     indexes -- runs not yet finished (by state, with their totals so far), the due
     queue, pending and dead outbox rows. ``settled``: what only grows with the store's
-    history -- finished runs, delivered and dropped outbox rows, the audit-event counts;
-    a scan of the history, which observe/_metrics.py reads now and then, not per scrape.
+    history -- finished runs, delivered and dropped outbox rows (the daily rollup's sums
+    and the rows not folded yet), the audit-event counts (by the events' type index);
+    observe/_metrics.py reads it now and then, not per scrape.
     """
     data: dict[str, Any] = {}
     if live:

@@ -1,14 +1,14 @@
--- Version 180: the daily rollup (docs/architecture.md, "The rollup"). What the numbers
+-- Version 180: the daily rollup (docs/architecture.md, "The daily rollup"). What the numbers
 -- page and the metrics' settled history read instead of every finished run: per tenant,
 -- agent or workflow, version, UTC day of creation and terminal status, the runs and their
 -- totals; the completed runs' durations in fixed log-spaced buckets; the failing steps by
 -- failure class. A run or outbox row is folded in once (`rolled` 0 -> 1 in the same
--- transaction as the sums), by a background pass for the states nothing leaves
--- (completed, cancelled, expired; delivered) and by a prune for what it removes; the rest
--- (rolled = 0: unfinished, failed, needs_human, not yet folded) is read live through the
--- partial indexes below, small whatever the history. Online: new columns with a
--- constant default, new tables, indexes the previous release never reads (building them
--- holds writes to runs and outbox for the time of one pass over each table).
+-- transaction as the sums) by the workers' background pass (terminal runs, delivered
+-- outbox rows) or by a prune (what it removes); a resume takes a folded run back out
+-- first. What is not folded (rolled = 0: unfinished, or finished since the last fold) is
+-- read live through the partial indexes below, small whatever the history. Online: new
+-- columns with a constant default, new tables, indexes the previous release never reads
+-- (building them holds writes to runs and outbox for one pass over each table).
 ALTER TABLE runs ADD COLUMN rolled INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE outbox ADD COLUMN rolled INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS runs_unrolled ON runs (status, tenant_id, created_at) WHERE rolled = 0;
