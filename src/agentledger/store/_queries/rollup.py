@@ -1,5 +1,5 @@
 """The daily rollup: finished runs and delivered outbox rows folded into per-day sums
-(migration 0180; docs/architecture.md, "The rollup").
+(migration 0180; docs/architecture.md, "The daily rollup").
 
 A run is in exactly one place at any moment: folded (``runs.rolled = 1``, its figures
 in ``rollup_runs``, ``rollup_durations`` and ``rollup_failing``) or not (``rolled = 0``,
