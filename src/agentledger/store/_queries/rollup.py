@@ -246,10 +246,14 @@ def fold_pending(tx: Tx, limit: int = BATCH) -> int:
     """One fold transaction: up to ``limit`` runs in a terminal state and up to
     ``limit`` delivered outbox rows not folded yet (found through the partial indexes
     ``runs_unrolled`` and ``outbox_unrolled``); how many of both were folded."""
+    # The rows are locked as they are picked, and a row another transaction holds (a
+    # resume or a settle under way) is skipped, not waited for: a fold never stalls, nor
+    # holds a thousand runs' rows while it waits on one (SQLite: one writer at a time).
+    lock = tx.dialect.skip_locked
     ids = [
         str(r["id"])
         for r in tx.fetchall(
-            f"SELECT id FROM runs WHERE rolled = 0 AND status IN ({_quoted(FINAL)}) LIMIT :n",
+            f"SELECT id FROM runs WHERE {unfolded(states=FINAL)} LIMIT :n{lock}",
             {"n": int(limit)},
         )
     ]
@@ -257,7 +261,7 @@ def fold_pending(tx: Tx, limit: int = BATCH) -> int:
         str(r["key"])
         for r in tx.fetchall(
             "SELECT key FROM outbox WHERE rolled = 0 "
-            f"AND status IN ({_quoted(OUTBOX_FINAL)}) LIMIT :n",
+            f"AND status IN ({_quoted(OUTBOX_FINAL)}) LIMIT :n{lock}",
             {"n": int(limit)},
         )
     ]
