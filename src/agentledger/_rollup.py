@@ -28,6 +28,9 @@ async def fold_once(
 ) -> int:
     """Fold what is pending now, ``batch`` runs (and outbox rows) per transaction, at
     most ``max_batches`` transactions (None: until nothing is left); how many folded."""
+    # A read first: an idle process does not take SQLite's write lock every period.
+    if not await store.read(rollup.has_pending):
+        return 0
     total = 0
     rounds = 0
     while max_batches is None or rounds < max_batches:

@@ -289,3 +289,15 @@ async def _child_finish(store_url: str) -> None:
     child = await _child("finish", store_url, "k", "30", "nofold")
     await asyncio.to_thread(child.communicate, "")
     assert child.returncode == 0
+
+
+def test_a_bucket_holds_its_lower_edge_and_reports_within_the_precision() -> None:
+    assert rollup.bucket_of(0.0) == rollup.bucket_of(-1.0) == rollup.bucket_of(0.0009) == 0
+    for i in range(1, 260):
+        low, high = rollup.bucket_floor(i), rollup.bucket_floor(i + 1)
+        assert rollup.bucket_of(low) == i and rollup.bucket_of(high) == i + 1
+        assert rollup.bucket_of(math.nextafter(high, 0)) == i
+        middle = rollup.bucket_value(i)
+        assert rollup.bucket_of(middle) == i
+        for exact in (low, math.nextafter(high, 0)):
+            assert abs(middle / exact - 1) <= rollup.PRECISION + 1e-12

@@ -242,6 +242,16 @@ def _quoted(values: tuple[str, ...]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
+def has_pending(tx: Tx) -> bool:
+    """Whether anything waits to be folded (a read, through the partial indexes)."""
+    found = tx.fetchall(
+        f"SELECT 1 AS x FROM runs WHERE {unfolded(states=FINAL)} UNION ALL "
+        f"SELECT 1 FROM outbox WHERE rolled = 0 AND status IN ({_quoted(OUTBOX_FINAL)}) "
+        "LIMIT 1"
+    )
+    return bool(found)
+
+
 def fold_pending(tx: Tx, limit: int = BATCH) -> int:
     """One fold transaction: up to ``limit`` runs in a terminal state and up to
     ``limit`` delivered outbox rows not folded yet (found through the partial indexes
