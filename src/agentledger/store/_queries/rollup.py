@@ -124,13 +124,14 @@ def _fold(tx: Tx, where: str, params: dict[str, Any]) -> int:
     return len(flipped)
 
 
-def unfold_run(tx: Tx, run_id: str) -> bool:
-    """Take a folded failed or ``needs_human`` run's figures back out of the rollup,
-    before the transaction resumes it or settles one of its steps (the first write to
-    its row): it is read live from then on, and folded again once it ends again."""
+def unfold_run(tx: Tx, run_id: str, states: tuple[str, ...] = _REOPENABLE) -> bool:
+    """Take a folded run's figures (a failed or ``needs_human`` one, or one in
+    ``states``) back out of the rollup, before the transaction resumes it or settles one
+    of its steps (the first write to its row): it is read live from then on, and folded
+    again once it ends again."""
     flipped = tx.fetchall(
         f"UPDATE runs SET rolled = 0 WHERE id = :id AND rolled = 1 "
-        f"AND status IN ({_quoted(_REOPENABLE)}) {_RETURNING}",
+        f"AND status IN ({_quoted(states)}) {_RETURNING}",
         {"id": run_id},
     )
     _add(tx, flipped, -1)
