@@ -60,8 +60,9 @@ class StoreFigures:
 
     Each scrape reads the live part (unfinished runs, the queue, the outbox backlog:
     indexed, small at any volume). The settled history (finished runs, delivered
-    outbox rows, audit counts) is a scan that grows with the store: it is read again
-    only when older than ``refresh`` seconds, in the background, so finished-run counts
+    outbox rows, audit counts) is read from the daily rollup and what is not folded
+    yet, and the audit events by type: it is read again only when older than
+    ``refresh`` seconds, in the background, so finished-run counts
     and the counters lag by about that much. A counter never goes backwards: a run whose tokens move
     from the live part to a settled part not yet read again is held at its last value.
     """

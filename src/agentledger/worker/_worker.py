@@ -68,6 +68,7 @@ from typing import Any
 
 from agentledger import _auditchain as auditchain
 from agentledger import _prune as prune
+from agentledger import _rollup as rollup
 from agentledger import _sealer as sealer
 from agentledger._app import App
 from agentledger._backoff import Backoff
@@ -221,6 +222,12 @@ class Worker:
             side.append(
                 asyncio.create_task(
                     sealer.seal_forever(self.store, seal_every, self._store_log), name="seal"
+                )
+            )
+            # The daily rollup the numbers and metrics read (agentledger/_rollup.py).
+            side.append(
+                asyncio.create_task(
+                    rollup.fold_forever(self.store, failures=self._store_log), name="rollup"
                 )
             )
             if self.config.prune_every is not None:  # agentledger/_prune.py

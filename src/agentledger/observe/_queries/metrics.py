@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger.records import loads
+from agentledger.store._queries import rollup
 from agentledger.store._queries.events import EVENTS_TYPE_INDEXED
 from agentledger.store._tx import Tx
 
@@ -32,8 +33,9 @@ def snapshot(tx: Tx, *, live: bool = True, settled: bool = True) -> dict[str, An
     ``live``: what changes by the second and stays small at any volume, read through
     indexes -- runs not yet finished (by state, with their totals so far), the due
     queue, pending and dead outbox rows. ``settled``: what only grows with the store's
-    history -- finished runs, delivered and dropped outbox rows, the audit-event counts;
-    a scan of the history, which observe/_metrics.py reads now and then, not per scrape.
+    history -- finished runs, delivered and dropped outbox rows (the daily rollup's sums
+    and the rows not folded yet), the audit-event counts (by the events' type index);
+    observe/_metrics.py reads it now and then, not per scrape.
     """
     data: dict[str, Any] = {}
     if live:
@@ -64,16 +66,23 @@ def _live(tx: Tx) -> dict[str, Any]:
 
 
 def _settled(tx: Tx) -> dict[str, Any]:
-    now = tx.now
+    # The finished runs and settled outbox rows: the daily rollup's sums and the rows
+    # not folded yet (store/_queries/rollup.py), each in one statement (one snapshot: a
+    # fold committing meanwhile neither hides a run nor counts it twice).
     runs = tx.fetchall(
-        "SELECT status, name, version, tenant_id, usage_simulated, COUNT(*) AS n, "
-        "SUM(tokens) AS tokens, "
-        f"SUM(cost_usd) AS cost, SUM(resumes) AS resumes FROM runs WHERE NOT ({_LIVE}) "
-        "GROUP BY status, name, version, tenant_id, usage_simulated",
+        "SELECT status, name, version, tenant_id, usage_simulated, SUM(n) AS n, "
+        "SUM(tokens) AS tokens, SUM(cost) AS cost, SUM(resumes) AS resumes FROM ("
+        "SELECT status, name, version, tenant_id, simulated AS usage_simulated, runs AS n, "
+        "tokens, cost_usd AS cost, resumes FROM rollup_runs UNION ALL "
+        "SELECT status, name, version, tenant_id, usage_simulated, 1, tokens, cost_usd, "
+        f"resumes FROM runs WHERE {rollup.unfolded(states=rollup.FINAL)}"
+        ") u GROUP BY status, name, version, tenant_id, usage_simulated",
     )
+    settled_not = ", ".join(f"'{s}'" for s in rollup.OUTBOX_SETTLED_NOT)
     outbox = tx.fetchall(
-        f"SELECT status, COUNT(*) AS n, MAX({now} - created_at) AS age FROM outbox "
-        "WHERE status NOT IN ('pending', 'dead') GROUP BY status",
+        "SELECT status, SUM(n) AS n FROM (SELECT status, n FROM rollup_outbox UNION ALL "
+        "SELECT status, 1 FROM outbox WHERE rolled = 0 "
+        f"AND status NOT IN ({settled_not})) u GROUP BY status",
     )
     types = (*UNKNOWN_SEEN, *UNKNOWN_RESOLUTIONS)
     params = {f"t{i}": t for i, t in enumerate(types)}

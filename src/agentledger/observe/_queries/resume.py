@@ -45,6 +45,7 @@ from agentledger._canonical import clean_text
 from agentledger.errors import StoreError
 from agentledger.records import Step, StepStatus, dumps, loads
 from agentledger.store import _rows as rows
+from agentledger.store._queries import rollup
 from agentledger.store._queries.events import insert_event
 from agentledger.store._queries.runs import get_run
 from agentledger.store._tx import Tx
@@ -425,7 +426,10 @@ def resume_run(
 
 def _lock_resumable(tx: Tx, run_id: str) -> int:
     """Lock a failed or ``needs_human`` run's row for this transaction (1: locked; 0:
-    no such run in such a state): a resume, a settle and a claim of it take turns."""
+    no such run in such a state): a resume, a settle and a claim of it take turns. The
+    run leaves the daily rollup first, its figures as they were folded (it is read live
+    until it ends again): the first write to its row, before anything of it changes."""
+    rollup.unfold_run(tx, run_id)
     return tx.execute(
         f"UPDATE runs SET updated_at = {tx.now} "
         "WHERE id = :id AND status IN ('failed', 'needs_human')",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from agentledger.store._queries import rollup
 from agentledger.store._tx import Tx
 
 
@@ -79,18 +80,12 @@ def run_stats(
             )
             percentiles[name] = float(row[0]["seconds"])
     rwhere, rparams = _where(since, agent, tenant, "r", version)
-    # The failing step of a run: its first failed or unsettled step (compensations and
-    # the compensation decision aside); a run without one failed outside any step. Its
-    # class: the step's error class, else why the run was handed over.
-    cls = "COALESCE(s.error_class, r.handover_reason, '')"
+    join, cls = rollup.failing_sql("r")
     failing = tx.fetchall(
         f"SELECT COALESCE(s.name, '(no step)') AS step, {cls} AS error_class, "
         "COUNT(*) AS n, SUM(r.cost_usd) AS total, "
         "AVG(r.cost_usd) AS cost, AVG(r.updated_at - r.created_at) AS seconds "
-        "FROM runs r LEFT JOIN steps s ON s.run_id = r.id AND s.step_no = ("
-        "SELECT MIN(x.step_no) FROM steps x WHERE x.run_id = r.id "
-        "AND x.status IN ('failed', 'unknown', 'started', 'retrying') "
-        "AND x.kind NOT IN ('compensation', 'decision')) "
+        f"FROM runs r {join} "
         f"WHERE {rwhere} AND r.status IN ('failed', 'needs_human') "
         f"GROUP BY COALESCE(s.name, '(no step)'), {cls} ORDER BY n DESC, step, error_class",
         rparams,
@@ -121,10 +116,7 @@ _FINISHED = ("completed", "failed", "cancelled", "expired", "needs_human")
 
 
 def _day(tx: Tx, column: str) -> str:
-    # The UTC day number, rounded down on both backends (PostgreSQL's CAST rounds).
-    if tx.dialect.name == "sqlite":
-        return f"CAST({column} / 86400 AS INTEGER)"
-    return f"CAST(FLOOR({column} / 86400) AS INTEGER)"
+    return rollup.day_sql(tx, column)
 
 
 def by_target(

@@ -1,7 +1,8 @@
 """``/ui/numbers``: the five numbers (completion rate, p50/p95 duration, cost per run,
-failing steps by class with their cost, stuck runs) for the tenant, read through the
-API's own ``/v1/stats`` handler (its role rule: admin); the same per agent and version,
-and per day as charts; and the runs per day."""
+failing steps by class with their cost, stuck runs) of the tenant's runs created on the
+last whole UTC days (admin, as ``/v1/stats``); the same per agent and version, and per
+day as charts; and the runs per day. Read from the daily rollup (observe/_numbers.py), so
+a view costs the rollup's rows in the window, not the window's runs."""
 
 from __future__ import annotations
 
@@ -12,17 +13,18 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from agentledger.observe._queries import stats as observe_stats
-from agentledger.observe._stats import parse_since, with_rates
+from agentledger.observe._numbers import numbers
+from agentledger.observe._stuck import StuckPolicy
+from agentledger.service._auth import ADMIN, require
 from agentledger.service._console import charts, render
 from agentledger.service._console.errors import PageError
 from agentledger.service._console.signin import signed_in
 from agentledger.service._problems import Problem
-from agentledger.service._queries import console as queries
-from agentledger.service._routers import observe as api
+from agentledger.store._queries.rollup import PRECISION
 
 router = APIRouter(prefix="/ui/numbers", include_in_schema=False)
-WINDOWS = ("24h", "7d", "30d", "all")
+#: The windows offered, in whole UTC days (today included); None: every day.
+WINDOWS: dict[str, int | None] = {"1d": 1, "7d": 7, "30d": 30, "all": None}
 _MAX_TARGETS = 50  # agents and versions listed at most (the most runs first)
 _MAX_DAYS = 60  # days drawn at most (the latest)
 
@@ -38,33 +40,36 @@ async def numbers_page(request: Request, since: str = "7d") -> HTMLResponse:
         since = "7d"
     p = session.principal
     try:
-        overall = await api.five_numbers(request, p, since, None, None, None, None)
+        require(p, ADMIN, action="reading the tenant's statistics")
     except Problem as exc:
         raise PageError(exc.status, exc.title, f"{exc.detail}.") from None
-    window = parse_since(since)
-    start = None if window is None else time.time() - window
+    n_days = WINDOWS[since]
+    since_day = None if n_days is None else int(time.time() // 86400) - (n_days - 1)
     store = request.app.state.store
-    groups = await store.read(observe_stats.by_target, start, None, p.tenant_id, None, False)
+    found = await numbers(store, p.tenant_id, since_day)
+    overall = found["overall"]
+    overall["stuck"] = [
+        s.to_dict() for s in await StuckPolicy.from_env().find(store) if s.tenant_id == p.tenant_id
+    ]
+    overall["stuck_runs"] = len(overall["stuck"])
     stuck: dict[tuple[str, str], int] = {}
     for s in overall["stuck"]:
         stuck[(s["name"], s["version"])] = stuck.get((s["name"], s["version"]), 0) + 1
-    targets = sorted((with_rates(g) for g in groups), key=lambda g: (-g["runs"], g["agent"]))
+    targets = sorted(found["targets"], key=lambda g: (-g["runs"], g["agent"]))
     for g in targets:
         g["stuck_runs"] = stuck.get((g["agent"], g["version"]), 0)
-    # Per day, the counts only: percentiles per agent, version and day would sort the
-    # window's runs once more (``/v1/stats?bucket=day`` has them).
-    daily = await store.read(observe_stats.by_target, start, None, p.tenant_id, None, True, False)
-    series = [with_rates(g) for g in daily]
+    series = found["series"]
     drawn = [
         charts.line_chart(series, "completion_rate", "Completion rate per day", _rate),
         charts.line_chart(series, "cost_per_run_usd", "Cost per run per day", render.money),
+        charts.line_chart(series, "p95_seconds", "Duration p95 per day", render.seconds),
     ]
     most = max(overall["by_status"].values(), default=0)
-    rows = await store.read(queries.daily, p.tenant_id, start, None)
     return render.page(
-        request, "numbers.html", title="Numbers", since=since, windows=WINDOWS,
+        request, "numbers.html", title="Numbers", since=since, windows=list(WINDOWS),
         n=overall, targets=targets[:_MAX_TARGETS], more_targets=len(targets) > _MAX_TARGETS,
-        charts=[c for c in drawn if c is not None], most=most, days=days_of(rows),
+        charts=[c for c in drawn if c is not None], most=most, days=days_of(found["days"]),
+        precision=round(PRECISION * 100),
     )  # fmt: skip
 
 

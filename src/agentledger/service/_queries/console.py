@@ -405,32 +405,3 @@ def group_runs(tx: Tx, tenant_id: str, status: str, cause: str, limit: int) -> l
         {"t": tenant_id, "s": status, "c": cause, "n": limit},
     )
     return [r["id"] for r in found]
-
-
-def daily(tx: Tx, tenant_id: str, since: float | None, agent: str | None) -> list[dict[str, Any]]:
-    """Runs created per UTC day since ``since`` (None: all), by status, with their cost:
-    one row per day and status, read over the tenant's index by creation time."""
-    # The day number, rounded down on both backends (PostgreSQL's CAST rounds).
-    day = (
-        "CAST(created_at / 86400 AS INTEGER)"
-        if tx.dialect.name == "sqlite"
-        else "CAST(FLOOR(created_at / 86400) AS INTEGER)"
-    )
-    where = ["tenant_id = :t"]
-    params: dict[str, Any] = {"t": tenant_id}
-    if since is not None:
-        where.append("created_at >= :since")
-        params["since"] = since
-    if agent is not None:
-        where.append("name = :agent")
-        params["agent"] = agent
-    found = tx.fetchall(
-        f"SELECT {day} AS day, status, COUNT(*) AS n, COALESCE(SUM(cost_usd), 0) AS cost "
-        f"FROM runs WHERE {' AND '.join(where)} GROUP BY {day}, status ORDER BY day, status",
-        params,
-    )
-    return [
-        {"day": int(r["day"]), "status": r["status"], "runs": int(r["n"]),
-         "cost_usd": float(r["cost"])}
-        for r in found
-    ]  # fmt: skip

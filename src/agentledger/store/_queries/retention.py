@@ -39,6 +39,7 @@ from agentledger import _auditchain as auditchain
 from agentledger._auditkey import AuditKey
 from agentledger.errors import UsageError
 from agentledger.records import RunStatus
+from agentledger.store._queries import rollup
 from agentledger.store._queries.common import in_list
 from agentledger.store._tx import Tx
 
@@ -315,6 +316,9 @@ def prune_batch(
     for chunk in range(0, len(ids), BATCH):
         marks, params = in_list("e", ids[chunk : chunk + BATCH])
         tx.execute(f"DELETE FROM events WHERE id IN ({marks})", params)
+    # Folded into the rollup first, in this transaction: the numbers over any window
+    # stay what they were once the runs are gone.
+    rollup.fold_runs(tx, done_runs, _ONLY["outbox"])
     for chunk in range(0, len(done_runs), BATCH):
         marks, params = in_list("r", done_runs[chunk : chunk + BATCH])
         for table in _RUN_TABLES:
