@@ -129,6 +129,13 @@ def unfold_run(tx: Tx, run_id: str, states: tuple[str, ...] = _REOPENABLE) -> bo
     ``states``) back out of the rollup, before the transaction resumes it or settles one
     of its steps (the first write to its row): it is read live from then on, and folded
     again once it ends again."""
+    if tx.dialect.name == "postgres":
+        # The row is locked first, whatever its flag: a fold that flipped it and has not
+        # committed is waited for, and its flip is then seen. Without the lock the
+        # guarded unfold below would read the flag as last committed (still clear),
+        # take nothing out, and the run would go back to work left folded. (SQLite: the
+        # write transaction already holds the file, so no fold is under way.)
+        tx.fetchall("SELECT id FROM runs WHERE id = :id FOR UPDATE", {"id": run_id})
     flipped = tx.fetchall(
         f"UPDATE runs SET rolled = 0 WHERE id = :id AND rolled = 1 "
         f"AND status IN ({_quoted(states)}) {_RETURNING}",
