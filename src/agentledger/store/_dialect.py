@@ -102,7 +102,9 @@ class Dialect(ABC):
 
     @abstractmethod
     def claim_sql(self, n_targets: int) -> str:
-        """The single statement that claims runnable runs (placeholders t0..tN)."""
+        """The single statement that claims runnable runs (placeholders t0..tN). It also
+        takes each run's next event seq for its ``run.claimed`` event (``event_seq + 1``,
+        returned as ``event_seq``), so the claim's events are one INSERT."""
 
     def claimable(self, n_targets: int, alias: str = "") -> str:
         """The claim condition, written once for every dialect: a run of one of the

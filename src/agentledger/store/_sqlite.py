@@ -259,12 +259,12 @@ class SQLiteDialect(Dialect):
             f"WHERE status = 'running' AND target IN ({targets}) AND lease_expires_at < {now}) "
             "UPDATE runs SET status = 'running', lease_owner = :owner, write_token = :token, "
             f"lease_epoch = lease_epoch + 1, lease_expires_at = {now} + :lease, "
-            f"updated_at = {now}, "
+            f"updated_at = {now}, event_seq = event_seq + 1, "
             "resumes = resumes + (CASE WHEN status = 'running' THEN 1 ELSE 0 END) "
             "WHERE id IN (SELECT id FROM (SELECT id, available_at, ROW_NUMBER() OVER "
             "(PARTITION BY tenant_id ORDER BY available_at) AS fair_rank FROM due) "
             "WHERE fair_rank <= :limit "
-            f"ORDER BY fair_rank, available_at LIMIT :limit) RETURNING {RUN_COLUMNS}"
+            f"ORDER BY fair_rank, available_at LIMIT :limit) RETURNING {RUN_COLUMNS}, event_seq"
         )
 
     def is_locked(self, exc: BaseException) -> bool:

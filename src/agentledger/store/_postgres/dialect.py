@@ -304,8 +304,9 @@ class PostgresDialect(Dialect):
             f"UPDATE runs r SET status = '{RunStatus.RUNNING}', lease_owner = :owner, "
             f"write_token = :token, lease_epoch = r.lease_epoch + 1, "
             f"lease_expires_at = {now} + :lease, updated_at = {now}, "
+            "event_seq = r.event_seq + 1, "
             f"resumes = r.resumes + (CASE WHEN r.status = '{RunStatus.RUNNING}' THEN 1 ELSE 0 END) "
-            f"FROM c WHERE r.id = c.id RETURNING {returning}"
+            f"FROM c WHERE r.id = c.id RETURNING {returning}, r.event_seq"
         )
 
     # errors ---------------------------------------------------------------------

@@ -82,6 +82,28 @@ def insert_event(
     )
 
 
+_EVENTS_PER_INSERT = 500  # rows per statement: 6 parameters each, within SQLite's limit
+
+
+def insert_events(tx: Tx, events: list[tuple[str, int, str, str, Any]]) -> None:
+    """Append events of several runs, each ``(run_id, seq, type, actor, data)`` with a
+    seq its caller already took from ``runs.event_seq`` under the run row's lock in this
+    transaction (the claim statement does), in one multi-row INSERT."""
+    at = time.time()
+    for start in range(0, len(events), _EVENTS_PER_INSERT):
+        chunk = events[start : start + _EVENTS_PER_INSERT]
+        params: dict[str, Any] = {"at": at}
+        rows_sql = []
+        for i, (run_id, seq, type_, actor, data) in enumerate(chunk):
+            params[f"r{i}"], params[f"s{i}"], params[f"t{i}"] = run_id, seq, type_
+            params[f"a{i}"], params[f"d{i}"] = actor, dumps(data)
+            rows_sql.append(f"(:r{i}, :at, :t{i}, :a{i}, :d{i}, :s{i})")
+        tx.execute(
+            "INSERT INTO events (run_id, at, type, actor, data, seq) VALUES " + ", ".join(rows_sql),
+            params,
+        )
+
+
 def insert_tenant_event(
     tx: Tx, tenant_id: str, audit_id: str, type: str, actor: str, data: Any
 ) -> None:

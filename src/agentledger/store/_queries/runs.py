@@ -23,7 +23,7 @@ from agentledger.store._queries.common import (
     new_token,
     status_literal,
 )
-from agentledger.store._queries.events import insert_event
+from agentledger.store._queries.events import insert_event, insert_events
 from agentledger.store._tx import Tx
 
 
@@ -135,10 +135,16 @@ def claim_runs(
     for i, target in enumerate(targets):
         params[f"t{i}"] = target
     found = tx.fetchall(tx.dialect.claim_sql(len(targets)), params)
-    claimed = [rows.run_from(r) for r in found]
-    for run in claimed:
-        insert_event(tx, run.id, "run.claimed", owner, {"epoch": run.lease_epoch})
-    return claimed
+    # The claim statement took each run's event seq under its row lock: the claim's
+    # events are one statement, not two per run inside the claiming transaction.
+    insert_events(
+        tx,
+        [
+            (str(r["id"]), int(r["event_seq"]), "run.claimed", owner, {"epoch": r["lease_epoch"]})
+            for r in found
+        ],
+    )
+    return [rows.run_from(r) for r in found]
 
 
 def claimed_with(tx: Tx, owner: str, token: str) -> list[Run] | None:

@@ -1,0 +1,81 @@
+"""A claim is a fixed number of statements whatever it takes: the claim statement takes
+each run's next event seq under its row lock, and the runs' ``run.claimed`` events are
+one INSERT (on PostgreSQL every statement inside the claiming transaction is a round
+trip while it holds the claimed rows). The events stay exact: per run, gapless seqs in
+commit order, the claim's epoch in each, so a stream resumed by ``Last-Event-ID``
+misses and repeats nothing."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import pytest
+
+from agentledger.store import Store
+from agentledger.store._tx import Tx
+from tests.store.test_contract import TARGET, batch, new_run, step
+
+RUNS = 12
+
+
+def _events(tx: Tx, run_id: str) -> list[tuple[int, str, str, str]]:
+    """(seq, type, actor, data) of a run's events in the order they were written."""
+    found = tx.fetchall(
+        "SELECT seq, type, actor, data FROM events WHERE run_id = :r ORDER BY id", {"r": run_id}
+    )
+    return [(int(e["seq"]), e["type"], e["actor"], e["data"]) for e in found]
+
+
+def _spy(store: Store, monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
+    seen: collections.Counter[str] = collections.Counter()
+    cls = type(store.dialect)
+    execute, fetchall = cls.execute, cls.fetchall
+
+    def counted(real: Any) -> Any:
+        def call(self: Any, conn: Any, sql: str, params: Any = None) -> Any:
+            seen[" ".join(sql.split()[:3])] += 1
+            return real(self, conn, sql, params)
+
+        return call
+
+    monkeypatch.setattr(cls, "execute", counted(execute))
+    monkeypatch.setattr(cls, "fetchall", counted(fetchall))
+    return seen
+
+
+async def test_a_claim_is_two_statements_whatever_it_takes(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [(await store.create_run(new_run())).id for _ in range(RUNS)]
+    seen = _spy(store, monkeypatch)
+    claimed = await store.claim_runs("w1", [TARGET], RUNS, 30)
+    monkeypatch.undo()
+    assert sorted(r.id for r in claimed) == sorted(ids)
+    assert seen["INSERT INTO events"] == 1
+    assert seen["UPDATE runs SET"] == 0  # no event_seq bump per run
+    assert sum(seen.values()) == 2, seen  # the claim and its events
+    for run in claimed:
+        assert [e[:3] for e in await store.read(_events, run.id)] == [
+            (1, "run.submitted", "api"),
+            (2, "run.claimed", "w1"),
+        ]
+        assert [e.data for e in await store.list_events(run.id)][-1] == {"epoch": 1}
+
+
+async def test_claimed_again_the_seqs_go_on_without_a_gap(store: Store) -> None:
+    run = await store.create_run(new_run())
+    (first,) = await store.claim_runs("w1", [TARGET], 1, 30)
+    assert await store.release_run(run.id, first.lease_epoch, "w1")
+    (second,) = await store.claim_runs("w2", [TARGET], 1, 30)
+    assert second.lease_epoch == 2
+    assert [e[:3] for e in await store.read(_events, run.id)] == [
+        (1, "run.submitted", "api"),
+        (2, "run.claimed", "w1"),
+        (3, "run.released", "w1"),
+        (4, "run.claimed", "w2"),
+    ]
+    assert [e.data for e in await store.list_events(run.id)][-1] == {"epoch": 2}
+    # the run's counter stands where the claim left it: the next journal write goes on
+    await store.commit(batch(second, steps=[step(second)]))
+    assert [e[:2] for e in await store.read(_events, run.id)][4:] == [(5, "step.succeeded")]
