@@ -6,7 +6,9 @@ in one statement (see :mod:`agentledger.store._postgres.batches`) go through an
 one group is on the wire the next accumulates, so concurrent runs still share
 commits (group commit). A group of one is a single autocommitted statement (one
 round trip); a larger group is BEGIN, its statements and COMMIT in one pipeline.
-Callers are answered only after the commit returned.
+Callers are answered only after the commit returned. Each committed group pokes the
+events notifier (:mod:`agentledger.store._postgres.notifier`), which announces it from a
+connection of its own: a journal commit never notifies inside its own transaction.
 
 A lost connection is re-opened with backoff for up to a minute and the group is
 sent again. Its COMMIT may have committed with the reply lost, so before sending
@@ -25,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, MutableSequence
 from typing import Any
 
@@ -36,11 +37,11 @@ from agentledger.errors import LeaseLost
 from agentledger.store._base import Batch
 from agentledger.store._groupcommit import resolve_future
 from agentledger.store._postgres.batches import batch_statement, is_plain
-from agentledger.store._postgres.connection import EVENTS_CHANNEL, SESSION_SETUP
+from agentledger.store._postgres.connection import SESSION_SETUP
+from agentledger.store._postgres.notifier import EventsNotifier
 from agentledger.store._retrying import Reconnect
 
 log = logging.getLogger(__name__)
-NOTIFY_GAP = 0.005  # seconds between two events notifications of one committer
 
 
 class AsyncBatchCommitter:
@@ -63,9 +64,7 @@ class AsyncBatchCommitter:
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._pending: list[tuple[Batch, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
-        self._notify_after = 0.0  # monotonic time the next events notification is due
-        self._owed = False  # a commit since the last notification went unannounced
-        self._closed = False
+        self._notifier = EventsNotifier(connect)
 
     async def open(self) -> None:
         self._conn = await self._connect()
@@ -74,10 +73,10 @@ class AsyncBatchCommitter:
         return is_plain(batch)
 
     async def close(self) -> None:
-        self._closed = True
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
+        await self._notifier.close()
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.close()
@@ -91,35 +90,10 @@ class AsyncBatchCommitter:
         await future
 
     async def _drain(self) -> None:
-        while True:
-            while self._pending:
-                group, self._pending = self._pending, []
-                await self._commit_group(group)
-            if not self._owed or self._closed:
-                return
-            # The last groups went unannounced: one notification for them once due, so
-            # the end of a burst is not left to the service's poll.
-            wait = self._notify_after - time.monotonic()
-            if wait > 0:
-                asyncio.get_running_loop().call_later(wait, self._kick)
-                return
-            await self._notify()
-
-    def _kick(self) -> None:
-        """A notification owed is due: send it unless a drain will (it is running)."""
-        if self._owed and not self._closed and (self._task is None or self._task.done()):
-            self._task = asyncio.create_task(self._drain(), name="agentledger-pg-commit")
-
-    async def _notify(self) -> None:
-        self._owed = False
-        self._notify_after = time.monotonic() + NOTIFY_GAP
-        conn = self._conn
-        if conn is None or conn.closed:
-            return
-        try:
-            await conn.execute("SELECT pg_notify(%s, '')", (EVENTS_CHANNEL,))
-        except Exception as exc:  # a hint: lost, it costs the listener one poll period
-            log.debug("events notification failed: %s", exc)
+        while self._pending:
+            group, self._pending = self._pending, []
+            await self._commit_group(group)
+            self._notifier.poke()  # after the commit: a listener's read finds the events
 
     async def _commit_group(self, group: list[tuple[Batch, asyncio.Future[None]]]) -> None:
         group.sort(key=lambda item: item[0].run_id)  # row locks in run-id order
@@ -195,16 +169,7 @@ class AsyncBatchCommitter:
         conn = self._conn
         if conn is None or conn.closed:
             raise psycopg.InterfaceError("the journal connection is closed")
-        # At most one events notification per NOTIFY_GAP, in the first statement of the
-        # group then due: notifying commits serialize on the server's notification queue,
-        # so their number is bounded however many groups a worker commits. The events of
-        # the groups in between are read by the poll the next notification (or the
-        # service's poll period) starts.
-        notify = time.monotonic() >= self._notify_after
-        if notify:
-            self._notify_after = time.monotonic() + NOTIFY_GAP
-        self._owed = not notify
-        statements = [batch_statement(b, notify and i == 0) for i, b in enumerate(batches)]
+        statements = [batch_statement(b) for b in batches]
         if len(statements) == 1:
             cursors = [await conn.execute(*statements[0])]
         else:

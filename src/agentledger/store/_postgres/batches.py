@@ -18,7 +18,7 @@ import functools
 from typing import Any
 
 from agentledger.store._base import Batch
-from agentledger.store._postgres.connection import EVENTS_CHANNEL, NOW_SQL, convert_placeholders
+from agentledger.store._postgres.connection import NOW_SQL, convert_placeholders
 from agentledger.store._queries.journal import STEP_COLUMNS, STEP_UPSERT, encode_batch
 
 # Parameter name and type of each steps column, in STEP_COLUMNS order. The casts
@@ -70,10 +70,10 @@ def is_plain(batch: Batch) -> bool:
     )
 
 
-def batch_statement(batch: Batch, notify: bool = False) -> tuple[str, dict[str, Any]]:
+def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
     """One statement for a plain batch; it returns the number of fenced rows (0 or 1)
-    and the run's cancel request. With ``notify`` it also announces new events on
-    :data:`EVENTS_CHANNEL` (delivered at its transaction's commit).
+    and the run's cancel request. (It notifies no one: see
+    :mod:`agentledger.store._postgres.notifier`.)
 
     It uses the batch's encoding (made once by ``validate_batch``; its text already
     sanitized), and passes each event as its own parameters in a ``VALUES`` list:
@@ -93,11 +93,8 @@ def batch_statement(batch: Batch, notify: bool = False) -> tuple[str, dict[str, 
     # The run's cancel request comes back with the fence (see Batch.cancel_requested).
     sql = (
         "WITH " + ", ".join(parts) + " SELECT COUNT(*) AS fenced, "
-        "MAX(cancel_requested) AS cancel_requested"
+        "MAX(cancel_requested) AS cancel_requested FROM fence"
     )
-    if notify:  # rides in the statement: no round trip of its own
-        sql += f", pg_notify('{EVENTS_CHANNEL}', '')::text AS notified"
-    sql += " FROM fence"
     return convert_placeholders(sql), params
 
 
