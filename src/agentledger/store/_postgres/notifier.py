@@ -41,6 +41,7 @@ class EventsNotifier:
         self._owed = False
         self._next = 0.0  # monotonic time the next notification may go
         self._task: asyncio.Task[None] | None = None
+        self._opening: asyncio.Future[Any] | None = None
         self._closed = False
 
     def poke(self) -> None:
@@ -64,11 +65,19 @@ class EventsNotifier:
     async def _send(self) -> None:
         try:
             if self._conn is None or self._conn.closed:
-                self._conn = await self._connect()
+                self._conn = await self._connected()
             await self._conn.execute("SELECT pg_notify(%s, '')", (EVENTS_CHANNEL,))
         except Exception as exc:  # a hint: lost, it costs the listener one poll period
             log.debug("events notification failed: %s", exc)
             await self._drop()
+
+    async def _connected(self) -> Any:
+        """A new connection; one still opening when :meth:`close` stops the sender is
+        closed once it is open, never left to the garbage collector."""
+        self._opening = asyncio.ensure_future(self._connect())
+        conn = await asyncio.shield(self._opening)  # close() finishes and closes it
+        self._opening = None
+        return conn
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -83,4 +92,8 @@ class EventsNotifier:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            with contextlib.suppress(BaseException):
+                await (await opening).close()
         await self._drop()
