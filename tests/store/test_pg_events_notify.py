@@ -69,7 +69,7 @@ async def test_journal_commits_go_on_while_another_session_holds_the_notify_lock
             c.execute("SELECT pg_cancel_backend(%s)", (holder_pid,))
         await asyncio.to_thread(committing.join, 60)
         got = await asyncio.to_thread(lambda: list(listener.notifies(timeout=60, stop_after=1)))
-        assert [n.channel for n in got] == [EVENTS_CHANNEL]
+        assert got and {n.channel for n in got} == {EVENTS_CHANNEL}
     finally:
         with psycopg.connect(pg_cluster.admin_url, autocommit=True) as admin:
             admin.execute(
