@@ -15,6 +15,7 @@ from agentledger.cli import (
 )
 from agentledger.cli import (
     _chaos as chaos_cli,
+    _soak as soak_cli,
 )
 from agentledger.cli import (
     _describe as describe,
@@ -126,6 +127,7 @@ cli.add_command(backup.backup)
 cli.add_command(backup.restore)
 cli.add_command(versions.versions)
 cli.add_command(chaos_cli.chaos)
+cli.add_command(soak_cli.soak)
 
 
 @guarded
