@@ -106,10 +106,13 @@ def _runs_since(tx: Tx, at: float) -> list[str]:
 
 
 def _unsettled(tx: Tx, at: float) -> int:
-    """Runs submitted since ``at`` still working (the chaos session's ``settled``, in SQL)."""
+    """Runs submitted since ``at`` still working (the chaos session's ``settled``, in SQL)
+    or waiting for an approval the soak has yet to decide."""
     found = tx.fetchall(
         "SELECT COUNT(*) AS n FROM runs WHERE created_at >= :at AND (status IN "
-        "('queued', 'running') OR (status = 'waiting' AND COALESCE(available_at, 0) <= :soon))",
+        "('queued', 'running') OR (status = 'waiting' AND (COALESCE(available_at, 0) <= :soon "
+        "OR EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = runs.id "
+        "AND a.decision IS NULL))))",
         {"at": at, "soon": time.time() + 30.0},
     )
     return int(found[0]["n"])
