@@ -37,6 +37,8 @@ def soak(tmp_path: Path, *args: str, timeout: float = 120) -> tuple[int, dict[st
         timeout=timeout,
         cwd=ROOT,
         env={**os.environ, "CHAOS_TEST_RECEIPTS": str(tmp_path / "receipts.txt"),
+             "CHECKOUT_RECEIPTS": str(tmp_path / "receipts.txt"),
+             "CHECKOUT_CONFIRMATIONS": str(tmp_path / "confirmations.txt"),
              "TMPDIR": str(tmp_path)},
         check=False,
     )  # fmt: skip
@@ -66,16 +68,28 @@ def keyless_provider() -> Iterator[PaymentsProvider]:
 
 
 def test_a_soak_samples_to_a_csv_and_an_svg_and_passes_a_correct_app(
-    tmp_path: Path, orders: str, provider: PaymentsProvider
+    tmp_path: Path, provider: PaymentsProvider
 ) -> None:
+    # The example's mix: orders (a large one asks a manager, one the provider refuses)
+    # and an agent, under kills and faults.
+    orders = tmp_path / "mix.jsonl"
+    amounts = [1000, 60_000, 1200, 0, 1300]
+    orders.write_text(
+        "\n".join(json.dumps({"order_id": f"o-{i}", "amount": a}) for i, a in enumerate(amounts))
+    )
+    desk = tmp_path / "desk.jsonl"
+    desk.write_text('"Charge the desk order."\n')
     code, report, stderr = soak(
-        tmp_path, "--app", APP, "--agent", "checkout", "--inputs", orders, *SHORT,
-        "--kill-every", "2", "--proxy", f"pay={provider.url}",
-        "--faults", "pay:error_after_commit@0.3;seed=3",
+        tmp_path, "--app", "agentledger_examples.chaos_demo.app:app",
+        "--agent", "order", "--inputs", str(orders), "--agent", "clerk", "--inputs", str(desk),
+        *SHORT, "--kill-every", "2", "--approve-after", "0",
+        "--proxy", f"pay={provider.url}", "--faults", "pay:error_after_commit@0.3;seed=3",
     )  # fmt: skip
     assert code == 0, (report.get("violations"), stderr[-2000:])
     assert report["ok"] and not report["violations"] and report["unsettled_at_end"] == 0
     assert report["submitted"] == sum(report["runs"].values()) >= 10
+    assert report["runs"]["failed"] >= 1 and report["runs"]["completed"] >= 5, report["runs"]
+    assert sum(report["approvals"].values()) >= 1
     with (tmp_path / "out" / "soak.csv").open() as f:
         reader = csv.DictReader(f)
         rows = list(reader)
@@ -84,11 +98,15 @@ def test_a_soak_samples_to_a_csv_and_an_svg_and_passes_a_correct_app(
     assert all(float(r["rss_total_mb"]) > 0 and int(r["workers"]) >= 1 for r in rows)
     assert sum(int(r["steps"]) for r in rows) >= report["submitted"]
     assert int(rows[-1]["submitted"]) == report["submitted"]
+    assert int(rows[-1]["approvals_decided"]) == sum(report["approvals"].values())
     svg = ET.parse(tmp_path / "out" / "soak.svg").getroot()
     paths = [e for e in svg.iter("{http://www.w3.org/2000/svg}path") if e.get("d")]
     assert len(paths) == 5  # two memory lines, three latency lines
     charges = provider.charges()
     assert len(charges) == len({c["key"] for c in charges})
+    # Every completed order mailed its confirmation through the outbox, once.
+    mailed = (tmp_path / "confirmations.txt").read_text().splitlines()
+    assert len(mailed) == len({line.split()[-1] for line in mailed}) >= 1
 
 
 def test_a_soak_exits_1_when_an_invariant_breaks(

@@ -5,6 +5,11 @@ A workflow charges an order at the payments provider (``provider.py``; its addre
 the step's idempotency key, then files a receipt in a local file that dedupes by the
 step's key, with a status check that looks for the key; the file is no HTTP provider, so
 the tool counts its effects with ``chaos_effect``.
+
+``agentledger soak`` runs a mix of it: the ``order`` workflow (a large order charged
+once a manager approved, a receipt, a confirmation mailed through the outbox to a local
+file deduped by key; an amount the provider refuses fails the run) and the ``clerk``
+agent, whose scripted model calls ``charge``.
 """
 
 from __future__ import annotations
