@@ -15,7 +15,6 @@ from agentledger.cli import (
 )
 from agentledger.cli import (
     _chaos as chaos_cli,
-    _soak as soak_cli,
 )
 from agentledger.cli import (
     _describe as describe,
@@ -43,6 +42,9 @@ from agentledger.cli import (
 )
 from agentledger.cli import (
     _serve as serve,
+)
+from agentledger.cli import (
+    _soak as soak_cli,
 )
 from agentledger.cli import _stats as stats_cli
 from agentledger.cli import (
