@@ -18,6 +18,7 @@ import pytest
 
 from agentledger._chaos.sampling import COLUMNS
 from agentledger._chaos.soak import LEAK_MIN_SECONDS, leak_verdict
+from agentledger._chaos.soakplot import KILL
 from agentledger_examples.chaos_demo.provider import PaymentsProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,6 +103,8 @@ def test_a_soak_samples_to_a_csv_and_an_svg_and_passes_a_correct_app(
     svg = ET.parse(tmp_path / "out" / "soak.svg").getroot()
     paths = [e for e in svg.iter("{http://www.w3.org/2000/svg}path") if e.get("d")]
     assert len(paths) == 5  # two memory lines, three latency lines
+    ticks = [e for e in svg.iter("{http://www.w3.org/2000/svg}line") if e.get("stroke") == KILL]
+    assert len(ticks) == 2 * report["kills"]  # each kill marked on both panels
     charges = provider.charges()
     assert len(charges) == len({c["key"] for c in charges})
     # Every completed order mailed its confirmation through the outbox, once.

@@ -89,11 +89,15 @@ def _one(tx: Tx, sql: str, params: dict[str, Any] | None = None) -> int:
     return int(found[0]["n"] or 0) if found else 0
 
 
-def sample_db(tx: Tx, since: float, lease_seconds: float) -> DbSample:
-    """The interval from ``since`` (wall clock) to now, read in one transaction."""
+def sample_db(tx: Tx, since: float, lease_seconds: float, start: float) -> DbSample:
+    """The interval from ``since`` (wall clock) to now, read in one transaction; the
+    runs counted are those submitted from ``start`` on (a database may hold others)."""
     by_status = {
         r["status"]: int(r["n"])
-        for r in tx.fetchall("SELECT status, COUNT(*) AS n FROM runs GROUP BY status")
+        for r in tx.fetchall(
+            "SELECT status, COUNT(*) AS n FROM runs WHERE created_at >= :start GROUP BY status",
+            {"start": start},
+        )
     }
     step_ms = [
         float(r["duration_ms"])
@@ -107,14 +111,15 @@ def sample_db(tx: Tx, since: float, lease_seconds: float) -> DbSample:
     claims = tx.fetchall(
         "SELECT r.created_at AS created, MIN(e.at) AS claimed FROM runs r "
         "JOIN events e ON e.run_id = r.id AND e.type = 'run.claimed' "
-        "WHERE r.created_at >= :recent GROUP BY r.id, r.created_at HAVING MIN(e.at) >= :since",
-        {"since": since, "recent": since - 600.0},
+        "WHERE r.created_at >= :recent AND r.created_at >= :start "
+        "GROUP BY r.id, r.created_at HAVING MIN(e.at) >= :since",
+        {"since": since, "recent": since - 600.0, "start": start},
     )
     stuck = _one(
         tx,
-        "SELECT COUNT(*) AS n FROM runs WHERE status = 'running' "
+        "SELECT COUNT(*) AS n FROM runs WHERE status = 'running' AND created_at >= :start "
         f"AND lease_expires_at < {tx.now} - :grace",
-        {"grace": lease_seconds + STUCK_GRACE},
+        {"grace": lease_seconds + STUCK_GRACE, "start": start},
     )
     if tx.dialect.name == "postgres":
         db_bytes = _one(tx, "SELECT pg_database_size(current_database()) AS n")

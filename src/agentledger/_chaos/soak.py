@@ -318,7 +318,9 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 async def _sample(store: Store, pool: WorkerPool, chaos: Settings, state: _State) -> dict[str, Any]:
     now_wall, now = time.time(), time.monotonic()
-    db: DbSample = await store.read(sample_db, state.last_sample_wall, chaos.lease_seconds)
+    db: DbSample = await store.read(
+        sample_db, state.last_sample_wall, chaos.lease_seconds, state.started_wall - 1.0
+    )
     rss = worker_rss(p.pid for p in pool.procs if p.poll() is None)
     terminal = db.terminal()
     interval = max(now - state.last_sample, 1e-6)

@@ -10,8 +10,9 @@ from typing import Any
 from agentledger._polyline import path_d, y_of
 
 WIDTH, PANEL, PAD = 960, 220, 10
-LEFT, TOP, GAP = 70, 30, 60  # room for the value labels, the title, the time labels
+LEFT, TOP, GAP = 70, 50, 60  # room for the value labels, the title, the time labels
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
+KILL, RESTART = "#d62728", "#888"  # a worker kill's tick, a PostgreSQL restart's line
 PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     (
         "worker memory (RSS, MB)",
@@ -54,7 +55,7 @@ def write_svg(
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
         f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">',
         f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
-        f'<text x="{LEFT}" y="18" font-size="14">agentledger soak: {len(rows)} samples, '
+        f'<text x="{LEFT}" y="16" font-size="14">agentledger soak: {len(rows)} samples, '
         f"{len(kills_at)} worker kills (red ticks), {len(restarts_at)} PostgreSQL restarts "
         "(grey lines)</text>",
     ]
@@ -79,12 +80,12 @@ def write_svg(
         for t in restarts_at:
             parts.append(
                 f'<line x1="{x_of(t):.1f}" x2="{x_of(t):.1f}" y1="0" y2="{PANEL}" '
-                'stroke="#888" stroke-dasharray="4 3"/>'
+                f'stroke="{RESTART}" stroke-dasharray="4 3"/>'
             )
         for t in kills_at:
             parts.append(
                 f'<line x1="{x_of(t):.1f}" x2="{x_of(t):.1f}" y1="{PANEL - 8}" y2="{PANEL}" '
-                'stroke="#d62728"/>'
+                f'stroke="{KILL}"/>'
             )
         for i, (column, label) in enumerate(lines):
             points = [
@@ -96,12 +97,13 @@ def write_svg(
                 f'<path d="{path_d(scaled)}" fill="none" stroke="{COLOURS[i]}" '
                 'stroke-width="1.5" stroke-linecap="round" stroke-linejoin="round"/>'
             )
-            lx = LEFT + 10 + i * 140
+            # The legend above the panel, right of its title: clear of the lines.
+            lx = LEFT + 320 + i * 140
             parts.append(
-                f'<line x1="{lx}" x2="{lx + 20}" y1="14" y2="14" stroke="{COLOURS[i]}" '
+                f'<line x1="{lx}" x2="{lx + 20}" y1="-10" y2="-10" stroke="{COLOURS[i]}" '
                 'stroke-width="2"/>'
             )
-            parts.append(f'<text x="{lx + 25}" y="18">{escape(label)}</text>')
+            parts.append(f'<text x="{lx + 25}" y="-6">{escape(label)}</text>')
         for k in range(5):
             t = end * k / 4
             parts.append(
