@@ -88,6 +88,7 @@ def test_a_soak_samples_to_a_csv_and_an_svg_and_passes_a_correct_app(
     )  # fmt: skip
     assert code == 0, (report.get("violations"), stderr[-2000:])
     assert report["ok"] and not report["violations"] and report["unsettled_at_end"] == 0
+    assert report["kept"] is None
     assert report["submitted"] == sum(report["runs"].values()) >= 10
     assert report["runs"]["failed"] >= 1 and report["runs"]["completed"] >= 5, report["runs"]
     assert sum(report["approvals"].values()) >= 1
@@ -123,6 +124,7 @@ def test_a_soak_exits_1_when_an_invariant_breaks(
     assert code == 1, (report, stderr[-2000:])
     doubles = [v for v in report["violations"] if v["invariant"] == "effects_per_key"]
     assert doubles and doubles[0]["run"] and doubles[0]["key"], report["violations"]
+    assert report["kept"] and Path(report["kept"]).is_dir()  # the workers' logs
     # The samples are written however it ends.
     assert (tmp_path / "out" / "soak.csv").read_text().startswith(",".join(COLUMNS))
     assert (tmp_path / "out" / "soak.svg").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import sys
 import tempfile
@@ -265,7 +266,11 @@ def soak(
         sys.exit(130)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    report["logs"] = str(work_dir)
+    # A failed soak keeps the workers' logs (and a SQLite database made there): they tell
+    # what happened.
+    if report["ok"]:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    report["kept"] = None if report["ok"] else str(work_dir)
     if as_json:
         click.echo(json.dumps(report, default=str))
     else:
@@ -312,6 +317,8 @@ def _print(report: dict[str, Any]) -> None:
         console.print(f"[red]leak:[/] {leak['slope_mb_per_hour']} MB/h; {leak['rule']}")
     for v in report["violations"]:
         console.print(f"[red]violation ({v['invariant']}):[/] {v['what']}", soft_wrap=True)
+    if report["kept"]:
+        console.print(f"worker logs kept in {report['kept']}", soft_wrap=True)
     console.print("[bold green]soak passed[/]" if report["ok"] else "[bold red]FAILED[/]")
 
 
