@@ -23,7 +23,9 @@ from agentledger_examples.chaos_demo.provider import PaymentsProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.apps.chaos_app:app"
+# A short lease: a killed worker's runs are taken over within the few seconds of the test.
 SHORT = ("--minutes", "0.1", "--rate", "3", "--workers", "2", "--sample-every", "1")
+SHORT += ("--lease-seconds", "2")
 
 
 def soak(tmp_path: Path, *args: str, timeout: float = 120) -> tuple[int, dict[str, Any], str]:

@@ -155,7 +155,13 @@ def _loads(
     type=click.FloatRange(min=1),
     help="Seconds to wait, after the load, for every run to be terminal or waiting.",
 )
-@click.option("--lease-seconds", default=5.0, show_default=True, type=click.FloatRange(min=0.5))
+@click.option(
+    "--lease-seconds",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(min=0.5),
+    help="The workers' lease (the worker's own default: what production runs with).",
+)
 @click.option("--seed", default=7, show_default=True, help="Seed of kills and decisions.")
 @click.option(
     "--out",
