@@ -97,9 +97,28 @@ def receipts() -> Path:
     return Path(os.environ.get("CHECKOUT_RECEIPTS", default))
 
 
+# Per file: how far this process has read it and the keys it found there. The files only
+# grow, so each look reads just the lines added since the last one: a soak's hour of
+# receipts is not read again on every call.
+_read: dict[Path, tuple[int, set[str]]] = {}
+
+
 def _filed(path: Path, key: str) -> bool:
-    lines = path.read_text().splitlines() if path.exists() else []
-    return any(line.endswith(f" {key}") for line in lines)
+    """Whether a line of ``path`` ends with ``key`` (complete lines only)."""
+    offset, keys = _read.get(path, (0, set()))
+    try:
+        with path.open("rb") as f:
+            if f.seek(0, os.SEEK_END) < offset:  # a new file under the old name
+                offset, keys = 0, set()
+            f.seek(offset)
+            chunk = f.read()
+    except FileNotFoundError:
+        _read.pop(path, None)
+        return False
+    complete = chunk[: chunk.rfind(b"\n") + 1]
+    keys.update(line.rsplit(" ", 1)[-1] for line in complete.decode().splitlines())
+    _read[path] = (offset + len(complete), keys)
+    return key in keys
 
 
 async def receipt_status(ctx: ToolContext, args: dict[str, Any]) -> Status:
