@@ -6,4 +6,7 @@ One job per module: :mod:`faults` (the fault grammar, shared with the StayHub sa
 :mod:`runner` (worker processes, kills and freezes), :mod:`pgcluster` (a private
 PostgreSQL cluster to restart), :mod:`session` (one session, start to end),
 :mod:`invariants` (the checks), :mod:`report` (the tables).
+
+``agentledger soak`` on the same parts: :mod:`soak` (the load, the approvals it decides,
+the schedule, the leak rule), :mod:`sampling` (what it samples), :mod:`soakplot` (the SVG).
 """

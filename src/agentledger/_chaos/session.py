@@ -17,11 +17,11 @@ from typing import Any
 from agentledger._app import App
 from agentledger._chaos.counting import Effect, read_hook_effects
 from agentledger._chaos.faults import FaultConfig
-from agentledger._chaos.invariants import INVARIANTS, Evidence, check
+from agentledger._chaos.invariants import INVARIANTS, Evidence, Violation, check
 from agentledger._chaos.proxy import env_name, proxies
 from agentledger._chaos.runner import WorkerPool
 from agentledger.errors import StoreError, UsageError
-from agentledger.records import Run, RunStatus
+from agentledger.records import Run, RunStatus, Step
 from agentledger.store import Store, open_store
 from agentledger.testing._chaos import EFFECTS_ENV
 
@@ -114,7 +114,7 @@ async def _session(
                     store, ids, pool, settings, rng, progress, cluster
                 )
                 ended_at = time.time()
-                final = [r for r in await _read_runs(store, ids) if r is not None]
+                final = [r for r in await read_runs(store, ids) if r is not None]
             finally:
                 pool.stop()
             effects: list[Effect] = [e for p in started_proxies.values() for e in p.effects()]
@@ -123,16 +123,9 @@ async def _session(
                 for name, p in started_proxies.items()
             }
         effects += read_hook_effects(effects_file)
-        journals = {run.id: await store.load_journal(run.id) for run in final}
-        events = {run.id: await store.list_events(run.id) for run in final}
+        journals, found = await judge(store, app, final, effects, ended_at)
     finally:
         await store.close()
-    budgets = {}
-    for run in final:
-        definition = app.get(run.name, run.version)
-        if definition is not None:
-            budgets[f"{run.name}@{run.version}"] = definition.budget
-    found = check(Evidence(final, journals, events, effects, budgets, ended_at))
     violations = [v.to_dict() for name in INVARIANTS for v in found[name]]
     gave_up = pool.gave_up()
     keys = {(e.provider, e.key) for e in effects if e.key is not None}
@@ -168,7 +161,22 @@ async def _session(
     }
 
 
-async def _read_runs(store: Store, ids: list[str], attempts: int = 50) -> list[Run | None]:
+async def judge(
+    store: Store, app: App, final: list[Run], effects: list[Effect], ended_at: float
+) -> tuple[dict[str, list[Step]], dict[str, list[Violation]]]:
+    """The runs' journals, and each invariant's violations over the runs as they were read
+    at ``ended_at`` and the side effects counted."""
+    journals = {run.id: await store.load_journal(run.id) for run in final}
+    events = {run.id: await store.list_events(run.id) for run in final}
+    budgets = {}
+    for run in final:
+        definition = app.get(run.name, run.version)
+        if definition is not None:
+            budgets[f"{run.name}@{run.version}"] = definition.budget
+    return journals, check(Evidence(final, journals, events, effects, budgets, ended_at))
+
+
+async def read_runs(store: Store, ids: list[str], attempts: int = 50) -> list[Run | None]:
     """The runs, read again while the workers' locks refuse the read."""
     for _ in range(attempts - 1):
         try:
@@ -187,7 +195,7 @@ def owner_pid(owner: str | None) -> int | None:
     return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None
 
 
-def _settled(run: Run | None, now: float) -> bool:
+def settled(run: Run | None, now: float) -> bool:
     if run is None or run.status in RunStatus.TERMINAL:
         return True
     return run.status == RunStatus.WAITING and (run.available_at or 0) > now + SETTLED_WAIT
@@ -224,7 +232,7 @@ async def _drive(
             pool.tick()
             await asyncio.sleep(0.2)
             continue
-        done = sum(1 for r in runs if _settled(r, time.time()))
+        done = sum(1 for r in runs if settled(r, time.time()))
         if progress is not None:
             progress(done, len(ids), pool)
         if done == len(ids):

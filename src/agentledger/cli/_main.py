@@ -43,6 +43,9 @@ from agentledger.cli import (
 from agentledger.cli import (
     _serve as serve,
 )
+from agentledger.cli import (
+    _soak as soak_cli,
+)
 from agentledger.cli import _stats as stats_cli
 from agentledger.cli import (
     _versions as versions,
@@ -126,6 +129,7 @@ cli.add_command(backup.backup)
 cli.add_command(backup.restore)
 cli.add_command(versions.versions)
 cli.add_command(chaos_cli.chaos)
+cli.add_command(soak_cli.soak)
 
 
 @guarded

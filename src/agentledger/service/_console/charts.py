@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentledger._polyline import path_d, y_of
+
 WIDTH, HEIGHT = 1000, 220
 _PAD = 10  # room above the top value and below zero
 MAX_LINES = 6  # the agents and versions with the most runs get a line (and a colour)
@@ -75,19 +77,11 @@ def line_chart(
     step = (WIDTH - 2 * _PAD) / max(len(days) - 1, 1)
     lines = []
     for colour, key in enumerate(targets):
-        runs: list[list[str]] = [[]]
-        dots: list[tuple[float, float]] = []
+        points: list[tuple[float, float] | None] = []
         for i, day in enumerate(days):
             v = table[key].get(day)
-            if v is None:
-                runs.append([])
-                continue
             x = _PAD + i * step if len(days) > 1 else WIDTH / 2
-            y = HEIGHT - _PAD - (HEIGHT - 2 * _PAD) * v / top
-            runs[-1].append(f"{x:.1f},{y:.1f}")
-            dots.append((round(x, 1), round(y, 1)))
-        # One path of several pieces (each "M" starts one); a lone point shows as a
-        # dot by the stroke's round cap.
-        points = " ".join("M " + " L ".join(r if len(r) > 1 else r * 2) for r in runs if r)
-        lines.append(Line(f"{key[0]}@{key[1]}", colour, points, table[key], dots))
+            points.append(None if v is None else (x, y_of(v, top, HEIGHT, _PAD)))
+        dots = [(round(p[0], 1), round(p[1], 1)) for p in points if p is not None]
+        lines.append(Line(f"{key[0]}@{key[1]}", colour, path_d(points), table[key], dots))
     return Chart(metric, title, lines, top, days, shown, {d: date_of(d) for d in days})
