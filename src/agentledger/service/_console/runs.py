@@ -162,7 +162,7 @@ async def runs_live(request: Request, after: int | None = None) -> Response:
     """Server-sent ``rows`` events: the page these filters show, read again whenever an
     event of the tenant could change it (see the module's docstring); a ``position``
     event when there was nothing to send for a heartbeat."""
-    session = await signed_in(request)
+    session = await signed_in(request, touch=False)
     tenant_id = session.principal.tenant_id
     if after is not None and not 0 <= after <= 2**62:
         raise PageError(400, "Bad request", "after must be an event id")
@@ -269,7 +269,7 @@ async def run_page(request: Request, run_id: str) -> HTMLResponse:
 @router.get("/{run_id}/story")
 async def run_story(request: Request, run_id: str) -> HTMLResponse:
     """The story part of a run's page alone: what the page swaps in as events arrive."""
-    session = await signed_in(request)
+    session = await signed_in(request, touch=False)
     told = await _story(request, run_id, session.principal.tenant_id)
     body = render.html(
         "_story.html", session=session, may_cancel=_may_cancel(request, told["run"]),
@@ -282,7 +282,7 @@ async def run_story(request: Request, run_id: str) -> HTMLResponse:
 async def run_events(request: Request, run_id: str, after: int | None = None) -> Response:
     """The run's events as the API streams them (the same code: resumable with
     ``Last-Event-ID``), for the signed-in session."""
-    session = await signed_in(request)
+    session = await signed_in(request, touch=False)
     if after is not None and not 0 <= after <= 2**62:
         raise PageError(400, "Bad request", "after must be an event id")
     try:

@@ -1,0 +1,124 @@
+"""Attacks on the console's live pages and its session cookie, on both backends: what a
+page's own script asks for (the live list's stream, a run's event stream, the story it
+fetches on each event) must not keep an unattended session alive, and a second console
+cookie in the browser (one an earlier version set with ``Path=/``, or one another site
+of the domain planted) must never decide whose session a request is."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from agentledger.service._console import sessions
+from tests.service.conftest import Api, in_process, settings_for, until
+from tests.service.test_console_http import _bearer, browser, csrf_of
+
+
+@pytest.fixture
+async def live(store_url: str) -> AsyncIterator[Api]:
+    """The service with one inline worker and a 600 s idle time, on each backend."""
+    settings = settings_for(store_url, workers_inline=1, console_idle=600, console_lifetime=7200)
+    async with in_process(settings) as a:
+        yield a
+
+
+async def _last_seen(api: Api) -> float:
+    (row,) = await api.store.read(
+        lambda tx: tx.fetchall(
+            "SELECT last_seen_at, created_at FROM console_sessions WHERE revoked_at IS NULL"
+        )
+    )
+    return float(row["last_seen_at"] or row["created_at"])
+
+
+async def _idle_for(api: Api, seconds: float) -> None:
+    await api.store.transact(
+        lambda tx: tx.execute(
+            "UPDATE console_sessions SET last_seen_at = :t", {"t": time.time() - seconds}
+        )
+    )
+
+
+async def test_a_pages_own_streams_and_fetches_do_not_restart_the_idle_clock(live: Api) -> None:
+    """An open run page refetches its story on every event and its EventSource opens its
+    stream again after any cut; the live list's stream likewise. None of them is the
+    person: an unattended tab on a busy run must still end at the idle time."""
+    key = await live.key("t1", "vera", ("operator",))
+    body = {"agent": "free", "input": {"answer": 1}}
+    run = (await live.client.post("/v1/runs", json=body, headers=key)).json()
+    done = await live.client.get(f"/v1/runs/{run['id']}/result?wait=30", headers=key)
+    assert done.status_code == 200, done.text
+    async with browser(live, key) as client:
+        await _idle_for(live, 500)
+        story = await client.get(f"/ui/runs/{run['id']}/story")
+        assert story.status_code == 200
+        assert time.time() - await _last_seen(live) >= 500
+        # The run ended: its stream sends what it has and closes (an EventSource would
+        # open it again).
+        events = await client.get(f"/ui/runs/{run['id']}/events")
+        assert events.status_code == 200 and "run.completed" in events.text
+        assert time.time() - await _last_seen(live) >= 500
+        hub = live.app.state.hub
+        reading = asyncio.create_task(client.get("/ui/runs/live"))
+
+        async def streaming() -> bool:
+            return any(kind == "tenant" for kind, _ in hub._waiters)
+
+        try:
+            await until(streaming)
+            assert time.time() - await _last_seen(live) >= 500
+        finally:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+        await _idle_for(live, 601)
+        gone = await client.get("/ui/runs")
+        assert gone.status_code == 303 and gone.headers["location"].startswith("/ui/signin")
+
+
+def _second_session(api: Api) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://console")
+
+
+async def test_a_second_console_cookie_never_picks_the_session(live: Api) -> None:
+    """A browser sends the ``Path=/ui`` cookie first and a ``Path=/`` one (an earlier
+    version's, or planted from a sibling host) after it. Reading the last of the two
+    would put the request under the other session: another tenant's console, or a
+    sign-out that ends the wrong session and leaves the real one live."""
+    mine = await live.key("t1", "vera", ("operator",))
+    theirs = await live.key("t2", "mallory", ("operator",))
+    async with browser(live, mine) as me, browser(live, theirs) as other:
+        mine_id = me.cookies.get(sessions.COOKIE) or ""
+        theirs_id = other.cookies.get(sessions.COOKIE) or ""
+        both = {"Cookie": f"{sessions.COOKIE}={mine_id}; {sessions.COOKIE}={theirs_id}"}
+        async with _second_session(live) as browser_with_two:
+            r = await browser_with_two.get("/ui/runs", headers=both)
+            # Never the other tenant's console: sent to sign in, which clears the
+            # cookie set for Path=/.
+            assert r.status_code == 303 and r.headers["location"].startswith("/ui/signin")
+            form = await browser_with_two.get("/ui/signin", headers=both)
+            assert form.status_code == 200
+        # A sign-in in that browser ends every session its cookies named, so no copy
+        # of either outlives it.
+        csrf = await csrf_of(me)
+        assert csrf
+        async with _second_session(live) as fresh:
+            page = await fresh.get("/ui/signin")
+            token = page.text.split('name="token" value="', 1)[1].split('"', 1)[0]
+            signed = await fresh.post(
+                "/ui/signin",
+                data={"key": _bearer(mine), "next": "/ui/runs", "token": token},
+                headers={"Cookie": f"agentledger_signin={token}; {both['Cookie']}"},
+            )
+            assert signed.status_code == 303
+            cleared = [c for c in signed.headers.get_list("set-cookie") if "Path=/;" in c]
+            assert any(c.startswith(f"{sessions.COOKIE}=") for c in cleared)
+        for sid in (mine_id, theirs_id):
+            async with _second_session(live) as thief:
+                thief.cookies.set(sessions.COOKIE, sid)
+                assert (await thief.get("/ui/runs")).status_code == 303
