@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
 
+from agentledger import App, ToolContext, WorkflowContext
 from agentledger.service._console import sessions
+from agentledger.tools._status import Status
 from tests.service.conftest import Api, in_process, settings_for, until
 from tests.service.test_console_http import _bearer, browser, csrf_of
 
@@ -122,3 +126,80 @@ async def test_a_second_console_cookie_never_picks_the_session(live: Api) -> Non
             async with _second_session(live) as thief:
                 thief.cookies.set(sessions.COOKIE, sid)
                 assert (await thief.get("/ui/runs")).status_code == 303
+
+
+# Check now: whatever a provider answers, the audit trail keeps it -----------------------
+
+hostile = App("hostile-provider")
+
+
+@hostile.workflow(name="free", version="1")
+async def _free(ctx: WorkflowContext, input: Any) -> Any:
+    return input
+
+
+def _cycle() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
+_ANSWERS: dict[str, Any] = {
+    "huge_error": lambda: Status("failed", error="e" * 2_000_000),
+    "nan": lambda: Status.succeeded({"amount": float("nan"), "fee": float("inf")}),
+    "mixed_keys": lambda: Status.succeeded({1: "one", "b": 2}),
+    "tuple_keys": lambda: Status.succeeded({(1, 2): "pair"}),
+    "cycle": lambda: Status.succeeded(_cycle()),
+    "not_a_status": lambda: {"state": "succeeded"},
+    "odd_state": lambda: Status("x" * 100_000),
+}
+
+
+async def _probe_status(ctx: ToolContext, args: dict[str, Any]) -> Any:
+    """A provider that answers whatever the write's arguments ask for."""
+    return _ANSWERS[args["mode"]]()
+
+
+@hostile.tool(effect="write", idempotency="provider", status_check=_probe_status)
+async def probe(ctx: ToolContext, mode: str) -> dict[str, Any]:
+    return {"mode": mode}
+
+
+@pytest.mark.parametrize("mode", sorted(_ANSWERS))
+async def test_check_now_records_any_provider_answer_bounded(store_url: str, mode: str) -> None:
+    """A huge error text, a result JSON cannot hold as it is (NaN, keys that are not
+    text, a cycle), or something that is not a status at all: the check answers a page,
+    and ``effect.checked`` records it, bounded, beside the ``effect.check_asked``."""
+    settings = settings_for(store_url, workers_inline=1)
+    async with in_process(settings, hostile) as api:
+        operator = await api.key("t1", "olga", ("operator",))
+        r = await api.client.post("/v1/runs", json={"agent": "free", "input": {}}, headers=operator)
+        run_id = r.json()["id"]
+        await api.client.get(f"/v1/runs/{run_id}/result?wait=30", headers=operator)
+
+        def unknown_write(tx: Any) -> None:
+            tx.execute("UPDATE runs SET status = 'needs_human' WHERE id = :id", {"id": run_id})
+            tx.execute(
+                "INSERT INTO steps (run_id, step_no, kind, name, status, input, attempts, "
+                "lease_epoch, idempotency_key) VALUES (:id, 4, 'tool', 'probe', 'unknown', :i, "
+                "1, 1, 'k-probe')",
+                {"id": run_id, "i": json.dumps({"args": {"mode": mode}, "status_check": True})},
+            )
+
+        await api.store.transact(unknown_write)
+        async with browser(api, operator) as client:
+            token = await csrf_of(client, "/ui/effects")
+            form = {"run_id": run_id, "step_no": "4", "csrf": token}
+            checked = await client.post("/ui/effects/check", data=form)
+            assert checked.status_code == 200, checked.text[:2000]
+            assert len(checked.text) < 200_000
+        found = await api.store.read(
+            lambda tx: tx.fetchall(
+                "SELECT type, data FROM events WHERE run_id = :id AND type LIKE 'effect.%' "
+                "ORDER BY seq",
+                {"id": run_id},
+            )
+        )
+        assert [e["type"] for e in found] == ["effect.check_asked", "effect.checked"]
+        assert len(found[1]["data"]) < 20_000
+        assert json.loads(found[1]["data"])["key"] == "k-probe"
