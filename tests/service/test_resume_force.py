@@ -213,3 +213,27 @@ async def test_a_bulk_force_refuses_other_confirmed_effects_than_the_dry_run_sho
         )
         assert done.status_code == 409 and "changed since you looked" in done.text
     assert await _resumed(live, one, olga) == await _resumed(live, two, olga) == []
+
+
+async def test_the_api_takes_a_resumes_fields_only_as_their_own_json_types(live: Api) -> None:
+    """``"force": "yes"``, ``"dry_run": "false"`` (which would resume for real) or
+    ``"from_step": true`` (step 1: the whole run again) are refused as they are, not
+    read as a bool or a number; nothing is resumed."""
+    olga = await live.key("t1", "olga", ("operator",))
+    run_id = await _handed_over(live, olga, confirmed=False)
+    url = f"/v1/runs/{run_id}/resume"
+    for body in (
+        {"force": "yes", "reason": "x"},
+        {"force": 1, "reason": "x"},
+        {"dry_run": "false"},
+        {"dry_run": 0},
+        {"from_step": True},
+        {"from_step": "2"},
+        {"from_step": 2.0},
+    ):
+        r = await live.client.post(url, json=body, headers=olga)
+        assert r.status_code == 422, (body, r.text)
+    assert await _resumed(live, run_id, olga) == []
+    assert await _status(live, run_id, olga) == "needs_human"
+    ok = await live.client.post(url, json={"dry_run": True, "from_step": 2}, headers=olga)
+    assert ok.status_code == 200 and ok.json()["from_step"] == 2, ok.text
