@@ -19,8 +19,8 @@ import pytest
 from agentledger import App, ToolContext, WorkflowContext
 from agentledger.service._console import sessions
 from agentledger.tools._status import Status
-from tests.service.conftest import Api, in_process, settings_for, until
-from tests.service.test_console_http import _bearer, browser, csrf_of
+from tests.service.conftest import Api, in_process, mint, served, settings_for, until
+from tests.service.test_console_http import _bearer, browser, csrf_of, sign_in
 
 
 @pytest.fixture
@@ -203,3 +203,49 @@ async def test_check_now_records_any_provider_answer_bounded(store_url: str, mod
         assert [e["type"] for e in found] == ["effect.check_asked", "effect.checked"]
         assert len(found[1]["data"]) < 20_000
         assert json.loads(found[1]["data"])["key"] == "k-probe"
+
+
+async def test_the_live_list_sends_no_rows_once_its_session_is_signed_out(
+    store_url: str,
+) -> None:
+    """Over real HTTP: the list's stream shows a run, the person signs out, a run
+    enters the page. The stream ends without its rows: the session is looked at before
+    every page of rows it sends, not once a second."""
+    settings = settings_for(store_url, workers_inline=1, audit_seal_every=0.05)
+    with served(settings) as srv:
+        olga = await mint(srv.app, "t1", "olga", ["operator"], 3600)
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=30) as api, \
+                httpx.AsyncClient(base_url=srv.base_url, timeout=30) as client:  # fmt: skip
+            assert (await sign_in(client, olga)).status_code == 303
+            token = await csrf_of(client)
+            frames: list[str] = []
+
+            async def read() -> None:
+                async with client.stream("GET", "/ui/runs/live?after=0") as r:
+                    assert r.status_code == 200
+                    async for line in r.aiter_lines():
+                        frames.append(line)
+
+            async def finished() -> str:
+                run = (await api.post("/v1/runs", json={"agent": "free", "input": 1},
+                                      headers=olga)).json()  # fmt: skip
+                await api.get(f"/v1/runs/{run['id']}/result?wait=30", headers=olga)
+                return str(run["id"])
+
+            reading = asyncio.create_task(read())
+            try:
+                first = await finished()
+
+                async def shown() -> bool:
+                    return any(first in line for line in frames)
+
+                await until(shown)
+                out = await client.post("/ui/signout", data={"csrf": token})
+                assert out.status_code == 303
+                after = await finished()
+                await asyncio.wait_for(reading, 30)  # the stream ended by itself
+            finally:
+                reading.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reading
+            assert not any(after in line for line in frames)

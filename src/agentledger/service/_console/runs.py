@@ -45,15 +45,19 @@ _RECHECK = 1.0  # seconds between an open stream's looks at its session
 _MATCH_CHUNK = 500  # run ids per runs_matching query
 
 
-async def _while_signed_in(request: Request, frames: AsyncIterator[str]) -> AsyncIterator[str]:
+async def _while_signed_in(
+    request: Request, frames: AsyncIterator[str], recheck: float = _RECHECK
+) -> AsyncIterator[str]:
     """``frames`` for as long as the session that opened the stream lives: a sign-out,
     the session's expiry or its key's revocation ends an open stream too (a stream is
-    read for hours; checking only when it opened would let it outlive the session)."""
+    read for hours; checking only when it opened would let it outlive the session).
+    The session is looked at before a frame when ``recheck`` seconds passed since the
+    last look (0: before every frame)."""
     checked = time.monotonic()
     async with contextlib.aclosing(frames):  # type: ignore[type-var]
         async for frame in frames:
             now = time.monotonic()
-            if now - checked >= _RECHECK:
+            if now - checked >= recheck:
                 checked = now
                 if await sessions.current(request, touch=False) is None:
                     return
@@ -211,8 +215,10 @@ async def runs_live(request: Request, after: int | None = None) -> Response:
                 sent = time.monotonic()
                 yield f"id: {mark}\nevent: position\ndata: {{}}\n\n"
 
+    # Each frame is a page of the tenant's rows (or a rare heartbeat): the session is
+    # looked at before every one, so none goes out after a sign-out.
     return StreamingResponse(
-        _while_signed_in(request, stream()), media_type="text/event-stream",
+        _while_signed_in(request, stream(), recheck=0.0), media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )  # fmt: skip
 
