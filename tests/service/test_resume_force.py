@@ -136,12 +136,12 @@ async def test_a_bulk_resume_counts_and_forces_only_when_asked(live: Api) -> Non
         runs = re.search(r'name="runs" value="([^"]*)"', dry.text).group(1)  # type: ignore[union-attr]
         forced = re.search(r'name="forced_runs" value="([^"]*)"', dry.text).group(1)  # type: ignore[union-attr]
         assert (runs, forced) == (plain, confirmed)
-        assert 'name="forced_effects" value="1"' in dry.text
+        mark = re.search(r'name="forced_effects" value="([^"]+)"', dry.text).group(1)  # type: ignore[union-attr]
         form = {"csrf": token, "status": "needs_human", "cause": CAUSE, "runs": runs,
-                "forced_runs": forced, "forced_effects": "1",
+                "forced_runs": forced, "forced_effects": mark,
                 "reason": "after the fix"}  # fmt: skip
         other = await client.post("/ui/attention/resume",
-                                  data={**form, "force": "yes", "forced_effects": "2"})  # fmt: skip
+                                  data={**form, "force": "yes", "forced_effects": "1"})  # fmt: skip
         assert other.status_code == 409 and "changed since you looked" in other.text
         no_reason = await client.post("/ui/attention/resume",
                                       data={**form, "force": "yes", "reason": ""})  # fmt: skip
@@ -165,10 +165,75 @@ async def test_a_bulk_resume_without_the_force_leaves_the_confirmed_run(live: Ap
         dry = await client.get(f"/ui/attention/resume?{query}")
         token = _CSRF.search(dry.text).group(1)  # type: ignore[union-attr]
         form = {"csrf": token, "status": "needs_human", "cause": CAUSE, "runs": plain,
-                "forced_runs": confirmed, "forced_effects": "1",
+                "forced_runs": confirmed,
                 "reason": "after the fix"}  # fmt: skip
         done = await client.post("/ui/attention/resume", data=form)
         assert done.status_code == 200 and done.text.count(": resumed</li>") == 1
         assert "the force option was not ticked" in done.text
     assert await _resumed(live, confirmed, olga) == []
     assert await _status(live, confirmed, olga) == "needs_human"
+
+
+async def _write_step(api: Api, run_id: str, no: int, key: str | None) -> None:
+    """An executed payment at step ``no`` of ``run_id`` (``key`` None: none there)."""
+
+    def change(tx: Any) -> None:
+        tx.execute("DELETE FROM steps WHERE run_id = :id AND step_no = :no",
+                   {"id": run_id, "no": no})  # fmt: skip
+        if key is not None:
+            tx.execute(
+                "INSERT INTO steps (run_id, step_no, kind, name, status, input, attempts, "
+                "lease_epoch, idempotency_key) VALUES (:id, :no, 'tool', 'pay', 'succeeded', "
+                "'{}', 1, 1, :key)",
+                {"id": run_id, "no": no, "key": key},
+            )
+
+    await api.store.transact(change)
+
+
+async def test_a_bulk_force_refuses_other_confirmed_effects_than_the_dry_run_showed(
+    live: Api,
+) -> None:
+    """Between the dry run and the POST, one forced run gains a confirmed effect and
+    another loses one: the same runs, the same count, other effects (keys the person
+    was never shown). The force re-executes nothing."""
+    olga = await live.key("t1", "olga", ("operator",))
+    one = await _handed_over(live, olga, confirmed=True)
+    two = await _handed_over(live, olga, confirmed=True)
+    await _write_step(live, two, 4, f"k2-{two}")
+    query = urlencode({"status": "needs_human", "cause": CAUSE})
+    async with browser(live, olga) as client:
+        dry = await client.get(f"/ui/attention/resume?{query}")
+        assert "(3 confirmed effects would run again)" in dry.text, dry.text
+        fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', dry.text))
+        await _write_step(live, one, 4, f"k-new-{one}")
+        await _write_step(live, two, 4, None)
+        done = await client.post(
+            "/ui/attention/resume", data={**fields, "force": "yes", "reason": "refunded"}
+        )
+        assert done.status_code == 409 and "changed since you looked" in done.text
+    assert await _resumed(live, one, olga) == await _resumed(live, two, olga) == []
+
+
+async def test_the_api_takes_a_resumes_fields_only_as_their_own_json_types(live: Api) -> None:
+    """``"force": "yes"``, ``"dry_run": "false"`` (which would resume for real) or
+    ``"from_step": true`` (step 1: the whole run again) are refused as they are, not
+    read as a bool or a number; nothing is resumed."""
+    olga = await live.key("t1", "olga", ("operator",))
+    run_id = await _handed_over(live, olga, confirmed=False)
+    url = f"/v1/runs/{run_id}/resume"
+    for body in (
+        {"force": "yes", "reason": "x"},
+        {"force": 1, "reason": "x"},
+        {"dry_run": "false"},
+        {"dry_run": 0},
+        {"from_step": True},
+        {"from_step": "2"},
+        {"from_step": 2.0},
+    ):
+        r = await live.client.post(url, json=body, headers=olga)
+        assert r.status_code == 422, (body, r.text)
+    assert await _resumed(live, run_id, olga) == []
+    assert await _status(live, run_id, olga) == "needs_human"
+    ok = await live.client.post(url, json={"dry_run": True, "from_step": 2}, headers=olga)
+    assert ok.status_code == 200 and ok.json()["from_step"] == 2, ok.text

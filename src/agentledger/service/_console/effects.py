@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import reprlib
 import time
 from typing import Any
 
@@ -32,6 +33,7 @@ from agentledger.service._problems import Problem
 from agentledger.service._queries import console as queries
 from agentledger.store._queries import service_runs
 from agentledger.tools._context import Principal, ToolContext
+from agentledger.tools._status import Status
 
 router = APIRouter(prefix="/ui/effects", include_in_schema=False)
 CHECK_EVERY = 30.0  # seconds: a write's provider is asked at most this often
@@ -64,16 +66,32 @@ async def effects_page(request: Request, cursor: str | None = None) -> HTMLRespo
 
 
 _RECORD_LIMIT = 8000  # characters of a provider's result the audit trail keeps
+_SHORT = reprlib.Repr()  # what JSON cannot hold is kept as a bounded text instead
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 6, _RECORD_LIMIT, 200
+_SHORT.maxdict = _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = 100
 
 
 def _recorded(result: Any) -> Any:
-    """The provider's result as the audit trail keeps it: JSON (anything else as its
-    text), cut to ``_RECORD_LIMIT`` characters with its full digest."""
-    text = json.dumps(result, default=str, sort_keys=True, ensure_ascii=False)
+    """The provider's result (or error) as the audit trail keeps it: JSON, cut to
+    ``_RECORD_LIMIT`` characters with its full digest; what JSON cannot hold (a cycle,
+    keys that are not text) as a bounded text of it."""
+    try:
+        text = json.dumps(result, default=str, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return {"not_json": _SHORT.repr(result)}
     if len(text) <= _RECORD_LIMIT:
         return json.loads(text)
     digest = hashlib.sha256(text.encode()).hexdigest()
     return {"cut_to": _RECORD_LIMIT, "sha256": digest, "text": text[:_RECORD_LIMIT]}
+
+
+def _answer_of(answer: Any, history: list[str]) -> Status:
+    """The status check's answer, or ``pending`` with ``history`` saying why when it is
+    not a status this console knows (a check returns whatever its code returns)."""
+    if isinstance(answer, Status) and answer.state in _PROVIDER_WORDS:
+        return answer
+    history.append("status_check:not_a_status")
+    return Status.pending()
 
 
 def _checkable(request: Request, step: Any) -> Any:
@@ -136,7 +154,8 @@ async def check_now(request: Request) -> HTMLResponse:
     )  # fmt: skip
     args = step.input.get("args", {}) if isinstance(step.input, dict) else {}
     history: list[str] = []
-    answer = await ask_status(tool, ctx, args, history)
+    answer = _answer_of(await ask_status(tool, ctx, args, history), history)
+    result, error = _recorded(answer.result), _recorded(answer.error)
     provider = (
         f"could not ask ({', '.join(history)}): no answer"
         if history
@@ -146,11 +165,11 @@ async def check_now(request: Request) -> HTMLResponse:
         queries.record_status_check, run.id, actor,
         {"step_no": step.step_no, "key": step.idempotency_key, "tool": step.name,
          "journal": journal, "provider": provider, "provider_state": str(answer.state),
-         "result": _recorded(answer.result), "error": answer.error,
+         "result": result, "error": error,
          "could_not_ask": history},
     )  # fmt: skip
     return render.page(
         request, "check.html", title=f"Status check of {step.idempotency_key}", run=run,
-        step=step, journal=journal, provider=provider, answer=answer,
+        step=step, journal=journal, provider=provider, result=result, error=error,
         check_every=int(CHECK_EVERY),
     )  # fmt: skip

@@ -10,6 +10,8 @@ gives a reason; the ``run.resumed`` audit event records who, why and those effec
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -177,6 +179,19 @@ def _counts(plans: list[Any]) -> dict[str, int]:
     return out
 
 
+def _forced_mark(plans: list[Any]) -> str:
+    """Which confirmed effects a bulk force re-executes (each run's, by step and key), as
+    a short digest the form carries: the same runs and the same count may still be other
+    effects, if the runs changed between the dry run and the POST."""
+    forced = sorted(
+        [run_id, e["step_no"], e["key"]]
+        for run_id, plan, why in plans
+        if plan is not None and not plan.refused and not why and plan.needs_force
+        for e in plan.forced
+    )
+    return hashlib.sha256(json.dumps(forced).encode()).hexdigest()[:32]
+
+
 def _bulk_page(
     request: Request, status: str, cause: str, plans: list[Any], done: Any
 ) -> HTMLResponse:
@@ -184,6 +199,7 @@ def _bulk_page(
     return render.page(
         request, "bulk_resume.html", title="Resume runs", run_status=status, cause=cause,
         plans=plans, counts=_counts(plans), ready=ready, forced=forced, done=done,
+        forced_mark=_forced_mark(plans),
     )  # fmt: skip
 
 
@@ -203,19 +219,19 @@ async def bulk_resume(request: Request) -> HTMLResponse:
     ready, needs_force = _sorted(plans)
     shown = sorted(r for r in fields.get("runs", "").split(",") if r)
     shown_forced = sorted(r for r in fields.get("forced_runs", "").split(",") if r)
-    # The confirmed effects a force re-executes, as many as the dry run counted.
-    counted = fields.get("forced_effects", "0")
+    force, reason = _force_fields(fields)
+    # The confirmed effects a force re-executes, the very ones the dry run listed.
     if (
         shown != sorted(ready)
         or shown_forced != sorted(needs_force)
-        or (needs_force and counted != str(_counts(plans)["forced_effects"]))
+        or (force and needs_force and fields.get("forced_effects") != _forced_mark(plans))
     ):
         raise PageError(
             409, "Not resumed",
-            "The runs changed since you looked (some were resumed, handed over or refused "
-            "meanwhile); nothing was changed. Look at the dry run again.",
+            "The runs changed since you looked (some were resumed, handed over or refused, "
+            "or their confirmed effects changed meanwhile); nothing was changed. Look at the "
+            "dry run again.",
         )  # fmt: skip
-    force, reason = _force_fields(fields)
     request.state.via = "console"
     done: list[tuple[str, str]] = []
     # Each run in its own transaction, as `runs resume --status` does: one refusal or

@@ -45,15 +45,19 @@ _RECHECK = 1.0  # seconds between an open stream's looks at its session
 _MATCH_CHUNK = 500  # run ids per runs_matching query
 
 
-async def _while_signed_in(request: Request, frames: AsyncIterator[str]) -> AsyncIterator[str]:
+async def _while_signed_in(
+    request: Request, frames: AsyncIterator[str], recheck: float = _RECHECK
+) -> AsyncIterator[str]:
     """``frames`` for as long as the session that opened the stream lives: a sign-out,
     the session's expiry or its key's revocation ends an open stream too (a stream is
-    read for hours; checking only when it opened would let it outlive the session)."""
+    read for hours; checking only when it opened would let it outlive the session).
+    The session is looked at before a frame when ``recheck`` seconds passed since the
+    last look (0: before every frame)."""
     checked = time.monotonic()
     async with contextlib.aclosing(frames):  # type: ignore[type-var]
         async for frame in frames:
             now = time.monotonic()
-            if now - checked >= _RECHECK:
+            if now - checked >= recheck:
                 checked = now
                 if await sessions.current(request, touch=False) is None:
                     return
@@ -162,7 +166,7 @@ async def runs_live(request: Request, after: int | None = None) -> Response:
     """Server-sent ``rows`` events: the page these filters show, read again whenever an
     event of the tenant could change it (see the module's docstring); a ``position``
     event when there was nothing to send for a heartbeat."""
-    session = await signed_in(request)
+    session = await signed_in(request, touch=False)
     tenant_id = session.principal.tenant_id
     if after is not None and not 0 <= after <= 2**62:
         raise PageError(400, "Bad request", "after must be an event id")
@@ -211,8 +215,10 @@ async def runs_live(request: Request, after: int | None = None) -> Response:
                 sent = time.monotonic()
                 yield f"id: {mark}\nevent: position\ndata: {{}}\n\n"
 
+    # Each frame is a page of the tenant's rows (or a rare heartbeat): the session is
+    # looked at before every one, so none goes out after a sign-out.
     return StreamingResponse(
-        _while_signed_in(request, stream()), media_type="text/event-stream",
+        _while_signed_in(request, stream(), recheck=0.0), media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )  # fmt: skip
 
@@ -269,7 +275,7 @@ async def run_page(request: Request, run_id: str) -> HTMLResponse:
 @router.get("/{run_id}/story")
 async def run_story(request: Request, run_id: str) -> HTMLResponse:
     """The story part of a run's page alone: what the page swaps in as events arrive."""
-    session = await signed_in(request)
+    session = await signed_in(request, touch=False)
     told = await _story(request, run_id, session.principal.tenant_id)
     body = render.html(
         "_story.html", session=session, may_cancel=_may_cancel(request, told["run"]),
@@ -282,7 +288,7 @@ async def run_story(request: Request, run_id: str) -> HTMLResponse:
 async def run_events(request: Request, run_id: str, after: int | None = None) -> Response:
     """The run's events as the API streams them (the same code: resumable with
     ``Last-Event-ID``), for the signed-in session."""
-    session = await signed_in(request)
+    session = await signed_in(request, touch=False)
     if after is not None and not 0 <= after <= 2**62:
         raise PageError(400, "Bad request", "after must be an event id")
     try:

@@ -6,8 +6,9 @@ only its SHA-256, the key it was made with, the tenant, user and roles, a CSRF t
 expiry and when the browser last made a request. Every request re-reads the session
 (expiry is the server's, a logout revokes it) and the key (a revoked or expired key ends
 its sessions), so a session never outlives what the key may do. A session also ends
-after ``console_idle`` seconds without a request (an unattended browser); an open live
-stream does not count as one, or a tab left open would keep it alive for ever.
+after ``console_idle`` seconds without a request (an unattended browser); what a page
+asks for by itself (a live stream, opened again after any cut; a part fetched on an
+event) does not count as one, or a tab left open would keep it alive for ever.
 """
 
 from __future__ import annotations
@@ -79,13 +80,38 @@ def _forget_root_cookie(response: Response) -> None:
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
 
 
+def _named(request: Request) -> list[str]:
+    """The distinct session ids the request's cookies name. A browser sends every cookie
+    whose path fits, so a second one (an earlier version's ``Path=/``, or one planted
+    from a sibling host) comes beside ours; a parser keeping one of the two would let
+    that one decide whose session the request is."""
+    found: list[str] = []
+    for header in request.headers.getlist("cookie"):
+        for part in header.split(";"):
+            name, sep, value = part.strip().partition("=")
+            value = value.strip().strip('"')
+            if sep and name.strip() == COOKIE and value and value not in found:
+                found.append(value)
+    return found
+
+
+async def end_held(request: Request) -> None:
+    """End every session the request's cookies name (a sign-in replaces them all)."""
+    now = time.time()
+    for session_id in _named(request)[:8]:
+        await request.app.state.store.transact(queries.revoke_session, _hash(session_id), now)
+
+
 async def current(request: Request, *, touch: bool = True) -> Session | None:
-    """The request's live session, or None (no cookie, unknown, revoked, expired, idle
-    too long, or its key revoked or expired). ``touch``: this request is the person's
-    (a page, a form), so the idle clock starts again; an open stream looking at its
-    session passes False."""
-    session_id = request.cookies.get(COOKIE)
-    if not session_id or len(session_id) > 200:
+    """The request's live session, or None (no cookie, two different ones, unknown,
+    revoked, expired, idle too long, or its key revoked or expired). ``touch``: this
+    request is the person's (a page, a form), so the idle clock starts again; an open
+    stream looking at its session passes False."""
+    named = _named(request)
+    if len(named) != 1:
+        return None
+    session_id = named[0]
+    if len(session_id) > 200:
         return None
     state = request.app.state
     row = await state.store.read(queries.get_session, _hash(session_id))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hmac
 import secrets
-import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
@@ -13,7 +12,6 @@ from fastapi.responses import RedirectResponse, Response
 from agentledger.service._console import render, sessions
 from agentledger.service._console.errors import PageError, SignInFirst
 from agentledger.service._problems import Problem
-from agentledger.service._queries import console as queries
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 _SIGNIN_COOKIE = "agentledger_signin"
@@ -26,9 +24,12 @@ def _back(value: str | None) -> str:
     return "/ui/runs"
 
 
-async def signed_in(request: Request) -> sessions.Session:
-    """The request's session; otherwise the person is sent to sign in (and back)."""
-    session = await sessions.current(request)
+async def signed_in(request: Request, *, touch: bool = True) -> sessions.Session:
+    """The request's session; otherwise the person is sent to sign in (and back).
+    ``touch=False``: the request is the page's own (a stream it opens, or opens again
+    after a cut; a part it fetches on an event), not the person's, so it leaves the
+    idle clock alone."""
+    session = await sessions.current(request, touch=touch)
     if session is None:
         back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise SignInFirst(back)
@@ -90,11 +91,9 @@ async def signin(request: Request) -> Response:
         await sessions.sign_in(request, response, key)
     except Problem as exc:
         return _form_page(request, back, f"That key does not sign in: {exc.detail}.", 401)
-    # The new cookie replaces the one the browser held: end that session too, so no
-    # copy of it outlives the sign-in (a shared desk, another key).
-    held = await sessions.current(request)
-    if held is not None:
-        await request.app.state.store.transact(queries.revoke_session, held.id_hash, time.time())
+    # The new cookie replaces those the browser held: end their sessions too, so no
+    # copy of one outlives the sign-in (a shared desk, another key).
+    await sessions.end_held(request)
     response.delete_cookie(_SIGNIN_COOKIE, path="/ui/signin")
     return response
 

@@ -107,9 +107,10 @@ class CancelRun(BaseModel):
 
 
 class ResumeRun(BaseModel):
-    """``POST /v1/runs/{id}/resume``."""
+    """``POST /v1/runs/{id}/resume``. Strict JSON types: a ``"dry_run": "false"`` read
+    as a bool would resume for real, a ``"from_step": true`` would run it all again."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     from_step: int | None = Field(
         default=None, ge=1, le=MAX_STEP_NO,
