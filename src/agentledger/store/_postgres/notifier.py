@@ -12,8 +12,9 @@ moments, and on this connection whatever it waits for never holds up a journal c
 :meth:`EventsNotifier.poke` after a commit: at most one notification per ``gap``
 seconds, the last poke of a burst always announced (``gap`` after the one before), so
 a stream is woken after every commit that was not announced yet. A notification that
-fails is a hint lost: the stream's poll finds the events; the connection is opened
-again at the next poke.
+fails on a connection lost while idle is sent again on a new one; one that fails on a
+new connection is a hint lost (the stream's poll finds the events), and the connection
+is opened again at the next poke.
 """
 
 from __future__ import annotations
@@ -63,13 +64,22 @@ class EventsNotifier:
             await self._send()
 
     async def _send(self) -> None:
-        try:
-            if self._conn is None or self._conn.closed:
-                self._conn = await self._connected()
-            await self._conn.execute("SELECT pg_notify(%s, '')", (EVENTS_CHANNEL,))
-        except Exception as exc:  # a hint: lost, it costs the listener one poll period
-            log.debug("events notification failed: %s", exc)
-            await self._drop()
+        while True:
+            fresh = self._conn is None or self._conn.closed
+            try:
+                if fresh:
+                    self._conn = await self._connected()
+                await self._conn.execute("SELECT pg_notify(%s, '')", (EVENTS_CHANNEL,))
+                return
+            except Exception as exc:
+                log.debug("events notification failed: %s", exc)
+                await self._drop()
+            # A connection lost while idle (server restart, terminated backend) is seen
+            # only now: try once on a new one, or this commit, maybe a burst's last, is
+            # never announced. A new connection that fails means the server is away: the
+            # hint is lost, it costs the listener one poll period.
+            if fresh or self._closed:
+                return
 
     async def _connected(self) -> Any:
         """A new connection; one still opening when :meth:`close` stops the sender is
