@@ -57,3 +57,26 @@ async def test_commit_after_the_notifier_connection_was_killed_is_announced(
     finally:
         await store.close()
         listener.close()
+
+
+async def test_a_commit_just_before_the_store_closes_is_announced(pg_url: str) -> None:
+    """A process that commits a run's last events and then stops (a one-shot run, a
+    worker shutting down) still wakes the streams of other processes."""
+    store = open_store(pg_url)
+    await store.open()
+    listener = psycopg.connect(pg_url, autocommit=True)
+    try:
+        await store.create_run(new_run())
+        (run,) = await store.claim_runs("w1", [TARGET], 1, 60)
+        listener.execute(f"LISTEN {EVENTS_CHANNEL}")
+        await store.commit(batch(run, steps=[step(run, 1)]))
+        assert await asyncio.to_thread(_notified, listener), "the first commit was not announced"
+        await store.commit(batch(run, steps=[step(run, 2)]))  # the last: the store closes
+    finally:
+        await store.close()
+    try:
+        assert await asyncio.to_thread(_notified, listener), (
+            "the commit just before the store closed was never announced"
+        )
+    finally:
+        listener.close()

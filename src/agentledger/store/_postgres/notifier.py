@@ -30,6 +30,7 @@ from agentledger.store._postgres.connection import EVENTS_CHANNEL
 
 log = logging.getLogger(__name__)
 NOTIFY_GAP = 0.005  # seconds between two notifications of one process's journal commits
+CLOSE_WAIT = 5.0  # seconds close() gives a notification still owed
 
 
 class EventsNotifier:
@@ -40,6 +41,7 @@ class EventsNotifier:
         self._gap = gap
         self._conn: Any = None
         self._owed = False
+        self._sending = False  # a notification is being sent
         self._next = 0.0  # monotonic time the next notification may go
         self._task: asyncio.Task[None] | None = None
         self._opening: asyncio.Future[Any] | None = None
@@ -61,7 +63,11 @@ class EventsNotifier:
                 continue
             self._owed = False
             self._next = time.monotonic() + self._gap
-            await self._send()
+            self._sending = True
+            try:
+                await self._send()
+            finally:
+                self._sending = False
 
     async def _send(self) -> None:
         while True:
@@ -78,7 +84,7 @@ class EventsNotifier:
             # only now: try once on a new one, or this commit, maybe a burst's last, is
             # never announced. A new connection that fails means the server is away: the
             # hint is lost, it costs the listener one poll period.
-            if fresh or self._closed:
+            if fresh:
                 return
 
     async def _connected(self) -> Any:
@@ -96,12 +102,18 @@ class EventsNotifier:
                 await conn.close()
 
     async def close(self) -> None:
-        """Stop: a notification on the wire is given up (the listener's poll finds it)."""
+        """Stop: a notification still owed (waiting for its gap, or on the wire) is sent
+        now, for at most ``CLOSE_WAIT`` seconds: the last commits of a process that stops
+        are often a run's last events, and no later commit of it will announce them."""
         self._closed = True
+        owed = self._owed or self._sending
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
+        if owed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._send(), CLOSE_WAIT)
         opening, self._opening = self._opening, None
         if opening is not None:
             with contextlib.suppress(BaseException):
