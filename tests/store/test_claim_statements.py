@@ -79,3 +79,21 @@ async def test_claimed_again_the_seqs_go_on_without_a_gap(store: Store) -> None:
     # the run's counter stands where the claim left it: the next journal write goes on
     await store.commit(batch(second, steps=[step(second)]))
     assert [e[:2] for e in await store.read(_events, run.id)][4:] == [(5, "step.succeeded")]
+
+
+async def test_a_claim_of_more_runs_than_one_insert_takes_keeps_every_seq(store: Store) -> None:
+    many = 1201  # three INSERTs of run.claimed events
+    ids = {(await store.create_run(new_run())).id for _ in range(many)}
+    claimed = await store.claim_runs("w1", [TARGET], many, 30)
+    assert {r.id for r in claimed} == ids
+
+    def claimed_events(tx: Tx) -> list[tuple[str, int, str]]:
+        found = tx.fetchall("SELECT run_id, seq, type FROM events ORDER BY run_id, seq")
+        return [(str(e["run_id"]), int(e["seq"]), e["type"]) for e in found]
+
+    expected = sorted(
+        (run_id, seq, kind)
+        for run_id in ids
+        for seq, kind in ((1, "run.submitted"), (2, "run.claimed"))
+    )
+    assert await store.read(claimed_events) == expected
