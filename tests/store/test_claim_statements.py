@@ -7,6 +7,7 @@ misses and repeats nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from typing import Any
 
@@ -97,3 +98,30 @@ async def test_a_claim_of_more_runs_than_one_insert_takes_keeps_every_seq(store:
         for seq, kind in ((1, "run.submitted"), (2, "run.claimed"))
     )
     assert await store.read(claimed_events) == expected
+
+
+async def test_two_stores_claiming_at_once_keep_each_runs_seqs_gapless(store_url: str) -> None:
+    """Two processes' stores claim the same runs at once, round after round: each run is
+    claimed once per round and its events are 1, 2, 3, ... with no gap or repeat."""
+    from agentledger.store import open_store
+
+    stores = [open_store(store_url), open_store(store_url)]
+    for s in stores:
+        await s.open()
+    try:
+        ids = {(await stores[0].create_run(new_run())).id for _ in range(RUNS * 3)}
+        for _ in range(4):
+            got = await asyncio.gather(
+                *(s.claim_runs(f"w{i}", [TARGET], len(ids), 30) for i, s in enumerate(stores))
+            )
+            claimed = [(i, r) for i, runs in enumerate(got) for r in runs]
+            assert sorted(r.id for _, r in claimed) == sorted(ids)
+            for i, r in claimed:
+                assert await stores[i].release_run(r.id, r.lease_epoch, f"w{i}")
+        for run_id in ids:
+            found = await stores[1].read(_events, run_id)
+            assert [e[0] for e in found] == list(range(1, 10))
+            assert [e[1] for e in found][1:] == ["run.claimed", "run.released"] * 4
+    finally:
+        for s in stores:
+            await s.close()
