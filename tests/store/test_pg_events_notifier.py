@@ -80,3 +80,47 @@ async def test_a_commit_just_before_the_store_closes_is_announced(pg_url: str) -
         )
     finally:
         listener.close()
+
+
+async def test_closing_while_the_notifier_connection_is_opening_leaves_none_open(
+    pg_url: str,
+) -> None:
+    """The notifier is opening its connection (a slow server) when the store closes:
+    close sends the owed notification on that connection, opens no second one, and
+    leaves none open."""
+    from agentledger.store._postgres.async_commit import connect_async
+    from agentledger.store._postgres.notifier import EventsNotifier
+
+    gate = asyncio.Event()
+    opened: list[psycopg.AsyncConnection[object]] = []
+    calls: list[int] = []
+
+    async def slow_connect() -> psycopg.AsyncConnection[object]:
+        calls.append(1)
+        await gate.wait()
+        conn = await connect_async(pg_url, {})
+        opened.append(conn)
+        return conn
+
+    listener = psycopg.connect(pg_url, autocommit=True)
+    listener.execute(f"LISTEN {EVENTS_CHANNEL}")
+    notifier = EventsNotifier(slow_connect)
+    try:
+        notifier.poke()
+        while not calls:  # the sender is opening its connection
+            await asyncio.sleep(0.01)
+        closing = asyncio.ensure_future(notifier.close())
+        sender = notifier._task
+        assert sender is not None
+        while not sender.done():  # close stopped the sender; it is on its own notification
+            await asyncio.sleep(0.01)
+        gate.set()
+        await closing
+        assert len(calls) == 1, "close opened a second connection beside the one opening"
+        assert opened and all(c.closed for c in opened), "a connection was left open"
+        assert await asyncio.to_thread(_notified, listener), "the owed commit was not announced"
+    finally:
+        gate.set()
+        for conn in opened:
+            await conn.close()
+        listener.close()

@@ -89,9 +89,17 @@ class EventsNotifier:
 
     async def _connected(self) -> Any:
         """A new connection; one still opening when :meth:`close` stops the sender is
-        closed once it is open, never left to the garbage collector."""
-        self._opening = asyncio.ensure_future(self._connect())
-        conn = await asyncio.shield(self._opening)  # close() finishes and closes it
+        taken over by close's own notification, or closed once it is open: never a
+        second one opened beside it, never one left to the garbage collector."""
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self._connect())
+        try:
+            conn = await asyncio.shield(self._opening)  # close() finishes and closes it
+        except asyncio.CancelledError:
+            raise  # still opening: close() takes it
+        except BaseException:
+            self._opening = None
+            raise
         self._opening = None
         return conn
 
