@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 from typing import Any
 
 import pytest
@@ -122,6 +123,43 @@ async def test_two_stores_claiming_at_once_keep_each_runs_seqs_gapless(store_url
             found = await stores[1].read(_events, run_id)
             assert [e[0] for e in found] == list(range(1, 10))
             assert [e[1] for e in found][1:] == ["run.claimed", "run.released"] * 4
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_takeover_racing_the_old_owners_commit_keeps_the_seqs_gapless(
+    store_url: str,
+) -> None:
+    """Each round the run's lease has expired: its owner commits a step while another
+    process's store takes the run over. Whichever wins, the run's events are 1, 2, 3, ...
+    and each claim's event carries its epoch, in order."""
+    from agentledger.errors import LeaseLost
+    from agentledger.store import open_store
+
+    stores = [open_store(store_url), open_store(store_url)]
+    for s in stores:
+        await s.open()
+    try:
+        await stores[0].create_run(new_run())
+        (held,) = await stores[0].claim_runs("w0", [TARGET], 1, -1)  # expired at once
+        holder = 0
+        for n in range(1, 31):
+            other = 1 - holder
+            wrote, took = await asyncio.gather(
+                stores[holder].commit(batch(held, steps=[step(held, n)])),
+                stores[other].claim_runs(f"w{other}", [TARGET], 1, -1),
+                return_exceptions=True,
+            )
+            assert wrote is None or isinstance(wrote, LeaseLost), wrote
+            assert isinstance(took, list), took
+            if took:
+                (held,), holder = took, other
+        assert held.lease_epoch > 1  # taken over at least once
+        found = await stores[1].read(_events, held.id)
+        assert [e[0] for e in found] == list(range(1, len(found) + 1))
+        epochs = [json.loads(e[3])["epoch"] for e in found if e[1] == "run.claimed"]
+        assert epochs == list(range(1, held.lease_epoch + 1))
     finally:
         for s in stores:
             await s.close()
