@@ -93,7 +93,8 @@ def _no_external_network() -> None:
 def _no_leftover_databases() -> Iterator[None]:
     """Fail the session if any database it created is still on the shared server.
 
-    Set up before (so torn down after) ``_pg_session``, which drops the template.
+    Set up before (so torn down after) ``_pg_session``, which hands the template to
+    the background drops that this waits for.
     Names carry the session's tag (tests/dbutil.py), so suites running at the same
     time on the same server do not see each other's databases.
     """
@@ -124,7 +125,8 @@ def pg_cluster() -> Iterator[PrivateCluster]:
 
 @pytest.fixture(scope="session")
 def _pg_session() -> Iterator[None]:
-    """Makes sure the server is there; drops the template database at session end."""
+    """Makes sure the server is there; drops the template database at session end (with
+    the last tests' databases, in ``_no_leftover_databases``)."""
     require_pg()
     yield
     dbutil.drop_template()
