@@ -31,8 +31,11 @@ def test_the_worker_command_imports_no_other_command() -> None:
     assert "agentledger.cli._ops" in loaded
     others = {
         f"agentledger.cli.{m}"
-        for m in ("_audit", "_backup", "_chaos", "_docs", "_keys", "_memory", "_prune")
-    } | {f"agentledger.cli.{m}" for m in ("_resume", "_runs", "_serve", "_stats", "_versions")}
+        for m in (
+            *("_audit", "_backup", "_chaos", "_docs", "_keys", "_memory", "_prune"),
+            *("_resume", "_runs", "_serve", "_soak", "_stats", "_versions"),
+        )
+    }
     assert loaded & others == set()
     # What only other commands use: the chaos runner, the HTTP client, the examples.
     assert not {m for m in loaded if m.startswith(("agentledger._chaos", "httpx"))}
