@@ -59,12 +59,28 @@ def _skip_or_fail(message: str) -> None:
     pytest.skip(message)
 
 
+# Directories whose tests run whole stacks of processes (many seconds each), and those
+# whose tests run in process (a fraction of a second each).
+FIRST = ("stayhub", "docs", "chaos")
+LAST = ("unit", "fast", "memory", "sandbox", "testing", "observe")
+
+
+def _turn(item: pytest.Item) -> tuple[bool, int]:
+    parts = item.path.relative_to(item.config.rootpath).parts
+    place = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    return (
+        item.get_closest_marker("long") is None,
+        0 if place in FIRST else 2 if place in LAST else 1,
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``long`` (tens of seconds each) go first, the rest keep their order:
-    handed out one by one to the test processes (``--maxschedchunk 1`` in pyproject.toml),
-    the long ones then run side by side at the start instead of one of them holding up
-    the end of the suite."""
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    """Tests marked ``long`` (tens of seconds each) go first, then the directories of
+    :data:`FIRST`, the others, and the in-process ones of :data:`LAST` (each keeping its
+    order): handed out one by one to the test processes (``--maxschedchunk 1`` in
+    pyproject.toml), the long ones run side by side at the start and quick ones fill the
+    end, instead of one long test holding up the end of the suite."""
+    items.sort(key=_turn)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -77,7 +93,8 @@ def _no_external_network() -> None:
 def _no_leftover_databases() -> Iterator[None]:
     """Fail the session if any database it created is still on the shared server.
 
-    Set up before (so torn down after) ``_pg_session``, which drops the template.
+    Set up before (so torn down after) ``_pg_session``, which hands the template to
+    the background drops that this waits for.
     Names carry the session's tag (tests/dbutil.py), so suites running at the same
     time on the same server do not see each other's databases.
     """
@@ -108,7 +125,8 @@ def pg_cluster() -> Iterator[PrivateCluster]:
 
 @pytest.fixture(scope="session")
 def _pg_session() -> Iterator[None]:
-    """Makes sure the server is there; drops the template database at session end."""
+    """Makes sure the server is there; drops the template database at session end (with
+    the last tests' databases, in ``_no_leftover_databases``)."""
     require_pg()
     yield
     dbutil.drop_template()

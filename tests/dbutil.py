@@ -115,11 +115,15 @@ def template_database() -> str:
 
 
 def drop_template() -> None:
-    """Drop the session's template database (and the clone made ahead), if one was built."""
+    """Hand the session's template database (and the clone made ahead), if one was built,
+    to the background drops: :func:`finish_drops` drops them together with the last tests'
+    databases (each drop waits for a checkpoint; drops that run together share it)."""
     global _template
-    _spares.drop_unused()
+    spare = _spares.unused()
+    if spare is not None:
+        _dropper().put(spare)
     if _template is not None:
-        _drop(_template)
+        _dropper().put(_template)
         _template = None
 
 
@@ -160,15 +164,15 @@ class _Spares:
             self._next = self._pool.submit(_new_clone)
             return name
 
-    def drop_unused(self) -> None:
-        """Drop the clone made ahead, if any (the session is over)."""
+    def unused(self) -> str | None:
+        """The clone made ahead, once made, if any (the session is over: none is made
+        after it)."""
         with self._lock:
             ahead, self._next = self._next, None
             pool, self._pool = self._pool, None
-        if ahead is not None:
-            _drop(ahead.result())
         if pool is not None:
             pool.shutdown()
+        return ahead.result() if ahead is not None else None
 
 
 _spares = _Spares()

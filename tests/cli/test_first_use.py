@@ -300,11 +300,20 @@ def test_every_option_has_help() -> None:
             if isinstance(param, click.Option) and not param.help and param.name != "help":
                 missing.append(f"{path} {param.opts[0]}")
         if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
+            # Through click's listing: commands load when named (cli/_main.py).
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None, name
                 walk(sub, f"{path} {name}")
+                walked.append(f"{path} {name}")
 
+    walked: list[str] = []
     walk(cli, "agentledger")
     assert not missing, missing
+    assert {"agentledger worker", "agentledger runs resume", "agentledger outbox retry"} <= set(
+        walked
+    ), walked
 
 
 def test_demo_refuses_zero_runs_and_says_what_runs_by_default() -> None:

@@ -74,6 +74,7 @@ def test_a_browser_renders_the_pages_with_every_other_host_unreachable(
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a wheel built in an isolated environment
 def test_the_wheel_ships_the_assets(tmp_path: Path) -> None:
     built = subprocess.run(
         # Built as a user's pip builds it (pyproject's build requirements, isolated).

@@ -98,17 +98,30 @@ def stayhub(tmp_path: Path) -> StackFactory:
         store = open_store(db)
         await store.open()
         stop = asyncio.Event()
-        with SandboxServer(faults=faults) as sandbox:
-            pool = WorkerPool(db, sandbox.url, size=workers, env=dict(env or {}), log_dir=tmp_path)
+        sandbox = SandboxServer(faults=faults)
+
+        def pool_for(url: str) -> WorkerPool:
+            return WorkerPool(db, url, size=workers, env=dict(env or {}), log_dir=tmp_path)
+
+        # The workers start while the sandbox does (each takes a process start): they only
+        # call it for a run, and no run is submitted before it answers.
+        pool = pool_for(sandbox.url).start()
+        try:
+            sandbox.start()
+            if pool.stayhub_url != sandbox.url:  # its port was taken: it listens on another
+                pool.stop()
+                pool = pool_for(sandbox.url).start()
             approver = asyncio.create_task(
                 approve_as_guests(store, stop, poll=0.02) if guest_approver else stop.wait()
             )
             try:
-                with pool:
-                    yield Stack(sandbox, pool, store, tmp_path, db)
+                yield Stack(sandbox, pool, store, tmp_path, db)
             finally:
                 stop.set()
                 await approver
-                await store.close()
+        finally:
+            pool.stop()
+            sandbox.stop()
+            await store.close()
 
     return make

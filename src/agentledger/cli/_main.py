@@ -7,50 +7,55 @@ import importlib
 import click
 
 from agentledger._extras import PACKAGES, ExtraNotInstalled, installed, package_hint
-from agentledger.cli import (
-    _audit as audit,
-)
-from agentledger.cli import (
-    _backup as backup,
-)
-from agentledger.cli import (
-    _chaos as chaos_cli,
-)
-from agentledger.cli import (
-    _describe as describe,
-)
-from agentledger.cli import (
-    _docs as docs,
-)
-from agentledger.cli import (
-    _keys as keys,
-)
-from agentledger.cli import (
-    _memory as memory,
-)
-from agentledger.cli import (
-    _ops as ops,
-)
-from agentledger.cli import (
-    _prune as prune,
-)
-from agentledger.cli import (
-    _resume as resume,
-)
-from agentledger.cli import (
-    _runs as runs,
-)
-from agentledger.cli import (
-    _serve as serve,
-)
-from agentledger.cli import (
-    _soak as soak_cli,
-)
-from agentledger.cli import _stats as stats_cli
-from agentledger.cli import (
-    _versions as versions,
-)
 from agentledger.cli._common import guarded
+
+# The built-in commands, by name: the module (in agentledger.cli) and attribute of each,
+# imported when the command is named, so a command loads only what it runs (a worker
+# started by a supervisor, a script calling `submit`, start in a fraction of the time it
+# takes to import every command). `agentledger --help` imports them all.
+BUILTIN: dict[str, tuple[str, str]] = {
+    "submit": ("_runs", "submit"),
+    "runs": ("_runs", "runs"),
+    "worker": ("_ops", "worker"),
+    "migrate": ("_ops", "migrate"),
+    "approvals": ("_ops", "approvals"),
+    "outbox": ("_ops", "outbox"),
+    "memory": ("_memory", "memory"),
+    "docs": ("_docs", "docs"),
+    "describe": ("_describe", "describe"),
+    "stats": ("_stats", "stats_command"),
+    "serve": ("_serve", "serve"),
+    "keys": ("_keys", "keys"),
+    "audit": ("_audit", "audit"),
+    "prune": ("_prune", "prune"),
+    "backup": ("_backup", "backup"),
+    "restore": ("_backup", "restore"),
+    "versions": ("_versions", "versions"),
+    "chaos": ("_chaos", "chaos"),
+    "soak": ("_soak", "soak"),
+}
+# Subcommands defined beside another group's module, added to the group when it loads.
+ATTACHED: dict[str, list[tuple[str, str]]] = {
+    "runs": [("_resume", "resume"), ("_resume", "settle")],
+    "outbox": [("_resume", "outbox_retry")],
+}
+
+
+def _command(module: str, attribute: str) -> click.Command:
+    command = getattr(importlib.import_module(f"agentledger.cli.{module}"), attribute)
+    assert isinstance(command, click.Command)
+    return command
+
+
+def builtin_command(name: str) -> click.Command:
+    """The built-in command ``name`` of :data:`BUILTIN`, its attached subcommands added."""
+    command = _command(*BUILTIN[name])
+    assert command.name == name, (name, command.name)
+    if isinstance(command, click.Group):
+        for module, attribute in ATTACHED.get(name, []):
+            command.add_command(_command(module, attribute))
+    return command
+
 
 # The commands of the installables beside the runtime (examples/ and bench/ in the
 # repository): loaded from them when they are installed, else a stand-in that says in one
@@ -91,11 +96,14 @@ def packaged_command(name: str) -> click.Command:
 
 class _Commands(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *PACKAGED})
+        return sorted({*super().list_commands(ctx), *BUILTIN, *PACKAGED})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in PACKAGED and cmd_name not in self.commands:
-            self.add_command(packaged_command(cmd_name))
+        if cmd_name not in self.commands:
+            if cmd_name in BUILTIN:
+                self.add_command(builtin_command(cmd_name))
+            elif cmd_name in PACKAGED:
+                self.add_command(packaged_command(cmd_name))
         return super().get_command(ctx, cmd_name)
 
 
@@ -106,30 +114,6 @@ def cli() -> None:
 
     Set AGENTLEDGER_DEBUG=1 to see tracebacks.
     """
-
-
-cli.add_command(runs.submit)
-cli.add_command(runs.runs)
-cli.add_command(ops.worker)
-cli.add_command(ops.migrate)
-cli.add_command(ops.approvals)
-cli.add_command(ops.outbox)
-cli.add_command(memory.memory)
-cli.add_command(docs.docs)
-cli.add_command(describe.describe)
-cli.add_command(stats_cli.stats_command)
-runs.runs.add_command(resume.resume)
-runs.runs.add_command(resume.settle)
-ops.outbox.add_command(resume.outbox_retry)
-cli.add_command(serve.serve)
-cli.add_command(keys.keys)
-cli.add_command(audit.audit)
-cli.add_command(prune.prune)
-cli.add_command(backup.backup)
-cli.add_command(backup.restore)
-cli.add_command(versions.versions)
-cli.add_command(chaos_cli.chaos)
-cli.add_command(soak_cli.soak)
 
 
 @guarded

@@ -83,7 +83,13 @@ def _loads(
     type=click.FloatRange(min=0, min_open=True),
     help="Runs submitted per second.",
 )
-@click.option("--workers", default=3, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--workers",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Worker processes running the load (one is SIGKILLed every --kill-every seconds).",
+)
 @click.option(
     "--concurrency",
     default=20,

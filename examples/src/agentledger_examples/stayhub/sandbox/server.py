@@ -17,8 +17,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import httpx
-
 import agentledger
 import agentledger_examples as examples
 from agentledger_examples.stayhub.sandbox.faults import FaultConfig, config_from_dict, parse_faults
@@ -137,6 +135,10 @@ class SandboxServer:
 
     def start(self) -> SandboxServer:
         """Start the subprocess and wait until ``/healthz`` answers."""
+        # httpx is imported where a request is made: the sandbox process imports this module
+        # with its package and never makes one.
+        import httpx
+
         if self._proc is not None:
             raise RuntimeError("sandbox already running")
         for attempt in range(3):
@@ -192,6 +194,8 @@ class SandboxServer:
         return self.start()
 
     def _request(self, method: str, path: str, json: Any = None) -> Any:
+        import httpx
+
         with httpx.Client(base_url=self.url, trust_env=False, timeout=10) as client:
             response = client.request(method, path, json=json)
             response.raise_for_status()
