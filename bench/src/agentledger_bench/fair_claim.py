@@ -70,6 +70,7 @@ def full_rank_claim_sql(d: Dialect, n_targets: int) -> str:
         f"UPDATE runs{{alias}} SET status = '{RunStatus.RUNNING}', lease_owner = :owner, "
         "write_token = :token, lease_epoch = {r}lease_epoch + 1, "
         f"lease_expires_at = {now} + :lease, updated_at = {now}, "
+        "event_seq = {r}event_seq + 1, "
         f"resumes = {{r}}resumes + (CASE WHEN {{r}}status = '{RunStatus.RUNNING}' THEN 1 "
         "ELSE 0 END) "
     )
@@ -83,14 +84,14 @@ def full_rank_claim_sql(d: Dialect, n_targets: int) -> str:
             f"WHERE {d.claimable(n_targets, 'runs')} ORDER BY k.fair_rank, k.available_at "
             "LIMIT :limit FOR UPDATE OF runs SKIP LOCKED) "
             + update.format(alias=" r", r="r.")
-            + f"FROM c WHERE r.id = c.id RETURNING {returning}"
+            + f"FROM c WHERE r.id = c.id RETURNING {returning}, r.event_seq"
         )
     return (
         update.format(alias="", r="")
         + "WHERE id IN (SELECT id FROM (SELECT id, available_at, ROW_NUMBER() OVER "
         "(PARTITION BY tenant_id ORDER BY available_at) AS fair_rank FROM runs "
         f"WHERE {d.claimable(n_targets)}) WHERE fair_rank <= :limit "
-        f"ORDER BY fair_rank, available_at LIMIT :limit) RETURNING {RUN_COLUMNS}"
+        f"ORDER BY fair_rank, available_at LIMIT :limit) RETURNING {RUN_COLUMNS}, event_seq"
     )
 
 
