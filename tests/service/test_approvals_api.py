@@ -81,10 +81,11 @@ async def test_a_decision_after_expiry_is_410_and_the_default_applies(tmp_path: 
     url = f"sqlite:///{tmp_path / 'exp.db'}"
     async with in_process(settings_for(url, workers_inline=1)) as api:
         guest = await api.key("t1", "gina", ("guest",))
-        run = await parked(api, guest, {"role": "guest", "expires_in": 0.5})
+        # Long enough to see the run parked on a loaded machine; the result below waits
+        # for the expiry itself (an approval expiring within the wait is waited for).
+        run = await parked(api, guest, {"role": "guest", "expires_in": 2.0})
         shown = run["pending_approval"]
-        listed = (await api.client.get("/v1/approvals", headers=guest)).json()["approvals"]
-        body = {"decision": "approve", "arguments_hash": listed[0]["arguments_hash"]}
+        body = {"decision": "approve", "arguments_hash": shown["arguments_hash"]}
         result = await api.client.get(f"/v1/runs/{run['id']}/result?wait=30", headers=guest)
         assert result.json()["status"] in ("failed", "completed")
         r = await api.client.post(f"/v1/approvals/{shown['id']}/decision", json=body, headers=guest)
