@@ -9,6 +9,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +238,25 @@ def chaos(
         pg_private=pg_private,
         pg_restart_every=pg_restart_every,
     )
+    finish_session(
+        lambda: _run(settings, app, work_dir, as_json),
+        work_dir,
+        as_json,
+        print_report,
+        f"interrupted; workers and proxies stopped; logs in {work_dir}",
+    )
+
+
+def finish_session(
+    run: Callable[[], dict[str, Any]],
+    work_dir: Path,
+    as_json: bool,
+    show: Callable[[dict[str, Any]], None],
+    interrupted: str,
+) -> None:
+    """Run a chaos or soak session: SIGTERM stops it as Ctrl-C does (exit 130, saying
+    ``interrupted``); a passing one removes ``work_dir``, a failing one keeps it (its
+    database and the workers' logs tell what happened) and exits 1."""
     previous = signal.getsignal(signal.SIGTERM)
 
     def on_term(signum: int, frame: Any) -> None:
@@ -244,22 +264,19 @@ def chaos(
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        report = _run(settings, app, work_dir, as_json)
+        report = run()
     except KeyboardInterrupt:
-        click.echo(f"interrupted; workers and proxies stopped; logs in {work_dir}", err=True)
+        click.echo(interrupted, err=True)
         sys.exit(130)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    # A failed session keeps its database and the workers' logs: they tell what happened.
     if report["ok"]:
         shutil.rmtree(work_dir, ignore_errors=True)
-        report["kept"] = None
-    else:
-        report["kept"] = str(work_dir)
+    report["kept"] = None if report["ok"] else str(work_dir)
     if as_json:
         click.echo(json.dumps(report, default=str))
     else:
-        print_report(report)
+        show(report)
     if not report["ok"]:
         sys.exit(1)
 

@@ -4,10 +4,6 @@ PostgreSQL restarts, sampled over time (implementation in :mod:`agentledger._cha
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
-import signal
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,7 +15,7 @@ from agentledger._chaos.faults import Grammar, parse_faults
 from agentledger._chaos.session import Settings
 from agentledger._chaos.soak import SoakSettings, run_soak
 from agentledger._extras import ExtraNotInstalled, hint, missing
-from agentledger.cli._chaos import PROXY_KINDS, parse_proxies, read_inputs
+from agentledger.cli._chaos import PROXY_KINDS, finish_session, parse_proxies, read_inputs
 from agentledger.cli._common import _check_db_url
 from agentledger.cli._routing import check_known
 from agentledger.errors import UsageError
@@ -265,30 +261,13 @@ def soak(
         reject_share=reject_share,
         leak_mb_per_hour=leak_mb_per_hour,
     )
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        report = _run(settings, app, work_dir, as_json)
-    except KeyboardInterrupt:
-        click.echo(f"interrupted; samples so far in {out_dir}; logs in {work_dir}", err=True)
-        sys.exit(130)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    # A failed soak keeps the workers' logs (and a SQLite database made there): they tell
-    # what happened.
-    if report["ok"]:
-        shutil.rmtree(work_dir, ignore_errors=True)
-    report["kept"] = None if report["ok"] else str(work_dir)
-    if as_json:
-        click.echo(json.dumps(report, default=str))
-    else:
-        _print(report)
-    if not report["ok"]:
-        sys.exit(1)
+    finish_session(
+        lambda: _run(settings, app, work_dir, as_json),
+        work_dir,
+        as_json,
+        _print,
+        f"interrupted; samples so far in {out_dir}; logs in {work_dir}",
+    )
 
 
 def _print(report: dict[str, Any]) -> None:
