@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,27 +39,6 @@ def chaos(tmp_path: Path, *args: str, timeout: float = 240) -> tuple[int, dict[s
     report = json.loads(proc.stdout) if proc.stdout.strip() else {}
     (tmp_path / "report.json").write_text(json.dumps(report, indent=1))  # to read on failure
     return proc.returncode, report, proc.stderr
-
-
-@pytest.fixture
-def orders(tmp_path: Path) -> str:
-    path = tmp_path / "orders.jsonl"
-    path.write_text(
-        "\n".join(json.dumps({"order_id": f"o-{i}", "amount": 1000 + i}) for i in range(5))
-    )
-    return str(path)
-
-
-@pytest.fixture
-def provider() -> Iterator[PaymentsProvider]:
-    with PaymentsProvider() as p:
-        yield p
-
-
-@pytest.fixture
-def keyless_provider() -> Iterator[PaymentsProvider]:
-    with PaymentsProvider(ignore_keys=True) as p:
-        yield p
 
 
 def _by_invariant(report: dict[str, Any], name: str) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,27 +46,6 @@ def soak(tmp_path: Path, *args: str, timeout: float = 120) -> tuple[int, dict[st
     )  # fmt: skip
     report = json.loads(proc.stdout) if proc.stdout.strip() else {}
     return proc.returncode, report, proc.stderr
-
-
-@pytest.fixture
-def orders(tmp_path: Path) -> str:
-    path = tmp_path / "orders.jsonl"
-    path.write_text(
-        "\n".join(json.dumps({"order_id": f"o-{i}", "amount": 1000 + i}) for i in range(5))
-    )
-    return str(path)
-
-
-@pytest.fixture
-def provider() -> Iterator[PaymentsProvider]:
-    with PaymentsProvider() as p:
-        yield p
-
-
-@pytest.fixture
-def keyless_provider() -> Iterator[PaymentsProvider]:
-    with PaymentsProvider(ignore_keys=True) as p:
-        yield p
 
 
 def test_a_soak_samples_to_a_csv_and_an_svg_and_passes_a_correct_app(
