@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from agentledger._app import load_app
-from agentledger._chaos.faults import FAULT_KINDS, Grammar, parse_faults
+from agentledger._chaos.faults import FAULT_KINDS, FaultConfig, Grammar, parse_faults
 from agentledger._chaos.proxy import env_name
 from agentledger._chaos.report import print_report
 from agentledger._chaos.session import Settings, run_session
@@ -199,18 +199,7 @@ def chaos(
         raise UsageError("give --db or --pg-private, not both")
     if pg_private and missing("postgres"):
         raise ExtraNotInstalled(hint("postgres", "agentledger chaos --pg-private"))
-    proxies = parse_proxies(proxy_values)
-    grammar = Grammar(
-        endpoints=tuple(proxies),
-        kinds=PROXY_KINDS,
-        example=f"{next(iter(proxies), 'pay')}:error_after_commit@0.2;seed=7",
-    )
-    if faults.strip() and not proxies:
-        raise UsageError("--faults needs a --proxy NAME=URL to inject them at")
-    try:
-        fault_config = parse_faults(faults, grammar) if faults.strip() else None
-    except ValueError as exc:
-        raise UsageError(f"--faults: {exc}") from None
+    proxies, fault_config = proxies_and_faults(proxy_values, faults)
     inputs = read_inputs(inputs_path)
     app = load_app(app_path)
     check_known(agent, None, app.targets(), f"in {app_path}")
@@ -245,6 +234,25 @@ def chaos(
         print_report,
         f"interrupted; workers and proxies stopped; logs in {work_dir}",
     )
+
+
+def proxies_and_faults(
+    proxy_values: tuple[str, ...], faults: str
+) -> tuple[dict[str, str], FaultConfig | None]:
+    """``--proxy NAME=URL`` values and the ``--faults`` spec the proxies inject, checked
+    (a UsageError naming the option otherwise)."""
+    proxies = parse_proxies(proxy_values)
+    grammar = Grammar(
+        endpoints=tuple(proxies),
+        kinds=PROXY_KINDS,
+        example=f"{next(iter(proxies), 'pay')}:error_after_commit@0.2;seed=7",
+    )
+    if faults.strip() and not proxies:
+        raise UsageError("--faults needs a --proxy NAME=URL to inject them at")
+    try:
+        return proxies, parse_faults(faults, grammar) if faults.strip() else None
+    except ValueError as exc:
+        raise UsageError(f"--faults: {exc}") from None
 
 
 def finish_session(

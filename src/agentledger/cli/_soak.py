@@ -11,11 +11,10 @@ from typing import Any
 import click
 
 from agentledger._app import load_app
-from agentledger._chaos.faults import Grammar, parse_faults
 from agentledger._chaos.session import Settings
 from agentledger._chaos.soak import SoakSettings, run_soak
 from agentledger._extras import ExtraNotInstalled, hint, missing
-from agentledger.cli._chaos import PROXY_KINDS, finish_session, parse_proxies, read_inputs
+from agentledger.cli._chaos import finish_session, proxies_and_faults, read_inputs
 from agentledger.cli._common import _check_db_url
 from agentledger.cli._routing import check_known
 from agentledger.errors import UsageError
@@ -219,18 +218,7 @@ def soak(
         )
     if not db and missing("postgres"):
         raise ExtraNotInstalled(hint("postgres", "agentledger soak (without --db)"))
-    proxies = parse_proxies(proxy_values)
-    grammar = Grammar(
-        endpoints=tuple(proxies),
-        kinds=PROXY_KINDS,
-        example=f"{next(iter(proxies), 'pay')}:error_after_commit@0.2;seed=7",
-    )
-    if faults.strip() and not proxies:
-        raise UsageError("--faults needs a --proxy NAME=URL to inject them at")
-    try:
-        fault_config = parse_faults(faults, grammar) if faults.strip() else None
-    except ValueError as exc:
-        raise UsageError(f"--faults: {exc}") from None
+    proxies, fault_config = proxies_and_faults(proxy_values, faults)
     app = load_app(app_path)
     loads = _loads(app, app_path, agents, input_files)
     work_dir = Path(tempfile.mkdtemp(prefix="agentledger-soak-"))
