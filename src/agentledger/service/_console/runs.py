@@ -161,6 +161,17 @@ def _oldest(found: list[dict[str, Any]]) -> tuple[float, str] | None:
     return (last.created_at, last.id)
 
 
+def _stream_start(request: Request, after: int | None) -> int:
+    """Where a page's event stream resumes (``?after`` or ``Last-Event-ID``), or a 400
+    page for a value that is not an event id."""
+    if after is not None and not 0 <= after <= 2**62:
+        raise PageError(400, "Bad request", "after must be an event id")
+    try:
+        return _resume_point(request, after)
+    except Problem as exc:
+        raise PageError(400, "Bad request", exc.detail) from None
+
+
 @router.get("/live")
 async def runs_live(request: Request, after: int | None = None) -> Response:
     """Server-sent ``rows`` events: the page these filters show, read again whenever an
@@ -168,12 +179,7 @@ async def runs_live(request: Request, after: int | None = None) -> Response:
     event when there was nothing to send for a heartbeat."""
     session = await signed_in(request, touch=False)
     tenant_id = session.principal.tenant_id
-    if after is not None and not 0 <= after <= 2**62:
-        raise PageError(400, "Bad request", "after must be an event id")
-    try:
-        start = _resume_point(request, after)
-    except Problem as exc:
-        raise PageError(400, "Bad request", exc.detail) from None
+    start = _stream_start(request, after)
     f, params, _ = filters_of(request, tenant_id)
     params.pop("after", None)  # the stream's own, not the page's
     store = request.app.state.store
@@ -289,12 +295,7 @@ async def run_events(request: Request, run_id: str, after: int | None = None) ->
     """The run's events as the API streams them (the same code: resumable with
     ``Last-Event-ID``), for the signed-in session."""
     session = await signed_in(request, touch=False)
-    if after is not None and not 0 <= after <= 2**62:
-        raise PageError(400, "Bad request", "after must be an event id")
-    try:
-        start = _resume_point(request, after)
-    except Problem as exc:
-        raise PageError(400, "Bad request", exc.detail) from None
+    start = _stream_start(request, after)
     if len(run_id) > 200:
         raise not_found("such run")
     row = await request.app.state.store.read(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentledger.store._queries.common import in_list
 from agentledger.store._tx import Tx
 
 
@@ -65,8 +66,7 @@ def tenant_heads(tx: Tx, tenant_ids: list[str]) -> dict[str, int]:
     """Tenant id -> the last position of its audit chain (tenants with none left out)."""
     if not tenant_ids:
         return {}
-    params = {f"t{i}": t for i, t in enumerate(tenant_ids)}
-    marks = ", ".join(f":{k}" for k in params)
+    marks, params = in_list("t", tenant_ids)
     found = tx.fetchall(
         f"SELECT tenant_id, chain_no FROM audit_heads WHERE tenant_id IN ({marks})", params
     )
