@@ -125,7 +125,10 @@ def test_burst_worker_on_a_read_only_postgres_releases_its_runs_when_it_is_back(
     env = cluster_env
     try:
         runs, flags = _held_runs(env)
-        first = env.start_worker(lease=300, extra=("--burst", "--store-retry-seconds", "0.5"))
+        # Each give-back is retried for the same window as the write before it: long
+        # enough that the store is back while the worker still tries (the runs give
+        # up within a fraction of it of each other, the test sees it in 50 ms).
+        first = env.start_worker(lease=300, extra=("--burst", "--store-retry-seconds", "4"))
         _wait_held(env, flags)
         _read_only(pg_cluster, True)
         for flag in flags:
