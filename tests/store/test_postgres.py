@@ -362,3 +362,107 @@ async def test_heartbeats_and_group_commits_take_rows_in_one_order(pg_url: str) 
         await store.close()
     # Retries would hide a deadlock from the callers; the server's counter does not.
     assert deadlocks() == before
+
+
+def backends_gone(url: str) -> bool:
+    """No other session on ``url``'s database (a closed store's backends have exited,
+    so what they counted in pg_stat_database is flushed)."""
+    with connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return row is not None and int(row["n"]) == 0
+
+
+def server_deadlocks(url: str) -> int:
+    with connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row["deadlocks"]) if row else 0
+
+
+def lay_out_backwards(url: str, ids: list[str]) -> None:
+    """Write the rows again from the highest id down, each with a new entry in every
+    index (an indexed column changes: no HOT update): the heap and the indexes' ties list
+    the highest id first, so only an ORDER BY id reads them in id order."""
+    with connect(url) as conn:
+        for run_id in sorted(ids, reverse=True):
+            conn.execute("UPDATE runs SET created_at = created_at + 0.001 WHERE id = %s", (run_id,))
+        conn.commit()
+
+
+async def test_a_renewal_locks_its_rows_in_id_order(pg_url: str) -> None:
+    """While the renewal waits for a row another transaction holds, it holds exactly the
+    rows of lower ids: it takes them one by one in id order (the order of the journal's
+    group commits), whatever the order it was given or the rows lie in."""
+    store = await opened(pg_url)
+    holder = connect(pg_url)
+    try:
+        for _ in range(9):
+            await store.create_run(new_run())
+        runs = await store.claim_runs("w1", [TARGET], 9, 600)
+        ids = sorted(r.id for r in runs)
+        lay_out_backwards(pg_url, ids)
+        middle = ids[4]
+        holder.execute("SELECT id FROM runs WHERE id = %s FOR UPDATE", (middle,))
+        leases = {r.id: r.lease_epoch for r in sorted(runs, key=lambda r: r.id, reverse=True)}
+        renewal = asyncio.ensure_future(store.renew_leases("w1", leases, 600))
+        assert await until(lambda: lock_waiters(pg_url) == 1)
+        with connect(pg_url, autocommit=True) as probe:
+            free = probe.execute(
+                "SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED", (ids,)
+            ).fetchall()
+        held_by_renewal = set(ids) - {r["id"] for r in free} - {middle}
+        assert sorted(held_by_renewal) == ids[:4]
+        holder.rollback()
+        assert await renewal == set()
+    finally:
+        holder.close()
+        await store.close()
+
+
+async def test_two_heartbeats_and_a_writer_in_the_opposite_order_never_deadlock(
+    pg_url: str,
+) -> None:
+    """Two workers' heartbeats wait behind a writer (a group commit, a release) that holds
+    their lowest runs; the writer then takes their highest runs. A renewal that took rows
+    above the one it waits for would hold them: a deadlock, one transaction rolled back.
+    Taken in id order, the waiting renewals hold nothing and the writer goes through."""
+    before = server_deadlocks(pg_url)
+    first, second = await opened(pg_url), await opened(pg_url)
+    writer = connect(pg_url)
+    try:
+        for _ in range(16):
+            await first.create_run(new_run())
+        mine = await first.claim_runs("w1", [TARGET], 8, 600)
+        theirs = await second.claim_runs("w2", [TARGET], 8, 600)
+        lay_out_backwards(pg_url, [r.id for r in [*mine, *theirs]])
+        lowest = sorted([min(r.id for r in mine), min(r.id for r in theirs)])
+        highest = sorted([max(r.id for r in mine), max(r.id for r in theirs)], reverse=True)
+        writer.execute("SET lock_timeout = '60s'")
+        for run_id in lowest:  # what a group commit's fences do, in id order
+            writer.execute("UPDATE runs SET updated_at = updated_at WHERE id = %s", (run_id,))
+        # Each heartbeat names its own runs and the other's (leases it lost), highest first.
+        everyone = sorted([*mine, *theirs], key=lambda r: r.id, reverse=True)
+        beats = [
+            asyncio.ensure_future(
+                store.renew_leases(owner, {r.id: r.lease_epoch for r in everyone}, 600)
+            )
+            for store, owner in ((first, "w1"), (second, "w2"))
+        ]
+        assert await until(lambda: lock_waiters(pg_url) == 2)
+        for run_id in highest:  # the opposite order: would close a cycle
+            writer.execute("UPDATE runs SET updated_at = updated_at WHERE id = %s", (run_id,))
+        writer.commit()
+        assert await beats[0] == {r.id for r in theirs}
+        assert await beats[1] == {r.id for r in mine}
+    finally:
+        writer.close()
+        await first.close()
+        await second.close()
+    # The store retries a deadlock and would hide it from the callers; the server counts it.
+    assert await until(lambda: backends_gone(pg_url))
+    assert server_deadlocks(pg_url) == before
