@@ -119,6 +119,18 @@ class Dialect(ABC):
             f"AND {r}lease_expires_at < {now}))"
         )
 
+    def lock_rows(self, alias: str) -> str:
+        """Appended to a subquery: lock its rows of table ``alias`` for an UPDATE to
+        follow, one by one in the subquery's order (nothing where a single writer
+        holds the whole database)."""
+        return ""
+
+    @abstractmethod
+    def id_epochs(self, pairs: list[tuple[str, int]]) -> tuple[str, dict[str, Any]]:
+        """``pairs`` as a table of rows ``(id, epoch)`` to join, in SQL (the same text
+        whatever their number, so a driver prepares it once) and its parameters. The ids
+        are clean text and every epoch fits in 64 bits."""
+
     def is_transient(self, exc: BaseException) -> bool:
         """True for a failure that the same work may not meet again (a deadlock)."""
         return False

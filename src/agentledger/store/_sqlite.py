@@ -19,6 +19,7 @@ read in SQL (``julianday('now')``) like PostgreSQL's server clock.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import sqlite3
@@ -266,6 +267,13 @@ class SQLiteDialect(Dialect):
             "WHERE fair_rank <= :limit "
             f"ORDER BY fair_rank, available_at LIMIT :limit) RETURNING {RUN_COLUMNS}, event_seq"
         )
+
+    def id_epochs(self, pairs: list[tuple[str, int]]) -> tuple[str, dict[str, Any]]:
+        table = (
+            "(SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS epoch "
+            "FROM json_each(:pairs)) AS pairs"
+        )
+        return table, {"pairs": json.dumps(pairs, ensure_ascii=False)}
 
     def is_locked(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError) and _is_busy(exc)

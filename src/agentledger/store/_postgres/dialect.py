@@ -122,6 +122,15 @@ class PostgresDialect(Dialect):
             return []
         return list(cursor.fetchall())
 
+    def lock_rows(self, alias: str) -> str:
+        # The lock an UPDATE of non-key columns takes: FOR UPDATE would also wait for
+        # (and block) the key-share locks of inserts referencing the row.
+        return f" FOR NO KEY UPDATE OF {alias}"
+
+    def id_epochs(self, pairs: list[tuple[str, int]]) -> tuple[str, dict[str, Any]]:
+        table = "unnest(CAST(:ids AS TEXT[]), CAST(:epochs AS BIGINT[])) AS pairs(id, epoch)"
+        return table, {"ids": [i for i, _ in pairs], "epochs": [e for _, e in pairs]}
+
     async def open_batch_committer(
         self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]
     ) -> JournalCommitter:

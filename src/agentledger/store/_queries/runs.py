@@ -159,17 +159,39 @@ def claimed_with(tx: Tx, owner: str, token: str) -> list[Run] | None:
 
 
 def renew_leases(tx: Tx, owner: str, leases: dict[str, int], lease_seconds: float) -> set[str]:
+    """Renew every lease of ``leases`` (run id -> epoch) that ``owner`` still holds at
+    that epoch on a running run, to the database's now + ``lease_seconds``; return the
+    ids of the others (lost: taken over, given back, finished or gone).
+
+    ONE statement however many runs: it locks the rows it renews one by one in id order,
+    the order of the journal's group commits and of the reapers, so a heartbeat never
+    deadlocks with them, and holds them for one round trip, not one per run."""
     check_lease(lease_seconds)
-    lost = set()
-    for run_id, epoch in sorted(leases.items()):  # row locks in id order, like commits
-        changed = tx.execute(
-            f"UPDATE runs SET lease_expires_at = {tx.now} + :lease WHERE id = :id "
-            "AND lease_epoch = :epoch AND lease_owner = :owner AND status = 'running'",
-            {"lease": float(lease_seconds), "id": run_id, "epoch": epoch, "owner": owner},
-        )
-        if changed == 0:
-            lost.add(run_id)
-    return lost
+    # An epoch past 64 bits matches no row (no column holds one): lost, never sent.
+    pairs = [
+        (clean_text(run_id), epoch) for run_id, epoch in leases.items() if _fits_64_bits(epoch)
+    ]
+    if not pairs:
+        return set(leases)
+    table, params = tx.dialect.id_epochs(pairs)
+    params.update(lease=float(lease_seconds), owner=owner)
+    renewed = tx.fetchall(
+        f"UPDATE runs SET lease_expires_at = {tx.now} + :lease FROM ("
+        "SELECT r.id AS held_id, r.lease_epoch AS held_epoch FROM runs r "
+        f"JOIN {table} ON r.id = pairs.id AND r.lease_epoch = pairs.epoch "
+        "WHERE r.lease_owner = :owner AND r.status = 'running' "
+        f"ORDER BY r.id{tx.dialect.lock_rows('r')}) AS held "
+        "WHERE runs.id = held.held_id AND runs.lease_epoch = held.held_epoch "
+        "AND runs.lease_owner = :owner AND runs.status = 'running' "
+        "RETURNING runs.id, runs.lease_epoch",
+        params,
+    )
+    held = {(row["id"], row["lease_epoch"]) for row in renewed}
+    return {run_id for run_id, epoch in leases.items() if (clean_text(run_id), epoch) not in held}
+
+
+def _fits_64_bits(value: int) -> bool:
+    return -(2**63) <= value < 2**63
 
 
 def release_run(tx: Tx, run_id: str, epoch: int, owner: str, token: str | None = None) -> bool:
