@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +19,8 @@ from agentledger.errors import StoreUnavailable
 from agentledger.records import Run, Step
 from agentledger.store import Batch, RunUpdate, Store, open_store
 from agentledger.store._base import NewRun
+from agentledger.store._sqlite import SQLiteDialect
+from agentledger.worker._worker import is_transient
 
 TARGET = "agent@1"
 
@@ -140,3 +144,69 @@ async def test_a_lock_held_past_the_busy_timeout_is_store_unavailable(tmp_path: 
         assert len(await store.load_journal(run.id)) == 1
     finally:
         await store.close()
+
+
+HOLD_READ_MARKS = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+# The WAL index's lock bytes start at 120: WRITE, CKPT, RECOVER, then READ0..READ4.
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 5, 123, os.SEEK_SET)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def locking_protocol_error(path: Path) -> sqlite3.OperationalError:
+    """A real SQLITE_PROTOCOL: another process holds every read mark of the WAL index,
+    so a reader retries (SQLite's own ~10 s of backoff) and gives up with it."""
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("PRAGMA journal_mode = WAL")
+    writer.execute("CREATE TABLE t (x)")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_READ_MARKS, f"{path}-shm"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        reader = sqlite3.connect(path, isolation_level=None)
+        try:
+            reader.execute("SELECT * FROM t").fetchall()
+        except sqlite3.OperationalError as exc:
+            return exc
+        finally:
+            reader.close()
+        raise AssertionError("the reader got its read lock")
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(10)
+        writer.close()
+
+
+def test_a_real_locking_protocol_error_is_a_transient_lock_error(tmp_path: Path) -> None:
+    """SQLITE_PROTOCOL is contention on the WAL index, like SQLITE_BUSY: retried later,
+    never a store failure that stops a worker."""
+    exc = locking_protocol_error(tmp_path / "wal.db")
+    assert exc.sqlite_errorcode == 15 and "locking protocol" in str(exc)
+    dialect = SQLiteDialect(f"sqlite:///{tmp_path / 'wal.db'}")
+    assert dialect.is_locked(exc)
+    translated = dialect.translate(exc)
+    assert isinstance(translated, StoreUnavailable)
+    assert is_transient(translated)
+
+
+@pytest.mark.parametrize(
+    ("code", "text"),
+    [(15, "locking protocol"), (5, "database is locked"), (6, "database table is locked")],
+)
+def test_lock_errors_are_told_by_their_code(code: int, text: str, tmp_path: Path) -> None:
+    dialect = SQLiteDialect(f"sqlite:///{tmp_path / 'x.db'}")
+    exc = sqlite3.OperationalError(text)
+    exc.sqlite_errorcode = code
+    assert dialect.is_locked(exc) and isinstance(dialect.translate(exc), StoreUnavailable)
+    other = sqlite3.OperationalError("no such table: t")
+    other.sqlite_errorcode = 1
+    assert not dialect.is_locked(other)
+    assert not isinstance(dialect.translate(other), StoreUnavailable)
