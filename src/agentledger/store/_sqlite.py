@@ -58,9 +58,18 @@ class _Connection(sqlite3.Connection):
     nowait = False
 
 
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
+# Primary result codes (sqlite3.h) of a lock another connection holds: the same work
+# may succeed once it lets go. SQLITE_PROTOCOL ("locking protocol") is contention on
+# the WAL index: SQLite retried taking its shared-memory locks and gave up.
+_SQLITE_LOCK_ERRORS = {5, 6, 15}  # BUSY, LOCKED, PROTOCOL
+
+
+def _is_busy(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in _SQLITE_LOCK_ERRORS:
+        return True
     text = str(exc)
-    return "locked" in text or "busy" in text
+    return "locked" in text or "busy" in text or "locking protocol" in text
 
 
 # Primary result codes (sqlite3.h) of failures of the host, not of what was written.
@@ -182,7 +191,7 @@ class SQLiteDialect(Dialect):
                     conn.execute("PRAGMA journal_mode = WAL")
                     break
                 except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) or time.monotonic() > deadline:
+                    if not _is_busy(exc) or time.monotonic() > deadline:
                         raise
                     time.sleep(0.01)
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
@@ -287,7 +296,7 @@ class SQLiteDialect(Dialect):
         text = str(exc)
         if isinstance(exc, UsageError):
             return StoreUnavailable(text)
-        if "locked" in text or "busy" in text:
+        if _is_busy(exc):
             return StoreUnavailable(
                 f"{self.path} is locked by another process ({text}); retry, or stop the "
                 "process holding it"
