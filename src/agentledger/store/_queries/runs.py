@@ -167,10 +167,10 @@ def renew_leases(tx: Tx, owner: str, leases: dict[str, int], lease_seconds: floa
     the order of the journal's group commits and of the reapers, so a heartbeat never
     deadlocks with them, and holds them for one round trip, not one per run."""
     check_lease(lease_seconds)
-    # An epoch past 64 bits matches no row (no column holds one): lost, never sent.
-    pairs = [
-        (clean_text(run_id), epoch) for run_id, epoch in leases.items() if _fits_64_bits(epoch)
-    ]
+    # Each lease as the row would hold it (clean text); an epoch past 64 bits matches no
+    # row (no column holds one): lost, never sent.
+    asked = {run_id: (clean_text(run_id), epoch) for run_id, epoch in leases.items()}
+    pairs = [pair for pair in asked.values() if _fits_64_bits(pair[1])]
     if not pairs:
         return set(leases)
     table, params = tx.dialect.id_epochs(pairs)
@@ -187,7 +187,7 @@ def renew_leases(tx: Tx, owner: str, leases: dict[str, int], lease_seconds: floa
         params,
     )
     held = {(row["id"], row["lease_epoch"]) for row in renewed}
-    return {run_id for run_id, epoch in leases.items() if (clean_text(run_id), epoch) not in held}
+    return {run_id for run_id, pair in asked.items() if pair not in held}
 
 
 def _fits_64_bits(value: int) -> bool:
