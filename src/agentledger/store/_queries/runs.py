@@ -170,7 +170,7 @@ def renew_leases(tx: Tx, owner: str, leases: dict[str, int], lease_seconds: floa
     # Each lease as the row would hold it (clean text); an epoch past 64 bits matches no
     # row (no column holds one): lost, never sent.
     asked = {run_id: (clean_text(run_id), epoch) for run_id, epoch in leases.items()}
-    pairs = [pair for pair in asked.values() if _fits_64_bits(pair[1])]
+    pairs = [pair for pair in asked.values() if -(2**63) <= pair[1] < 2**63]
     if not pairs:
         return set(leases)
     table, params = tx.dialect.id_epochs(pairs)
@@ -188,10 +188,6 @@ def renew_leases(tx: Tx, owner: str, leases: dict[str, int], lease_seconds: floa
     )
     held = {(row["id"], row["lease_epoch"]) for row in renewed}
     return {run_id for run_id, pair in asked.items() if pair not in held}
-
-
-def _fits_64_bits(value: int) -> bool:
-    return -(2**63) <= value < 2**63
 
 
 def release_run(tx: Tx, run_id: str, epoch: int, owner: str, token: str | None = None) -> bool:
