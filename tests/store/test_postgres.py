@@ -466,3 +466,38 @@ async def test_two_heartbeats_and_a_writer_in_the_opposite_order_never_deadlock(
     # The store retries a deadlock and would hide it from the callers; the server counts it.
     assert await until(lambda: backends_gone(pg_url))
     assert server_deadlocks(pg_url) == before
+
+
+async def test_a_renewal_waiting_on_a_lease_taken_over_meanwhile_reports_it_lost(
+    pg_url: str,
+) -> None:
+    """The renewal waits on a row whose lease another transaction is taking over (a
+    newer epoch, another owner); once that commits, the renewal re-reads the row: the
+    run is lost and the new owner's lease is left as it was written."""
+    store = await opened(pg_url)
+    taker = connect(pg_url)
+    try:
+        for _ in range(3):
+            await store.create_run(new_run())
+        runs = sorted(await store.claim_runs("w1", [TARGET], 3, 600), key=lambda r: r.id)
+        taken = runs[1]
+        taker.execute(
+            "UPDATE runs SET lease_owner = 'w2', lease_epoch = lease_epoch + 1, "
+            "lease_expires_at = 12345 WHERE id = %s",
+            (taken.id,),
+        )
+        renewal = asyncio.ensure_future(
+            store.renew_leases("w1", {r.id: r.lease_epoch for r in runs}, 600)
+        )
+        assert await until(lambda: lock_waiters(pg_url) == 1)
+        taker.commit()
+        assert await renewal == {taken.id}
+        now = await store.get_run(taken.id)
+        assert now is not None and now.lease_owner == "w2" and now.lease_expires_at == 12345
+        for run in (runs[0], runs[2]):
+            kept = await store.get_run(run.id)
+            assert kept is not None and kept.lease_expires_at is not None
+            assert kept.lease_expires_at > time.time() + 500
+    finally:
+        taker.close()
+        await store.close()
