@@ -399,8 +399,6 @@ async def test_a_kill_between_the_reservation_and_the_journal_over_counts_one_ca
         "--db",
         store_url,
         "--burst",
-        "--lease-seconds",
-        "1",
         "--poll-seconds",
         "0.05",
     )
