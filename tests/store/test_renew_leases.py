@@ -136,3 +136,39 @@ async def test_an_epoch_past_64_bits_is_lost_not_an_error(store: Store) -> None:
     leases = {run.id: 2**64, other.id: other.lease_epoch}
     assert await store.renew_leases("w1", leases, 30) == {run.id}
     assert await store.renew_leases("w1", {run.id: -(2**70)}, 30) == {run.id}
+
+
+async def test_hostile_ids_and_epochs_at_the_64_bit_edges_are_lost_not_errors(
+    store: Store,
+) -> None:
+    """Ids no run has (quotes, placeholders, NUL, lone surrogates, a megabyte) and epochs
+    at the edges of 64 bits ride in the statement's parameters: each is lost, the
+    statement does not fail, and the real lease among them is renewed."""
+    (run,) = await claim(store, "w1", 1)
+    hostile = [
+        "", "'", "''); DROP TABLE runs; --", '"', "\\", "a\x00b", "\x00", "\ud800", "é",
+        "\U0001f600", "\u2028", "%s", "%(owner)s", ":owner", "$1", "[1, 2]", "1", "null",
+        "x" * 1_000_000,
+    ]  # fmt: skip
+    leases = dict.fromkeys(hostile, run.lease_epoch)
+    leases[run.id] = run.lease_epoch
+    assert await store.renew_leases("w1", leases, 30) == set(hostile)
+    for epoch in (0, -1, 2**63 - 1, -(2**63), 2**63, -(2**63) - 1):
+        assert await store.renew_leases("w1", {run.id: epoch}, 30) == {run.id}, epoch
+    assert await store.renew_leases("w1'", {run.id: run.lease_epoch}, 30) == {run.id}
+    assert await store.renew_leases("w1", {run.id: run.lease_epoch}, 30) == set()
+
+
+async def test_a_renewal_of_tens_of_thousands_of_leases_is_one_statement_that_works(
+    store: Store,
+) -> None:
+    """Past PostgreSQL's 65,535 bind parameters and SQLite's 32,766 variables: the
+    leases ride in two arrays (a JSON text on SQLite), whatever their number; and the
+    statement's text does not change with it, so a prepared one serves every size."""
+    runs = await claim(store, "w1", 20)
+    leases = {r.id: r.lease_epoch for r in runs}
+    missing = {f"r-gone-{i}": i for i in range(70_000)}
+    for size in (70_000, 3, 70_000, 1, 500, 70_000, 2, 7):  # past psycopg's prepare threshold
+        asked = dict(leases)
+        asked.update(dict(list(missing.items())[:size]))
+        assert await store.renew_leases("w1", asked, 30) == set(asked) - set(leases)
