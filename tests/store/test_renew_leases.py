@@ -172,3 +172,27 @@ async def test_a_renewal_of_tens_of_thousands_of_leases_is_one_statement_that_wo
         asked = dict(leases)
         asked.update(dict(list(missing.items())[:size]))
         assert await store.renew_leases("w1", asked, 30) == set(asked) - set(leases)
+
+
+async def test_a_heartbeats_cancel_requests_of_70000_runs_are_one_statement_that_works(
+    store: Store,
+) -> None:
+    """The heartbeat's other read, for every lease it renewed: a worker holding more
+    runs than PostgreSQL takes bind parameters (65,535) still reads their cancel
+    requests, in one statement whose text does not change with their number."""
+    runs = await claim(store, "w1", 3)
+    await store.cancel_run(runs[1].id, "user asked", "bob")
+    ids = [r.id for r in runs] + [f"r-gone-{i}" for i in range(70_000)] + ["a\x00", "'"]
+    expected = {runs[1].id: "user asked"}
+    counted: list[int] = []
+
+    def read(tx: Tx) -> dict[str, str]:
+        counting = CountingTx(tx)
+        found = run_queries.cancel_requests(counting, ids)  # type: ignore[arg-type]
+        counted.append(counting.statements)
+        return found
+
+    for size in (len(ids), 3, len(ids), 2, 500, len(ids), 1, 7):  # past prepare thresholds
+        found = await store.read(lambda tx, n=size: run_queries.cancel_requests(tx, ids[:n]))
+        assert found == (expected if size > 1 else {}), size
+    assert await store.transact(read) == expected and counted == [1]
