@@ -276,14 +276,18 @@ def cancel_run(tx: Tx, run_id: str, reason: str, actor: str) -> Run:
 
 
 def cancel_requests(tx: Tx, run_ids: list[str]) -> dict[str, str]:
-    """Run id -> reason, for those of ``run_ids`` that have a cancel request."""
+    """Run id -> reason, for those of ``run_ids`` that have a cancel request.
+
+    One statement however many ids (a heartbeat asks for every lease it renewed): they
+    ride in one parameter, never one each, which PostgreSQL caps at 65,535."""
     if not run_ids:
         return {}
-    params = {f"r{i}": run_id for i, run_id in enumerate(run_ids)}
-    marks = ", ".join(f":{k}" for k in params)
+    asked = {run_id: clean_text(run_id) for run_id in run_ids}
+    table, params = tx.dialect.id_table(sorted(set(asked.values())))
     found = tx.fetchall(
-        f"SELECT id, cancel_requested FROM runs WHERE id IN ({marks}) "
-        "AND cancel_requested IS NOT NULL",
+        f"SELECT r.id, r.cancel_requested FROM runs r JOIN {table} ON r.id = ids.id "
+        "WHERE r.cancel_requested IS NOT NULL",
         params,
     )
-    return {r["id"]: r["cancel_requested"] for r in found}
+    reasons = {row["id"]: row["cancel_requested"] for row in found}
+    return {run_id: reasons[row_id] for run_id, row_id in asked.items() if row_id in reasons}
