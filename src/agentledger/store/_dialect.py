@@ -132,10 +132,10 @@ class Dialect(ABC):
         are clean text and every epoch fits in 64 bits."""
 
     @abstractmethod
-    def id_table(self, ids: list[str]) -> tuple[str, dict[str, Any]]:
-        """``ids`` as a table ``ids`` of rows ``(id)`` to join, in SQL (the same text
-        whatever their number: no limit on bind parameters, one prepared statement) and
-        its parameters. The ids are clean text."""
+    def among(self, column: str, ids: list[str]) -> tuple[str, dict[str, Any]]:
+        """The condition "``column`` is one of ``ids``", in SQL (the same text whatever
+        their number: no limit on bind parameters, one prepared statement) and its
+        parameters. The ids are clean text."""
 
     def is_transient(self, exc: BaseException) -> bool:
         """True for a failure that the same work may not meet again (a deadlock)."""

@@ -284,9 +284,9 @@ class SQLiteDialect(Dialect):
         )
         return table, {"pairs": json.dumps(pairs, ensure_ascii=False)}
 
-    def id_table(self, ids: list[str]) -> tuple[str, dict[str, Any]]:
-        table = "(SELECT value AS id FROM json_each(:ids)) AS ids"
-        return table, {"ids": json.dumps(ids, ensure_ascii=False)}
+    def among(self, column: str, ids: list[str]) -> tuple[str, dict[str, Any]]:
+        condition = f"{column} IN (SELECT value FROM json_each(:ids))"
+        return condition, {"ids": json.dumps(ids, ensure_ascii=False)}
 
     def is_locked(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError) and _is_busy(exc)

@@ -131,8 +131,9 @@ class PostgresDialect(Dialect):
         table = "unnest(CAST(:ids AS TEXT[]), CAST(:epochs AS BIGINT[])) AS pairs(id, epoch)"
         return table, {"ids": [i for i, _ in pairs], "epochs": [e for _, e in pairs]}
 
-    def id_table(self, ids: list[str]) -> tuple[str, dict[str, Any]]:
-        return "unnest(CAST(:ids AS TEXT[])) AS ids(id)", {"ids": list(ids)}
+    def among(self, column: str, ids: list[str]) -> tuple[str, dict[str, Any]]:
+        # An index scan of the array's elements, whether the plan is custom or generic.
+        return f"{column} = ANY(CAST(:ids AS TEXT[]))", {"ids": list(ids)}
 
     async def open_batch_committer(
         self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]

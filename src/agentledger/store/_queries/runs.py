@@ -283,10 +283,9 @@ def cancel_requests(tx: Tx, run_ids: list[str]) -> dict[str, str]:
     if not run_ids:
         return {}
     asked = {run_id: clean_text(run_id) for run_id in run_ids}
-    table, params = tx.dialect.id_table(sorted(set(asked.values())))
+    among, params = tx.dialect.among("id", sorted(set(asked.values())))
     found = tx.fetchall(
-        f"SELECT r.id, r.cancel_requested FROM runs r JOIN {table} ON r.id = ids.id "
-        "WHERE r.cancel_requested IS NOT NULL",
+        f"SELECT id, cancel_requested FROM runs WHERE {among} AND cancel_requested IS NOT NULL",
         params,
     )
     reasons = {row["id"]: row["cancel_requested"] for row in found}
