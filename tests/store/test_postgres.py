@@ -501,3 +501,29 @@ async def test_a_renewal_waiting_on_a_lease_taken_over_meanwhile_reports_it_lost
     finally:
         taker.close()
         await store.close()
+
+
+async def test_a_statement_libpq_refuses_to_send_is_an_error_not_a_lost_connection(
+    pg_url: str,
+) -> None:
+    # Past 65,535 bind parameters libpq refuses the statement before sending it, with
+    # no SQLSTATE and its connection intact: taken for a lost connection, it was retried
+    # on a new one, failing the same way, for ever.
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        with pytest.raises(psycopg.OperationalError) as info:
+            conn.execute("SELECT 1 WHERE 1 IN (" + ",".join(["%s"] * 70_000) + ")", [1] * 70_000)
+        assert info.value.sqlstate is None and not conn.broken
+    d = PostgresDialect(pg_url)
+    assert not d.is_disconnect(info.value)
+    assert type(d.translate(info.value)) is StoreError
+    store = open_store(pg_url)
+    await store.open()
+    try:
+        marks = ",".join(f":p{i}" for i in range(70_000))
+        params = {f"p{i}": i for i in range(70_000)}
+        with pytest.raises(StoreError) as raised:
+            await store.transact(lambda tx: tx.fetchall(f"SELECT 1 WHERE 1 IN ({marks})", params))
+        assert type(raised.value) is StoreError, raised.value
+        assert "number of parameters" in str(raised.value)
+    finally:
+        await store.close()

@@ -52,6 +52,9 @@ from agentledger.store._postgres.connection import (
 )
 from agentledger.store._queries.common import RUN_COLUMNS
 
+# libpq's refusal of a statement with more bind parameters than its protocol carries.
+TOO_MANY_PARAMETERS = "number of parameters must be between"
+
 
 class PostgresDialect(Dialect):
     """PostgreSQL hooks (psycopg 3)."""
@@ -338,7 +341,11 @@ class PostgresDialect(Dialect):
         state = exc.sqlstate
         if state is None:
             # Client-side failures (server closed the connection, consuming
-            # input failed, connection refused) carry no SQLSTATE.
+            # input failed, connection refused) carry no SQLSTATE. So does a statement
+            # libpq refuses to send, its connection intact: retrying it on a new
+            # connection would fail the same way forever.
+            if TOO_MANY_PARAMETERS in str(exc):
+                return False
             return isinstance(exc, psycopg.OperationalError)
         return state.startswith("08") or state in DISCONNECT_STATES
 
