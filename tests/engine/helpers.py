@@ -22,6 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.apps.engine_app:app"
 APP_V2 = "tests.apps.engine_app_v2:app"
 T = TypeVar("T")
+# A worker's lease when its test does not wait for one to expire: far longer than any
+# stall of a loaded machine, and no longer than the outbox claims of the test apps
+# (2 x their 5 s tool timeout + 1), so a killed worker's deliveries are taken as soon
+# as before. Its heartbeat keeps the cadence the old 2 s lease had (cancels and
+# registrations are seen as fast as before).
+STALL_PROOF_LEASE = 10.0
+DEFAULT_HEARTBEAT = 0.5
 
 
 def wait_for(
@@ -80,7 +87,7 @@ class Env:
         self,
         *,
         app: str = APP,
-        lease: float = 2.0,
+        lease: float | None = None,
         concurrency: int = 10,
         extra: tuple[str, ...] = (),
         db: str | None = None,
@@ -88,7 +95,19 @@ class Env:
         preexec_fn: Callable[[], object] | None = None,
     ) -> subprocess.Popen[bytes]:
         """Start a worker subprocess (``prefix``: e.g. ``ip netns exec NS``;
-        ``preexec_fn``: run in the child before it starts, e.g. to set a resource limit)."""
+        ``preexec_fn``: run in the child before it starts, e.g. to set a resource limit).
+
+        ``lease``: give one only when the test waits for a live (stopped, cut off) worker's
+        lease to expire. Left out, the lease is :data:`STALL_PROOF_LEASE` with a heartbeat
+        every :data:`DEFAULT_HEARTBEAT`: a worker the loaded machine stalls for a few
+        seconds keeps its runs (with a 2 s lease a 1.4 s stall let another worker, or the
+        worker itself, claim the run again: one more epoch, one more resume, a held call
+        made twice). A killed worker's runs are taken at once either way (its leases are
+        reaped, its process being gone), so no test waits for this lease."""
+        if lease is None:
+            lease = STALL_PROOF_LEASE
+            if "--heartbeat-seconds" not in extra:
+                extra = ("--heartbeat-seconds", str(DEFAULT_HEARTBEAT), *extra)
         self._logs += 1
         log = open(self.tmp / f"worker{self._logs}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
