@@ -58,12 +58,17 @@ def test_a_worker_in_its_own_pid_namespace_is_not_reaped(env: Env) -> None:
 def test_heartbeats_go_on_during_a_sigterm_drain(env: Env) -> None:
     """A grace longer than the lease: the run still executing is not stolen meanwhile."""
     run_id, flag = _held_run(env)
-    first = env.start_worker(lease=1.0, extra=("--shutdown-grace", "30", "-v"))
+    # The grace (30 s) outlasts the lease (6 s): without heartbeats the run would be
+    # stolen. Renewed every 0.2 s, the lease still outlasts a stall of the loaded
+    # machine (with a 1 s lease, a stall of 0.7 s let the other worker take the run).
+    first = env.start_worker(
+        lease=6.0, extra=("--heartbeat-seconds", "0.2", "--shutdown-grace", "30", "-v")
+    )
     env.wait_marker(flag)  # type: ignore[arg-type]
     first.send_signal(signal.SIGTERM)
     wait_log(env, 1, "draining 1 runs")
-    other = env.start_worker(lease=1.0)
-    # Renewed at least twice after the drain began (each renewal extends a 1 s lease).
+    other = env.start_worker()
+    # Renewed at least thrice after the drain began (each renewal extends the lease).
     seen = [env.run(run_id).lease_expires_at or 0.0]
 
     def renewed() -> bool:
