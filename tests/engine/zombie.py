@@ -52,7 +52,9 @@ def zombie_write_is_fenced(env: Env, phase: str = "after_effect", lease: float =
     assert owner_a is not None
     env.stop_after_heartbeat(zombie, run_id)
     try:
-        env.start_worker(lease=lease)
+        # The successor's lease is the long default: a stall of the loaded machine must
+        # not hand the run to a third epoch (the successor itself, or the woken zombie).
+        env.start_worker()
         env.wait_marker(flag_b)  # the successor owns the run and is held inside step 4
         taken = env.run(run_id)
         assert taken.status == RunStatus.RUNNING and taken.lease_epoch == 2
