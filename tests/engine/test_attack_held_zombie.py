@@ -41,7 +41,7 @@ def test_a_woken_zombie_cannot_commit_its_held_outcome_nor_call_the_next_write(
     owner_a = env.run(run_id).lease_owner
     env.stop_after_heartbeat(zombie, run_id)
     try:
-        env.start_worker(lease=3.0)
+        env.start_worker()  # the successor: a long lease, no third epoch on a stall
         env.wait_marker(flag_b)  # the successor settled c2 and is inside c3's call
         taken = env.run(run_id)
         assert taken.status == RunStatus.RUNNING and taken.lease_epoch == 2
