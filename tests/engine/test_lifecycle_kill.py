@@ -22,12 +22,15 @@ def test_killed_mid_charge_at_max_steps_is_resolved_then_refunded(env: Env, tmp_
     run_id = str(
         env._store(lambda s: app.submit(s, "charge_at_limit", {"message": "go", "flag": str(flag)}))
     )
-    worker = env.start_worker(app=APP, lease=1.0)
+    # Long leases (the default): the killed worker's lease is reaped at once anyway, and
+    # with a 1 s lease a stall of the loaded machine let the next worker claim the run
+    # again (a third epoch).
+    worker = env.start_worker(app=APP)
     env.wait_marker(flag)  # the provider charged; the worker holds before journaling it
     env.kill(worker)
     flag.unlink()
     assert env.run(run_id).step_count == 2  # model step + charge started: at max_steps
-    env.start_worker(app=APP, lease=1.0)
+    env.start_worker(app=APP)
     run = env.wait_status(run_id, RunStatus.NEEDS_HUMAN)
     journal = env.journal(run_id)
     assert "step budget" in (run.handover_reason or "")
