@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentledger.records import RunStatus
-from tests.engine.helpers import Env, tool_steps, wait_for
+from tests.engine.helpers import Env, tool_steps
 from tests.pgcluster import PrivateCluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -21,16 +21,25 @@ def test_postgres_restart_mid_runs_loses_nothing_and_effects_stay_once(
     url = pg_cluster.create_database("agentledger")
     pg_env = Env(tmp_path, url)
     try:
+        # Each run is held inside its second write, its effect made and its outcome not
+        # yet journaled: every run is in flight when the server restarts, however slowly
+        # the machine runs (waiting for "started" let a fast run finish first).
+        flags = [pg_env.hold_flag(f"r{n}") for n in range(6)]
         ids = [
-            pg_env.submit("slow_writes", {"tag": f"r{n}", "n": 4, "pause": 0.3}) for n in range(6)
-        ]
+            pg_env.submit("slow_writes", {"tag": f"r{n}", "n": 4, "pause": 0.3, "hold": {
+                "item": f"r{n}-1", "phase": "after_effect", "flag": str(flag)}})
+            for n, flag in enumerate(flags)
+        ]  # fmt: skip
         pg_env.start_worker(lease=3.0)
         pg_env.start_worker(lease=3.0)
-        wait_for(lambda: all(pg_env.run(i).step_count >= 1 for i in ids), what="all runs started")
+        for flag in flags:
+            pg_env.wait_marker(flag)
         before = pg_cluster.postmaster_pid()
         assert not any(pg_env.run(i).status == RunStatus.COMPLETED for i in ids)
         pg_cluster.restart()
         assert pg_cluster.postmaster_pid() not in (None, before)
+        for flag in flags:
+            flag.unlink()
         for run_id in ids:
             pg_env.wait_status(run_id, RunStatus.COMPLETED, timeout=120)
         keys = [
