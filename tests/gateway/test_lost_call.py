@@ -50,9 +50,10 @@ def test_a_worker_killed_during_a_model_call_costs_one_more_call_and_its_spend_c
         run_id = str(
             env._store(lambda s: worker_app.app.submit(s, "concierge", {"message": "Hotels?"}))
         )
-        # Leases long enough that a busy machine never lapses one mid-call (a lapse would
-        # let the same process claim the run again and reserve the call a second time).
-        first = env.start_worker(app=WORKER_APP, lease=5.0)
+        # The long default lease (tests/engine/helpers.py): a busy machine never lapses
+        # one mid-call (a lapse would let the same process claim the run again and
+        # reserve the call a second time).
+        first = env.start_worker(app=WORKER_APP)
         fake.wait_requests(2, 60)  # step 1 answered, step 3 sent and held
         env.kill(first)
         hold.set()
@@ -65,7 +66,7 @@ def test_a_worker_killed_during_a_model_call_costs_one_more_call_and_its_spend_c
         # The tenant's period already holds the lost call at its reservation.
         assert tenant_spend(env, "default") == pytest.approx(steps[1].cost_usd + reserved)
 
-        env.start_worker(app=WORKER_APP, lease=5.0)
+        env.start_worker(app=WORKER_APP)
         run = env.wait_status(run_id, RunStatus.COMPLETED, timeout=60)
         assert run.result == {"answer": "Answer."}
         # Step 1 was never sent again, step 3 exactly once more, and the SDK retried nothing.
