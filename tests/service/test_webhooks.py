@@ -57,6 +57,10 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
 
 FAST = {"workers_inline": 1, "audit_seal_every": 0.05, "webhook_poll": 0.05,
         "webhook_backoff": 0.05}  # fmt: skip
+# An approval's time to live when its approval.expiring warning is awaited. The warning is
+# enqueued only by a dispatcher pass inside the last fifth of that life (never once it
+# expired): 2 s, which a pass stalled by a loaded machine does not miss (1 s gave 0.2 s).
+WARNED_TTL = 10.0
 
 
 async def test_each_event_arrives_signed_despite_two_failed_deliveries(
@@ -70,7 +74,7 @@ async def test_each_event_arrives_signed_despite_two_failed_deliveries(
         done = await api.client.post(
             "/v1/runs", json={"agent": "free", "input": {"x": 1}, "webhook": url}, headers=h
         )
-        approval = {"role": "guest", "expires_in": 1.0}
+        approval = {"role": "guest", "expires_in": WARNED_TTL}
         body = {"agent": "payout", "webhook": url, "input": {"amount": 5, "approval": approval}}
         expiring = await api.client.post("/v1/runs", json=body, headers=h)
         run_a, run_b = done.json()["id"], expiring.json()["id"]
@@ -132,7 +136,7 @@ async def test_the_expiring_warning_arrives_at_80_percent_of_the_ttl_signed_and_
     (by the service's own clock), over HTTP to a receiver failing twice, the same event
     id and body on every attempt, signed; then the default (reject) ends the run."""
     rec, url = receiver
-    ttl = 3.0
+    ttl = WARNED_TTL
     async with in_process(settings_for(f"sqlite:///{tmp_path / 'warn.db'}", **FAST)) as api:
         h = await api.key("t1", "gina", ("guest",))
         secret = await api.store.transact(service_webhooks.webhook_secret, "t1")
