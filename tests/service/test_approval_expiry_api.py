@@ -34,7 +34,9 @@ async def test_a_decision_written_after_expiry_is_410_and_the_run_ends_rejected(
 ) -> None:
     async with in_process(settings_for(store_url, workers_inline=1)) as api:
         gina = await api.key("t1", "gina", ("guest",))
-        run = await parked(api, gina, {"role": "guest", "expires_in": 3.0})
+        # Ten seconds to see the approval parked and send the decision before it expires
+        # (3 s were used up by a loaded machine: the decision was sent after expiry).
+        run = await parked(api, gina, {"role": "guest", "expires_in": 10.0})
         approval = run["pending_approval"]
         listed = (await api.client.get("/v1/approvals", headers=gina)).json()["approvals"]
         body = {"decision": "approve", "arguments_hash": listed[0]["arguments_hash"]}
