@@ -511,8 +511,10 @@ async def test_what_needs_a_human_is_grouped_by_cause(live: Api) -> None:
 async def test_an_expired_approval_is_said_in_words(live: Api) -> None:
     guest = await live.key("t1", "gina", ("guest",))
     manager = await live.key("t1", "mona", ("manager",))
-    body = {"agent": "payout", "input": {"amount": 5, "approval": {"role": "manager",
-                                                                   "expires_in": 1.5}}}  # fmt: skip
+    # Long enough to see the approval pending on a loaded machine (1.5 s were not: it
+    # expired before the test saw it); the result below waits for the expiry itself.
+    ask = {"role": "manager", "expires_in": 10.0}
+    body = {"agent": "payout", "input": {"amount": 5, "approval": ask}}
     run = (await live.client.post("/v1/runs", json=body, headers=guest)).json()
 
     async def shown() -> bool:
