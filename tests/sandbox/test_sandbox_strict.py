@@ -59,14 +59,16 @@ def test_error_after_commit_unsaved_retry_gets_the_real_answer(
 
 def test_lost_decline_status_check_reports_failed(api: StayHub, sb: SandboxServer) -> None:
     booking = api.book("run-s3:1").json()
-    sb.set_faults("payments.create:decline,count=1;payments.create:timeout_after_commit,hold=1")
+    # The answer is held 5 s, far longer than the client waits: a client the loaded machine
+    # stalls still gives up first (held 1 s, a stalled client could get the answer).
+    sb.set_faults("payments.create:decline,count=1;payments.create:timeout_after_commit,hold=5")
     body = {"booking_id": booking["booking_id"], "guest_id": "g-100", "amount": booking["total"]}
     with pytest.raises(httpx.ReadTimeout):
         api.post("/payments", json=body, headers={"Idempotency-Key": "run-s3:2"}, timeout=0.3)
     status = api.get("/payments/by-key/run-s3:2").json()
     assert status["status"] == "failed" and status["response"] == {"error": "card_declined"}
     assert kinds(sb) == ["booking"]
-    deadline = time.monotonic() + 5  # the held answer is dropped when the hold ends
+    deadline = time.monotonic() + 60  # the held answer is dropped when the hold ends
     while sb.fault_stats()["dropped"] != {"payments.create": 1} and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sb.fault_stats()["dropped"] == {"payments.create": 1}
@@ -136,12 +138,15 @@ def test_keys_longer_than_255_are_rejected(api: StayHub, sb: SandboxServer) -> N
 
 
 def test_keys_expire_and_a_send_after_pruning_applies_again() -> None:
-    with SandboxServer(key_ttl=0.5) as sb, httpx.Client(base_url=sb.url, trust_env=False) as api:
+    # The replay must come within the key's time to live: 3 s, which a loaded machine
+    # does not use up between two requests (0.5 s could be, and the replay applied again).
+    ttl = 3.0
+    with SandboxServer(key_ttl=ttl) as sb, httpx.Client(base_url=sb.url, trust_env=False) as api:
         headers = {"Idempotency-Key": "run-s5:1"}
         assert api.post("/emails", json=EMAIL, headers=headers).status_code == 202
         replay = api.post("/emails", json=EMAIL, headers=headers)
         assert replay.headers["idempotent-replayed"] == "true"
-        time.sleep(0.6)  # the key's time to live is the behaviour under test
+        time.sleep(ttl + 0.1)  # the key's time to live is the behaviour under test
         assert api.get("/idempotency/email/run-s5:1").json() == {"status": "not_found"}
         again = api.post("/emails", json=EMAIL, headers=headers)
         assert again.status_code == 202 and "idempotent-replayed" not in again.headers
@@ -149,10 +154,12 @@ def test_keys_expire_and_a_send_after_pruning_applies_again() -> None:
 
 
 def test_status_lookup_lags_behind_the_commit(api: StayHub, sb: SandboxServer) -> None:
-    sb.set_faults("bookings.status:lag,lag=0.6")
+    # A 5 s lag: the first lookup comes within it on a loaded machine too (a 0.6 s lag
+    # could be over before it came).
+    sb.set_faults("bookings.status:lag,lag=5")
     booking = api.book("run-s6:1").json()
     assert api.get("/bookings/by-key/run-s6:1").json() == {"status": "not_found"}
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 60
     status: dict[str, Any] = {}
     while time.monotonic() < deadline:
         status = api.get("/bookings/by-key/run-s6:1").json()
@@ -166,13 +173,16 @@ def test_status_lookup_lags_behind_the_commit(api: StayHub, sb: SandboxServer) -
 async def test_in_progress_409_shape_for_a_held_refund(sb: SandboxServer, api: StayHub) -> None:
     booking = api.book("run-s7:1").json()
     payment = api.pay("run-s7:2", booking).json()
-    sb.set_faults("payments.refund:hold,hold=1,count=1")
+    # Held 5 s: the status read and the second request come while it is held on a loaded
+    # machine too (held 1 s, the second request could come after it and be a replay).
+    sb.set_faults("payments.refund:hold,hold=5,count=1")
     path = f"/payments/{payment['payment_id']}/refund"
     headers = {"Idempotency-Key": "run-s7:3"}
-    async with httpx.AsyncClient(base_url=sb.url, trust_env=False, timeout=5) as client:
+    async with httpx.AsyncClient(base_url=sb.url, trust_env=False, timeout=30) as client:
         first = asyncio.create_task(client.post(path, headers=headers))
         status: dict[str, Any] = {}
-        for _ in range(100):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
             status = (await client.get("/idempotency/payments.refund/run-s7:3")).json()
             if status != {"status": "not_found"}:
                 break
