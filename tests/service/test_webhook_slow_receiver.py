@@ -19,7 +19,11 @@ from agentledger.service._webhooks import Dispatcher
 from agentledger.store import open_store
 from tests.loopback_http import QuietHandler, serving
 
-TIMEOUT = 0.3  # the dispatchers' HTTP timeout; a claim lasts three of them
+# The dispatchers' HTTP timeout; a claim lasts three of them. The 2 s between the end of
+# an attempt and the end of its claim outlast a stall of the loaded machine (at 0.3 s,
+# a 0.6 s stall of this process let the second dispatcher claim the delivery while the
+# first was still sending it). The receiver drips far longer than a claim all the same.
+TIMEOUT = 1.0
 
 
 class Dripping:
