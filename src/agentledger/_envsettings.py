@@ -133,6 +133,25 @@ def _text(raw: Any, info: ValidationInfo) -> Any:
     return raw.strip() if isinstance(raw, str) else raw
 
 
+def _choice(*choices: str) -> Callable[[Any, ValidationInfo], Any]:
+    """One of ``choices`` (any case)."""
+
+    def parse(raw: Any, info: ValidationInfo) -> Any:
+        if not isinstance(raw, str):
+            return raw
+        text = raw.strip().lower()
+        if not text:
+            return _default_of(info)
+        if text not in choices:
+            raise _Invalid(
+                f"{env_name(str(info.field_name))} must be {' or '.join(choices)} "
+                f"(got {raw!r}); unset it for the default ({_default_of(info)})"
+            )
+        return text
+
+    return parse
+
+
 Seconds = Annotated[float, BeforeValidator(_seconds())]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Text = Annotated[str, BeforeValidator(_text)]
@@ -254,6 +273,12 @@ class EnvSettings(BaseSettings):
         ge=0,
         description="Seconds a scrape's figures from the database are reused for "
         "(0: read on every scrape).",
+    )
+    otlp_encoder: Annotated[str, BeforeValidator(_choice("official", "fast"))] = Field(
+        default="official",
+        description="Encoder of `configure_otlp()`'s spans: `official` (the OpenTelemetry "
+        "exporter's) or `fast` (the same bytes with less CPU, on the SDK versions it is "
+        "tested with; elsewhere `official`, with a warning).",
     )
     # Models.
     model: Text = Field(

@@ -1,62 +1,95 @@
-"""An opt-in OTLP/HTTP span exporter with a faster encoder of the same bytes.
+"""An opt-in OTLP/HTTP span exporter with a faster encoder of the same bytes
+(``AGENTLEDGER_OTLP_ENCODER=fast``).
 
 The stock pipeline (:func:`agentledger.observe._tracing.otlp_provider`) exports through
 the official ``OTLPSpanExporter``, whose encoder builds one protobuf object per span,
 per attribute and per attribute value on the batch processor's thread, holding the GIL
 while a busy worker's event loop waits for it. :func:`encode_spans` writes the same
-``ExportTraceServiceRequest`` directly in protobuf's wire format: the same bytes as
-``encode_spans(spans).SerializePartialToString()`` of the official encoder (the tests
-compare both, byte for byte and decoded, over every attribute type, events, links,
-status, parents, trace state, resources and scopes). What it does not handle exactly --
-an attribute value of a type the official encoder would convert or drop, an integer
-outside int64, a string that is not valid UTF-8 -- makes it return ``None``, and the
-whole batch goes through the official encoder instead.
+``ExportTraceServiceRequest`` directly in protobuf's wire format, reading each span
+through ``ReadableSpan``'s public properties: the same bytes as the official
+``encode_spans(spans).SerializeToString()`` (the tests compare both, byte for byte and
+decoded, over every attribute type, events, links, status, parents, trace state,
+resources and scopes). A batch with something it does not handle exactly -- an
+attribute value of a type the official encoder would convert or drop, an integer
+outside int64, a string that is not valid UTF-8 -- goes through the official encoder.
 
-:class:`OTLPSpanExporter` is the official OTLP/HTTP exporter (endpoint, headers, TLS,
-compression, retries, size limit, its own metrics, all from the same settings) with only
-the encoding replaced; opt in with ``otlp_provider(fast_encoder=True)``. It posts through
-private attributes of the official exporter, so it is used only on the exporter versions
-it is tested with (:data:`TESTED_VERSIONS`, the bound on the ``otel`` extra in
-pyproject.toml); on any other version, or when those attributes are missing, it exports
-exactly as the official exporter does.
+:class:`OTLPSpanExporter` is a ``SpanExporter`` of its own: it encodes with
+:func:`encode_spans` and posts the request itself (``requests``, which the official
+exporter depends on too), from the same ``OTEL_EXPORTER_OTLP_*`` settings the official
+exporter reads (endpoint, headers, timeout, compression, certificates) and retrying as
+it does (429, 502, 503, 504 and lost connections, doubling from one second, honouring
+``Retry-After``, within the timeout). Nothing private of the SDK is read.
+:func:`span_exporter` chooses: this exporter only when asked for, on the SDK, proto and
+encoder versions its bytes are tested against (:data:`TESTED_VERSIONS`) and with no
+setting only the official exporter honours (a credential provider, the SDK's own
+exporter metrics); otherwise it warns once and returns the official exporter.
 """
 
 from __future__ import annotations
 
+import gzip
+import logging
+import os
 import struct
+import threading
+import time
+import zlib
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-    OTLPSpanExporter as _OfficialExporter,
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import (
+    encode_spans as official_encode_spans,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as _PB2Span
 from opentelemetry.proto.trace.v1.trace_pb2 import SpanFlags as _PB2SpanFlags
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.semconv.attributes.http_attributes import HTTP_RESPONSE_STATUS_CODE
 from opentelemetry.trace import Link, SpanKind, StatusCode
+from opentelemetry.util.re import parse_env_headers
 
-__all__ = ["TESTED_VERSIONS", "OTLPSpanExporter", "encode_spans", "tested_version"]
+from agentledger import _backoff
 
-#: The ``opentelemetry-exporter-otlp-proto-http`` versions (from, to excluded) whose
-#: internals :class:`OTLPSpanExporter` relies on and whose encoder's bytes the tests
-#: compare with (1.30 has neither those internals nor the same bytes).
-TESTED_VERSIONS = ((1, 45), (1, 46))
+__all__ = [
+    "TESTED_VERSIONS",
+    "OTLPSpanExporter",
+    "encode_spans",
+    "span_exporter",
+    "untested_versions",
+]
+
+_log = logging.getLogger(__name__)
+
+#: The distributions whose versions decide the bytes (the SDK's span model, the proto
+#: classes, the official encoder the tests compare with) and the range, from included
+#: to excluded, that the byte-for-byte tests passed on.
+TESTED_VERSIONS: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
+    "opentelemetry-sdk": ((1, 45), (1, 46)),
+    "opentelemetry-proto": ((1, 45), (1, 46)),
+    "opentelemetry-exporter-otlp-proto-common": ((1, 45), (1, 46)),
+}
 
 
-def tested_version() -> bool:
-    """True when the installed OTLP/HTTP exporter is in :data:`TESTED_VERSIONS`."""
-    try:
-        installed = metadata.version("opentelemetry-exporter-otlp-proto-http")
-        major, minor = (int(part) for part in installed.split(".")[:2])
-    except (metadata.PackageNotFoundError, ValueError):
-        return False
-    low, high = TESTED_VERSIONS
-    return low <= (major, minor) < high
+def untested_versions() -> list[str]:
+    """The installed distributions outside :data:`TESTED_VERSIONS` (``name version``;
+    ``missing`` or the unparsed version when it cannot be read): empty when the fast
+    encoder may be used."""
+    outside = []
+    for name, (low, high) in TESTED_VERSIONS.items():
+        try:
+            installed = metadata.version(name)
+            major, minor = (int(part) for part in installed.split(".")[:2])
+        except metadata.PackageNotFoundError:
+            outside.append(f"{name} missing")
+            continue
+        except ValueError:
+            outside.append(f"{name} {installed}")
+            continue
+        if not low <= (major, minor) < high:
+            outside.append(f"{name} {installed}")
+    return outside
 
 
 _pack_double = struct.Struct("<d").pack
@@ -361,52 +394,217 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> bytes | None:
         return None
 
 
-class OTLPSpanExporter(_OfficialExporter):
-    """The official OTLP/HTTP span exporter, encoding with :func:`encode_spans`.
+# What the exporter reads, as the official exporter reads it: the traces variable, else
+# the general one (OTEL_EXPORTER_OTLP_TRACES_HEADERS, else OTEL_EXPORTER_OTLP_HEADERS).
+_PREFIX, _TRACES_PREFIX = "OTEL_EXPORTER_OTLP_", "OTEL_EXPORTER_OTLP_TRACES_"
+_DEFAULT_BASE = "http://localhost:4318"
+_DEFAULT_TIMEOUT = 10.0
+_DEFAULT_MAX_REQUEST_SIZE = 64 * 1024 * 1024  # the official exporter's
+_MAX_TRIES = 6
+_RETRYABLE = frozenset({429, 502, 503, 504})
+# Settings only the official exporter honours: with one of them set, it exports.
+_OFFICIAL_ONLY = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+)
+_INTERNAL_METRICS = "OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED"
 
-    Same constructor, settings and behaviour. A batch the fast encoder does not handle,
-    one over the size limit, and every batch on an exporter version outside
-    :data:`TESTED_VERSIONS` or without the internals this relies on go through the
-    official ``export`` unchanged.
-    """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # The official export's steps, reused: its HTTP client (retries, compression,
-        # headers), its own metrics, its size limit.
-        client = getattr(self, "_client", None)
-        metrics = getattr(self, "_metrics", None)
-        self._fast = (
-            tested_version()
-            and callable(getattr(client, "export", None))
-            and callable(getattr(metrics, "export_operation", None))
-            and isinstance(getattr(self, "_max_request_size", None), int)
-            and isinstance(getattr(self, "_shutdown", None), bool)
+def _setting(name: str) -> str | None:
+    return os.environ.get(_TRACES_PREFIX + name) or os.environ.get(_PREFIX + name) or None
+
+
+def _endpoint() -> str:
+    traces = os.environ.get(_TRACES_PREFIX + "ENDPOINT")
+    if traces:
+        return traces  # used as given, path included
+    base = os.environ.get(_PREFIX + "ENDPOINT") or _DEFAULT_BASE
+    return f"{base.removesuffix('/')}/v1/traces"
+
+
+def _timeout() -> float:
+    raw = _setting("TIMEOUT")
+    try:
+        return float(raw) if raw else _DEFAULT_TIMEOUT
+    except ValueError:
+        _log.warning("Invalid timeout value %r, using default of %s seconds", raw, _DEFAULT_TIMEOUT)
+        return _DEFAULT_TIMEOUT
+
+
+def _compression() -> str:
+    value = (_setting("COMPRESSION") or "none").strip().lower()
+    if value not in ("none", "gzip", "deflate"):
+        _log.warning("Unsupported compression type: %s", value)
+        return "none"
+    return value
+
+
+class OTLPSpanExporter(SpanExporter):
+    """Spans to an OTLP/HTTP collector, encoded by :func:`encode_spans` (see the module's
+    docstring). Arguments left out are read from the ``OTEL_EXPORTER_OTLP_*`` settings
+    as the official exporter reads them."""
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        certificate_file: str | None = None,
+        client_key_file: str | None = None,
+        client_certificate_file: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        compression: str | None = None,
+        *,
+        max_request_size: int | None = None,
+    ) -> None:
+        import requests
+
+        self._endpoint = endpoint or _endpoint()
+        self._timeout = _timeout() if timeout is None else float(timeout)
+        self._compression = (compression or _compression()).lower()
+        self._max_request_size = (
+            _DEFAULT_MAX_REQUEST_SIZE if max_request_size is None else max_request_size
         )
-
-    @property
-    def fast(self) -> bool:
-        """True when batches are encoded by :func:`encode_spans` (a tested exporter
-        version with the internals this relies on), False when every batch goes through
-        the official ``export``."""
-        return bool(self._fast)
+        sent = {"content-type": "application/x-protobuf", "user-agent": "agentledger-otlp"}
+        sent.update(parse_env_headers(_setting("HEADERS") or "", liberal=True))
+        if headers:
+            sent.update({key.lower(): value for key, value in headers.items()})
+        if self._compression != "none":
+            sent.setdefault("content-encoding", self._compression)
+        self._headers = sent
+        self._session = requests.Session()
+        self._session.verify = certificate_file or _setting("CERTIFICATE") or True
+        client_key = client_key_file or _setting("CLIENT_KEY")
+        client_cert = client_certificate_file or _setting("CLIENT_CERTIFICATE")
+        if client_cert:
+            self._session.cert = (client_cert, client_key) if client_key else client_cert
+        self._connection_error: type[Exception] = requests.ConnectionError
+        self._request_error: type[Exception] = requests.RequestException
+        self._stopping = threading.Event()
+        self._shut = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Export ``spans`` (see the class docstring)."""
-        if not self._fast or self._shutdown:
-            return super().export(spans)
+        """Encode ``spans`` and post them (retrying as the official exporter does)."""
+        if self._shut:
+            _log.warning("Exporter already shutdown, ignoring batch")
+            return SpanExportResult.FAILURE
         body = encode_spans(spans)
-        limit = self._max_request_size
-        if body is None or 0 < limit < len(body):
-            return super().export(spans)  # it logs, counts and refuses as it does
-        with self._metrics.export_operation(len(spans)) as result:
-            sent = self._client.export(body)
-            if not sent.success:
-                result.error = sent.error
-                result.error_attrs = (
-                    {HTTP_RESPONSE_STATUS_CODE: sent.status_code}
-                    if sent.status_code is not None
-                    else None
-                )
+        if body is None:  # something only the official encoder handles
+            try:
+                body = official_encode_spans(spans).SerializePartialToString()
+            except Exception as error:
+                _log.error("Failed to encode span batch: %s", error)
                 return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS
+        if 0 < self._max_request_size < len(body):
+            _log.warning(
+                "Dropping span batch: serialized size %d bytes exceeds max_request_size %d bytes.",
+                len(body),
+                self._max_request_size,
+            )
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS if self._post(body) else SpanExportResult.FAILURE
+
+    def _compress(self, body: bytes) -> bytes:
+        if self._compression == "gzip":
+            return gzip.compress(body, mtime=0)
+        if self._compression == "deflate":
+            return zlib.compress(body)
+        return body
+
+    def _post(self, body: bytes) -> bool:
+        data = self._compress(body)
+        deadline = time.monotonic() + self._timeout
+        pauses = _backoff.Backoff(first=1.0, cap=32.0)
+        reconnected = False
+        for tries in range(1, _MAX_TRIES + 1):
+            status: int | None = None
+            asked: float | None = None
+            try:
+                reply = self._session.post(
+                    self._endpoint,
+                    data=data,
+                    headers=self._headers,
+                    timeout=max(deadline - time.monotonic(), 0.001),
+                )
+            except self._connection_error as error:
+                if not reconnected:  # a stale pooled connection: once more at once
+                    reconnected = True
+                    continue
+                failure: Any = error
+                retryable = True
+            except self._request_error as error:
+                failure, retryable = error, False
+            else:
+                status = reply.status_code
+                if 200 <= status < 400:
+                    return True
+                failure, retryable = reply.reason, status in _RETRYABLE
+                if retryable:
+                    asked = _backoff.retry_after_seconds(reply.headers.get("retry-after"))
+            if not retryable:
+                _log.error("Failed to export spans batch code: %s, reason: %s", status, failure)
+                return False
+            pause = pauses.next() if asked is None else asked
+            if tries == _MAX_TRIES or pause > deadline - time.monotonic():
+                _log.error("Failed to export spans batch due to timeout or max retries.")
+                return False
+            _log.warning("Transient error %s exporting spans, retrying in %.2fs.", failure, pause)
+            if self._stopping.wait(pause):
+                _log.warning("Shutdown in progress, aborting retry.")
+                return False
+        return False
+
+    def shutdown(self) -> None:
+        """No more exports; a retry waiting gives up."""
+        if self._shut:
+            _log.warning("Exporter already shutdown, ignoring call")
+            return
+        self._shut = True
+        self._stopping.set()
+        self._session.close()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Nothing is buffered here."""
+        return True
+
+
+_warned = threading.Lock()
+_WARNED: list[str] = []
+
+
+def _why_official() -> str | None:
+    """Why the official exporter must be used although the fast one was asked for."""
+    outside = untested_versions()
+    if outside:
+        return f"untested versions ({', '.join(outside)})"
+    for name in _OFFICIAL_ONLY:
+        if os.environ.get(name):
+            return f"{name} is set"
+    if os.environ.get(_INTERNAL_METRICS, "").strip().lower() == "true":
+        return f"{_INTERNAL_METRICS} is set"
+    return None
+
+
+def span_exporter(endpoint: str | None = None, fast: bool = False) -> SpanExporter:
+    """The exporter of :func:`agentledger.observe._tracing.otlp_provider`: the official
+    ``OTLPSpanExporter``, or with ``fast`` this module's when :func:`_why_official`
+    finds nothing against it (else the official one, with a warning logged once per
+    process)."""
+    if fast:
+        reason = _why_official()
+        if reason is None:
+            return OTLPSpanExporter(endpoint=endpoint)
+        with _warned:
+            first = not _WARNED
+            _WARNED.append(reason)
+        if first:
+            _log.warning(
+                "AGENTLEDGER_OTLP_ENCODER=fast: exporting with the official OTLP encoder "
+                "instead (%s; the fast encoder is tested with %s)",
+                reason,
+                ", ".join(f"{n} {lo[0]}.{lo[1]}" for n, (lo, _hi) in TESTED_VERSIONS.items()),
+            )
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as Official,
+    )
+
+    return Official(endpoint=endpoint) if endpoint else Official()

@@ -37,6 +37,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from agentledger import _envsettings as envsettings
 from agentledger._extras import require
 from agentledger.engine import _hooks as hooks
 from agentledger.engine._hooks import Attempt
@@ -96,7 +97,9 @@ def _recording_tracer() -> trace.Tracer | None:
     return cached[1]
 
 
-def otlp_provider(endpoint: str | None = None, fast_encoder: bool = False) -> trace.TracerProvider:
+def otlp_provider(
+    endpoint: str | None = None, fast_encoder: bool | None = None
+) -> trace.TracerProvider:
     """A tracer provider exporting OTLP over HTTP (the ``agentledger[otel]`` extra): the
     SDK's ``TracerProvider`` (sampler, span limits and resource from the ``OTEL_*``
     environment) with its ``BatchSpanProcessor`` (``OTEL_BSP_*``) into the official
@@ -104,24 +107,24 @@ def otlp_provider(endpoint: str | None = None, fast_encoder: bool = False) -> tr
     endpoint). Spans are queued when they end and encoded and sent by the processor's
     thread, never on the worker's event loop.
 
-    ``fast_encoder``: export with :class:`agentledger.observe._otlp.OTLPSpanExporter`
-    instead, the official exporter writing the same bytes with less CPU, on the exporter
-    versions it is tested with (elsewhere it exports as the official one does)."""
+    ``fast_encoder`` (default: ``AGENTLEDGER_OTLP_ENCODER=fast``): export with
+    :class:`agentledger.observe._otlp.OTLPSpanExporter` instead, which sends the same
+    bytes with less CPU, on the SDK versions it is tested with (elsewhere the official
+    exporter, with a warning; :func:`agentledger.observe._otlp.span_exporter`)."""
     require("otel", "exporting spans with OTLP")
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    exporter_type: type[OTLPSpanExporter] = OTLPSpanExporter
-    if fast_encoder:  # a subclass: the same constructor and settings
-        from agentledger.observe._otlp import OTLPSpanExporter as exporter_type
+    from agentledger.observe import _otlp
+
+    if fast_encoder is None:
+        fast_encoder = envsettings.current().otlp_encoder == "fast"
     provider = TracerProvider()
-    exporter = exporter_type(endpoint=endpoint) if endpoint else exporter_type()
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    provider.add_span_processor(BatchSpanProcessor(_otlp.span_exporter(endpoint, fast_encoder)))
     return provider
 
 
-def configure_otlp(endpoint: str | None = None, fast_encoder: bool = False) -> None:
+def configure_otlp(endpoint: str | None = None, fast_encoder: bool | None = None) -> None:
     """Export spans with OTLP over HTTP (the ``agentledger[otel]`` extra; see
     :func:`otlp_provider`)."""
     trace.set_tracer_provider(otlp_provider(endpoint, fast_encoder))
