@@ -23,6 +23,7 @@ def test_observe_overhead_quick(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["scrapes"] >= 1 and report["scrape_errors"] == 0
     assert report["histogram_observe_us"] > 0
     assert isinstance(report["target_met"], bool)
+    assert isinstance(report["target_met_fast_encoder"], bool)
     tracing.set_provider(None)
 
 
