@@ -39,3 +39,15 @@ def test_observe_overhead_compare(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["heap_frozen"] is False
     assert report["read_step_ratio_otlp_batch_2048"] > 0
     assert tracing._PROVIDER is None
+
+
+def test_observe_overhead_only(capsys: pytest.CaptureFixture[str]) -> None:
+    # --only measures the named conditions beside `none`, a --compare one included.
+    argv = ["--reps", "1", "--steps", "10", "--only", "otlp_fast_encoder,otlp_switch_1ms"]
+    assert observe_overhead.main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    measured = {k.removeprefix("read_step_us_") for k in report if k.startswith("read_step_us_")}
+    assert measured == {"none", "otlp_fast_encoder", "otlp_switch_1ms"}
+    assert "target_met" not in report and isinstance(report["target_met_fast_encoder"], bool)
+    assert report["otlp_exports"]["requests"] >= 1
+    assert tracing._PROVIDER is None
