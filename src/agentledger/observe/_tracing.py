@@ -37,7 +37,6 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from agentledger import _envsettings as envsettings
 from agentledger._extras import require
 from agentledger.engine import _hooks as hooks
 from agentledger.engine._hooks import Attempt
@@ -115,6 +114,7 @@ def otlp_provider(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from agentledger import _envsettings as envsettings
     from agentledger.observe import _otlp
 
     if fast_encoder is None:
