@@ -310,3 +310,30 @@ def test_the_exporter_reports_a_refused_export(collector: CollectorStub) -> None
     assert exporter.export([span]).name == "FAILURE"
     exporter.shutdown()
     assert exporter.export([span]).name == "FAILURE"  # after shutdown, as the official one
+
+
+async def test_the_engines_own_spans_encode_as_the_official_encoder(tmp_path: Any) -> None:
+    # A booking agent killed in its payment and resumed: run, chat, tool, replayed and
+    # failed-attempt spans as agentledger makes them, with the SDK's default resource.
+    from agentledger.observe import _tracing as tracing
+    from agentledger.records import RunStatus
+    from tests.fast.lifecycle_harness import KILLED, Harness
+    from tests.observe.apps import Payments, booking_agent_app
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.set_provider(provider)
+    try:
+        async with Harness(tmp_path, booking_agent_app(Payments(kill_after_apply=True))) as h:
+            run_id = await h.submit("booker", {"message": "book Paris"})
+            assert await h.execute(run_id, owner="w1") == KILLED
+            assert await h.execute(run_id, owner="w2") == RunStatus.COMPLETED
+    finally:
+        tracing.set_provider(None)
+        provider.shutdown()
+    spans = exporter.get_finished_spans()
+    names = {s.name for s in spans}
+    assert {"invoke_agent booker", "chat scripted-booker", "execute_tool pay"} <= names
+    assert any(s.attributes and s.attributes.get("agentledger.step.replayed") for s in spans)
+    _assert_same(spans)
