@@ -1,8 +1,10 @@
 """Shared fixtures: every store test runs on each backend.
 
-* ``store_url`` -- parametrized over ``sqlite`` (a file in ``tmp_path``) and
-  ``postgres`` (a fresh database per test, cloned from a per-session template
-  with the schema migrated, dropped after the test; marked ``postgres``).
+* ``store_url`` -- parametrized over ``sqlite`` (a file in ``tmp_path``, a copy of a
+  per-session template file with the schema migrated) and ``postgres`` (a fresh
+  database per test, cloned from a per-session template with the schema migrated,
+  dropped after the test; marked ``postgres``).
+* ``sqlite_template`` -- that migrated SQLite file; :func:`migrated_sqlite` copies it.
 * ``store`` -- an opened store on ``store_url``, closed after the test.
 * ``pg_url`` -- PostgreSQL only, for PostgreSQL-specific tests.
 * ``env`` -- an engine test world (database, external ledger, worker processes) on
@@ -21,7 +23,9 @@ where they fail: CI must never go green by skipping the production backend.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -142,6 +146,33 @@ def pg_url(_pg_session: None) -> Iterator[str]:
         dbutil.drop_pg_database(url)
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file with the current schema, migrated once per test process.
+
+    A fresh file costs a migration (tens of DDL statements and their fsyncs, a tenth of
+    a second or more on a busy disk); a copy of this one costs a file copy. The tests of
+    migrating a fresh file make their own (``empty_url``, their own paths)."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "migrated.db"
+
+    async def build() -> None:
+        opened = open_store(f"sqlite:///{path}")
+        await opened.open()
+        await opened.close()
+
+    asyncio.run(build())
+    assert not Path(f"{path}-wal").exists()  # checkpointed: the one file is the database
+    return path
+
+
+def migrated_sqlite(template: Path, path: Path) -> str:
+    """Copy the migrated ``template`` to ``path`` (a new file) and return its URL: the
+    database as a first ``store.open()`` leaves it."""
+    assert not path.exists(), path
+    shutil.copyfile(template, path)
+    return f"sqlite:///{path}"
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -149,10 +180,11 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def store_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store URL on each backend; the database is fresh for every test."""
+    """A store URL on each backend; the database is fresh (migrated, unused) for every
+    test."""
     if backend == "postgres":
         return str(request.getfixturevalue("pg_url"))
-    return f"sqlite:///{tmp_path / 'agentledger.db'}"
+    return migrated_sqlite(request.getfixturevalue("sqlite_template"), tmp_path / "agentledger.db")
 
 
 @pytest.fixture
@@ -177,8 +209,9 @@ def proxy(pg_url: str) -> Iterator[LossyProxy]:
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    """An engine test world on SQLite."""
+def env(tmp_path: Path, sqlite_template: Path) -> Iterator[Env]:
+    """An engine test world on SQLite (the file migrated, as after a first start)."""
+    migrated_sqlite(sqlite_template, tmp_path / "agentledger.db")
     world = Env(tmp_path)
     try:
         yield world

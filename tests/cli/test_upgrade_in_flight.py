@@ -195,7 +195,8 @@ def test_an_offline_migration_waits_for_the_workers_to_stop(
     env.wait_status(second, RunStatus.COMPLETED)
 
 
-def test_migrate_status_and_check_on_a_new_and_a_current_store(env: Env) -> None:
+def test_migrate_status_and_check_on_a_new_and_a_current_store(tmp_path: Path) -> None:
+    env = Env(tmp_path)  # not the `env` fixture: its database file is made in advance
     missing = env.cli("migrate", "--status", "--db", env.url)
     assert missing.returncode == 2 and "no database" in missing.stderr
     env.db_path.touch()  # an empty file: no schema yet

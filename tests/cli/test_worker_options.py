@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,8 +22,9 @@ from tests.engine.helpers import ROOT, Env
     ],
 )
 def test_bad_worker_settings_exit_with_one_line(
-    env: Env, args: tuple[str, ...], option: str
+    tmp_path: Path, args: tuple[str, ...], option: str
 ) -> None:
+    env = Env(tmp_path)  # not the `env` fixture: its database file is made in advance
     result = subprocess.run(
         [sys.executable, "-m", "agentledger.cli._main", "worker", "--app",
          "tests.apps.engine_app:app", "--db", env.url, *args],

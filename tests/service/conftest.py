@@ -8,6 +8,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ from agentledger.service import ServiceSettings, create_app
 from agentledger.service._auth import create_key
 from agentledger.service._server import uvicorn_config
 from agentledger.store import Store
+from tests.conftest import migrated_sqlite
 from tests.service import service_app
 
 PEPPER = b"service-test-pepper-0123456789"
@@ -81,9 +83,9 @@ async def api(store_url: str) -> AsyncIterator[Api]:
 
 
 @pytest.fixture
-async def sqlite_api(tmp_path: Any) -> AsyncIterator[Api]:
-    """The service in process on SQLite only, no workers."""
-    async with in_process(settings_for(f"sqlite:///{tmp_path / 'svc.db'}")) as a:
+async def sqlite_api(tmp_path: Path, sqlite_template: Path) -> AsyncIterator[Api]:
+    """The service in process on SQLite only (a fresh migrated file), no workers."""
+    async with in_process(settings_for(migrated_sqlite(sqlite_template, tmp_path / "svc.db"))) as a:
         yield a
 
 

@@ -23,6 +23,7 @@ from agentledger_examples.stayhub.harness import (
     wait_terminal,
 )
 from agentledger_examples.stayhub.sandbox import SandboxServer, check_invariants
+from tests.conftest import migrated_sqlite
 
 INPUT = {
     "guest_id": "g-123",
@@ -80,7 +81,7 @@ StackFactory = Callable[..., contextlib.AbstractAsyncContextManager[Stack]]
 
 
 @pytest.fixture
-def stayhub(tmp_path: Path) -> StackFactory:
+def stayhub(tmp_path: Path, sqlite_template: Path) -> StackFactory:
     """``async with stayhub(faults=..., env=..., workers=2) as stack: ...``
 
     ``guest_approver=False`` leaves every approval to the test (the scripted guest
@@ -94,7 +95,7 @@ def stayhub(tmp_path: Path) -> StackFactory:
         workers: int = 2,
         guest_approver: bool = True,
     ) -> AsyncIterator[Stack]:
-        db = f"sqlite:///{tmp_path / 'agentledger.db'}"
+        db = migrated_sqlite(sqlite_template, tmp_path / "agentledger.db")
         store = open_store(db)
         await store.open()
         stop = asyncio.Event()
