@@ -8,8 +8,6 @@ import json
 from typing import Any
 
 import click
-from rich import box
-from rich.table import Table
 
 from agentledger import _heap as heap
 from agentledger._app import load_app
@@ -330,6 +328,9 @@ async def list_approvals(show_all: bool, db: str, as_json: bool) -> None:
     if not found:
         click.echo("none")
         return
+    from rich import box  # loaded to print (the worker command never does)
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for header in ("approval", "run"):
         table.add_column(header, no_wrap=True, overflow="fold")
@@ -431,6 +432,9 @@ async def outbox_dead(db: str, as_json: bool) -> None:
     if not found:  # an empty table reads as a rendering fault
         click.echo("none")
         return
+    from rich import box  # loaded to print (the worker command never does)
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for header in ("key", "run"):
         table.add_column(header, no_wrap=True, overflow="fold")

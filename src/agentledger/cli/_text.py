@@ -12,11 +12,11 @@ import math
 import os
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.text import Text
+if TYPE_CHECKING:  # rich is loaded by the commands that print (a worker never does)
+    from rich.console import Console
+    from rich.text import Text
 
 # C0 and C1 controls, DEL, zero-width and bidirectional formatting characters (they
 # reorder or hide text), the BOM, and lone surrogates (undecodable bytes from argv).
@@ -39,17 +39,23 @@ def visible(value: Any) -> str:
 
 def cell(value: Any) -> Text:
     """A table cell that shows ``value`` literally (no markup, no control characters)."""
+    from rich.text import Text
+
     return Text("" if value is None else visible(value))
 
 
 def markup_safe(value: Any) -> str:
     """``value`` to embed in a markup string: visible and markup-escaped."""
+    from rich.markup import escape
+
     return escape(visible(value))
 
 
 def console() -> Console:
     """The console of every command. Piped output is never wrapped (programs and people
     copy ids from it) unless COLUMNS asks for a width; no emoji codes, no highlighting."""
+    from rich.console import Console
+
     width = None
     if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
         width = 100_000

@@ -34,12 +34,13 @@ from collections import ChainMap
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from agentledger import _envsettings as envsettings
 from agentledger.errors import UsageError
+
+if TYPE_CHECKING:  # httpx is loaded with the first delivery (a worker may never make one)
+    import httpx
 
 ALLOW_ENV = "AGENTLEDGER_WEBHOOK_ALLOW_HOSTS"
 HOSTS_ENV = "AGENTLEDGER_WEBHOOK_HOSTS"
@@ -211,6 +212,8 @@ class Egress:
         """The parsed URL and the address to connect to: the first resolved address
         that is outside the network or allowed. Raises :class:`Refused` when none is,
         :class:`Unresolved` when the name does not resolve."""
+        import httpx
+
         try:
             parsed = httpx.URL(url)
         except httpx.InvalidURL as exc:
