@@ -64,9 +64,11 @@ def _skip_or_fail(message: str) -> None:
 
 
 # Directories whose tests run whole stacks of processes (many seconds each), and those
-# whose tests run in process (a fraction of a second each).
+# whose tests run in process (a fraction of a second each). Not observe: its resume and
+# fold tests kill command processes (tens of seconds each on a busy machine), which at
+# the very end would hold up the suite.
 FIRST = ("stayhub", "docs", "chaos")
-LAST = ("unit", "fast", "memory", "sandbox", "testing", "observe")
+LAST = ("unit", "fast", "memory", "sandbox", "testing")
 
 
 def _turn(item: pytest.Item) -> tuple[bool, int]:
