@@ -121,7 +121,7 @@ async def measure(url: str, sizes: list[int], others: int, reps: int) -> dict[st
                         name = "per_row" if per_row else "one_statement"
                         times[f"{name}_statement"].append(statement)
                         times[f"{name}_transaction"].append(transaction)
-            row = {k: _figures(v) for k, v in times.items()}
+            row: dict[str, Any] = {k: _figures(v) for k, v in times.items()}
             for part in ("statement", "transaction"):
                 one, per = row[f"one_statement_{part}"], row[f"per_row_{part}"]
                 row[f"ratio_{part}"] = round(one["median_us"] / per["median_us"], 3)
