@@ -179,9 +179,7 @@ def locking_protocol_error(path: Path) -> sqlite3.OperationalError:
             reader.close()
         raise AssertionError("the reader got its read lock")
     finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(10)
+        holder.communicate(timeout=10)  # closes its stdin (it lets go) and its stdout
         writer.close()
 
 
