@@ -11,7 +11,9 @@ in a rotating order, so the noise of a shared machine hits them alike):
   the SDK's ``TracerProvider`` and ``BatchSpanProcessor`` with its default batch of 512
   spans, the official OTLP/HTTP exporter) sending to a collector stub on loopback, and
   ``/metrics`` scraped every ``--scrape-every`` seconds while the runs execute (store
-  queries on the worker's event loop): the whole cost of being watched. The target is
+  queries on the worker's event loop): the whole cost of being watched. The collector
+  and the scraper run in a process of their own, as a real collector and Prometheus do
+  (:mod:`agentledger_bench._watchers`). The target is
   on this condition.
 - ``otlp_fast_encoder``: the same with the opt-in exporter
   (``AGENTLEDGER_OTLP_ENCODER=fast``, :mod:`agentledger.observe._otlp`: the same bytes,
@@ -57,12 +59,9 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +72,7 @@ from agentledger.observe import _tracing as tracing
 from agentledger.observe._instruments import STEP_DURATION
 from agentledger.observe._metrics import MetricsServer
 from agentledger.store import open_store
+from agentledger_bench._watchers import Watchers
 from agentledger_bench.engine_runs import per_step_us
 
 CONDITIONS = ("none", "memory", "otlp", "otlp_fast_encoder", "unsampled")
@@ -92,67 +92,6 @@ _SETTINGS: dict[str, dict[str, str]] = {
 }
 
 
-class CollectorStub:
-    """An OTLP/HTTP trace endpoint on loopback that accepts every export (counts requests
-    and bytes; with ``keep_bodies``, keeps each request body too)."""
-
-    def __init__(self, keep_bodies: bool = False) -> None:
-        stub = self
-        self.requests = 0
-        self.bytes = 0
-        self.bodies: list[bytes] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                stub.requests += 1
-                stub.bytes += len(body)
-                if keep_bodies:
-                    stub.bodies.append(body)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class Scraper:
-    """Scrapes ``/metrics`` every ``every`` seconds from a thread while switched on."""
-
-    def __init__(self, port: int, every: float) -> None:
-        self.url, self.every = f"http://127.0.0.1:{port}/metrics", every
-        self.on = threading.Event()
-        self.stop = threading.Event()
-        self.scrapes = 0
-        self.errors = 0
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        while not self.stop.wait(self.every):
-            if self.on.is_set():
-                try:
-                    with urllib.request.urlopen(self.url, timeout=30) as reply:
-                        reply.read()
-                    self.scrapes += 1
-                except OSError:
-                    self.errors += 1
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=35)
-
-
 @contextmanager
 def _environment(settings: dict[str, str]) -> Iterator[None]:
     saved = {name: os.environ.get(name) for name in settings}
@@ -167,7 +106,7 @@ def _environment(settings: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _providers(collector: CollectorStub, conditions: tuple[str, ...]) -> dict[str, Any]:
+def _providers(collector_url: str, conditions: tuple[str, ...]) -> dict[str, Any]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -180,7 +119,7 @@ def _providers(collector: CollectorStub, conditions: tuple[str, ...]) -> dict[st
         if name not in providers:  # the user's configuration, to loopback
             with _environment(_SETTINGS.get(name, {})):
                 fast = name == "otlp_fast_encoder"
-                providers[name] = tracing.otlp_provider(collector.url, fast_encoder=fast)
+                providers[name] = tracing.otlp_provider(collector_url, fast_encoder=fast)
     providers["_mem"] = exporter
     return providers
 
@@ -191,18 +130,18 @@ def _flush(provider: Any) -> None:
 
 
 @contextmanager
-def _condition(name: str, providers: dict[str, Any], scraper: Scraper) -> Iterator[None]:
+def _condition(name: str, providers: dict[str, Any], watchers: Watchers) -> Iterator[None]:
     tracing.set_provider(providers[name])
     switch = sys.getswitchinterval()
     if name == "otlp_switch_1ms":
         sys.setswitchinterval(0.001)
     # A watched worker: /metrics scraped (``otlp_unscraped``: the spans alone).
     if name != "otlp_unscraped" and (name.startswith("otlp") or name == "unsampled"):
-        scraper.on.set()
+        watchers.scrape(True)
     try:
         yield
     finally:
-        scraper.on.clear()
+        watchers.scrape(False)
         sys.setswitchinterval(switch)
         _flush(providers[name])  # export what was batched, outside the timing
         providers["_mem"].clear()
@@ -237,17 +176,16 @@ async def measure(
         conditions = ("none", *(c for c in conditions if c in only and c != "none"))
     store = open_store(url)
     await store.open()
-    collector = CollectorStub()
     metrics = MetricsServer(store, 0, asyncio.get_running_loop(), host="127.0.0.1").start()
-    scraper = Scraper(metrics.port, scrape_every)
-    providers = _providers(collector, conditions)
+    watchers = Watchers(metrics.port, scrape_every)
+    providers = _providers(watchers.url, conditions)
     read: dict[str, list[float]] = {c: [] for c in conditions}
     step: dict[str, list[float]] = {c: [] for c in conditions}
     read_cpu: dict[str, list[float]] = {c: [] for c in conditions}
     loop_cpu: dict[str, list[float]] = {c: [] for c in conditions}
     try:
         for name in conditions:  # warm up: imports, schema, page cache, the first spans
-            with _condition(name, providers, scraper):
+            with _condition(name, providers, watchers):
                 await per_step_us(store, "bench_read_tool", 10)
         if freeze:  # as `worker` and `serve` do once started (agentledger._heap)
             heap.freeze_startup()
@@ -255,7 +193,7 @@ async def measure(
             turn = rep % len(conditions)
             order = conditions[turn:] + conditions[:turn]
             for name in order:
-                with _condition(name, providers, scraper):
+                with _condition(name, providers, watchers):
                     cpu = time.process_time()  # every thread: the exporter's too
                     loop = time.thread_time()  # the event loop's thread alone
                     read[name].append(await per_step_us(store, "bench_read_tool", steps))
@@ -265,11 +203,10 @@ async def measure(
                     step[name].append(await per_step_us(store, "bench_step", steps))
     finally:
         # The scraper's last request is answered on this loop: never block it to wait.
-        await asyncio.to_thread(scraper.close)
-        metrics.stop()
         for name in conditions[1:]:
             providers[name].shutdown()
-        collector.close()
+        counts = await asyncio.to_thread(watchers.close)
+        metrics.stop()
         await store.close()
     report: dict[str, Any] = {
         "backend": "postgresql" if url.startswith("postgres") else "sqlite",
@@ -277,9 +214,9 @@ async def measure(
         "steps": steps,
         "scrape_every_s": scrape_every,
         "heap_frozen": freeze,
-        "scrapes": scraper.scrapes,
-        "scrape_errors": scraper.errors,
-        "otlp_exports": {"requests": collector.requests, "bytes": collector.bytes},
+        "scrapes": counts["scrapes"],
+        "scrape_errors": counts["scrape_errors"],
+        "otlp_exports": {"requests": counts["requests"], "bytes": counts["bytes"]},
         "histogram_observe_us": round(histogram_observe_us(), 3),
     }
     figures = (

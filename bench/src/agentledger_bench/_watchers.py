@@ -1,0 +1,91 @@
+"""What watches a worker, in a process of its own: an OTLP/HTTP collector and a
+``/metrics`` scraper.
+
+A real collector and a real Prometheus run apart from the worker they watch. Run in the
+measured process, their threads would take the interpreter lock from its event loop
+(each export received, each scrape sent), a cost no deployment pays, charged to tracing.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["Watchers"]
+
+
+def _serve(conn: Connection, metrics_port: int, every: float) -> None:
+    """The child: a collector that accepts every export, a scraper switched on and off
+    by the parent; answers ``close`` with its counts."""
+    counts = {"requests": 0, "bytes": 0, "scrapes": 0, "scrape_errors": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            counts["requests"] += 1
+            counts["bytes"] += len(body)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    on, stop = threading.Event(), threading.Event()
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+
+    def scrape() -> None:
+        while not stop.wait(every):
+            if on.is_set():
+                try:
+                    with urllib.request.urlopen(url, timeout=30) as reply:
+                        reply.read()
+                    counts["scrapes"] += 1
+                except OSError:
+                    counts["scrape_errors"] += 1
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    scraper.start()
+    conn.send(f"http://127.0.0.1:{server.server_address[1]}/v1/traces")
+    while (command := conn.recv()) != "close":
+        (on.set if command == "on" else on.clear)()
+    stop.set()
+    scraper.join(timeout=35)
+    server.shutdown()
+    server.server_close()
+    conn.send(counts)
+
+
+class Watchers:
+    """The collector's URL (:attr:`url`), the scraper switched with :meth:`scrape`, the
+    counts of both from :meth:`close`."""
+
+    def __init__(self, metrics_port: int, every: float) -> None:
+        self._conn, child = multiprocessing.get_context("spawn").Pipe()
+        self._proc = multiprocessing.get_context("spawn").Process(
+            target=_serve, args=(child, metrics_port, every), daemon=True
+        )
+        self._proc.start()
+        child.close()
+        self.url: str = self._conn.recv()
+        self.counts: dict[str, int] = {}
+
+    def scrape(self, on: bool) -> None:
+        """Start or stop scraping ``/metrics`` (at once: no reply is awaited)."""
+        self._conn.send("on" if on else "off")
+
+    def close(self) -> dict[str, int]:
+        """Stop both and return their counts. Blocks while the scraper's last request is
+        answered: call it off the event loop that serves ``/metrics``."""
+        self._conn.send("close")
+        self.counts = self._conn.recv()
+        self._proc.join(timeout=30)
+        self._conn.close()
+        return self.counts
