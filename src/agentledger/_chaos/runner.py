@@ -115,6 +115,18 @@ class WorkerPool:
             self.spawn()
         return self
 
+    def up(self) -> bool:
+        """Every live worker has said it started (its "started:" log line): runs
+        submitted before that would all go to the first one up, and a kill or freeze
+        needs a second worker to take its runs over."""
+        for proc in self.procs:
+            if proc.poll() is not None:
+                continue
+            log = self.log_of(self.logs[proc.pid])
+            if not log.exists() or " started:" not in log.read_text(errors="replace"):
+                return False
+        return True
+
     def _is_frozen(self, proc: subprocess.Popen[bytes]) -> bool:
         return any(f.proc is proc for f in self.frozen)
 

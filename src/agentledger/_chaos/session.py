@@ -104,6 +104,7 @@ async def _session(
             )
             try:
                 pool.start()
+                await _until_up(pool, started + settings.timeout)
                 ids = [
                     await app.submit(
                         store, settings.agent, settings.inputs[i % len(settings.inputs)]
@@ -199,6 +200,15 @@ def settled(run: Run | None, now: float) -> bool:
     if run is None or run.status in RunStatus.TERMINAL:
         return True
     return run.status == RunStatus.WAITING and (run.available_at or 0) > now + SETTLED_WAIT
+
+
+async def _until_up(pool: WorkerPool, deadline: float) -> None:
+    """Wait until every worker has started (restarting those that exit), or the pool
+    gives up, or the deadline passes: the session's runs, kills and freezes begin with
+    the whole pool at work."""
+    while not pool.up() and pool.gave_up() is None and time.monotonic() < deadline:
+        pool.tick()
+        await asyncio.sleep(0.1)
 
 
 async def _drive(
