@@ -57,6 +57,10 @@ from agentledger.errors import UsageError
     "API port it needs a key with the deployment role.",
 )  # fmt: skip
 @click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True,
+    help="Address the keyless /metrics listens on (0.0.0.0: every interface).",
+)  # fmt: skip
+@click.option(
     "--header-timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 3600),
     help="Seconds a client may take to send a request's head (then 408, closed).",
 )  # fmt: skip
@@ -104,6 +108,7 @@ def serve(
     agent_webhooks: tuple[str, ...],
     webhook_allow_hosts: tuple[str, ...],
     metrics_port: int | None,
+    metrics_host: str,
     header_timeout: float,
     body_timeout: float,
     keep_alive: int,
@@ -131,8 +136,7 @@ def serve(
                 f"--metrics-port {port} is the API's --port; give the keyless /metrics a "
                 "port of its own"
             )
-        # The keyless /metrics listens on loopback (observe/_metrics.py: start_metrics).
-        check_port_free("127.0.0.1", metrics_port, "--metrics-port")
+        check_port_free(metrics_host, metrics_port, "--metrics-port")
 
     from agentledger.service import ServiceSettings, create_app
     from agentledger.service._server import uvicorn_config
@@ -161,6 +165,7 @@ def serve(
         agent_webhooks=_agent_webhooks(agent_webhooks),
         webhook_allow_hosts=webhook_allow_hosts,
         metrics_port=metrics_port,
+        metrics_host=metrics_host,
         client_bounds=ClientBounds(header_timeout, body_timeout, keep_alive, max_connections),
     )
     agent_app = load_app(app_path)

@@ -74,7 +74,7 @@ def create_app(settings: ServiceSettings, agent_app: App, store: Store | None = 
         if settings.metrics_port is not None:  # prometheus-client: the metrics extra
             from agentledger.observe._metrics import start_metrics
 
-            metrics = start_metrics(the_store, settings.metrics_port)
+            metrics = start_metrics(the_store, settings.metrics_port, settings.metrics_host)
         dispatcher = Dispatcher(
             the_store, period=settings.webhook_poll, backoff=settings.webhook_backoff,
             egress=api.state.egress,

@@ -99,4 +99,6 @@ class ServiceSettings:
     # Serve /metrics without a key on this port of its own (None: only on the API port,
     # to deployment keys).
     metrics_port: int | None = None
+    # The address that port listens on: loopback unless the deployment says otherwise.
+    metrics_host: str = "127.0.0.1"
     extra: dict[str, str] = field(default_factory=dict)
