@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from agentledger._canonical import NotJournalable, canonical_json
 from agentledger.records import Approval
 
@@ -61,6 +63,7 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
         "step_count": run.step_count,
         "tokens": run.tokens,
         "cost_usd": run.cost_usd,
+        "usage_simulated": run.usage_simulated,
         "result": run.result,
         "error": run.error,
         "handover_reason": run.handover_reason,
@@ -70,6 +73,46 @@ def run_view(row: dict[str, Any]) -> dict[str, Any]:
         "updated_at": run.updated_at,
         "links": links(run.id),
     }
+
+
+class RunView(BaseModel):
+    """A run as ``GET /v1/runs/{id}`` answers it: the schema ``/openapi.json`` publishes
+    for :func:`run_view` (the answer is built as a dict; a test holds the two to the same
+    fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    agent: str = Field(description="The agent's or workflow's name.")
+    version: str
+    kind: str = Field(description="agent or workflow.")
+    status: str = Field(
+        description="queued, running, waiting, completed, failed, cancelled, expired or "
+        "needs_human."
+    )
+    tenant: str
+    user: str | None
+    principal: dict[str, Any] | None = Field(
+        description="The key that started the run: key_id, tenant_id, user_id, roles."
+    )
+    step_count: int
+    tokens: int = Field(description="Tokens the run's model steps used.")
+    cost_usd: float = Field(description="What the run's model steps cost, in US dollars.")
+    usage_simulated: bool = Field(
+        default=False,
+        description="true: tokens and cost_usd were simulated (an offline scripted model "
+        "answered a model step): no provider counted or billed them.",
+    )
+    result: Any = Field(description="The result, once completed.")
+    error: str | None
+    handover_reason: str | None = Field(description="Why a needs_human run was handed over.")
+    cancel_requested: str | None = Field(description="The reason of a pending cancel.")
+    pending_approval: dict[str, Any] | None = Field(
+        description="The approval the run waits for, with its arguments_hash."
+    )
+    created_at: float = Field(description="Unix time, seconds.")
+    updated_at: float = Field(description="Unix time, seconds.")
+    links: dict[str, str] = Field(description="Where to follow the run.")
 
 
 def links(run_id: str) -> dict[str, str]:
