@@ -20,7 +20,7 @@ from agentledger.cli._common import (
 )
 from agentledger.errors import StoreError, StoreUnavailable, UsageError
 from agentledger.observe._queries import resume as observe_resume
-from agentledger.observe._queries.resume import ResumePlan, ResumeRefused
+from agentledger.observe._queries.resume import ResumeNeedsForce, ResumePlan, ResumeRefused
 from agentledger.store import Store
 
 
@@ -108,7 +108,9 @@ async def resume(
     on has an unknown outcome and no status check (settle it: `runs settle`), and, unless
     --force with --reason, when it would re-execute a confirmed write or compensation
     (submit a new run instead, or force it: the audit trail records who forced it, why,
-    and those effects). --dry-run lists every side effect with its key."""
+    and those effects). --dry-run lists every side effect with its key. With --status,
+    one line per run (resumed; refused: why and what to do; error), then the counts.
+    Exits 1 when any run it was asked to resume was refused or errored."""
     for value, option in ((run_id, "RUN_ID"), (agent, "--agent"), (reason, "--reason"),
                           (actor, "--actor")):  # fmt: skip
         check_text(value, option, limit=None if option == "--reason" else 200)
@@ -140,6 +142,15 @@ async def resume(
                         observe_resume.resume_run, rid, from_step, who, reason, force
                     )
                     done.append((rid, plan))
+            except ResumeNeedsForce as exc:
+                again = f" --from-step {from_step}" if from_step is not None else ""
+                done.append(
+                    (
+                        rid,
+                        f"{exc}; to go ahead anyway: `agentledger runs resume {rid}{again} "
+                        "--force --reason R`",
+                    )
+                )
             except ResumeRefused as exc:
                 done.append((rid, str(exc)))
             except StoreError as exc:
@@ -186,8 +197,32 @@ async def resume(
                 click.echo(_describe(res, dry_run))
         if not results:
             click.echo("no runs to resume")
-    if failed or (refused and run_id is not None):
+        elif run_id is None:
+            click.echo(_summary(results, dry_run, force))
+    # As a single resume: a run asked for and not resumed fails the command, so a script
+    # never reads a bulk that resumed nothing (or only some) as done.
+    if failed or refused:
         raise SystemExit(1)
+
+
+def _summary(
+    results: list[tuple[str, ResumePlan | str | Exception]], dry_run: bool, force: bool
+) -> str:
+    """A bulk resume's counts, after its one line per run."""
+    refused = sum(1 for _, r in results if isinstance(r, str))
+    errors = sum(1 for _, r in results if isinstance(r, Exception))
+    plans = [r for _, r in results if isinstance(r, ResumePlan)]
+    if dry_run:
+        # A plan that lists refusals, or confirmed effects without --force, is refused.
+        blocked = sum(1 for p in plans if p.refused or (p.needs_force and not force))
+        text = f"dry run: would resume {len(plans) - blocked}, would refuse {refused + blocked}"
+    else:
+        text = f"resumed {len(plans)}, refused {refused}"
+    if errors:
+        text += f", errors {errors}"
+    if refused or errors:
+        text += " (each line above says why, and what to do)"
+    return text
 
 
 @click.command("settle")
