@@ -5,10 +5,12 @@ A resume is one transaction:
 
 1. The run must be ``failed`` or ``needs_human``.
 2. The first step to re-execute, N: ``from_step`` if given; else, when the run is
-   compensating (:func:`finishing_compensation`: a compensation in flight, or all
-   settled applied), after the last step: nothing is archived, the engine finishes the
-   compensation and ends the run as decided (a ``from_step`` that would archive such a
-   decision is refused); else the first failed step
+   compensating (:func:`finishing_compensation`: a compensation in flight, some applied
+   and others failed, or all settled applied), after the last step: nothing is archived
+   but the compensations that failed applying nothing (:func:`failed_compensations`,
+   called again with their keys), the engine finishes the compensation and ends the run
+   as decided (a ``from_step`` that would archive such a decision is refused); else the
+   first failed step
    (not a compensation); else the step after the first one still in flight (that one
    is kept: the resumed engine resolves it by its status check, never by a blind call);
    else the compensation decision; else after the last step.
@@ -81,6 +83,8 @@ class ResumePlan:
     ``refused``: why the resume cannot go ahead, forced or not (empty: it can).
     ``needs_force``: why it goes ahead only when forced (it re-executes confirmed
     effects; ``forced`` lists them).
+    ``compensations_again``: failed compensations (they applied nothing) that a resume
+    finishing the compensation archives, so the engine calls them again.
     """
 
     run_id: str
@@ -93,6 +97,7 @@ class ResumePlan:
     refused: list[str] = field(default_factory=list)
     needs_force: list[str] = field(default_factory=list)
     forced: list[dict[str, Any]] = field(default_factory=list)
+    compensations_again: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -151,8 +156,9 @@ def finishing_compensation(journal: list[Step], status: str) -> Step | None:
     """The compensation decision a resume must finish rather than undo, if any.
 
     A decision whose compensations are in flight (a refund that timed out: it may have
-    happened) or, for a ``needs_human`` run, all executed (settled applied) stands: the
-    resumed run goes back to compensating and ends as decided (a failed run whose
+    happened), partly executed (one refund happened, another failed: the failed ones are
+    called again) or, for a ``needs_human`` run, all executed (settled applied) stands:
+    the resumed run goes back to compensating and ends as decided (a failed run whose
     compensations all took effect already ended so, and is refused as compensated).
     Going forward instead would complete the run on a charge the provider may show
     refunded, and leave the compensation in the journal at a step number the forward
@@ -173,9 +179,33 @@ def finishing_compensation(journal: list[Step], status: str) -> Step | None:
     ]  # fmt: skip
     if any(s in ("unknown", "not_applied") for s in states):
         return decision
+    if "executed" in states and not all(s == "executed" for s in states):
+        # Partly undone: a refund happened, another failed (it applied nothing). Going
+        # forward would rest on the refund; the failed one is called again instead.
+        return decision
     if status == "needs_human" and states and all(s == "executed" for s in states):
         return decision
     return None
+
+
+def failed_compensations(journal: list[Step], decision: Step) -> list[Step]:
+    """The decision's compensations that failed applying nothing: a resume finishing the
+    compensation archives them, so the engine calls each again with its own key (the
+    step number, hence the key, is the plan's)."""
+    by_no = {s.step_no: s for s in journal}
+    plan = decision.output.get("plan") if isinstance(decision.output, dict) else None
+    found = []
+    for p in plan if isinstance(plan, list) else []:
+        ok = isinstance(p, list) and len(p) == 2 and isinstance(p[1], int)
+        step = by_no.get(p[1]) if ok else None
+        if (
+            step is not None
+            and step.kind == "compensation"
+            and step.status == StepStatus.FAILED
+            and not confirmed_effect(step)
+        ):
+            found.append(step)
+    return sorted(found, key=lambda s: s.step_no)
 
 
 def first_step(journal: list[Step], status: str) -> tuple[int, list[int]]:
@@ -232,13 +262,36 @@ def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
     plan = ResumePlan(run_id=run_id, status=run.status, from_step=start)
     decision = finishing_compensation(journal, run.status)
     if decision is not None and decision.step_no >= start:
+        failed = "".join(
+            f"; step {s.step_no} ({s.name}) failed, applying nothing: that resume calls it "
+            "again with its key"
+            for s in failed_compensations(journal, decision)
+        )
         plan.refused.append(
             f"run {run_id} is compensating (step {decision.step_no} decided to undo its "
             f"effects, and a compensation is unsettled or done): resuming it from step "
             f"{start} would go forward on effects the provider may show undone; resume it "
             f"without --from-step to finish the compensation (`agentledger runs resume "
-            f"{run_id}`), then submit a new run to do the work again"
+            f"{run_id}`), then submit a new run to do the work again{failed}"
         )
+    if decision is not None and decision.step_no < start:
+        # Finishing it: the compensations that failed are called again, the rest stand.
+        for step in failed_compensations(journal, decision):
+            if step.step_no >= start:
+                continue  # in the range archived anyway: judged below
+            plan.compensations_again.append(step.step_no)
+            plan.reexecute.append(_brief(step))
+            target = step.input.get("compensates") if isinstance(step.input, dict) else None
+            why = " ".join((step.error or "failed").split())[:300]
+            plan.effects.append(
+                {
+                    **_brief(step),
+                    "state": "failed",
+                    "key": step.idempotency_key,
+                    "action": f"called again with this key to finish the compensation of "
+                    f"step {target} (it failed, applying nothing: {why})",
+                }
+            )
     undone = _compensated(journal)
     for step in journal:
         state = effect_state(step)
@@ -384,6 +437,16 @@ def resume_run(
     approvals = tx.fetchall(
         f"SELECT * FROM approvals WHERE run_id = :id AND step_no >= :n{keep}", params
     )
+    # Failed compensations called again (a run finishing its compensation), by number.
+    again = " OR ".join(f"step_no = {int(n)}" for n in plan.compensations_again) or "1 = 0"
+    if plan.compensations_again:
+        archived += tx.fetchall(
+            f"SELECT * FROM steps WHERE run_id = :id AND ({again}) ORDER BY step_no",
+            {"id": run_id},
+        )
+        approvals += tx.fetchall(
+            f"SELECT * FROM approvals WHERE run_id = :id AND ({again})", {"id": run_id}
+        )
     kept = tx.fetchall("SELECT COUNT(*) AS n FROM steps WHERE run_id = :id", params)[0]["n"]
     kept = int(kept) - len(archived)
     now = tx.now
@@ -398,6 +461,9 @@ def resume_run(
         raise ResumeRefused(f"run {run_id} changed state meanwhile; look again")
     tx.execute(f"DELETE FROM approvals WHERE run_id = :id AND step_no >= :n{keep}", params)
     tx.execute(f"DELETE FROM steps WHERE run_id = :id AND step_no >= :n{keep}", params)
+    if plan.compensations_again:
+        tx.execute(f"DELETE FROM approvals WHERE run_id = :id AND ({again})", {"id": run_id})
+        tx.execute(f"DELETE FROM steps WHERE run_id = :id AND ({again})", {"id": run_id})
     outbox: dict[str, list[str]] = {"revived": [], "removed": []}
     if any(s["kind"] == DECISION_KIND for s in archived):
         outbox = _undrop_outbox(tx, run_id, plan.from_step)
