@@ -14,6 +14,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from agentledger._canonical import clean_text
+from agentledger._failures import cause_of
 from agentledger.errors import StoreError
 
 if TYPE_CHECKING:
@@ -149,6 +150,10 @@ class Dialect(ABC):
     @abstractmethod
     def is_disconnect(self, exc: BaseException) -> bool:
         """True when the connection is gone and a reconnect may help."""
+
+    def lost_cause(self, conn: Any, exc: BaseException) -> str:
+        """Why ``conn`` was lost (``exc``, a disconnect), in one line for the log."""
+        return cause_of(exc)
 
     @abstractmethod
     def translate(self, exc: BaseException) -> StoreError:

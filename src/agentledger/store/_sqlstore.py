@@ -357,6 +357,7 @@ class Store:
                 except Exception as exc:
                     transient = self.dialect.is_transient(exc) and retry.may_retry_transient()
                     lost = self.dialect.is_disconnect(exc) and retry.within_window()
+                    cause = self.dialect.lost_cause(conn, exc) if lost else exc
                     if not transient:  # lost, or failing to open: a new one next time
                         with contextlib.suppress(Exception):
                             if conn is not None:
@@ -365,7 +366,7 @@ class Store:
                     if not (transient or lost):
                         job.future.set_exception(self._error(exc))
                         break
-                    log.warning("store read failed (%s); retrying", exc)
+                    log.warning("store read failed (%s); retrying", cause)
                     time.sleep(retry.transient_pause() if transient else retry.next_pause())
         if conn is not None:
             with contextlib.suppress(Exception):
@@ -393,7 +394,10 @@ class Store:
                     log.info("store transaction rolled back (%s); retrying", exc)
                     time.sleep(retry.transient_pause())
                     continue
-                log.warning("store connection lost (%s); reconnecting", exc)
+                log.warning(
+                    "store connection lost (%s); reconnecting",
+                    self.dialect.lost_cause(self._conn, exc),
+                )
                 for j in jobs:  # their COMMIT may have committed: recover before redoing
                     j.retried = True
                 time.sleep(retry.next_pause())

@@ -37,7 +37,7 @@ from agentledger.errors import LeaseLost
 from agentledger.store._base import Batch
 from agentledger.store._groupcommit import resolve_future
 from agentledger.store._postgres.batches import batch_statement, is_plain
-from agentledger.store._postgres.connection import SESSION_SETUP
+from agentledger.store._postgres.connection import SESSION_SETUP, keep_farewell, lost_cause
 from agentledger.store._postgres.notifier import EventsNotifier
 from agentledger.store._retrying import Reconnect
 
@@ -123,7 +123,9 @@ class AsyncBatchCommitter:
                     for _, future in group:
                         resolve_future(future, None, error)
                     return
-                log.warning("journal connection lost (%s); reconnecting", exc)
+                log.warning(
+                    "journal connection lost (%s); reconnecting", lost_cause(self._conn, exc)
+                )
                 retried = True  # the COMMIT may have committed: look before resending
                 await asyncio.sleep(retry.next_pause())
                 await self._reconnect()
@@ -196,5 +198,6 @@ async def connect_async(url: str, settings: dict[str, Any]) -> psycopg.AsyncConn
     conn: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(
         url, autocommit=True, row_factory=dict_row, **settings
     )
+    keep_farewell(conn)
     await conn.execute(SESSION_SETUP)
     return conn

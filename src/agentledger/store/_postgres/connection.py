@@ -9,12 +9,14 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import weakref
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
+from agentledger._failures import cause_of
 from agentledger.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -130,6 +132,33 @@ def where_of(params: dict[str, Any]) -> str:
     return f"{host}:{port}/{dbname}" if dbname else f"{host}:{port}"
 
 
+# What the server said as it ended a session (its FATAL message: the idle-in-transaction
+# timeout, pg_terminate_backend, a shutdown). Sent between two statements, libpq hands
+# it to the notice handler, and the next statement meets only a closed socket
+# ("server closed the connection unexpectedly"), which does not say why.
+_farewells: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def keep_farewell(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """Remember the server's last words on ``conn`` for :func:`lost_cause`."""
+    ref = weakref.ref(conn)
+
+    def notice(diag: psycopg.errors.Diagnostic) -> None:
+        held = ref()
+        if held is not None and diag.severity_nonlocalized in ("FATAL", "PANIC"):
+            said = one_line(diag.message_primary or "")
+            _farewells[held] = f"with {diag.sqlstate}: {said}"
+
+    conn.add_notice_handler(notice)
+
+
+def lost_cause(conn: Any, exc: BaseException) -> str:
+    """Why ``conn`` was lost, in one line: what the server said as it ended the session,
+    else the first line of ``exc`` (libpq's own messages run to several)."""
+    said = _farewells.get(conn) if conn is not None else None
+    return f"the server ended the session {said}" if said else cause_of(exc)
+
+
 def connect(url: str, *, autocommit: bool = False, **overrides: Any) -> psycopg.Connection[Any]:
     """Open a psycopg connection with agentledger's session settings.
 
@@ -146,6 +175,7 @@ def connect(url: str, *, autocommit: bool = False, **overrides: Any) -> psycopg.
         )
     except psycopg.Error as exc:
         raise connect_error(exc, params) from exc
+    keep_farewell(conn)
     try:
         conn.execute(SESSION_SETUP)
         if not autocommit:

@@ -46,6 +46,7 @@ from agentledger.store._postgres.connection import (
     connect,
     connect_error,
     convert_placeholders,
+    lost_cause,
     one_line,
     parse_url,
     where_of,
@@ -348,6 +349,9 @@ class PostgresDialect(Dialect):
                 return False
             return isinstance(exc, psycopg.OperationalError)
         return state.startswith("08") or state in DISCONNECT_STATES
+
+    def lost_cause(self, conn: Any, exc: BaseException) -> str:
+        return lost_cause(conn, exc)
 
     def translate(self, exc: BaseException) -> StoreError:
         if isinstance(exc, StoreError):

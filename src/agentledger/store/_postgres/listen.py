@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from agentledger.errors import UsageError
-from agentledger.store._postgres.connection import RUNS_CHANNEL, connect
+from agentledger.store._postgres.connection import RUNS_CHANNEL, connect, lost_cause
 from agentledger.store._retrying import Reconnect
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,9 @@ class RunListener:
             except Exception as exc:
                 if self._stop.is_set():
                     break
-                log.warning("listener connection lost (%s); reconnecting", exc)
+                log.warning(
+                    "listener connection lost (%s); reconnecting", lost_cause(self._conn, exc)
+                )
                 lost = True
             finally:
                 self._listening.clear()
