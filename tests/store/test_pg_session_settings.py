@@ -26,7 +26,7 @@ async def test_writer_and_read_connections_have_the_session_settings(pg_url: str
     try:
         expected = {
             "statement_timeout": "30s",
-            "idle_in_transaction_session_timeout": "1min",
+            "idle_in_transaction_session_timeout": "10s",
             "jit": "off",
         }
         assert await store.transact(_settings) == expected

@@ -33,7 +33,14 @@ notifications of one transaction are delivered as one)."""
 NOW_SQL = "EXTRACT(EPOCH FROM statement_timestamp())::float8"
 
 STATEMENT_TIMEOUT = "30s"
-IDLE_IN_TRANSACTION_TIMEOUT = "60s"
+# The store's transactions never wait on the client for long: whatever Python work runs
+# inside one is short. A session idle in its transaction this long belongs to a process
+# that is frozen (SIGSTOP, a stalled host) or lost: the server ends it, and with it the
+# row locks it holds, so another worker can take over a run whose lease expired, and a
+# renewal or a cancel waiting for that row goes on. 25P03 is a lost connection to the
+# store (DISCONNECT_STATES): the worker, if it runs again, reconnects and finds its lease
+# gone.
+IDLE_IN_TRANSACTION_TIMEOUT = "10s"
 
 # Every session of the store, in one round trip: short statements, no transaction
 # left idle, synchronous_commit never "off" (a stronger server setting stays), and no

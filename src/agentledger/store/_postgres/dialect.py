@@ -4,8 +4,12 @@ One :class:`PostgresDialect` per store. The store's writer thread owns one
 psycopg 3 connection (non-autocommit, READ COMMITTED, ``dict_row`` rows):
 
 * every transaction is short, so the session runs with a ``statement_timeout``
-  and an ``idle_in_transaction_session_timeout`` -- a stuck or forgotten
-  transaction cannot pin row locks or hold back vacuum;
+  (30 s) and an ``idle_in_transaction_session_timeout`` (10 s) -- a stuck or
+  forgotten transaction cannot pin row locks or hold back vacuum. A worker frozen
+  inside a transaction (SIGSTOP, a stalled host) holds its runs' rows until the
+  server ends its session: then the rows are free for another worker to take over
+  once the leases expired, and the frozen worker, if it runs again, meets a lost
+  connection (25P03) and finds its leases gone;
 * ``synchronous_commit`` is never left ``off``: a step is acknowledged only after
   COMMIT returned, and that must mean durable (docs/architecture.md, "Claim, lease, fence");
 * TCP keepalives let a half-open connection (a partitioned network) fail
