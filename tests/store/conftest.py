@@ -66,6 +66,11 @@ def conns(pg_url: str) -> Iterator[list[psycopg.Connection[Any]]]:
 
 
 def hold(conn: psycopg.Connection[Any], ids: list[str]) -> None:
-    """Lock these runs FOR UPDATE on ``conn`` and keep its transaction open."""
+    """Lock these runs FOR UPDATE on ``conn`` and keep its transaction open.
+
+    Held until the test lets go, however long a loaded machine makes the claims in
+    between: the store's idle-in-transaction timeout (``conn`` is a store session) would
+    end the hold halfway, and the held rows would be claimed."""
+    conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
     locked = conn.execute("SELECT id FROM runs WHERE id = ANY(%s) FOR UPDATE", (ids,)).fetchall()
     assert len(locked) == len(ids)
