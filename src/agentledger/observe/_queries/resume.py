@@ -194,18 +194,19 @@ def failed_compensations(journal: list[Step], decision: Step) -> list[Step]:
     step number, hence the key, is the plan's)."""
     by_no = {s.step_no: s for s in journal}
     plan = decision.output.get("plan") if isinstance(decision.output, dict) else None
-    found = []
+    found: dict[int, Step] = {}
     for p in plan if isinstance(plan, list) else []:
         ok = isinstance(p, list) and len(p) == 2 and isinstance(p[1], int)
         step = by_no.get(p[1]) if ok else None
         if (
             step is not None
+            and step.step_no not in found  # a plan naming it twice: it is called once
             and step.kind == "compensation"
             and step.status == StepStatus.FAILED
             and not confirmed_effect(step)
         ):
-            found.append(step)
-    return sorted(found, key=lambda s: s.step_no)
+            found[step.step_no] = step
+    return sorted(found.values(), key=lambda s: s.step_no)
 
 
 def first_step(journal: list[Step], status: str) -> tuple[int, list[int]]:
@@ -274,13 +275,18 @@ def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
             f"without --from-step to finish the compensation (`agentledger runs resume "
             f"{run_id}`), then submit a new run to do the work again{failed}"
         )
-    if decision is not None and decision.step_no < start:
-        # Finishing it: the compensations that failed are called again, the rest stand.
-        for step in failed_compensations(journal, decision):
-            if step.step_no >= start:
-                continue  # in the range archived anyway: judged below
-            plan.compensations_again.append(step.step_no)
-            plan.reexecute.append(_brief(step))
+    standing = next((s for s in journal if s.kind == DECISION_KIND), None)
+    if standing is not None and standing.step_no < start:
+        # The decision stays: the engine replays to it and calls each of its failed
+        # compensations that the journal no longer holds again, with its key. Finishing
+        # it, those before N are archived too; the ones from N on are archived by the
+        # range (the loop below lists them only as steps re-executed).
+        for step in failed_compensations(journal, standing):
+            if step.step_no < start:
+                if decision is None:
+                    continue  # not finishing: it stays failed, the run is handed over
+                plan.compensations_again.append(step.step_no)
+                plan.reexecute.append(_brief(step))
             target = step.input.get("compensates") if isinstance(step.input, dict) else None
             why = " ".join((step.error or "failed").split())[:300]
             plan.effects.append(

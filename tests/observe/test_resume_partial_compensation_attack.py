@@ -1,0 +1,206 @@
+"""Attacks on resuming a run whose compensation is partly applied (issue 22, review):
+the dry run names every call the resumed run makes, whatever ``--from-step``; a decision
+whose plan is damaged or hostile never makes a resume delete or list a step that is not
+one of its failed compensations; a refund that applied is never called again unforced.
+
+The provider is the external ledger of tests/apps/ledger.py: "money taken" is read there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentledger import App, Status, ToolContext
+from agentledger.errors import BusinessError
+from agentledger.observe._queries import resume as observe_resume
+from agentledger.observe._queries.resume import ResumePlan
+from agentledger.records import RunStatus, StepStatus, dumps
+from agentledger.store._tx import Tx
+from agentledger.tools._contract import Compensation
+from tests.apps import ledger
+from tests.fast.lifecycle_harness import Harness
+from tests.observe.test_resume_settle import money_taken
+
+#: The refunds the provider declines (names of the refund tools).
+DECLINE: set[str] = set()
+
+
+async def _status(ctx: ToolContext, args: dict[str, Any]) -> Status:
+    found = ledger.status(ctx.idempotency_key)
+    return Status.succeeded(found) if found else Status.not_found()
+
+
+def _app() -> App:
+    """A booking that charges twice (``hotel``, then ``fee``), each compensated by its
+    refund; its confirmation has a bug. A refund named in ``DECLINE`` is declined."""
+    app = App("partial_attack")
+
+    for refund_name in ("refund_hotel", "refund_fee"):
+
+        @app.tool(name=refund_name, effect="money", idempotency="provider",
+                  status_check=_status, timeout=5)  # fmt: skip
+        async def refund(
+            ctx: ToolContext, effect_id: int, amount: int, _name: str = refund_name
+        ) -> dict[str, Any]:
+            if _name in DECLINE:
+                ledger.record_call(ctx.idempotency_key, "refund")
+                raise BusinessError(f"{_name}: declined by the provider (account locked)")
+            payload = {"effect_id": effect_id, "amount": amount}
+            return ledger.apply(ctx.idempotency_key, "refund", dedupe=True, payload=payload)
+
+    for name, comp in (("charge_hotel", "refund_hotel"), ("charge_fee", "refund_fee")):
+
+        @app.tool(name=name, effect="money", idempotency="provider", status_check=_status,
+                  timeout=5, compensation=Compensation(
+                      comp, lambda a, out: {"effect_id": out["effect_id"], "amount": a["amount"]}
+                  ))  # fmt: skip
+        async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
+            return ledger.apply(ctx.idempotency_key, "charge", dedupe=True, payload=amount)
+
+    @app.workflow(name="booking")
+    async def booking(ctx: Any, input: Any) -> Any:
+        await ctx.tool("charge_hotel", amount=100)
+        await ctx.tool("charge_fee", amount=20)
+
+        def confirm() -> dict[str, Any]:
+            raise RuntimeError("confirm: bug in the confirmation code")
+
+        return await ctx.step("confirm", confirm)
+
+    return app
+
+
+@pytest.fixture
+def harness(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
+    DECLINE.clear()
+    return Harness(tmp_path, _app(), url=store_url)
+
+
+async def _compensated(h: Harness, declined: set[str]) -> str:
+    """A booking whose compensation ran with the refunds in ``declined`` declined:
+    steps 1-2 charges, 3 the failed confirmation, 4 the decision, 5 the fee's refund,
+    6 the hotel's."""
+    DECLINE.clear()
+    DECLINE.update(declined)
+    run_id = await h.submit("booking")
+    run = await h.drive(run_id)
+    assert run.status == RunStatus.NEEDS_HUMAN, run
+    journal = [(s.step_no, s.kind, s.name, s.status) for s in await h.journal(run_id)]
+    assert journal == [
+        (1, "tool", "charge_hotel", StepStatus.SUCCEEDED),
+        (2, "tool", "charge_fee", StepStatus.SUCCEEDED),
+        (3, "step", "confirm", StepStatus.FAILED),
+        (4, "decision", "compensate", StepStatus.SUCCEEDED),
+        (5, "compensation", "refund_fee", StepStatus.FAILED if "refund_fee" in declined
+         else StepStatus.SUCCEEDED),
+        (6, "compensation", "refund_hotel", StepStatus.FAILED if "refund_hotel" in declined
+         else StepStatus.SUCCEEDED),
+    ], journal  # fmt: skip
+    return run_id
+
+
+async def _resume_and_compare(
+    h: Harness, run_id: str, from_step: int | None, force: bool
+) -> tuple[ResumePlan, list[str]]:
+    """Dry run, then the resume and the engine: the keys the provider saw since."""
+    plan = await h.store.read(observe_resume.plan_resume, run_id, from_step)
+    assert not plan.refused, plan
+    before = len(ledger.calls())
+    reason = "refunds unlocked" if force else None
+    await h.store.transact(observe_resume.resume_run, run_id, from_step, "ops:amy", reason, force)
+    await h.drive(run_id)
+    return plan, [c[0] for c in ledger.calls()[before:]]
+
+
+@pytest.mark.parametrize("from_step", [None, 5, 6, 7])
+async def test_the_dry_run_lists_every_compensation_called_again_whatever_the_from_step(
+    harness: Harness, from_step: int | None
+) -> None:
+    """The fee's refund was declined, the hotel's applied. From after the decision on,
+    the engine calls the declined refund again with its key; the dry run must say so
+    (with that key) wherever the resume starts, not only without --from-step."""
+    async with harness as h:
+        run_id = await _compensated(h, {"refund_fee"})
+        keys = {s.step_no: s.idempotency_key for s in await h.journal(run_id)}
+        DECLINE.clear()  # the provider unlocked the fee account
+        forced = from_step is not None and from_step <= 6  # the hotel's refund re-runs
+        plan, called = await _resume_and_compare(h, run_id, from_step, forced)
+        listed = {e["step_no"]: e for e in plan.effects}
+        assert 5 in listed and listed[5]["key"] == keys[5], plan.effects
+        assert listed[5]["state"] == "failed" and "finish the compensation" in listed[5]["action"]
+        assert set(called) <= {e["key"] for e in plan.effects}, (called, plan.effects)
+        assert keys[5] in called
+        run = await h.run(run_id)
+        assert run.status == RunStatus.FAILED, run  # as decided
+        assert money_taken("charge", "refund") == 0  # each refund applied once
+        assert ledger.effect_counts(kind="refund") == {keys[5]: 1, keys[6]: 1}
+
+
+@pytest.mark.parametrize("from_step", [5, 6])
+async def test_from_step_after_a_decision_whose_refunds_all_failed_lists_them(
+    harness: Harness, from_step: int
+) -> None:
+    """Both refunds were declined (nothing undone). A --from-step after the decision
+    keeps it: the engine calls the archived refunds again, so the dry run lists them."""
+    async with harness as h:
+        run_id = await _compensated(h, {"refund_fee", "refund_hotel"})
+        keys = {s.step_no: s.idempotency_key for s in await h.journal(run_id)}
+        DECLINE.clear()
+        plan, called = await _resume_and_compare(h, run_id, from_step, False)
+        archived = set(range(from_step, 7))
+        listed = {e["step_no"]: e["key"] for e in plan.effects}
+        assert {n: keys[n] for n in archived} == {n: listed.get(n) for n in archived}, plan
+        assert set(called) <= set(listed.values()), (called, plan.effects)
+        # From 6, the fee's refund (5) stays failed: the run is handed back, the hotel
+        # refunded; a plain resume then finishes the compensation (it is partly applied).
+        run = await h.run(run_id)
+        assert run.status == (RunStatus.FAILED if from_step == 5 else RunStatus.NEEDS_HUMAN)
+        assert money_taken("charge", "refund") == (0 if from_step == 5 else 20)
+        assert ledger.effect_counts(kind="refund") == {keys[n]: 1 for n in archived}
+
+
+def _set_plan(tx: Tx, run_id: str, plan: Any) -> None:
+    decision = tx.fetchall(
+        "SELECT output FROM steps WHERE run_id = :id AND kind = 'decision'", {"id": run_id}
+    )[0]["output"]
+    from agentledger.records import loads
+
+    output = loads(decision)
+    output["plan"] = plan
+    tx.execute(
+        "UPDATE steps SET output = :o WHERE run_id = :id AND kind = 'decision'",
+        {"o": dumps(output), "id": run_id},
+    )
+
+
+HOSTILE = [
+    [2, 5], [2, 5], [1, 1], [1, True], [1, -3], [1, 0], [1, 2**40], [1, "5"], [1, 5.0],
+    [3, 2], [1, 3], [1, 4], [1, 6], [1], [1, 5, 6], "5", None, {"1": 5},
+]  # fmt: skip
+
+
+async def test_a_hostile_plan_never_deletes_or_lists_another_step(harness: Harness) -> None:
+    """The decision's plan names the fee's declined refund twice, forward steps, the
+    decision itself, the applied refund, negative, zero, huge and non-integer numbers
+    and rows of other shapes: the resume archives and lists the declined refund once,
+    and deletes nothing else."""
+    async with harness as h:
+        run_id = await _compensated(h, {"refund_fee"})
+        await h.store.transact(_set_plan, run_id, HOSTILE)
+        before = {s.step_no: s for s in await h.journal(run_id)}
+        plan = await h.store.read(observe_resume.plan_resume, run_id, None)
+        assert not plan.refused and not plan.needs_force, plan
+        assert plan.compensations_again == [5], plan
+        assert [e["step_no"] for e in plan.effects] == [5], plan.effects
+        assert [s["step_no"] for s in plan.reexecute] == [5], plan.reexecute
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "hostile")
+        after = {s.step_no: s for s in await h.journal(run_id)}
+        assert sorted(after) == [1, 2, 3, 4, 6]
+        assert all(after[n].status == before[n].status for n in after)
+        (event,) = [e for e in await h.events(run_id) if e.type == "run.resumed"]
+        assert [s["step_no"] for s in event.data["archived_steps"]] == [5]
+        assert (await h.run(run_id)).step_count == 5
