@@ -8,6 +8,7 @@ The provider is the external ledger of tests/apps/ledger.py: "money taken" is re
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,16 @@ from tests.observe.test_resume_settle import money_taken
 
 #: The refunds the provider declines (names of the refund tools).
 DECLINE: set[str] = set()
+#: The refunds the provider applies but answers too late (after the tool's timeout).
+SLOW: set[str] = set()
+#: While set, the provider's status page lags: it shows no refund (``not_found``).
+LAG: set[str] = set()
 
 
 async def _status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     found = ledger.status(ctx.idempotency_key)
+    if found and found.get("kind") == "refund" and LAG:
+        return Status.not_found()
     return Status.succeeded(found) if found else Status.not_found()
 
 
@@ -41,7 +48,7 @@ def _app() -> App:
     for refund_name in ("refund_hotel", "refund_fee"):
 
         @app.tool(name=refund_name, effect="money", idempotency="provider",
-                  status_check=_status, timeout=5)  # fmt: skip
+                  status_check=_status, timeout=1)  # fmt: skip
         async def refund(
             ctx: ToolContext, effect_id: int, amount: int, _name: str = refund_name
         ) -> dict[str, Any]:
@@ -49,7 +56,10 @@ def _app() -> App:
                 ledger.record_call(ctx.idempotency_key, "refund")
                 raise BusinessError(f"{_name}: declined by the provider (account locked)")
             payload = {"effect_id": effect_id, "amount": amount}
-            return ledger.apply(ctx.idempotency_key, "refund", dedupe=True, payload=payload)
+            done = ledger.apply(ctx.idempotency_key, "refund", dedupe=True, payload=payload)
+            if _name in SLOW:
+                await asyncio.sleep(3)  # applied; the answer comes after the timeout
+            return done
 
     for name, comp in (("charge_hotel", "refund_hotel"), ("charge_fee", "refund_fee")):
 
@@ -77,6 +87,8 @@ def _app() -> App:
 def harness(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Harness:
     monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
     DECLINE.clear()
+    SLOW.clear()
+    LAG.clear()
     return Harness(tmp_path, _app(), url=store_url)
 
 
@@ -204,3 +216,34 @@ async def test_a_hostile_plan_never_deletes_or_lists_another_step(harness: Harne
         (event,) = [e for e in await h.events(run_id) if e.type == "run.resumed"]
         assert [s["step_no"] for s in event.data["archived_steps"]] == [5]
         assert (await h.run(run_id)).step_count == 5
+
+
+async def test_a_refund_failed_after_its_status_check_lagged_is_not_applied_twice(
+    harness: Harness,
+) -> None:
+    """The fee's refund applied, but every answer came after the timeout and the
+    provider's status page lagged (``not_found``) until the engine's same-key resends
+    were used up: the journal says failed (the status checks "proved" it not applied).
+    The resume calls it again with the same key; the provider, which honours keys,
+    applies nothing more: the fee is refunded once."""
+    async with harness as h:
+        SLOW.add("refund_fee")
+        LAG.add("refund")
+        run_id = await h.submit("booking")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.NEEDS_HUMAN, run
+        journal = {s.step_no: s for s in await h.journal(run_id)}
+        assert journal[5].status == StepStatus.FAILED, journal[5]
+        assert journal[5].error_class == "timeout" and "not found" in str(journal[5].error)
+        key = journal[5].idempotency_key
+        assert ledger.effect_counts(kind="refund")[key] == 1  # it did apply
+        plan = await h.store.read(observe_resume.plan_resume, run_id, None)
+        assert plan.compensations_again == [5] and plan.effects[0]["key"] == key
+        SLOW.clear()
+        LAG.clear()
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "retry")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.FAILED, run
+        assert {s.step_no: s for s in await h.journal(run_id)}[5].idempotency_key == key
+        assert ledger.effect_counts(kind="refund") == {key: 1, journal[6].idempotency_key: 1}
+        assert money_taken("charge", "refund") == 0
