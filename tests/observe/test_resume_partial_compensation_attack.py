@@ -29,6 +29,8 @@ from tests.observe.test_resume_settle import money_taken
 DECLINE: set[str] = set()
 #: The refunds the provider applies but answers too late (after the tool's timeout).
 SLOW: set[str] = set()
+#: The refunds whose result cannot be journaled (the tool returns a set): they applied.
+UNJOURNALABLE: set[str] = set()
 #: While set, the provider's status page lags: it shows no refund (``not_found``).
 LAG: set[str] = set()
 
@@ -59,6 +61,8 @@ def _app() -> App:
             done = ledger.apply(ctx.idempotency_key, "refund", dedupe=True, payload=payload)
             if _name in SLOW:
                 await asyncio.sleep(3)  # applied; the answer comes after the timeout
+            if _name in UNJOURNALABLE:
+                return {**done, "ids": {1, 2}}  # a bug of the tool: a set is not JSON
             return done
 
     for name, comp in (("charge_hotel", "refund_hotel"), ("charge_fee", "refund_fee")):
@@ -89,6 +93,7 @@ def harness(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> 
     DECLINE.clear()
     SLOW.clear()
     LAG.clear()
+    UNJOURNALABLE.clear()
     return Harness(tmp_path, _app(), url=store_url)
 
 
@@ -247,3 +252,32 @@ async def test_a_refund_failed_after_its_status_check_lagged_is_not_applied_twic
         assert {s.step_no: s for s in await h.journal(run_id)}[5].idempotency_key == key
         assert ledger.effect_counts(kind="refund") == {key: 1, journal[6].idempotency_key: 1}
         assert money_taken("charge", "refund") == 0
+
+
+@pytest.mark.parametrize("declined", [{"refund_fee"}, set()])
+async def test_a_refund_that_applied_but_whose_result_was_not_journaled_counts_as_done(
+    harness: Harness, declined: set[str]
+) -> None:
+    """The hotel's refund applied but its result could not be journaled (the step says
+    failed, ``not_journalable``: a confirmed effect), the fee's refund was declined or
+    applied. The resume counts the hotel's refund as done (never calls it again), and the
+    resumed run ends as decided, instead of handing itself back to a person forever."""
+    async with harness as h:
+        UNJOURNALABLE.add("refund_hotel")
+        DECLINE.update(declined)
+        run_id = await h.submit("booking")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.NEEDS_HUMAN, run
+        journal = {s.step_no: s for s in await h.journal(run_id)}
+        assert (journal[6].status, journal[6].error_class) == ("failed", "not_journalable")
+        keys = {n: s.idempotency_key for n, s in journal.items()}
+        DECLINE.clear()
+        plan = await h.store.read(observe_resume.plan_resume, run_id, None)
+        assert not plan.refused and not plan.needs_force, plan
+        assert plan.compensations_again == ([5] if declined else []), plan
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "go")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.FAILED, run  # as decided
+        assert money_taken("charge", "refund") == 0
+        assert ledger.effect_counts(kind="refund") == {keys[5]: 1, keys[6]: 1}
+        assert ledger.call_counts(kind="refund")[keys[6]] == 1  # never called again
