@@ -42,6 +42,16 @@ async def _status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     return Status.succeeded(found) if found else Status.not_found()
 
 
+#: The refunds whose arguments cannot be built (a bug of the booking's code, since fixed).
+BAD_ARGS: set[str] = set()
+
+
+def _refund_args(refund: str, args: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    if refund in BAD_ARGS:
+        raise KeyError("effect")
+    return {"effect_id": out["effect_id"], "amount": args["amount"]}
+
+
 def _app() -> App:
     """A booking that charges twice (``hotel``, then ``fee``), each compensated by its
     refund; its confirmation has a bug. A refund named in ``DECLINE`` is declined."""
@@ -69,7 +79,7 @@ def _app() -> App:
 
         @app.tool(name=name, effect="money", idempotency="provider", status_check=_status,
                   timeout=5, compensation=Compensation(
-                      comp, lambda a, out: {"effect_id": out["effect_id"], "amount": a["amount"]}
+                      comp, lambda a, out, _c=comp: _refund_args(_c, a, out)
                   ))  # fmt: skip
         async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
             return ledger.apply(ctx.idempotency_key, "charge", dedupe=True, payload=amount)
@@ -94,6 +104,7 @@ def harness(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> 
     SLOW.clear()
     LAG.clear()
     UNJOURNALABLE.clear()
+    BAD_ARGS.clear()
     return Harness(tmp_path, _app(), url=store_url)
 
 
@@ -281,3 +292,27 @@ async def test_a_refund_that_applied_but_whose_result_was_not_journaled_counts_a
         assert money_taken("charge", "refund") == 0
         assert ledger.effect_counts(kind="refund") == {keys[5]: 1, keys[6]: 1}
         assert ledger.call_counts(kind="refund")[keys[6]] == 1  # never called again
+
+
+async def test_the_dry_run_names_the_key_of_a_refund_whose_arguments_could_not_be_built(
+    harness: Harness,
+) -> None:
+    """The fee's refund never reached the provider (its arguments could not be built, so
+    its journal entry has no key); the code is fixed. The dry run names the key the
+    resumed run then sends, not none."""
+    async with harness as h:
+        BAD_ARGS.add("refund_fee")
+        run_id = await h.submit("booking")
+        assert (await h.drive(run_id)).status == RunStatus.NEEDS_HUMAN
+        journal = {s.step_no: s for s in await h.journal(run_id)}
+        assert journal[5].status == StepStatus.FAILED and journal[5].idempotency_key is None
+        BAD_ARGS.clear()
+        plan = await h.store.read(observe_resume.plan_resume, run_id, None)
+        assert plan.compensations_again == [5], plan
+        listed = plan.effects[0]["key"]
+        before = len(ledger.calls())
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "fixed")
+        assert (await h.drive(run_id)).status == RunStatus.FAILED
+        assert [c[0] for c in ledger.calls()[before:]] == [listed]
+        assert {s.step_no: s for s in await h.journal(run_id)}[5].idempotency_key == listed
+        assert money_taken("charge", "refund") == 0

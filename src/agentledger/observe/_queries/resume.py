@@ -209,6 +209,13 @@ def failed_compensations(journal: list[Step], decision: Step) -> list[Step]:
     return sorted(found.values(), key=lambda s: s.step_no)
 
 
+def compensation_key(run_id: str, step_no: int) -> str:
+    """The key a compensation at ``step_no`` is called with (the engine's step key,
+    ``Execution.key``): what one that never got as far as a call (its arguments could
+    not be built: no key journaled) sends once it is called again."""
+    return f"{run_id}:{step_no}"
+
+
 def first_step(journal: list[Step], status: str) -> tuple[int, list[int]]:
     """The default step to resume from, and the in-flight steps kept before it."""
     if finishing_compensation(journal, status) is not None:
@@ -293,7 +300,7 @@ def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
                 {
                     **_brief(step),
                     "state": "failed",
-                    "key": step.idempotency_key,
+                    "key": step.idempotency_key or compensation_key(run_id, step.step_no),
                     "action": f"called again with this key to finish the compensation of "
                     f"step {target} (it failed, applying nothing: {why})",
                 }
