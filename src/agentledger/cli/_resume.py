@@ -22,6 +22,7 @@ from agentledger.errors import StoreError, StoreUnavailable, UsageError
 from agentledger.observe._queries import resume as observe_resume
 from agentledger.observe._queries.resume import ResumeNeedsForce, ResumePlan, ResumeRefused
 from agentledger.store import Store
+from agentledger.store._queries.common import new_token
 
 
 def _actor(actor: str | None) -> str:
@@ -138,8 +139,10 @@ async def resume(
                 if dry_run:
                     done.append((rid, await store.read(observe_resume.plan_resume, rid, from_step)))
                 else:
+                    # One token per run asked for: a resume committed before its reply
+                    # was lost answers its plan when the store runs it again.
                     plan = await store.transact(
-                        observe_resume.resume_run, rid, from_step, who, reason, force
+                        observe_resume.resume_run, rid, from_step, who, reason, force, new_token()
                     )
                     done.append((rid, plan))
             except ResumeNeedsForce as exc:

@@ -12,6 +12,7 @@ from fastapi import Request
 from agentledger.observe._queries import resume as store_resume
 from agentledger.service._auth import Principal
 from agentledger.service._problems import Problem
+from agentledger.store._queries.common import new_token
 from agentledger.store._tx import Tx
 
 Check = Any  # (plan) -> None, raising ResumeRefused: what the caller was shown
@@ -31,8 +32,9 @@ def _resume(
     reason: str | None,
     force: bool,
     check: Check,
+    token: str,
 ) -> store_resume.ResumePlan:
-    plan = store_resume.resume_run(tx, run_id, from_step, actor, reason, force)
+    plan = store_resume.resume_run(tx, run_id, from_step, actor, reason, force, token)
     if check is not None:
         check(plan)  # raises: the transaction rolls back, nothing was resumed
     return plan
@@ -58,8 +60,17 @@ async def resume(
                 store_resume.plan_resume, run_id, from_step
             )
             return plan
+        # The token is fixed before the first attempt: a resume committed before its
+        # reply was lost answers its plan when the store runs it again.
         return await store.transact(
-            _resume, run_id, from_step, actor_of(request, principal), reason, force, check
+            _resume,
+            run_id,
+            from_step,
+            actor_of(request, principal),
+            reason,
+            force,
+            check,
+            new_token(),
         )
     except store_resume.ResumeNeedsForce as exc:
         raise Problem("resume-needs-force", f"Not resumed: {exc}.") from None

@@ -415,12 +415,21 @@ def resume_run(
     actor: str,
     reason: str | None = None,
     force: bool = False,
+    token: str | None = None,
 ) -> ResumePlan:
     """Resume ``run_id`` (see the module docstring); returns the plan carried out.
 
     ``force``: re-execute the confirmed effects the plan lists (``needs_force``); it
     needs a ``reason``, and the ``run.resumed`` event records the actor, the reason and
-    those effects. Without it such a resume raises :class:`ResumeNeedsForce`."""
+    those effects. Without it such a resume raises :class:`ResumeNeedsForce`.
+    ``token`` (one per resume the caller asks for, the same when the store runs this
+    again after a lost connection): marks its ``run.resumed`` event, so a resume that
+    committed before its reply was lost answers the plan it carried out instead of
+    refusing the run it queued."""
+    if token is not None:
+        done = _resumed_with(tx, run_id, token)
+        if done is not None:
+            return done
     if force and not (reason or "").strip():
         raise ResumeRefused(
             "a forced resume needs a reason (--reason R): it is recorded in the audit trail "
@@ -497,10 +506,40 @@ def resume_run(
             "archived_approvals": approvals,
             "outbox_revived": outbox["revived"],
             "outbox_removed": outbox["removed"],
+            "compensations_again": plan.compensations_again,
         },
+        token=token,
     )
     tx.dialect.notify_runnable(tx.conn)
     return plan
+
+
+def _resumed_with(tx: Tx, run_id: str, token: str) -> ResumePlan | None:
+    """The plan a resume marked ``token`` carried out, as its ``run.resumed`` event
+    records it; None when it has not committed."""
+    found = tx.fetchall(
+        "SELECT data FROM events WHERE run_id = :id AND token = :token AND type = 'run.resumed'",
+        {"id": run_id, "token": token},
+    )
+    if not found:
+        return None
+    data = loads(found[0]["data"]) or {}
+    forced = data.get("forced") or []
+    return ResumePlan(
+        run_id=run_id,
+        status=str(data.get("previous_status")),
+        from_step=int(data.get("from_step") or 0),
+        reexecute=[
+            {k: s.get(k) for k in ("step_no", "kind", "name", "status", "idempotency_key")}
+            for s in data.get("archived_steps") or []
+            if isinstance(s, dict)
+        ],
+        kept_in_flight=list(data.get("kept_in_flight") or []),
+        effects=list(data.get("effects") or []),
+        needs_force=["forced: see the run.resumed event"] if forced else [],
+        forced=list(forced),
+        compensations_again=list(data.get("compensations_again") or []),
+    )
 
 
 def _lock_resumable(tx: Tx, run_id: str) -> int:
