@@ -190,3 +190,58 @@ def test_a_resume_killed_after_deleting_the_declined_refund_changes_nothing(
 
     asyncio.run(finish())
     assert money_taken("charge", "refund") == 0
+
+
+def test_a_bulk_resume_finishes_a_partly_compensated_run_and_counts_the_refused(
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`runs resume --status needs_human` over a partly compensated booking (resumable:
+    its declined refund is called again) and a payout whose outcome is unknown with no
+    status check (refused until settled): the dry run and the resume each name the
+    declined refund's key, the resume exits 1 (one run refused) with the counts, and the
+    booking is resumed."""
+    from click.testing import CliRunner
+
+    from agentledger.cli._main import cli
+    from tests.observe.test_resume_settle import FAULT, _unknown_payout, settle_app
+
+    monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
+    DECLINE.clear()
+    FAULT.update(payout=None, confirm=None)
+    booking, payouts = (
+        Harness(tmp_path, _app(), url=store_url),
+        Harness(tmp_path, settle_app(), url=store_url),
+    )
+
+    async def seed() -> tuple[str, str, str]:
+        async with booking:
+            partial = await _compensated(booking, {"refund_fee"})
+            key = {s.step_no: s.idempotency_key for s in await booking.journal(partial)}[5]
+        async with payouts:
+            unknown, _ = await _unknown_payout(payouts, "before_commit")
+        assert key is not None
+        return partial, unknown, key
+
+    partial, unknown, key = asyncio.run(seed())
+    runner = CliRunner()
+    base = ["runs", "resume", "--status", "needs_human", "--db", store_url]
+    out = runner.invoke(cli, [*base, "--dry-run"])
+    assert out.exit_code == 0, out.output
+    assert f"would resume {partial} (needs_human) from step 7" in out.output, out.output
+    assert f"5 refund_fee: failed (applied nothing), key {key} -> called again" in out.output
+    assert out.output.splitlines()[-1].startswith("dry run: would resume 1, would refuse 1")
+    out = runner.invoke(cli, [*base, "--reason", "fee account unlocked"])
+    assert out.exit_code == 1, out.output
+    assert f"resumed {partial} (needs_human) from step 7" in out.output, out.output
+    assert f"5 refund_fee: failed (applied nothing), key {key} -> called again" in out.output
+    assert f"refused {unknown}: " in out.output
+    assert out.output.splitlines()[-1].startswith("resumed 1, refused 1"), out.output
+
+    async def finish() -> None:
+        async with booking:
+            DECLINE.clear()
+            run = await booking.drive(partial)
+            assert run.status == RunStatus.FAILED, run
+
+    asyncio.run(finish())
+    assert money_taken("charge", "refund") == 0
