@@ -341,7 +341,8 @@ def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
 
 def _called_again(step: Step) -> bool:
     """A write (it has a key) that failed applying nothing: re-executing its step calls
-    the provider again (a compensation re-runs only if the run fails again)."""
+    the provider again (a failed compensation is called again when its decision stays:
+    :func:`plan_resume` lists those; else only if the run fails again)."""
     return (
         step.kind == "tool"
         and step.idempotency_key is not None
