@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentledger.store import open_store
-from tests.cli.helpers import run_cli
+from tests.cli.helpers import cli_here
 from tests.store.test_approval_expiry import parked
 
 
@@ -32,18 +32,18 @@ async def test_a_system_decider_is_refused_and_a_vote_says_what_is_still_needed(
 
     for by in ("system:expired", "system:ops"):
         for approval in ("a-late", "a-two"):
-            refused = run_cli("approvals", "approve", approval, "--by", by, "--db", url)
+            refused = cli_here("approvals", "approve", approval, "--by", by, "--db", url)
             assert refused.returncode != 0, refused
             lines = [line for line in refused.stderr.splitlines() if line.strip()]
             assert len(lines) == 1 and "system:" in lines[0], lines
             assert "Traceback" not in refused.stderr
 
-    vote = run_cli("approvals", "approve", "a-two", "--by", "mona", "--db", url)
+    vote = cli_here("approvals", "approve", "a-two", "--by", "mona", "--db", url)
     assert vote.returncode == 0, vote.stderr
     assert vote.stdout.strip() == "a-two approve by mona recorded; 1 more approver needed", (
         vote.stdout
     )
-    last = run_cli("approvals", "approve", "a-two", "--by", "max", "--db", url)
+    last = cli_here("approvals", "approve", "a-two", "--by", "max", "--db", url)
     assert last.returncode == 0, last.stderr
     assert last.stdout.startswith("a-two approve by max; run "), last.stdout
 
@@ -62,12 +62,12 @@ def test_no_key_is_minted_for_a_system_user(
     """`keys create --user system:…` is refused in one line, and no key is stored."""
     monkeypatch.setenv("AGENTLEDGER_KEY_PEPPER", "p" * 32)
     url = f"sqlite:///{tmp_path / 'keys.db'}"
-    env_ok = run_cli("keys", "create", "--tenant", "t1", "--user", "mona", "--roles",
+    env_ok = cli_here("keys", "create", "--tenant", "t1", "--user", "mona", "--roles",
                      "approver", "--db", url)  # fmt: skip
     assert env_ok.returncode == 0, env_ok.stderr
-    refused = run_cli("keys", "create", "--tenant", "t1", "--user", "system:expired",
+    refused = cli_here("keys", "create", "--tenant", "t1", "--user", "system:expired",
                       "--roles", "approver", "--db", url)  # fmt: skip
     assert refused.returncode != 0 and refused.stdout == ""
     assert len(refused.stderr.strip().splitlines()) == 1 and "reserved" in refused.stderr
-    listed = run_cli("keys", "list", "--tenant", "t1", "--db", url)
+    listed = cli_here("keys", "list", "--tenant", "t1", "--db", url)
     assert listed.returncode == 0 and "system:" not in listed.stdout and "mona" in listed.stdout

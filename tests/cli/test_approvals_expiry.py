@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from agentledger.store import open_store
-from tests.cli.helpers import run_cli
+from tests.cli.helpers import cli_here
 from tests.store.test_approval_expiry import parked
 
 
@@ -24,12 +24,12 @@ async def test_a_decision_after_expiry_fails_in_one_line_and_records_nothing(
         await store.close()
 
     for verb in ("approve", "reject"):
-        late = run_cli("approvals", verb, "a-late", "--by", "mona", "--db", url)
+        late = cli_here("approvals", verb, "a-late", "--by", "mona", "--db", url)
         assert late.returncode != 0, late
         lines = [line for line in late.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: approval a-late expired"), lines
         assert "not recorded" in lines[0] and "Traceback" not in late.stderr
-    ok = run_cli("approvals", "approve", "a-open", "--by", "mona", "--db", url)
+    ok = cli_here("approvals", "approve", "a-open", "--by", "mona", "--db", url)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("a-open approve by mona")
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from agentledger.records import RunStatus
+from tests.cli.helpers import cli_here
 from tests.engine.helpers import Env
 
 pytestmark = pytest.mark.slow
@@ -37,30 +38,30 @@ def _assert_clean_error(result: object, usage: bool = False) -> None:
 
 
 def test_bad_db_url_scheme(env: Env) -> None:
-    _assert_clean_error(env.cli("runs", "list", "--db", "mysql://nobody/x"))
+    _assert_clean_error(cli_here("runs", "list", "--db", "mysql://nobody/x"))
 
 
 def test_corrupt_db_file(env: Env) -> None:
     bad = env.tmp / "corrupt.db"
     bad.write_bytes(b"this is not a database" * 100)
-    _assert_clean_error(env.cli("runs", "list", "--db", f"sqlite:///{bad}"))
+    _assert_clean_error(cli_here("runs", "list", "--db", f"sqlite:///{bad}"))
 
 
 def test_db_folder_missing(env: Env) -> None:
     _assert_clean_error(
-        env.cli("runs", "list", "--db", f"sqlite:///{env.tmp / 'no' / 'such' / 'dir' / 'x.db'}")
+        cli_here("runs", "list", "--db", f"sqlite:///{env.tmp / 'no' / 'such' / 'dir' / 'x.db'}")
     )
 
 
 def test_unknown_agent_name(env: Env) -> None:
-    _assert_clean_error(env.cli("submit", "no_such_agent", "--db", env.url))
+    _assert_clean_error(cli_here("submit", "no_such_agent", "--db", env.url))
     _assert_clean_error(
-        env.cli("submit", "no_such_agent", "--app", "tests.apps.engine_app:app", "--db", env.url)
+        cli_here("submit", "no_such_agent", "--app", "tests.apps.engine_app:app", "--db", env.url)
     )
 
 
 def test_invalid_input_json(env: Env) -> None:
-    result = env.cli(
+    result = cli_here(
         "submit",
         "quick",
         "--input",
@@ -74,18 +75,18 @@ def test_invalid_input_json(env: Env) -> None:
 
 
 def test_show_unknown_run(env: Env) -> None:
-    env.cli("migrate", "--db", env.url)
-    _assert_clean_error(env.cli("runs", "show", "r-does-not-exist", "--db", env.url))
+    cli_here("migrate", "--db", env.url)
+    _assert_clean_error(cli_here("runs", "show", "r-does-not-exist", "--db", env.url))
 
 
 def test_json_output_parses_and_has_journal_fields(env: Env) -> None:
     run_id = env.submit("quick", {"n": 1})
     env.start_worker()
     env.wait_status(run_id, RunStatus.COMPLETED)
-    listed = env.cli("runs", "list", "--json", "--db", env.url)
+    listed = cli_here("runs", "list", "--json", "--db", env.url)
     assert listed.returncode == 0, listed.stderr
     assert [r["id"] for r in json.loads(listed.stdout)] == [run_id]
-    shown = env.cli("runs", "show", run_id, "--json", "--db", env.url)
+    shown = cli_here("runs", "show", run_id, "--json", "--db", env.url)
     assert shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)
     assert data["run"]["status"] == RunStatus.COMPLETED

@@ -15,6 +15,7 @@ import pytest
 
 from agentledger.records import RunStatus
 from agentledger.store import NewRun
+from tests.cli.helpers import cli_here
 from tests.engine.helpers import APP, APP_V2, ROOT, Env, wait_for
 
 pytestmark = pytest.mark.slow
@@ -33,7 +34,7 @@ def _clean_error(result: Any, *needles: str) -> str:
 
 
 def _runs(env: Env) -> list[dict[str, Any]]:
-    listed = env.cli("runs", "list", "--json", "--db", env.url)
+    listed = cli_here("runs", "list", "--json", "--db", env.url)
     assert listed.returncode == 0, listed.stderr
     return list(json.loads(listed.stdout, parse_constant=_strict))
 
@@ -51,18 +52,18 @@ def _live_targets(env: Env) -> set[str]:
 
 
 def test_plain_submit_routes_to_the_newest_version_a_live_worker_has(env: Env) -> None:
-    env.cli("migrate", "--db", env.url)
-    refused = env.cli("submit", "versioned", "--db", env.url)  # nothing registered yet
+    cli_here("migrate", "--db", env.url)
+    refused = cli_here("submit", "versioned", "--db", env.url)  # nothing registered yet
     _clean_error(refused, "versioned")
     env.start_worker(app=APP)
     canary = env.start_worker(app=APP_V2)
     wait_for(lambda: {"versioned@1", "versioned@2"} <= _live_targets(env), what="both workers")
-    first = env.cli("submit", "versioned", "--db", env.url)
+    first = cli_here("submit", "versioned", "--db", env.url)
     assert first.returncode == 0, first.stderr
     assert env.wait_status(first.stdout.strip(), RunStatus.COMPLETED).version == "2"
     canary.send_signal(signal.SIGTERM)  # the v2 canary stops
     assert canary.wait(timeout=30) == 0
-    second = env.cli("submit", "versioned", "--db", env.url)
+    second = cli_here("submit", "versioned", "--db", env.url)
     assert second.returncode == 0, second.stderr
     run = env.wait_status(second.stdout.strip(), RunStatus.COMPLETED)
     assert run.version == "1"
@@ -73,18 +74,18 @@ def test_plain_submit_with_no_live_worker_is_refused_and_writes_nothing(env: Env
     wait_for(lambda: "versioned@1" in _live_targets(env), what="the worker")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
-    refused = env.cli("submit", "versioned", "--db", env.url)
+    refused = cli_here("submit", "versioned", "--db", env.url)
     last = _clean_error(refused, "no live worker", "--version")
     assert "agentledger worker" in last
     assert _runs(env) == []
     # --app names the code to run: its newest version is queued for the next worker.
-    named = env.cli("submit", "versioned", "--app", APP, "--db", env.url)
+    named = cli_here("submit", "versioned", "--app", APP, "--db", env.url)
     assert named.returncode == 0, named.stderr
     assert "no live worker has versioned@1" in named.stderr
-    env.cli("runs", "cancel", named.stdout.strip(), "--db", env.url)
+    cli_here("runs", "cancel", named.stdout.strip(), "--db", env.url)
     assert [r["status"] for r in _runs(env)] == ["cancelled"]
     # Explicitly versioned: queued anyway, with a note on stderr.
-    queued = env.cli("submit", "versioned", "--version", "1", "--db", env.url)
+    queued = cli_here("submit", "versioned", "--version", "1", "--db", env.url)
     assert queued.returncode == 0, queued.stderr
     assert "no live worker has versioned@1" in queued.stderr
     assert [r["version"] for r in _runs(env)] == ["1", "1"]
@@ -104,8 +105,8 @@ def test_plain_submit_with_no_live_worker_is_refused_and_writes_nothing(env: Env
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(env: Env, text: str, needle: str) -> None:
-    env.cli("migrate", "--db", env.url)
-    result = env.cli(
+    cli_here("migrate", "--db", env.url)
+    result = cli_here(
         "submit", "quick", "--input", text, "--version", "1", "--app", APP, "--db", env.url
     )
     _clean_error(result, needle)
@@ -116,7 +117,7 @@ def test_bad_input_is_refused_before_anything_is_written(env: Env, text: str, ne
 def test_invalid_utf8_in_an_option_is_named_not_blamed_on_the_database(
     env: Env, option: str
 ) -> None:
-    env.cli("migrate", "--db", env.url)
+    cli_here("migrate", "--db", env.url)
     argv = [sys.executable.encode(), b"-m", b"agentledger.cli._main", b"submit", b"quick",
             b"--input", b'{"n": 1}', b"--version", b"1", b"--app", APP.encode(),
             option.encode(), b"bad\xff\xfeuser", b"--db", env.url.encode()]  # fmt: skip
@@ -167,12 +168,7 @@ def test_model_controlled_text_is_shown_literally(env: Env) -> None:
 
 
 def _cli_at(env: Env, columns: str, *args: str) -> subprocess.CompletedProcess[str]:
-    child = env.child_env()
-    child["COLUMNS"] = columns
-    return subprocess.run(
-        [sys.executable, "-m", "agentledger.cli._main", *args],
-        cwd=ROOT, env=child, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    return cli_here(*args, env={"COLUMNS": columns})
 
 
 # whole ids at 80 columns -----------------------------------------------------------------
@@ -185,7 +181,7 @@ def test_ids_are_never_cut_at_80_columns_or_when_piped(env: Env) -> None:
         env.wait_status(run_id, RunStatus.COMPLETED)
     for columns in ("80", None):
         args = ("runs", "list", "--db", env.url)
-        listed = _cli_at(env, columns, *args) if columns else env.cli(*args)
+        listed = _cli_at(env, columns, *args) if columns else cli_here(*args)
         assert listed.returncode == 0, listed.stderr
         assert "…" not in listed.stdout
         for run_id in ids:
@@ -206,19 +202,19 @@ def test_ids_are_never_cut_at_80_columns_or_when_piped(env: Env) -> None:
 
 def test_runs_cancel_says_what_happened(env: Env) -> None:
     queued = env.submit("quick", {"n": 1})
-    first = env.cli("runs", "cancel", queued, "--db", env.url)
+    first = cli_here("runs", "cancel", queued, "--db", env.url)
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == f"{queued} cancelled now"
-    again = env.cli("runs", "cancel", queued, "--db", env.url)
+    again = cli_here("runs", "cancel", queued, "--db", env.url)
     assert again.stdout.strip() == f"{queued} is already cancelled; nothing to cancel"
     done = env.submit("quick", {"n": 2})
     env.start_worker()
     env.wait_status(done, RunStatus.COMPLETED)
-    late = env.cli("runs", "cancel", done, "--db", env.url)
+    late = cli_here("runs", "cancel", done, "--db", env.url)
     assert late.returncode == 0, late.stderr
     assert late.stdout.strip() == f"{done} is already completed; nothing to cancel"
     assert env.run(done).status == RunStatus.COMPLETED
-    _clean_error(env.cli("runs", "cancel", "r-no-such-run", "--db", env.url), "no run")
+    _clean_error(cli_here("runs", "cancel", "r-no-such-run", "--db", env.url), "no run")
 
 
 # read-only commands never create a database ---------------------------------------------
@@ -237,12 +233,12 @@ def test_runs_cancel_says_what_happened(env: Env) -> None:
 )
 def test_read_commands_do_not_create_a_database(env: Env, args: tuple[str, ...]) -> None:
     typo = env.tmp / "typo.db"
-    result = env.cli(*args, "--db", f"sqlite:///{typo}")
+    result = cli_here(*args, "--db", f"sqlite:///{typo}")
     _clean_error(result, "no database at", "agentledger migrate")
     assert not typo.exists()
 
 
 def test_a_db_without_a_scheme_shows_the_right_form(env: Env) -> None:
-    result = env.cli("runs", "list", "--db", "runs.db")
+    result = cli_here("runs", "list", "--db", "runs.db", cwd=ROOT)
     _clean_error(result, "sqlite:///runs.db")
     assert not (ROOT / "runs.db").exists()

@@ -25,7 +25,7 @@ from agentledger.records import RunStatus, WorkerInfo
 from agentledger.store import open_store
 from agentledger.worker import Worker, WorkerConfig
 from agentledger.worker._liveness import me
-from tests.cli.helpers import run_cli
+from tests.cli.helpers import cli_here, run_cli
 
 
 class Day(BaseModel):
@@ -165,7 +165,7 @@ async def test_burst_takes_over_a_dead_workers_run(tmp_path: Path) -> None:
         [claimed] = await store.claim_runs(_dead_owner(), ["typed@1"], 1, 3600)
         assert claimed.id == run_id
         # runs list says so at once, an hour before the lease expires
-        [row] = json.loads(run_cli("runs", "list", "--db", url, "--json").stdout)
+        [row] = json.loads(cli_here("runs", "list", "--db", url, "--json").stdout)
         assert "is gone (its process ended)" in row["note"], row
         await _burst(store, app)
         run = await store.get_run(run_id)
@@ -205,9 +205,9 @@ async def test_waiting_run_names_its_approval_and_the_command(tmp_path: Path) ->
         [approval] = await store.get_approvals(pending=True)
     finally:
         await store.close()
-    [row] = json.loads(run_cli("runs", "list", "--db", url, "--json").stdout)
+    [row] = json.loads(cli_here("runs", "list", "--db", url, "--json").stdout)
     assert row["note"].startswith(f"waiting for approval {approval.id} (role guest)"), row
-    shown = run_cli("runs", "show", run_id, "--db", url).stdout
+    shown = cli_here("runs", "show", run_id, "--db", url).stdout
     assert f"agentledger approvals approve {approval.id} --by NAME --db {url}" in shown
 
 
@@ -215,7 +215,7 @@ def test_read_only_commands_never_create_a_schema(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
     sqlite3.connect(path).execute("CREATE TABLE mine (x)").connection.close()
     url = f"sqlite:///{path}"
-    result = run_cli("runs", "list", "--db", url)
+    result = cli_here("runs", "list", "--db", url)
     assert result.returncode == 2
     assert result.stderr.startswith("error: no agentledger schema"), result.stderr
     assert f"agentledger migrate --db {url}" in result.stderr
@@ -325,14 +325,14 @@ def test_demo_refuses_zero_runs_and_says_what_runs_by_default() -> None:
 
 
 def test_sandbox_port_errors_are_one_line() -> None:
-    out_of_range = run_cli("sandbox", "--port", "99999")
+    out_of_range = cli_here("sandbox", "--port", "99999")
     assert out_of_range.returncode == 2 and "Traceback" not in out_of_range.stderr
     assert "99999 is not in the range 1<=x<=65535" in out_of_range.stderr
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        in_use = run_cli("sandbox", "--port", str(port))
+        in_use = cli_here("sandbox", "--port", str(port))
     assert in_use.returncode == 2, in_use.stderr
     assert in_use.stderr.strip() == (
         f"error: port {port} on 127.0.0.1 is in use; stop what listens there or pick "

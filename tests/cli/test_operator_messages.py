@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.helpers import run_cli
+from tests.cli.helpers import cli_here, run_cli
 
 APP = "tests.apps.engine_app:app"
 
@@ -59,7 +59,9 @@ def test_a_busy_port_is_one_line_before_anything_starts(
     monkeypatch.setenv("AGENTLEDGER_KEY_PEPPER", "p" * 32)  # serve's only other need
     db = tmp_path / "never.db"
     with_db = () if command[0] == "sandbox" else ("--db", f"sqlite:///{db}")
-    result = run_cli(*command, *with_db, option, str(busy_port))
+    # A worker sets its signal handlers first: only a process of its own can start it.
+    run = run_cli if command[0] == "worker" else cli_here
+    result = run(*command, *with_db, option, str(busy_port))
     line = one_line_error(result)
     assert line == (
         f"error: port {busy_port} on 127.0.0.1 is in use; stop what listens there or "
@@ -77,7 +79,7 @@ def test_serve_refuses_one_port_for_the_api_and_keyless_metrics(
         probe.bind(("127.0.0.1", 0))
         port = str(probe.getsockname()[1])
     db = tmp_path / "never.db"
-    result = run_cli("serve", "--app", APP, "--db", f"sqlite:///{db}", "--port", port,
+    result = cli_here("serve", "--app", APP, "--db", f"sqlite:///{db}", "--port", port,
                      "--metrics-port", port)  # fmt: skip
     assert one_line_error(result) == (
         f"error: --metrics-port {port} is the API's --port; give the keyless /metrics a "
@@ -91,7 +93,7 @@ def test_serve_refuses_a_webhook_allow_item_that_names_nothing(
 ) -> None:
     monkeypatch.setenv("AGENTLEDGER_KEY_PEPPER", "p" * 32)
     db = tmp_path / "never.db"
-    result = run_cli("serve", "--app", APP, "--db", f"sqlite:///{db}", "--port", "0",
+    result = cli_here("serve", "--app", APP, "--db", f"sqlite:///{db}", "--port", "0",
                      "--webhook-allow-host", "*.internal")  # fmt: skip
     line = one_line_error(result)
     assert "'*.internal'" in line and "--webhook-allow-host" in line, line
@@ -129,26 +131,26 @@ HOTEL = """
 
 def test_an_app_attribute_that_is_missing_names_the_apps_the_module_has(tmp_path: Path) -> None:
     write_module(tmp_path, "hotel", HOTEL)
-    line = one_line_error(run_cli("describe", "--app", "hotel:ap", cwd=tmp_path))
+    line = one_line_error(cli_here("describe", "--app", "hotel:ap", cwd=tmp_path))
     assert line == "error: module hotel has no attribute 'ap'; its App objects: app, other"
-    line = one_line_error(run_cli("describe", "--app", "hotel:echo", cwd=tmp_path))
+    line = one_line_error(cli_here("describe", "--app", "hotel:echo", cwd=tmp_path))
     assert line.startswith("error: hotel:echo is a Tool, not an agentledger App;"), line
     assert line.endswith("its App objects: app, other"), line
 
 
 def test_a_failed_import_inside_the_app_names_the_missing_module(tmp_path: Path) -> None:
     write_module(tmp_path, "needs", "import requests_not_installed_here\n")
-    line = one_line_error(run_cli("describe", "--app", "needs:app", cwd=tmp_path))
+    line = one_line_error(cli_here("describe", "--app", "needs:app", cwd=tmp_path))
     assert "needs" in line and "'requests_not_installed_here'" in line, line
     assert "PYTHONPATH" not in line, line
     # The --app module itself missing still says to check --app and PYTHONPATH.
-    line = one_line_error(run_cli("describe", "--app", "no_such_module_x:app", cwd=tmp_path))
+    line = one_line_error(cli_here("describe", "--app", "no_such_module_x:app", cwd=tmp_path))
     assert "no_such_module_x" in line and "check --app and PYTHONPATH" in line, line
 
 
 def test_a_syntax_error_in_the_app_is_its_file_and_line(tmp_path: Path) -> None:
     path = write_module(tmp_path, "broken", "from agentledger import App\napp = App('x'\n")
-    line = one_line_error(run_cli("describe", "--app", "broken:app", cwd=tmp_path))
+    line = one_line_error(cli_here("describe", "--app", "broken:app", cwd=tmp_path))
     assert f"{path}, line 2" in line, line
 
 
@@ -163,7 +165,7 @@ def test_an_agent_with_a_tool_that_is_not_one_names_it(tmp_path: Path) -> None:
                             instructions="x", tools=["nope"]))
         """,
     )
-    line = one_line_error(run_cli("describe", "--app", "badtool:app", cwd=tmp_path))
+    line = one_line_error(cli_here("describe", "--app", "badtool:app", cwd=tmp_path))
     assert "'nope'" in line and "agent nightly" in line, line
     assert f"{path}, line 4" in line, line
 
@@ -175,7 +177,7 @@ def test_an_unknown_name_lists_the_apps_names_suggests_the_closest_and_creates_n
     tmp_path: Path,
 ) -> None:
     write_module(tmp_path, "hotel", HOTEL)
-    result = run_cli("submit", "nightlyy", "--app", "hotel:app", cwd=tmp_path)
+    result = cli_here("submit", "nightlyy", "--app", "hotel:app", cwd=tmp_path)
     line = one_line_error(result)
     assert line == (
         "error: unknown agent or workflow 'nightlyy' in hotel:app; did you mean 'nightly'? "
@@ -184,7 +186,7 @@ def test_an_unknown_name_lists_the_apps_names_suggests_the_closest_and_creates_n
     assert not (tmp_path / "agentledger.db").exists()
     # An unknown version of a known name is still refused before anything is created.
     line = one_line_error(
-        run_cli("submit", "nightly", "--version", "9", "--app", "hotel:app", cwd=tmp_path)
+        cli_here("submit", "nightly", "--version", "9", "--app", "hotel:app", cwd=tmp_path)
     )
     assert "nightly@9" in line, line
     assert not (tmp_path / "agentledger.db").exists()
@@ -199,7 +201,7 @@ def test_an_unknown_name_lists_the_apps_names_suggests_the_closest_and_creates_n
 def test_a_database_that_is_a_directory_says_so(tmp_path: Path, args: tuple[str, ...]) -> None:
     folder = tmp_path / "adir"
     folder.mkdir()
-    line = one_line_error(run_cli(*args, "--db", f"sqlite:///{folder}"))
+    line = one_line_error(cli_here(*args, "--db", f"sqlite:///{folder}"))
     assert line == (
         f"error: {folder} is a directory, not a database file; name a file in it, e.g. "
         f"--db sqlite:///{folder}/agentledger.db"
@@ -216,7 +218,7 @@ def read_only_db(tmp_path: Path) -> Iterator[str]:
 
     path = tmp_path / "ro.db"
     url = f"sqlite:///{path}"
-    assert run_cli("submit", "quick", "--app", APP, "--db", url).returncode == 0
+    assert cli_here("submit", "quick", "--app", APP, "--db", url).returncode == 0
     sqlite3.connect(path).execute("PRAGMA journal_mode = DELETE").connection.close()
     if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(path)]).returncode:
         pytest.skip("cannot make a file immutable here")
@@ -227,14 +229,14 @@ def read_only_db(tmp_path: Path) -> Iterator[str]:
 
 
 def test_read_only_commands_read_a_read_only_database(read_only_db: str) -> None:
-    listed = run_cli("runs", "list", "--db", read_only_db, "--json")
+    listed = cli_here("runs", "list", "--db", read_only_db, "--json")
     assert listed.returncode == 0, listed.stderr
     assert [r["name"] for r in json.loads(listed.stdout)] == ["quick"]
     for args in (("approvals", "list"), ("outbox", "dead"), ("stats",)):
-        result = run_cli(*args, "--db", read_only_db)
+        result = cli_here(*args, "--db", read_only_db)
         assert result.returncode == 0, (args, result.stderr)
     # A command that writes says the file is read-only, in one line.
-    line = one_line_error(run_cli("runs", "cancel", "r-x", "--db", read_only_db))
+    line = one_line_error(cli_here("runs", "cancel", "r-x", "--db", read_only_db))
     assert "read-only" in line, line
 
 
@@ -243,10 +245,10 @@ def test_read_only_commands_read_a_read_only_database(read_only_db: str) -> None
 
 def test_stats_since_needs_a_unit_and_shows_all_five_numbers(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
-    assert run_cli("migrate", "--db", url).returncode == 0
-    line = one_line_error(run_cli("stats", "--since", "7", "--db", url))
+    assert cli_here("migrate", "--db", url).returncode == 0
+    line = one_line_error(cli_here("stats", "--since", "7", "--db", url))
     assert "'7'" in line and "7d" in line, line
-    shown = run_cli("stats", "--db", url)
+    shown = cli_here("stats", "--db", url)
     assert shown.returncode == 0, shown.stderr
     assert "failing steps     none" in shown.stdout, shown.stdout
 
@@ -259,10 +261,10 @@ def test_migrate_says_it_created_the_schema_and_its_version(tmp_path: Path) -> N
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     latest = max(v for v, _ in open_store(url).dialect.migrations())
-    created = run_cli("migrate", "--db", url)
+    created = cli_here("migrate", "--db", url)
     assert created.returncode == 0, created.stderr
     assert created.stdout.strip() == f"schema created (version {latest}) in {url}"
-    again = run_cli("migrate", "--db", url)
+    again = cli_here("migrate", "--db", url)
     assert again.stdout.strip() == f"schema up to date (version {latest}) in {url}"
 
 
@@ -272,8 +274,8 @@ def test_migrate_says_it_created_the_schema_and_its_version(tmp_path: Path) -> N
 @pytest.mark.parametrize("args", [("runs", "list", "--stuck"), ("outbox", "dead")])
 def test_an_empty_listing_says_none(tmp_path: Path, args: tuple[str, ...]) -> None:
     url = f"sqlite:///{tmp_path / 'e.db'}"
-    assert run_cli("migrate", "--db", url).returncode == 0
-    result = run_cli(*args, "--db", url)
+    assert cli_here("migrate", "--db", url).returncode == 0
+    result = cli_here(*args, "--db", url)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "none", result.stdout
 

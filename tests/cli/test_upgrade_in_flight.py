@@ -23,6 +23,7 @@ import agentledger
 from agentledger.records import RunStatus
 from agentledger.store._sqlite import SQLiteDialect
 from tests.apps import upgrade_app
+from tests.cli.helpers import cli_here
 from tests.engine.helpers import Env, parse_json, wait_for
 from tests.store.test_migration_rules import violations
 
@@ -197,17 +198,17 @@ def test_an_offline_migration_waits_for_the_workers_to_stop(
 
 def test_migrate_status_and_check_on_a_new_and_a_current_store(tmp_path: Path) -> None:
     env = Env(tmp_path)  # not the `env` fixture: its database file is made in advance
-    missing = env.cli("migrate", "--status", "--db", env.url)
+    missing = cli_here("migrate", "--status", "--db", env.url)
     assert missing.returncode == 2 and "no database" in missing.stderr
     env.db_path.touch()  # an empty file: no schema yet
-    empty = env.cli("migrate", "--check", "--db", env.url)
+    empty = cli_here("migrate", "--check", "--db", env.url)
     assert empty.returncode == 1 and "no agentledger schema" in empty.stderr, empty.stderr
-    listed = env.cli("migrate", "--status", "--db", env.url).stdout.splitlines()
+    listed = cli_here("migrate", "--status", "--db", env.url).stdout.splitlines()
     assert listed[0].split()[:3] == ["0001", "initial", "pending,"]
-    assert env.cli("migrate", "--db", env.url).returncode == 0
-    found = parse_json(env.cli("migrate", "--status", "--json", "--db", env.url).stdout)
+    assert cli_here("migrate", "--db", env.url).returncode == 0
+    found = parse_json(cli_here("migrate", "--status", "--json", "--db", env.url).stdout)
     versions = [v for v, _ in SQLiteDialect("sqlite:///x.db").migrations()]
     assert [m["version"] for m in found] == versions
     assert all(m["applied_at"] and m["known"] and m["offline"] is None for m in found)
-    current = env.cli("migrate", "--check", "--db", env.url)
+    current = cli_here("migrate", "--check", "--db", env.url)
     assert current.returncode == 0 and f"version {versions[-1]}" in current.stdout
