@@ -9,6 +9,7 @@ import pytest
 
 from agentledger.records import RunStatus, StepStatus
 from tests.apps import ledger
+from tests.cli.helpers import cli_here
 from tests.engine.helpers import Env, tool_steps, wait_for
 
 pytestmark = pytest.mark.slow
@@ -222,7 +223,7 @@ def test_policies_deny_and_approval(env: Env) -> None:
         env.wait_status(run_id, RunStatus.WAITING)
         (approval,) = env.approvals(run_id)
         assert approval.tool == "keyed_write" and approval.decision is None
-        result = env.cli("approvals", verb, approval.id, "--by", "alice", "--db", env.url)
+        result = cli_here("approvals", verb, approval.id, "--by", "alice", "--db", env.url)
         assert result.returncode == 0, result.stderr
     run = env.wait_status(approved, RunStatus.COMPLETED)
     key = _key(env, approved, "keyed_write")
@@ -254,7 +255,7 @@ def test_versions(env: Env) -> None:
     env.start_worker(app="tests.apps.engine_app_v2:app")
     assert env.wait_status(v2_id, RunStatus.COMPLETED).result == {"version": "2"}
     assert env.run(run_id).status == RunStatus.QUEUED
-    listed = env.cli("runs", "list", "--json", "--db", env.url)
+    listed = cli_here("runs", "list", "--json", "--db", env.url)
     assert listed.returncode == 0, listed.stderr
     (row,) = [r for r in json.loads(listed.stdout) if r["id"] == run_id]
     assert row["worker_available"] is False

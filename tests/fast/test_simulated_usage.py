@@ -15,7 +15,7 @@ from agentledger.observe._metrics import render_metrics
 from agentledger.observe._stats import stats
 from agentledger.observe._stuck import StuckPolicy
 from agentledger.records import RunStatus
-from tests.cli.helpers import run_cli
+from tests.cli.helpers import cli_here
 from tests.fast.lifecycle_harness import Harness
 from tests.observe.test_stuck_metrics import samples, value
 
@@ -63,6 +63,6 @@ def _render(view: Any) -> str:
 
 
 def _cli(*args: str) -> Any:
-    result = run_cli(*args)
+    result = cli_here(*args)
     assert result.returncode == 0, result.stderr
     return result.stdout

@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 
 from agentledger.cli._main import cli
 from agentledger_examples.stayhub.knowledge import POLICY_PATH
-from tests.cli.helpers import run_cli
+from tests.cli.helpers import cli_here
 
 
 def invoke(*args: str) -> Result:
@@ -63,7 +63,7 @@ def test_search_without_tenant_names_the_tenants_and_never_mixes_them(
     store_url: str, tmp_path: Path
 ) -> None:
     assert invoke("migrate", "--db", store_url).exit_code == 0
-    nothing = run_cli("docs", "search", "dog", "--db", store_url)
+    nothing = cli_here("docs", "search", "dog", "--db", store_url)
     assert nothing.returncode == 2, nothing.stderr
     assert nothing.stderr.strip() == (
         "error: no documents; add some with `agentledger docs add PATH`"
@@ -73,7 +73,7 @@ def test_search_without_tenant_names_the_tenants_and_never_mixes_them(
     assert only.exit_code == 0 and "] Pets  (score " in only.output, only.output
     assert "tenant acme" in only.output  # says which tenant it searched
     _add(store_url, tmp_path, "globex")
-    both = run_cli("docs", "search", "dog", "--db", store_url)
+    both = cli_here("docs", "search", "dog", "--db", store_url)
     assert both.returncode == 2 and both.stdout == "", both
     assert both.stderr.strip() == (
         "error: documents are in tenants acme, globex; pass --tenant (a search covers one tenant)"

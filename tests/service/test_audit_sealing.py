@@ -19,6 +19,7 @@ from agentledger import _sealer as sealer
 from agentledger.service._queries import audit as service_audit
 from agentledger.store import open_store
 from agentledger.store._queries.events import insert_event
+from tests.cli.helpers import cli_here
 from tests.engine.helpers import ROOT, Env
 from tests.loopback_http import QuietHandler, serving
 from tests.service import service_app
@@ -86,7 +87,7 @@ def test_a_stopping_worker_seals_its_last_records(
         done = env.cli("worker", "--app", APP, "--db", env.url, "--burst", timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         assert {env.run(i).status for i in ids} == {"completed"}
-        verify = env.cli("audit", "verify", "--no-seal", "--db", env.url, "--json")
+        verify = cli_here("audit", "verify", "--no-seal", "--db", env.url, "--json")
         assert verify.returncode == 0, verify.stderr
         report = json.loads(verify.stdout)
         assert report["unsealed"] == {"count": 0, "oldest_age_seconds": None}
@@ -104,20 +105,20 @@ def test_verify_reports_the_unsealed_tail_apart(tmp_path: Path) -> None:
         events = chain_state(env)[3]
         assert events >= len(ids)
         time.sleep(0.01)  # the oldest record's age is positive
-        out = env.cli("audit", "verify", "--no-seal", "--db", env.url, "--json")
+        out = cli_here("audit", "verify", "--no-seal", "--db", env.url, "--json")
         report = json.loads(out.stdout)
         assert out.returncode == 0 and report["checked"] == 0
         assert report["unsealed"]["count"] == events
         assert report["unsealed"]["oldest_age_seconds"] > 0
-        text = env.cli("audit", "verify", "--no-seal", "--db", env.url)
+        text = cli_here("audit", "verify", "--no-seal", "--db", env.url)
         assert f"not sealed yet (not covered by the chain): {events} records" in text.stdout
-        one = env.cli("audit", "verify", "--no-seal", "--tenant", "t1", "--db", env.url, "--json")
+        one = cli_here("audit", "verify", "--no-seal", "--tenant", "t1", "--db", env.url, "--json")
         assert 0 < json.loads(one.stdout)["unsealed"]["count"] < events
-        stale = env.cli("audit", "verify", "--no-seal", "--max-unsealed-age", "0", "--db", env.url)
+        stale = cli_here("audit", "verify", "--no-seal", "--max-unsealed-age", "0", "--db", env.url)
         assert stale.returncode == 1 and "is a worker or `agentledger serve` running" in (
             stale.stderr
         )
-        sealed = env.cli("audit", "verify", "--max-unsealed-age", "0", "--db", env.url, "--json")
+        sealed = cli_here("audit", "verify", "--max-unsealed-age", "0", "--db", env.url, "--json")
         assert sealed.returncode == 0, sealed.stderr
         report = json.loads(sealed.stdout)
         assert report["sealed"] == events and report["checked"] == events

@@ -19,6 +19,7 @@ from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store
 from agentledger.store._queries import retention
 from agentledger.worker import Worker, WorkerConfig
+from tests.cli.helpers import cli_here
 from tests.engine.helpers import wait_for
 from tests.service import service_app
 from tests.store.test_prune import ENV, KEY, _count, _finished, _rows_of, run_cli
@@ -396,8 +397,8 @@ def test_a_shared_effect_key_outlives_its_pruned_run(backend_env: Any) -> None:
     env.start_worker(concurrency=1)
     first = env.submit("gift_flow", {"guest": "g-9"})
     env.wait_status(first, RunStatus.COMPLETED)
-    assert env.cli("audit", "verify", "--db", env.url).returncode == 0  # sealed
-    pruned = env.cli("prune", "--older-than", "0s", "--db", env.url)
+    assert cli_here("audit", "verify", "--db", env.url).returncode == 0  # sealed
+    pruned = cli_here("prune", "--older-than", "0s", "--db", env.url)
     assert pruned.returncode == 0 and "removed 1 runs" in pruned.stdout, pruned.stdout
     second = env.submit("gift_flow", {"guest": "g-9"})
     assert env.wait_status(second, RunStatus.COMPLETED).result is not None
@@ -418,8 +419,8 @@ def test_a_shared_outbox_key_outlives_its_pruned_run(backend_env: Any) -> None:
     env.wait_status(own, RunStatus.COMPLETED)
     wait_for(lambda: sum(env.calls("note").values()) == 1, what="the message delivered")
     wait_for(lambda: not env.outbox("pending"), what="the outbox row settled")
-    assert env.cli("audit", "verify", "--db", env.url).returncode == 0  # sealed
-    pruned = env.cli("prune", "--older-than", "0s", "--db", env.url)
+    assert cli_here("audit", "verify", "--db", env.url).returncode == 0  # sealed
+    pruned = cli_here("prune", "--older-than", "0s", "--db", env.url)
     assert pruned.returncode == 0 and "removed 2 runs" in pruned.stdout, pruned.stdout
     assert [o.key for o in env.outbox()] == ["note:g-3"]
     second = env.submit("note_flow", {"to": "g-3"})

@@ -12,11 +12,12 @@ import pytest
 
 from agentledger.cli._routing import LIVE_WITHIN
 from agentledger.records import RunStatus
+from tests.cli.helpers import cli_here
 from tests.engine.helpers import APP, APP_V2, Env, wait_for
 
 
 def _versions(env: Env) -> dict[str, dict[str, Any]]:
-    done = env.cli("versions", "--json", "--db", env.url)
+    done = cli_here("versions", "--json", "--db", env.url)
     assert done.returncode == 0, done.stderr
     return {r["target"]: r for r in json.loads(done.stdout)}
 
@@ -53,13 +54,13 @@ def test_old_version_drains_and_a_version_left_without_workers_is_flagged(
     v1, v2 = found["versioned@1"], found["versioned@2"]
     assert v1["runs"] == {"running": 1} and len(v1["workers"]) == 1 and v1["flag"] is None
     assert v2["runs"] == {} and v2["flag"] is None
-    table = env.cli("versions", "--db", env.url)
+    table = cli_here("versions", "--db", env.url)
     assert table.returncode == 0 and "versioned@1" in table.stdout and "versioned@2" in table.stdout
     # Not drained while its run is in flight: the old worker still serves v1.
     assert old.poll() is None
 
     # New runs go to v2 (the newest version a live worker has).
-    submitted = env.cli("submit", "versioned", "--db", env.url)
+    submitted = cli_here("submit", "versioned", "--db", env.url)
     assert submitted.returncode == 0, submitted.stderr
     new_run = submitted.stdout.strip()
     assert env.wait_status(new_run, RunStatus.COMPLETED).version == "2"
@@ -76,7 +77,7 @@ def test_old_version_drains_and_a_version_left_without_workers_is_flagged(
     assert found["versioned@1"]["runs"].get("queued") == 1
     assert "no live worker" in (found["versioned@1"]["flag"] or "")
     assert found["versioned@2"]["flag"] is None
-    assert "no live worker" in env.cli("versions", "--db", env.url).stdout
+    assert "no live worker" in cli_here("versions", "--db", env.url).stdout
     assert env.run(late).status == RunStatus.QUEUED
     assert new.poll() is None
 
