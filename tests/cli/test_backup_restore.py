@@ -23,6 +23,7 @@ from agentledger.records import RunStatus
 from agentledger_examples.stayhub.sandbox import SandboxServer
 from tests import dbutil
 from tests.apps import ledger
+from tests.cli.helpers import cli_here
 from tests.engine.helpers import Env
 
 APP = "tests.apps.restore_app:app"
@@ -71,7 +72,7 @@ def _backup(env: Env, tmp: Path) -> Path:
     """Take a backup of the live store (a worker is running)."""
     target = tmp / "backup.db"
     if env.url.startswith("sqlite"):
-        done = env.cli("backup", "--to", str(target), "--db", env.url)
+        done = cli_here("backup", "--to", str(target), "--db", env.url)
         assert done.returncode == 0, done.stderr
         assert "backed up" in done.stdout
     else:
@@ -85,7 +86,7 @@ def _backup(env: Env, tmp: Path) -> Path:
 def _restore(env: Env, backup: Path) -> str:
     """Restore the backup (workers stopped); the URL of the restored store."""
     if env.url.startswith("sqlite"):
-        done = env.cli("restore", "--from", str(backup), "--db", env.url)
+        done = cli_here("restore", "--from", str(backup), "--db", env.url)
         assert done.returncode == 0, done.stdout + done.stderr
         return env.url
     tools = _pg_tools()
@@ -93,7 +94,7 @@ def _restore(env: Env, backup: Path) -> str:
     url = dbutil.make_pg_database(migrated=False)
     env.on_close(lambda: dbutil.drop_pg_database(url))
     subprocess.run([tools[1], "--no-owner", "-d", url, str(backup)], check=True)
-    done = env.cli("restore", "--db", url)
+    done = cli_here("restore", "--db", url)
     assert done.returncode == 0, done.stdout + done.stderr
     return url
 
@@ -149,11 +150,11 @@ def test_a_keyless_write_after_a_restore_goes_to_a_person(
 
     # A person looks at the provider (it did happen), settles the write, resumes the run.
     step = next(s for s in env.journal(run_id) if s.name == "guarded_write")
-    settled = env.cli("runs", "settle", run_id, str(step.step_no), "--applied", "--result",
+    settled = cli_here("runs", "settle", run_id, str(step.step_no), "--applied", "--result",
                       '{"seen": "at the provider"}', "--reason", "made after the backup",
                       "--db", env.url)  # fmt: skip
     assert settled.returncode == 0, settled.stderr
-    resumed = env.cli("runs", "resume", run_id, "--db", env.url)
+    resumed = cli_here("runs", "resume", run_id, "--db", env.url)
     assert resumed.returncode == 0, resumed.stderr
     assert env.wait_status(run_id, RunStatus.COMPLETED).result == {
         "gift": {"seen": "at the provider"}
@@ -170,7 +171,7 @@ def test_restore_refuses_while_a_worker_is_alive(
     env.wait_marker(flag)
     backup = _backup(env, tmp_path)
     before = env.db_path.stat().st_ino
-    done = env.cli("restore", "--from", str(backup), "--db", env.url)
+    done = cli_here("restore", "--from", str(backup), "--db", env.url)
     assert done.returncode != 0
     assert "worker" in done.stderr and "stop" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
@@ -180,20 +181,20 @@ def test_restore_refuses_while_a_worker_is_alive(
 
 
 def test_backup_refuses_bad_targets(env: Env, tmp_path: Path) -> None:
-    assert env.cli("migrate", "--db", env.url).returncode == 0
+    assert cli_here("migrate", "--db", env.url).returncode == 0
     taken = tmp_path / "taken.db"
     taken.write_text("keep me")
-    done = env.cli("backup", "--to", str(taken), "--db", env.url)
+    done = cli_here("backup", "--to", str(taken), "--db", env.url)
     assert done.returncode != 0 and "exists" in done.stderr, done.stderr
     assert taken.read_text() == "keep me"
-    done = env.cli("backup", "--to", str(tmp_path / "x.dump"), "--db", "postgresql://h/db")
+    done = cli_here("backup", "--to", str(tmp_path / "x.dump"), "--db", "postgresql://h/db")
     assert done.returncode != 0 and "pg_dump" in done.stderr, done.stderr
     junk = tmp_path / "junk.db"
     junk.write_text("not a database")
-    done = env.cli("restore", "--from", str(junk), "--db", env.url)
+    done = cli_here("restore", "--from", str(junk), "--db", env.url)
     assert done.returncode != 0 and "not an agentledger backup" in done.stderr, done.stderr
     assert sqlite3.connect(env.db_path).execute("SELECT count(*) FROM runs").fetchone() == (0,)
-    missing = env.cli("restore", "--from", str(tmp_path / "nope.db"), "--db", env.url)
+    missing = cli_here("restore", "--from", str(tmp_path / "nope.db"), "--db", env.url)
     assert missing.returncode != 0 and "no backup" in missing.stderr, missing.stderr
 
 

@@ -261,11 +261,9 @@ def test_worker_logs_state_changes_as_json(tmp_path: Path) -> None:
     )
     url = f"sqlite:///{tmp_path / 'l.db'}"
     for name, payload in (("untyped", "{}"), ("typed", '{"day": "x"}'), ("asker", '"hi"')):
-        subprocess.run(
-            [sys.executable, "-m", "agentledger.cli._main", "submit", name, "--app", "fu_app:app",
-             "--input", payload, "--db", url],
-            check=True, env=env, cwd=tmp_path, capture_output=True,
-        )  # fmt: skip
+        submitted = cli_here("submit", name, "--app", "fu_app:app", "--input", payload, "--db",
+                             url, cwd=tmp_path)  # fmt: skip
+        assert submitted.returncode == 0, submitted.stderr
     result = subprocess.run(
         [sys.executable, "-m", "agentledger.cli._main", "worker", "--app", "fu_app:app",
          "--db", url, "--burst", "--log-format", "json", "-v"],

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from agentledger_examples.stayhub.sandbox import INVARIANTS
+from tests.cli.helpers import cli_here
 
 pytestmark = pytest.mark.slow
 
@@ -98,20 +99,15 @@ def test_demo_default_chaos_mix() -> None:
 
 
 def test_demo_help_says_what_runs_by_default() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "agentledger.cli._main", "demo", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = cli_here("demo", "--help")
     text = " ".join(proc.stdout.split())
     assert "default chaos mix" in text and "crm:keyless" in text
     assert "Every tenth guest cancels" in text
 
 
 def test_demo_rejects_a_bad_fault_spec() -> None:
-    code, _, stderr = run_demo("--faults", "nope:nothing")
-    assert code == 2 and "--faults" in stderr
+    proc = cli_here("demo", "--faults", "nope:nothing", "--json")
+    assert proc.returncode == 2 and "--faults" in proc.stderr
 
 
 @pytest.mark.long
