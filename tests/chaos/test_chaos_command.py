@@ -15,6 +15,7 @@ import pytest
 
 from agentledger._chaos.pgcluster import ClusterUnavailable, find_bindir
 from agentledger_examples.chaos_demo.provider import PaymentsProvider
+from tests.cli.helpers import cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.apps.chaos_app:app"
@@ -164,7 +165,10 @@ def test_bad_input_is_one_line_and_exit_2(
         given["--inputs"] = str(bad)
     options.update(given)
     flat = [x for pair in options.items() for x in pair]
-    code, _, stderr = chaos(tmp_path, *flat)
+    # Refused before anything starts: the command's own answer, in process.
+    done = cli_here("chaos", *flat, "--json", cwd=ROOT,
+                    env={"CHAOS_TEST_RECEIPTS": str(tmp_path / "receipts.txt")})  # fmt: skip
+    code, stderr = done.returncode, done.stderr
     assert code == 2, stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], stderr

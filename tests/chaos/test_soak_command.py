@@ -19,6 +19,7 @@ from agentledger._chaos.sampling import COLUMNS
 from agentledger._chaos.soak import LEAK_MIN_SECONDS, leak_verdict
 from agentledger._chaos.soakplot import KILL
 from agentledger_examples.chaos_demo.provider import PaymentsProvider
+from tests.cli.helpers import cli_here
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.apps.chaos_app:app"
@@ -123,9 +124,16 @@ def test_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, orders: str, args: tuple[str, ...], message: str
 ) -> None:
     given = tuple(orders if a == "ORDERS" else a for a in args)
-    code, _, stderr = soak(
-        tmp_path, "--app", APP, "--agent", "checkout", "--inputs", orders, *given
-    )
+    # Refused before anything starts: the command's own answer, in process.
+    done = cli_here(
+        "soak", "--db", f"sqlite:///{tmp_path / 'soak.db'}", "--out", str(tmp_path / "out"),
+        "--drain-timeout", "60", "--app", APP, "--agent", "checkout", "--inputs", orders,
+        *given, "--json", cwd=ROOT,
+        env={"CHAOS_TEST_RECEIPTS": str(tmp_path / "receipts.txt"),
+             "CHECKOUT_RECEIPTS": str(tmp_path / "receipts.txt"),
+             "CHECKOUT_CONFIRMATIONS": str(tmp_path / "confirmations.txt")},
+    )  # fmt: skip
+    code, stderr = done.returncode, done.stderr
     assert code == 2, stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], stderr
