@@ -33,7 +33,7 @@ from opentelemetry.trace import (
 )
 
 from agentledger.observe import _otlp as otlp
-from agentledger_bench.observe_overhead import CollectorStub
+from agentledger_bench._watchers import CollectorStub
 
 # The encoder is used only on the SDK versions it is tested with; on another one the
 # exporter is the official one and these comparisons do not apply.

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
 from agentledger.observe import _semconv as sc
 from agentledger.observe import _tracing as tracing
 from agentledger.records import RunStatus
-from agentledger_bench.observe_overhead import CollectorStub
+from agentledger_bench._watchers import CollectorStub
 from tests.fast.lifecycle_harness import KILLED, Harness
 from tests.observe.apps import Payments, booking_app
 

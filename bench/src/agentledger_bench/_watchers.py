@@ -15,29 +15,50 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["Watchers"]
+__all__ = ["CollectorStub", "Watchers"]
+
+
+class CollectorStub:
+    """An OTLP/HTTP trace endpoint on loopback that accepts every export (counts requests
+    and bytes; with ``keep_bodies``, keeps each request body too). Run by
+    :class:`Watchers` in its own process; tests that read what was exported run it in
+    theirs."""
+
+    def __init__(self, keep_bodies: bool = False) -> None:
+        stub = self
+        self.requests = 0
+        self.bytes = 0
+        self.bodies: list[bytes] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                stub.requests += 1
+                stub.bytes += len(body)
+                if keep_bodies:
+                    stub.bodies.append(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def _serve(conn: Connection, metrics_port: int, every: float) -> None:
     """The child: a collector that accepts every export, a scraper switched on and off
     by the parent; answers ``close`` with its counts."""
-    counts = {"requests": 0, "bytes": 0, "scrapes": 0, "scrape_errors": 0}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            counts["requests"] += 1
-            counts["bytes"] += len(body)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    counts = {"scrapes": 0, "scrape_errors": 0}
+    collector = CollectorStub()
     on, stop = threading.Event(), threading.Event()
     url = f"http://127.0.0.1:{metrics_port}/metrics"
 
@@ -53,14 +74,13 @@ def _serve(conn: Connection, metrics_port: int, every: float) -> None:
 
     scraper = threading.Thread(target=scrape, daemon=True)
     scraper.start()
-    conn.send(f"http://127.0.0.1:{server.server_address[1]}/v1/traces")
+    conn.send(collector.url)
     while (command := conn.recv()) != "close":
         (on.set if command == "on" else on.clear)()
     stop.set()
     scraper.join(timeout=35)
-    server.shutdown()
-    server.server_close()
-    conn.send(counts)
+    collector.close()
+    conn.send({**counts, "requests": collector.requests, "bytes": collector.bytes})
 
 
 class Watchers:
