@@ -30,6 +30,7 @@ class LossyProxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._trigger: bytes | None = None
+        self._after: bytes | None = None
         self._marker = b""
         self.cut = threading.Event()  # set once a reply was lost
         self._closing = False
@@ -46,11 +47,13 @@ class LossyProxy:
         query = "&".join(q for q in (p.query, "sslmode=disable") if q)
         return urlunsplit((p.scheme, f"{netloc}127.0.0.1:{self.port}", p.path, query, ""))
 
-    def arm(self, trigger: bytes, marker: bytes = COMMIT_DONE) -> None:
-        """Lose the reply to the next client message that contains ``trigger``."""
+    def arm(self, trigger: bytes, marker: bytes = COMMIT_DONE, after: bytes | None = None) -> None:
+        """Lose the reply to the next client message that contains ``trigger`` (with
+        ``after``: the next one once a client message contained ``after``, e.g. the
+        COMMIT of the transaction that sent it, not one of a store's opening)."""
         with self._lock:
             self.cut.clear()
-            self._trigger, self._marker = trigger, marker
+            self._trigger, self._marker, self._after = trigger, marker, after
 
     def close(self) -> None:
         self._closing = True
@@ -74,7 +77,9 @@ class LossyProxy:
         try:
             while data := client.recv(65536):
                 with self._lock:
-                    if self._trigger is not None and self._trigger in data:
+                    if self._after is not None and self._after in data:
+                        self._after = None  # the trigger may follow in the same chunk
+                    if self._trigger is not None and self._after is None and self._trigger in data:
                         self._trigger = None
                         state["cutting"] = True
                 server.sendall(data)

@@ -295,8 +295,11 @@ async def settle(
 async def outbox_retry(key: str, actor: str | None, db: str) -> None:
     """Redeliver a dead letter (list them with `agentledger outbox dead`)."""
     check_text(key, "KEY", limit=None)
+    # One token per retry asked for: a retry committed before its reply was lost
+    # answers done when the store runs it again (the letter is no longer dead then).
+    token = new_token()
     done = await with_store(
-        db, lambda s: s.transact(observe_resume.retry_outbox, key, _actor(actor))
+        db, lambda s: s.transact(observe_resume.retry_outbox, key, _actor(actor), token)
     )
     if not done:
         raise UsageError(f"no dead letter {key!r}; list them with `agentledger outbox dead`")

@@ -713,13 +713,21 @@ def candidates(tx: Tx, status: str, agent: str | None, limit: int) -> list[str]:
     return [r["id"] for r in found]
 
 
-def retry_outbox(tx: Tx, key: str, actor: str) -> bool:
+def retry_outbox(tx: Tx, key: str, actor: str, token: str | None = None) -> bool:
     """Redeliver a dead letter: ``dead`` -> ``pending``, due now, with a fresh set of
-    attempts; its history is kept and the retry is audited on its run."""
-    found = tx.fetchall(
-        "SELECT run_id FROM outbox WHERE key = :k AND status = 'dead'",
-                       {"k": key})  # fmt: skip
+    attempts; its history is kept and the retry is audited on its run.
+
+    ``token`` (one per retry the caller asks for, the same when the store runs this
+    again after a lost connection): marks its ``outbox.retried`` event, so a retry that
+    committed before its reply was lost answers True (done) instead of finding no dead
+    letter -- and never retries the letter a second time."""
+    found = tx.fetchall("SELECT run_id, status FROM outbox WHERE key = :k", {"k": key})
     if not found:
+        return False
+    run_id = found[0]["run_id"]
+    if token is not None and _retried_with(tx, run_id, key, token):
+        return True
+    if found[0]["status"] != "dead":
         return False
     changed = tx.execute(
         f"UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = {tx.now}, "
@@ -728,5 +736,14 @@ def retry_outbox(tx: Tx, key: str, actor: str) -> bool:
         {"k": key},
     )
     if changed:
-        insert_event(tx, found[0]["run_id"], "outbox.retried", actor, {"key": key})
+        insert_event(tx, run_id, "outbox.retried", actor, {"key": key}, token=token)
     return changed > 0
+
+
+def _retried_with(tx: Tx, run_id: str, key: str, token: str) -> bool:
+    """Whether a retry marked ``token`` of the letter ``key`` committed."""
+    found = tx.fetchall(
+        "SELECT data FROM events WHERE run_id = :id AND token = :token AND type = 'outbox.retried'",
+        {"id": run_id, "token": token},
+    )
+    return any((loads(r["data"]) or {}).get("key") == key for r in found)
