@@ -39,6 +39,7 @@ _STATES = {
     "unknown": "UNKNOWN outcome",
     "not_applied": "not applied",
     "failed": "failed (applied nothing)",
+    "not_called": "never called",
 }
 
 

@@ -209,6 +209,31 @@ def failed_compensations(journal: list[Step], decision: Step) -> list[Step]:
     return sorted(found.values(), key=lambda s: s.step_no)
 
 
+def unjournaled_compensations(journal: list[Step], decision: Step) -> list[tuple[Step, int]]:
+    """The decision's compensations with no journal row, each with the write it undoes:
+    a resume that keeps the decision has the engine call each (when its tool declares a
+    compensation) at the plan's step number, hence with that key. Only an entry as
+    engine/_compensation.py journals it counts (the i-th names a write of the journal
+    and compensates at the decision's step + 1 + i): a damaged or hostile plan never
+    makes the dry run list a call at a step number it chose."""
+    by_no = {s.step_no: s for s in journal}
+    plan = decision.output.get("plan") if isinstance(decision.output, dict) else None
+    found: list[tuple[Step, int]] = []
+    for i, p in enumerate(plan if isinstance(plan, list) else []):
+        if not (isinstance(p, list) and len(p) == 2 and type(p[0]) is int and type(p[1]) is int):
+            continue
+        target, comp_no = by_no.get(p[0]), p[1]
+        if (
+            target is not None
+            and target.kind == "tool"
+            and target.step_no < decision.step_no
+            and comp_no == decision.step_no + 1 + i
+            and comp_no not in by_no
+        ):
+            found.append((target, comp_no))
+    return found
+
+
 def compensation_key(run_id: str, step_no: int) -> str:
     """The key a compensation at ``step_no`` is called with (the engine's step key,
     ``Execution.key``): what one that never got as far as a call (its arguments could
@@ -303,6 +328,24 @@ def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
                     "key": step.idempotency_key or compensation_key(run_id, step.step_no),
                     "action": f"called again with this key to finish the compensation of "
                     f"step {target} (it failed, applying nothing: {why})",
+                }
+            )
+        # A compensation the plan names and the journal never held (the worker
+        # stopped before it, or its tool lacked the compensation then): the engine
+        # calls it, with the plan's key, when its tool declares one now.
+        for target, comp_no in unjournaled_compensations(journal, standing):
+            plan.effects.append(
+                {
+                    "step_no": comp_no,
+                    "kind": "compensation",
+                    "name": f"compensation of {target.name}",
+                    "status": None,
+                    "idempotency_key": None,
+                    "state": "not_called",
+                    "key": compensation_key(run_id, comp_no),
+                    "action": f"called with this key to compensate step {target.step_no} "
+                    "(never called before; if its tool declares no compensation, the run "
+                    "is handed over again)",
                 }
             )
     undone = _compensated(journal)

@@ -1,0 +1,134 @@
+"""A resume that keeps a compensation decision whose plan names a compensation the
+journal never held: the tool lost its compensation in a deploy between the decision and
+that compensation (the engine handed the run over, "its tool no longer declares a
+compensation"), and a later deploy brought it back. The resumed engine calls it, with
+the plan's key; the dry run must list that call, with that key (issue 22, review).
+
+The provider is the external ledger of tests/apps/ledger.py: the keys it saw are
+compared with the keys the dry run listed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentledger import App, ToolContext
+from agentledger.errors import BusinessError
+from agentledger.observe._queries import resume as observe_resume
+from agentledger.records import RunStatus, StepStatus
+from agentledger.tools._contract import Compensation
+from tests.apps import ledger
+from tests.fast.lifecycle_harness import Harness
+from tests.observe.test_resume_partial_compensation_attack import _status
+from tests.observe.test_resume_settle import money_taken
+
+#: The refunds the provider declines.
+DECLINE: set[str] = set()
+#: While set, the fee's refund drops the hotel charge's compensation from the code the
+#: worker runs (a deploy between the two compensations), once.
+LOSE: set[str] = set()
+
+
+def _app() -> App:
+    """A booking that charges the hotel, then a fee (each refunded by its compensation),
+    then fails to confirm: the decision plans the fee's refund at 5, the hotel's at 6."""
+    app = App("unjournaled")
+
+    for refund_name in ("refund_hotel", "refund_fee"):
+
+        @app.tool(name=refund_name, effect="money", idempotency="provider",
+                  status_check=_status, timeout=5)  # fmt: skip
+        async def refund(
+            ctx: ToolContext, effect_id: int, amount: int, _name: str = refund_name
+        ) -> dict[str, Any]:
+            if LOSE:
+                LOSE.clear()
+                app.tools["charge_hotel"].compensation = None
+            if _name in DECLINE:
+                ledger.record_call(ctx.idempotency_key, "refund")
+                raise BusinessError(f"{_name}: declined by the provider (account locked)")
+            payload = {"effect_id": effect_id, "amount": amount}
+            return ledger.apply(ctx.idempotency_key, "refund", dedupe=True, payload=payload)
+
+    for name, comp in (("charge_hotel", "refund_hotel"), ("charge_fee", "refund_fee")):
+
+        @app.tool(name=name, effect="money", idempotency="provider", status_check=_status,
+                  timeout=5, compensation=Compensation(
+                      comp, lambda a, out: {"effect_id": out["effect_id"], "amount": a["amount"]}
+                  ))  # fmt: skip
+        async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
+            return ledger.apply(ctx.idempotency_key, "charge", dedupe=True, payload=amount)
+
+    @app.workflow(name="booking")
+    async def booking(ctx: Any, input: Any) -> Any:
+        await ctx.tool("charge_hotel", amount=100)
+        await ctx.tool("charge_fee", amount=20)
+
+        def confirm() -> dict[str, Any]:
+            raise RuntimeError("confirm: bug in the confirmation code")
+
+        return await ctx.step("confirm", confirm)
+
+    return app
+
+
+@pytest.fixture
+def harness(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
+    DECLINE.clear()
+    LOSE.clear()
+    return Harness(tmp_path, _app(), url=store_url)
+
+
+@pytest.mark.parametrize(
+    ("fee_declined", "from_step"),
+    [(False, None), (False, 6), (True, 5), (True, 6)],
+)
+async def test_the_dry_run_lists_a_compensation_the_journal_never_held(
+    harness: Harness, fee_declined: bool, from_step: int | None
+) -> None:
+    """The fee's refund (5) applied or was declined; the hotel's (6) was never called,
+    its compensation gone from the code then. Restored, a resume that keeps the decision
+    has the engine call it with key ``<run>:6``: the dry run lists exactly the keys the
+    provider then sees."""
+    async with harness as h:
+        kept = h.app.tools["charge_hotel"].compensation
+        LOSE.add("once")
+        if fee_declined:
+            DECLINE.add("refund_fee")
+        run_id = await h.submit("booking")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.NEEDS_HUMAN, run
+        journal = [(s.step_no, s.kind, s.name, s.status) for s in await h.journal(run_id)]
+        assert journal == [
+            (1, "tool", "charge_hotel", StepStatus.SUCCEEDED),
+            (2, "tool", "charge_fee", StepStatus.SUCCEEDED),
+            (3, "step", "confirm", StepStatus.FAILED),
+            (4, "decision", "compensate", StepStatus.SUCCEEDED),
+            (5, "compensation", "refund_fee",
+             StepStatus.FAILED if fee_declined else StepStatus.SUCCEEDED),
+        ], journal  # fmt: skip
+        h.app.tools["charge_hotel"].compensation = kept  # the next deploy
+        DECLINE.clear()
+
+        plan = await h.store.read(observe_resume.plan_resume, run_id, from_step)
+        assert not plan.refused and not plan.needs_force, plan
+        listed = {e["step_no"]: e for e in plan.effects}
+        assert listed[6]["key"] == f"{run_id}:6", plan.effects
+        assert listed[6]["state"] == "not_called" and listed[6]["kind"] == "compensation"
+        before = len(ledger.calls())
+        await h.store.transact(observe_resume.resume_run, run_id, from_step, "ops:amy", "back")
+        run = await h.drive(run_id)
+        called = [c[0] for c in ledger.calls()[before:]]
+        assert sorted(called) == sorted(e["key"] for e in plan.effects), (called, plan.effects)
+        # From 6 the declined fee refund stays failed: the run is handed back with the
+        # fee still charged; otherwise every refund applied once and the run ended failed.
+        if fee_declined and from_step == 6:
+            assert run.status == RunStatus.NEEDS_HUMAN, run
+            assert money_taken("charge", "refund") == 20
+        else:
+            assert run.status == RunStatus.FAILED, run
+            assert money_taken("charge", "refund") == 0
