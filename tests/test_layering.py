@@ -10,6 +10,7 @@ Imports under ``if TYPE_CHECKING:`` are annotations only and are not counted.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -107,13 +108,17 @@ def imports_of(path: Path) -> set[str]:
     return {m for m in found if m.startswith("agentledger")}
 
 
-GRAPH = {module_name(p): imports_of(p) for p in PACKAGE.rglob("*.py")}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """module -> the agentledger modules it imports: parsed on first use, not while the
+    suite is collected (every test process collects this file)."""
+    return {module_name(p): imports_of(p) for p in PACKAGE.rglob("*.py")}
 
 
 def _violations() -> dict[str, set[str]]:
     """module -> the agentledger modules it imports against the map."""
     bad: dict[str, set[str]] = {}
-    for mod, imps in GRAPH.items():
+    for mod, imps in graph().items():
         allowed = MAP[package_of(mod)]
         for imp in imps:
             if not (imp == "agentledger" or imp.startswith("agentledger.")):
@@ -125,7 +130,7 @@ def _violations() -> dict[str, set[str]]:
 
 
 def test_every_package_is_on_the_map() -> None:
-    packages = {package_of(mod) for mod in GRAPH}
+    packages = {package_of(mod) for mod in graph()}
     assert packages == set(MAP), "add the package to MAP and to docs/architecture.md"
 
 
@@ -155,7 +160,7 @@ def test_known_exceptions_still_hold() -> None:
 def test_the_runtime_never_imports_the_examples_or_the_benchmarks() -> None:
     bad = sorted(
         f"{mod} imports {imp}"
-        for mod, imps in GRAPH.items()
+        for mod, imps in graph().items()
         for imp in imps
         if imp.startswith(BESIDE)
     )
@@ -164,9 +169,10 @@ def test_the_runtime_never_imports_the_examples_or_the_benchmarks() -> None:
 
 def test_no_import_cycles_between_modules() -> None:
     # Package __init__ re-exports are edges to the package, not to its parts: leave them out.
-    graph = {
-        mod: {i for i in imps if i in GRAPH and i != mod and not _is_parent(i, mod)}
-        for mod, imps in GRAPH.items()
+    modules = graph()
+    edges = {
+        mod: {i for i in imps if i in modules and i != mod and not _is_parent(i, mod)}
+        for mod, imps in modules.items()
         if not PACKAGE.joinpath(*mod.split(".")[1:], "__init__.py").exists()
     }
     cycles: list[list[str]] = []
@@ -176,8 +182,8 @@ def test_no_import_cycles_between_modules() -> None:
     def walk(node: str) -> None:
         state[node] = 1
         stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if nxt not in graph:
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in edges:
                 continue
             if state.get(nxt) == 1:
                 cycles.append([*stack[stack.index(nxt) :], nxt])
@@ -186,7 +192,7 @@ def test_no_import_cycles_between_modules() -> None:
         stack.pop()
         state[node] = 2
 
-    for node in sorted(graph):
+    for node in sorted(edges):
         if node not in state:
             walk(node)
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
