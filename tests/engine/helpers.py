@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from agentledger.records import Event, Run, RunStatus, Step
-from agentledger.store import open_store
+from agentledger.store import Store, open_store
 from tests.apps import ledger
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +62,8 @@ class Env:
         self.workers: list[subprocess.Popen[bytes]] = []
         self._cleanups: list[Callable[[], object]] = []
         self._logs = 0
+        # (thread, loop, store) while a wait polls through one store: see one_store().
+        self._held: tuple[int, asyncio.AbstractEventLoop, Store] | None = None
         os.environ["ENGINE_LEDGER"] = self.ledger  # for in-process ledger reads
 
     # processes ---------------------------------------------------------------
@@ -164,6 +168,11 @@ class Env:
     # store ---------------------------------------------------------------------
 
     def _store(self, fn: Callable[[Any], Any]) -> Any:
+        held = self._held
+        if held is not None and held[0] == threading.get_ident():
+            _, loop, store = held
+            return loop.run_until_complete(fn(store))
+
         async def go() -> Any:
             store = open_store(self.url)
             await store.open()
@@ -173,6 +182,30 @@ class Env:
                 await store.close()
 
         return asyncio.run(go())
+
+    @contextlib.contextmanager
+    def one_store(self) -> Iterator[None]:
+        """Inside, this thread's reads and writes go through one store, opened once.
+
+        For a wait's polls: each read is a transaction of its own, so it sees what the
+        worker processes committed since, as a store opened for it would; opening one per
+        poll would only cost the test process its CPU (threads, connections, the schema
+        check) while the workers it waits on need it."""
+        if self._held is not None:
+            yield
+            return
+        loop = asyncio.new_event_loop()
+        store = open_store(self.url)
+        try:
+            loop.run_until_complete(store.open())
+            self._held = (threading.get_ident(), loop, store)
+            try:
+                yield
+            finally:
+                self._held = None
+                loop.run_until_complete(store.close())
+        finally:
+            loop.close()
 
     def submit(self, name: str, input: Any = None, version: str | None = None) -> str:
         from tests.apps.engine_app import app
@@ -205,12 +238,13 @@ class Env:
             last[:] = [run]
             return run if run.status in wanted else None
 
-        try:
-            return wait_for(check, timeout, f"run {run_id} to be {sorted(wanted)}", 0.1)
-        except AssertionError as exc:
-            raise AssertionError(
-                f"{exc}; last seen {last[0] if last else None}; journal {self.journal(run_id)}"
-            ) from None
+        with self.one_store():
+            try:
+                return wait_for(check, timeout, f"run {run_id} to be {sorted(wanted)}", 0.1)
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"{exc}; last seen {last[0] if last else None}; journal {self.journal(run_id)}"
+                ) from None
 
     def wait_marker(self, flag: Path, timeout: float = 30.0) -> None:
         marker = Path(str(flag) + ".holding")
@@ -236,18 +270,19 @@ class Env:
         the file-lock nature of the embedded backend, not what the fence tests are about.
         The stop is retried until it lands outside a write transaction.
         """
-        for _ in range(50):
-            first = self.run(run_id).lease_expires_at
-            wait_for(
-                lambda first=first: self.run(run_id).lease_expires_at != first,
-                10,
-                "the worker to renew its lease",
-                0.01,
-            )
-            proc.send_signal(signal.SIGSTOP)
-            if not self.url.startswith("sqlite") or self._write_lock_free():
-                return
-            proc.send_signal(signal.SIGCONT)
+        with self.one_store():
+            for _ in range(50):
+                first = self.run(run_id).lease_expires_at
+                wait_for(
+                    lambda first=first: self.run(run_id).lease_expires_at != first,
+                    10,
+                    "the worker to renew its lease",
+                    0.01,
+                )
+                proc.send_signal(signal.SIGSTOP)
+                if not self.url.startswith("sqlite") or self._write_lock_free():
+                    return
+                proc.send_signal(signal.SIGCONT)
         raise AssertionError("the worker was inside a write transaction at every stop")
 
     def _write_lock_free(self) -> bool:
