@@ -145,5 +145,8 @@ def test_demo_with_db_says_where_the_worker_logs_are(tmp_path: Any) -> None:
     assert text.returncode == 0, text.stderr
     said = [line for line in text.stdout.splitlines() if line.startswith("worker logs: ")]
     assert len(said) == 1 and "/worker-*.log" in said[0], text.stdout
+    # The command to read a run again is on one line, whole: it can be copied.
+    again = [line for line in text.stdout.splitlines() if line.startswith("read it again: ")]
+    assert len(again) == 1 and again[0].endswith(f"--db {url}"), text.stdout
     code, report, stderr = run_demo("--runs", "1", "--workers", "1")  # nothing kept
     assert code == 0 and report["worker_logs"] is None, (report, stderr)

@@ -398,7 +398,8 @@ def _print_tables(report: dict[str, Any]) -> None:
         console.print(journal_view(sample["journal"], console.width, title=title))
         if report.get("db_kept"):
             console.print(
-                f"read it again: agentledger runs show {sample['id']} --db {report['db']}"
+                f"read it again: agentledger runs show {sample['id']} --db {report['db']}",
+                soft_wrap=True,  # one line: a command to copy
             )
         else:
             console.print(
