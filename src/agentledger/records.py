@@ -167,6 +167,13 @@ class Step:
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+    def took_effect(self) -> bool:
+        """Whether its call happened: it succeeded, or it applied and its result could
+        not be journaled (failed ``not_journalable``, a fault of the tool)."""
+        return self.status == StepStatus.SUCCEEDED or (
+            self.status == StepStatus.FAILED and self.error_class == "not_journalable"
+        )
+
 
 @dataclass
 class Effect:

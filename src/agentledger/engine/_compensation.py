@@ -84,12 +84,9 @@ def owed(exe: Execution) -> list[Step]:
     steps = []
     for step in sorted(exe.journal.values(), key=lambda s: s.step_no, reverse=True):
         tool = exe.tools.get(step.name)
-        took_effect = step.status == StepStatus.SUCCEEDED or (
-            step.status == StepStatus.FAILED and step.error_class == "not_journalable"
-        )
         if (
             step.kind == "tool"
-            and took_effect
+            and step.took_effect()
             and tool is not None
             and tool.compensation is not None
             and step.idempotency_key is not None
@@ -138,7 +135,9 @@ async def compensate(exe: Execution, decision: CompensationDecision) -> list[int
         tool = exe.tools.get(target.name)
         comp = tool.compensation if tool is not None else None
         existing = exe.journal.get(comp_no)
-        if existing is not None and _took_effect(existing):
+        # A compensation that happened (its result journaled or not) is never called
+        # again: a resumed pass counts it as done.
+        if existing is not None and existing.took_effect():
             compensated.append(target_no)
             continue
         if existing is not None and existing.status == StepStatus.FAILED:
@@ -186,15 +185,6 @@ async def compensate(exe: Execution, decision: CompensationDecision) -> list[int
             HandoverReason.COMPENSATION, "compensation could not be settled: " + "; ".join(failures)
         )
     return compensated
-
-
-def _took_effect(step: Step) -> bool:
-    """A journaled compensation that happened: succeeded, or applied with a result that
-    could not be journaled (a fault of the tool: the pass that called it hands the run
-    to a person; resumed, the undo stands and is never called again)."""
-    return step.status == StepStatus.SUCCEEDED or (
-        step.status == StepStatus.FAILED and step.error_class == "not_journalable"
-    )
 
 
 def _failure(target: Step, comp_tool: str, error: str | None) -> str:

@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 STORE_RETRY_SECONDS = 10.0  # how long a journal write the store refused is retried
 
 
+def step_key(run_id: str, step_no: int) -> str:
+    """The deterministic idempotency key of step ``step_no`` of ``run_id``."""
+    return f"{run_id}:{step_no}"
+
+
 class Execution:
     """The state of one run while a worker holds its lease."""
 
@@ -132,7 +137,7 @@ class Execution:
 
     def key(self, step_no: int) -> str:
         """The deterministic idempotency key of a step."""
-        return f"{self.run.id}:{step_no}"
+        return step_key(self.run.id, step_no)
 
     def cancel_reason(self) -> str | None:
         """Why the run is to be cancelled, if a cancel was requested (at claim or since:

@@ -44,11 +44,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger._canonical import clean_text
+from agentledger.engine._execution import step_key
 from agentledger.errors import StoreError
 from agentledger.records import Step, StepStatus, dumps, loads
 from agentledger.store import _rows as rows
 from agentledger.store._queries import rollup
-from agentledger.store._queries.events import insert_event
+from agentledger.store._queries.events import event_data, insert_event
 from agentledger.store._queries.runs import get_run
 from agentledger.store._tx import Tx
 
@@ -108,9 +109,7 @@ def confirmed_effect(step: Step) -> bool:
     compensation, or one that took effect but whose result could not be journaled."""
     if step.kind not in _EFFECT_KINDS or step.idempotency_key is None:
         return False
-    return step.status == StepStatus.SUCCEEDED or (
-        step.status == StepStatus.FAILED and step.error_class == "not_journalable"
-    )
+    return step.took_effect()
 
 
 def _maybe_applied(step: Step) -> bool:
@@ -168,14 +167,13 @@ def finishing_compensation(journal: list[Step], status: str) -> Step | None:
     if decision is None or not isinstance(decision.output, dict):
         return None
     by_no = {s.step_no: s for s in journal}
-    plan = decision.output.get("plan")
     # [[target step, compensation step], ...] as engine/_compensation.py journals it; a
     # row of any other shape (an older or damaged journal) counts as not settled.
     states = [
         effect_state(by_no[p[1]])
         if isinstance(p, list) and len(p) == 2 and isinstance(p[1], int) and p[1] in by_no
         else None
-        for p in (plan if isinstance(plan, list) else [])
+        for p in _plan_of(decision)
     ]  # fmt: skip
     if any(s in ("unknown", "not_applied") for s in states):
         return decision
@@ -188,14 +186,20 @@ def finishing_compensation(journal: list[Step], status: str) -> Step | None:
     return None
 
 
+def _plan_of(decision: Step) -> list[Any]:
+    """The entries of a compensation decision's plan, as journaled (each checked by its
+    reader: a damaged plan is read, never trusted)."""
+    plan = decision.output.get("plan") if isinstance(decision.output, dict) else None
+    return plan if isinstance(plan, list) else []
+
+
 def failed_compensations(journal: list[Step], decision: Step) -> list[Step]:
     """The decision's compensations that failed applying nothing: a resume finishing the
     compensation archives them, so the engine calls each again with its own key (the
     step number, hence the key, is the plan's)."""
     by_no = {s.step_no: s for s in journal}
-    plan = decision.output.get("plan") if isinstance(decision.output, dict) else None
     found: dict[int, Step] = {}
-    for p in plan if isinstance(plan, list) else []:
+    for p in _plan_of(decision):
         ok = isinstance(p, list) and len(p) == 2 and isinstance(p[1], int)
         step = by_no.get(p[1]) if ok else None
         if (
@@ -217,9 +221,8 @@ def unjournaled_compensations(journal: list[Step], decision: Step) -> list[tuple
     and compensates at the decision's step + 1 + i): a damaged or hostile plan never
     makes the dry run list a call at a step number it chose."""
     by_no = {s.step_no: s for s in journal}
-    plan = decision.output.get("plan") if isinstance(decision.output, dict) else None
     found: list[tuple[Step, int]] = []
-    for i, p in enumerate(plan if isinstance(plan, list) else []):
+    for i, p in enumerate(_plan_of(decision)):
         if not (isinstance(p, list) and len(p) == 2 and type(p[0]) is int and type(p[1]) is int):
             continue
         target, comp_no = by_no.get(p[0]), p[1]
@@ -232,13 +235,6 @@ def unjournaled_compensations(journal: list[Step], decision: Step) -> list[tuple
         ):
             found.append((target, comp_no))
     return found
-
-
-def compensation_key(run_id: str, step_no: int) -> str:
-    """The key a compensation at ``step_no`` is called with (the engine's step key,
-    ``Execution.key``): what one that never got as far as a call (its arguments could
-    not be built: no key journaled) sends once it is called again."""
-    return f"{run_id}:{step_no}"
 
 
 def first_step(journal: list[Step], status: str) -> tuple[int, list[int]]:
@@ -325,7 +321,7 @@ def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
                 {
                     **_brief(step),
                     "state": "failed",
-                    "key": step.idempotency_key or compensation_key(run_id, step.step_no),
+                    "key": step.idempotency_key or step_key(run_id, step.step_no),
                     "action": f"called again with this key to finish the compensation of "
                     f"step {target} (it failed, applying nothing: {why})",
                 }
@@ -342,7 +338,7 @@ def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
                     "status": None,
                     "idempotency_key": None,
                     "state": "not_called",
-                    "key": compensation_key(run_id, comp_no),
+                    "key": step_key(run_id, comp_no),
                     "action": f"called with this key to compensate step {target.step_no} "
                     "(never called before; if its tool declares no compensation, the run "
                     "is handed over again)",
@@ -561,13 +557,9 @@ def resume_run(
 def _resumed_with(tx: Tx, run_id: str, token: str) -> ResumePlan | None:
     """The plan a resume marked ``token`` carried out, as its ``run.resumed`` event
     records it; None when it has not committed."""
-    found = tx.fetchall(
-        "SELECT data FROM events WHERE run_id = :id AND token = :token AND type = 'run.resumed'",
-        {"id": run_id, "token": token},
-    )
-    if not found:
+    data = event_data(tx, run_id, token, "run.resumed")
+    if data is None:
         return None
-    data = loads(found[0]["data"]) or {}
     forced = data.get("forced") or []
     return ResumePlan(
         run_id=run_id,
@@ -785,8 +777,5 @@ def retry_outbox(tx: Tx, key: str, actor: str, token: str | None = None) -> bool
 
 def _retried_with(tx: Tx, run_id: str, key: str, token: str) -> bool:
     """Whether a retry marked ``token`` of the letter ``key`` committed."""
-    found = tx.fetchall(
-        "SELECT data FROM events WHERE run_id = :id AND token = :token AND type = 'outbox.retried'",
-        {"id": run_id, "token": token},
-    )
-    return any((loads(r["data"]) or {}).get("key") == key for r in found)
+    data = event_data(tx, run_id, token, "outbox.retried")
+    return data is not None and data.get("key") == key

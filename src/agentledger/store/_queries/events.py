@@ -9,6 +9,7 @@ from agentledger.records import (
     Event,
     Step,
     dumps,
+    loads,
 )
 from agentledger.store import _rows as rows
 from agentledger.store._base import Batch, NewEvent
@@ -135,6 +136,16 @@ def has_event(tx: Tx, run_id: str, token: str) -> bool:
         {"run_id": run_id, "token": token},
     )
     return bool(found)
+
+
+def event_data(tx: Tx, run_id: str, token: str, type: str) -> dict[str, Any] | None:
+    """The data of the run's ``type`` event appended by a job with ``token`` (one that
+    committed before its reply was lost: what it did), or None."""
+    found = tx.fetchall(
+        "SELECT data FROM events WHERE run_id = :run_id AND token = :token AND type = :type",
+        {"run_id": run_id, "token": token, "type": type},
+    )
+    return (loads(found[0]["data"]) or {}) if found else None
 
 
 def list_events(tx: Tx, run_id: str | None = None, after_id: int = 0) -> list[Event]:
