@@ -15,11 +15,6 @@ from agentledger.records import RunStatus
 from agentledger.store._queries.common import new_token
 from tests.fast.lifecycle_harness import Harness
 from tests.observe.test_resume_partial_compensation_attack import (
-    BAD_ARGS,
-    DECLINE,
-    LAG,
-    SLOW,
-    UNJOURNALABLE,
     _app,
     _compensated,
 )
@@ -30,8 +25,6 @@ async def test_a_resume_whose_commit_reply_was_lost_answers_resumed_once(
     tmp_path: Path, pg_url: str, proxy: LossyProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
-    for faults in (DECLINE, SLOW, LAG, UNJOURNALABLE, BAD_ARGS):
-        faults.clear()  # another test of this process may have left its faults set
     h = Harness(tmp_path, _app(), url=pg_url)
     async with h:
         run_id = await _compensated(h, {"refund_fee"})
