@@ -71,6 +71,34 @@ def test_a_busy_port_is_one_line_before_anything_starts(
     assert not db.exists()
 
 
+@pytest.mark.parametrize(
+    ("options", "host_option"),
+    [
+        (("--host", "203.0.113.7", "--port", "0"), "--host"),
+        (("--port", "0", "--metrics-host", "203.0.113.7", "--metrics-port", "0"), "--metrics-host"),
+    ],
+    ids=["api", "metrics"],
+)
+def test_an_address_not_of_this_host_is_one_line_even_on_any_free_port(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    options: tuple[str, ...],
+    host_option: str,
+) -> None:
+    # Port 0 asks for any free port: the host must still be checked before anything
+    # starts (203.0.113.7 is a documentation address no host of a test network holds).
+    # A process of its own: binding sends nothing, but this process's guard refuses to
+    # resolve any address that is not loopback.
+    monkeypatch.setenv("AGENTLEDGER_KEY_PEPPER", "p" * 32)
+    db = tmp_path / "never.db"
+    result = run_cli("serve", "--app", APP, "--db", f"sqlite:///{db}", *options)
+    assert one_line_error(result) == (
+        f"error: cannot listen on 203.0.113.7: it is not an address of this host; "
+        f"check {host_option}"
+    )
+    assert not db.exists()
+
+
 def test_serve_refuses_one_port_for_the_api_and_keyless_metrics(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -86,19 +86,20 @@ async def with_store(
         await store.close()
 
 
-def check_port_free(host: str, port: int, option: str = "--port") -> None:
-    """Refuse, in one line, a port this process cannot listen on (another process
+def check_port_free(
+    host: str, port: int, option: str = "--port", host_option: str = "--host"
+) -> None:
+    """Refuse, in one line, an address this process cannot listen on (another process
     listens there, the address is not this host's), before anything starts: `sandbox`,
     `serve` and `worker --metrics-port` all call this first, so none of them starts a
-    server, opens a database or prints a traceback for it."""
-    if port == 0:  # any free port: nothing to check
-        return
+    server, opens a database or prints a traceback for it. Port 0 (any free port) is
+    bound too: the host is what can be wrong then."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
     except (socket.gaierror, UnicodeError) as exc:
-        raise UsageError(f"cannot listen on {host!r}: {exc}; check the host option") from None
+        raise UsageError(f"cannot listen on {host!r}: {exc}; check {host_option}") from None
     with socket.socket(family, kind, proto) as sock:
         # As the servers do: a port left in TIME_WAIT by a previous run is free.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -109,6 +110,11 @@ def check_port_free(host: str, port: int, option: str = "--port") -> None:
                 raise UsageError(
                     f"port {port} on {host} is in use; stop what listens there or pick "
                     f"another with {option}"
+                ) from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise UsageError(
+                    f"cannot listen on {host}: it is not an address of this host; "
+                    f"check {host_option}"
                 ) from None
             raise UsageError(
                 f"cannot listen on {host}:{port}: {exc.strerror}; pick another with {option}"

@@ -178,7 +178,7 @@ def worker(
         raise UsageError(str(exc)) from None
     if metrics_port is not None:  # before the app loads or the database opens
         require("metrics", "agentledger worker --metrics-port")
-        check_port_free(metrics_host, metrics_port, "--metrics-port")
+        check_port_free(metrics_host, metrics_port, "--metrics-port", "--metrics-host")
     configure_logging(verbose=int(verbose), fmt=log_format)
     app = load_app(app_path)
 

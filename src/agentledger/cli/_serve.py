@@ -136,7 +136,7 @@ def serve(
                 f"--metrics-port {port} is the API's --port; give the keyless /metrics a "
                 "port of its own"
             )
-        check_port_free(metrics_host, metrics_port, "--metrics-port")
+        check_port_free(metrics_host, metrics_port, "--metrics-port", "--metrics-host")
 
     from agentledger.service import ServiceSettings, create_app
     from agentledger.service._server import uvicorn_config
