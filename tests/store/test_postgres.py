@@ -527,3 +527,47 @@ async def test_a_statement_libpq_refuses_to_send_is_an_error_not_a_lost_connecti
         assert "number of parameters" in str(raised.value)
     finally:
         await store.close()
+
+
+async def test_a_deadlock_is_retried_and_logged_on_one_line(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real deadlock between a store transaction and another session: the store's
+    transaction is the victim, is run again and commits; its log line is one line
+    (the server's message has DETAIL lines naming the processes)."""
+    store = await opened(pg_url)
+    holder = psycopg.connect(pg_url, autocommit=True)
+    try:
+        await store.transact(lambda tx: tx.execute("CREATE TABLE dl (id int PRIMARY KEY, v int)"))
+        await store.transact(lambda tx: tx.execute("INSERT INTO dl VALUES (1, 0), (2, 0)"))
+        holder.execute("SET deadlock_timeout = '60s'")  # the store's session detects it
+        holder.execute("BEGIN")
+        holder.execute("UPDATE dl SET v = v + 1 WHERE id = 2")
+        took_one, attempts = threading.Event(), []
+
+        def both_rows(tx: object) -> None:
+            attempts.append(1)
+            tx.execute("UPDATE dl SET v = v + 10 WHERE id = 1")  # type: ignore[attr-defined]
+            took_one.set()
+            tx.execute("UPDATE dl SET v = v + 10 WHERE id = 2")  # type: ignore[attr-defined]
+
+        def the_other_order() -> None:
+            took_one.wait(10)
+            # The store's transaction holds row 1 and waits for row 2: this closes the cycle.
+            holder.execute("UPDATE dl SET v = v + 1 WHERE id = 1")
+            holder.execute("ROLLBACK")
+
+        other = threading.Thread(target=the_other_order)
+        other.start()
+        with caplog.at_level(logging.INFO, logger="agentledger"):
+            await store.transact(both_rows)
+        other.join(10)
+        rows = await store.transact(lambda tx: tx.fetchall("SELECT id, v FROM dl ORDER BY id"))
+        assert [r["v"] for r in rows] == [10, 10]  # committed once, the holder's undone
+        assert len(attempts) == 2
+        lines = [r.getMessage() for r in caplog.records if "rolled back" in r.getMessage()]
+        assert len(lines) == 1 and "\n" not in lines[0], lines
+        assert "deadlock detected" in lines[0]
+    finally:
+        holder.close()
+        await store.close()

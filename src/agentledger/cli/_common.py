@@ -16,6 +16,7 @@ import click
 
 from agentledger import _envsettings as envsettings
 from agentledger._canonical import MAX_DEPTH, NotJournalable, journal_value
+from agentledger._failures import cause_of
 from agentledger.cli._text import json_safe
 from agentledger.errors import AgentLedgerError, UsageError
 from agentledger.store import DEFAULT_URL, Store, open_store
@@ -201,7 +202,7 @@ def guarded(main: Callable[[], Any]) -> Callable[[], Any]:
         except AgentLedgerError as exc:
             if debug_enabled():
                 raise
-            fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            fail(cause_of(exc))
         except KeyboardInterrupt:
             sys.exit(130)
 

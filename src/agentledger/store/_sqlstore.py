@@ -45,6 +45,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from urllib.parse import urlsplit, urlunsplit
 
+from agentledger._failures import cause_of
 from agentledger.errors import AgentLedgerError, StoreError, StoreUnavailable, UsageError
 from agentledger.records import OutboxItem, Run
 from agentledger.store._base import Batch, NewRun
@@ -391,7 +392,7 @@ class Store:
                             j.future.set_exception(self._error(exc))
                     return
                 if transient:
-                    log.info("store transaction rolled back (%s); retrying", exc)
+                    log.info("store transaction rolled back (%s); retrying", cause_of(exc))
                     time.sleep(retry.transient_pause())
                     continue
                 log.warning(

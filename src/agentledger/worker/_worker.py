@@ -282,7 +282,7 @@ class Worker:
 
     def _fail(self, what: str, exc: BaseException) -> None:
         """An unrecoverable error in a side task: stop, and exit non-zero."""
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = cause_of(exc)
         if self._failure is None:
             self._failure = f"{what}: {reason}"
         # The reason is raised by run() (the CLI prints it as its last line).
