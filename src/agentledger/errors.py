@@ -8,6 +8,7 @@ message that says what happened and what to do::
     │   └── UnknownTargetError      no agent/workflow of that name (and version)
     ├── StoreError                  the database failed or is unusable
     │   ├── StoreUnavailable        cannot connect / locked (transient; retried)
+    │   │   └── StoreLocked         another process held the whole database's write lock
     │   └── StoreCorrupt            the file is not a usable database
     ├── LeaseLost                   a fenced write was rejected: another worker owns the run
     ├── ToolError                   a tool call failed; the subclass is its failure class
@@ -72,6 +73,11 @@ class StoreError(AgentLedgerError):
 
 class StoreUnavailable(StoreError):
     """The database cannot be reached or is locked; retrying later may work."""
+
+
+class StoreLocked(StoreUnavailable):
+    """Another process held the database's one write lock (SQLite's, for the whole file)
+    past the busy timeout: every write waits for it alike until that process lets go."""
 
 
 class StoreCorrupt(StoreError):

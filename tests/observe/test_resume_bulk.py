@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,42 @@ def test_a_bulk_resume_that_resumes_nothing_or_only_some_exits_1(
     out = resume("--status", "needs_human")
     assert out.exit_code == 0, out.output
     assert out.output.splitlines()[-1] == "resumed 1, refused 0", out.output
+
+
+def test_a_bulk_resume_meeting_a_held_sqlite_write_lock_stops_at_the_first_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite has one write lock for the whole file: when one run's resume waited for it
+    past the busy timeout, every other run would wait as long in turn. The bulk stops
+    there and reports the rest as not tried, changing nothing."""
+    monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
+    FAULT.update(payout=None, confirm=None)
+    path = tmp_path / "held.db"
+    h = Harness(tmp_path, settle_app(), url=f"sqlite:///{path}")
+
+    async def seed() -> list[str]:
+        async with h:
+            return [(await _unknown_payout(h, "before_commit"))[0] for _ in range(3)]
+
+    ids = asyncio.run(seed())
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        out = CliRunner().invoke(
+            cli,
+            ["runs", "resume", "--status", "needs_human", "--db",
+             f"sqlite:///{path}?busy_timeout_ms=200"],
+        )  # fmt: skip
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert out.exit_code == 1, out.output
+    lines = [line for run_id in ids for line in _lines_about(out.output, run_id)]
+    assert len(lines) == 3, out.output
+    assert "is locked by another process" in lines[0], lines
+    for line in lines[1:]:
+        assert "not tried" in line and "is locked by another process" in line, line
+    # Nothing changed: every run still needs a human.
+    with sqlite3.connect(path) as conn:
+        statuses = {row[0] for row in conn.execute("SELECT status FROM runs")}
+    assert statuses == {RunStatus.NEEDS_HUMAN}, statuses

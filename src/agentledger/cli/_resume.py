@@ -18,7 +18,7 @@ from agentledger.cli._common import (
     run_async,
     with_store,
 )
-from agentledger.errors import StoreError, StoreUnavailable, UsageError
+from agentledger.errors import StoreError, StoreLocked, StoreUnavailable, UsageError
 from agentledger.observe._queries import resume as observe_resume
 from agentledger.observe._queries.resume import ResumeNeedsForce, ResumePlan, ResumeRefused
 from agentledger.store import Store
@@ -63,6 +63,11 @@ def _describe(plan: ResumePlan, dry_run: bool) -> str:
         keys = ", ".join(f"{e['step_no']} {e['name']} key {e['key']}" for e in plan.forced)
         text += f"\n  forced: re-executes confirmed effects {keys}"
     return text
+
+
+class NotTried(StoreError):
+    """A run of a bulk left untried: the store failed the run before it in a way that
+    every run after it would meet too."""
 
 
 async def _answers(store: Store, run_id: str) -> bool:
@@ -164,10 +169,13 @@ async def resume(
                 if run_id is not None:
                     raise
                 done.append((rid, exc))
-                if isinstance(exc, StoreUnavailable) and not await _answers(store, rid):
-                    # The store itself is gone (not one run's row held by another
-                    # command): the rest are reported, not each waited for in turn.
-                    done.extend((r, exc) for r in ids[n + 1 :] if r is not None)
+                if isinstance(exc, StoreLocked) or (
+                    isinstance(exc, StoreUnavailable) and not await _answers(store, rid)
+                ):
+                    # The store itself is gone, or its one write lock is held (not one
+                    # run's row held by another command): every run left would wait as
+                    # long in turn, so they are reported as not tried.
+                    done.extend((r, NotTried(exc)) for r in ids[n + 1 :] if r is not None)
                     break
         return done
 
@@ -176,6 +184,11 @@ async def resume(
     failed = [r for r in results if isinstance(r[1], Exception)]
 
     def error(rid: str, exc: Exception) -> str:
+        if isinstance(exc, NotTried):
+            return (
+                f"not tried, nothing changed for it (the command stopped at the run "
+                f"before): {exc}; run the command again"
+            )
         return (
             f"not resumed, nothing changed for it: {exc}; look again "
             f"(`agentledger runs show {rid}`), then run the command again"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from agentledger.errors import StoreCorrupt, StoreError, StoreUnavailable, UsageError
+from agentledger.errors import StoreCorrupt, StoreError, StoreLocked, StoreUnavailable, UsageError
 from agentledger.store._dialect import Dialect, WouldBlock, clean_params
 from agentledger.store._groupcommit import InlineCommitter, JournalCommitter
 from agentledger.store._queries.common import RUN_COLUMNS
@@ -301,7 +301,7 @@ class SQLiteDialect(Dialect):
         if isinstance(exc, UsageError):
             return StoreUnavailable(text)
         if _is_busy(exc):
-            return StoreUnavailable(
+            return StoreLocked(
                 f"{self.path} is locked by another process ({text}); retry, or stop the "
                 "process holding it"
             )
