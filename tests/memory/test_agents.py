@@ -102,7 +102,7 @@ async def test_one_tenants_memory_and_documents_never_reach_another(
     assert first[1].role == "system" and "prefers quiet rooms" in (first[1].content or "")
 
     # Forgotten: the rows go, and the next run neither sees nor recalls the fact.
-    assert await store.transact(memory_facts.forget_facts, "acme", "g-1", None, "cli") == 1
+    assert await store.transact(memory_facts.forget_facts, "acme", "g-1", None, "cli") == (1, 0)
     assert count(store_url, sql, ("acme", "g-1")) == 0
     model.requests.clear()
     after = await run_to_rest(

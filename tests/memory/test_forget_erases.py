@@ -20,6 +20,7 @@ from agentledger.records import RunStatus
 from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store, open_store
 from agentledger.store._sqlite import sqlite_path
+from tests.cli.helpers import cli_here
 from tests.memory.runs import count, run_to_rest
 from tests.memory.test_agents import help_app
 
@@ -64,7 +65,8 @@ async def test_forget_erases_the_journal_events_and_runs_copies_and_the_chain_ve
     checked, broken = await seal_and_verify(store)
     assert checked > 0 and broken == []
 
-    assert await store.transact(memory_facts.forget_facts, "acme", "g-1", None, "cli:ops") == 2
+    forgotten = await store.transact(memory_facts.forget_facts, "acme", "g-1", None, "cli:ops")
+    assert forgotten == (2, 0)
     # g-1's copies are gone (g-2's own runs and fact are not g-1's to forget).
     g2 = await store.read(memory_facts.list_facts, "acme", "g-2")
     assert [f.fact for f in g2] == [SECRET]
@@ -222,3 +224,58 @@ async def test_an_edit_disguised_as_a_redaction_fails_verify_with_the_key(
     _, broken = await store.read(service_audit.verify_chain, None, key)
     assert [b.event_id for b in broken] == [edited]
     assert "no redaction is signed" in broken[0].reason
+
+
+async def test_forget_reaches_delivered_outbox_rows_and_settled_effects_not_pending_ones(
+    store: Store, store_url: str
+) -> None:
+    """An email the outbox delivered, its attempts' history and a key-less write's
+    settled result are copies in the user's runs too: erased. A delivery not made yet is
+    left as queued (a resend under its key must carry what the first attempt carried)
+    and counted, so the operator knows to forget again once it is delivered."""
+    from agentledger.records import DeliveryStatus, Effect, OutboxItem
+    from tests.store.test_contract import batch, step
+
+    await store.transact(memory_facts.upsert_fact, "acme", "g-1", "health", SECRET, None, None)
+    run_id = await help_app()[0].submit(
+        store, "stayhub_help", {"message": "hi"}, tenant_id="acme", user_id="g-1"
+    )
+    (run,) = await store.claim_runs("w1", ["stayhub_help@1"], 1, 30)
+    assert run.id == run_id
+    body = {"to": "g-1@example.com", "body": f"noted: {SECRET}"}
+    await store.commit(
+        batch(
+            run,
+            steps=[step(run, 1), step(run, 2), step(run, 3)],
+            outbox=[
+                OutboxItem(key="mail:sent", run_id=run.id, step_no=1, tool="email", payload=body),
+                OutboxItem(key="mail:queued", run_id=run.id, step_no=2, tool="email", payload=body),
+            ],
+            effects=[Effect(key="crm:1", run_id=run.id, step_no=3, status="claimed")],
+        )
+    )
+    done = Effect(key="crm:1", run_id=run.id, step_no=3, status="done", result={"echo": SECRET})
+    await store.commit(batch(run, effects=[done]))  # the call returned: the claim settled
+    claimed = await store.claim_outbox("dispatch", 10, 30)
+    sent = next(item for item in claimed if item.key == "mail:sent")
+    sent.status, sent.attempts = DeliveryStatus.DELIVERED, 2
+    sent.history = [{"error": f"mailbox full for {SECRET}"}]
+    assert await store.settle_outbox(sent)
+
+    said = cli_here("memory", "forget", "--user", "g-1", "--tenant", "acme", "--db", store_url)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.splitlines() == [
+        "forgot every fact of g-1 in tenant acme: 1 deleted",
+        "1 outbox deliveries of g-1's runs not made yet still hold the text (a resend must "
+        "carry what was queued); run this again once they are delivered (`agentledger "
+        "outbox dead` lists those that gave up)",
+    ]
+    rows = {row.key: row for row in await store.list_outbox()}
+    assert SECRET not in str(rows["mail:sent"].payload) + str(rows["mail:sent"].history)
+    assert REDACTED in rows["mail:sent"].payload["body"]
+    assert rows["mail:queued"].payload == body  # goes out as the run queued it
+    effect = await store.get_effect("crm:1")
+    assert effect is not None and effect.result == {"echo": REDACTED}
+    (event,) = await store.list_events(memory_audit_id("acme", "g-1"))
+    assert event.data["redacted"]["outbox"] >= 2 and event.data["redacted"]["effects"] == 1
+    assert event.data["undelivered"] == 1

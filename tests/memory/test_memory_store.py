@@ -98,7 +98,10 @@ async def test_forget_one_key_deletes_that_row_and_audits_without_key_or_text(
     await store.transact(
         memory_facts.upsert_fact, "globex", "u1", "room", "prefers quiet rooms", "r2", "r2:2"
     )
-    assert await store.transact(memory_facts.forget_facts, "acme", "u1", "room", "cli:ops") == 1
+    assert await store.transact(memory_facts.forget_facts, "acme", "u1", "room", "cli:ops") == (
+        1,
+        0,
+    )
     sql = "SELECT COUNT(*) FROM memory_facts WHERE tenant_id = ? AND user_id = ? AND fact_key = ?"
     assert count(store_url, sql, ("acme", "u1", "room")) == 0
     assert count(store_url, sql, ("acme", "u1", "diet")) == 1
@@ -117,11 +120,12 @@ async def test_forget_all_deletes_every_row_of_the_user_in_the_tenant(
             memory_facts.upsert_fact, "acme", "u1", f"k{n}", f"fact {n}", "r1", f"r1:{n}"
         )
     await store.transact(memory_facts.upsert_fact, "acme", "u2", "k", "someone else", "r2", "r2:1")
-    assert await store.transact(memory_facts.forget_facts, "acme", "u1", None, "cli") == 3
+    assert await store.transact(memory_facts.forget_facts, "acme", "u1", None, "cli") == (3, 0)
     assert count(store_url, "SELECT COUNT(*) FROM memory_facts WHERE user_id = 'u1'") == 0
     assert count(store_url, "SELECT COUNT(*) FROM memory_facts WHERE user_id = 'u2'") == 1
-    assert (
-        await store.transact(memory_facts.forget_facts, "acme", "u1", None, "cli") == 0
+    assert await store.transact(memory_facts.forget_facts, "acme", "u1", None, "cli") == (
+        0,
+        0,
     )  # again: nothing more
 
 

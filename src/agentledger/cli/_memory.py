@@ -90,16 +90,17 @@ async def forget(
     # them from an edit of the records' data.
     key = auditkey.configured()
 
-    async def run(store: Store) -> tuple[int, list[str]]:
-        deleted = await store.transact(
+    async def run(store: Store) -> tuple[memory_facts.Forgotten, list[str]]:
+        done = await store.transact(
             memory_facts.forget_facts, tenant_id, user_id, fact_key, who, key
         )
-        if deleted:
-            return deleted, []
+        if done.deleted:
+            return done, []
         found = await store.read(memory_facts.tenants_with_facts, user_id)
-        return deleted, found
+        return done, found
 
-    deleted, elsewhere = await with_store(db, run)
+    done, elsewhere = await with_store(db, run)
+    deleted = done.deleted
     what = f"fact {fact_key!r}" if fact_key else "every fact"
     if not deleted:
         where = (
@@ -111,3 +112,9 @@ async def forget(
             f"nothing to forget: no {what} of {user_id} in tenant {tenant_id}{where}"
         )
     click.echo(f"forgot {what} of {user_id} in tenant {tenant_id}: {deleted} deleted")
+    if done.undelivered:
+        click.echo(
+            f"{done.undelivered} outbox deliveries of {user_id}'s runs not made yet still hold "
+            "the text (a resend must carry what was queued); run this again once they are "
+            "delivered (`agentledger outbox dead` lists those that gave up)"
+        )

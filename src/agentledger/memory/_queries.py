@@ -14,7 +14,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentledger._auditkey import AuditKey
 from agentledger.records import dumps
@@ -145,7 +145,17 @@ _COPIES = (
     ("runs", ("id",), ("input", "result")),
     ("steps", ("run_id", "step_no"), ("input", "output")),
     ("events", ("id",), ("data",)),
+    ("effects", ("key",), ("result",)),
+    ("outbox", ("key",), ("payload", "last_error", "history")),
 )
+
+
+class Forgotten(NamedTuple):
+    """What :func:`forget_facts` did: facts deleted, and outbox rows of the user's runs
+    that still hold a forgotten text because they are not delivered yet."""
+
+    deleted: int
+    undelivered: int
 
 
 def forget_facts(
@@ -155,10 +165,16 @@ def forget_facts(
     fact_key: str | None,
     actor: str,
     audit_key: AuditKey | None = None,
-) -> int:
+) -> Forgotten:
     """Delete a user's facts (one key, or all of them), erase every copy of their text
     (keys and facts) found in the user's runs of the tenant -- run input and result,
-    journal input and output, event data -- and audit it. Returns facts deleted.
+    journal input and output, event data, a settled key-less write's result, a delivered
+    outbox row's payload, error and history -- and audit it.
+
+    An outbox row not delivered yet keeps its payload: a resend under its key must carry
+    what an earlier attempt may have delivered (a provider refuses, or applies twice, a
+    key reused with other content). It is counted (``undelivered``), so the operator
+    forgets again once it is delivered or dropped.
 
     A copy is replaced by :data:`REDACTED` in place (the JSON stays valid, so a replay
     reads the marker where the text was). A redacted event keeps the digest of its data
@@ -178,7 +194,7 @@ def forget_facts(
     )
     deleted = tx.execute(f"DELETE FROM memory_facts WHERE {where}", params)
     texts = {t for r in found for t in (r["fact_key"], r["fact"]) if t}
-    redacted = _redact(tx, tenant_id, user_id, texts, audit_key)
+    redacted, undelivered = _redact(tx, tenant_id, user_id, texts, audit_key)
     forgotten = [[r["id"], r["fact_key"], r["fact"]] for r in found]
     insert_tenant_event(
         tx,
@@ -193,9 +209,10 @@ def forget_facts(
             "deleted": deleted,
             "digest": hashlib.sha256(dumps(forgotten).encode()).hexdigest() if found else None,
             "redacted": redacted,
+            "undelivered": undelivered,
         },
     )
-    return deleted
+    return Forgotten(deleted, undelivered)
 
 
 #: Needles per candidate query (each is a parameter and an ``instr`` per row).
@@ -241,12 +258,12 @@ def _redact(
     user_id: str,
     texts: set[str],
     audit_key: AuditKey | None,
-) -> dict[str, int]:
+) -> tuple[dict[str, int], int]:
     """Replace every copy of ``texts`` in the user's runs of the tenant; return the
-    values changed per table."""
+    values changed per table and the outbox rows left holding a copy (not delivered)."""
     changed = {table: 0 for table, _, _ in _COPIES}
     if not texts:
-        return changed
+        return changed, 0
     finds, pattern = _needles(texts)
     base: dict[str, Any] = {"tenant": tenant_id, "user": user_id}
     base["audit"] = memory_audit_id(tenant_id, user_id)
@@ -255,11 +272,28 @@ def _redact(
         "runs": f"id IN ({runs})",
         "steps": f"run_id IN ({runs})",
         "events": f"(run_id IN ({runs}) OR run_id = :audit)",
+        # A claimed effect is a call that may be under way: its result is not in yet.
+        "effects": f"run_id IN ({runs}) AND status <> 'claimed'",
+        "outbox": f"run_id IN ({runs}) AND status = 'delivered'",
     }
+    undelivered: set[str] = set()
     find = "instr({col}, :n{i}) > 0" if tx.dialect.name == "sqlite" else "strpos({col}, :n{i}) > 0"
     for start in range(0, len(finds), _NEEDLES_PER_QUERY):
         batch = finds[start : start + _NEEDLES_PER_QUERY]
         params = base | {f"n{i}": needle for i, needle in enumerate(batch)}
+        holds = " OR ".join(
+            find.format(col=col, i=i)
+            for col in ("payload", "last_error", "history")
+            for i in range(len(batch))
+        )
+        undelivered.update(
+            row["key"]
+            for row in tx.fetchall(
+                f"SELECT key FROM outbox WHERE run_id IN ({runs}) AND status <> 'delivered' "
+                f"AND ({holds})",
+                params,
+            )
+        )
         for table, keys, cols in _COPIES:
             for col in cols:
                 holds = " OR ".join(find.format(col=col, i=i) for i in range(len(batch)))
@@ -293,7 +327,7 @@ def _redact(
                         f"UPDATE {table} SET {col} = :new{digest} WHERE {match} AND {col} = :old",
                         values,
                     )
-    return changed
+    return changed, len(undelivered)
 
 
 def tenants_with_facts(tx: Tx, user_id: str) -> list[str]:
