@@ -1,0 +1,259 @@
+"""A failed compensation is never applied twice, and a person can record one done.
+
+A refund the provider applied but reported failed (its answer lied, or came from a
+provider that does not dedupe keys) is status-checked before a resume calls it again:
+applied -> recorded done, not called; not applied -> called again once, with its key;
+the check cannot tell -> not called, the run stays with a person. ``runs settle`` takes
+a failed compensation as applied (or not), so the following resume does not call it;
+it refuses any other step that is not an unknown write with a one-line message.
+
+The provider is the external ledger of tests/apps/ledger.py: its refunds, calls and
+status checks are counted there. Its refund does NOT dedupe keys, so a second call of an
+applied refund refunds twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from agentledger import App, Status, ToolContext
+from agentledger.cli._main import cli
+from agentledger.errors import BusinessError
+from agentledger.observe._queries import resume as observe_resume
+from agentledger.observe._queries.resume import ResumeRefused
+from agentledger.records import RunStatus, StepStatus
+from agentledger.tools._contract import Compensation
+from tests.apps import ledger
+from tests.fast.lifecycle_harness import Harness
+
+#: The refund is applied, then reported declined (the provider's answer lies).
+LIE: set[str] = set()
+#: The refund is declined (nothing applied).
+DECLINE: set[str] = set()
+#: The status check cannot ask (the provider's status page is down).
+CHECK_DOWN: set[str] = set()
+REFUND = 4  # the refund's step: 1 charge, 2 confirm, 3 decision, 4 refund
+
+
+async def _status(ctx: ToolContext, args: dict[str, Any]) -> Status:
+    if CHECK_DOWN:
+        raise RuntimeError("status page unavailable")
+    found = ledger.status(ctx.idempotency_key)
+    return Status.succeeded(found) if found else Status.not_found()
+
+
+def _app() -> App:
+    """A booking that charges (refunded by its compensation), then fails to confirm."""
+    for faults in (LIE, DECLINE, CHECK_DOWN):
+        faults.clear()
+    app = App("recheck")
+
+    @app.tool(effect="money", idempotency="provider", status_check=_status, timeout=5)
+    async def refund(ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
+        if DECLINE:
+            ledger.record_call(ctx.idempotency_key, "refund")
+            raise BusinessError("refund: declined by the provider (account locked)")
+        payload = {"effect_id": effect_id, "amount": amount}
+        done = ledger.apply(ctx.idempotency_key, "refund", dedupe=False, payload=payload)
+        if LIE:
+            raise BusinessError("refund: declined by the provider (reported after applying)")
+        return done
+
+    @app.tool(effect="money", idempotency="provider", status_check=_status, timeout=5,
+              compensation=Compensation(
+                  "refund", lambda a, out: {"effect_id": out["effect_id"], "amount": a["amount"]}
+              ))  # fmt: skip
+    async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
+        return ledger.apply(ctx.idempotency_key, "charge", dedupe=True, payload=amount)
+
+    @app.workflow(name="booking")
+    async def booking(ctx: Any, input: Any) -> Any:
+        await ctx.tool("charge", amount=100)
+
+        def confirm() -> dict[str, Any]:
+            raise RuntimeError("confirm: bug in the confirmation code")
+
+        return await ctx.step("confirm", confirm)
+
+    return app
+
+
+@pytest.fixture
+def harness(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
+    return Harness(tmp_path, _app(), url=store_url)
+
+
+async def _refund_failed(h: Harness, fault: set[str]) -> tuple[str, str]:
+    """A run whose refund failed (with ``fault`` set), handed to a person; its key."""
+    fault.add("on")
+    run_id = await h.submit("booking")
+    run = await h.drive(run_id)
+    fault.clear()
+    assert run.status == RunStatus.NEEDS_HUMAN and "refund" in str(run.handover_reason), run
+    journal = [(s.step_no, s.kind, s.name, s.status) for s in await h.journal(run_id)]
+    assert journal == [
+        (1, "tool", "charge", StepStatus.SUCCEEDED),
+        (2, "step", "confirm", StepStatus.FAILED),
+        (3, "decision", "compensate", StepStatus.SUCCEEDED),
+        (REFUND, "compensation", "refund", StepStatus.FAILED),
+    ], journal
+    key = {s.step_no: s.idempotency_key for s in await h.journal(run_id)}[REFUND]
+    assert key is not None
+    return run_id, key
+
+
+def _checks(key: str) -> int:
+    return len(ledger._rows(None, "SELECT id FROM checks WHERE key = ?", (key,)))
+
+
+async def test_a_refund_applied_but_reported_failed_is_not_refunded_twice(
+    harness: Harness,
+) -> None:
+    async with harness as h:
+        run_id, key = await _refund_failed(h, LIE)
+        assert ledger.effect_counts(kind="refund") == {key: 1}  # it did apply
+        plan = await h.store.read(observe_resume.plan_resume, run_id, None)
+        assert not plan.refused and not plan.needs_force, plan
+        # The dry run says the refund is asked about first, with its key.
+        assert plan.compensations_checked == [REFUND] and plan.compensations_again == []
+        (effect,) = plan.effects
+        assert (effect["step_no"], effect["state"], effect["key"]) == (REFUND, "failed", key)
+        assert "status-checked" in effect["action"], effect
+
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "look")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.FAILED, run  # as decided: the booking failed
+        assert ledger.effect_counts(kind="refund") == {key: 1}  # refunded once
+        assert ledger.call_counts(kind="refund") == {key: 1}  # and called once
+        assert _checks(key) == 1
+        step = {s.step_no: s for s in await h.journal(run_id)}[REFUND]
+        assert step.status == StepStatus.SUCCEEDED and step.idempotency_key == key
+        assert step.output["effect_id"] == ledger.effects(kind="refund")[0]["effect_id"]
+        events = {e.type: e for e in await h.events(run_id)}
+        assert events["compensation.rechecked"].data["answer"] == "applied", events
+        assert "compensation.done" in events
+
+
+async def test_a_refund_the_check_shows_not_applied_is_called_again_once(
+    harness: Harness,
+) -> None:
+    async with harness as h:
+        run_id, key = await _refund_failed(h, DECLINE)
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "unlocked")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.FAILED, run
+        assert ledger.call_counts(kind="refund") == {key: 2}  # declined, then applied
+        assert ledger.effect_counts(kind="refund") == {key: 1}
+        assert _checks(key) == 1  # asked once, before the second call
+        events = {e.type: e for e in await h.events(run_id)}
+        assert events["compensation.rechecked"].data["answer"] == "not_applied", events
+
+
+async def test_a_status_check_that_fails_leaves_the_run_with_a_person_and_no_call(
+    harness: Harness,
+) -> None:
+    async with harness as h:
+        run_id, key = await _refund_failed(h, DECLINE)
+        CHECK_DOWN.add("on")
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "unlocked")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.NEEDS_HUMAN, run
+        assert "status check" in str(run.handover_reason), run.handover_reason
+        assert f"runs settle {run_id} {REFUND}" in str(run.handover_reason)
+        assert ledger.call_counts(kind="refund") == {key: 1}  # only the declined call
+        step = {s.step_no: s for s in await h.journal(run_id)}[REFUND]
+        assert step.status == StepStatus.FAILED
+
+        # The status page is back: the next resume asks again, then calls it once.
+        CHECK_DOWN.clear()
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "back")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.FAILED, run
+        assert ledger.call_counts(kind="refund") == {key: 2}
+        assert ledger.effect_counts(kind="refund") == {key: 1}
+
+
+async def test_a_failed_refund_settled_applied_is_not_called_on_resume(
+    harness: Harness,
+) -> None:
+    async with harness as h:
+        run_id, key = await _refund_failed(h, LIE)
+        shown = ledger.status(key)
+        step = await h.store.transact(
+            observe_resume.settle_step, run_id, REFUND, True, shown, "ops:bob", "ledger shows it"
+        )
+        assert step.status == StepStatus.SUCCEEDED
+        # The same decision again (a lost reply) is a no-op.
+        await h.store.transact(
+            observe_resume.settle_step, run_id, REFUND, True, shown, "ops:bob", "ledger shows it"
+        )
+        settled = [e for e in await h.events(run_id) if e.type == "step.settled"]
+        assert [(e.actor, e.data["applied"], e.data["was"]) for e in settled] == [
+            ("ops:bob", True, StepStatus.FAILED)
+        ]
+        plan = await h.store.read(observe_resume.plan_resume, run_id, None)
+        assert plan.compensations_checked == [] and plan.compensations_again == [], plan
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "settled")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.FAILED, run
+        assert ledger.call_counts(kind="refund") == {key: 1}
+        assert ledger.effect_counts(kind="refund") == {key: 1}
+        journal = {s.step_no: s for s in await h.journal(run_id)}
+        assert journal[REFUND].status == StepStatus.SUCCEEDED
+        assert journal[REFUND].input["settled"]["by"] == "ops:bob"
+
+
+async def test_settle_refuses_a_succeeded_or_forward_step_in_one_line(harness: Harness) -> None:
+    async with harness as h:
+        run_id, _ = await _refund_failed(h, DECLINE)
+        before = [(s.step_no, s.status) for s in await h.journal(run_id)]
+        for step_no in (1, 2, 3):  # the charge (succeeded), confirm (failed), the decision
+            with pytest.raises(ResumeRefused) as refused:
+                await h.store.transact(
+                    observe_resume.settle_step, run_id, step_no, True, {}, "ops:bob", "why"
+                )
+            text = str(refused.value)
+            assert "\n" not in text and "nothing to settle" in text, text
+            assert "failed compensation" in text and "runs resume" in text, text
+        assert [(s.step_no, s.status) for s in await h.journal(run_id)] == before
+
+
+def test_cli_settles_a_failed_compensation_and_refuses_a_charge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
+    h = Harness(tmp_path, _app())
+
+    async def seed() -> tuple[str, str]:
+        async with h:
+            return await _refund_failed(h, LIE)
+
+    run_id, key = asyncio.run(seed())
+    db = f"sqlite:///{h.path}"
+    runner = CliRunner()
+    out = runner.invoke(cli, ["runs", "resume", run_id, "--dry-run", "--db", db])
+    assert out.exit_code == 0, out.output
+    assert f"{REFUND} refund: failed (applied nothing), key {key} -> status-checked" in out.output
+    out = runner.invoke(cli, ["runs", "settle", run_id, "1", "--applied", "--result", "{}",
+                              "--reason", "why", "--db", db])  # fmt: skip
+    assert out.exit_code != 0 and "nothing to settle" in out.output, out.output
+    out = runner.invoke(cli, ["runs", "settle", run_id, str(REFUND), "--applied", "--result",
+                              '{"refunded": true}', "--reason", "ledger shows it",
+                              "--db", db])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert f"settled step {REFUND} (refund, key {key})" in out.output
+
+    async def finish() -> None:
+        async with h:
+            await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "done")
+            run = await h.drive(run_id)
+            assert run.status == RunStatus.FAILED, run
+
+    asyncio.run(finish())
+    assert ledger.call_counts(kind="refund") == {key: 1}
