@@ -242,7 +242,8 @@ def test_cli_settles_a_failed_compensation_and_refuses_a_charge(
     assert f"{REFUND} refund: failed (applied nothing), key {key} -> status-checked" in out.output
     out = runner.invoke(cli, ["runs", "settle", run_id, "1", "--applied", "--result", "{}",
                               "--reason", "why", "--db", db])  # fmt: skip
-    assert out.exit_code != 0 and "nothing to settle" in out.output, out.output
+    said = out.output + str(out.exception)
+    assert out.exit_code != 0 and "nothing to settle" in said and "\n" not in said.strip(), said
     out = runner.invoke(cli, ["runs", "settle", run_id, str(REFUND), "--applied", "--result",
                               '{"refunded": true}', "--reason", "ledger shows it",
                               "--db", db])  # fmt: skip

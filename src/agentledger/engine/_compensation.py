@@ -21,13 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentledger.engine import _inflight as inflight
 from agentledger.engine._execution import Execution
+from agentledger.engine._retries import RetryState
 from agentledger.engine._signals import Handover, HandoverReason
-from agentledger.engine._steps import fail_step, new_step
+from agentledger.engine._steps import fail_step, new_step, take_events
 from agentledger.engine._tool_step import run_tool_step
+from agentledger.engine._unknown import WriteAttempts
 from agentledger.errors import ToolError
 from agentledger.records import Step, StepStatus
 from agentledger.store._base import NewEvent
+from agentledger.tools._status import Status
 
 DECISION_KIND = "decision"
 DECISION_NAME = "compensate"
@@ -141,8 +145,23 @@ async def compensate(exe: Execution, decision: CompensationDecision) -> list[int
             compensated.append(target_no)
             continue
         if existing is not None and existing.status == StepStatus.FAILED:
-            failures.append(_failure(target, existing.name, existing.error))
-            continue
+            if not owes_recheck(existing):
+                failures.append(_failure(target, existing.name, existing.error))
+                continue
+            # A person resumed the run: ask the provider before calling it again.
+            unsettled = await _recheck(exe, existing, target, comp)
+            if unsettled is not None:
+                failures.append(unsettled)
+                continue
+            existing = exe.journal.get(comp_no)
+            if existing is not None and existing.took_effect():
+                await exe.event(
+                    "compensation.done",
+                    {"step_no": target_no, "tool": existing.name, "by_step": comp_no,
+                     "error": None},
+                )  # fmt: skip
+                compensated.append(target_no)
+                continue
         if comp is None:  # the code lost the compensation under the run
             failures.append(_failure(target, "?", "its tool no longer declares a compensation"))
             continue
@@ -187,8 +206,106 @@ async def compensate(exe: Execution, decision: CompensationDecision) -> list[int
     return compensated
 
 
+def owes_recheck(step: Step) -> bool:
+    """Whether a failed compensation is to be status-checked before it is called again:
+    an operator's resume marked it (``recheck``, observe/_queries/resume.py) and no pass
+    has asked the provider since. The mark is spent by the first answer journaled, so a
+    run that parks and is claimed again never calls a failed compensation on its own."""
+    recheck = step.input.get("recheck") if isinstance(step.input, dict) else None
+    return isinstance(recheck, dict) and "answer" not in recheck
+
+
+async def _recheck(exe: Execution, step: Step, target: Step, comp: Any) -> str | None:
+    """Ask the provider whether a failed compensation took effect after all (its answer
+    reported a failure after applying, or the provider does not dedupe keys), with the
+    tool's one status check (:meth:`WriteAttempts.check`), before calling it again.
+
+    Applied: journaled succeeded with the provider's result (``tool.status_resolved``);
+    None is returned and it is never called. Not applied (``not_found``, or the provider
+    holds the key as failed): the step is owed a call with its own key (``retrying``;
+    the write path journals ``started`` before calling); None. The check cannot tell
+    (``pending``, it raised or timed out, or the tool has no status check now): nothing
+    is called, the answer is journaled with the step (still ``failed``) and the failure
+    to report is returned, saying what a person does.
+    """
+    run_id, comp_no = exe.run.id, step.step_no
+    async with inflight.exclusive((run_id, comp_no)) as fresh:
+        if not fresh:  # another execution of this run got here first: go by its journal
+            for found in await exe.store.load_journal(run_id):
+                if found.step_no == comp_no:
+                    exe.journal[comp_no] = step = found
+            if step.status != StepStatus.FAILED or not owes_recheck(step):
+                return (
+                    None
+                    if step.status != StepStatus.FAILED
+                    else _failure(target, step.name, step.error)
+                )
+        tool = exe.tools.get(step.name)
+        key = step.idempotency_key or exe.key(comp_no)
+        args = step.input.get("args") if isinstance(step.input, dict) else None
+        recheck = dict(step.input["recheck"])
+        why: str
+        if tool is None or tool.status_check is None or not isinstance(args, dict):
+            status: Status | None = None
+            why = f"its tool {step.name!r} has no status check now"
+            history: list[str] = []
+        else:
+            ops = WriteAttempts(exe, step, tool, args, key)
+            ops.state = RetryState()
+            status = await ops.check()
+            history = ops.state.history
+            why = "the status check " + (
+                f"could not ask ({', '.join(history)})" if history else "answered pending"
+            )
+        answer = (
+            "unknown"
+            if status is None or status.state not in ("succeeded", "not_found", "failed")
+            else "applied"
+            if status.state == "succeeded"
+            else "not_applied"
+        )
+        step.input["recheck"] = {**recheck, "answer": answer, "at_check": exe.clock.now()}
+        exe.pending_events.append(
+            NewEvent(
+                "compensation.rechecked",
+                exe.owner,
+                {"step_no": comp_no, "tool": step.name, "key": key, "answer": answer,
+                 "compensates": target.step_no, "history": history},
+            )
+        )  # fmt: skip
+        if answer == "applied":
+            assert status is not None and tool is not None and isinstance(args, dict)
+            ops.state.maybe_applied = False
+            await ops.succeeded(status.result, "status_resolved")
+            return None
+        if answer == "not_applied":
+            # Owed a call with its own key: the write path journals ``started`` (with
+            # this answer) before it calls, so a crash in between is found in flight
+            # and status-checked again, never called blind.
+            step.status, step.output = StepStatus.RETRYING, {"retry": {}}
+            step.error_class = step.error = None
+            return None
+        await exe.record(step, events=take_events(exe))
+        return _failure(
+            target,
+            step.name,
+            f"it failed earlier and {why}, so it was not called again (key {key}); look at "
+            f"the provider: if it applied, `agentledger runs settle {run_id} {comp_no} "
+            f"--applied --result JSON --reason R`, if not, `agentledger runs settle {run_id} "
+            f"{comp_no} --not-applied --reason R` (or resume again to check again); then "
+            f"`agentledger runs resume {run_id}`",
+        )
+
+
 def _failure(target: Step, comp_tool: str, error: str | None) -> str:
     return f"{comp_tool} for step {target.step_no} ({target.name}): {error or 'failed'}"
 
 
-__all__ = ["CompensationDecision", "compensate", "journaled_decision", "owed", "plan_compensation"]
+__all__ = [
+    "CompensationDecision",
+    "compensate",
+    "journaled_decision",
+    "owed",
+    "owes_recheck",
+    "plan_compensation",
+]

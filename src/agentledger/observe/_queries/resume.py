@@ -84,8 +84,13 @@ class ResumePlan:
     ``refused``: why the resume cannot go ahead, forced or not (empty: it can).
     ``needs_force``: why it goes ahead only when forced (it re-executes confirmed
     effects; ``forced`` lists them).
-    ``compensations_again``: failed compensations (they applied nothing) that a resume
-    finishing the compensation archives, so the engine calls them again.
+    ``compensations_again``: failed compensations that a resume finishing the
+    compensation archives, so the engine calls them again with their keys (no status
+    check: their tool had none, or a person settled them not applied).
+    ``compensations_checked``: failed compensations whose tool has a status check: the
+    resume keeps and marks them, and the engine asks the provider first (applied:
+    recorded done, not called; not applied: called again with the key; no answer: not
+    called, the run goes back to a person).
     """
 
     run_id: str
@@ -99,6 +104,7 @@ class ResumePlan:
     needs_force: list[str] = field(default_factory=list)
     forced: list[dict[str, Any]] = field(default_factory=list)
     compensations_again: list[int] = field(default_factory=list)
+    compensations_checked: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -177,6 +183,14 @@ def finishing_compensation(journal: list[Step], status: str) -> Step | None:
     ]  # fmt: skip
     if any(s in ("unknown", "not_applied") for s in states):
         return decision
+    if any(
+        by_no[c].status == StepStatus.FAILED and rechecked(by_no[c])
+        for c in _comp_nos(decision, by_no)
+    ):
+        # A failed compensation the provider can be asked about may have applied (its
+        # answer came after applying, or the provider does not dedupe keys): it stands
+        # unsettled until the engine's status check or a person settles it.
+        return decision
     if "executed" in states and not all(s == "executed" for s in states):
         # Partly undone: a refund happened, another failed (it applied nothing). Going
         # forward would rest on the refund; the failed one is called again instead.
@@ -184,6 +198,16 @@ def finishing_compensation(journal: list[Step], status: str) -> Step | None:
     if status == "needs_human" and states and all(s == "executed" for s in states):
         return decision
     return None
+
+
+def _comp_nos(decision: Step, by_no: dict[int, Step]) -> list[int]:
+    """The compensation steps of a decision's plan that the journal holds."""
+    return [
+        p[1]
+        for p in _plan_of(decision)
+        if isinstance(p, list) and len(p) == 2 and type(p[1]) is int and p[1] in by_no
+        and by_no[p[1]].kind == "compensation"
+    ]  # fmt: skip
 
 
 def _plan_of(decision: Step) -> list[Any]:
@@ -211,6 +235,26 @@ def failed_compensations(journal: list[Step], decision: Step) -> list[Step]:
         ):
             found[step.step_no] = step
     return sorted(found.values(), key=lambda s: s.step_no)
+
+
+def rechecked(step: Step) -> bool:
+    """Whether a failed compensation is status-checked before it is called again: it was
+    called (it has a key), its tool had a status check then (the journal says so), and no
+    person settled it not applied since (they looked at the provider: it is called)."""
+    return (
+        step.idempotency_key is not None
+        and _status_checked(step)
+        and not _settled_not_applied(step)
+    )
+
+
+def _settled_not_applied(step: Step) -> str:
+    """Who settled a failed compensation "not applied", as the dry run says it ('' when
+    nobody did)."""
+    settled = step.input.get("settled") if isinstance(step.input, dict) else None
+    if isinstance(settled, dict) and settled.get("applied") is False:
+        return f"{clean_text(str(settled.get('by')))} settled it not applied"
+    return ""
 
 
 def unjournaled_compensations(journal: list[Step], decision: Step) -> list[tuple[Step, int]]:
@@ -310,22 +354,45 @@ def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
         # it, those before N are archived too; the ones from N on are archived by the
         # range (the loop below lists them only as steps re-executed).
         for step in failed_compensations(journal, standing):
-            if step.step_no < start:
+            checked = rechecked(step)
+            if step.step_no < start or (checked and decision is not None):
                 if decision is None:
                     continue  # not finishing: it stays failed, the run is handed over
-                plan.compensations_again.append(step.step_no)
-                plan.reexecute.append(_brief(step))
+                if checked:
+                    plan.compensations_checked.append(step.step_no)
+                else:
+                    plan.compensations_again.append(step.step_no)
+                    plan.reexecute.append(_brief(step))
             target = step.input.get("compensates") if isinstance(step.input, dict) else None
             why = " ".join((step.error or "failed").split())[:300]
-            plan.effects.append(
-                {
-                    **_brief(step),
-                    "state": "failed",
-                    "key": step.idempotency_key or step_key(run_id, step.step_no),
-                    "action": f"called again with this key to finish the compensation of "
-                    f"step {target} (it failed, applying nothing: {why})",
-                }
-            )
+            key = step.idempotency_key or step_key(run_id, step.step_no)
+            if checked:
+                action = (
+                    f"status-checked with this key first, to finish the compensation of step "
+                    f"{target} (it failed: {why}): applied -> recorded done, not called; not "
+                    "applied -> called again with this key; no answer -> not called, the run "
+                    "goes back to a person"
+                )
+            elif step.idempotency_key is None:
+                action = (
+                    f"called with this key to finish the compensation of step {target} (it "
+                    f"was never called: {why})"
+                )
+            else:
+                settled = _settled_not_applied(step)
+                action = (
+                    f"called again with this key to finish the compensation of step {target} "
+                    f"(it failed: {why}), "
+                    + (
+                        f"without a status check: {settled}"
+                        if settled
+                        else "WITHOUT a status check (its tool has none): if the provider "
+                        "may have applied it although it answered a failure, look there first "
+                        f"and `agentledger runs settle {run_id} {step.step_no} --applied "
+                        "--result JSON --reason R`"
+                    )
+                )
+            plan.effects.append({**_brief(step), "state": "failed", "key": key, "action": action})
         # A compensation the plan names and the journal never held (the worker
         # stopped before it, or its tool lacked the compensation then): the engine
         # calls it, with the plan's key, when its tool declares one now.
@@ -346,6 +413,8 @@ def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
             )
     undone = _compensated(journal)
     for step in journal:
+        if step.step_no in plan.compensations_checked:
+            continue  # kept, marked and listed above: never archived
         state = effect_state(step)
         in_flight = state in ("unknown", "not_applied")
         # A write in flight before N is kept too, and the engine resolves it when it
@@ -490,8 +559,11 @@ def resume_run(
             f"({', '.join(str(e['key']) for e in plan.forced)}): " + "; ".join(plan.needs_force)
         )
     params = {"id": run_id, "n": plan.from_step}
-    # Writes kept in flight stay in the journal (by number: at most a run's steps).
-    keep = "".join(f" AND step_no <> {int(n)}" for n in plan.kept_in_flight)
+    # Writes kept in flight stay in the journal (by number: at most a run's steps), and
+    # so do the failed compensations the engine status-checks before calling again.
+    keep = "".join(
+        f" AND step_no <> {int(n)}" for n in [*plan.kept_in_flight, *plan.compensations_checked]
+    )
     archived = tx.fetchall(
         f"SELECT * FROM steps WHERE run_id = :id AND step_no >= :n{keep} ORDER BY step_no",
         params,
@@ -526,6 +598,8 @@ def resume_run(
     if plan.compensations_again:
         tx.execute(f"DELETE FROM approvals WHERE run_id = :id AND ({again})", {"id": run_id})
         tx.execute(f"DELETE FROM steps WHERE run_id = :id AND ({again})", {"id": run_id})
+    for n in plan.compensations_checked:
+        _mark_recheck(tx, run_id, n, actor)
     outbox: dict[str, list[str]] = {"revived": [], "removed": []}
     if any(s["kind"] == DECISION_KIND for s in archived):
         outbox = _undrop_outbox(tx, run_id, plan.from_step)
@@ -547,6 +621,7 @@ def resume_run(
             "outbox_revived": outbox["revived"],
             "outbox_removed": outbox["removed"],
             "compensations_again": plan.compensations_again,
+            "compensations_checked": plan.compensations_checked,
         },
         token=token,
     )
@@ -575,6 +650,26 @@ def _resumed_with(tx: Tx, run_id: str, token: str) -> ResumePlan | None:
         needs_force=["forced: see the run.resumed event"] if forced else [],
         forced=list(forced),
         compensations_again=list(data.get("compensations_again") or []),
+        compensations_checked=list(data.get("compensations_checked") or []),
+    )
+
+
+def _mark_recheck(tx: Tx, run_id: str, step_no: int, actor: str) -> None:
+    """Mark a failed compensation to be status-checked before it is called again
+    (engine/_compensation.py ``owes_recheck``; its first answer spends the mark). The
+    run row is locked: nothing else writes the step meanwhile."""
+    found = tx.fetchall(
+        "SELECT * FROM steps WHERE run_id = :id AND step_no = :n AND status = 'failed'",
+        {"id": run_id, "n": step_no},
+    )
+    if not found:
+        raise ResumeRefused(f"step {step_no} of run {run_id} changed meanwhile; look again")
+    step = rows.step_from(found[0])
+    given = step.input if isinstance(step.input, dict) else {}
+    marked = {**given, "recheck": {"by": actor, "at": time.time()}}
+    tx.execute(
+        "UPDATE steps SET input = :input WHERE run_id = :id AND step_no = :n AND status = 'failed'",
+        {"input": dumps(marked), "id": run_id, "n": step_no},
     )
 
 
@@ -629,19 +724,36 @@ def settle_step(
     if not found:
         raise ResumeRefused(f"run {run_id} has no step {step_no}; see `agentledger runs show`")
     step = rows.step_from(found[0])
-    if effect_state(step) != "unknown":
+    failed_comp = _failed_compensation(step)
+    if effect_state(step) != "unknown" and not failed_comp:
         if _already_settled(step, applied, result, actor, reason):
             return step  # this very decision, retried after a lost reply: already done
-        raise ResumeRefused(
-            f"step {step_no} ({step.name}) of run {run_id} is not in flight with an unknown "
-            f"outcome (it is {step.status}); there is nothing to settle"
+        never = (
+            " (it was never called: its arguments could not be built)"
+            if step.kind == "compensation" and step.status == StepStatus.FAILED
+            else ""
         )
+        raise ResumeRefused(
+            f"step {step_no} ({step.name}, {step.kind}) of run {run_id} is {step.status}"
+            f"{never}: there is nothing to settle; only a write whose outcome is unknown or a "
+            f"failed compensation that was called is settled; see `agentledger runs show "
+            f"{run_id}`, or continue it with `agentledger runs resume {run_id}`"
+        )
+    if failed_comp and _already_settled(step, applied, result, actor, reason):
+        return step
     was = step.status
     decision = {"applied": applied, "by": actor, "reason": reason, "at": time.time(), "was": was}
     step.input = {**(step.input if isinstance(step.input, dict) else {}), "settled": decision}
     step.error_class = step.error = None
+    if failed_comp:
+        # Its earlier mark for a status check is spent: a person looked at the provider.
+        step.input.pop("recheck", None)
     if applied:
         step.status, step.output = StepStatus.SUCCEEDED, result
+    elif failed_comp:
+        # Stays failed, error and all: the next resume calls it again with its key,
+        # without a status check (rechecked() reads this decision).
+        step.error_class, step.error = found[0]["error_class"], found[0]["error"]
     else:
         retry = step.output.get("retry") if isinstance(step.output, dict) else None
         state = dict(retry) if isinstance(retry, dict) else {}
@@ -649,11 +761,14 @@ def settle_step(
         step.status, step.output = StepStatus.RETRYING, {"retry": state}
     changed = tx.execute(
         "UPDATE steps SET status = :status, input = :input, output = :output, "
-        "error_class = NULL, error = NULL WHERE run_id = :id AND step_no = :n AND status = :was",
+        "error_class = :error_class, error = :error "
+        "WHERE run_id = :id AND step_no = :n AND status = :was",
         {
             "status": step.status,
             "input": dumps(step.input),
             "output": dumps(step.output),
+            "error_class": step.error_class,
+            "error": step.error,
             "id": run_id,
             "n": step_no,
             "was": was,
@@ -664,9 +779,10 @@ def settle_step(
     if applied:
         # An effects-table guard claimed by this step holds the result too, so nothing
         # ever takes the claim for an effect without one.
+        # A failed compensation's guard was released (``failed``): it holds it too.
         tx.execute(
             f"UPDATE effects SET status = 'done', result = :result, updated_at = {tx.now} "
-            "WHERE run_id = :id AND step_no = :n AND status = 'claimed'",
+            "WHERE run_id = :id AND step_no = :n AND status IN ('claimed', 'failed')",
             {"result": dumps(result), "id": run_id, "n": step_no},
         )
     insert_event(
@@ -702,7 +818,19 @@ def _already_settled(step: Step, applied: bool, result: Any, actor: str, reason:
         return False
     if applied:
         return step.status == StepStatus.SUCCEEDED and step.output == result
+    if step.kind == "compensation" and step.status == StepStatus.FAILED:
+        return True  # settled not applied, not called since (a new call has no decision)
     return effect_state(step) == "not_applied"
+
+
+def _failed_compensation(step: Step) -> bool:
+    """A compensation that failed after it was called (it has a key): the provider may
+    show it applied all the same, and a person may settle it so."""
+    return (
+        step.kind == "compensation"
+        and step.status == StepStatus.FAILED
+        and step.idempotency_key is not None
+    )
 
 
 def _undrop_outbox(tx: Tx, run_id: str, from_step: int) -> dict[str, list[str]]:
