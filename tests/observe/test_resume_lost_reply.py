@@ -37,12 +37,12 @@ async def test_a_resume_whose_commit_reply_was_lost_answers_resumed_once(
             observe_resume.resume_run, run_id, None, "ops:amy", "retry", False, new_token()
         )
         assert proxy.cut.is_set()  # the reply was lost: the store ran it again
-        assert plan.compensations_again == [5] and plan.from_step == 7, plan
+        assert plan.compensations_checked == [5] and plan.from_step == 7, plan
         assert [e["key"] for e in plan.effects] == [key]
         run = await store.get_run(run_id)
         assert run is not None and run.status == RunStatus.QUEUED
         resumed = [e for e in await store.list_events(run_id) if e.type == "run.resumed"]
         assert len(resumed) == 1
-        assert resumed[0].data["compensations_again"] == [5]
+        assert resumed[0].data["compensations_checked"] == [5]
     finally:
         await store.close()

@@ -106,10 +106,13 @@ async def test_the_failed_refund_is_called_again_and_the_run_ends_as_decided(
         # The dry run names the failed refund as what the resume does, with its key and
         # why it failed; nothing to force, nothing refused.
         assert not plan.refused and not plan.needs_force, plan
-        assert plan.compensations_again == [5] and plan.confirmed == []
+        # Its tool has a status check: the provider is asked first, then it is called.
+        assert plan.compensations_checked == [5] and plan.compensations_again == []
+        assert plan.confirmed == []
         (effect,) = plan.effects
         assert (effect["step_no"], effect["state"], effect["key"]) == (5, "failed", key)
         assert "finish the compensation" in effect["action"] and "declined" in effect["action"]
+        assert "status-checked with this key first" in effect["action"]
 
         # Still declined: back to needs_human, and resumable again (never refused for good).
         await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "retry")
@@ -130,7 +133,9 @@ async def test_the_failed_refund_is_called_again_and_the_run_ends_as_decided(
                                                      journal[2].idempotency_key: 1}  # fmt: skip
         assert ledger.call_counts(kind="refund") == {key: 3, journal[6].idempotency_key: 1}
         resumed = [e for e in await h.events(run_id) if e.type == "run.resumed"]
-        assert [[s["step_no"] for s in e.data["archived_steps"]] for e in resumed] == [[5], [5]]
+        # Kept and marked for its status check each time, never archived.
+        assert [[s["step_no"] for s in e.data["archived_steps"]] for e in resumed] == [[], []]
+        assert [e.data["compensations_checked"] for e in resumed] == [[5], [5]]
         assert all(e.data["forced"] is None for e in resumed)
 
 

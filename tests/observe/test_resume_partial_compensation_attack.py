@@ -184,12 +184,13 @@ async def test_from_step_after_a_decision_whose_refunds_all_failed_lists_them(
         listed = {e["step_no"]: e["key"] for e in plan.effects}
         assert {n: keys[n] for n in archived} == {n: listed.get(n) for n in archived}, plan
         assert set(called) <= set(listed.values()), (called, plan.effects)
-        # From 6, the fee's refund (5) stays failed: the run is handed back, the hotel
-        # refunded; a plain resume then finishes the compensation (it is partly applied).
+        # From 6 too, the fee's refund (5) is finished: its tool has a status check, so it
+        # may have applied, and the decision stands until it is checked (not found here,
+        # so it is called again with its key).
         run = await h.run(run_id)
-        assert run.status == (RunStatus.FAILED if from_step == 5 else RunStatus.NEEDS_HUMAN)
-        assert money_taken("charge", "refund") == (0 if from_step == 5 else 20)
-        assert ledger.effect_counts(kind="refund") == {keys[n]: 1 for n in archived}
+        assert run.status == RunStatus.FAILED, run
+        assert money_taken("charge", "refund") == 0
+        assert ledger.effect_counts(kind="refund") == {keys[n]: 1 for n in (5, 6)}
 
 
 def _set_plan(tx: Tx, run_id: str, plan: Any) -> None:
@@ -223,16 +224,16 @@ async def test_a_hostile_plan_never_deletes_or_lists_another_step(harness: Harne
         before = {s.step_no: s for s in await h.journal(run_id)}
         plan = await h.store.read(observe_resume.plan_resume, run_id, None)
         assert not plan.refused and not plan.needs_force, plan
-        assert plan.compensations_again == [5], plan
+        assert plan.compensations_checked == [5] and plan.compensations_again == [], plan
         assert [e["step_no"] for e in plan.effects] == [5], plan.effects
-        assert [s["step_no"] for s in plan.reexecute] == [5], plan.reexecute
+        assert plan.reexecute == [], plan.reexecute
         await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "hostile")
         after = {s.step_no: s for s in await h.journal(run_id)}
-        assert sorted(after) == [1, 2, 3, 4, 6]
+        assert sorted(after) == [1, 2, 3, 4, 5, 6]
         assert all(after[n].status == before[n].status for n in after)
         (event,) = [e for e in await h.events(run_id) if e.type == "run.resumed"]
-        assert [s["step_no"] for s in event.data["archived_steps"]] == [5]
-        assert (await h.run(run_id)).step_count == 5
+        assert event.data["archived_steps"] == [] and event.data["compensations_checked"] == [5]
+        assert (await h.run(run_id)).step_count == 6
 
 
 async def test_a_refund_failed_after_its_status_check_lagged_is_not_applied_twice(
@@ -255,7 +256,7 @@ async def test_a_refund_failed_after_its_status_check_lagged_is_not_applied_twic
         key = journal[5].idempotency_key
         assert ledger.effect_counts(kind="refund")[key] == 1  # it did apply
         plan = await h.store.read(observe_resume.plan_resume, run_id, None)
-        assert plan.compensations_again == [5] and plan.effects[0]["key"] == key
+        assert plan.compensations_checked == [5] and plan.effects[0]["key"] == key
         SLOW.clear()
         LAG.clear()
         await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "retry")
@@ -286,7 +287,7 @@ async def test_a_refund_that_applied_but_whose_result_was_not_journaled_counts_a
         DECLINE.clear()
         plan = await h.store.read(observe_resume.plan_resume, run_id, None)
         assert not plan.refused and not plan.needs_force, plan
-        assert plan.compensations_again == ([5] if declined else []), plan
+        assert plan.compensations_checked == ([5] if declined else []), plan
         await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "go")
         run = await h.drive(run_id)
         assert run.status == RunStatus.FAILED, run  # as decided

@@ -117,8 +117,10 @@ def test_two_resumes_at_once_archive_the_declined_refund_once(
         async with h:
             resumed = [e for e in await h.events(run_id) if e.type == "run.resumed"]
             assert len(resumed) == 1, resumed
-            assert [s["step_no"] for s in resumed[0].data["archived_steps"]] == [5]
-            assert [s.step_no for s in await h.journal(run_id)] == [1, 2, 3, 4, 6]
+            # Kept and marked for its status check, once.
+            assert resumed[0].data["archived_steps"] == []
+            assert resumed[0].data["compensations_checked"] == [5]
+            assert [s.step_no for s in await h.journal(run_id)] == [1, 2, 3, 4, 5, 6]
             DECLINE.clear()
             run = await h.drive(run_id)
             assert run.status == RunStatus.FAILED, run
@@ -228,12 +230,12 @@ def test_a_bulk_resume_finishes_a_partly_compensated_run_and_counts_the_refused(
     out = runner.invoke(cli, [*base, "--dry-run"])
     assert out.exit_code == 0, out.output
     assert f"would resume {partial} (needs_human) from step 7" in out.output, out.output
-    assert f"5 refund_fee: failed (applied nothing), key {key} -> called again" in out.output
+    assert f"5 refund_fee: failed (applied nothing), key {key} -> status-checked" in out.output
     assert out.output.splitlines()[-1].startswith("dry run: would resume 1, would refuse 1")
     out = runner.invoke(cli, [*base, "--reason", "fee account unlocked"])
     assert out.exit_code == 1, out.output
     assert f"resumed {partial} (needs_human) from step 7" in out.output, out.output
-    assert f"5 refund_fee: failed (applied nothing), key {key} -> called again" in out.output
+    assert f"5 refund_fee: failed (applied nothing), key {key} -> status-checked" in out.output
     assert f"refused {unknown}: " in out.output
     assert out.output.splitlines()[-1].startswith("resumed 1, refused 1"), out.output
 

@@ -220,7 +220,7 @@ async def test_settle_refuses_a_succeeded_or_forward_step_in_one_line(harness: H
                 )
             text = str(refused.value)
             assert "\n" not in text and "nothing to settle" in text, text
-            assert "failed compensation" in text and "runs resume" in text, text
+            assert "a failed compensation" in text and "runs resume" in text, text
         assert [(s.step_no, s.status) for s in await h.journal(run_id)] == before
 
 

@@ -735,8 +735,8 @@ def settle_step(
         )
         raise ResumeRefused(
             f"step {step_no} ({step.name}, {step.kind}) of run {run_id} is {step.status}"
-            f"{never}: there is nothing to settle; only a write whose outcome is unknown or a "
-            f"failed compensation that was called is settled; see `agentledger runs show "
+            f"{never}, not in flight with an unknown outcome nor a failed compensation that "
+            f"was called: there is nothing to settle; see `agentledger runs show "
             f"{run_id}`, or continue it with `agentledger runs resume {run_id}`"
         )
     if failed_comp and _already_settled(step, applied, result, actor, reason):
