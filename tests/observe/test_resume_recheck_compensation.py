@@ -119,18 +119,17 @@ async def test_a_refund_applied_but_reported_failed_is_not_refunded_twice(
         run_id, key = await _refund_failed(h, LIE)
         assert ledger.effect_counts(kind="refund") == {key: 1}  # it did apply
         plan = await h.store.read(observe_resume.plan_resume, run_id, None)
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "look")
+        run = await h.drive(run_id)
+        assert ledger.effect_counts(kind="refund") == {key: 1}  # refunded once
+        assert ledger.call_counts(kind="refund") == {key: 1}  # and called once
+        assert run.status == RunStatus.FAILED, run  # as decided: the booking failed
+        # The dry run said the refund is asked about first, with its key.
         assert not plan.refused and not plan.needs_force, plan
-        # The dry run says the refund is asked about first, with its key.
         assert plan.compensations_checked == [REFUND] and plan.compensations_again == []
         (effect,) = plan.effects
         assert (effect["step_no"], effect["state"], effect["key"]) == (REFUND, "failed", key)
         assert "status-checked" in effect["action"], effect
-
-        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "look")
-        run = await h.drive(run_id)
-        assert run.status == RunStatus.FAILED, run  # as decided: the booking failed
-        assert ledger.effect_counts(kind="refund") == {key: 1}  # refunded once
-        assert ledger.call_counts(kind="refund") == {key: 1}  # and called once
         assert _checks(key) == 1
         step = {s.step_no: s for s in await h.journal(run_id)}[REFUND]
         assert step.status == StepStatus.SUCCEEDED and step.idempotency_key == key
