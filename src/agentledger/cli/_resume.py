@@ -1,6 +1,6 @@
 """`agentledger runs resume` (continue a failed or needs_human run from its failed
 step), `agentledger runs settle` (a person's decision on a write whose outcome is
-unknown) and `agentledger outbox retry` (redeliver a dead letter)."""
+unknown, or on a compensation that failed) and `agentledger outbox retry` (redeliver a dead letter)."""
 
 from __future__ import annotations
 
@@ -264,10 +264,12 @@ async def settle(
     actor: str | None,
     db: str,
 ) -> None:
-    """Settle step STEP_NO of RUN_ID, a write whose outcome is unknown, after looking at
-    the provider: --applied --result JSON (it happened; the run goes on with that
-    result) or --not-applied (it may be sent again with the same key). Recorded with
-    who and why in the journal and the audit trail; then `agentledger runs resume`."""
+    """Settle step STEP_NO of RUN_ID, a write whose outcome is unknown or a compensation
+    that failed after it was called, after looking at the provider: --applied --result
+    JSON (it happened; the run goes on with that result, and a compensation is never
+    called again) or --not-applied (it may be sent again with the same key; a failed
+    compensation then without a status check). Recorded with who and why in the journal
+    and the audit trail; then `agentledger runs resume`."""
     for value, option in ((run_id, "RUN_ID"), (actor, "--actor")):
         check_text(value, option)
     check_text(reason, "--reason", limit=None)
@@ -295,6 +297,8 @@ async def settle(
     except ResumeRefused as exc:
         raise UsageError(str(exc)) from None
     what = "applied (succeeded)" if applied else "not applied (sent again with the same key)"
+    if not applied and step.kind == "compensation":
+        what = "not applied (called again with the same key, without a status check)"
     click.echo(
         f"settled step {step_no} ({step.name}, key {step.idempotency_key}) of {run_id} as "
         f"{what}; continue it with `agentledger runs resume {run_id}`"

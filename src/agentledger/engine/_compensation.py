@@ -14,6 +14,11 @@ is unknown. One that cannot be settled -- it failed, its arguments could not be
 built, or its outcome stays unknown -- hands the run to a human with the reason
 (:class:`~agentledger.engine._signals.Handover`), never a terminal state with
 money taken.
+
+A failed compensation a person resumed (marked ``recheck`` by the resume, when its tool
+had a status check) is asked about at the provider first: applied -> recorded done and
+never called; not applied -> called again with its key; no answer -> not called, the
+run goes back to a person (:func:`_recheck`).
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ A resume is one transaction:
 1. The run must be ``failed`` or ``needs_human``.
 2. The first step to re-execute, N: ``from_step`` if given; else, when the run is
    compensating (:func:`finishing_compensation`: a compensation in flight, some applied
-   and others failed, or all settled applied), after the last step: nothing is archived
-   but the compensations that failed applying nothing (:func:`failed_compensations`,
-   called again with their keys), the engine finishes the compensation and ends the run
+   and others failed, or all settled applied, or one failed whose tool has a status check:
+   it may have applied), after the last step: nothing is archived but the failed
+   compensations with no status check (:func:`failed_compensations`, called again with
+   their keys; those with one are kept and marked, and the engine asks the provider
+   before calling them: :func:`rechecked`), the engine finishes the compensation and ends the run
    as decided (a ``from_step`` that would archive such a decision is refused); else the
    first failed step
    (not a compensation); else the step after the first one still in flight (that one
@@ -695,7 +697,10 @@ def settle_step(
     actor: str,
     reason: str,
 ) -> Step:
-    """A person's decision on a write whose outcome is unknown, in one transaction.
+    """A person's decision on a write whose outcome is unknown, or on a compensation that
+    failed after it was called (``applied``: it is counted done and never called again;
+    not applied: it stays failed, and the next resume calls it without a status check),
+    in one transaction.
 
     ``applied``: the provider shows it happened; the step becomes ``succeeded`` with
     ``result`` (what later steps and its compensation read). Not applied: the step is
