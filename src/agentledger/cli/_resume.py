@@ -1,6 +1,7 @@
 """`agentledger runs resume` (continue a failed or needs_human run from its failed
 step), `agentledger runs settle` (a person's decision on a write whose outcome is
-unknown, or on a compensation that failed) and `agentledger outbox retry` (redeliver a dead letter)."""
+unknown, or on a compensation that failed) and `agentledger outbox retry` (redeliver a
+dead letter)."""
 
 from __future__ import annotations
 
