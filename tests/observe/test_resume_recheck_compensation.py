@@ -29,7 +29,7 @@ from agentledger.observe._queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
 from agentledger.tools._contract import Compensation
 from tests.apps import ledger
-from tests.fast.lifecycle_harness import Harness
+from tests.fast.lifecycle_harness import KILLED, Harness, Killed
 
 #: The refund is applied, then reported declined (the provider's answer lies).
 LIE: set[str] = set()
@@ -37,6 +37,10 @@ LIE: set[str] = set()
 DECLINE: set[str] = set()
 #: The status check cannot ask (the provider's status page is down).
 CHECK_DOWN: set[str] = set()
+#: The worker dies right after the status check answered, before anything is journaled.
+KILL_AFTER_CHECK: set[str] = set()
+#: The worker dies as the refund is called, before it reaches the provider.
+KILL_AT_CALL: set[str] = set()
 REFUND = 4  # the refund's step: 1 charge, 2 confirm, 3 decision, 4 refund
 
 
@@ -44,17 +48,25 @@ async def _status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     if CHECK_DOWN:
         raise RuntimeError("status page unavailable")
     found = ledger.status(ctx.idempotency_key)
+    if KILL_AFTER_CHECK:
+        KILL_AFTER_CHECK.clear()
+        raise Killed("the worker died after the status check answered")
     return Status.succeeded(found) if found else Status.not_found()
 
 
-def _app() -> App:
-    """A booking that charges (refunded by its compensation), then fails to confirm."""
-    for faults in (LIE, DECLINE, CHECK_DOWN):
+def _app(checked: bool = True) -> App:
+    """A booking that charges (refunded by its compensation), then fails to confirm.
+    ``checked``: the refund has a status check."""
+    for faults in (LIE, DECLINE, CHECK_DOWN, KILL_AFTER_CHECK, KILL_AT_CALL):
         faults.clear()
     app = App("recheck")
 
-    @app.tool(effect="money", idempotency="provider", status_check=_status, timeout=5)
+    @app.tool(effect="money", idempotency="provider", timeout=5,
+              status_check=_status if checked else None)  # fmt: skip
     async def refund(ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
+        if KILL_AT_CALL:
+            KILL_AT_CALL.clear()
+            raise Killed("the worker died calling the refund")
         if DECLINE:
             ledger.record_call(ctx.idempotency_key, "refund")
             raise BusinessError("refund: declined by the provider (account locked)")
@@ -257,3 +269,85 @@ def test_cli_settles_a_failed_compensation_and_refuses_a_charge(
 
     asyncio.run(finish())
     assert ledger.call_counts(kind="refund") == {key: 1}
+
+
+async def test_a_kill_between_the_check_and_its_journal_write_asks_again(
+    harness: Harness,
+) -> None:
+    """The check answered "applied" and the worker died before journaling it: the mark
+    is not spent, the next owner asks again and records it; refunded once."""
+    async with harness as h:
+        run_id, key = await _refund_failed(h, LIE)
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "look")
+        KILL_AFTER_CHECK.add("on")
+        assert await h.execute(run_id) == KILLED
+        step = {s.step_no: s for s in await h.journal(run_id)}[REFUND]
+        assert step.status == StepStatus.FAILED and "answer" not in step.input["recheck"]
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.FAILED, run
+        assert ledger.effect_counts(kind="refund") == {key: 1}
+        assert ledger.call_counts(kind="refund") == {key: 1}
+        assert _checks(key) == 2
+
+
+async def test_a_kill_as_the_refund_is_called_again_is_checked_not_called_blind(
+    harness: Harness,
+) -> None:
+    """The check said not applied, ``started`` was journaled, the worker died calling:
+    the next owner finds the refund in flight and asks again before calling it once."""
+    async with harness as h:
+        run_id, key = await _refund_failed(h, DECLINE)
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "unlocked")
+        KILL_AT_CALL.add("on")
+        assert await h.execute(run_id) == KILLED
+        step = {s.step_no: s for s in await h.journal(run_id)}[REFUND]
+        assert step.status == StepStatus.STARTED and step.idempotency_key == key
+        assert step.input["recheck"]["answer"] == "not_applied"
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.FAILED, run
+        assert ledger.call_counts(kind="refund") == {key: 2}  # declined, then applied
+        assert ledger.effect_counts(kind="refund") == {key: 1}
+        assert _checks(key) == 2  # before the first call again, and for the one in flight
+
+
+async def test_a_failed_refund_settled_not_applied_is_called_again_without_a_check(
+    harness: Harness,
+) -> None:
+    async with harness as h:
+        run_id, key = await _refund_failed(h, DECLINE)
+        await h.store.transact(
+            observe_resume.settle_step, run_id, REFUND, False, None, "ops:bob", "not there"
+        )
+        plan = await h.store.read(observe_resume.plan_resume, run_id, None)
+        # Nothing was undone: the resume goes forward from the failed step again (the
+        # decision and the refund archived); failing again, the refund is called again.
+        assert plan.from_step == 2 and plan.compensations_checked == [], plan
+        (effect,) = plan.effects
+        assert effect["step_no"] == REFUND and "WITHOUT a status check" in effect["action"]
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "go")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.FAILED, run
+        assert ledger.call_counts(kind="refund") == {key: 2}
+        assert ledger.effect_counts(kind="refund") == {key: 1}
+        assert _checks(key) == 0
+
+
+async def test_a_refund_with_no_status_check_is_called_again_and_the_dry_run_says_so(
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No status check: nothing can be asked. The refund is called again with its key as
+    before (its provider's "declined" is taken as nothing applied), and the dry run says
+    it is called WITHOUT a check and how to settle it applied instead."""
+    monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
+    async with Harness(tmp_path, _app(checked=False), url=store_url) as h:
+        run_id, key = await _refund_failed(h, DECLINE)
+        plan = await h.store.read(observe_resume.plan_resume, run_id, None)
+        assert plan.from_step == 2 and plan.compensations_checked == [], plan
+        (effect,) = plan.effects
+        assert (effect["step_no"], effect["key"]) == (REFUND, key), effect
+        assert "WITHOUT a status check" in effect["action"], effect
+        assert f"runs settle {run_id} {REFUND} --applied" in effect["action"], effect
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "go")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.FAILED, run
+        assert ledger.call_counts(kind="refund") == {key: 2}  # declined, then applied

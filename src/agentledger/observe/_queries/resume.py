@@ -428,7 +428,26 @@ def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
         else:
             plan.reexecute.append(_brief(step))
         if state is None:
-            if _called_again(step):
+            if (
+                _failed_compensation(step)
+                and step.step_no not in plan.compensations_again
+                and not rechecked(step)
+            ):
+                # Archived with its decision (nothing was undone): called again, with
+                # this key, only if the run fails again; no status check is asked.
+                plan.effects.append(
+                    {
+                        **_brief(step),
+                        "state": "failed",
+                        "key": step.idempotency_key,
+                        "action": "called again with this key if the run fails again, "
+                        "WITHOUT a status check (its tool has none, or a person settled it "
+                        "not applied): if the provider may have applied it, look there first "
+                        f"and `agentledger runs settle {plan.run_id} {step.step_no} --applied "
+                        "--result JSON --reason R`",
+                    }
+                )
+            elif _called_again(step):
                 # Not an effect yet, but a call the provider sees once the step runs.
                 plan.effects.append(
                     {
