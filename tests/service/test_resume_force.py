@@ -237,3 +237,34 @@ async def test_the_api_takes_a_resumes_fields_only_as_their_own_json_types(live:
     assert await _status(live, run_id, olga) == "needs_human"
     ok = await live.client.post(url, json={"dry_run": True, "from_step": 2}, headers=olga)
     assert ok.status_code == 200 and ok.json()["from_step"] == 2, ok.text
+
+
+async def test_the_api_dry_run_names_a_failed_compensation_checked_first(live: Api) -> None:
+    """A needs_human run whose refund (step 4) failed after it was called, its tool with
+    a status check: the API's dry run lists it as status-checked first, with its key."""
+    olga = await live.key("t1", "olga", ("operator",))
+    run_id = await _handed_over(live, olga, confirmed=False)
+    decision = '{"status": "failed", "plan": [[2, 4]]}'
+    for no, kind, name, status, key, input_, output in (
+        (2, "tool", "pay", "succeeded", f"k-{run_id}", "{}", "{}"),
+        (3, "decision", "compensate", "succeeded", None, "{}", decision),
+        (4, "compensation", "refund", "failed", f"r-{run_id}",
+         '{"args": {}, "compensates": 2, "status_check": true}', "null"),
+    ):  # fmt: skip
+        await live.store.transact(
+            lambda tx, no=no, kind=kind, name=name, status=status, key=key, i=input_, o=output: (
+                tx.execute(
+                    "INSERT INTO steps (run_id, step_no, kind, name, status, input, output, "
+                    "attempts, lease_epoch, idempotency_key) VALUES (:id, :no, :kind, :name, "
+                    ":status, :i, :o, 1, 1, :key)",
+                    {"id": run_id, "no": no, "kind": kind, "name": name, "status": status,
+                     "key": key, "i": i, "o": o},
+                )
+            )
+        )  # fmt: skip
+    dry = await live.client.post(f"/v1/runs/{run_id}/resume", json={"dry_run": True}, headers=olga)
+    assert dry.status_code == 200, dry.text
+    plan = dry.json()
+    assert plan["compensations_checked"] == [4] and plan["compensations_again"] == [], plan
+    (effect,) = [e for e in plan["effects"] if e["step_no"] == 4]
+    assert effect["key"] == f"r-{run_id}" and "status-checked" in effect["action"], effect
