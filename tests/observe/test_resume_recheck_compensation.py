@@ -15,6 +15,7 @@ applied refund refunds twice.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ CHECK_DOWN: set[str] = set()
 KILL_AFTER_CHECK: set[str] = set()
 #: The worker dies as the refund is called, before it reaches the provider.
 KILL_AT_CALL: set[str] = set()
+#: Run once right after the status check answered (another worker takes the run over).
+AFTER_CHECK: list[Callable[[], Awaitable[Any]]] = []
 REFUND = 4  # the refund's step: 1 charge, 2 confirm, 3 decision, 4 refund
 
 
@@ -51,6 +54,8 @@ async def _status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     if KILL_AFTER_CHECK:
         KILL_AFTER_CHECK.clear()
         raise Killed("the worker died after the status check answered")
+    while AFTER_CHECK:
+        await AFTER_CHECK.pop()()
     return Status.succeeded(found) if found else Status.not_found()
 
 
@@ -59,6 +64,7 @@ def _app(checked: bool = True) -> App:
     ``checked``: the refund has a status check."""
     for faults in (LIE, DECLINE, CHECK_DOWN, KILL_AFTER_CHECK, KILL_AT_CALL):
         faults.clear()
+    AFTER_CHECK.clear()
     app = App("recheck")
 
     @app.tool(effect="money", idempotency="provider", timeout=5,
@@ -351,3 +357,25 @@ async def test_a_refund_with_no_status_check_is_called_again_and_the_dry_run_say
         run = await h.drive(run_id)
         assert run.status == RunStatus.FAILED, run
         assert ledger.call_counts(kind="refund") == {key: 2}  # declined, then applied
+
+
+async def test_an_applied_answer_whose_journal_write_loses_its_fence_is_asked_again(
+    harness: Harness,
+) -> None:
+    """The check answered "applied", then another worker took the run over before the
+    answer was journaled: the write is refused by its fence (nothing of it lands), the
+    new owner asks again and records it; refunded once, never called."""
+    async with harness as h:
+        run_id, key = await _refund_failed(h, LIE)
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "look")
+        AFTER_CHECK.append(lambda: h.claim(run_id, "w-takeover"))
+        await h.execute(run_id)
+        step = {s.step_no: s for s in await h.journal(run_id)}[REFUND]
+        assert step.status == StepStatus.FAILED and "answer" not in step.input["recheck"]
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.FAILED, run
+        assert ledger.effect_counts(kind="refund") == {key: 1}
+        assert ledger.call_counts(kind="refund") == {key: 1}
+        assert _checks(key) == 2
+        rechecked = [e for e in await h.events(run_id) if e.type == "compensation.rechecked"]
+        assert [e.data["answer"] for e in rechecked] == ["applied"]
