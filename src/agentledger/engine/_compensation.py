@@ -154,7 +154,7 @@ async def compensate(exe: Execution, decision: CompensationDecision) -> list[int
                 failures.append(_failure(target, existing.name, existing.error))
                 continue
             # A person resumed the run: ask the provider before calling it again.
-            unsettled = await _recheck(exe, existing, target, comp)
+            unsettled = await _recheck(exe, existing, target)
             if unsettled is not None:
                 failures.append(unsettled)
                 continue
@@ -220,7 +220,7 @@ def owes_recheck(step: Step) -> bool:
     return isinstance(recheck, dict) and "answer" not in recheck
 
 
-async def _recheck(exe: Execution, step: Step, target: Step, comp: Any) -> str | None:
+async def _recheck(exe: Execution, step: Step, target: Step) -> str | None:
     """Ask the provider whether a failed compensation took effect after all (its answer
     reported a failure after applying, or the provider does not dedupe keys), with the
     tool's one status check (:meth:`WriteAttempts.check`), before calling it again.
