@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from agentledger import App, Status, ToolContext
 from agentledger.cli._main import cli
-from agentledger.errors import BusinessError
+from agentledger.errors import BusinessError, RateLimited
 from agentledger.observe._queries import resume as observe_resume
 from agentledger.observe._queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
@@ -379,3 +379,79 @@ async def test_an_applied_answer_whose_journal_write_loses_its_fence_is_asked_ag
         assert _checks(key) == 2
         rechecked = [e for e in await h.events(run_id) if e.type == "compensation.rechecked"]
         assert [e.data["answer"] for e in rechecked] == ["applied"]
+
+
+#: Refunds of the two-charge booking the provider declines / answers 429 (once each).
+DECLINE2: set[str] = set()
+BUSY2: set[str] = set()
+
+
+def _two_charges_app() -> App:
+    """A booking that charges ``a`` then ``b`` (each refunded by its own refund, with a
+    status check), then fails to confirm: the decision refunds ``b`` at 4, ``a`` at 5."""
+    DECLINE2.clear()
+    BUSY2.clear()
+    app = App("recheck_two")
+
+    for refund_name in ("refund_a", "refund_b"):
+
+        @app.tool(name=refund_name, effect="money", idempotency="provider",
+                  status_check=_status, timeout=5)  # fmt: skip
+        async def refund(
+            ctx: ToolContext, effect_id: int, amount: int, _name: str = refund_name
+        ) -> dict[str, Any]:
+            if _name in BUSY2:
+                BUSY2.discard(_name)
+                ledger.record_call(ctx.idempotency_key, "refund")
+                raise RateLimited("busy", retry_after=120)
+            if _name in DECLINE2:
+                ledger.record_call(ctx.idempotency_key, "refund")
+                raise BusinessError(f"{_name}: declined by the provider")
+            payload = {"effect_id": effect_id, "amount": amount}
+            return ledger.apply(ctx.idempotency_key, "refund", dedupe=False, payload=payload)
+
+    for name, comp in (("charge_a", "refund_a"), ("charge_b", "refund_b")):
+
+        @app.tool(name=name, effect="money", idempotency="provider", status_check=_status,
+                  timeout=5, compensation=Compensation(
+                      comp, lambda a, out: {"effect_id": out["effect_id"], "amount": a["amount"]}
+                  ))  # fmt: skip
+        async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
+            return ledger.apply(ctx.idempotency_key, "charge", dedupe=True, payload=amount)
+
+    @app.workflow(name="booking")
+    async def booking(ctx: Any, input: Any) -> Any:
+        await ctx.tool("charge_a", amount=100)
+        await ctx.tool("charge_b", amount=20)
+
+        def confirm() -> dict[str, Any]:
+            raise RuntimeError("confirm: bug in the confirmation code")
+
+        return await ctx.step("confirm", confirm)
+
+    return app
+
+
+async def test_a_run_parked_after_its_recheck_never_calls_the_failed_refund_again(
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both refunds declined; resumed, ``b``'s is asked about (not applied), called again
+    and declined again, then ``a``'s is asked about and answered 429: the run parks. The
+    pass that takes it back finds ``b``'s mark spent: ``b`` is not called a third time
+    (a failed compensation is called again only after a person resumes the run)."""
+    monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
+    async with Harness(tmp_path, _two_charges_app(), url=store_url) as h:
+        DECLINE2.update({"refund_a", "refund_b"})
+        run_id = await h.submit("booking")
+        assert (await h.drive(run_id)).status == RunStatus.NEEDS_HUMAN
+        keys = {s.step_no: s.idempotency_key for s in await h.journal(run_id)}
+        assert [s.name for s in await h.journal(run_id)][4:] == ["refund_b", "refund_a"]
+        DECLINE2.discard("refund_a")
+        BUSY2.add("refund_a")
+        await h.store.transact(observe_resume.resume_run, run_id, None, "ops:amy", "retry")
+        run = await h.drive(run_id)
+        assert run.status == RunStatus.NEEDS_HUMAN, run
+        assert ledger.call_counts(kind="refund") == {keys[5]: 2, keys[6]: 3}
+        assert ledger.effect_counts(kind="refund") == {keys[6]: 1}
+        assert _checks(str(keys[5])) == 1 and _checks(str(keys[6])) == 1
+        assert h.passes >= 3  # the run parked on the 429 and was taken back
