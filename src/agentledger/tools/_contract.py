@@ -151,8 +151,10 @@ class Tool:
 
     def validate(self, raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """Validate model arguments. Returns (valid args, ignored server-arg values)."""
-        ignored = {k: raw[k] for k in self.server_args if k in raw}
-        given = {k: v for k, v in raw.items() if k not in self.server_args}
+        ignored, given = {}, raw
+        if self.server_args:
+            ignored = {k: raw[k] for k in self.server_args if k in raw}
+            given = {k: v for k, v in raw.items() if k not in self.server_args}
         try:
             model = self.args_model.model_validate(given)
         except ValidationError as exc:
