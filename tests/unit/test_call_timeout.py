@@ -18,7 +18,7 @@ async def _forever() -> None:
 async def test_a_call_past_its_deadline_is_a_timeout_and_leaves_no_cancel_behind() -> None:
     task = asyncio.current_task()
     assert task is not None
-    with pytest.raises(ToolTimeout, match="no answer within 0.01 s"):
+    with pytest.raises(ToolTimeout, match=r"no answer within 0\.01 s"):
         await call_with_timeout(_forever, 0.01)
     assert task.cancelling() == 0
     await asyncio.sleep(0)  # no cancel is left pending on the task either
