@@ -95,9 +95,15 @@ def journal_value(value: Any) -> Any:
     return _check(value, 0, ())
 
 
-# Built once (json.dumps with arguments builds an encoder per call).
+# Built once (json.dumps with arguments builds an encoder per call). No cycle check:
+# what it encodes is a tree :func:`journal_value` built (a cycle is refused there, as
+# too deep) or stored JSON, so the check's bookkeeping per container would find none.
 _CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    sort_keys=True,
+    separators=(",", ":"),
+    ensure_ascii=False,
+    allow_nan=False,
+    check_circular=False,
 )
 
 
