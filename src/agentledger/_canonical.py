@@ -23,6 +23,7 @@ from agentledger.errors import FailureClass, ToolError
 MAX_DEPTH = 200
 REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_INF = float("inf")
 
 
 class NotJournalable(ToolError):
@@ -45,30 +46,45 @@ def clean_text(text: str) -> str:
     return text
 
 
-def _check(value: Any, depth: int, path: str) -> Any:
+# Where a value is: () for the top, else (where its container is, its key or index).
+# Made into text only for an error: a path string per value checked would cost more
+# than the check itself.
+_Where = tuple[Any, ...]
+
+
+def _path(where: _Where) -> str:
+    """``where`` as text: ``$`` for the top, ``$.key[0]`` below it."""
+    pieces = []
+    while where:
+        where, piece = where
+        pieces.append(f"[{piece}]" if isinstance(piece, int) else f".{piece}")
+    return "$" + "".join(reversed(pieces))
+
+
+def _check(value: Any, depth: int, where: _Where) -> Any:
     if depth > MAX_DEPTH:
-        raise NotJournalable(f"value nested deeper than {MAX_DEPTH} levels at {path}")
-    if value is None or isinstance(value, bool | int):
-        return value
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise NotJournalable(f"{value} at {path} is not JSON; use null or a string")
+        raise NotJournalable(f"value nested deeper than {MAX_DEPTH} levels at {_path(where)}")
+    if value is None or isinstance(value, int):  # bool is an int
         return value
     if isinstance(value, str):
         return clean_text(value)
-    if isinstance(value, list | tuple):
-        return [_check(v, depth + 1, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise NotJournalable(
-                    f"key {k!r} at {path} is a {type(k).__name__}; JSON keys are strings"
+                    f"key {k!r} at {_path(where)} is a {type(k).__name__}; JSON keys are strings"
                 )
-            out[clean_text(k)] = _check(v, depth + 1, f"{path}.{k}")
+            out[clean_text(k)] = _check(v, depth + 1, (where, k))
         return out
+    if isinstance(value, (list, tuple)):  # a tuple of types is checked faster than a union
+        return [_check(v, depth + 1, (where, i)) for i, v in enumerate(value)]
+    if isinstance(value, float):
+        if value != value or value in (_INF, -_INF):
+            raise NotJournalable(f"{value} at {_path(where)} is not JSON; use null or a string")
+        return value
     raise NotJournalable(
-        f"{type(value).__name__} at {path} is not JSON; return dicts, lists, str, int, "
+        f"{type(value).__name__} at {_path(where)} is not JSON; return dicts, lists, str, int, "
         "float, bool or None (convert it first, e.g. a datetime to isoformat())"
     )
 
@@ -76,12 +92,18 @@ def _check(value: Any, depth: int, path: str) -> Any:
 def journal_value(value: Any) -> Any:
     """``value`` exactly as the journal will give it back on replay (tuples become lists,
     text is sanitized); raise :class:`NotJournalable` for anything else."""
-    return _check(value, 0, "$")
+    return _check(value, 0, ())
 
 
-# Built once (json.dumps with arguments builds an encoder per call).
+# Built once (json.dumps with arguments builds an encoder per call). No cycle check:
+# what it encodes is a tree :func:`journal_value` built (a cycle is refused there, as
+# too deep) or stored JSON, so the check's bookkeeping per container would find none.
 _CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    sort_keys=True,
+    separators=(",", ":"),
+    ensure_ascii=False,
+    allow_nan=False,
+    check_circular=False,
 )
 
 
@@ -103,7 +125,13 @@ def exact_json(value: Any) -> str:
 
 def input_hash(value: Any) -> str:
     """SHA-256 of the canonical JSON of ``value`` (hex, first 16 characters)."""
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
+    return journaled_hash(journal_value(value))
+
+
+def journaled_hash(value: Any) -> str:
+    """:func:`input_hash` of a value :func:`journal_value` already returned: it is its
+    own journal value, so it is encoded as it is instead of being checked again."""
+    return hashlib.sha256(exact_json(value).encode()).hexdigest()[:16]
 
 
 __all__ = [
@@ -114,4 +142,5 @@ __all__ = [
     "exact_json",
     "input_hash",
     "journal_value",
+    "journaled_hash",
 ]

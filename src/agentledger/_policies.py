@@ -71,10 +71,8 @@ class ProposedCall:
 Policy = Callable[[ProposedCall], Decision | Awaitable[Decision]]
 
 
-async def run_policy(policy: Policy | None, call: ProposedCall) -> Decision:
-    """Run a (sync or async) policy; no policy allows everything."""
-    if policy is None:
-        return Allow()
+async def run_policy(policy: Policy, call: ProposedCall) -> Decision:
+    """Run a (sync or async) policy (the engine allows every call when there is none)."""
     decision = policy(call)
     if inspect.isawaitable(decision):
         decision = await decision

@@ -21,7 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 from agentledger._canonical import NotJournalable, canonical_json
-from agentledger._policies import Allow, Deny, ProposedCall, RequireApproval, run_policy
+from agentledger._policies import (
+    Allow,
+    Decision,
+    Deny,
+    ProposedCall,
+    RequireApproval,
+    run_policy,
+)
 from agentledger.engine._execution import Execution
 from agentledger.engine._signals import Cancelled, Park
 from agentledger.engine._steps import ToolOutcome, fail_step
@@ -33,6 +40,7 @@ from agentledger.tools._contract import Tool
 
 EXPIRED_BY = "system:expired"
 CANCELLED_BY = "system:cancelled"
+_ALLOW = Allow()
 
 
 class NotAllowed(Refused):
@@ -45,16 +53,18 @@ async def gate(exe: Execution, step: Step, tool: Tool, args: dict[str, Any]) -> 
     """Return None to go ahead, or a failed ToolOutcome; raise Park to wait."""
     if step.status == StepStatus.WAITING:
         return await _decided(exe, step, tool, args)
-    call = ProposedCall(
-        run_id=exe.run.id,
-        step_no=step.step_no,
-        tool=tool.name,
-        arguments=args,
-        user_id=exe.run.user_id,
-        tenant_id=exe.run.tenant_id,
-        run_input=exe.run.input,
-    )
-    decision = await run_policy(exe.policy, call)
+    decision: Decision = _ALLOW
+    if exe.policy is not None:  # no policy allows every call (nothing to propose it to)
+        call = ProposedCall(
+            run_id=exe.run.id,
+            step_no=step.step_no,
+            tool=tool.name,
+            arguments=args,
+            user_id=exe.run.user_id,
+            tenant_id=exe.run.tenant_id,
+            run_input=exe.run.input,
+        )
+        decision = await run_policy(exe.policy, call)
     if isinstance(decision, Allow) and tool.approval:
         decision = RequireApproval(role=tool.approval)
     if isinstance(decision, RequireApproval):

@@ -35,6 +35,7 @@ from agentledger.errors import LeaseLost, StoreError, StoreUnavailable
 from agentledger.records import Approval, Effect, OutboxItem, Run, RunStatus, Step, StepStatus
 from agentledger.store._base import Batch, KeyHeld, NewEvent, RunUpdate
 from agentledger.store._sqlstore import Store
+from agentledger.tools._context import Principal
 from agentledger.tools._contract import Tool
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ class Execution:
             cancel_requests if cancel_requests is not None else {}
         )  # the live map: kept by reference even while it is empty
         self._cancel_seen: str | None = None  # cancel-at-boundary: from the last write's fence
+        # Who started the run, as every tool call of this execution is told (immutable).
+        self.principal = Principal.of_run(run.tenant_id, run.user_id, run.principal)
         self.budget = definition.budget
         self.policy = definition.policy
         self.journal: dict[int, Step] = {}
@@ -364,12 +367,13 @@ class Execution:
         first looks whether the failed attempt committed after all."""
         # Real time, not the run's clock: a test's fake clock must not stretch retries.
         deadline = time.monotonic() + self.store_retry_seconds
-        backoff = Backoff(first=0.05, cap=2.0)
+        backoff = None  # made by the first failure: most writes commit at once
         while True:
             try:
                 await self.store.commit(batch)
                 return
             except StoreUnavailable as exc:
+                backoff = backoff or Backoff(first=0.05, cap=2.0)
                 pause = backoff.next()
                 if self.stopping.is_set() or time.monotonic() + pause > deadline:
                     raise

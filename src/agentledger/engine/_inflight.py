@@ -13,32 +13,51 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
+from typing import Any
 
-_held: dict[Hashable, asyncio.Event] = {}
+# Each held key, with the event its waiters wait on: made by the first waiter (most
+# steps are never contended, so most holds need none).
+_held: dict[Hashable, asyncio.Event | None] = {}
 _waiting: dict[Hashable, int] = {}  # entrants waiting for each held key
 
 
-@asynccontextmanager
-async def exclusive(key: Hashable) -> AsyncIterator[bool]:
+class _Exclusive:
+    """``async with exclusive(key) as fresh``: a plain class, not a generator, as it
+    is entered once per step."""
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: Hashable) -> None:
+        self._key = key
+
+    async def __aenter__(self) -> bool:
+        key = self._key
+        waited = False
+        while key in _held:
+            waited = True
+            done = _held[key]
+            if done is None:
+                done = _held[key] = asyncio.Event()
+            _waiting[key] = _waiting.get(key, 0) + 1
+            try:
+                await done.wait()
+            finally:
+                _waiting[key] -= 1
+                if not _waiting[key]:
+                    del _waiting[key]
+        _held[key] = None
+        return not waited
+
+    async def __aexit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        done = _held.pop(self._key)
+        if done is not None:
+            done.set()
+
+
+def exclusive(key: Hashable) -> _Exclusive:
     """Hold ``key`` for the body. Yields False if another holder had to be waited for
     (the caller must re-read what that holder may have written), True otherwise."""
-    waited = False
-    while key in _held:
-        waited = True
-        _waiting[key] = _waiting.get(key, 0) + 1
-        try:
-            await _held[key].wait()
-        finally:
-            _waiting[key] -= 1
-            if not _waiting[key]:
-                del _waiting[key]
-    done = asyncio.Event()
-    _held[key] = done
-    try:
-        yield not waited
-    finally:
-        del _held[key]
-        done.set()
+    return _Exclusive(key)
 
 
 def contended(key: Hashable) -> bool:

@@ -406,20 +406,54 @@ def _proven_failure(decision: RetryDecision) -> ToolError:
     return failure
 
 
+class _Deadline:
+    """The cancel of a task at its call's deadline, and whether it was made."""
+
+    __slots__ = ("cancelling", "fired", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task, self.fired = task, False
+        self.cancelling = task.cancelling()  # cancel requests already made before the call
+
+    def __call__(self) -> None:
+        self.fired = True
+        self.task.cancel()
+
+
 async def call_with_timeout(fn: Callable[[], Awaitable[T]], timeout: float) -> T:
     """Await ``fn()`` for at most ``timeout`` seconds; a timeout is :class:`ToolTimeout`.
 
     With no time left at all the call is not made: :class:`DeadlineReached`.
+
+    What ``asyncio.timeout`` does, written out because it runs around every call: the
+    call runs in the current task (no extra Task per call, as ``asyncio.wait_for``
+    makes on Python < 3.12), the task is cancelled at the deadline, and that cancel is
+    taken back off the task's count once the call ends; the ``CancelledError`` it
+    caused becomes the timeout unless another cancel was requested meanwhile (that one
+    goes on as a cancel). No async context manager and no state object per call.
     """
     if not timeout > 0:  # also NaN
         raise DeadlineReached("no time left before the run's deadline; not called")
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("call_with_timeout must run inside a task")
+    deadline = _Deadline(task)
+    timer = task.get_loop().call_later(timeout, deadline)
     try:
-        # asyncio.timeout runs the call in the current task: no extra Task per tool
-        # call (asyncio.wait_for creates one on Python < 3.12); same TimeoutError.
-        async with asyncio.timeout(timeout):
-            return await fn()
-    except TimeoutError:
-        raise ToolTimeout(f"no answer within {timeout:.2f} s") from None
+        result = await fn()
+    except BaseException as exc:
+        timer.cancel()
+        if deadline.fired:
+            spent = task.uncancel() <= deadline.cancelling
+            if spent and isinstance(exc, asyncio.CancelledError):
+                raise ToolTimeout(f"no answer within {timeout:.2f} s") from None
+        if isinstance(exc, TimeoutError):  # the call's own timeout is a timeout too
+            raise ToolTimeout(f"no answer within {timeout:.2f} s") from None
+        raise
+    timer.cancel()
+    if deadline.fired:
+        task.uncancel()
+    return result
 
 
 async def ask_status(

@@ -22,7 +22,7 @@ from agentledger.engine._signals import Park
 from agentledger.errors import ToolError
 from agentledger.records import Effect, EffectStatus, Step, StepStatus
 from agentledger.store._base import EffectClaimed, NewEvent
-from agentledger.tools._context import Principal, ToolContext
+from agentledger.tools._context import ToolContext
 from agentledger.tools._contract import Tool
 
 
@@ -94,7 +94,7 @@ def tool_context(exe: Execution, step_no: int, key: str, tool: Tool, attempt: in
         resources=exe.resources,
         clock=exe.clock,
         store=exe.store,
-        principal=Principal.of_run(exe.run.tenant_id, exe.run.user_id, exe.run.principal),
+        principal=exe.principal,
     )
 
 

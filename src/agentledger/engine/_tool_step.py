@@ -125,7 +125,7 @@ async def _tool_step(
     if tool.delivery == "outbox":
         return await _enqueue(exe, step, tool, args, key)
     if not tool.writes:
-        return await _call_read(exe, step, tool, args, key)
+        return await run_attempts(StepAttempts(exe, step, tool, args, key))
 
     return await drive_write(exe, step, tool, args, key)
 
@@ -242,12 +242,6 @@ async def _enqueue(
         # (this step is then decided again), or cancels it.
         raise Handover(HandoverReason.OUTBOX_KEY, str(taken)) from None
     return ToolOutcome(True, result=step.output)
-
-
-async def _call_read(
-    exe: Execution, step: Step, tool: Tool, args: dict[str, Any], key: str
-) -> ToolOutcome:
-    return await run_attempts(StepAttempts(exe, step, tool, args, key))
 
 
 __all__ = ["run_tool_step"]

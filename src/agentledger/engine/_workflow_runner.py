@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from agentledger._canonical import NotJournalable, input_hash, journal_value
+from agentledger._canonical import NotJournalable, input_hash, journal_value, journaled_hash
 from agentledger._workflow import Workflow
 from agentledger.engine import _hooks as hooks
 from agentledger.engine._execution import Execution, carries_held
@@ -158,7 +158,7 @@ class WorkflowContext:
         exe = self._exe
         try:
             args = journal_value(arguments)
-            digest: str | None = input_hash(args)
+            digest: str | None = journaled_hash(args)
         except NotJournalable as exc:
             args, digest = None, None
             refusal = f"arguments of {name} are not JSON ({exc}); pass JSON values only"

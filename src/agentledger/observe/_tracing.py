@@ -189,17 +189,20 @@ def _effect(tool: Any) -> str:
     return "write" if getattr(tool, "writes", False) else "read"
 
 
-# Histogram children by label values: ``labels()`` builds and checks the label values on
-# every call, a dict lookup is all a step needs. (The registry keeps every child it made
+# Histogram children by instrument name and label values: ``labels()`` builds and checks
+# the label values on every call, and naming an instrument on ``_instruments`` takes its
+# lock; a dict lookup is all a step needs. (The registry keeps every child it made
 # anyway; this holds the same ones, keyed by the same values.)
-_CHILDREN: dict[tuple[Any, tuple[str, ...]], Any] = {}
+_CHILDREN: dict[tuple[str, tuple[str, ...]], Any] = {}
 
 
-def _child(metric: Any, *labels: str) -> Any:
+def _child(metric: str, *labels: str) -> Any:
+    """The child of the instrument named ``metric`` (in :mod:`._instruments`) with
+    ``labels``."""
     key = (metric, labels)
     child = _CHILDREN.get(key)
     if child is None:
-        child = _CHILDREN[key] = metric.labels(*labels)
+        child = _CHILDREN[key] = getattr(instruments, metric).labels(*labels)
     return child
 
 
@@ -270,7 +273,7 @@ class ToolAttempt:
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         elapsed = time.perf_counter() - self._started
         outcome = "ok" if exc is None else str(getattr(exc, "error_class", None) or kind.__name__)
-        _child(instruments.STEP_DURATION, self._tool, self._effect, outcome).observe(elapsed)
+        _child("STEP_DURATION", self._tool, self._effect, outcome).observe(elapsed)
         tracer = self._tracer
         if tracer is None:
             return
@@ -446,13 +449,11 @@ def model_attempt(exe: Any, model: Any) -> Iterator[Attempt]:
         raise
     finally:
         elapsed = time.perf_counter() - started
-        _child(
-            instruments.OPERATION_DURATION, sc.OP_CHAT, provider, requested, error or ""
-        ).observe(elapsed)
+        _child("OPERATION_DURATION", sc.OP_CHAT, provider, requested, error or "").observe(elapsed)
         response = rec.response
         if response is not None:
             usage = response.usage
-            tokens = (instruments.TOKEN_USAGE, sc.OP_CHAT, provider, requested)
+            tokens = ("TOKEN_USAGE", sc.OP_CHAT, provider, requested)
             _child(*tokens, sc.TOKEN_TYPE_INPUT).observe(usage.input_tokens)
             _child(*tokens, sc.TOKEN_TYPE_OUTPUT).observe(usage.output_tokens)
             if span is not None:

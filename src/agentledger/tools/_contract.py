@@ -151,17 +151,21 @@ class Tool:
 
     def validate(self, raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """Validate model arguments. Returns (valid args, ignored server-arg values)."""
-        ignored = {k: raw[k] for k in self.server_args if k in raw}
-        given = {k: v for k, v in raw.items() if k not in self.server_args}
+        ignored, given = {}, raw
+        if self.server_args:
+            ignored = {k: raw[k] for k in self.server_args if k in raw}
+            given = {k: v for k, v in raw.items() if k not in self.server_args}
         try:
-            model = self.args_model.model_validate(given)
+            # The model's own validator and serializer, called as model_validate and
+            # model_dump call them, without their wrappers' keyword handling per call.
+            model = self.args_model.__pydantic_validator__.validate_python(given)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
                 for e in exc.errors()
             )
             raise InvalidArguments(f"invalid arguments for {self.name}: {problems}") from None
-        values = model.model_dump(exclude_unset=False)
+        values: dict[str, Any] = self.args_model.__pydantic_serializer__.to_python(model)
         for name in self.server_args:
             values.pop(name, None)
         return values, ignored

@@ -1,0 +1,107 @@
+"""The CPU one step costs: ``python -m agentledger_bench.step_cpu [--db URL] [--engine]
+[--reps N]`` prints JSON.
+
+Default: the process's CPU time (``time.process_time``, every thread) while one
+in-process worker drains 200 runs x 10 read-tool steps (figure (d),
+:func:`agentledger_bench.engine_runs.concurrent`, after a 50 x 10 warm-up in the same
+process), per step: what bounds figure (d) when the commits are grouped. A fresh SQLite
+file unless ``--db`` names a store.
+
+``--engine``: the engine alone, above the store API: the same 200 runs executed by
+:func:`agentledger.engine._runner.execute_run` at once, with the store's ``commit``
+replaced by one turn of the event loop (a measuring harness only: nothing is journaled,
+no group is committed, and no step event is encoded). ``--reps`` times over fresh runs
+in one process; the figures are each repetition's CPU per step, their minimum and median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agentledger import gateway, observe  # noqa: F401 (the hooks a worker process has)
+from agentledger.engine._runner import execute_run
+from agentledger.store import Store, open_store
+from agentledger.store._base import Batch
+from agentledger_bench import engine_runs
+from agentledger_bench.apps import app as bench_app
+
+RUNS, STEPS = 200, 10
+
+
+async def worker_cpu_us(store: Store) -> dict[str, Any]:
+    """Process CPU per step over figure (d), after a warm-up."""
+    await engine_runs.concurrent(store, 50, STEPS)
+    start = time.process_time()
+    inside, _, groups = await engine_runs.concurrent(store, RUNS, STEPS)
+    cpu = time.process_time() - start
+    return {
+        "cpu_us_per_step": round(cpu / (RUNS * STEPS) * 1e6, 1),
+        "steps_per_s": round(inside),
+        "group_size_median": statistics.median(groups) if groups else 0,
+    }
+
+
+async def engine_cpu_us(store: Store, reps: int) -> dict[str, Any]:
+    """Process CPU per step of the engine with no journal write behind ``commit``."""
+
+    async def commit(batch: Batch) -> None:
+        await asyncio.sleep(0)  # a write's one wait, without the write
+
+    values = []
+    for _ in range(reps):
+        ids = [
+            await bench_app.submit(store, "bench_read_tool", {"steps": STEPS}) for _ in range(RUNS)
+        ]
+        runs = [await store.get_run(run_id) for run_id in ids]
+        real = store.commit
+        store.commit = commit  # type: ignore[method-assign]
+        try:
+            start = time.process_time()
+            outcomes = await asyncio.gather(
+                *(execute_run(store, bench_app, run, "bench") for run in runs if run is not None)
+            )
+            cpu = time.process_time() - start
+        finally:
+            store.commit = real  # type: ignore[method-assign]
+        if set(outcomes) != {"completed"}:
+            raise RuntimeError(f"engine runs ended {sorted(set(outcomes))}")
+        values.append(round(cpu / (RUNS * STEPS) * 1e6, 1))
+    return {
+        "engine_cpu_us_per_step": values,
+        "min": min(values),
+        "median": statistics.median(values),
+    }
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    url = args.db or f"sqlite:///{Path(tempfile.mkdtemp()) / 'step_cpu.db'}"
+    store = open_store(url)
+    await store.open()
+    try:
+        if args.engine:
+            return await engine_cpu_us(store, args.reps)
+        return await worker_cpu_us(store)
+    finally:
+        await store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the options, measure, print the JSON."""
+    parser = argparse.ArgumentParser(prog="python -m agentledger_bench.step_cpu")
+    parser.add_argument("--db", help="database URL (default: a temporary SQLite file)")
+    parser.add_argument("--engine", action="store_true", help="the engine alone (no writes)")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions of --engine")
+    print(json.dumps(asyncio.run(_main(parser.parse_args(argv)))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
