@@ -133,8 +133,18 @@ def _fence(batch: Batch, n_events: int) -> tuple[str, dict[str, Any]]:
     return sql, params
 
 
+def refused_before_writing(batch: Batch | None) -> bool:
+    """True when ``batch`` can be refused (:class:`LeaseLost`) only by its fence, which
+    :func:`apply_batch` runs before any write: refused, it wrote nothing. A batch that
+    claims an effect key, writes an outbox row or an approval may be refused
+    (:class:`~agentledger.store._base.KeyHeld`) after its fence and steps are written.
+    None (a job that is no batch): False."""
+    return isinstance(batch, Batch) and not (batch.effects or batch.outbox or batch.approvals)
+
+
 def apply_batch(tx: Tx, batch: Batch) -> None:
-    """Apply one fenced batch: the fence first, then the batch's writes."""
+    """Apply one fenced batch: the fence first (a failed fence raises before any write,
+    see :func:`refused_before_writing`), then the batch's writes."""
     encoded = encode_batch(batch)
     sql, params = encoded.fence(tx.now)
     events = encoded.events
