@@ -126,7 +126,10 @@ class PostgresDialect(Dialect):
         self, conn: Any, sql: str, params: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         cursor = conn.execute(convert_placeholders(sql), clean_params(params))
-        if cursor.description is None:
+        # No rows to read (a statement without RETURNING). Asked of ``rownumber``, not of
+        # ``description``, which builds an object per column of every result: the dict
+        # rows carry the column names already.
+        if cursor.rownumber is None:
             return []
         return list(cursor.fetchall())
 
