@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
+from math import isfinite
 from typing import Any
 
 from agentledger._canonical import clean_text
@@ -268,7 +269,8 @@ def _check_flat(params: dict[str, Any]) -> None:
             if not _INT64[0] <= value <= _INT64[1]:
                 raise UnstorableValue(f"integer {value} does not fit in 64 bits")
         elif kind is float:
-            check_finite("a number", value)
+            if not isfinite(value):  # the message is check_finite's
+                check_finite("a number", value)
         elif kind is not str and value is not None:
             _check_numbers(value)
 
