@@ -102,6 +102,11 @@ class Dialect(ABC):
         """Run one statement and return its rows as dicts."""
 
     @abstractmethod
+    def executemany(self, conn: Any, sql: str, rows: list[dict[str, Any]]) -> int:
+        """Run one statement once per parameter set of ``rows`` (parsed once); return
+        the number of rows they changed in all."""
+
+    @abstractmethod
     def claim_sql(self, n_targets: int) -> str:
         """The single statement that claims runnable runs (placeholders t0..tN). It also
         takes each run's next event seq for its ``run.claimed`` event (``event_seq + 1``,
@@ -133,10 +138,12 @@ class Dialect(ABC):
         are clean text and every epoch fits in 64 bits."""
 
     @abstractmethod
-    def among(self, column: str, ids: list[str]) -> tuple[str, dict[str, Any]]:
+    def among(
+        self, column: str, ids: list[str] | list[int], sql_type: str = "TEXT"
+    ) -> tuple[str, dict[str, Any]]:
         """The condition "``column`` is one of ``ids``", in SQL (the same text whatever
         their number: no limit on bind parameters, one prepared statement) and its
-        parameters. The ids are clean text."""
+        parameters. The ids are clean text, or integers (``sql_type`` ``BIGINT``)."""
 
     def is_transient(self, exc: BaseException) -> bool:
         """True for a failure that the same work may not meet again (a deadlock)."""

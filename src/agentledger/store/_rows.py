@@ -22,8 +22,19 @@ from agentledger.records import (
 R = TypeVar("R")
 
 
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    """The field names of a record class, read once (``fields`` builds a tuple per call)."""
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
 def _record(cls: type[R], row: dict[str, Any], *json_columns: str) -> R:
-    values = {f.name: row[f.name] for f in fields(cls) if f.name in row}  # type: ignore[arg-type]
+    values = {name: row[name] for name in _names(cls) if name in row}
     for name in json_columns:
         values[name] = loads(values[name])
     return cls(**values)

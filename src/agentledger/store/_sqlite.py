@@ -225,6 +225,10 @@ class SQLiteDialect(Dialect):
     ) -> list[dict[str, Any]]:
         return [dict(row) for row in conn.execute(sql, clean_params(params)).fetchall()]
 
+    def executemany(self, conn: Any, sql: str, rows: list[dict[str, Any]]) -> int:
+        cursor = conn.executemany(sql, [clean_params(row) for row in rows])
+        return int(cursor.rowcount)
+
     def commit(self, conn: Any) -> None:
         if conn.in_transaction:
             conn.execute("COMMIT")
@@ -284,7 +288,9 @@ class SQLiteDialect(Dialect):
         )
         return table, {"pairs": json.dumps(pairs, ensure_ascii=False)}
 
-    def among(self, column: str, ids: list[str]) -> tuple[str, dict[str, Any]]:
+    def among(
+        self, column: str, ids: list[str] | list[int], sql_type: str = "TEXT"
+    ) -> tuple[str, dict[str, Any]]:
         condition = f"{column} IN (SELECT value FROM json_each(:ids))"
         return condition, {"ids": json.dumps(ids, ensure_ascii=False)}
 

@@ -32,7 +32,7 @@ class Tx:
     statement): a journal batch issues a dozen statements, on the step's hot path.
     """
 
-    __slots__ = ("conn", "dialect", "execute", "fetchall", "now")
+    __slots__ = ("conn", "dialect", "execute", "executemany", "fetchall", "now")
 
     dialect: Dialect
     #: The driver connection, for the dialect's own hooks (``dialect.notify_runnable``).
@@ -44,6 +44,8 @@ class Tx:
     execute: Callable[..., int]
     #: Run one statement and return its rows as dicts.
     fetchall: Callable[..., list[dict[str, Any]]]
+    #: Run one statement once per parameter set; return the rows changed in all.
+    executemany: Callable[..., int]
 
     def __init__(self, dialect: Dialect, conn: Any) -> None:
         self.dialect = dialect
@@ -51,6 +53,7 @@ class Tx:
         self.now = dialect.now_sql
         self.execute = functools.partial(dialect.execute, conn)
         self.fetchall = functools.partial(dialect.fetchall, conn)
+        self.executemany = functools.partial(dialect.executemany, conn)
 
     def __repr__(self) -> str:
         return f"Tx({self.dialect.name})"

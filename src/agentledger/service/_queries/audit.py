@@ -54,6 +54,7 @@ from agentledger._auditkey import AuditKey
 from agentledger._canonical import exact_json
 from agentledger.errors import StoreError, UsageError
 from agentledger.service._queries import webhooks as service_webhooks
+from agentledger.store._dialect import CleanParams
 from agentledger.store._queries.common import in_list
 from agentledger.store._tx import Tx
 
@@ -193,8 +194,8 @@ def _window(tx: Tx, limit: int) -> list[tuple[int, str]]:
         tenants: dict[str, str] = {}
         of_runs = sorted({r["run_id"] for r in page if r["tenant_id"] is None})
         if of_runs:
-            marks, runs = in_list("r", of_runs)
-            sql = f"SELECT id, tenant_id FROM runs WHERE id IN ({marks})"
+            among, runs = tx.dialect.among("id", of_runs)
+            sql = f"SELECT id, tenant_id FROM runs WHERE {among}"
             tenants = {r["id"]: r["tenant_id"] for r in tx.fetchall(sql, runs)}
         for r in page:
             tenant = r["tenant_id"] if r["tenant_id"] is not None else tenants.get(r["run_id"])
@@ -235,12 +236,14 @@ def _seal_tenant(tx: Tx, tenant_id: str, event_ids: list[int], key: AuditKey | N
         return 0
     chain_no, prev = int(head["chain_no"]), str(head["hash"])
     # Read again after the head's lock: a sealer holding it before us chained some.
-    marks, ids = in_list("i", event_ids)
+    # The ids as one parameter (an array, a JSON list): the statement's text is the same
+    # for any window, so the driver parses and prepares it once.
+    among, ids = tx.dialect.among("id", event_ids, "BIGINT")
     # ``hash IS NULL`` keeps the read on the unsealed partial index even when stale
     # statistics make the primary key look no better than a scan of the table.
     found = tx.fetchall(
         "SELECT id, run_id, seq, type, actor, at, data, data_digest FROM events "
-        f"WHERE hash IS NULL AND id IN ({marks}) ORDER BY id",
+        f"WHERE hash IS NULL AND {among} ORDER BY id",
         ids,
     )
     links: list[_Link] = []
@@ -264,55 +267,52 @@ def _seal_tenant(tx: Tx, tenant_id: str, event_ids: list[int], key: AuditKey | N
     return len(found)
 
 
-# Links written per UPDATE (5 parameters each, under every backend's parameter limit).
+# Links written per statement (a seal's window is at most a sealer's batch; this bounds
+# the arrays of one statement whatever the caller's limit).
 _LINKS_PER_UPDATE = 500
 
 # (event id, chain_no, prev_hash, hash, sig)
 _Link = tuple[int, int, str, str, str | None]
 
+# Each link only if its record is still unsealed. The statement's text is the same
+# whatever the number of links, so the driver parses and prepares it once.
+_LINK_SQL = (
+    "UPDATE events SET tenant_id = :t, chain_no = :n, prev_hash = :p, hash = :h, "
+    "sig = :s, hash_v = :v WHERE id = :id AND hash IS NULL"
+)
+_LINKS_SQL = (
+    "UPDATE events SET tenant_id = :t, chain_no = v.chain_no, prev_hash = v.prev_hash, "
+    "hash = v.hash, sig = v.sig, hash_v = :v FROM unnest(CAST(:ids AS BIGINT[]), "
+    "CAST(:nos AS BIGINT[]), CAST(:prevs AS TEXT[]), CAST(:hashes AS TEXT[]), "
+    "CAST(:sigs AS TEXT[])) AS v(id, chain_no, prev_hash, hash, sig) "
+    "WHERE events.id = v.id AND events.hash IS NULL"
+)
+
 
 def _write_links(tx: Tx, tenant_id: str, links: list[_Link]) -> None:
     """Chain ``links`` (event id, chain_no, prev_hash, hash, sig), each only if still
     unsealed; every one must change, or the whole seal is rolled back. One UPDATE for
-    all on a server, where a round trip per record would cost more than the write;
-    one per record on SQLite, in process, where that is cheaper than its
-    UPDATE ... FROM join."""
+    all on a server, its columns as arrays, where a round trip per record would cost
+    more than the write; on SQLite, in process, one statement run per record
+    (``executemany``: compiled once), cheaper than an UPDATE ... FROM join. The texts
+    are hex digests and a tenant id read from the database: clean as they are."""
     if tx.dialect.name == "sqlite":
-        changed = sum(
-            tx.execute(
-                "UPDATE events SET tenant_id = :t, chain_no = :n, prev_hash = :p, hash = :h, "
-                "sig = :s, hash_v = :v WHERE id = :id AND hash IS NULL",
-                {
-                    "t": tenant_id,
-                    "n": number,
-                    "p": prev,
-                    "h": digest,
-                    "s": sig,
-                    "id": event_id,
-                    "v": HASH_CANONICAL,
-                },
-            )
-            for event_id, number, prev, digest, sig in links
+        changed = tx.executemany(
+            _LINK_SQL,
+            [
+                CleanParams(
+                    t=tenant_id, n=number, p=prev, h=digest, s=sig, id=event_id, v=HASH_CANONICAL
+                )
+                for event_id, number, prev, digest, sig in links
+            ],
         )
         _all_changed(tenant_id, len(links), changed)
         return
-    params: dict[str, Any] = {"t": tenant_id, "v": HASH_CANONICAL}
-    values = []
-    for i, (event_id, number, prev, digest, sig) in enumerate(links):
-        values.append(
-            f"(CAST(:i{i} AS BIGINT), CAST(:n{i} AS BIGINT), :p{i}, :h{i}, CAST(:s{i} AS TEXT))"
-        )
-        params.update(
-            {f"i{i}": event_id, f"n{i}": number, f"p{i}": prev, f"h{i}": digest, f"s{i}": sig}
-        )
-    # VALUES columns are column1..column5 on both backends.
-    changed = tx.execute(
-        "UPDATE events SET tenant_id = :t, chain_no = v.column2, prev_hash = v.column3, "
-        f"hash = v.column4, sig = v.column5, hash_v = :v FROM (VALUES {', '.join(values)}) AS v "
-        "WHERE events.id = v.column1 AND events.hash IS NULL",
-        params,
+    ids, numbers, prevs, digests, sigs = (list(column) for column in zip(*links, strict=True))
+    params = CleanParams(
+        t=tenant_id, v=HASH_CANONICAL, ids=ids, nos=numbers, prevs=prevs, hashes=digests, sigs=sigs
     )
-    _all_changed(tenant_id, len(links), changed)
+    _all_changed(tenant_id, len(links), tx.execute(_LINKS_SQL, params))
 
 
 def _all_changed(tenant_id: str, wanted: int, changed: int) -> None:

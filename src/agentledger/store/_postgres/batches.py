@@ -83,12 +83,13 @@ def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
     parts = [f"fence AS ({fence_sql} RETURNING id, event_seq, cancel_requested)"]
     if encoded.steps:
         for i, step in enumerate(encoded.steps):
-            params.update({f"s{i}_{k}": v for k, v in step.items()})
+            names = _step_names(i)
+            params.update({names[k]: v for k, v in step.items()})
         parts.append(_steps_part(len(encoded.steps)))
     events = encoded.events
     if events:
-        for i, (type_, actor, data) in enumerate(events):
-            params[f"e{i}_t"], params[f"e{i}_a"], params[f"e{i}_d"] = type_, actor, data
+        for i, event in enumerate(events):
+            params.update(zip(_event_names(i), event, strict=True))
         parts.append(_events_part(len(events)))
     # The run's cancel request comes back with the fence (see Batch.cancel_requested).
     sql = (
@@ -96,6 +97,18 @@ def batch_statement(batch: Batch) -> tuple[str, dict[str, Any]]:
         "MAX(cancel_requested) AS cancel_requested FROM fence"
     )
     return convert_placeholders(sql), params
+
+
+@functools.lru_cache(maxsize=8)
+def _step_names(i: int) -> dict[str, str]:
+    """The parameter names of journal entry ``i`` (``s<i>_<column>``), made once."""
+    return {name: f"s{i}_{name}" for name, _ in _STEP_VALUE_TYPES}
+
+
+@functools.lru_cache(maxsize=64)
+def _event_names(i: int) -> tuple[str, str, str]:
+    """The parameter names of event ``i``: its type, actor and data."""
+    return f"e{i}_t", f"e{i}_a", f"e{i}_d"
 
 
 @functools.lru_cache(maxsize=64)

@@ -126,9 +126,17 @@ class PostgresDialect(Dialect):
         self, conn: Any, sql: str, params: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         cursor = conn.execute(convert_placeholders(sql), clean_params(params))
-        if cursor.description is None:
+        # No rows to read (a statement without RETURNING). Asked of ``rownumber``, not of
+        # ``description``, which builds an object per column of every result: the dict
+        # rows carry the column names already.
+        if cursor.rownumber is None:
             return []
         return list(cursor.fetchall())
+
+    def executemany(self, conn: Any, sql: str, rows: list[dict[str, Any]]) -> int:
+        with conn.cursor() as cursor:
+            cursor.executemany(convert_placeholders(sql), [clean_params(row) for row in rows])
+            return int(cursor.rowcount)
 
     def lock_rows(self, alias: str) -> str:
         # The lock an UPDATE of non-key columns takes: FOR UPDATE would also wait for
@@ -139,9 +147,11 @@ class PostgresDialect(Dialect):
         table = "unnest(CAST(:ids AS TEXT[]), CAST(:epochs AS BIGINT[])) AS pairs(id, epoch)"
         return table, {"ids": [i for i, _ in pairs], "epochs": [e for _, e in pairs]}
 
-    def among(self, column: str, ids: list[str]) -> tuple[str, dict[str, Any]]:
+    def among(
+        self, column: str, ids: list[str] | list[int], sql_type: str = "TEXT"
+    ) -> tuple[str, dict[str, Any]]:
         # An index scan of the array's elements, whether the plan is custom or generic.
-        return f"{column} = ANY(CAST(:ids AS TEXT[]))", {"ids": list(ids)}
+        return f"{column} = ANY(CAST(:ids AS {sql_type}[]))", {"ids": list(ids)}
 
     async def open_batch_committer(
         self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]

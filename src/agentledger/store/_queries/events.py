@@ -12,7 +12,6 @@ from agentledger.records import (
     loads,
 )
 from agentledger.store import _rows as rows
-from agentledger.store._base import Batch, NewEvent
 from agentledger.store._tx import Tx
 
 # The events_type index leaves out the journal's step events (migration 0061): one
@@ -21,18 +20,13 @@ from agentledger.store._tx import Tx
 EVENTS_TYPE_INDEXED = "type NOT LIKE 'step.%'"
 
 
-def batch_events(batch: Batch) -> list[NewEvent]:
-    """The events a batch appends: one ``step.<status>`` per journal entry it writes
-    (so a run's event stream describes its journal, in the same transaction), then the
-    batch's own events."""
-    return [step_event(batch.owner, step) for step in batch.steps] + list(batch.events)
-
-
-def step_event(owner: str, step: Step) -> NewEvent:
-    """The ``step.<status>`` event of one journal write. Being an event, it is sealed into
-    the tenant's audit chain, so it carries what the audit trail must show of the step:
-    the idempotency key it executed with, the policy decision that let it run, and its
-    tokens and cost.
+def step_event_data(step: Step) -> dict[str, Any]:
+    """The data of the ``step.<status>`` event of one journal write: every batch appends
+    one per journal entry it writes (so a run's event stream describes its journal, in
+    the same transaction; see ``journal.encode_batch``), before its own events. Being
+    an event, it is sealed into the tenant's audit chain, so it carries what the audit
+    trail must show of the step: the idempotency key it executed with, the policy
+    decision that let it run, and its tokens and cost.
 
     One such event is stored per journal write, so it holds no key whose value the
     record already says: the status is its type's suffix, ``attempts`` is left out when
@@ -51,7 +45,7 @@ def step_event(owner: str, step: Step) -> NewEvent:
         data["tokens"] = step.tokens
     if step.cost_usd:
         data["cost_usd"] = step.cost_usd
-    return NewEvent(f"step.{step.status}", owner, data)
+    return data
 
 
 def insert_event(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
+from math import isfinite
 from typing import Any
 
 from agentledger._canonical import clean_text
@@ -27,7 +28,7 @@ from agentledger.store._base import (
 from agentledger.store._dialect import CleanParams
 from agentledger.store._queries.approvals import insert_approval
 from agentledger.store._queries.common import check_finite, check_time, delay_of, json_text
-from agentledger.store._queries.events import batch_events
+from agentledger.store._queries.events import step_event_data
 from agentledger.store._queries.outbox import drop_outbox, insert_outbox
 from agentledger.store._tx import Tx
 
@@ -75,9 +76,17 @@ def encode_batch(batch: Batch) -> EncodedBatch:
     encoded = batch.encoded
     if isinstance(encoded, EncodedBatch):
         return encoded
+    # The batch's events, encoded as they are built: first one ``step.<status>`` per
+    # journal entry (its data from the entry, events.step_event_data), written by the
+    # batch's owner (cleaned once), then the batch's own events.
+    owner = clean_text(batch.owner)
     events = [
+        (clean_text(f"step.{s.status}"), owner, json_text("event data", step_event_data(s)))
+        for s in batch.steps
+    ]
+    events += [
         (clean_text(e.type), clean_text(e.actor), json_text("event data", e.data))
-        for e in batch_events(batch)
+        for e in batch.events
     ]
     template, params = _fence(batch, len(events))
     update = batch.run
@@ -133,8 +142,18 @@ def _fence(batch: Batch, n_events: int) -> tuple[str, dict[str, Any]]:
     return sql, params
 
 
+def refused_before_writing(batch: Batch | None) -> bool:
+    """True when ``batch`` can be refused (:class:`LeaseLost`) only by its fence, which
+    :func:`apply_batch` runs before any write: refused, it wrote nothing. A batch that
+    claims an effect key, writes an outbox row or an approval may be refused
+    (:class:`~agentledger.store._base.KeyHeld`) after its fence and steps are written.
+    None (a job that is no batch): False."""
+    return isinstance(batch, Batch) and not (batch.effects or batch.outbox or batch.approvals)
+
+
 def apply_batch(tx: Tx, batch: Batch) -> None:
-    """Apply one fenced batch: the fence first, then the batch's writes."""
+    """Apply one fenced batch: the fence first (a failed fence raises before any write,
+    see :func:`refused_before_writing`), then the batch's writes."""
     encoded = encode_batch(batch)
     sql, params = encoded.fence(tx.now)
     events = encoded.events
@@ -165,9 +184,14 @@ def insert_events(tx: Tx, run_id: str, events: list[tuple[str, str, str]], first
     instead of one per event)."""
     params = CleanParams(run_id=clean_text(run_id), at=time.time())
     for i, (type_, actor, data) in enumerate(events):
-        params[f"t{i}"], params[f"a{i}"], params[f"d{i}"] = type_, actor, data
-        params[f"s{i}"] = first + i
+        params.update(zip(_event_names(i), (type_, actor, data, first + i), strict=True))
     tx.execute(_events_sql(len(events)), params)
+
+
+@functools.lru_cache(maxsize=64)
+def _event_names(i: int) -> tuple[str, str, str, str]:
+    """The parameter names of event ``i`` of a batch: type, actor, data and seq."""
+    return f"t{i}", f"a{i}", f"d{i}", f"s{i}"
 
 
 @functools.lru_cache(maxsize=64)
@@ -211,16 +235,8 @@ def validate_batch(batch: Batch) -> None:
         _check_flat(encoded.fence_params)
         for params in encoded.steps:
             _check_flat(params)
-        params_of: list[Any] = [json_text("effect result", e.result) for e in batch.effects]
-        params_of += [e.step_no for e in batch.effects]
-        params_of += [(o.step_no, json_text("outbox payload", o.payload)) for o in batch.outbox]
-        params_of += [o.next_attempt_at for o in batch.outbox]
-        params_of += [
-            (a.step_no, json_text("approval arguments", a.arguments), a.requested_at)
-            for a in batch.approvals
-        ]
-        params_of += [a.expires_at for a in batch.approvals]
-        _check_numbers(params_of)
+        if batch.effects or batch.outbox or batch.approvals:
+            _check_numbers(_key_values(batch))
     except UnstorableValue as exc:
         batch.encoded = None
         raise UnstorableBatch(f"run {clean_text(batch.run_id)}: {exc}") from exc
@@ -231,6 +247,20 @@ def validate_batch(batch: Batch) -> None:
         ) from exc
 
 
+def _key_values(batch: Batch) -> list[Any]:
+    """What a batch's effects, outbox rows and approvals write besides text."""
+    values: list[Any] = [json_text("effect result", e.result) for e in batch.effects]
+    values += [e.step_no for e in batch.effects]
+    values += [(o.step_no, json_text("outbox payload", o.payload)) for o in batch.outbox]
+    values += [o.next_attempt_at for o in batch.outbox]
+    values += [
+        (a.step_no, json_text("approval arguments", a.arguments), a.requested_at)
+        for a in batch.approvals
+    ]
+    values += [a.expires_at for a in batch.approvals]
+    return values
+
+
 def _check_flat(params: dict[str, Any]) -> None:
     """:func:`_check_numbers` for a statement's parameters (text, None and numbers)."""
     for value in params.values():
@@ -239,7 +269,8 @@ def _check_flat(params: dict[str, Any]) -> None:
             if not _INT64[0] <= value <= _INT64[1]:
                 raise UnstorableValue(f"integer {value} does not fit in 64 bits")
         elif kind is float:
-            check_finite("a number", value)
+            if not isfinite(value):  # the message is check_finite's
+                check_finite("a number", value)
         elif kind is not str and value is not None:
             _check_numbers(value)
 
@@ -281,25 +312,23 @@ def step_params(step: Step) -> dict[str, Any]:
     """A journal entry as the parameters of its row (JSON columns encoded, text
     sanitized)."""
     return CleanParams(
-        {
-            "run_id": _clean(step.run_id),
-            "step_no": step.step_no,
-            "kind": _clean(step.kind),
-            "name": _clean(step.name),
-            "status": _clean(step.status),
-            "input": None if step.input is None else json_text("step input", step.input),
-            "input_hash": _clean(step.input_hash),
-            "output": None if step.output is None else json_text("step output", step.output),
-            "attempts": step.attempts,
-            "key": _clean(step.idempotency_key),
-            "started_at": step.started_at,
-            "duration_ms": step.duration_ms,
-            "tokens": step.tokens,
-            "cost_usd": step.cost_usd,
-            "error_class": _clean(step.error_class),
-            "error": _clean(step.error),
-            "lease_epoch": step.lease_epoch,
-        }
+        run_id=_clean(step.run_id),
+        step_no=step.step_no,
+        kind=_clean(step.kind),
+        name=_clean(step.name),
+        status=_clean(step.status),
+        input=None if step.input is None else json_text("step input", step.input),
+        input_hash=_clean(step.input_hash),
+        output=None if step.output is None else json_text("step output", step.output),
+        attempts=step.attempts,
+        key=_clean(step.idempotency_key),
+        started_at=step.started_at,
+        duration_ms=step.duration_ms,
+        tokens=step.tokens,
+        cost_usd=step.cost_usd,
+        error_class=_clean(step.error_class),
+        error=_clean(step.error),
+        lease_epoch=step.lease_epoch,
     )
 
 
