@@ -23,7 +23,8 @@ def test_two_workers_racing_for_one_effect_key_call_once(env: Env) -> None:
     env.start_worker(concurrency=1)
     # Both workers up and polling before the runs exist: each claims one at once (a
     # worker still starting would otherwise miss the hold window of the tool's timeout).
-    wait_for(lambda: len(env._store(lambda s: s.list_workers())) == 2, what="both workers up")
+    with env.one_store():
+        wait_for(lambda: len(env._store(lambda s: s.list_workers())) == 2, what="both workers up")
     first = env.submit("gift_flow", {"guest": "g-7", "flag": str(flag)})
     second = env.submit("gift_flow", {"guest": "g-7", "flag": str(flag)})
     env.wait_marker(flag)  # the winner is inside the provider call, holding

@@ -86,7 +86,8 @@ def test_zombie_write_while_the_new_owner_is_mid_run_is_rejected(env: Env) -> No
 def test_sigterm_releases_runs_in_flight_and_loses_nothing(env: Env) -> None:
     ids = [env.submit("slow_writes", {"tag": f"t{n}", "n": 4, "pause": 0.4}) for n in range(4)]
     worker = env.start_worker()
-    wait_for(lambda: all(env.run(i).step_count >= 1 for i in ids), what="all runs started")
+    with env.one_store():
+        wait_for(lambda: all(env.run(i).step_count >= 1 for i in ids), what="all runs started")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
     for run_id in ids:

@@ -241,7 +241,8 @@ def test_outbox_row_commits_with_the_step_and_is_delivered_once(env: Env) -> Non
     (row,) = env.outbox()
     assert (row.run_id, row.step_no, row.key) == (run_id, step.step_no, step.output["outbox_key"])
     # Once the row is settled ``delivered`` no dispatcher takes it again: count then.
-    wait_for(lambda: env.outbox("delivered"), what="outbox row delivered")
+    with env.one_store():
+        wait_for(lambda: env.outbox("delivered"), what="outbox row delivered")
     assert env.effects("notify") == {step.output["outbox_key"]: 1}
 
 

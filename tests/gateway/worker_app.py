@@ -34,5 +34,16 @@ def make_app(model: Any = "openai:gpt-4.1-mini", budget: Budget | None = None) -
     return app
 
 
-#: The app worker processes load (``--app tests.gateway.worker_app:app``).
-app = make_app()
+_app: App | None = None
+
+
+def __getattr__(name: str) -> App:
+    """``app``: the app worker processes load (``--app tests.gateway.worker_app:app``),
+    made when first asked for. Building its agent imports the model's SDK (openai), which
+    a test process collecting these tests would otherwise pay for without running one."""
+    global _app
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _app is None:
+        _app = make_app()
+    return _app

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from agentledger import App
+from agentledger.records import RunStatus
 from agentledger.service import ServiceSettings, create_app
 from agentledger.service._auth import create_key
 from agentledger.service._server import uvicorn_config
@@ -140,3 +142,38 @@ async def until(predicate: Any, timeout: float = 20.0) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.02)
+
+
+#: The first time to live of :func:`pending_in_time`'s approvals, doubled after each miss.
+FIRST_TTL = 1.0
+#: Past this time to live a miss is a failure: something keeps the approval from showing.
+LAST_TTL = 64.0
+
+
+async def pending_in_time(
+    api: Api,
+    headers: dict[str, str],
+    start: Callable[[float], Awaitable[str]],
+    ttl: float = FIRST_TTL,
+) -> dict[str, Any]:
+    """A run seen waiting on its approval before the approval expired, as shown then.
+
+    ``start(ttl)`` starts a run whose approval lives ``ttl`` seconds and returns its id.
+    A short time to live keeps a test of expiry from waiting long; a loaded machine can
+    let it expire before the run is seen waiting, so a run missed that way is followed
+    by one whose approval lives twice as long (seen or missed is judged on the clock the
+    approval's ``expires_at`` is on, never by how long anything took)."""
+    while ttl <= LAST_TTL:
+        run_id = await start(ttl)
+        while True:
+            shown = (await api.client.get(f"/v1/runs/{run_id}", headers=headers)).json()
+            pending = shown["pending_approval"]
+            if pending and shown["status"] == "waiting" and time.time() < pending["expires_at"]:
+                return dict(shown)
+            if (pending and time.time() >= pending["expires_at"]) or shown[
+                "status"
+            ] in RunStatus.TERMINAL:
+                break  # expired before it was seen waiting: missed
+            await asyncio.sleep(0.02)
+        ttl *= 2
+    raise AssertionError(f"no approval was seen pending within a time to live of {LAST_TTL} s")

@@ -7,8 +7,7 @@ from __future__ import annotations
 import time
 
 from agentledger._clock import Clock
-from tests.service.conftest import in_process, settings_for
-from tests.service.test_approvals_api import parked
+from tests.service.conftest import FIRST_TTL, in_process, pending_in_time, settings_for
 from tests.service.test_runs_api import assert_problem
 
 
@@ -34,16 +33,31 @@ async def test_a_decision_written_after_expiry_is_410_and_the_run_ends_rejected(
 ) -> None:
     async with in_process(settings_for(store_url, workers_inline=1)) as api:
         gina = await api.key("t1", "gina", ("guest",))
-        # Ten seconds to see the approval parked and send the decision before it expires
-        # (3 s were used up by a loaded machine: the decision was sent after expiry).
-        run = await parked(api, gina, {"role": "guest", "expires_in": 10.0})
-        approval = run["pending_approval"]
-        listed = (await api.client.get("/v1/approvals", headers=gina)).json()["approvals"]
-        body = {"decision": "approve", "arguments_hash": listed[0]["arguments_hash"]}
+
+        ttls: list[float] = []
+
+        async def start(ttl: float) -> str:
+            ttls.append(ttl)
+            ask = {"role": "guest", "expires_in": ttl}
+            body = {"agent": "payout", "input": {"amount": 120, "approval": ask}}
+            return str((await api.client.post("/v1/runs", json=body, headers=gina)).json()["id"])
+
+        while True:
+            # The decision must be sent before expiry: a run whose approval a loaded
+            # machine let expire first is followed by one with a longer time to live.
+            run = await pending_in_time(api, gina, start, 2 * ttls[-1] if ttls else FIRST_TTL)
+            approval = run["pending_approval"]
+            listed = (await api.client.get("/v1/approvals", headers=gina)).json()["approvals"]
+            hashed = [a["arguments_hash"] for a in listed if a["id"] == approval["id"]]
+            if not hashed:
+                continue  # expired before it was listed
+            body = {"decision": "approve", "arguments_hash": hashed[0]}
+            url = f"/v1/approvals/{approval['id']}/decision"
+            sent = time.time()
+            if sent < approval["expires_at"]:
+                break
         clock = SlowRequestClock(approval["expires_at"])
         api.app.state.clock = clock
-        url = f"/v1/approvals/{approval['id']}/decision"
-        sent = time.time()
         assert_problem(await api.client.post(url, json=body, headers=gina), 410, "expired")
         # Sent before expiry; the store read the clock, past expiry, and refused.
         assert sent < approval["expires_at"] <= clock.readings[0], (sent, clock.readings)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentledger.service._routers import approvals as approvals_router
-from tests.service.conftest import Api, in_process, settings_for, until
+from tests.service.conftest import Api, in_process, pending_in_time, settings_for, until
 from tests.service.test_runs_api import assert_problem
 
 
@@ -81,10 +81,15 @@ async def test_a_decision_after_expiry_is_410_and_the_default_applies(tmp_path: 
     url = f"sqlite:///{tmp_path / 'exp.db'}"
     async with in_process(settings_for(url, workers_inline=1)) as api:
         guest = await api.key("t1", "gina", ("guest",))
-        # Long enough to see the run parked on a loaded machine (2 s were not: the
-        # approval expired before the test saw it pending); the result below waits for
-        # the expiry itself (an approval expiring within the wait is waited for).
-        run = await parked(api, guest, {"role": "guest", "expires_in": 10.0})
+
+        async def start(ttl: float) -> str:
+            ask = {"role": "guest", "expires_in": ttl}
+            body = {"agent": "payout", "input": {"amount": 120, "approval": ask}}
+            return str((await api.client.post("/v1/runs", json=body, headers=guest)).json()["id"])
+
+        # The result below waits for the expiry itself (an approval expiring within the
+        # wait is waited for).
+        run = await pending_in_time(api, guest, start)
         shown = run["pending_approval"]
         body = {"decision": "approve", "arguments_hash": shown["arguments_hash"]}
         result = await api.client.get(f"/v1/runs/{run['id']}/result?wait=30", headers=guest)

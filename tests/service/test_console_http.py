@@ -17,7 +17,7 @@ import pytest
 from agentledger.service._console import sessions
 from agentledger.service._queries import console as console_queries
 from agentledger.store._queries import rollup
-from tests.service.conftest import Api, in_process, settings_for, until
+from tests.service.conftest import Api, in_process, pending_in_time, settings_for, until
 
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 _TOKEN = re.compile(r'name="token" value="([^"]+)"')
@@ -511,20 +511,15 @@ async def test_what_needs_a_human_is_grouped_by_cause(live: Api) -> None:
 async def test_an_expired_approval_is_said_in_words(live: Api) -> None:
     guest = await live.key("t1", "gina", ("guest",))
     manager = await live.key("t1", "mona", ("manager",))
-    # Long enough to see the approval pending on a loaded machine (1.5 s were not: it
-    # expired before the test saw it); the result below waits for the expiry itself.
-    ask = {"role": "manager", "expires_in": 10.0}
-    body = {"agent": "payout", "input": {"amount": 5, "approval": ask}}
-    run = (await live.client.post("/v1/runs", json=body, headers=guest)).json()
 
-    async def shown() -> bool:
-        r = (await live.client.get(f"/v1/runs/{run['id']}", headers=guest)).json()
-        return bool(r["pending_approval"])
+    async def start(ttl: float) -> str:
+        ask = {"role": "manager", "expires_in": ttl}
+        body = {"agent": "payout", "input": {"amount": 5, "approval": ask}}
+        return str((await live.client.post("/v1/runs", json=body, headers=guest)).json()["id"])
 
-    await until(shown)
-    approval = (await live.client.get(f"/v1/runs/{run['id']}", headers=guest)).json()[
-        "pending_approval"
-    ]
+    # The result below waits for the expiry itself.
+    run = await pending_in_time(live, guest, start)
+    approval = run["pending_approval"]
     async with browser(live, manager) as client:
         token = await csrf_of(client, "/ui/approvals")
         done = await live.client.get(f"/v1/runs/{run['id']}/result?wait=30", headers=guest)

@@ -13,7 +13,7 @@ import pytest
 from agentledger.service._queries import webhooks as service_webhooks
 from agentledger.service._webhooks import verify
 from tests.loopback_http import QuietHandler, serving
-from tests.service.conftest import in_process, settings_for, until
+from tests.service.conftest import in_process, pending_in_time, settings_for, until
 
 
 class Receiver:
@@ -59,8 +59,11 @@ FAST = {"workers_inline": 1, "audit_seal_every": 0.05, "webhook_poll": 0.05,
         "webhook_backoff": 0.05}  # fmt: skip
 # An approval's time to live when its approval.expiring warning is awaited. The warning is
 # enqueued only by a dispatcher pass inside the last fifth of that life (never once it
-# expired): 2 s, which a pass stalled by a loaded machine does not miss (1 s gave 0.2 s).
-WARNED_TTL = 10.0
+# expired), which a pass stalled by a loaded machine can miss: a run whose warning was
+# missed is followed by one whose approval lives twice as long, up to the last time to
+# live, past which a missing warning is a failure.
+FIRST_WARNED_TTL = 2.0
+LAST_WARNED_TTL = 16.0
 
 
 async def test_each_event_arrives_signed_despite_two_failed_deliveries(
@@ -74,16 +77,38 @@ async def test_each_event_arrives_signed_despite_two_failed_deliveries(
         done = await api.client.post(
             "/v1/runs", json={"agent": "free", "input": {"x": 1}, "webhook": url}, headers=h
         )
-        approval = {"role": "guest", "expires_in": WARNED_TTL}
-        body = {"agent": "payout", "webhook": url, "input": {"amount": 5, "approval": approval}}
-        expiring = await api.client.post("/v1/runs", json=body, headers=h)
-        run_a, run_b = done.json()["id"], expiring.json()["id"]
+        run_a, ttl = done.json()["id"], FIRST_WARNED_TTL
+        while True:
+            run_b = (await start_payout(api, h, url, ttl))["id"]
+
+            async def failed_and_reported(run_id: str = run_b) -> bool:
+                return any(
+                    a["status"] == 200 and json.loads(a["body"])["run_id"] == run_id
+                    and a["headers"]["AgentLedger-Event"] == "run.failed"
+                    for a in rec.attempts
+                )  # fmt: skip
+
+            await until(failed_and_reported, 60)
+            if any(json.loads(a["body"])["run_id"] == run_b
+                   and a["headers"]["AgentLedger-Event"] == "approval.expiring"
+                   for a in rec.attempts):  # fmt: skip
+                break
+            # No dispatcher pass fell inside the last fifth of the approval's life (a
+            # loaded machine): the next run's approval lives twice as long.
+            assert ttl < LAST_WARNED_TTL, f"no warning within a time to live of {ttl} s"
+            ttl *= 2
+
+        def ours() -> dict[str, dict[str, Any]]:
+            return {
+                event_id: a for event_id, a in rec.delivered().items()
+                if json.loads(a["body"])["run_id"] in (run_a, run_b)
+            }  # fmt: skip
 
         async def all_in() -> bool:
-            return len(rec.delivered()) >= 4
+            return len(ours()) >= 4
 
         await until(all_in, 30)
-        got = rec.delivered()
+        got = ours()
         types = {json.loads(a["body"])["run_id"] + ":" + a["headers"]["AgentLedger-Event"]
                  for a in got.values()}  # fmt: skip
         assert types == {
@@ -105,21 +130,29 @@ async def test_each_event_arrives_signed_despite_two_failed_deliveries(
 
         # The receiver has answered 200; the dispatcher records it right after.
         async def all_recorded() -> bool:
-            rows = await api.store.transact(service_webhooks.deliveries)
+            rows = [
+                *await api.store.transact(service_webhooks.deliveries, run_a),
+                *await api.store.transact(service_webhooks.deliveries, run_b),
+            ]
             return {r["status"] for r in rows} == {"delivered"} and len(rows) == 4
 
         await until(all_recorded, 30)
 
 
-async def parked_payout(api: Any, headers: dict[str, str], url: str | None, ttl: float) -> Any:
-    """A payout run waiting for its guest approval (time to live ``ttl`` seconds)."""
+async def start_payout(api: Any, headers: dict[str, str], url: str | None, ttl: float) -> Any:
+    """A payout run that will wait for its guest approval (time to live ``ttl`` seconds)."""
     body: dict[str, Any] = {
         "agent": "payout",
         "input": {"amount": 7, "approval": {"role": "guest", "expires_in": ttl}},
     }
     if url:
         body["webhook"] = url
-    run = (await api.client.post("/v1/runs", json=body, headers=headers)).json()
+    return (await api.client.post("/v1/runs", json=body, headers=headers)).json()
+
+
+async def parked_payout(api: Any, headers: dict[str, str], url: str | None, ttl: float) -> Any:
+    """A payout run waiting for its guest approval (time to live ``ttl`` seconds)."""
+    run = await start_payout(api, headers, url, ttl)
 
     async def waiting() -> bool:
         r = (await api.client.get(f"/v1/runs/{run['id']}", headers=headers)).json()
@@ -136,21 +169,37 @@ async def test_the_expiring_warning_arrives_at_80_percent_of_the_ttl_signed_and_
     (by the service's own clock), over HTTP to a receiver failing twice, the same event
     id and body on every attempt, signed; then the default (reject) ends the run."""
     rec, url = receiver
-    ttl = WARNED_TTL
     async with in_process(settings_for(f"sqlite:///{tmp_path / 'warn.db'}", **FAST)) as api:
         h = await api.key("t1", "gina", ("guest",))
         secret = await api.store.transact(service_webhooks.webhook_secret, "t1")
-        run = await parked_payout(api, h, url, ttl)
-        approval = run["pending_approval"]
 
-        def of(kind: str) -> list[dict[str, Any]]:
-            return [a for a in rec.attempts if a["headers"]["AgentLedger-Event"] == kind]
+        def of(kind: str, run_id: str) -> list[dict[str, Any]]:
+            return [
+                a for a in rec.attempts
+                if a["headers"]["AgentLedger-Event"] == kind
+                and json.loads(a["body"])["run_id"] == run_id
+            ]  # fmt: skip
 
-        async def failed_and_reported() -> bool:
-            return any(a["status"] == 200 for a in of("run.failed"))
+        ttls: list[float] = []
 
-        await until(failed_and_reported, 60)
-        tries = of("approval.expiring")
+        async def start(ttl: float) -> str:
+            ttls.append(ttl)
+            return str((await start_payout(api, h, url, ttl))["id"])
+
+        while True:
+            run = await pending_in_time(api, h, start, 2 * ttls[-1] if ttls else FIRST_WARNED_TTL)
+            approval = run["pending_approval"]
+
+            async def failed_and_reported(run_id: str = run["id"]) -> bool:
+                return any(a["status"] == 200 for a in of("run.failed", run_id))
+
+            await until(failed_and_reported, 60)
+            tries = of("approval.expiring", run["id"])
+            if tries:
+                break
+            # No dispatcher pass fell inside the last fifth of the approval's life (a
+            # loaded machine): the next run's approval lives twice as long.
+            assert ttls[-1] < LAST_WARNED_TTL, f"no warning within a time to live of {ttls}"
         assert [a["status"] for a in tries] == [500, 500, 200]
         assert {a["id"] for a in tries} == {f"evt_{approval['id']}_expiring"}
         assert len({a["body"] for a in tries}) == 1  # the same event, retried

@@ -107,7 +107,8 @@ def test_a_locked_database_does_not_stop_the_worker(env: Env) -> None:
     ids = [env.submit("slow_writes", {"tag": f"t{n}", "n": 3, "pause": 0.2}) for n in range(3)]
     # -v: the cause is logged once at ERROR, its repeats at DEBUG (each retry).
     worker = env.start_worker(db=f"{env.url}?busy_timeout_ms=200", extra=("-v",))
-    wait_for(lambda: all(env.run(i).step_count >= 1 for i in ids), what="all runs started")
+    with env.one_store():
+        wait_for(lambda: all(env.run(i).step_count >= 1 for i in ids), what="all runs started")
     holder = sqlite3.connect(env.db_path, isolation_level=None)
     try:
         holder.execute("BEGIN EXCLUSIVE")

@@ -125,7 +125,8 @@ def test_a_worker_alone_delivers_signed_webhooks_and_retries_with_one_id(
     receiver.fail_first = 1  # each event's first post fails: retried, same id
     runs = [_submit_with_webhook(env, receiver.url, n) for n in range(2)]
     env.start_worker()  # no `serve` process anywhere
-    wait_for(lambda: _all_delivered(env, len(runs)), 60, "each run's event delivered")
+    with env.one_store():
+        wait_for(lambda: _all_delivered(env, len(runs)), 60, "each run's event delivered")
     secret = _secret(env)
     assert {p["headers"]["agentledger-event"] for p in receiver.posts} == {"run.completed"}
     assert {json.loads(p["body"])["run_id"] for p in receiver.posts} == set(runs)
@@ -143,7 +144,8 @@ def test_two_workers_never_send_one_delivery_attempt_twice(env: Env, receiver: R
     runs = [_submit_with_webhook(env, receiver.url, n) for n in range(12)]
     env.start_worker(concurrency=4)
     env.start_worker(concurrency=4)
-    wait_for(lambda: _all_delivered(env, len(runs)), 120, "every run's event delivered")
+    with env.one_store():
+        wait_for(lambda: _all_delivered(env, len(runs)), 120, "every run's event delivered")
     assert len(receiver.delivered()) == len(runs)
     assert set(receiver.delivered().values()) == {1}, receiver.delivered()  # one post each
     assert set(receiver.max_in_flight.values()) == {1}
