@@ -679,19 +679,23 @@ def _mark_recheck(tx: Tx, run_id: str, step_no: int, actor: str) -> None:
     """Mark a failed compensation to be status-checked before it is called again
     (engine/_compensation.py ``owes_recheck``; its first answer spends the mark). The
     run row is locked: nothing else writes the step meanwhile."""
-    found = tx.fetchall(
-        "SELECT * FROM steps WHERE run_id = :id AND step_no = :n AND status = 'failed'",
-        {"id": run_id, "n": step_no},
-    )
-    if not found:
+    step = _step_at(tx, run_id, step_no)
+    if step is None or step.status != StepStatus.FAILED:
         raise ResumeRefused(f"step {step_no} of run {run_id} changed meanwhile; look again")
-    step = rows.step_from(found[0])
     given = step.input if isinstance(step.input, dict) else {}
     marked = {**given, "recheck": {"by": actor, "at": time.time()}}
     tx.execute(
         "UPDATE steps SET input = :input WHERE run_id = :id AND step_no = :n AND status = 'failed'",
         {"input": dumps(marked), "id": run_id, "n": step_no},
     )
+
+
+def _step_at(tx: Tx, run_id: str, step_no: int) -> Step | None:
+    """The journal entry at ``step_no`` of ``run_id``, if there is one."""
+    found = tx.fetchall(
+        "SELECT * FROM steps WHERE run_id = :id AND step_no = :n", {"id": run_id, "n": step_no}
+    )
+    return rows.step_from(found[0]) if found else None
 
 
 def _lock_resumable(tx: Tx, run_id: str) -> int:
@@ -739,15 +743,9 @@ def settle_step(
             f"run {run_id} is {run.status}; a step is settled only while its run is failed "
             "or needs_human (a running run's worker resolves it)"
         )
-    found = []
-    if 1 <= step_no <= MAX_STEP_NO:
-        found = tx.fetchall(
-            "SELECT * FROM steps WHERE run_id = :id AND step_no = :n",
-            {"id": run_id, "n": step_no},
-        )
-    if not found:
+    step = _step_at(tx, run_id, step_no) if 1 <= step_no <= MAX_STEP_NO else None
+    if step is None:
         raise ResumeRefused(f"run {run_id} has no step {step_no}; see `agentledger runs show`")
-    step = rows.step_from(found[0])
     failed_comp = _failed_compensation(step)
     if effect_state(step) != "unknown" and not failed_comp:
         if _already_settled(step, applied, result, actor, reason):
@@ -765,7 +763,7 @@ def settle_step(
         )
     if failed_comp and _already_settled(step, applied, result, actor, reason):
         return step
-    was = step.status
+    was, failure = step.status, (step.error_class, step.error)
     decision = {"applied": applied, "by": actor, "reason": reason, "at": time.time(), "was": was}
     step.input = {**(step.input if isinstance(step.input, dict) else {}), "settled": decision}
     step.error_class = step.error = None
@@ -777,7 +775,7 @@ def settle_step(
     elif failed_comp:
         # Stays failed, error and all: the next resume calls it again with its key,
         # without a status check (rechecked() reads this decision).
-        step.error_class, step.error = found[0]["error_class"], found[0]["error"]
+        step.error_class, step.error = failure
     else:
         retry = step.output.get("retry") if isinstance(step.output, dict) else None
         state = dict(retry) if isinstance(retry, dict) else {}
