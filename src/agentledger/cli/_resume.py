@@ -40,6 +40,7 @@ _STATES = {
     "unknown": "UNKNOWN outcome",
     "not_applied": "not applied",
     "failed": "failed (applied nothing)",
+    "failed_checked": "failed (it may have applied: asked first)",
     "not_called": "never called",
 }
 
