@@ -279,3 +279,52 @@ async def test_forget_reaches_delivered_outbox_rows_and_settled_effects_not_pend
     (event,) = await store.list_events(memory_audit_id("acme", "g-1"))
     assert event.data["redacted"]["outbox"] >= 2 and event.data["redacted"]["effects"] == 1
     assert event.data["undelivered"] == 1
+
+
+async def test_forget_reaches_approval_arguments_decided_and_pending(
+    store: Store, store_url: str
+) -> None:
+    """An approval shows its call's arguments to the approver: a forgotten text there is
+    a copy too. Erased in a decided approval and in a pending one alike, as in the
+    journal that call was read from, so the approved call and the approval still agree
+    (the engine runs an approved call only when its arguments equal the approval's)."""
+    import time
+
+    from agentledger.records import Approval
+    from agentledger.store import RunUpdate
+    from tests.store.test_contract import batch, step
+
+    await store.transact(memory_facts.upsert_fact, "acme", "g-1", "health", SECRET, None, None)
+    app = help_app()[0]
+    ids = [
+        await app.submit(store, "stayhub_help", {"message": "hi"}, tenant_id="acme", user_id=u)
+        for u in ("g-1", "g-2")
+    ]
+    now = time.time()
+    for run_id in ids:
+        (run,) = await store.claim_runs("w1", ["stayhub_help@1"], 1, 30)
+        approvals = [
+            Approval(
+                id=f"{run.id}:{n}", run_id=run.id, step_no=n, tool="email",
+                arguments={"body": f"noted: {SECRET}"}, required_role="manager",
+                requested_at=now, expires_at=now + 3600, default_decision="reject",
+            )  # fmt: skip
+            for n in (1, 2)
+        ]
+        await store.commit(
+            batch(
+                run,
+                steps=[step(run, 1), step(run, 2)],
+                approvals=approvals,
+                run=RunUpdate(status="waiting", available_at=None),
+            )
+        )
+        await store.decide_approval(f"{run.id}:1", "approve", "alice")
+
+    await store.transact(memory_facts.forget_facts, "acme", "g-1", None, "cli:ops")
+    found = {a.id: a for a in await store.get_approvals()}
+    for n in (1, 2):
+        assert found[f"{ids[0]}:{n}"].arguments == {"body": f"noted: {REDACTED}"}
+        assert found[f"{ids[1]}:{n}"].arguments == {"body": f"noted: {SECRET}"}  # not g-1's
+    (event,) = await store.list_events(memory_audit_id("acme", "g-1"))
+    assert event.data["redacted"]["approvals"] == 2

@@ -147,6 +147,7 @@ _COPIES = (
     ("events", ("id",), ("data",)),
     ("effects", ("key",), ("result",)),
     ("outbox", ("key",), ("payload", "last_error", "history")),
+    ("approvals", ("id",), ("arguments",)),
 )
 
 
@@ -169,7 +170,7 @@ def forget_facts(
     """Delete a user's facts (one key, or all of them), erase every copy of their text
     (keys and facts) found in the user's runs of the tenant -- run input and result,
     journal input and output, event data, a settled key-less write's result, a delivered
-    outbox row's payload, error and history -- and audit it.
+    outbox row's payload, error and history, an approval's arguments -- and audit it.
 
     An outbox row not delivered yet keeps its payload: a resend under its key must carry
     what an earlier attempt may have delivered (a provider refuses, or applies twice, a
@@ -275,6 +276,9 @@ def _redact(
         # A claimed effect is a call that may be under way: its result is not in yet.
         "effects": f"run_id IN ({runs}) AND status <> 'claimed'",
         "outbox": f"run_id IN ({runs}) AND status = 'delivered'",
+        # Pending ones too: the call they show is read from the journal, erased alike,
+        # and the engine runs an approved call only if the two still agree.
+        "approvals": f"run_id IN ({runs})",
     }
     undelivered: set[str] = set()
     find = "instr({col}, :n{i}) > 0" if tx.dialect.name == "sqlite" else "strpos({col}, :n{i}) > 0"
