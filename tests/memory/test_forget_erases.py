@@ -301,14 +301,20 @@ async def test_forget_reaches_approval_arguments_decided_and_pending(
         for u in ("g-1", "g-2")
     ]
     now = time.time()
-    for run_id in ids:
+    for _ in ids:
         (run,) = await store.claim_runs("w1", ["stayhub_help@1"], 1, 30)
         approvals = [
             Approval(
-                id=f"{run.id}:{n}", run_id=run.id, step_no=n, tool="email",
-                arguments={"body": f"noted: {SECRET}"}, required_role="manager",
-                requested_at=now, expires_at=now + 3600, default_decision="reject",
-            )  # fmt: skip
+                id=f"{run.id}:{n}",
+                run_id=run.id,
+                step_no=n,
+                tool="email",
+                arguments={"body": f"noted: {SECRET}"},
+                required_role="manager",
+                requested_at=now,
+                expires_at=now + 3600,
+                default_decision="reject",
+            )
             for n in (1, 2)
         ]
         await store.commit(
