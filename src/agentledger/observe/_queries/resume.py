@@ -396,8 +396,8 @@ def plan_resume(tx: Tx, run_id: str, from_step: int | None) -> ResumePlan:
                 )
             # A rechecked compensation failed by the provider's answer, yet the point of
             # the check is that it may have applied: it is not labelled "applied nothing".
-            state = "failed_checked" if checked else "failed"
-            plan.effects.append({**_brief(step), "state": state, "key": key, "action": action})
+            label = "failed_checked" if checked else "failed"
+            plan.effects.append({**_brief(step), "state": label, "key": key, "action": action})
         # A compensation the plan names and the journal never held (the worker
         # stopped before it, or its tool lacked the compensation then): the engine
         # calls it, with the plan's key, when its tool declares one now.
