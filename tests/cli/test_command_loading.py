@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 # Run in a fresh interpreter: this process has imported everything the suite touched.
 PROBE = """
@@ -45,3 +46,20 @@ def test_the_worker_command_imports_no_other_command() -> None:
 def test_a_group_loads_the_subcommands_defined_beside_other_commands() -> None:
     assert "agentledger.cli._resume" in loaded_by("runs", "--help")
     assert "agentledger.cli._resume" in loaded_by("outbox", "--help")
+
+
+def test_commands_that_run_nothing_import_no_worker_and_no_engine(tmp_path: Path) -> None:
+    """Only `worker` (and `serve`, for its inline workers) runs steps: a command that
+    migrates, lists or decides does not load the worker and the engine, nor does
+    `worker --help`."""
+    db = f"sqlite:///{tmp_path / 'agentledger.db'}"
+    running = {"agentledger.worker._worker", "agentledger.engine._runner"}
+    for args in (
+        ("migrate", "--db", db),
+        ("runs", "list", "--db", db),
+        ("runs", "list", "--stuck", "--db", db),
+        ("approvals", "list", "--db", db),
+        ("outbox", "dead", "--db", db),
+        ("worker", "--help"),
+    ):
+        assert loaded_by(*args) & running == set(), args

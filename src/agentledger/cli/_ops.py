@@ -28,10 +28,9 @@ from agentledger.errors import UsageError
 from agentledger.records import ApprovalDecision
 from agentledger.store import Store, open_store
 from agentledger.store._queries.approvals import SYSTEM_PREFIX
-from agentledger.worker import Worker, WorkerConfig, WorkerFailed
 from agentledger.worker import _startup_signals as startup_signals
 from agentledger.worker._companions import Companion
-from agentledger.worker._runlog import configure_logging
+from agentledger.worker._config import WorkerConfig
 
 
 @click.command("worker")
@@ -161,6 +160,11 @@ def worker(
     """
     # First thing: a SIGTERM while the app imports or the store opens exits 0.
     startup_signals.install()
+    # Imported here, not with the module: the module's other commands (migrate,
+    # approvals, outbox) and `worker --help` run no steps.
+    from agentledger.worker._runlog import configure_logging
+    from agentledger.worker._worker import Worker, WorkerFailed
+
     try:
         config = WorkerConfig(
             concurrency=concurrency,

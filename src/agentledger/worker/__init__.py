@@ -1,7 +1,38 @@
-"""Workers: claim runs under a lease, execute them, heartbeat, resume the dead's."""
+"""Workers: claim runs under a lease, execute them, heartbeat, resume the dead's.
 
-from agentledger.worker._companions import Companion
-from agentledger.worker._config import WorkerConfig
-from agentledger.worker._worker import Worker, WorkerFailed
+The names below load their modules when first used, so a process that needs one of the
+package's small parts (liveness, companions, its logging) -- a command that lists or
+decides, the stuck-run detector -- does not import the worker and the engine with it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentledger.worker._companions import Companion
+    from agentledger.worker._config import WorkerConfig
+    from agentledger.worker._worker import Worker, WorkerFailed
 
 __all__ = ["Companion", "Worker", "WorkerConfig", "WorkerFailed"]
+
+_SOURCES: dict[str, str] = {
+    "Companion": "agentledger.worker._companions",
+    "WorkerConfig": "agentledger.worker._config",
+    "Worker": "agentledger.worker._worker",
+    "WorkerFailed": "agentledger.worker._worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SOURCES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access finds it without calling back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
