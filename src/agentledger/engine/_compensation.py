@@ -185,10 +185,14 @@ async def compensate(exe: Execution, decision: CompensationDecision) -> list[int
                 continue
         else:
             args = {}  # in flight: run_tool_step resumes with the journaled arguments
+        # Its journaled key, never one made again (a journal of another version may hold
+        # another format): the provider knows the compensation by the key it was sent.
+        key = existing.idempotency_key if existing is not None else None
         try:
             outcome = await run_tool_step(
-                exe, comp_no, comp.tool, args, kind="compensation", compensates=target_no
-            )
+                exe, comp_no, comp.tool, args, kind="compensation", key=key,
+                compensates=target_no,
+            )  # fmt: skip
         except Handover as stuck:  # its outcome stays unknown: a human settles it
             failures.append(_failure(target, comp.tool, stuck.detail))
             continue
