@@ -254,15 +254,19 @@ async def _recheck(exe: Execution, step: Step, target: Step) -> str | None:
         args = step.input.get("args") if isinstance(step.input, dict) else None
         recheck = dict(step.input["recheck"])
         why: str
+        status: Status | None = None
         if tool is None or tool.status_check is None or not isinstance(args, dict):
-            status: Status | None = None
             why = f"its tool {step.name!r} has no status check now"
             history: list[str] = []
         else:
             ops = WriteAttempts(exe, step, tool, args, key)
             ops.state = RetryState()
-            status = await ops.check()
+            answered = await ops.check()
             history = ops.state.history
+            if isinstance(answered, Status):
+                status = answered
+            else:  # a check answering nonsense could not tell (as retries._resolve)
+                history.append("status_check:not_a_status")
             why = "the status check " + (
                 f"could not ask ({', '.join(history)})" if history else "answered pending"
             )
