@@ -185,10 +185,14 @@ async def compensate(exe: Execution, decision: CompensationDecision) -> list[int
                 continue
         else:
             args = {}  # in flight: run_tool_step resumes with the journaled arguments
+        # Its journaled key, never one made again (a journal of another version may hold
+        # another format): the provider knows the compensation by the key it was sent.
+        key = existing.idempotency_key if existing is not None else None
         try:
             outcome = await run_tool_step(
-                exe, comp_no, comp.tool, args, kind="compensation", compensates=target_no
-            )
+                exe, comp_no, comp.tool, args, kind="compensation", key=key,
+                compensates=target_no,
+            )  # fmt: skip
         except Handover as stuck:  # its outcome stays unknown: a human settles it
             failures.append(_failure(target, comp.tool, stuck.detail))
             continue
@@ -250,15 +254,19 @@ async def _recheck(exe: Execution, step: Step, target: Step) -> str | None:
         args = step.input.get("args") if isinstance(step.input, dict) else None
         recheck = dict(step.input["recheck"])
         why: str
+        status: Status | None = None
         if tool is None or tool.status_check is None or not isinstance(args, dict):
-            status: Status | None = None
             why = f"its tool {step.name!r} has no status check now"
             history: list[str] = []
         else:
             ops = WriteAttempts(exe, step, tool, args, key)
             ops.state = RetryState()
-            status = await ops.check()
+            answered = await ops.check()
             history = ops.state.history
+            if isinstance(answered, Status):
+                status = answered
+            else:  # a check answering nonsense could not tell (as retries._resolve)
+                history.append("status_check:not_a_status")
             why = "the status check " + (
                 f"could not ask ({', '.join(history)})" if history else "answered pending"
             )
