@@ -110,7 +110,7 @@ async def test_the_failed_refund_is_called_again_and_the_run_ends_as_decided(
         assert plan.compensations_checked == [5] and plan.compensations_again == []
         assert plan.confirmed == []
         (effect,) = plan.effects
-        assert (effect["step_no"], effect["state"], effect["key"]) == (5, "failed", key)
+        assert (effect["step_no"], effect["state"], effect["key"]) == (5, "failed_checked", key)
         assert "finish the compensation" in effect["action"] and "declined" in effect["action"]
         assert "status-checked with this key first" in effect["action"]
 

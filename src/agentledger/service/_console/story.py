@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentledger._app import App
-from agentledger.observe._queries.resume import confirmed_effect, effect_state
+from agentledger.observe._queries.resume import confirmed_effect, effect_state, rechecked
 from agentledger.records import Run, Step, StepStatus
 
 WIDTH = 1000.0  # the waterfall's drawing width (SVG user units)
@@ -207,5 +207,9 @@ def effect_words(step: Step, run_status: str) -> str:
     if step.status == StepStatus.WAITING:
         return "waiting for approval"
     if step.status == StepStatus.FAILED:
+        if step.kind == "compensation" and rechecked(step):
+            # The provider answered a failure, yet a compensation may have applied: a
+            # resume asks its status check before calling it again.
+            return "failed, may have applied: status-checked before it is called again"
         return "failed, applied nothing"
     return step.status or "new"
