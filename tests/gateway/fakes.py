@@ -230,6 +230,7 @@ class FakeProviders:
 
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
+        self.by_path: dict[str, deque[Reply]] = {}
         self.requests: list[dict[str, Any]] = []
         self.arrived = threading.Condition()
         self.app = FastAPI()
@@ -265,10 +266,16 @@ class FakeProviders:
 
     def reset(self) -> None:
         self.replies.clear()
+        self.by_path.clear()
         self.requests.clear()
 
     def script(self, *replies: Reply) -> None:
         self.replies.extend(replies)
+
+    def script_for(self, path: str, *replies: Reply) -> None:
+        """Replies for one endpoint only, taken before the shared script: a request the
+        client cut off before it reached the server shifts no other provider's answer."""
+        self.by_path.setdefault(path, deque()).extend(replies)
 
     def wait_requests(self, n: int, timeout: float = 10.0) -> None:
         """Block until ``n`` requests arrived (a positive signal, not a sleep)."""
@@ -278,7 +285,11 @@ class FakeProviders:
 
     async def _handle(self, request: Request) -> Response:
         body = await request.json()
-        reply = self.replies.popleft() if self.replies else self._default(request.url.path)
+        own = self.by_path.get(request.url.path)
+        if own:
+            reply = own.popleft()
+        else:
+            reply = self.replies.popleft() if self.replies else self._default(request.url.path)
         with self.arrived:
             self.requests.append(
                 {"path": request.url.path, "body": body, "headers": dict(request.headers)}

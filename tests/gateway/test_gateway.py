@@ -220,14 +220,17 @@ async def test_slow_answer_past_the_timeout_is_retried_once_then_falls_back(
 
     slow = openai_answer("late")
     slow.delay = 2.0
-    fake.script(slow, slow, anthropic_answer("Fast."))
+    # By endpoint: an OpenAI attempt cut off before its request reached the server (a
+    # loaded host) must not leave the late answer to the fallback.
+    fake.script_for("/v1/chat/completions", slow, slow)
+    fake.script_for("/v1/messages", anthropic_answer("Fast."))
     model = FallbackModel(
         [OpenAIModel("gpt-4.1-mini", timeout=0.3), AnthropicModel("claude-sonnet-4-5")]
     )
     h, run_id = await run_once(tmp_path, model)
     try:
         run = await h.run(run_id)
-        assert run.status == RunStatus.COMPLETED
+        assert run.status == RunStatus.COMPLETED, run.handover_reason
         (step,) = model_steps(await h.journal(run_id))
         classes = [a["error_class"] for a in step.output["attempts"]]
         assert classes == ["timeout", "timeout", None]
