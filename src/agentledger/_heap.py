@@ -11,15 +11,14 @@ later full collections walk only what the process made since.
 They also collect the youngest generation less often (:data:`YOUNG_THRESHOLD` new
 container objects instead of Python's 700). A step makes and drops a few dozen
 containers (its journal entry, batch, context, argument dicts), nearly all freed by
-their reference counts as soon as the step is done; at 700 a worker ran a young
-collection every few dozen steps, and each one costs about as much whether it finds
-little or much (the figures: docs/benchmarks.md, "The engine's CPU per step, part 2").
+their reference counts as soon as the step is done: a young collection finds little to
+free, and much of what it costs is paid per collection, not per object (the figures:
+docs/benchmarks.md, "The engine's CPU per step, part 2").
 """
 
 from __future__ import annotations
 
 import gc
-
 
 # New container objects between two collections of the youngest generation. The older
 # generations keep Python's thresholds.

@@ -399,7 +399,8 @@ def _rest(run: Run, update: RunUpdate) -> None:
     """Set on ``run`` what a committed write that moved it out of ``running`` wrote to
     its row: whoever holds the claimed run (the worker's line about it) knows where the
     execution left it without reading it back."""
-    run.status, run.lease_owner, run.lease_expires_at = update.status, None, None
+    run.status = update.status or run.status  # always set: the caller checks it
+    run.lease_owner = run.lease_expires_at = None
     run.available_at = update.available_at
     for name in ("step_count", "tokens", "cost_usd", "active_seconds"):
         value = getattr(update, name)

@@ -51,9 +51,7 @@ async def log_outcome(store: Store, run: Run, outcome: str) -> None:
         elif outcome == RunStatus.FAILED:
             log.error("run %s failed: %s", run.id, run.error or "?")
         elif outcome == RunStatus.NEEDS_HUMAN:
-            log.warning(
-                "run %s needs a human: %s", run.id, run.handover_reason or run.error or "?"
-            )
+            log.warning("run %s needs a human: %s", run.id, run.handover_reason or run.error or "?")
         elif outcome == RunStatus.WAITING:
             log.info("run %s %s", run.id, await waiting_for(store, run))
         else:
