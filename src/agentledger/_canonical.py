@@ -16,6 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
+from json.encoder import (  # type: ignore[attr-defined]
+    c_make_encoder,
+    encode_basestring,
+    encode_basestring_ascii,
+)
 from typing import Any
 
 from agentledger.errors import FailureClass, ToolError
@@ -95,22 +101,53 @@ def journal_value(value: Any) -> Any:
     return _check(value, 0, ())
 
 
-# Built once (json.dumps with arguments builds an encoder per call). No cycle check:
-# what it encodes is a tree :func:`journal_value` built (a cycle is refused there, as
-# too deep) or stored JSON, so the check's bookkeeping per container would find none.
-_CANONICAL = json.JSONEncoder(
-    sort_keys=True,
-    separators=(",", ":"),
-    ensure_ascii=False,
-    allow_nan=False,
-    check_circular=False,
+def one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode``, with the C encoder it builds made once.
+
+    ``JSONEncoder.encode`` makes a new C encoder from its settings on every call, which
+    costs more than encoding a small value. The encoder must not check for cycles: the
+    check's bookkeeping would be shared by every call (a value with a cycle then fails
+    with :class:`RecursionError`).
+    """
+    if encoder.check_circular:
+        raise ValueError("one_shot needs an encoder made with check_circular=False")
+    if c_make_encoder is None:  # no C accelerator in this interpreter
+        return encoder.encode
+    made = c_make_encoder(
+        None,
+        encoder.default,
+        encode_basestring_ascii if encoder.ensure_ascii else encode_basestring,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+
+    def encode(value: Any) -> str:
+        return "".join(made(value, 0))
+
+    return encode
+
+
+# No cycle check: what it encodes is a tree :func:`journal_value` built (a cycle is
+# refused there, as too deep) or stored JSON, so the check would find none.
+_CANONICAL = one_shot(
+    json.JSONEncoder(
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        check_circular=False,
+    )
 )
 
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no spaces, UTF-8 text: equal values give equal strings, in every
     process (no ``default=str``, whose output can differ between processes)."""
-    return _CANONICAL.encode(journal_value(value))
+    return _CANONICAL(journal_value(value))
 
 
 def exact_json(value: Any) -> str:
@@ -120,7 +157,7 @@ def exact_json(value: Any) -> str:
     (escaped) instead of turning into U+FFFD, so two different stored values never
     encode alike. NaN and the infinities are refused (:class:`ValueError`): JSON has no
     such numbers. ``value`` holds only JSON types (a tuple is a list)."""
-    return _CANONICAL.encode(value)
+    return _CANONICAL(value)
 
 
 def input_hash(value: Any) -> str:
@@ -143,4 +180,5 @@ __all__ = [
     "input_hash",
     "journal_value",
     "journaled_hash",
+    "one_shot",
 ]

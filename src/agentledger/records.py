@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum, nonmember
 from typing import Any
 
-from agentledger._canonical import clean_text
+from agentledger._canonical import clean_text, one_shot
 
 
 class RunStatus(StrEnum):
@@ -256,9 +256,9 @@ class WorkerInfo:
     draining: bool = False  # started with --exit-when-drained
 
 
-# json.dumps(value, separators=(",", ":"), default=str), built once: json.dumps with
-# arguments builds an encoder per call, half the cost of encoding a journal entry.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
+# json.dumps(value, separators=(",", ":"), default=str), made once. No cycle check: a
+# value with a cycle fails as too deep (RecursionError) instead.
+_ENCODE = one_shot(json.JSONEncoder(separators=(",", ":"), default=str, check_circular=False))
 
 
 def dumps(value: Any) -> str:
@@ -268,7 +268,7 @@ def dumps(value: Any) -> str:
     UTF-16 surrogate anywhere in ``value`` comes back as U+FFFD, so what the journal
     returns can be written anywhere else (a text column, a provider) without failing.
     """
-    text = _ENCODER.encode(value)
+    text = _ENCODE(value)
     # ASCII JSON spells NUL and every surrogate as an escape: only then walk the value.
     if "\\u0000" in text or "\\ud" in text:
         text = json.dumps(_clean(json.loads(text)), separators=(",", ":"))

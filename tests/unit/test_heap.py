@@ -19,6 +19,7 @@ def test_freeze_startup_collects_garbage_cycles_and_freezes_survivors() -> None:
     dead = weakref.ref(a)
     kept = _Node()
     del a, b
+    threshold = gc.get_threshold()
     try:
         heap.freeze_startup()
         assert dead() is None, "the start-up garbage must be collected, not frozen"
@@ -27,4 +28,17 @@ def test_freeze_startup_collects_garbage_cycles_and_freezes_survivors() -> None:
         assert not any(o is kept for o in gc.get_objects())
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
     assert any(o is kept for o in gc.get_objects())
+
+
+def test_freeze_startup_collects_the_youngest_generation_less_often() -> None:
+    before = gc.get_threshold()
+    gc.set_threshold(700, 11, 12)  # Python's youngest threshold; the others set apart
+    try:
+        heap.freeze_startup()
+        assert gc.get_threshold() == (heap.YOUNG_THRESHOLD, 11, 12)
+        assert heap.YOUNG_THRESHOLD > 700
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -5,7 +5,8 @@ Default: the process's CPU time (``time.process_time``, every thread) while one
 in-process worker drains 200 runs x 10 read-tool steps (figure (d),
 :func:`agentledger_bench.engine_runs.concurrent`, after a 50 x 10 warm-up in the same
 process), per step: what bounds figure (d) when the commits are grouped. A fresh SQLite
-file unless ``--db`` names a store.
+file unless ``--db`` names a store. The heap is set up as a worker process sets it up
+(:func:`agentledger._heap.freeze_startup`, once the store is open).
 
 ``--engine``: the engine alone, above the store API: the same 200 runs executed by
 :func:`agentledger.engine._runner.execute_run` at once, with the store's ``commit``
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentledger import _heap as heap
 from agentledger import gateway, observe  # noqa: F401 (the hooks a worker process has)
 from agentledger.engine._runner import execute_run
 from agentledger.store import Store, open_store
@@ -85,6 +87,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     url = args.db or f"sqlite:///{Path(tempfile.mkdtemp()) / 'step_cpu.db'}"
     store = open_store(url)
     await store.open()
+    heap.freeze_startup()  # as `agentledger worker` does once its store is open
     try:
         if args.engine:
             return await engine_cpu_us(store, args.reps)

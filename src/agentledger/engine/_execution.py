@@ -357,9 +357,11 @@ class Execution:
             # rather than letting workflow code see the error.
             log.warning("run %s: journal write refused (%s); abandoning it", self.run.id, exc)
             raise Abandon(f"store error: {exc}") from None
-        parked = batch.run is not None and batch.run.status == RunStatus.WAITING
-        if parked and known is None and batch.cancel_requested is not None:
-            await self._poke_cancel(batch.cancel_requested)
+        if batch.run is not None and batch.run.status is not None:
+            _rest(self.run, batch.run)
+            parked = batch.run.status == RunStatus.WAITING
+            if parked and known is None and batch.cancel_requested is not None:
+                await self._poke_cancel(batch.cancel_requested)
 
     async def _commit_retrying(self, batch: Batch) -> None:
         """Commit ``batch``; a store error that is not the run's is retried with backoff
@@ -391,6 +393,27 @@ class Execution:
             await self.store.cancel_run(self.run.id, reason, self.owner)
         except StoreError as exc:  # the park stands; the cancel is honoured when it ends
             log.warning("run %s: cancel not made due at once (%s)", self.run.id, exc)
+
+
+def _rest(run: Run, update: RunUpdate) -> None:
+    """Set on ``run`` what a committed write that moved it out of ``running`` wrote to
+    its row: whoever holds the claimed run (the worker's line about it) knows where the
+    execution left it without reading it back."""
+    run.status = update.status or run.status  # always set: the caller checks it
+    run.lease_owner = run.lease_expires_at = None
+    run.available_at = update.available_at
+    for name in ("step_count", "tokens", "cost_usd", "active_seconds"):
+        value = getattr(update, name)
+        if value is not None:
+            setattr(run, name, value)
+    run.usage_simulated = run.usage_simulated or bool(update.usage_simulated)
+    if update.status in RunStatus.TERMINAL:  # what finish() writes of a terminal run
+        run.result = update.result
+        run.error, run.handover_reason = _text(update.error), _text(update.handover_reason)
+
+
+def _text(value: str | None) -> str | None:
+    return None if value is None else clean_text(value)  # as the store writes it
 
 
 def carries_held(tool: Tool | None) -> bool:

@@ -83,6 +83,11 @@ async def execute_run(
     I/O error, read-only, connection lost) is retried for ``store_retry_seconds``; then
     the store's error is raised (:class:`StoreUnavailable`): nothing past the journal
     was written, and the caller gives the run back (see ``worker.py``).
+
+    A write that moves the run out of ``running`` (it ends or parks) also sets on
+    ``run`` what it wrote to the run's row (status, counters, result, error, handover
+    reason, when it is due), so that the caller can tell where it rests without reading
+    it back.
     """
     definition = app.get(run.name, run.version)
     if definition is None:  # claimed by target, so this is a programming error

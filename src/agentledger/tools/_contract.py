@@ -110,6 +110,11 @@ class Tool:
     effect_key: Callable[[dict[str, Any], ToolContext], str] | None = None
     args_model: type[BaseModel] = field(init=False)
     _schema: ToolSchema | None = field(default=None, init=False, repr=False)
+    # The arguments model's own validator and serializer (what model_validate and
+    # model_dump call), taken once: each lookup on a model class goes through its
+    # metaclass.
+    _validate: Callable[[Any], BaseModel] = field(init=False, repr=False, compare=False)
+    _dump: Callable[[BaseModel], dict[str, Any]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.effect = _member(EffectKind, self.effect, self.name, "effect")
@@ -123,6 +128,8 @@ class Tool:
                 f"tool {self.name}: effect_key needs idempotency='effects' (the effects table)"
             )
         self.args_model = _args_model(self.name, self.fn)
+        self._validate = self.args_model.__pydantic_validator__.validate_python
+        self._dump = self.args_model.__pydantic_serializer__.to_python
         unknown = set(self.server_args) - set(self.args_model.model_fields)
         if unknown:
             raise UsageError(
@@ -156,16 +163,15 @@ class Tool:
             ignored = {k: raw[k] for k in self.server_args if k in raw}
             given = {k: v for k, v in raw.items() if k not in self.server_args}
         try:
-            # The model's own validator and serializer, called as model_validate and
-            # model_dump call them, without their wrappers' keyword handling per call.
-            model = self.args_model.__pydantic_validator__.validate_python(given)
+            # Without model_validate's and model_dump's keyword handling per call.
+            model = self._validate(given)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
                 for e in exc.errors()
             )
             raise InvalidArguments(f"invalid arguments for {self.name}: {problems}") from None
-        values: dict[str, Any] = self.args_model.__pydantic_serializer__.to_python(model)
+        values = self._dump(model)
         for name in self.server_args:
             values.pop(name, None)
         return values, ignored

@@ -37,7 +37,8 @@ async def waiting_for(store: Store, run: Run) -> str:
 
 
 async def log_outcome(store: Store, run: Run, outcome: str) -> None:
-    """Log where an execution of ``run`` left it (reads the run back once)."""
+    """Log where an execution of ``run`` left it: ``run`` as the execution's last write
+    left it (:func:`~agentledger.engine._runner.execute_run` keeps it so), not read back."""
     if outcome not in RunStatus.ALL and outcome != Stopped.RELEASED:
         log.info("run %s %s", run.id, outcome)
         return
@@ -45,17 +46,14 @@ async def log_outcome(store: Store, run: Run, outcome: str) -> None:
         log.info("run %s released", run.id)
         return
     try:
-        after = await store.get_run(run.id) or run
         if outcome == RunStatus.COMPLETED:
-            log.info("run %s completed in %d steps", run.id, after.step_count)
+            log.info("run %s completed in %d steps", run.id, run.step_count)
         elif outcome == RunStatus.FAILED:
-            log.error("run %s failed: %s", run.id, after.error or "?")
+            log.error("run %s failed: %s", run.id, run.error or "?")
         elif outcome == RunStatus.NEEDS_HUMAN:
-            log.warning(
-                "run %s needs a human: %s", run.id, after.handover_reason or after.error or "?"
-            )
+            log.warning("run %s needs a human: %s", run.id, run.handover_reason or run.error or "?")
         elif outcome == RunStatus.WAITING:
-            log.info("run %s %s", run.id, await waiting_for(store, after))
+            log.info("run %s %s", run.id, await waiting_for(store, run))
         else:
             log.info("run %s %s", run.id, outcome)
         if log.isEnabledFor(logging.DEBUG):
