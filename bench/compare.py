@@ -417,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="venv cache")
     parser.add_argument("--json", dest="json_out", type=Path, help="write every report here")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1 (got {args.rounds})")
 
     args.sha = git("rev-parse", "--verify", f"{args.ref}^{{commit}}")
     head = git("rev-parse", "HEAD")

@@ -11,6 +11,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -91,3 +93,13 @@ def test_children_do_not_inherit_a_pythonpath(monkeypatch: Any) -> None:
     env = compare.clean_env(Path("/tmp/venv"))
     assert "PYTHONPATH" not in env
     assert env["PATH"].startswith("/tmp/venv/bin")
+
+
+def test_zero_rounds_is_refused_in_one_line_before_anything_is_built(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    compare = _compare()
+    with pytest.raises(SystemExit) as stopped:
+        compare.main(["HEAD", "--rounds", "0"])
+    assert stopped.value.code == 2
+    assert "--rounds must be at least 1 (got 0)" in capsys.readouterr().err
