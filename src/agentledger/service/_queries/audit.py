@@ -256,9 +256,8 @@ def _seal_tenant(tx: Tx, tenant_id: str, event_ids: list[int], key: AuditKey | N
         prev = digest
     for start in range(0, len(links), _LINKS_PER_UPDATE):
         _write_links(tx, tenant_id, links[start : start + _LINKS_PER_UPDATE])
-    for row in found:
-        # The event's webhook, enqueued once: sealing happens once per event.
-        service_webhooks.enqueue_for_event(tx, tenant_id, row)
+    # The events' webhooks, enqueued once: sealing happens once per event.
+    service_webhooks.enqueue_for_events(tx, tenant_id, found)
     if found:
         tx.execute(
             "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = :t",
