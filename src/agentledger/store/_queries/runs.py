@@ -51,34 +51,32 @@ def create_run(tx: Tx, new: NewRun) -> Run:
     The request id is written in the same transaction with a unique index, so a submit
     retried after its COMMIT reply was lost finds the run the first attempt made.
     """
-    if new.request_id is not None:
-        existing = find_request(tx, new.request_id)
-        if existing is not None:
-            return existing
     params = run_params(new)
     run_id = params["id"]
     now = tx.now
-    # ON CONFLICT: a second submitter with the same request id whose INSERT meets ours
-    # in flight waits for it, then inserts nothing and returns the run ours made.
-    inserted = tx.execute(
+    # ON CONFLICT: a request id already used (a retried submit), or a second submitter
+    # with the same id whose INSERT meets ours in flight (it waits for ours), inserts
+    # nothing and returns the run the first made. The row comes back from the INSERT
+    # and takes its ``run.submitted`` event's seq (1) with it: three statements a
+    # submit, each a round trip on a server, where a look-up first, a seq bumped and
+    # the row read back made six.
+    inserted = tx.fetchall(
         "INSERT INTO runs (id, tenant_id, user_id, kind, name, version, target, input, status, "
-        "created_at, updated_at, available_at, request_id) VALUES (:id, :tenant_id, :user_id, "
-        f":kind, :name, :version, :target, :input, :status, {now}, {now}, "
-        f"{now} + COALESCE(:available_in, 0), :request_id) "
-        "ON CONFLICT (request_id) DO NOTHING",
+        "created_at, updated_at, available_at, request_id, event_seq) VALUES (:id, :tenant_id, "
+        f":user_id, :kind, :name, :version, :target, :input, :status, {now}, {now}, "
+        f"{now} + COALESCE(:available_in, 0), :request_id, 1) "
+        f"ON CONFLICT (request_id) DO NOTHING RETURNING {RUN_COLUMNS}",
         params,
     )
-    if inserted == 0:
-        assert new.request_id is not None
-        existing = find_request(tx, new.request_id)
+    if not inserted:
+        existing = find_request(tx, new.request_id) if new.request_id is not None else None
         if existing is None:
-            raise StoreError(f"submit {clean_text(new.request_id)!r} conflicted and vanished")
+            raise StoreError(f"submit {clean_text(str(new.request_id))!r} conflicted and vanished")
         return existing
-    insert_event(tx, run_id, "run.submitted", new.user_id or "api", {"input": new.input})
+    submitted = {"input": new.input}
+    insert_event(tx, run_id, "run.submitted", new.user_id or "api", submitted, seq=1)
     tx.dialect.notify_runnable(tx.conn)
-    run = get_run(tx, run_id)
-    assert run is not None
-    return run
+    return rows.run_from(inserted[0])
 
 
 def find_request(tx: Tx, request_id: str) -> Run | None:
