@@ -9,7 +9,7 @@ errors map to agentledger errors -- lives in a subclass of :class:`Dialect`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, MutableSequence
+from collections.abc import Callable, MutableSequence, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -144,6 +144,11 @@ class Dialect(ABC):
         """The condition "``column`` is one of ``ids``", in SQL (the same text whatever
         their number: no limit on bind parameters, one prepared statement) and its
         parameters. The ids are clean text, or integers (``sql_type`` ``BIGINT``)."""
+
+    def array(self, values: Sequence[str | int | None]) -> Any:
+        """``values`` as one statement parameter that the statement casts to an array
+        (``CAST(:p AS TEXT[])``), on a dialect that has arrays."""
+        raise NotImplementedError(f"{self.name} has no arrays")
 
     def is_transient(self, exc: BaseException) -> bool:
         """True for a failure that the same work may not meet again (a deadlock)."""

@@ -291,10 +291,12 @@ _LINKS_SQL = (
 def _write_links(tx: Tx, tenant_id: str, links: list[_Link]) -> None:
     """Chain ``links`` (event id, chain_no, prev_hash, hash, sig), each only if still
     unsealed; every one must change, or the whole seal is rolled back. One UPDATE for
-    all on a server, its columns as arrays, where a round trip per record would cost
-    more than the write; on SQLite, in process, one statement run per record
-    (``executemany``: compiled once), cheaper than an UPDATE ... FROM join. The texts
-    are hex digests and a tenant id read from the database: clean as they are."""
+    all on a server, its columns as arrays (each one text, ``Dialect.array``), where a
+    round trip per record would cost more than the write; on SQLite, in process, one
+    statement run per record (``executemany``: compiled once): there the cost is the
+    row and index writes, which one UPDATE ... FROM ``json_each`` pays the same. The
+    texts are hex digests, signatures and a tenant id read from the database: clean as
+    they are."""
     if tx.dialect.name == "sqlite":
         changed = tx.executemany(
             _LINK_SQL,
@@ -307,7 +309,7 @@ def _write_links(tx: Tx, tenant_id: str, links: list[_Link]) -> None:
         )
         _all_changed(tenant_id, len(links), changed)
         return
-    ids, numbers, prevs, digests, sigs = (list(column) for column in zip(*links, strict=True))
+    ids, numbers, prevs, digests, sigs = (tx.dialect.array(c) for c in zip(*links, strict=True))
     params = CleanParams(
         t=tenant_id, v=HASH_CANONICAL, ids=ids, nos=numbers, prevs=prevs, hashes=digests, sigs=sigs
     )
