@@ -53,9 +53,7 @@ def enqueue_for_events(tx: Tx, tenant_id: str, events: list[dict[str, Any]]) -> 
             _enqueue(tx, tenant_id, row, REPORTED[row["type"]], run)
 
 
-def _enqueue(
-    tx: Tx, tenant_id: str, row: dict[str, Any], kind: str, run: dict[str, Any]
-) -> None:
+def _enqueue(tx: Tx, tenant_id: str, row: dict[str, Any], kind: str, run: dict[str, Any]) -> None:
     """Enqueue the ``kind`` webhook of the event ``row`` of ``run`` (its row now)."""
     event_id = f"evt_{row['run_id']}_{row['seq']}"
     body = {
