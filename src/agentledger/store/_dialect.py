@@ -180,6 +180,14 @@ class Dialect(ABC):
     def close(self, conn: Any) -> None:
         conn.close()
 
+    def submit_sql(self, insert_run: str, insert_event: str) -> str | None:
+        """``insert_run`` (an INSERT of a run, RETURNING its row), ``insert_event`` (an
+        INSERT ... SELECT of its first event FROM ``run``, the inserted row) and the hint
+        to idle workers (:meth:`notify_runnable`) as ONE statement that returns the
+        run's row, or nothing when no run was inserted; None where a statement cannot
+        write through ``WITH`` (the caller runs them one by one)."""
+        return None
+
     def notify_runnable(self, conn: Any) -> None:
         """Hint idle workers that runs became claimable (inside the transaction)."""
 

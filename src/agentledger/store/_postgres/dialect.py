@@ -194,6 +194,14 @@ class PostgresDialect(Dialect):
         await committer.open()
         return committer
 
+    def submit_sql(self, insert_run: str, insert_event: str) -> str:
+        # A data-modifying WITH runs whether or not it is read; the hint is sent once per
+        # run returned, so a submit that inserted nothing (its request id used) sends none.
+        return (
+            f"WITH run AS ({insert_run}), submitted AS ({insert_event}) "
+            f"SELECT run.*, pg_notify('{RUNS_CHANNEL}', '') AS hinted FROM run"
+        )
+
     def notify_runnable(self, conn: Any) -> None:
         conn.execute(f"NOTIFY {RUNS_CHANNEL}")
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from agentledger._canonical import clean_text
 from agentledger.errors import StoreError
 from agentledger.records import (
     Run,
+    dumps,
     RunStatus,
     target_of,
 )
@@ -52,31 +54,46 @@ def create_run(tx: Tx, new: NewRun) -> Run:
     retried after its COMMIT reply was lost finds the run the first attempt made.
     """
     params = run_params(new)
-    run_id = params["id"]
+    params.update(actor=new.user_id or "api", data=dumps({"input": new.input}), at=time.time())
     now = tx.now
     # ON CONFLICT: a request id already used (a retried submit), or a second submitter
     # with the same id whose INSERT meets ours in flight (it waits for ours), inserts
-    # nothing and returns the run the first made. The row comes back from the INSERT
-    # and takes its ``run.submitted`` event's seq (1) with it: three statements a
-    # submit, each a round trip on a server, where a look-up first, a seq bumped and
-    # the row read back made six.
-    inserted = tx.fetchall(
+    # nothing and returns the run the first made. The row comes back from the INSERT,
+    # which also takes the seq (1) of its ``run.submitted`` event: nothing is looked up
+    # first, bumped or read back, and where the dialect can, the run, its event and the
+    # hint to idle workers are one statement (on a server, each is a round trip).
+    insert_run = (
         "INSERT INTO runs (id, tenant_id, user_id, kind, name, version, target, input, status, "
         "created_at, updated_at, available_at, request_id, event_seq) VALUES (:id, :tenant_id, "
         f":user_id, :kind, :name, :version, :target, :input, :status, {now}, {now}, "
         f"{now} + COALESCE(:available_in, 0), :request_id, 1) "
-        f"ON CONFLICT (request_id) DO NOTHING RETURNING {RUN_COLUMNS}",
-        params,
+        f"ON CONFLICT (request_id) DO NOTHING RETURNING {RUN_COLUMNS}"
     )
+    one = tx.dialect.submit_sql(insert_run, _SUBMITTED_FROM_RUN)
+    inserted = tx.fetchall(one if one is not None else insert_run, params)
     if not inserted:
         existing = find_request(tx, new.request_id) if new.request_id is not None else None
         if existing is None:
             raise StoreError(f"submit {clean_text(str(new.request_id))!r} conflicted and vanished")
         return existing
-    submitted = {"input": new.input}
-    insert_event(tx, run_id, "run.submitted", new.user_id or "api", submitted, seq=1)
-    tx.dialect.notify_runnable(tx.conn)
+    if one is None:
+        tx.execute(_SUBMITTED, params)
+        tx.dialect.notify_runnable(tx.conn)
     return rows.run_from(inserted[0])
+
+
+# A new run's first event, seq 1 (the run row is inserted with ``event_seq`` 1).
+_SUBMITTED = (
+    "INSERT INTO events (run_id, at, type, actor, data, seq) "
+    "VALUES (:id, :at, 'run.submitted', :actor, :data, 1)"
+)
+# The same, in one statement with the run's INSERT (``Dialect.submit_sql``); typed,
+# since an INSERT ... SELECT does not take its values' types from the table.
+_SUBMITTED_FROM_RUN = (
+    "INSERT INTO events (run_id, at, type, actor, data, seq) SELECT run.id, "
+    "CAST(:at AS DOUBLE PRECISION), 'run.submitted', CAST(:actor AS TEXT), "
+    "CAST(:data AS TEXT), 1 FROM run"
+)
 
 
 def find_request(tx: Tx, request_id: str) -> Run | None:
