@@ -9,8 +9,8 @@ from agentledger._canonical import clean_text
 from agentledger.errors import StoreError
 from agentledger.records import (
     Run,
-    dumps,
     RunStatus,
+    dumps,
     target_of,
 )
 from agentledger.store import _rows as rows
