@@ -1,7 +1,6 @@
 """In a group, every batch gets its own outcome: committed, or refused by its own fence
-(:class:`LeaseLost`), and the cancel request of its own run -- whatever the shapes of
-the batches committed with it (PostgreSQL sends the batches of one statement text
-together and reads each one's answer back in order)."""
+(:class:`LeaseLost`), and the cancel request of its own run -- whatever the shapes (the
+statement texts) of the batches committed with it."""
 
 from __future__ import annotations
 

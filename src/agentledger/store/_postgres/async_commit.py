@@ -5,8 +5,7 @@ in one statement (see :mod:`agentledger.store._postgres.batches`) go through an
 ``AsyncConnection`` instead, which spares each step two thread hand-offs. While
 one group is on the wire the next accumulates, so concurrent runs still share
 commits (group commit). A group of one is a single autocommitted statement (one
-round trip); a larger group is BEGIN, its statements and COMMIT in one pipeline,
-the statements of one text sent together (``executemany``, one cursor).
+round trip); a larger group is BEGIN, its statements and COMMIT in one pipeline.
 Callers are answered only after the commit returned. Each committed group pokes the
 events notifier (:mod:`agentledger.store._postgres.notifier`), which announces it from a
 connection of its own: a journal commit never notifies inside its own transaction.
@@ -173,57 +172,25 @@ class AsyncBatchCommitter:
         if conn is None or conn.closed:
             raise psycopg.InterfaceError("the journal connection is closed")
         statements = [batch_statement(b) for b in batches]
-        rows: list[dict[str, Any] | None] = []
         if len(statements) == 1:
-            cursor = await conn.execute(*statements[0])
-            rows.append(await cursor.fetchone())
+            cursors = [await conn.execute(*statements[0])]
         else:
             try:
                 async with conn.pipeline():
                     await conn.execute("BEGIN")
-                    sent = [await _send_many(conn, sql, p) for sql, p in _same_text(statements)]
+                    cursors = [await conn.execute(*s) for s in statements]
                     await conn.execute("COMMIT")
             except Exception:
                 with contextlib.suppress(Exception):
                     await conn.execute("ROLLBACK")
                 raise
-            for cursor, count in sent:
-                for _ in range(count):
-                    rows.append(await cursor.fetchone())
-                    cursor.nextset()
         outcomes: list[LeaseLost | None] = []
-        for batch, row in zip(batches, rows, strict=True):
+        for batch, cursor in zip(batches, cursors, strict=True):
+            row = await cursor.fetchone()
             fenced = int(row["fenced"]) if row else 0
             batch.cancel_requested = row.get("cancel_requested") if row else None
             outcomes.append(None if fenced else LeaseLost(batch.run_id, batch.epoch))
         return outcomes
-
-
-def _same_text(
-    statements: list[tuple[str, dict[str, Any]]],
-) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Consecutive statements of the same text, with their parameters: the batches stay
-    in the group's run-id order (the order every writer locks rows in), and the batches
-    of one shape -- most of a group -- are sent as one ``executemany``."""
-    out: list[tuple[str, list[dict[str, Any]]]] = []
-    for sql, params in statements:
-        if out and out[-1][0] == sql:
-            out[-1][1].append(params)
-        else:
-            out.append((sql, [params]))
-    return out
-
-
-async def _send_many(
-    conn: psycopg.AsyncConnection[Any], sql: str, params: list[dict[str, Any]]
-) -> tuple[psycopg.AsyncCursor[Any], int]:
-    """Send one statement per parameter set on one cursor, in the open pipeline; each
-    one's row is read back after the commit (``nextset``). One cursor and one query
-    conversion for all: a cursor per statement cost the driver more than the
-    statement."""
-    cursor = conn.cursor()
-    await cursor.executemany(sql, params, returning=True)
-    return cursor, len(params)
 
 
 async def connect_async(url: str, settings: dict[str, Any]) -> psycopg.AsyncConnection[Any]:
