@@ -75,11 +75,14 @@ async def per_step_us(store: Store, name: str, steps: int) -> float:
     return float(result["elapsed_s"]) / steps * 1e6
 
 
-async def concurrent(store: Store, runs: int, steps: int) -> tuple[float, float, list[int]]:
-    """(steps/s inside the runs, steps/s from worker start, group sizes seen)."""
+async def concurrent(
+    store: Store, runs: int, steps: int, name: str = "bench_read_tool"
+) -> tuple[float, float, list[int]]:
+    """(steps/s inside the runs, steps/s from worker start, group sizes seen) of ``runs``
+    runs of the workflow ``name`` at once (a timed one of ``agentledger_bench.apps``)."""
     store.group_sizes.clear()
     results, wall = await execute(
-        store, "bench_read_tool", [{"steps": steps} for _ in range(runs)], concurrency=runs
+        store, name, [{"steps": steps} for _ in range(runs)], concurrency=runs
     )
     groups = list(store.group_sizes)
     span = max(r["t_last"] for r in results) - min(r["t_first"] for r in results)

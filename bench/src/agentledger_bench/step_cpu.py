@@ -1,12 +1,14 @@
 """The CPU one step costs: ``python -m agentledger_bench.step_cpu [--db URL] [--engine]
-[--reps N]`` prints JSON.
+[--reps N] [--workflow NAME]`` prints JSON.
 
 Default: the process's CPU time (``time.process_time``, every thread) while one
 in-process worker drains 200 runs x 10 read-tool steps (figure (d),
 :func:`agentledger_bench.engine_runs.concurrent`, after a 50 x 10 warm-up in the same
 process), per step: what bounds figure (d) when the commits are grouped. A fresh SQLite
 file unless ``--db`` names a store. The heap is set up as a worker process sets it up
-(:func:`agentledger._heap.freeze_startup`, once the store is open).
+(:func:`agentledger._heap.freeze_startup`, once the store is open). ``--workflow
+bench_write_tool``: the same with write steps (each journals ``started``, then its
+outcome: two commits a step).
 
 ``--engine``: the engine alone, above the store API: the same 200 runs executed by
 :func:`agentledger.engine._runner.execute_run` at once, with the store's ``commit``
@@ -38,11 +40,11 @@ from agentledger_bench.apps import app as bench_app
 RUNS, STEPS = 200, 10
 
 
-async def worker_cpu_us(store: Store) -> dict[str, Any]:
-    """Process CPU per step over figure (d), after a warm-up."""
-    await engine_runs.concurrent(store, 50, STEPS)
+async def worker_cpu_us(store: Store, workflow: str = "bench_read_tool") -> dict[str, Any]:
+    """Process CPU per step over figure (d) (of ``workflow``), after a warm-up."""
+    await engine_runs.concurrent(store, 50, STEPS, workflow)
     start = time.process_time()
-    inside, _, groups = await engine_runs.concurrent(store, RUNS, STEPS)
+    inside, _, groups = await engine_runs.concurrent(store, RUNS, STEPS, workflow)
     cpu = time.process_time() - start
     return {
         "cpu_us_per_step": round(cpu / (RUNS * STEPS) * 1e6, 1),
@@ -91,7 +93,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.engine:
             return await engine_cpu_us(store, args.reps)
-        return await worker_cpu_us(store)
+        return await worker_cpu_us(store, args.workflow)
     finally:
         await store.close()
 
@@ -102,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", help="database URL (default: a temporary SQLite file)")
     parser.add_argument("--engine", action="store_true", help="the engine alone (no writes)")
     parser.add_argument("--reps", type=int, default=5, help="repetitions of --engine")
+    parser.add_argument(
+        "--workflow",
+        default="bench_read_tool",
+        choices=["bench_read_tool", "bench_write_tool"],
+        help="the steps the worker runs (default: read-tool steps)",
+    )
     print(json.dumps(asyncio.run(_main(parser.parse_args(argv)))))
     return 0
 

@@ -9,7 +9,7 @@ errors map to agentledger errors -- lives in a subclass of :class:`Dialect`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, MutableSequence
+from collections.abc import Callable, MutableSequence, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -145,6 +145,11 @@ class Dialect(ABC):
         their number: no limit on bind parameters, one prepared statement) and its
         parameters. The ids are clean text, or integers (``sql_type`` ``BIGINT``)."""
 
+    def array(self, values: Sequence[str | int | None]) -> Any:
+        """``values`` as one statement parameter that the statement casts to an array
+        (``CAST(:p AS TEXT[])``), on a dialect that has arrays."""
+        raise NotImplementedError(f"{self.name} has no arrays")
+
     def is_transient(self, exc: BaseException) -> bool:
         """True for a failure that the same work may not meet again (a deadlock)."""
         return False
@@ -174,6 +179,14 @@ class Dialect(ABC):
 
     def close(self, conn: Any) -> None:
         conn.close()
+
+    def submit_sql(self, insert_run: str, insert_event: str) -> str | None:
+        """``insert_run`` (an INSERT of a run, RETURNING its row), ``insert_event`` (an
+        INSERT ... SELECT of its first event FROM ``run``, the inserted row) and the hint
+        to idle workers (:meth:`notify_runnable`) as ONE statement that returns the
+        run's row, or nothing when no run was inserted; None where a statement cannot
+        write through ``WITH`` (the caller runs them one by one)."""
+        return None
 
     def notify_runnable(self, conn: Any) -> None:
         """Hint idle workers that runs became claimable (inside the transaction)."""

@@ -256,9 +256,8 @@ def _seal_tenant(tx: Tx, tenant_id: str, event_ids: list[int], key: AuditKey | N
         prev = digest
     for start in range(0, len(links), _LINKS_PER_UPDATE):
         _write_links(tx, tenant_id, links[start : start + _LINKS_PER_UPDATE])
-    for row in found:
-        # The event's webhook, enqueued once: sealing happens once per event.
-        service_webhooks.enqueue_for_event(tx, tenant_id, row)
+    # The events' webhooks, enqueued once: sealing happens once per event.
+    service_webhooks.enqueue_for_events(tx, tenant_id, found)
     if found:
         tx.execute(
             "UPDATE audit_heads SET chain_no = :n, hash = :h, sig = :s WHERE tenant_id = :t",
@@ -292,10 +291,12 @@ _LINKS_SQL = (
 def _write_links(tx: Tx, tenant_id: str, links: list[_Link]) -> None:
     """Chain ``links`` (event id, chain_no, prev_hash, hash, sig), each only if still
     unsealed; every one must change, or the whole seal is rolled back. One UPDATE for
-    all on a server, its columns as arrays, where a round trip per record would cost
-    more than the write; on SQLite, in process, one statement run per record
-    (``executemany``: compiled once), cheaper than an UPDATE ... FROM join. The texts
-    are hex digests and a tenant id read from the database: clean as they are."""
+    all on a server, its columns as arrays (each one text, ``Dialect.array``), where a
+    round trip per record would cost more than the write; on SQLite, in process, one
+    statement run per record (``executemany``: compiled once): there the cost is the
+    row and index writes, which one UPDATE ... FROM ``json_each`` pays the same. The
+    texts are hex digests, signatures and a tenant id read from the database: clean as
+    they are."""
     if tx.dialect.name == "sqlite":
         changed = tx.executemany(
             _LINK_SQL,
@@ -308,7 +309,7 @@ def _write_links(tx: Tx, tenant_id: str, links: list[_Link]) -> None:
         )
         _all_changed(tenant_id, len(links), changed)
         return
-    ids, numbers, prevs, digests, sigs = (list(column) for column in zip(*links, strict=True))
+    ids, numbers, prevs, digests, sigs = (tx.dialect.array(c) for c in zip(*links, strict=True))
     params = CleanParams(
         t=tenant_id, v=HASH_CANONICAL, ids=ids, nos=numbers, prevs=prevs, hashes=digests, sigs=sigs
     )

@@ -33,19 +33,28 @@ REPORTED = {
 }
 
 
-def enqueue_for_event(tx: Tx, tenant_id: str, row: dict[str, Any]) -> None:
-    """Enqueue the webhook of one event, if its type is reported and its run has a URL."""
-    kind = REPORTED.get(row["type"])
-    if kind is None:
+def enqueue_for_events(tx: Tx, tenant_id: str, events: list[dict[str, Any]]) -> None:
+    """Enqueue the webhook of each of ``events`` (one seal's records of the tenant, in
+    chain order) whose type is reported and whose run has a URL. The runs are read in
+    one statement, not one per event: on a server each read is a round trip."""
+    reported = [e for e in events if e["type"] in REPORTED]
+    if not reported:
         return
+    among, params = tx.dialect.among("id", sorted({str(e["run_id"]) for e in reported}))
     found = tx.fetchall(
-        "SELECT webhook, name, version, status, result, error, handover_reason, user_id "
-        "FROM runs WHERE id = :id",
-        {"id": row["run_id"]},
+        "SELECT id, webhook, name, version, status, result, error, handover_reason, user_id "
+        f"FROM runs WHERE webhook IS NOT NULL AND {among}",
+        params,
     )
-    if not found or not found[0]["webhook"]:
-        return
-    run = found[0]
+    runs = {r["id"]: r for r in found}
+    for row in reported:
+        run = runs.get(row["run_id"])
+        if run is not None and run["webhook"]:
+            _enqueue(tx, tenant_id, row, REPORTED[row["type"]], run)
+
+
+def _enqueue(tx: Tx, tenant_id: str, row: dict[str, Any], kind: str, run: dict[str, Any]) -> None:
+    """Enqueue the ``kind`` webhook of the event ``row`` of ``run`` (its row now)."""
     event_id = f"evt_{row['run_id']}_{row['seq']}"
     body = {
         "id": event_id,

@@ -29,7 +29,7 @@ Connection settings in the URL win over the defaults set here, e.g.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableSequence
+from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any
 
 import psycopg
@@ -59,6 +59,16 @@ from agentledger.store._queries.common import RUN_COLUMNS
 
 # libpq's refusal of a statement with more bind parameters than its protocol carries.
 TOO_MANY_PARAMETERS = "number of parameters must be between"
+
+
+def _array_element(value: str | int | None) -> str:
+    """One element of an array's text: an integer as it is, NULL, or text quoted with
+    its backslashes and double quotes escaped (the array input syntax)."""
+    if value is None:
+        return "NULL"
+    if type(value) is int:
+        return str(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class PostgresDialect(Dialect):
@@ -145,13 +155,21 @@ class PostgresDialect(Dialect):
 
     def id_epochs(self, pairs: list[tuple[str, int]]) -> tuple[str, dict[str, Any]]:
         table = "unnest(CAST(:ids AS TEXT[]), CAST(:epochs AS BIGINT[])) AS pairs(id, epoch)"
-        return table, {"ids": [i for i, _ in pairs], "epochs": [e for _, e in pairs]}
+        ids, epochs = self.array([i for i, _ in pairs]), self.array([e for _, e in pairs])
+        return table, {"ids": ids, "epochs": epochs}
 
     def among(
         self, column: str, ids: list[str] | list[int], sql_type: str = "TEXT"
     ) -> tuple[str, dict[str, Any]]:
         # An index scan of the array's elements, whether the plan is custom or generic.
-        return f"{column} = ANY(CAST(:ids AS {sql_type}[]))", {"ids": list(ids)}
+        return f"{column} = ANY(CAST(:ids AS {sql_type}[]))", {"ids": self.array(ids)}
+
+    def array(self, values: Sequence[str | int | None]) -> str:
+        """``values`` as an array's text (``{1,2}``, ``{"a","b\\"c"}``, NULL for None):
+        one text parameter, parsed by the server's cast. psycopg sends a Python list
+        element by element, each through its dumper, which a seal of a few hundred
+        records pays several times."""
+        return "{" + ",".join(map(_array_element, values)) + "}"
 
     async def open_batch_committer(
         self, sizes: MutableSequence[int], translate: Callable[[BaseException], BaseException]
@@ -175,6 +193,14 @@ class PostgresDialect(Dialect):
         )
         await committer.open()
         return committer
+
+    def submit_sql(self, insert_run: str, insert_event: str) -> str:
+        # A data-modifying WITH runs whether or not it is read; the hint is sent once per
+        # run returned, so a submit that inserted nothing (its request id used) sends none.
+        return (
+            f"WITH run AS ({insert_run}), submitted AS ({insert_event}) "
+            f"SELECT run.*, pg_notify('{RUNS_CHANNEL}', '') AS hinted FROM run"
+        )
 
     def notify_runnable(self, conn: Any) -> None:
         conn.execute(f"NOTIFY {RUNS_CHANNEL}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from agentledger._canonical import clean_text
@@ -9,6 +10,7 @@ from agentledger.errors import StoreError
 from agentledger.records import (
     Run,
     RunStatus,
+    dumps,
     target_of,
 )
 from agentledger.store import _rows as rows
@@ -51,34 +53,47 @@ def create_run(tx: Tx, new: NewRun) -> Run:
     The request id is written in the same transaction with a unique index, so a submit
     retried after its COMMIT reply was lost finds the run the first attempt made.
     """
-    if new.request_id is not None:
-        existing = find_request(tx, new.request_id)
-        if existing is not None:
-            return existing
     params = run_params(new)
-    run_id = params["id"]
+    params.update(actor=new.user_id or "api", data=dumps({"input": new.input}), at=time.time())
     now = tx.now
-    # ON CONFLICT: a second submitter with the same request id whose INSERT meets ours
-    # in flight waits for it, then inserts nothing and returns the run ours made.
-    inserted = tx.execute(
+    # ON CONFLICT: a request id already used (a retried submit), or a second submitter
+    # with the same id whose INSERT meets ours in flight (it waits for ours), inserts
+    # nothing and returns the run the first made. The row comes back from the INSERT,
+    # which also takes the seq (1) of its ``run.submitted`` event: nothing is looked up
+    # first, bumped or read back, and where the dialect can, the run, its event and the
+    # hint to idle workers are one statement (on a server, each is a round trip).
+    insert_run = (
         "INSERT INTO runs (id, tenant_id, user_id, kind, name, version, target, input, status, "
-        "created_at, updated_at, available_at, request_id) VALUES (:id, :tenant_id, :user_id, "
-        f":kind, :name, :version, :target, :input, :status, {now}, {now}, "
-        f"{now} + COALESCE(:available_in, 0), :request_id) "
-        "ON CONFLICT (request_id) DO NOTHING",
-        params,
+        "created_at, updated_at, available_at, request_id, event_seq) VALUES (:id, :tenant_id, "
+        f":user_id, :kind, :name, :version, :target, :input, :status, {now}, {now}, "
+        f"{now} + COALESCE(:available_in, 0), :request_id, 1) "
+        f"ON CONFLICT (request_id) DO NOTHING RETURNING {RUN_COLUMNS}"
     )
-    if inserted == 0:
-        assert new.request_id is not None
-        existing = find_request(tx, new.request_id)
+    one = tx.dialect.submit_sql(insert_run, _SUBMITTED_FROM_RUN)
+    inserted = tx.fetchall(one if one is not None else insert_run, params)
+    if not inserted:
+        existing = find_request(tx, new.request_id) if new.request_id is not None else None
         if existing is None:
-            raise StoreError(f"submit {clean_text(new.request_id)!r} conflicted and vanished")
+            raise StoreError(f"submit {clean_text(str(new.request_id))!r} conflicted and vanished")
         return existing
-    insert_event(tx, run_id, "run.submitted", new.user_id or "api", {"input": new.input})
-    tx.dialect.notify_runnable(tx.conn)
-    run = get_run(tx, run_id)
-    assert run is not None
-    return run
+    if one is None:
+        tx.execute(_SUBMITTED, params)
+        tx.dialect.notify_runnable(tx.conn)
+    return rows.run_from(inserted[0])
+
+
+# A new run's first event, seq 1 (the run row is inserted with ``event_seq`` 1).
+_SUBMITTED = (
+    "INSERT INTO events (run_id, at, type, actor, data, seq) "
+    "VALUES (:id, :at, 'run.submitted', :actor, :data, 1)"
+)
+# The same, in one statement with the run's INSERT (``Dialect.submit_sql``); typed,
+# since an INSERT ... SELECT does not take its values' types from the table.
+_SUBMITTED_FROM_RUN = (
+    "INSERT INTO events (run_id, at, type, actor, data, seq) SELECT run.id, "
+    "CAST(:at AS DOUBLE PRECISION), 'run.submitted', CAST(:actor AS TEXT), "
+    "CAST(:data AS TEXT), 1 FROM run"
+)
 
 
 def find_request(tx: Tx, request_id: str) -> Run | None:
