@@ -21,8 +21,8 @@ from agentledger.errors import BusinessError
 from agentledger.observe._queries import resume as observe_resume
 from agentledger.records import RunStatus, StepStatus
 from agentledger.store._tx import Tx
-from agentledger.tools._contract import Compensation
 from tests.apps import ledger
+from tests.apps.refund_booking import apply_refund, booking_app
 from tests.fast.lifecycle_harness import KILLED, Harness, Killed
 
 REFUND = 4  # 1 charge, 2 confirm (fails), 3 decision, 4 refund
@@ -39,40 +39,22 @@ async def _status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     return Status.succeeded(found) if found else Status.not_found()
 
 
+async def _refund(name: str, ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
+    if DECLINE:
+        ledger.record_call(ctx.idempotency_key, "refund")
+        raise BusinessError("refund: declined by the provider")
+    done = apply_refund(ctx, effect_id, amount, dedupe=False)
+    if KILL_AFTER_APPLY:
+        KILL_AFTER_APPLY.clear()
+        raise Killed("the worker died after the refund applied")
+    return dict(done)
+
+
 def _app() -> App:
     DECLINE.clear()
     KILL_AFTER_APPLY.clear()
-    app = App("compkey")
-
-    @app.tool(effect="money", idempotency="provider", timeout=5, status_check=_status)
-    async def refund(ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
-        if DECLINE:
-            ledger.record_call(ctx.idempotency_key, "refund")
-            raise BusinessError("refund: declined by the provider")
-        payload = {"effect_id": effect_id, "amount": amount}
-        done = ledger.apply(ctx.idempotency_key, "refund", dedupe=False, payload=payload)
-        if KILL_AFTER_APPLY:
-            KILL_AFTER_APPLY.clear()
-            raise Killed("the worker died after the refund applied")
-        return done
-
-    @app.tool(effect="money", idempotency="provider", status_check=_status, timeout=5,
-              compensation=Compensation(
-                  "refund", lambda a, out: {"effect_id": out["effect_id"], "amount": a["amount"]}
-              ))  # fmt: skip
-    async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
-        return ledger.apply(ctx.idempotency_key, "charge", dedupe=True, payload=amount)
-
-    @app.workflow(name="booking")
-    async def booking(ctx: Any, input: Any) -> Any:
-        await ctx.tool("charge", amount=100)
-
-        def confirm() -> dict[str, Any]:
-            raise RuntimeError("confirm: bug in the confirmation code")
-
-        return await ctx.step("confirm", confirm)
-
-    return app
+    charges = [("charge", "refund", 100)]
+    return booking_app("compkey", charges, _refund, status=_status, refund_status=_status)
 
 
 @pytest.fixture

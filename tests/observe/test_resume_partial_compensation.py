@@ -18,8 +18,8 @@ from agentledger.errors import BusinessError
 from agentledger.observe._queries import resume as observe_resume
 from agentledger.observe._queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.tools._contract import Compensation
 from tests.apps import ledger
+from tests.apps.refund_booking import apply_refund, booking_app
 from tests.fast.lifecycle_harness import Harness
 from tests.observe.test_resume_settle import money_taken
 
@@ -31,45 +31,19 @@ async def _status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     return Status.succeeded(found) if found else Status.not_found()
 
 
+async def _refund(name: str, ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
+    if name == "refund_fee" and STATE["decline"]:
+        ledger.record_call(ctx.idempotency_key, "refund")
+        raise BusinessError("refund_fee: declined by the provider (fee account locked)")
+    return apply_refund(ctx, effect_id, amount, dedupe=True)
+
+
 def _app() -> App:
     """A booking that charges twice (``hotel``, then ``fee``), each compensated by a
     refund; its confirmation has a bug. The fee's refund is declined while
     ``STATE["decline"]``."""
-    app = App("partial")
-
-    @app.tool(effect="money", idempotency="provider", status_check=_status, timeout=5)
-    async def refund(ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
-        payload = {"effect_id": effect_id, "amount": amount}
-        return ledger.apply(ctx.idempotency_key, "refund", dedupe=True, payload=payload)
-
-    @app.tool(effect="money", idempotency="provider", status_check=_status, timeout=5)
-    async def refund_fee(ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
-        if STATE["decline"]:
-            ledger.record_call(ctx.idempotency_key, "refund")
-            raise BusinessError("refund_fee: declined by the provider (fee account locked)")
-        payload = {"effect_id": effect_id, "amount": amount}
-        return ledger.apply(ctx.idempotency_key, "refund", dedupe=True, payload=payload)
-
-    for name, comp in (("charge_hotel", "refund"), ("charge_fee", "refund_fee")):
-
-        @app.tool(name=name, effect="money", idempotency="provider", status_check=_status,
-                  timeout=5, compensation=Compensation(
-                      comp, lambda a, out: {"effect_id": out["effect_id"], "amount": a["amount"]}
-                  ))  # fmt: skip
-        async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
-            return ledger.apply(ctx.idempotency_key, "charge", dedupe=True, payload=amount)
-
-    @app.workflow(name="booking")
-    async def booking(ctx: Any, input: Any) -> Any:
-        await ctx.tool("charge_hotel", amount=100)
-        await ctx.tool("charge_fee", amount=20)
-
-        def confirm() -> dict[str, Any]:
-            raise RuntimeError("confirm: bug in the confirmation code")
-
-        return await ctx.step("confirm", confirm)
-
-    return app
+    charges = [("charge_hotel", "refund", 100), ("charge_fee", "refund_fee", 20)]
+    return booking_app("partial", charges, _refund, status=_status, refund_status=_status)
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from agentledger.observe._queries import resume as observe_resume
 from agentledger.observe._queries.resume import ResumePlan
 from agentledger.records import RunStatus, StepStatus, dumps
 from agentledger.store._tx import Tx
-from agentledger.tools._contract import Compensation
 from tests.apps import ledger
+from tests.apps.refund_booking import apply_refund, booking_app, refund_args
 from tests.fast.lifecycle_harness import Harness
 from tests.observe.test_resume_settle import money_taken
 
@@ -49,7 +49,20 @@ BAD_ARGS: set[str] = set()
 def _refund_args(refund: str, args: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
     if refund in BAD_ARGS:
         raise KeyError("effect")
-    return {"effect_id": out["effect_id"], "amount": args["amount"]}
+    return refund_args(refund, args, out)
+
+
+async def _refund(name: str, ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
+    if name in DECLINE:
+        ledger.record_call(ctx.idempotency_key, "refund")
+        raise BusinessError(f"{name}: declined by the provider (account locked)")
+    done = apply_refund(ctx, effect_id, amount, dedupe=True)
+    if name in SLOW:
+        # Applied; the answer comes after the timeout (3 s, a margin for a loaded host).
+        await asyncio.sleep(6)
+    if name in UNJOURNALABLE:
+        return {**done, "ids": {1, 2}}  # a bug of the tool: a set is not JSON
+    return dict(done)
 
 
 def _app() -> App:
@@ -59,48 +72,11 @@ def _app() -> App:
     one: the bulk resume test met a refund whose arguments "could not be built")."""
     for faults in (DECLINE, SLOW, LAG, UNJOURNALABLE, BAD_ARGS):
         faults.clear()
-    app = App("partial_attack")
-
-    for refund_name in ("refund_hotel", "refund_fee"):
-
-        @app.tool(name=refund_name, effect="money", idempotency="provider",
-                  status_check=_status, timeout=3)  # fmt: skip
-        async def refund(
-            ctx: ToolContext, effect_id: int, amount: int, _name: str = refund_name
-        ) -> dict[str, Any]:
-            if _name in DECLINE:
-                ledger.record_call(ctx.idempotency_key, "refund")
-                raise BusinessError(f"{_name}: declined by the provider (account locked)")
-            payload = {"effect_id": effect_id, "amount": amount}
-            done = ledger.apply(ctx.idempotency_key, "refund", dedupe=True, payload=payload)
-            if _name in SLOW:
-                # Applied; the answer comes after the timeout (3 s, a margin for a
-                # loaded host).
-                await asyncio.sleep(6)
-            if _name in UNJOURNALABLE:
-                return {**done, "ids": {1, 2}}  # a bug of the tool: a set is not JSON
-            return done
-
-    for name, comp in (("charge_hotel", "refund_hotel"), ("charge_fee", "refund_fee")):
-
-        @app.tool(name=name, effect="money", idempotency="provider", status_check=_status,
-                  timeout=5, compensation=Compensation(
-                      comp, lambda a, out, _c=comp: _refund_args(_c, a, out)
-                  ))  # fmt: skip
-        async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
-            return ledger.apply(ctx.idempotency_key, "charge", dedupe=True, payload=amount)
-
-    @app.workflow(name="booking")
-    async def booking(ctx: Any, input: Any) -> Any:
-        await ctx.tool("charge_hotel", amount=100)
-        await ctx.tool("charge_fee", amount=20)
-
-        def confirm() -> dict[str, Any]:
-            raise RuntimeError("confirm: bug in the confirmation code")
-
-        return await ctx.step("confirm", confirm)
-
-    return app
+    charges = [("charge_hotel", "refund_hotel", 100), ("charge_fee", "refund_fee", 20)]
+    return booking_app(
+        "partial_attack", charges, _refund, status=_status, refund_status=_status,
+        refund_timeout=3, args_of=_refund_args,
+    )  # fmt: skip
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from agentledger.errors import BusinessError, RateLimited
 from agentledger.observe._queries import resume as observe_resume
 from agentledger.observe._queries.resume import ResumeRefused
 from agentledger.records import RunStatus, StepStatus
-from agentledger.tools._contract import Compensation
 from tests.apps import ledger
+from tests.apps.refund_booking import apply_refund, booking_app
 from tests.fast.lifecycle_harness import KILLED, Harness, Killed
 
 #: The refund is applied, then reported declined (the provider's answer lies).
@@ -59,46 +59,29 @@ async def _status(ctx: ToolContext, args: dict[str, Any]) -> Status:
     return Status.succeeded(found) if found else Status.not_found()
 
 
+async def _refund(name: str, ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
+    if KILL_AT_CALL:
+        KILL_AT_CALL.clear()
+        raise Killed("the worker died calling the refund")
+    if DECLINE:
+        ledger.record_call(ctx.idempotency_key, "refund")
+        raise BusinessError("refund: declined by the provider (account locked)")
+    done = apply_refund(ctx, effect_id, amount, dedupe=False)
+    if LIE:
+        raise BusinessError("refund: declined by the provider (reported after applying)")
+    return dict(done)
+
+
 def _app(checked: bool = True) -> App:
     """A booking that charges (refunded by its compensation), then fails to confirm.
     ``checked``: the refund has a status check."""
     for faults in (LIE, DECLINE, CHECK_DOWN, KILL_AFTER_CHECK, KILL_AT_CALL):
         faults.clear()
     AFTER_CHECK.clear()
-    app = App("recheck")
-
-    @app.tool(effect="money", idempotency="provider", timeout=5,
-              status_check=_status if checked else None)  # fmt: skip
-    async def refund(ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
-        if KILL_AT_CALL:
-            KILL_AT_CALL.clear()
-            raise Killed("the worker died calling the refund")
-        if DECLINE:
-            ledger.record_call(ctx.idempotency_key, "refund")
-            raise BusinessError("refund: declined by the provider (account locked)")
-        payload = {"effect_id": effect_id, "amount": amount}
-        done = ledger.apply(ctx.idempotency_key, "refund", dedupe=False, payload=payload)
-        if LIE:
-            raise BusinessError("refund: declined by the provider (reported after applying)")
-        return done
-
-    @app.tool(effect="money", idempotency="provider", status_check=_status, timeout=5,
-              compensation=Compensation(
-                  "refund", lambda a, out: {"effect_id": out["effect_id"], "amount": a["amount"]}
-              ))  # fmt: skip
-    async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
-        return ledger.apply(ctx.idempotency_key, "charge", dedupe=True, payload=amount)
-
-    @app.workflow(name="booking")
-    async def booking(ctx: Any, input: Any) -> Any:
-        await ctx.tool("charge", amount=100)
-
-        def confirm() -> dict[str, Any]:
-            raise RuntimeError("confirm: bug in the confirmation code")
-
-        return await ctx.step("confirm", confirm)
-
-    return app
+    return booking_app(
+        "recheck", [("charge", "refund", 100)], _refund,
+        status=_status, refund_status=_status if checked else None,
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -388,50 +371,24 @@ DECLINE2: set[str] = set()
 BUSY2: set[str] = set()
 
 
+async def _refund2(name: str, ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
+    if name in BUSY2:
+        BUSY2.discard(name)
+        ledger.record_call(ctx.idempotency_key, "refund")
+        raise RateLimited("busy", retry_after=120)
+    if name in DECLINE2:
+        ledger.record_call(ctx.idempotency_key, "refund")
+        raise BusinessError(f"{name}: declined by the provider")
+    return dict(apply_refund(ctx, effect_id, amount, dedupe=False))
+
+
 def _two_charges_app() -> App:
     """A booking that charges ``a`` then ``b`` (each refunded by its own refund, with a
     status check), then fails to confirm: the decision refunds ``b`` at 4, ``a`` at 5."""
     DECLINE2.clear()
     BUSY2.clear()
-    app = App("recheck_two")
-
-    for refund_name in ("refund_a", "refund_b"):
-
-        @app.tool(name=refund_name, effect="money", idempotency="provider",
-                  status_check=_status, timeout=5)  # fmt: skip
-        async def refund(
-            ctx: ToolContext, effect_id: int, amount: int, _name: str = refund_name
-        ) -> dict[str, Any]:
-            if _name in BUSY2:
-                BUSY2.discard(_name)
-                ledger.record_call(ctx.idempotency_key, "refund")
-                raise RateLimited("busy", retry_after=120)
-            if _name in DECLINE2:
-                ledger.record_call(ctx.idempotency_key, "refund")
-                raise BusinessError(f"{_name}: declined by the provider")
-            payload = {"effect_id": effect_id, "amount": amount}
-            return ledger.apply(ctx.idempotency_key, "refund", dedupe=False, payload=payload)
-
-    for name, comp in (("charge_a", "refund_a"), ("charge_b", "refund_b")):
-
-        @app.tool(name=name, effect="money", idempotency="provider", status_check=_status,
-                  timeout=5, compensation=Compensation(
-                      comp, lambda a, out: {"effect_id": out["effect_id"], "amount": a["amount"]}
-                  ))  # fmt: skip
-        async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
-            return ledger.apply(ctx.idempotency_key, "charge", dedupe=True, payload=amount)
-
-    @app.workflow(name="booking")
-    async def booking(ctx: Any, input: Any) -> Any:
-        await ctx.tool("charge_a", amount=100)
-        await ctx.tool("charge_b", amount=20)
-
-        def confirm() -> dict[str, Any]:
-            raise RuntimeError("confirm: bug in the confirmation code")
-
-        return await ctx.step("confirm", confirm)
-
-    return app
+    charges = [("charge_a", "refund_a", 100), ("charge_b", "refund_b", 20)]
+    return booking_app("recheck_two", charges, _refund2, status=_status, refund_status=_status)
 
 
 async def test_a_run_parked_after_its_recheck_never_calls_the_failed_refund_again(

@@ -19,8 +19,8 @@ from agentledger import App, ToolContext
 from agentledger.errors import BusinessError
 from agentledger.observe._queries import resume as observe_resume
 from agentledger.records import RunStatus, StepStatus
-from agentledger.tools._contract import Compensation
 from tests.apps import ledger
+from tests.apps.refund_booking import apply_refund, booking_app
 from tests.fast.lifecycle_harness import Harness
 from tests.observe.test_resume_partial_compensation_attack import _status
 from tests.observe.test_resume_settle import money_taken
@@ -32,46 +32,26 @@ DECLINE: set[str] = set()
 LOSE: set[str] = set()
 
 
+#: The app being run (the fee's refund changes its hotel charge, as a deploy would).
+APP: list[App] = []
+
+
+async def _refund(name: str, ctx: ToolContext, effect_id: int, amount: int) -> dict[str, Any]:
+    if LOSE:
+        LOSE.clear()
+        APP[-1].tools["charge_hotel"].compensation = None
+    if name in DECLINE:
+        ledger.record_call(ctx.idempotency_key, "refund")
+        raise BusinessError(f"{name}: declined by the provider (account locked)")
+    return apply_refund(ctx, effect_id, amount, dedupe=True)
+
+
 def _app() -> App:
     """A booking that charges the hotel, then a fee (each refunded by its compensation),
     then fails to confirm: the decision plans the fee's refund at 5, the hotel's at 6."""
-    app = App("unjournaled")
-
-    for refund_name in ("refund_hotel", "refund_fee"):
-
-        @app.tool(name=refund_name, effect="money", idempotency="provider",
-                  status_check=_status, timeout=5)  # fmt: skip
-        async def refund(
-            ctx: ToolContext, effect_id: int, amount: int, _name: str = refund_name
-        ) -> dict[str, Any]:
-            if LOSE:
-                LOSE.clear()
-                app.tools["charge_hotel"].compensation = None
-            if _name in DECLINE:
-                ledger.record_call(ctx.idempotency_key, "refund")
-                raise BusinessError(f"{_name}: declined by the provider (account locked)")
-            payload = {"effect_id": effect_id, "amount": amount}
-            return ledger.apply(ctx.idempotency_key, "refund", dedupe=True, payload=payload)
-
-    for name, comp in (("charge_hotel", "refund_hotel"), ("charge_fee", "refund_fee")):
-
-        @app.tool(name=name, effect="money", idempotency="provider", status_check=_status,
-                  timeout=5, compensation=Compensation(
-                      comp, lambda a, out: {"effect_id": out["effect_id"], "amount": a["amount"]}
-                  ))  # fmt: skip
-        async def charge(ctx: ToolContext, amount: int) -> dict[str, Any]:
-            return ledger.apply(ctx.idempotency_key, "charge", dedupe=True, payload=amount)
-
-    @app.workflow(name="booking")
-    async def booking(ctx: Any, input: Any) -> Any:
-        await ctx.tool("charge_hotel", amount=100)
-        await ctx.tool("charge_fee", amount=20)
-
-        def confirm() -> dict[str, Any]:
-            raise RuntimeError("confirm: bug in the confirmation code")
-
-        return await ctx.step("confirm", confirm)
-
+    charges = [("charge_hotel", "refund_hotel", 100), ("charge_fee", "refund_fee", 20)]
+    app = booking_app("unjournaled", charges, _refund, status=_status, refund_status=_status)
+    APP[:] = [app]
     return app
 
 
