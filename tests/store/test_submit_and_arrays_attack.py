@@ -18,9 +18,35 @@ from tests.store.test_claim_statements import _events
 from tests.store.test_contract import TARGET, new_run
 
 HOSTILE = [
-    'a"b', "a\\b", "a,b", "{a}", "{", "}", "", "NULL", "null", " x ", "\t", "\n", "é",
-    "\U0001f600", "123", "-1", "1e3", "a\x00b", "\ud800", '\\"', '"', "'", "a\\", "\\",
-    "a'); DROP TABLE runs; --", "{1,2}", '{"a","b"}', "[1:2]={a,b}", "x" * 10_000,
+    'a"b',
+    "a\\b",
+    "a,b",
+    "{a}",
+    "{",
+    "}",
+    "",
+    "NULL",
+    "null",
+    " x ",
+    "\t",
+    "\n",
+    "é",
+    "\U0001f600",
+    "123",
+    "-1",
+    "1e3",
+    "a\x00b",
+    "\ud800",
+    '\\"',
+    '"',
+    "'",
+    "a\\",
+    "\\",
+    "a'); DROP TABLE runs; --",
+    "{1,2}",
+    '{"a","b"}',
+    "[1:2]={a,b}",
+    "x" * 10_000,
 ]
 
 
