@@ -390,9 +390,14 @@ class Execution:
         then: a run parking with a cancel it already knows (a compensation waiting out
         a backoff) keeps its backoff."""
         try:
-            await self.store.cancel_run(self.run.id, reason, self.owner)
+            after = await self.store.cancel_run(self.run.id, reason, self.owner)
         except StoreError as exc:  # the park stands; the cancel is honoured when it ends
             log.warning("run %s: cancel not made due at once (%s)", self.run.id, exc)
+            return
+        # The park no longer stands as written: whoever holds the run (the worker's line
+        # about it) must see it due now for its cancel, not waiting out the park.
+        self.run.status, self.run.available_at = after.status, after.available_at
+        self.run.cancel_requested = after.cancel_requested
 
 
 def _rest(run: Run, update: RunUpdate) -> None:

@@ -20,7 +20,10 @@ log = logging.getLogger("agentledger.worker")
 
 
 async def waiting_for(store: Store, run: Run) -> str:
-    """Why a ``waiting`` run waits: the approval it needs, or until when."""
+    """Why a ``waiting`` run waits: the approval it needs, or until when (or that a
+    cancel requested as it parked made it due now)."""
+    if run.status == RunStatus.QUEUED and run.cancel_requested is not None:
+        return f"parked, then due now to honour its cancel ({run.cancel_requested})"
     approvals = [a for a in await store.get_approvals(run_id=run.id, pending=True)]
     if approvals:
         a = approvals[-1]

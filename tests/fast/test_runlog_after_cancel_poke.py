@@ -1,0 +1,64 @@
+"""The worker's line about a run is made from the run object the execution left, not
+read back. A cancel that lands while the run parks makes the parked run due at once
+(``Execution._poke_cancel``): the object, and so the line, must say so -- not that the
+run waits out its 400-day sleep."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentledger import App, RunStatus
+from agentledger.engine._runner import execute_run
+from agentledger.store._base import Batch
+from agentledger.worker._runlog import log_outcome
+from tests.fast.lifecycle_harness import Harness
+
+LONG = 400 * 86400.0
+
+
+def _app() -> App:
+    app = App("runlog-poke")
+
+    @app.workflow(name="sleeper")
+    async def sleeper(ctx: Any, input: Any) -> Any:
+        await ctx.sleep(LONG)
+        return "woke"
+
+    return app
+
+
+async def test_a_parked_run_made_due_by_a_cancel_is_logged_as_due(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with Harness(tmp_path, _app()) as h:
+        run_id = await h.submit("sleeper")
+        spied = h.store.commit
+
+        async def cancel_after_the_sleep_step(batch: Batch) -> None:
+            await spied(batch)
+            if any(s.name == "sleep" for s in batch.steps):  # the next write is the park
+                await h.store.cancel_run(run_id, "not needed", "ops:alice")
+
+        h.store.commit = cancel_after_the_sleep_step  # type: ignore[method-assign]
+        run = await h.claim(run_id, "w1")
+        outcome = await execute_run(h.store, h.app, run, "w1", clock=h.clock)
+        h.store.commit = spied  # type: ignore[method-assign]
+        assert outcome == RunStatus.WAITING
+        stored = await h.run(run_id)
+        # What the execution left on the object is where the run rests.
+        assert (run.status, run.available_at) == (stored.status, stored.available_at), (
+            run,
+            stored,
+        )
+        assert run.cancel_requested == "not needed"
+        with caplog.at_level(logging.INFO, logger="agentledger.worker"):
+            await log_outcome(h.store, run, outcome)
+        (line,) = [r.getMessage() for r in caplog.records if r.name == "agentledger.worker"]
+        far = time.strftime("%H:%M:%S", time.localtime(h.clock.now() + LONG))
+        assert "sleeping" not in line and far not in line, line
+        assert "cancel" in line, line
