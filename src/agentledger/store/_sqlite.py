@@ -19,12 +19,15 @@ read in SQL (``julianday('now')``) like PostgreSQL's server clock.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import operator
 import os
+import re
 import resource
 import sqlite3
 import time
-from collections.abc import Callable, MutableSequence
+from collections.abc import Callable, Mapping, MutableSequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -32,6 +35,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 from agentledger.errors import StoreCorrupt, StoreError, StoreLocked, StoreUnavailable, UsageError
 from agentledger.store._dialect import Dialect, WouldBlock, clean_params
 from agentledger.store._groupcommit import InlineCommitter, JournalCommitter
+from agentledger.store._placeholders import TOKENS
 from agentledger.store._queries.common import RUN_COLUMNS
 from agentledger.store._queries.migrations import MIGRATION_WAIT
 
@@ -129,6 +133,50 @@ def _host_failure(path: str, exc: BaseException) -> StoreUnavailable | None:
     return None
 
 
+Values = Callable[[Mapping[str, Any]], tuple[Any, ...]]
+
+
+def _no_values(params: Mapping[str, Any]) -> tuple[Any, ...]:
+    return ()
+
+
+@functools.lru_cache(maxsize=2048)
+def numbered(sql: str) -> tuple[str, Values]:
+    """``sql`` with its ``:name`` placeholders numbered (``?1``, ``?2``, ... in the order
+    the names first appear; a name used twice is one number, one value, as it was), and
+    the function that takes a statement's values out of its parameters, in that order.
+
+    Made once per text: the driver binds a tuple by position, where for named
+    parameters it makes each name's string anew and looks it up in the dict.
+    Placeholders are found as for every dialect (:data:`TOKENS`)."""
+    order: dict[str, str] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name is None:
+            return match.group(0)
+        return order.setdefault(name, f"?{len(order) + 1}")
+
+    text = TOKENS.sub(number, sql)
+    names = tuple(order)
+    if not names:
+        return text, _no_values
+    getter = operator.itemgetter(*names)
+    if len(names) == 1:
+        return text, lambda params: (getter(params),)
+    return text, getter
+
+
+def _take(values: Values, params: Mapping[str, Any]) -> tuple[Any, ...]:
+    """``values(params)``, a name without a value failing as the driver fails it."""
+    try:
+        return values(params)
+    except KeyError as exc:
+        raise sqlite3.ProgrammingError(
+            f"You did not supply a value for binding parameter :{exc.args[0]}."
+        ) from None
+
+
 class SQLiteDialect(Dialect):
     """SQLite hooks."""
 
@@ -217,16 +265,20 @@ class SQLiteDialect(Dialect):
         conn.execute(f"PRAGMA busy_timeout = {0 if nowait else self.busy_timeout_ms}")
 
     def execute(self, conn: Any, sql: str, params: dict[str, Any] | None = None) -> int:
-        cursor = conn.execute(sql, clean_params(params))
+        text, values = numbered(sql)
+        cursor = conn.execute(text, _take(values, clean_params(params)))
         return int(cursor.rowcount)
 
     def fetchall(
         self, conn: Any, sql: str, params: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        return [dict(row) for row in conn.execute(sql, clean_params(params)).fetchall()]
+        text, values = numbered(sql)
+        found = conn.execute(text, _take(values, clean_params(params))).fetchall()
+        return [dict(row) for row in found]
 
     def executemany(self, conn: Any, sql: str, rows: list[dict[str, Any]]) -> int:
-        cursor = conn.executemany(sql, [clean_params(row) for row in rows])
+        text, values = numbered(sql)
+        cursor = conn.executemany(text, [_take(values, clean_params(row)) for row in rows])
         return int(cursor.rowcount)
 
     def commit(self, conn: Any) -> None:

@@ -18,6 +18,7 @@ from psycopg.rows import dict_row
 
 from agentledger._failures import cause_of
 from agentledger.errors import StoreUnavailable
+from agentledger.store._placeholders import TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -82,20 +83,6 @@ DISCONNECT_STATES = frozenset(
     }
 )
 
-# ``:name`` placeholders outside quoted text; ``::`` casts and ``%`` are handled too.
-_TOKENS = re.compile(
-    r"""
-      '(?:[^']|'')*'            # a string literal
-    | "(?:[^"]|"")*"            # a quoted identifier
-    | --[^\n]*                  # a line comment
-    | ::                        # a cast, not a placeholder
-    | :(?P<name>[A-Za-z_]\w*)   # a placeholder
-    | %                         # psycopg's own placeholder marker: escape it
-    """,
-    re.VERBOSE,
-)
-
-
 def _replace_token(match: re.Match[str]) -> str:
     name = match.group("name")
     if name is not None:
@@ -112,7 +99,7 @@ def convert_placeholders(sql: str) -> str:
     >>> convert_placeholders("SELECT a::text FROM t WHERE b = :b AND c LIKE 'x:%'")
     "SELECT a::text FROM t WHERE b = %(b)s AND c LIKE 'x:%%'"
     """
-    return _TOKENS.sub(_replace_token, sql)
+    return TOKENS.sub(_replace_token, sql)
 
 
 def one_line(text: str, limit: int = 300) -> str:
