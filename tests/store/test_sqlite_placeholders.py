@@ -30,18 +30,13 @@ def test_each_name_is_one_number_in_order_of_first_use() -> None:
 
 
 def test_quotes_comments_and_casts_hold_no_placeholder() -> None:
-    sql = (
-        "SELECT ':x', 'it''s :y', \"c:z\", a::text, /* :w\n :v */ :p -- :q\n, :r||:s"
-    )
+    sql = "SELECT ':x', 'it''s :y', \"c:z\", a::text, /* :w\n :v */ :p -- :q\n, :r||:s"
     text, values = numbered(sql)
-    assert text == (
-        "SELECT ':x', 'it''s :y', \"c:z\", a::text, /* :w\n :v */ ?1 -- :q\n, ?2||?3"
-    )
+    assert text == ("SELECT ':x', 'it''s :y', \"c:z\", a::text, /* :w\n :v */ ?1 -- :q\n, ?2||?3")
     assert values({"p": 1, "r": 2, "s": 3}) == (1, 2, 3)
     # The same placeholders for PostgreSQL.
     assert convert_placeholders(sql) == (
-        "SELECT ':x', 'it''s :y', \"c:z\", a::text, /* :w\n :v */ %(p)s -- :q\n, "
-        "%(r)s||%(s)s"
+        "SELECT ':x', 'it''s :y', \"c:z\", a::text, /* :w\n :v */ %(p)s -- :q\n, %(r)s||%(s)s"
     )
 
 

@@ -83,6 +83,7 @@ DISCONNECT_STATES = frozenset(
     }
 )
 
+
 def _replace_token(match: re.Match[str]) -> str:
     name = match.group("name")
     if name is not None:
