@@ -9,12 +9,15 @@ with the worker process); the worker runs tests/apps/engine_app.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -50,10 +53,28 @@ def _cli(env: Env, *args: str) -> subprocess.Popen[str]:
     )
 
 
+def _past_its_imports(proc: subprocess.Popen[str], give_up: float = 60.0) -> None:
+    """Return once ``proc`` holds a socket or a database file open (its event loop or its
+    store: its imports are done), or has ended. A kill during the imports tests nothing:
+    the random points below are taken from here, so they land in the command's work
+    however slowly the machine imports."""
+    deadline = time.monotonic() + give_up
+    fds = Path(f"/proc/{proc.pid}/fd")
+    while proc.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            for fd in fds.iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:") or target.endswith(".db"):
+                        return
+        time.sleep(0.01)
+
+
 def _kill_at_random(proc: subprocess.Popen[str], rng: random.Random, tries: int) -> None:
-    """SIGSTOP at a random moment of its life (maybe inside its transaction), then
+    """SIGSTOP at a random moment of its work (maybe inside its transaction), then
     SIGKILL: the command never gets to finish what it began (the window widens with
     each try, so one does get through on a slow machine)."""
+    _past_its_imports(proc)
     time.sleep(rng.uniform(0.0, 0.4 * tries))  # a random point, not a timed assertion
     if proc.poll() is not None:
         proc.communicate(timeout=30)

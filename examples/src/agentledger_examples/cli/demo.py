@@ -209,9 +209,14 @@ async def _demo(
     stop = asyncio.Event()
     approver: asyncio.Task[int] | None = None
     try:
-        sandbox.start()
         env = {k: os.environ.get(k, v) for k, v in CHAOS_TIMEOUTS.items()} if faults else {}
+        # The workers start while the sandbox does (both take a while to import): no run
+        # is submitted before the sandbox answers, so none calls it early.
         pool = WorkerPool(url, sandbox.url, size=workers, env=env, log_dir=tmp).start()
+        sandbox.start()
+        if sandbox.url != pool.stayhub_url:  # its port was taken: it moved to another
+            pool.stop()
+            pool = WorkerPool(url, sandbox.url, size=workers, env=env, log_dir=tmp).start()
         approver = asyncio.create_task(approve_as_guests(store, stop))
         ids = [
             await app.submit(

@@ -144,16 +144,18 @@ class SandboxServer:
         for attempt in range(3):
             self._proc = self._spawn()
             deadline = time.monotonic() + self.startup_timeout
-            while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
-                    break
-                try:
-                    with httpx.Client(trust_env=False, timeout=0.5) as client:
+            # One client for the whole wait: a client is costly to make (it builds a TLS
+            # context), and a new one per poll takes the CPU the starting sandbox needs.
+            with httpx.Client(trust_env=False, timeout=0.5) as client:
+                while time.monotonic() < deadline:
+                    if self._proc.poll() is not None:
+                        break
+                    try:
                         if client.get(f"{self.url}/healthz").status_code == 200:
                             return self
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.05)
+                    except httpx.TransportError:
+                        pass
+                    time.sleep(0.05)
             code = self._proc.poll()
             self._reap()
             if code is None or not self._auto_port or attempt == 2:
