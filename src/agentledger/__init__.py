@@ -5,8 +5,9 @@
 Public names are listed in ``__all__`` (pinned by a test).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentledger import _lazy
 
 if TYPE_CHECKING:
     from agentledger._agent import Agent
@@ -100,19 +101,6 @@ _SOURCES: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _SOURCES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentledger' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next access finds it without calling back here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
-
 __version__ = "0.1.0"
 
 __all__ = [
@@ -163,3 +151,5 @@ __all__ = [
     "open_store",
     "tool",
 ]
+
+__getattr__, __dir__ = _lazy.lazy_names(__name__, _SOURCES, __all__)
