@@ -3,10 +3,7 @@
 :class:`EnvSettings` names each variable (its field, upper-cased, after
 ``AGENTLEDGER_``), its type, its default and what it does; :func:`current` reads the
 environment as it is now, so a variable set after import (a test, a parent process
-building a child's environment) is seen. The model is a plain pydantic model filled from
-the environment by name (:meth:`EnvSettings.from_environ`), not a settings library's: every
-process that reads a variable -- a worker, a command, an app built on the package -- would
-pay for importing one. An invalid value raises :class:`UsageError`
+building a child's environment) is seen. An invalid value raises :class:`UsageError`
 in one line naming the variable, what it accepts and how to get the default.
 
 The README's table of variables is rendered from the model (:func:`render_table`;
@@ -21,15 +18,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, get_args, get_origin
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    ValidationInfo,
-)
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError, ValidationInfo
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentledger.errors import UsageError
 
@@ -165,10 +155,11 @@ def _choice(*choices: str) -> Callable[[Any, ValidationInfo], Any]:
 Seconds = Annotated[float, BeforeValidator(_seconds())]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Text = Annotated[str, BeforeValidator(_text)]
-Words = Annotated[tuple[str, ...], BeforeValidator(_words)]
+# NoDecode: a list is words, not the JSON pydantic-settings expects by default.
+Words = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_words)]
 
 
-class EnvSettings(BaseModel):
+class EnvSettings(BaseSettings):
     """The process's settings from ``AGENTLEDGER_*`` environment variables.
 
     Unset or empty: the default. Secrets are :class:`~pydantic.SecretStr` so they
@@ -178,7 +169,13 @@ class EnvSettings(BaseModel):
     naming the variable there too.
     """
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX,
+        case_sensitive=False,
+        env_ignore_empty=True,
+        extra="ignore",
+        frozen=True,
+    )
 
     # The commands.
     db: Text = Field(
@@ -313,8 +310,8 @@ class EnvSettings(BaseModel):
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> EnvSettings:
-        """The settings an environment gives: this process's (:func:`current`) or
-        another one's. A variable set to an empty value is unset."""
+        """The settings an environment other than this process's gives (empty values
+        are unset, as in :func:`current`)."""
         given = {}
         for name in cls.model_fields:
             value = environ.get(env_name(name), "")
@@ -359,8 +356,8 @@ def current() -> EnvSettings:
 
 @functools.lru_cache(maxsize=8)
 def _built(values: tuple[str | None, ...]) -> EnvSettings:
-    # ``values`` is only the cache key: the variables are read from the environment.
-    return EnvSettings.from_environ(os.environ)
+    # ``values`` is only the cache key: the model reads the environment itself.
+    return _checked(lambda: EnvSettings())
 
 
 _NAMES = tuple(env_name(name) for name in EnvSettings.model_fields)

@@ -77,23 +77,3 @@ def test_a_worker_with_nothing_to_deliver_imports_no_http_client_and_no_tables(
     )
     assert "agentledger.worker" in loaded and "agentledger.service._webhooks" in loaded
     assert not {m for m in loaded if m.split(".")[0] in ("httpx", "rich")}
-
-
-def test_a_worker_reads_its_settings_without_a_settings_library(tmp_path: Path) -> None:
-    """The ``AGENTLEDGER_*`` variables are read by a plain pydantic model: a settings
-    library (its import pulled in dotenv, argparse and the email package) would be paid by
-    every process that reads one, a worker, a command, an app built on the package."""
-    db = f"sqlite:///{tmp_path / 'agentledger.db'}"
-    loaded = modules_after(
-        "import os\n"
-        "os.environ['AGENTLEDGER_STUCK_AFTER'] = '30'\n"
-        "from agentledger import _envsettings\n"
-        "assert _envsettings.current().stuck_after == 30.0\n"
-        "from agentledger.cli._main import cli\n"
-        "try:\n"
-        f"    cli(['worker', '--app', 'tests.apps.engine_app:app', '--db', {db!r}, '--burst'])\n"
-        "except SystemExit as exc:\n"
-        "    assert not exc.code, exc.code\n"
-    )
-    assert "agentledger.worker" in loaded and "agentledger._envsettings" in loaded
-    assert not {m for m in loaded if m.split(".")[0] in ("pydantic_settings", "dotenv")}
