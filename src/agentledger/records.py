@@ -174,6 +174,21 @@ class Step:
             self.status == StepStatus.FAILED and self.error_class == "not_journalable"
         )
 
+    def outcome_unknown(self) -> bool:
+        """Whether this write (a tool or compensation step) may have applied without its
+        outcome journaled: ``started`` or ``unknown``, or ``retrying`` after an attempt
+        that may have reached the provider."""
+        if self.kind not in ("tool", "compensation"):
+            return False
+        if self.status in (StepStatus.STARTED, StepStatus.UNKNOWN):
+            return True
+        retry = self.output.get("retry") if isinstance(self.output, dict) else None
+        return (
+            self.status == StepStatus.RETRYING
+            and isinstance(retry, dict)
+            and bool(retry.get("maybe_applied"))
+        )
+
 
 @dataclass
 class Effect:

@@ -44,7 +44,7 @@ from agentledger.engine._signals import (
 )
 from agentledger.engine._workflow_runner import run_workflow
 from agentledger.errors import StoreError, StoreUnavailable
-from agentledger.records import TRACEBACK_START, Run, RunStatus, Step, StepStatus
+from agentledger.records import TRACEBACK_START, Run, RunStatus
 from agentledger.store._base import NewEvent
 from agentledger.store._sqlstore import Store
 
@@ -269,27 +269,13 @@ def in_flight(exe: Execution) -> str | None:
     ``started`` or ``unknown`` may have been applied, so the run goes to a human
     instead of a terminal state that would hide it.
     """
-    stuck = [step for step in exe.journal.values() if _unsettled(step)]
+    stuck = [step for step in exe.journal.values() if step.outcome_unknown()]
     if not stuck:
         return None
     step = min(stuck, key=lambda s: s.step_no)  # the first one, by the journal's order
     return (
         f"step {step.step_no} ({step.name}, key {step.idempotency_key}) is still in "
         "flight: its outcome is unknown; check with the provider, then resolve the run"
-    )
-
-
-def _unsettled(step: Step) -> bool:
-    """Whether a tool step may have applied without its outcome journaled."""
-    if step.kind not in ("tool", "compensation"):
-        return False
-    if step.status in (StepStatus.STARTED, StepStatus.UNKNOWN):
-        return True
-    retry = step.output.get("retry") if isinstance(step.output, dict) else None
-    return (
-        step.status == StepStatus.RETRYING
-        and isinstance(retry, dict)
-        and bool(retry.get("maybe_applied"))
     )
 
 

@@ -120,11 +120,6 @@ def confirmed_effect(step: Step) -> bool:
     return step.took_effect()
 
 
-def _maybe_applied(step: Step) -> bool:
-    retry = step.output.get("retry") if isinstance(step.output, dict) else None
-    return isinstance(retry, dict) and bool(retry.get("maybe_applied"))
-
-
 def effect_state(step: Step) -> str | None:
     """What the journal says of a step's side effect.
 
@@ -136,9 +131,7 @@ def effect_state(step: Step) -> str | None:
         return None
     if confirmed_effect(step):
         return "executed"
-    if step.status in (StepStatus.STARTED, StepStatus.UNKNOWN) or (
-        step.status == StepStatus.RETRYING and _maybe_applied(step)
-    ):
+    if step.outcome_unknown():
         return "unknown"
     if step.status == StepStatus.RETRYING:
         return "not_applied"

@@ -54,7 +54,7 @@ def create_run(tx: Tx, new: NewRun) -> Run:
     retried after its COMMIT reply was lost finds the run the first attempt made.
     """
     params = run_params(new)
-    params.update(actor=new.user_id or "api", data=dumps({"input": new.input}), at=time.time())
+    actor, submitted = new.user_id or "api", {"input": new.input}
     now = tx.now
     # ON CONFLICT: a request id already used (a retried submit), or a second submitter
     # with the same id whose INSERT meets ours in flight (it waits for ours), inserts
@@ -70,6 +70,8 @@ def create_run(tx: Tx, new: NewRun) -> Run:
         f"ON CONFLICT (request_id) DO NOTHING RETURNING {RUN_COLUMNS}"
     )
     one = tx.dialect.submit_sql(insert_run, _SUBMITTED_FROM_RUN)
+    if one is not None:
+        params.update(actor=actor, data=dumps(submitted), at=time.time())
     inserted = tx.fetchall(one if one is not None else insert_run, params)
     if not inserted:
         existing = find_request(tx, new.request_id) if new.request_id is not None else None
@@ -77,18 +79,14 @@ def create_run(tx: Tx, new: NewRun) -> Run:
             raise StoreError(f"submit {clean_text(str(new.request_id))!r} conflicted and vanished")
         return existing
     if one is None:
-        tx.execute(_SUBMITTED, params)
+        insert_event(tx, params["id"], "run.submitted", actor, submitted, seq=1)
         tx.dialect.notify_runnable(tx.conn)
     return rows.run_from(inserted[0])
 
 
-# A new run's first event, seq 1 (the run row is inserted with ``event_seq`` 1).
-_SUBMITTED = (
-    "INSERT INTO events (run_id, at, type, actor, data, seq) "
-    "VALUES (:id, :at, 'run.submitted', :actor, :data, 1)"
-)
-# The same, in one statement with the run's INSERT (``Dialect.submit_sql``); typed,
-# since an INSERT ... SELECT does not take its values' types from the table.
+# A new run's first event, seq 1 (the run row is inserted with ``event_seq`` 1), in one
+# statement with the run's INSERT (``Dialect.submit_sql``); typed, since an INSERT ...
+# SELECT does not take its values' types from the table.
 _SUBMITTED_FROM_RUN = (
     "INSERT INTO events (run_id, at, type, actor, data, seq) SELECT run.id, "
     "CAST(:at AS DOUBLE PRECISION), 'run.submitted', CAST(:actor AS TEXT), "
