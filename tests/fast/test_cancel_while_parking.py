@@ -32,19 +32,26 @@ def _app() -> App:
     return app
 
 
+def _cancel_while_parking(h: Harness, run_id: str) -> Any:
+    """Make the store cancel ``run_id`` right after the sleep step's write, before the
+    park commits; return the store's own commit, to put back."""
+    spied = h.store.commit
+
+    async def cancel_after_the_sleep_step(batch: Batch) -> None:
+        await spied(batch)
+        if any(s.name == "sleep" for s in batch.steps):  # the next write is the park
+            await h.store.cancel_run(run_id, "not needed", "ops:alice")
+
+    h.store.commit = cancel_after_the_sleep_step  # type: ignore[method-assign]
+    return spied
+
+
 async def test_a_cancel_between_the_sleep_step_and_the_park_is_due_at_once(
     tmp_path: Path,
 ) -> None:
     async with Harness(tmp_path, _app()) as h:
         run_id = await h.submit("sleeper")
-        spied = h.store.commit
-
-        async def cancel_after_the_sleep_step(batch: Batch) -> None:
-            await spied(batch)
-            if any(s.name == "sleep" for s in batch.steps):  # the next write is the park
-                await h.store.cancel_run(run_id, "not needed", "ops:alice")
-
-        h.store.commit = cancel_after_the_sleep_step  # type: ignore[method-assign]
+        spied = _cancel_while_parking(h, run_id)
         assert await h.execute(run_id) == RunStatus.WAITING
         h.store.commit = spied  # type: ignore[method-assign]
         run = await h.run(run_id)
@@ -65,14 +72,7 @@ async def test_a_parked_run_made_due_by_a_cancel_is_logged_as_due(
 ) -> None:
     async with Harness(tmp_path, _app()) as h:
         run_id = await h.submit("sleeper")
-        spied = h.store.commit
-
-        async def cancel_after_the_sleep_step(batch: Batch) -> None:
-            await spied(batch)
-            if any(s.name == "sleep" for s in batch.steps):  # the next write is the park
-                await h.store.cancel_run(run_id, "not needed", "ops:alice")
-
-        h.store.commit = cancel_after_the_sleep_step  # type: ignore[method-assign]
+        spied = _cancel_while_parking(h, run_id)
         run = await h.claim(run_id, "w1")
         outcome = await execute_run(h.store, h.app, run, "w1", clock=h.clock)
         h.store.commit = spied  # type: ignore[method-assign]
