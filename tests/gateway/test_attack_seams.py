@@ -168,8 +168,9 @@ def _python(code: str, *args: str, timeout: float = 120) -> subprocess.Completed
 @pytest.mark.parametrize(
     "entry",
     [
-        "agentledger.cli._main",  # `agentledger worker`, `prune`, `audit`, `serve`
-        "agentledger.cli._ops",  # the example command's worker
+        # What `agentledger worker`, `prune` and the example command's worker import
+        # before they run (tests/cli/test_command_loading.py holds them to it).
+        "agentledger.cli._features",
         "agentledger.service._app",  # `serve --workers-inline N`
         "agentledger.testing",  # the public Harness
     ],

@@ -7,18 +7,16 @@ import errno
 import json
 import os
 import socket
-import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import wraps
 from typing import Any, TypeVar
 
 import click
 
-from agentledger import _envsettings as envsettings
 from agentledger._canonical import MAX_DEPTH, NotJournalable, journal_value
-from agentledger._failures import cause_of
+from agentledger.cli._guard import fail as fail  # the commands' one-line exit, re-exported
 from agentledger.cli._text import json_safe
-from agentledger.errors import AgentLedgerError, UsageError
+from agentledger.errors import UsageError
 from agentledger.store import DEFAULT_URL, Store, open_store
 from agentledger.store._sqlite import sqlite_path
 
@@ -176,34 +174,3 @@ def check_text(value: str | None, option: str, limit: int | None = 200) -> None:
         raise click.UsageError(f"{option} must not contain control characters")
     if len(value) > limit:
         raise click.UsageError(f"{option} is longer than {limit} characters")
-
-
-def debug_enabled() -> bool:
-    """``AGENTLEDGER_DEBUG`` is on; off when any variable is unusable (the error about it
-    is what is being shown)."""
-    try:
-        return envsettings.current().debug
-    except UsageError:
-        return False
-
-
-def fail(message: str, code: int = 2) -> None:
-    click.secho(f"error: {message}", fg="red", err=True)
-    sys.exit(code)
-
-
-def guarded(main: Callable[[], Any]) -> Callable[[], Any]:
-    """Turn known errors into one line on stderr and a non-zero exit."""
-
-    @wraps(main)
-    def wrapper() -> Any:
-        try:
-            return main()
-        except AgentLedgerError as exc:
-            if debug_enabled():
-                raise
-            fail(cause_of(exc))
-        except KeyboardInterrupt:
-            sys.exit(130)
-
-    return wrapper

@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from agentledger import _heap as heap
-from agentledger._app import load_app
 from agentledger._clock import SYSTEM
 from agentledger._extras import require
 from agentledger.cli._common import (
@@ -162,6 +161,7 @@ def worker(
     startup_signals.install()
     # Imported here, not with the module: the module's other commands (migrate,
     # approvals, outbox) and `worker --help` run no steps.
+    from agentledger._app import load_app
     from agentledger.worker._runlog import configure_logging
     from agentledger.worker._worker import Worker, WorkerFailed
 
@@ -407,6 +407,7 @@ def outbox(ctx: click.Context, app_path: str | None, db: str) -> None:
         return
     if not app_path:
         raise click.UsageError("pass --app module:app to deliver, or use `outbox dead`")
+    from agentledger._app import load_app
     from agentledger._outbox import OutboxDispatcher
     from agentledger.worker._liveness import make_owner_id
 
@@ -453,7 +454,12 @@ async def outbox_dead(db: str, as_json: bool) -> None:
 
 def worker_companions(config: WorkerConfig) -> list[Companion]:
     """The side tasks of an ``agentledger worker``: the stuck-run detector, and the
-    webhook dispatcher unless ``--no-webhooks``."""
+    webhook dispatcher unless ``--no-webhooks``.
+
+    Every worker the commands start (``worker``, ``example``, the benchmarks) gets its
+    side tasks here, so here its process also registers the gateway's hooks and the
+    audit chain (``cli/_features.py``) before the worker starts."""
+    from agentledger.cli import _features  # noqa: F401
     from agentledger.observe import _stuck as stuck
 
     found = [stuck.companion()]

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from agentledger import _prune as pruning
+from agentledger.cli import _features  # noqa: F401  # the audit chain it prunes
 from agentledger.cli._common import db_option, json_option, print_json, run_async, with_store
 from agentledger.cli._keys import parse_duration
 from agentledger.errors import UsageError

@@ -6,7 +6,7 @@ dead letter)."""
 from __future__ import annotations
 
 import getpass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,10 +20,14 @@ from agentledger.cli._common import (
     with_store,
 )
 from agentledger.errors import StoreError, StoreLocked, StoreUnavailable, UsageError
-from agentledger.observe._queries import resume as observe_resume
-from agentledger.observe._queries.resume import ResumeNeedsForce, ResumePlan, ResumeRefused
 from agentledger.store import Store
 from agentledger.store._queries.common import new_token
+
+if TYPE_CHECKING:
+    from agentledger.observe._queries.resume import ResumePlan
+
+# The resume plan (observe/_queries/resume.py) loads the engine's execution; imported by
+# the commands that use it, not with the `runs` group (`runs list` never does).
 
 
 def _actor(actor: str | None) -> str:
@@ -133,6 +137,8 @@ async def resume(
     if status is not None and from_step is not None:
         raise UsageError("--from-step applies to one run; drop it with --status")
     who = _actor(actor)
+    from agentledger.observe._queries import resume as observe_resume
+    from agentledger.observe._queries.resume import ResumeNeedsForce, ResumeRefused
 
     async def go(store: Store) -> list[tuple[str, ResumePlan | str | Exception]]:
         ids = (
@@ -228,6 +234,8 @@ def _summary(
     results: list[tuple[str, ResumePlan | str | Exception]], dry_run: bool, force: bool
 ) -> str:
     """A bulk resume's counts, after its one line per run."""
+    from agentledger.observe._queries.resume import ResumePlan
+
     refused = sum(1 for _, r in results if isinstance(r, str))
     errors = sum(1 for _, r in results if isinstance(r, Exception))
     plans = [r for _, r in results if isinstance(r, ResumePlan)]
@@ -289,6 +297,9 @@ async def settle(
         result = parse_json_input(result_json, "--result")
     elif result_json is not None:
         raise UsageError("--result goes with --applied only")
+    from agentledger.observe._queries import resume as observe_resume
+    from agentledger.observe._queries.resume import ResumeRefused
+
     try:
         step = await with_store(
             db,
@@ -317,6 +328,8 @@ async def outbox_retry(key: str, actor: str | None, db: str) -> None:
     check_text(key, "KEY", limit=None)
     # One token per retry asked for: a retry committed before its reply was lost
     # answers done when the store runs it again (the letter is no longer dead then).
+    from agentledger.observe._queries import resume as observe_resume
+
     token = new_token()
     done = await with_store(
         db, lambda s: s.transact(observe_resume.retry_outbox, key, _actor(actor), token)

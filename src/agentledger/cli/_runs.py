@@ -10,8 +10,6 @@ import click
 from rich import box
 from rich.table import Table
 
-from agentledger import _envsettings as envsettings
-from agentledger._app import load_app
 from agentledger.cli._common import (
     check_text,
     db_option,
@@ -31,7 +29,6 @@ from agentledger.cli._routing import (
 from agentledger.cli._tables import audit_view, journal_notes, journal_view
 from agentledger.cli._text import cell, console, json_safe, markup_safe
 from agentledger.errors import UsageError
-from agentledger.observe._stuck import stuck_runs
 from agentledger.records import Approval, Run, RunStatus, WorkerInfo, error_parts
 from agentledger.store import DEFAULT_URL, NewRun, Store
 from agentledger.worker._liveness import is_dead_local_owner
@@ -85,6 +82,9 @@ async def submit(
                           (user, "--user")):  # fmt: skip
         check_text(value, option)
     payload = parse_json_input(input_json)
+    # Imported here: the app (and the models it imports) only when --app names one.
+    from agentledger._app import load_app
+
     app = load_app(app_path) if app_path else None
     if app is not None:  # before the database is opened (or created)
         check_known(name, version, app.targets(), f"in {app_path}")
@@ -161,6 +161,8 @@ async def list_runs(
     async def go(store: Store) -> tuple[list[Run], list[WorkerInfo], list[Approval]]:
         found = await store.list_runs(status=status, name=name, limit=limit)
         if stuck:  # observe/_stuck.py decides what is stuck
+            from agentledger.observe._stuck import stuck_runs
+
             found = [r for r in await stuck_runs(store, name, limit) if status in (None, r.status)]
         return found, await store.list_workers(), await store.get_approvals(pending=True)
 
@@ -304,6 +306,8 @@ async def show_run(run_id: str, db: str, as_json: bool, verbose: bool = False) -
         f"epoch={run.lease_epoch} {resumes_text(run.resumes, by_operator)}",
         soft_wrap=True,  # one line: its figures are read (and grepped) together
     )
+    from agentledger import _envsettings as envsettings  # loads pydantic-settings
+
     db_flag = "" if db in (DEFAULT_URL, envsettings.current().db) else f" --db {db}"
     for line in run_story(run, verbose, db_flag):
         out.print(line, soft_wrap=True)
