@@ -52,7 +52,8 @@ def insert_rows(url: str, rows: list[Row]) -> None:
             def execute(sql: str, params: dict[str, Any]) -> None:
                 cur.execute(convert_placeholders(sql), params)
 
-        _insert(PlainTx, rows)  # type: ignore[arg-type]
+        with conn.pipeline():  # one round trip for the lot, not one per row
+            _insert(PlainTx, rows)  # type: ignore[arg-type]
         conn.commit()
     finally:
         conn.close()

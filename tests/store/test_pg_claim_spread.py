@@ -176,13 +176,13 @@ WORLDS = [
 def test_many_tenants_follow_the_model(
     pg_url: str, conns: list[Any], limit: int, tenants: int, ties: bool, held_share: float
 ) -> None:
-    for seed in range(4):
+    for seed in range(2):
         rows = many_tenants(seed * 97 + limit, limit, time.time(), tenants=tenants, ties=ties)
         _run_world(pg_url, conns, rows, limit, held_share, seed)
         _clear(pg_url)
 
 
-@pytest.mark.parametrize("limit", [1, 2, 4, 7])
+@pytest.mark.parametrize("limit", [1, 4, 7])
 @pytest.mark.parametrize("delta", [-1, 0, 1])
 def test_around_ten_times_the_limit_due(
     pg_url: str, conns: list[Any], limit: int, delta: int
