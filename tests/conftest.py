@@ -23,9 +23,7 @@ where they fail: CI must never go green by skipping the production backend.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -37,6 +35,7 @@ import agentledger.gateway
 import agentledger.service  # noqa: F401
 from agentledger.store import Store, open_store
 from tests import dbutil, netguard
+from tests import sqlite_template as sqlite_files
 from tests.engine.helpers import Env
 from tests.pgcluster import ClusterUnavailable, PrivateCluster
 from tests.store.pgproxy import LossyProxy
@@ -149,30 +148,17 @@ def pg_url(_pg_session: None) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite file with the current schema, migrated once per test process.
-
-    A fresh file costs a migration (tens of DDL statements and their fsyncs, a tenth of
-    a second or more on a busy disk); a copy of this one costs a file copy. The tests of
-    migrating a fresh file make their own (``empty_url``, their own paths)."""
-    path = tmp_path_factory.mktemp("sqlite-template") / "migrated.db"
-
-    async def build() -> None:
-        opened = open_store(f"sqlite:///{path}")
-        await opened.open()
-        await opened.close()
-
-    asyncio.run(build())
-    assert not Path(f"{path}-wal").exists()  # checkpointed: the one file is the database
-    return path
+def sqlite_template() -> Path:
+    """A SQLite file with the current schema, migrated once per test process
+    (tests/sqlite_template.py); :func:`migrated_sqlite` copies it. The tests of migrating
+    a fresh file make their own (``empty_url``, their own paths)."""
+    return sqlite_files.template()
 
 
 def migrated_sqlite(template: Path, path: Path) -> str:
     """Copy the migrated ``template`` to ``path`` (a new file) and return its URL: the
     database as a first ``store.open()`` leaves it."""
-    assert not path.exists(), path
-    shutil.copyfile(template, path)
-    return f"sqlite:///{path}"
+    return sqlite_files.migrated_copy(path, template)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -19,6 +19,7 @@ from agentledger.engine._runner import execute_run
 from agentledger.records import Event, Run, Step
 from agentledger.store._base import Batch
 from agentledger.store._sqlstore import Store
+from tests.sqlite_template import migrated_copy
 
 KILLED = "killed"
 
@@ -37,6 +38,11 @@ class Harness:
         self.app = app
         if url is not None and url.startswith("sqlite:///"):
             self.path = Path(url.removeprefix("sqlite:///"))
+        if url is None and not self.path.exists():
+            # A copy of the migrated file: the database as a first open leaves it, without
+            # a migration per harness. A harness opened again on the same folder (a
+            # restart) keeps the file it finds.
+            migrated_copy(self.path)
         self.url = url or f"sqlite:///{self.path}"
         self.store: Store = open_store(self.url)
         # Far enough in the past that anything parked on it is due by the DB's clock.
