@@ -6,13 +6,16 @@ other packages' ``conftest.py`` files cannot shadow them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import httpx
 import pytest
 
 from agentledger_examples.stayhub.sandbox import SandboxServer
+
+T = TypeVar("T")
 
 STAY: dict[str, Any] = {
     "hotel_id": "h-lis-1",
@@ -64,3 +67,67 @@ def sb(server: SandboxServer) -> SandboxServer:
 def api(sb: SandboxServer) -> Iterator[StayHub]:
     with StayHub(base_url=sb.url, trust_env=False, timeout=10) as client:
         yield client
+
+
+#: The first length of a window a test opens (a hold, an outage, a lag, a time to live).
+FIRST_WINDOW = 0.5
+#: Past this length a miss is a failure: something keeps the window from being seen.
+LAST_WINDOW = 32.0
+
+
+class Missed(Exception):
+    """A try saw its window closed before it was done: the next try gets a longer one."""
+
+
+class Window:
+    """A window of ``length`` seconds opened at ``opened`` (``time.monotonic()``, taken
+    before the window was asked for, so the window ends after ``opened + length``)."""
+
+    def __init__(self, length: float) -> None:
+        self.length = length
+        self.opened = time.monotonic()
+
+    def check(self, seen: bool) -> None:
+        """``seen``: what the try observed is what the window shows. Otherwise it is a
+        miss when the window may have closed by now, a failure when it was surely open."""
+        if seen:
+            return
+        if time.monotonic() >= self.opened + self.length:
+            raise Missed
+        raise AssertionError(f"not what a window open {self.length} s shows")
+
+
+def within_window(attempt: Callable[[float], T], first: float = FIRST_WINDOW) -> T:
+    """``attempt(length)`` with a window ``length`` seconds long, doubled after each
+    :class:`Missed`. A short window keeps the test from waiting it out; a loaded machine
+    can let it close before the test looks, so a miss is followed by a longer one (miss
+    or not is judged by what the try saw and the window's clock, never by how long a
+    request took)."""
+    length = first
+    while length <= LAST_WINDOW:
+        try:
+            return attempt(length)
+        except Missed:
+            length *= 2
+    raise AssertionError(f"no window up to {LAST_WINDOW} s was seen open")
+
+
+async def within_window_async(
+    attempt: Callable[[float], Awaitable[T]], first: float = FIRST_WINDOW
+) -> T:
+    """:func:`within_window` for a try that is a coroutine."""
+    length = first
+    while length <= LAST_WINDOW:
+        try:
+            return await attempt(length)
+        except Missed:
+            length *= 2
+    raise AssertionError(f"no window up to {LAST_WINDOW} s was seen open")
+
+
+@pytest.fixture
+def windows() -> Any:
+    """This module (``within_window``, ``within_window_async``, ``Window``, ``Missed``)."""
+    import sys
+
+    return sys.modules[__name__]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import pytest
 
 from agentledger_examples.stayhub.sandbox import SandboxServer, check_invariants
 
@@ -80,29 +80,41 @@ def test_status_by_key(api: StayHub) -> None:
     assert generic["response"] == booking
 
 
-async def test_in_progress_and_pending_while_held(sb: SandboxServer, api: StayHub) -> None:
-    # Held 5 s: the status read and the second request come while it is held on a loaded
-    # machine too (held 1.2 s, the second request could come after it and be a replay).
-    sb.set_faults("bookings.create:hold,hold=5,count=1")
-    async with httpx.AsyncClient(base_url=sb.url, trust_env=False, timeout=30) as client:
-        headers = {"Idempotency-Key": "run-d:1"}
-        first = asyncio.create_task(client.post("/bookings", json=api.stay, headers=headers))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # until the held request has reached the sandbox
-            status = (await client.get("/bookings/by-key/run-d:1")).json()
-            if status != {"status": "not_found"}:
-                break
-            await asyncio.sleep(0.02)
-        assert status == {"status": "pending"}
-        concurrent = await client.post("/bookings", json=api.stay, headers=headers)
-        assert concurrent.status_code == 409
-        assert concurrent.json() == {"error": "request_in_progress"}
-        assert sb.ledger() == []
-        done = await first
-        assert done.status_code == 201
-        status = (await client.get("/bookings/by-key/run-d:1")).json()
-        assert status["status"] == "succeeded" and status["response"] == done.json()
-    assert len(sb.ledger()) == 1
+async def test_in_progress_and_pending_while_held(
+    sb: SandboxServer, api: StayHub, windows: Any
+) -> None:
+    """While a request is held, its key's status is pending, a second request with the
+    key is refused 409 and nothing is applied; then the first applies once."""
+
+    async def held(hold: float) -> None:
+        sb.clear_faults()
+        sb.reset()
+        key = f"run-d:{hold}"
+        window = windows.Window(hold)
+        sb.set_faults(f"bookings.create:hold,hold={hold},count=1")
+        async with httpx.AsyncClient(base_url=sb.url, trust_env=False, timeout=60) as client:
+            headers = {"Idempotency-Key": key}
+            first = asyncio.create_task(client.post("/bookings", json=api.stay, headers=headers))
+            try:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:  # until the held request reached the sandbox
+                    status = (await client.get(f"/bookings/by-key/{key}")).json()
+                    if status != {"status": "not_found"}:
+                        break
+                    await asyncio.sleep(0.02)
+                window.check(status == {"status": "pending"})
+                concurrent = await client.post("/bookings", json=api.stay, headers=headers)
+                window.check(concurrent.status_code == 409)
+                assert concurrent.json() == {"error": "request_in_progress"}
+                window.check(sb.ledger() == [])
+            finally:
+                done = await first
+            assert done.status_code == 201
+            status = (await client.get(f"/bookings/by-key/{key}")).json()
+            assert status["status"] == "succeeded" and status["response"] == done.json()
+        assert len(sb.ledger()) == 1
+
+    await windows.within_window_async(held)
 
 
 async def test_concurrent_same_key_applies_once(sb: SandboxServer, api: StayHub) -> None:
@@ -118,27 +130,37 @@ async def test_concurrent_same_key_applies_once(sb: SandboxServer, api: StayHub)
     assert len(sb.ledger()) == 1
 
 
-def test_timeout_after_commit(api: StayHub, sb: SandboxServer) -> None:
-    # The answer is held ten times longer than the client waits: a client the loaded
-    # machine stalls still gives up first (held 1.5 s with the elapsed time asserted
-    # under 1.4 s, a stalled client failed the test). The sandbox says when the hold
-    # ended the client was gone: the answer was dropped, never delivered.
-    sb.set_faults("bookings.create:timeout_after_commit,hold=5")
-    with pytest.raises(httpx.ReadTimeout):
-        api.book("run-f:1", timeout=0.5)
-    deadline = time.monotonic() + 60
-    while sb.fault_stats()["dropped"] != {"bookings.create": 1} and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sb.fault_stats()["dropped"] == {"bookings.create": 1}
-    effects = sb.ledger()
-    assert [(e["kind"], e["idempotency_key"]) for e in effects] == [("booking", "run-f:1")]
-    status = api.get("/bookings/by-key/run-f:1").json()
-    assert status["status"] == "succeeded"
-    assert status["response"]["booking_id"] == effects[0]["booking_id"]
-    sb.clear_faults()
-    retry = api.book("run-f:1")  # the retry with the same key is a replay
-    assert retry.headers["idempotent-replayed"] == "true"
-    assert len(sb.ledger()) == 1
+def test_timeout_after_commit(api: StayHub, sb: SandboxServer, windows: Any) -> None:
+    # The answer is held four times longer than the client waits; a client the loaded
+    # machine stalls past the hold gets the answer: a miss, tried again with a longer hold.
+    # The sandbox says when the hold ended the client was gone: the answer was dropped,
+    # never delivered.
+    def dropped(hold: float) -> None:
+        sb.clear_faults()
+        sb.reset()
+        key = f"run-f:{hold}"
+        sb.set_faults(f"bookings.create:timeout_after_commit,hold={hold}")
+        try:
+            api.book(key, timeout=hold / 4)
+        except httpx.ReadTimeout:
+            pass
+        else:
+            raise windows.Missed
+        deadline = time.monotonic() + 60
+        while sb.fault_stats()["dropped"] != {"bookings.create": 1} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sb.fault_stats()["dropped"] == {"bookings.create": 1}
+        effects = sb.ledger()
+        assert [(e["kind"], e["idempotency_key"]) for e in effects] == [("booking", key)]
+        status = api.get(f"/bookings/by-key/{key}").json()
+        assert status["status"] == "succeeded"
+        assert status["response"]["booking_id"] == effects[0]["booking_id"]
+        sb.clear_faults()
+        retry = api.book(key)  # the retry with the same key is a replay
+        assert retry.headers["idempotent-replayed"] == "true"
+        assert len(sb.ledger()) == 1
+
+    windows.within_window(dropped, first=1.0)
 
 
 def test_rate_limit_with_retry_after(api: StayHub, sb: SandboxServer) -> None:
@@ -163,16 +185,22 @@ def test_error_fails_first_requests_without_effect(api: StayHub, sb: SandboxServ
     assert [(e["kind"], e["recipient"]) for e in effects] == [("email", body["to"])]
 
 
-def test_outage_window(api: StayHub, sb: SandboxServer) -> None:
-    # Five seconds of outage: the request during it is sent within them on a loaded
-    # machine (a 1 s outage could be over before the request came).
-    sb.set_faults("search:outage,duration=5")
-    installed = time.monotonic()
-    during = api.get("/hotels", params={"city": "Porto"})
-    assert during.status_code == 503 and during.json() == {"error": "outage"}
-    assert 1 <= int(during.headers["retry-after"]) <= 5  # what is left of it, rounded up
-    time.sleep(max(0.0, 5.1 - (time.monotonic() - installed)))
-    assert api.get("/hotels", params={"city": "Porto"}).status_code == 200
+def test_outage_window(api: StayHub, sb: SandboxServer, windows: Any) -> None:
+    # A request sent after the outage ended (a loaded machine) is a miss: a longer outage
+    # is tried.
+    def outage(duration: float) -> None:
+        window = windows.Window(duration)
+        sb.set_faults(f"search:outage,duration={duration}")
+        installed = time.monotonic()  # the outage began before this
+        during = api.get("/hotels", params={"city": "Porto"})
+        window.check(during.status_code == 503)
+        assert during.json() == {"error": "outage"}
+        left = int(during.headers["retry-after"])  # what is left of it, rounded up
+        assert 1 <= left <= math.ceil(duration)
+        time.sleep(max(0.0, duration + 0.1 - (time.monotonic() - installed)))
+        assert api.get("/hotels", params={"city": "Porto"}).status_code == 200
+
+    windows.within_window(outage, first=1.0)
 
 
 def test_decline_is_a_stored_business_error(api: StayHub, sb: SandboxServer) -> None:

@@ -9,7 +9,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import pytest
 
 from agentledger_examples.stayhub.sandbox import SandboxServer, check_invariants
 
@@ -57,22 +56,38 @@ def test_error_after_commit_unsaved_retry_gets_the_real_answer(
     assert kinds(sb) == ["booking"]
 
 
-def test_lost_decline_status_check_reports_failed(api: StayHub, sb: SandboxServer) -> None:
-    booking = api.book("run-s3:1").json()
-    # The answer is held 5 s, far longer than the client waits: a client the loaded machine
-    # stalls still gives up first (held 1 s, a stalled client could get the answer).
-    sb.set_faults("payments.create:decline,count=1;payments.create:timeout_after_commit,hold=5")
-    body = {"booking_id": booking["booking_id"], "guest_id": "g-100", "amount": booking["total"]}
-    with pytest.raises(httpx.ReadTimeout):
-        api.post("/payments", json=body, headers={"Idempotency-Key": "run-s3:2"}, timeout=0.3)
-    status = api.get("/payments/by-key/run-s3:2").json()
-    assert status["status"] == "failed" and status["response"] == {"error": "card_declined"}
-    assert kinds(sb) == ["booking"]
-    deadline = time.monotonic() + 60  # the held answer is dropped when the hold ends
-    while sb.fault_stats()["dropped"] != {"payments.create": 1} and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sb.fault_stats()["dropped"] == {"payments.create": 1}
-    assert fired(sb) == [1, 1]
+def test_lost_decline_status_check_reports_failed(
+    api: StayHub, sb: SandboxServer, windows: Any
+) -> None:
+    # The answer is held four times longer than the client waits; a client the loaded
+    # machine stalls past the hold gets the answer: a miss, tried with a longer hold.
+    def lost(hold: float) -> None:
+        sb.clear_faults()
+        sb.reset()
+        booking = api.book(f"run-s3:{hold}:1").json()
+        sb.set_faults(
+            f"payments.create:decline,count=1;payments.create:timeout_after_commit,hold={hold}"
+        )
+        body = {
+            "booking_id": booking["booking_id"], "guest_id": "g-100", "amount": booking["total"]
+        }  # fmt: skip
+        key = f"run-s3:{hold}:2"
+        try:
+            api.post("/payments", json=body, headers={"Idempotency-Key": key}, timeout=hold / 4)
+        except httpx.ReadTimeout:
+            pass
+        else:
+            raise windows.Missed
+        status = api.get(f"/payments/by-key/{key}").json()
+        assert status["status"] == "failed" and status["response"] == {"error": "card_declined"}
+        assert kinds(sb) == ["booking"]
+        deadline = time.monotonic() + 60  # the held answer is dropped when the hold ends
+        while sb.fault_stats()["dropped"] != {"payments.create": 1} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sb.fault_stats()["dropped"] == {"payments.create": 1}
+        assert fired(sb) == [1, 1]
+
+    windows.within_window(lost, first=1.0)
 
 
 def test_keyless_email_sends_every_request(api: StayHub, sb: SandboxServer) -> None:
@@ -137,63 +152,89 @@ def test_keys_longer_than_255_are_rejected(api: StayHub, sb: SandboxServer) -> N
     assert kinds(sb) == ["booking"]
 
 
-def test_keys_expire_and_a_send_after_pruning_applies_again() -> None:
-    # The replay must come within the key's time to live: 3 s, which a loaded machine
-    # does not use up between two requests (0.5 s could be, and the replay applied again).
-    ttl = 3.0
-    with SandboxServer(key_ttl=ttl) as sb, httpx.Client(base_url=sb.url, trust_env=False) as api:
-        headers = {"Idempotency-Key": "run-s5:1"}
-        assert api.post("/emails", json=EMAIL, headers=headers).status_code == 202
-        replay = api.post("/emails", json=EMAIL, headers=headers)
-        assert replay.headers["idempotent-replayed"] == "true"
-        time.sleep(ttl + 0.1)  # the key's time to live is the behaviour under test
-        assert api.get("/idempotency/email/run-s5:1").json() == {"status": "not_found"}
-        again = api.post("/emails", json=EMAIL, headers=headers)
-        assert again.status_code == 202 and "idempotent-replayed" not in again.headers
-        assert [e["kind"] for e in sb.ledger()] == ["email", "email"]
+def test_keys_expire_and_a_send_after_pruning_applies_again(windows: Any) -> None:
+    # The replay must come within the key's time to live; one a loaded machine sends
+    # after it (not a replay) is a miss, tried again with a longer time to live.
+    def expiring(ttl: float) -> None:
+        with (
+            SandboxServer(key_ttl=ttl) as sb,
+            httpx.Client(base_url=sb.url, trust_env=False) as api,
+        ):
+            headers = {"Idempotency-Key": "run-s5:1"}
+            window = windows.Window(ttl)  # the key is stored after this
+            assert api.post("/emails", json=EMAIL, headers=headers).status_code == 202
+            stored = time.monotonic()  # and before this
+            replay = api.post("/emails", json=EMAIL, headers=headers)
+            window.check(replay.headers.get("idempotent-replayed") == "true")
+            time.sleep(max(0.0, ttl + 0.1 - (time.monotonic() - stored)))  # under test
+            assert api.get("/idempotency/email/run-s5:1").json() == {"status": "not_found"}
+            again = api.post("/emails", json=EMAIL, headers=headers)
+            assert again.status_code == 202 and "idempotent-replayed" not in again.headers
+            assert [e["kind"] for e in sb.ledger()] == ["email", "email"]
+
+    windows.within_window(expiring)
 
 
-def test_status_lookup_lags_behind_the_commit(api: StayHub, sb: SandboxServer) -> None:
-    # A 5 s lag: the first lookup comes within it on a loaded machine too (a 0.6 s lag
-    # could be over before it came).
-    sb.set_faults("bookings.status:lag,lag=5")
-    booking = api.book("run-s6:1").json()
-    assert api.get("/bookings/by-key/run-s6:1").json() == {"status": "not_found"}
-    deadline = time.monotonic() + 60
-    status: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        status = api.get("/bookings/by-key/run-s6:1").json()
-        if status["status"] != "not_found":
-            break
-        time.sleep(0.05)
-    assert status["status"] == "succeeded" and status["response"] == booking
-    assert api.book("run-s6:1").headers["idempotent-replayed"] == "true"  # the key was there
-
-
-async def test_in_progress_409_shape_for_a_held_refund(sb: SandboxServer, api: StayHub) -> None:
-    booking = api.book("run-s7:1").json()
-    payment = api.pay("run-s7:2", booking).json()
-    # Held 5 s: the status read and the second request come while it is held on a loaded
-    # machine too (held 1 s, the second request could come after it and be a replay).
-    sb.set_faults("payments.refund:hold,hold=5,count=1")
-    path = f"/payments/{payment['payment_id']}/refund"
-    headers = {"Idempotency-Key": "run-s7:3"}
-    async with httpx.AsyncClient(base_url=sb.url, trust_env=False, timeout=30) as client:
-        first = asyncio.create_task(client.post(path, headers=headers))
+def test_status_lookup_lags_behind_the_commit(
+    api: StayHub, sb: SandboxServer, windows: Any
+) -> None:
+    # A first lookup a loaded machine sends after the lag ended is a miss: a longer lag
+    # is tried.
+    def lagging(lag: float) -> None:
+        sb.clear_faults()
+        sb.reset()
+        key = f"run-s6:{lag}"
+        sb.set_faults(f"bookings.status:lag,lag={lag}")
+        window = windows.Window(lag)  # the booking commits after this
+        booking = api.book(key).json()
+        window.check(api.get(f"/bookings/by-key/{key}").json() == {"status": "not_found"})
+        deadline = time.monotonic() + 60
         status: dict[str, Any] = {}
-        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            status = (await client.get("/idempotency/payments.refund/run-s7:3")).json()
-            if status != {"status": "not_found"}:
+            status = api.get(f"/bookings/by-key/{key}").json()
+            if status["status"] != "not_found":
                 break
-            await asyncio.sleep(0.02)
-        assert status == {"status": "pending"}
-        busy = await client.post(path, headers=headers)
-        assert busy.status_code == 409
-        assert busy.json() == {"error": "request_in_progress"}
-        assert busy.headers["retry-after"] == "1"
-        assert (await first).status_code == 201
-    assert kinds(sb) == ["booking", "charge", "refund"]
+            time.sleep(0.05)
+        assert status["status"] == "succeeded" and status["response"] == booking
+        assert api.book(key).headers["idempotent-replayed"] == "true"  # the key was there
+
+    windows.within_window(lagging)
+
+
+async def test_in_progress_409_shape_for_a_held_refund(
+    sb: SandboxServer, api: StayHub, windows: Any
+) -> None:
+    async def held(hold: float) -> None:
+        sb.clear_faults()
+        sb.reset()
+        booking = api.book(f"run-s7:{hold}:1").json()
+        payment = api.pay(f"run-s7:{hold}:2", booking).json()
+        window = windows.Window(hold)
+        sb.set_faults(f"payments.refund:hold,hold={hold},count=1")
+        path = f"/payments/{payment['payment_id']}/refund"
+        key = f"run-s7:{hold}:3"
+        headers = {"Idempotency-Key": key}
+        async with httpx.AsyncClient(base_url=sb.url, trust_env=False, timeout=60) as client:
+            first = asyncio.create_task(client.post(path, headers=headers))
+            try:
+                status: dict[str, Any] = {}
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    status = (await client.get(f"/idempotency/payments.refund/{key}")).json()
+                    if status != {"status": "not_found"}:
+                        break
+                    await asyncio.sleep(0.02)
+                window.check(status == {"status": "pending"})
+                busy = await client.post(path, headers=headers)
+                window.check(busy.status_code == 409)
+                assert busy.json() == {"error": "request_in_progress"}
+                assert busy.headers["retry-after"] == "1"
+            finally:
+                done = await first
+            assert done.status_code == 201
+        assert kinds(sb) == ["booking", "charge", "refund"]
+
+    await windows.within_window_async(held)
 
 
 def test_run_id_header_is_recorded_and_finds_duplicate_bookings(

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -96,33 +98,64 @@ def cli(url: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProces
     )  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def old_release(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[[bool], tuple[Path, str, dict[str, str]]]:
+    """``written(signed)``: a file the old release wrote (signed or not), the checkpoint
+    its own command took of it, and the old release's environment. Each kind is written
+    once per module; a test extends a copy."""
+    base = tmp_path_factory.mktemp("old-release")
+    tree = old_source(base / "old")
+    files: dict[bool, tuple[Path, str, dict[str, str]]] = {}
+
+    def written(signed: bool) -> tuple[Path, str, dict[str, str]]:
+        if signed not in files:
+            path = base / f"{'signed' if signed else 'unsigned'}.db"
+            url = f"sqlite:///{path}"
+            env = {k: v for k, v in os.environ.items() if k != "AGENTLEDGER_AUDIT_KEY"}
+            old_env = {**env, "PYTHONPATH": str(tree)}
+            if signed:
+                old_env["AGENTLEDGER_AUDIT_KEY"] = KEY
+            done = subprocess.run(
+                [sys.executable, "-c", OLD_DRIVER, url],
+                capture_output=True, text=True, env=old_env, timeout=120,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+            # The old release's checkpoint, taken by its own command.
+            taken = cli(url, "checkpoint", env=old_env)
+            assert taken.returncode == 0, taken.stdout + taken.stderr
+            files[signed] = (path, taken.stdout, old_env)
+        return files[signed]
+
+    return written
+
+
+KEY = "s" * 40
+
+
 @pytest.mark.parametrize("mode", ["unsigned", "signed", "adopted"])
 async def test_an_old_release_file_extended_by_the_sealer_verifies_since_its_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    old_release: Callable[[bool], tuple[Path, str, dict[str, str]]],
 ) -> None:
     """``adopted``: written unsigned by the old release, then signed by
     ``audit sign-unsigned`` when this release starts with a key."""
-    url = f"sqlite:///{tmp_path / 'old.db'}"
     env = {k: v for k, v in os.environ.items() if k != "AGENTLEDGER_AUDIT_KEY"}
     signed = mode != "unsigned"
-    old_env = {**env, "PYTHONPATH": str(old_source(tmp_path / "old"))}
     if signed:
-        env["AGENTLEDGER_AUDIT_KEY"] = "s" * 40
-        monkeypatch.setenv("AGENTLEDGER_AUDIT_KEY", env["AGENTLEDGER_AUDIT_KEY"])
+        env["AGENTLEDGER_AUDIT_KEY"] = KEY
+        monkeypatch.setenv("AGENTLEDGER_AUDIT_KEY", KEY)
     else:
         monkeypatch.delenv("AGENTLEDGER_AUDIT_KEY", raising=False)
-    if mode == "signed":
-        old_env["AGENTLEDGER_AUDIT_KEY"] = env["AGENTLEDGER_AUDIT_KEY"]
-    done = subprocess.run(
-        [sys.executable, "-c", OLD_DRIVER, url],
-        capture_output=True, text=True, env=old_env, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    # The old release's checkpoint, taken by its own command.
-    taken = cli(url, "checkpoint", env=old_env)
-    assert taken.returncode == 0, taken.stdout + taken.stderr
+    old_file, taken, _ = old_release(mode == "signed")
+    for part in old_file.parent.glob(f"{old_file.name}*"):  # the file (and any journal)
+        shutil.copyfile(part, tmp_path / part.name.replace(old_file.stem, "old", 1))
+    url = f"sqlite:///{tmp_path / 'old.db'}"
     checkpoint = tmp_path / "checkpoint.json"
-    checkpoint.write_text(taken.stdout)
+    checkpoint.write_text(taken)
     if mode == "adopted":
         # This release's schema first (`audit` commands do not migrate), then adopt.
         migrated = subprocess.run(
@@ -132,7 +165,6 @@ async def test_an_old_release_file_extended_by_the_sealer_verifies_since_its_che
         assert migrated.returncode == 0, migrated.stdout + migrated.stderr
         adopted = cli(url, "sign-unsigned", env=env)
         assert adopted.returncode == 0, adopted.stdout + adopted.stderr
-
     store: Store = open_store(url)
     await store.open()
     try:

@@ -34,6 +34,19 @@ _TIMES = ["0001-01-01", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"
           "2026-13-45", "yesterday", "\x00", "2026-01-01T00:00:00+99:00"]  # fmt: skip
 
 
+# The values each filter of the runs page is sent. The text filters and the status are
+# strings compared as they are (service/_console/runs.py, ``filters_of``): the numbers
+# and times are strings like the hostile ones to them. Those that parse their value
+# (numbers, times, the cursor) get the values their parsers could choke on.
+_PARSED = [*_HOSTILE, *_NUMBERS, *_TIMES]
+_RUNS_FILTERS = {
+    **{name: _HOSTILE for name in ("agent", "version", "user", "error_class",
+                                   "idempotency_key", "status")},
+    **{name: _PARSED for name in ("cursor", "min_retries", "cost_min", "cost_max",
+                                  "from", "to")},
+}  # fmt: skip
+
+
 def _q(value: str) -> str:
     return quote(value.encode("utf-8", "surrogatepass"), safe="")
 
@@ -52,14 +65,12 @@ async def test_hostile_runs_filters_answer_in_words_never_500(api: Api) -> None:
     key = await api.key("t1", "olga", ("admin",))
     await api.client.post("/v1/runs", json={"agent": "echo", "input": {"text": "x"}}, headers=key)
     async with browser(api, key) as client:
-        for name in ("agent", "version", "user", "error_class", "idempotency_key", "status",
-                     "cursor", "min_retries", "cost_min", "cost_max", "from", "to"):  # fmt: skip
-            for value in [*_HOSTILE, *_NUMBERS, *_TIMES]:
-                for page in ("/ui/runs",):
-                    path = f"{page}?{name}={_q(value)}"
-                    r = await client.get(path)
-                    _assert_page(r, path)
-                    assert "<script>alert" not in r.text and "<img src=x" not in r.text
+        for name, values in _RUNS_FILTERS.items():
+            for value in values:
+                path = f"/ui/runs?{name}={_q(value)}"
+                r = await client.get(path)
+                _assert_page(r, path)
+                assert "<script>alert" not in r.text and "<img src=x" not in r.text
         # The same value twice, and many parameters at once.
         many = "&".join(f"p{i}=x" for i in range(2000))
         _assert_page(await client.get(f"/ui/runs?status=failed&status=x&{many}"), "many")

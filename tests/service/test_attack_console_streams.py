@@ -50,18 +50,42 @@ async def test_an_open_stream_ends_with_its_session(api: Api, ending: str) -> No
     async with browser(api, key) as client:
         stolen = client.cookies.get(sessions.COOKIE) or ""
         streams: list[asyncio.Task[Any]] = []
+        answering: list[asyncio.Event] = []
         for path in (f"/ui/runs/{run['id']}/events", "/ui/runs/live"):
-            tab = httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app),
+            answering.append(asyncio.Event())
+            app = _frames_seen(api.app, answering[-1])
+            tab = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                     base_url="http://console")  # fmt: skip
             tab.cookies.set(sessions.COOKIE, stolen)
             streams.append(asyncio.create_task(_read_all(tab, path)))
-        # Both streams are open and answering (they have not ended by themselves).
-        await asyncio.sleep(1.5)
+        # Both streams are open and answering: each sent a frame after its first (a
+        # heartbeat at least), and neither has ended by itself.
+        await asyncio.wait_for(asyncio.gather(*(a.wait() for a in answering)), _BOUND)
         assert not any(s.done() for s in streams), [s.result() for s in streams if s.done()]
         await _ENDINGS[ending](api, client)
         done = await asyncio.wait_for(asyncio.gather(*streams), _BOUND)
     for status, text in done:
         assert status == 200 and "retry:" in text
+
+
+def _frames_seen(app: Any, answering: asyncio.Event) -> Any:
+    """``app``, setting ``answering`` once a response sent a second body frame while it
+    goes on (``httpx.ASGITransport`` hands the client the body only when it ended)."""
+
+    async def observed(scope: Any, receive: Any, send: Any) -> None:
+        frames = 0
+
+        async def counting(message: Any) -> None:
+            nonlocal frames
+            if message["type"] == "http.response.body" and message.get("more_body"):
+                frames += 1
+                if frames >= 2:
+                    answering.set()
+            await send(message)
+
+        await app(scope, receive, counting)
+
+    return observed
 
 
 async def _read_all(client: httpx.AsyncClient, path: str) -> tuple[int, str]:
