@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from agentledger import Worker, WorkerConfig
 from agentledger.gateway import _queries as gateway_budgets
 from agentledger.records import RunStatus
 from agentledger.store import open_store
@@ -71,9 +72,27 @@ async def _after(url: str, run_id: str) -> tuple[Any, float]:
         await store.close()
 
 
-def _worker(url: str, *, gateway: bool) -> subprocess.CompletedProcess[str]:
-    """A burst worker in a fresh process, with or without ``agentledger.gateway``."""
-    code = ("import agentledger.gateway\n" if gateway else "") + WORKER
+async def _worker_with_the_gateway(url: str) -> None:
+    """A burst worker in this process, which imported ``agentledger.gateway``; its app's
+    model is built from the environment as the test set it (the fake server's URL)."""
+    assert "agentledger.gateway" in sys.modules
+    app = worker_app.make_app()
+    store = open_store(url)
+    await store.open()
+    try:
+        config = WorkerConfig(poll_seconds=0.02, shutdown_grace=1.0)
+        await Worker(store, app, config, burst=True).run(install_signals=False)
+    finally:
+        for definition in app.definitions.values():
+            closer = getattr(getattr(definition, "model", None), "aclose", None)
+            if closer is not None:
+                await closer()
+        await store.close()
+
+
+def _worker(url: str) -> subprocess.CompletedProcess[str]:
+    """A burst worker in a fresh process that never imported ``agentledger.gateway``."""
+    code = WORKER
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     return subprocess.run(
         [sys.executable, "-c", code, url],
@@ -92,7 +111,7 @@ async def test_a_budgeted_model_step_refuses_without_the_gateway(
     fake.script(openai_answer("Answer."))
     run_id = await _prepare(store_url)
 
-    done = _worker(store_url, gateway=False)
+    done = _worker(store_url)
     out = done.stdout
     assert "gateway imported: False" in out, (out, done.stderr)
     assert out.startswith("WorkerFailed"), (out, done.stderr)  # the worker stopped, loud
@@ -103,9 +122,9 @@ async def test_a_budgeted_model_step_refuses_without_the_gateway(
     assert run is not None and run.status == RunStatus.QUEUED and run.error is None, run
     assert spend == 0.0
 
-    # The same run with the gateway: sent once, reserved and settled against the budget.
-    done = _worker(store_url, gateway=True)
-    assert "gateway imported: True" in done.stdout, (done.stdout, done.stderr)
+    # The same run with the gateway (this process imported it: tests/conftest.py): sent
+    # once, reserved and settled against the budget.
+    await _worker_with_the_gateway(store_url)
     assert len(fake.requests) == 1
     run, spend = await _after(store_url, run_id)
     assert run is not None and run.status == RunStatus.COMPLETED, run
