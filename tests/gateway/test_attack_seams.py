@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import agentledger.gateway  # installs the hooks this module replaces
+from agentledger import Worker, WorkerConfig
 from agentledger.engine import _hooks as hooks
 from agentledger.gateway import _engine as gateway_engine
 from agentledger.gateway import _queries as gateway_budgets
@@ -132,6 +133,7 @@ def test_installing_the_gateway_twice_keeps_one_set_of_hooks(gateway_hooks: None
 # ---------------------------------------------------------------------------------------
 # In fresh processes: which imports install the seams, and what a worker does with them.
 
+import asyncio  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -186,6 +188,23 @@ def test_the_kernel_alone_has_neither_seam_so_both_refuse() -> None:
     done = _python(SEAMS, "agentledger", "agentledger.worker", "agentledger.engine._runner")
     hooks_mod = "agentledger.engine._hooks"
     assert done.stdout.split() == [hooks_mod, hooks_mod, "False"], (done.stdout, done.stderr)
+
+
+async def _burst_worker_here(url: str) -> None:
+    """A burst worker in this process (which imported the gateway) until nothing is left;
+    its app's model is built from the environment as the test set it (the fake server)."""
+    app = make_app()
+    store = open_store(url)
+    await store.open()
+    try:
+        config = WorkerConfig(poll_seconds=0.02, shutdown_grace=1.0)
+        await Worker(store, app, config, burst=True).run(install_signals=False)
+    finally:
+        for definition in app.definitions.values():
+            closer = getattr(getattr(definition, "model", None), "aclose", None)
+            if closer is not None:
+                await closer()
+        await store.close()
 
 
 async def _submit(url: str, n: int, max_spend: float) -> list[str]:
@@ -392,25 +411,16 @@ async def test_a_kill_between_the_reservation_and_the_journal_over_counts_one_ca
     reserved = float(killed.stdout.split()[1])
     assert fake.requests == []
 
-    resumed = _python(
-        "import sys, agentledger.cli._main as m; sys.argv[0] = 'agentledger'; m.main()",
-        "worker",
-        "--app",
-        "tests.gateway.worker_app:app",
-        "--db",
-        store_url,
-        "--burst",
-        "--poll-seconds",
-        "0.05",
-    )
+    # Resumed by a burst worker with the gateway: this process's (tests/conftest.py).
+    await _burst_worker_here(store_url)
     (run,), spend = await _state(store_url, [run_id])
-    assert run.status == RunStatus.COMPLETED, (run.status, resumed.stdout, resumed.stderr)
+    assert run.status == RunStatus.COMPLETED, run.status
     assert len(fake.requests) == 1
     assert spend == pytest.approx(run.cost_usd + reserved)
 
 
 UNPRICED = """
-import asyncio, sys
+import asyncio, os, sys, time
 import agentledger.service
 from agentledger import Agent, App, ScriptedModel, Turn, Worker, WorkerConfig, open_store
 from tests.gateway.worker_app import app as priced
@@ -429,31 +439,52 @@ async def main(url, which):
                          burst=True).run(install_signals=False)
         except Exception as exc:
             print(type(exc).__name__)
-        print("status", (await store.get_run(run_id)).status)
+        print("status", (await store.get_run(run_id)).status, flush=True)
     finally:
         await store.close()
 
-asyncio.run(main(sys.argv[1], sys.argv[2]))
+url, go = sys.argv[1], sys.argv[2]
+asyncio.run(main(url, "concierge"))
+while not os.path.exists(go):  # the test configures a tenant budget meanwhile
+    time.sleep(0.02)
+asyncio.run(main(url, "scripted"))
 print("gateway imported:", any(m.startswith("agentledger.gateway") for m in sys.modules))
 """
 
 
-async def test_the_priced_rule_without_the_gateway(store_url: str, fake: FakeProviders) -> None:
+async def test_the_priced_rule_without_the_gateway(
+    store_url: str, fake: FakeProviders, tmp_path: Path
+) -> None:
     """ "Priced" is a provider model (OpenAI, Anthropic: what has a price and a tenant
     reservation). Without the gateway an unpriced model (ScriptedModel, a user's own
     Model) runs as before, even under a tenant budget it never reserves against; a
     provider model is refused even when its tenant has no budget configured -- without
-    the gateway nothing can tell that it has none."""
+    the gateway nothing can tell that it has none. One process without the gateway runs
+    the provider model first (no budget), then the scripted one (under a budget)."""
     fake.script(openai_answer("Answer."))
-    done = _python(UNPRICED, store_url, "concierge")  # no tenant budget configured
-    assert "WorkerFailed" in done.stdout and "status queued" in done.stdout, (
-        done.stdout,
-        done.stderr,
-    )
-    assert "gateway imported: False" in done.stdout
-    assert fake.requests == []
+    go = tmp_path / "budget-set"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", UNPRICED, store_url, str(go)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    try:
+        first: list[str] = []
+        while not (first and first[-1].startswith("status")):
+            line = await asyncio.to_thread(proc.stdout.readline)  # type: ignore[union-attr]
+            assert line, ("".join(first), proc.stderr.read())  # type: ignore[union-attr]
+            first.append(line)
+        assert "WorkerFailed" in "".join(first) and first[-1].split() == ["status", "queued"]
+        assert fake.requests == []
 
-    await _submit(store_url, 0, 0.0001)  # a budget the scripted model never touches
-    done = _python(UNPRICED, store_url, "scripted")
-    assert "status completed" in done.stdout, (done.stdout, done.stderr)
-    assert "gateway imported: False" in done.stdout
+        await _submit(store_url, 0, 0.0001)  # a budget the scripted model never touches
+        go.touch()
+        rest, err = await asyncio.to_thread(proc.communicate, timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (rest, err)
+    assert "status completed" in rest, (rest, err)
+    assert "gateway imported: False" in rest
+    assert fake.requests == []
