@@ -5,6 +5,7 @@ audit verify`` on the file, and chains written at insert by earlier releases."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from agentledger.service._queries import audit as service_audit
 from agentledger.store import Store
 from agentledger.store._queries.events import insert_event
 from agentledger.store._tx import Tx
+from tests.cli.helpers import cli_here
 from tests.service.test_accept_group_fast import ok, request, submit, table, took_fast_path
 
 ODD = [
@@ -222,10 +224,9 @@ async def test_chains_written_at_insert_still_verify_and_are_extended(
     broken = await store.read(lambda tx: service_audit.against_checkpoint(tx, before, key))
     assert broken == []
     await store.close()
-    done = subprocess.run(
-        [sys.executable, "-m", "agentledger.cli._main", "audit", "verify", "--db", store_url],
-        capture_output=True, text=True, env={**os.environ}, timeout=120,
-    )  # fmt: skip
+    # The command (in this process: test_audit_verify_command_on_a_file_of_accepts runs
+    # it in another one).
+    done = await asyncio.to_thread(cli_here, "audit", "verify", "--db", store_url)
     assert done.returncode == 0, done.stdout + done.stderr
     assert ("intact" if signed else "consistent") in done.stdout
     assert "21 records checked" in done.stdout
