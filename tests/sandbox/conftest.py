@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import httpx
@@ -126,8 +127,11 @@ async def within_window_async(
 
 
 @pytest.fixture
-def windows() -> Any:
-    """This module (``within_window``, ``within_window_async``, ``Window``, ``Missed``)."""
-    import sys
-
-    return sys.modules[__name__]
+def windows() -> SimpleNamespace:
+    """The window helpers: ``Window``, ``Missed``, ``within_window``, ``within_window_async``."""
+    return SimpleNamespace(
+        Window=Window,
+        Missed=Missed,
+        within_window=within_window,
+        within_window_async=within_window_async,
+    )
