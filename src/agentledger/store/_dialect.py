@@ -74,6 +74,10 @@ class Dialect(ABC):
     # writing connection only queues behind the first, so work that could move to its
     # own connection (the service's sealer) stays on the store's.
     one_writer: bool = False
+    # A journal write's fence hands back the run's event seq and cancel request itself
+    # (``UPDATE ... RETURNING``): one round trip fewer where a statement is one. False:
+    # they are read once for all the batches fenced together (journal.write_fenced).
+    fence_returning: bool = True
     # Read connections a store may open while all it has are busy (each a thread).
     read_connections: int = 1
     # Set by Store.open(read_only=True): connections only read (SQLite opens the

@@ -30,7 +30,13 @@ from typing import Any, Protocol
 from agentledger.errors import AgentLedgerError, LeaseLost
 from agentledger.store._base import Batch, KeyHeld
 from agentledger.store._dialect import Dialect, WouldBlock
-from agentledger.store._queries.journal import apply_batch, committed, refused_before_writing
+from agentledger.store._queries.journal import (
+    apply_batch,
+    committed,
+    fence_batch,
+    refused_before_writing,
+    write_fenced,
+)
 from agentledger.store._tx import Tx
 
 
@@ -138,7 +144,9 @@ class Job:
     future: Reply
     write: bool
     grouped: bool
-    batch: Any = None  # the Batch a grouped job applies, for dialects with plain batches
+    # The Batch a grouped job applies (its ``fn`` is ``apply_batch`` of it: a group may
+    # apply a plain batch in two parts, its fence then its writes with the others').
+    batch: Any = None
     # Before a job runs again after a lost connection (its COMMIT may have committed
     # with the reply lost): ``recover(tx)`` returns the first attempt's answer if it
     # committed, else NOT_DONE. Jobs without one are idempotent as they are.
@@ -183,8 +191,10 @@ def run_group(
 ) -> None:
     """Commit every batch of ``jobs`` in one transaction; answer each after COMMIT.
 
-    Batches are applied in run-id order, the order every multi-row writer uses, so
-    two processes' groups cannot deadlock on each other's rows. A lost connection or a
+    Batches are fenced in run-id order, the order every multi-row writer uses, so
+    two processes' groups cannot deadlock on each other's rows; the writes of those
+    refused only by their fence follow together (``journal.write_fenced``: one
+    ``executemany`` for the group's step rows, one for its events). A lost connection or a
     deadlock fails the whole group (rolled back, re-raised for the caller to retry);
     any other error falls back to one transaction per batch, so the one batch the
     database refuses fails alone and the innocent ones commit.
@@ -200,22 +210,31 @@ def run_group(
     outcomes: list[tuple[Job, BaseException | None]] = []
     tx.dialect.begin_write(tx.conn)
     try:
+        fenced: list[Job] = []
         for i, job in enumerate(jobs):
-            # A batch refused only by its fence is refused before it writes anything:
-            # it needs no savepoint to be rolled back alone (two statements fewer).
-            savepoint = None if refused_before_writing(job.batch) else f"b{i}"
-            if savepoint is not None:
-                tx.execute(f"SAVEPOINT {savepoint}")
+            if refused_before_writing(job.batch):
+                # Refused only by its fence, before it writes anything: no savepoint
+                # (two statements fewer). Its writes join the others fenced so, after
+                # the loop: the group's step rows, and its events, one statement each.
+                try:
+                    fence_batch(tx, job.batch)
+                    fenced.append(job)
+                except LeaseLost as refused:
+                    outcomes.append((job, refused))
+                continue
+            savepoint = f"b{i}"
+            tx.execute(f"SAVEPOINT {savepoint}")
             try:
                 job.fn(tx)
-                if savepoint is not None:
-                    tx.execute(f"RELEASE SAVEPOINT {savepoint}")
+                tx.execute(f"RELEASE SAVEPOINT {savepoint}")
                 outcomes.append((job, None))
             except (LeaseLost, KeyHeld) as refused:
-                if savepoint is not None:
-                    tx.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
-                    tx.execute(f"RELEASE SAVEPOINT {savepoint}")
+                tx.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
+                tx.execute(f"RELEASE SAVEPOINT {savepoint}")
                 outcomes.append((job, refused))
+        if fenced:
+            write_fenced(tx, [job.batch for job in fenced])
+            outcomes += [(job, None) for job in fenced]
         tx.dialect.commit(tx.conn)
     except Exception as exc:
         rollback(tx)

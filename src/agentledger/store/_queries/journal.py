@@ -57,6 +57,9 @@ class EncodedBatch:
     available_at: float | None  # a park's time on the writer's clock (None: no park)
     steps: list[dict[str, Any]]  # step_params of each journal entry
     events: list[tuple[str, str, str]]  # (type, actor, data JSON), step events first
+    # The run's event_seq after this batch's fence (its last event's seq), set by the
+    # fence or read after it (fence_batch, write_fenced).
+    last_seq: int | None = None
 
     def fence(self, now_sql: str) -> tuple[str, dict[str, Any]]:
         """The fence: an UPDATE of the run row that matches only while the lease epoch
@@ -80,34 +83,35 @@ def encode_batch(batch: Batch) -> EncodedBatch:
     # journal entry (its data from the entry, events.step_event_data), written by the
     # batch's owner (cleaned once), then the batch's own events.
     owner = clean_text(batch.owner)
+    steps = [step_params(s) for s in batch.steps]
     events = [
-        (clean_text(f"step.{s.status}"), owner, json_text("event data", step_event_data(s)))
-        for s in batch.steps
+        (f"step.{p['status']}", owner, json_text("event data", step_event_data(s)))
+        for s, p in zip(batch.steps, steps, strict=True)
     ]
     events += [
         (clean_text(e.type), clean_text(e.actor), json_text("event data", e.data))
         for e in batch.events
     ]
-    template, params = _fence(batch, len(events))
+    template, params = _fence(batch, owner, len(events))
     update = batch.run
     encoded = EncodedBatch(
         template,
         params,
         update.available_at if update is not None else None,
-        [step_params(s) for s in batch.steps],
+        steps,
         events,
     )
     batch.encoded = encoded
     return encoded
 
 
-def _fence(batch: Batch, n_events: int) -> tuple[str, dict[str, Any]]:
+def _fence(batch: Batch, owner: str, n_events: int) -> tuple[str, dict[str, Any]]:
     sets = [f"updated_at = {_NOW}", "write_token = :token"]
     params: dict[str, Any] = {
         "now": time.time(),
         "id": clean_text(batch.run_id),
         "epoch": batch.epoch,
-        "owner": clean_text(batch.owner),
+        "owner": owner,
         "token": batch.token,
     }
     if n_events:  # the batch's events take the run's next seqs, under the fence
@@ -154,18 +158,78 @@ def refused_before_writing(batch: Batch | None) -> bool:
 def apply_batch(tx: Tx, batch: Batch) -> None:
     """Apply one fenced batch: the fence first (a failed fence raises before any write,
     see :func:`refused_before_writing`), then the batch's writes."""
+    fence_batch(tx, batch)
+    write_fenced(tx, [batch])
+
+
+def fence_batch(tx: Tx, batch: Batch) -> None:
+    """Run ``batch``'s fence: the run's row takes the batch's counters and the seqs of
+    its events while the lease is the writer's, else :class:`LeaseLost` (nothing of
+    the batch written). Its writes follow by :func:`write_fenced`, in the same
+    transaction."""
     encoded = encode_batch(batch)
     sql, params = encoded.fence(tx.now)
-    events = encoded.events
-    # The fence hands back the seqs it took (no second statement to read them) and the
-    # run's cancel request (the engine stops at its next step boundary: Batch).
-    found = tx.fetchall(sql + " RETURNING event_seq, cancel_requested", params)
-    if not found:
+    encoded.last_seq = None
+    if tx.dialect.fence_returning:
+        # The fence hands back the seqs it took and the run's cancel request (the
+        # engine stops at its next step boundary: Batch.cancel_requested).
+        found = tx.fetchall(sql + " RETURNING event_seq, cancel_requested", params)
+        if not found:
+            raise LeaseLost(batch.run_id, batch.epoch)
+        encoded.last_seq = int(found[0]["event_seq"])
+        batch.cancel_requested = found[0]["cancel_requested"]
+    elif tx.execute(sql, params) == 0:
         raise LeaseLost(batch.run_id, batch.epoch)
-    last_seq = int(found[0]["event_seq"])
-    batch.cancel_requested = found[0]["cancel_requested"]
-    for step in encoded.steps:
-        tx.execute(_STEP_INSERT, step)
+
+
+def write_fenced(tx: Tx, batches: list[Batch]) -> None:
+    """The writes of ``batches``, in order, each already fenced (:func:`fence_batch`) in
+    this transaction: their step rows as one statement run per row (``executemany``),
+    their effects, outbox rows and approvals, then their events (the seqs their fences
+    took) in multi-row INSERTs. Where the fence did not hand back the seqs and the cancel
+    request (``Dialect.fence_returning``), they are read here, once for all: the run's
+    ``event_seq`` after the last of its batches, counted back for earlier ones."""
+    encoded = [encode_batch(b) for b in batches]
+    unread = [e.fence_params["id"] for e in encoded if e.last_seq is None]
+    if unread:
+        _read_fenced(tx, batches, encoded, unread)
+    steps = [params for e in encoded for params in e.steps]
+    if len(steps) == 1:  # a driver's executemany costs more than one execute
+        tx.execute(_STEP_INSERT, steps[0])
+    elif steps:
+        tx.executemany(_STEP_INSERT, steps)
+    for batch in batches:
+        if batch.effects or batch.outbox or batch.approvals or batch.drop_outbox:
+            _write_keyed(tx, batch)
+    events = []
+    for e in encoded:
+        if e.events:
+            run_id = e.fence_params["id"]  # the run's id, cleaned once
+            first = e.last_seq - len(e.events) + 1  # type: ignore[operator]
+            events += [(run_id, *event, first + i) for i, event in enumerate(e.events)]
+    for start in range(0, len(events), _EVENTS_PER_INSERT):
+        insert_events(tx, events[start : start + _EVENTS_PER_INSERT])
+
+
+def _read_fenced(
+    tx: Tx, batches: list[Batch], encoded: list[EncodedBatch], unread: list[str]
+) -> None:
+    """Set the last seq and the cancel request of each batch whose fence did not."""
+    among, params = tx.dialect.among("id", sorted(set(unread)))
+    found = tx.fetchall(f"SELECT id, event_seq, cancel_requested FROM runs WHERE {among}", params)
+    runs = {r["id"]: (int(r["event_seq"]), r["cancel_requested"]) for r in found}
+    tops = {run_id: seq for run_id, (seq, _) in runs.items()}
+    # A run's later batch took the seqs after its earlier one's: count back from the end.
+    for batch, e in zip(reversed(batches), reversed(encoded), strict=True):
+        if e.last_seq is None:
+            run_id = e.fence_params["id"]
+            e.last_seq = tops[run_id]
+            tops[run_id] -= len(e.events)
+            batch.cancel_requested = runs[run_id][1]
+
+
+def _write_keyed(tx: Tx, batch: Batch) -> None:
+    """A batch's effects, outbox rows and approvals (a taken key raises KeyHeld)."""
     for effect in batch.effects:
         write_effect(tx, effect)
     for item in batch.outbox:
@@ -174,29 +238,31 @@ def apply_batch(tx: Tx, batch: Batch) -> None:
         insert_approval(tx, approval)
     if batch.drop_outbox:
         drop_outbox(tx, batch.run_id, "compensation began")
-    if events:
-        insert_events(tx, batch.run_id, events, last_seq - len(events) + 1)
 
 
-def insert_events(tx: Tx, run_id: str, events: list[tuple[str, str, str]], first: int) -> None:
-    """A batch's encoded events (type, actor, data JSON) as ONE multi-row INSERT, with
-    the seqs ``first``, ``first + 1``, ... that the fence took for them (one statement
-    instead of one per event)."""
-    params = CleanParams(run_id=clean_text(run_id), at=time.time())
-    for i, (type_, actor, data) in enumerate(events):
-        params.update(zip(_event_names(i), (type_, actor, data, first + i), strict=True))
+# Events per INSERT: a group's events go in a few multi-row statements whose texts
+# (one per row count) are made and compiled once.
+_EVENTS_PER_INSERT = 64
+
+
+def insert_events(tx: Tx, events: list[tuple[str, str, str, str, int]]) -> None:
+    """Encoded events (run id, type, actor, data JSON, seq), of one batch or of several
+    batches' runs, as ONE multi-row INSERT (one statement instead of one per event)."""
+    params = CleanParams(at=time.time())
+    for i, event in enumerate(events):
+        params.update(zip(_event_names(i), event, strict=True))
     tx.execute(_events_sql(len(events)), params)
 
 
-@functools.lru_cache(maxsize=64)
-def _event_names(i: int) -> tuple[str, str, str, str]:
-    """The parameter names of event ``i`` of a batch: type, actor, data and seq."""
-    return f"t{i}", f"a{i}", f"d{i}", f"s{i}"
+@functools.lru_cache(maxsize=_EVENTS_PER_INSERT)
+def _event_names(i: int) -> tuple[str, str, str, str, str]:
+    """The parameter names of event ``i`` of an INSERT: run id, type, actor, data, seq."""
+    return f"r{i}", f"t{i}", f"a{i}", f"d{i}", f"s{i}"
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=_EVENTS_PER_INSERT)
 def _events_sql(n: int) -> str:
-    values = ", ".join(f"(:run_id, :at, :t{i}, :a{i}, :d{i}, :s{i})" for i in range(n))
+    values = ", ".join(f"(:r{i}, :at, :t{i}, :a{i}, :d{i}, :s{i})" for i in range(n))
     return f"INSERT INTO events (run_id, at, type, actor, data, seq) VALUES {values}"
 
 
