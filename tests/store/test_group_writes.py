@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from agentledger.store import Store
+from agentledger.records import Effect
 from agentledger.store._base import NewEvent
 from agentledger.store._tx import Tx
 from tests.store.test_contract import TARGET, batch, new_run, step
@@ -55,3 +56,32 @@ async def test_batches_of_one_run_in_one_group_keep_their_seqs(store: Store) -> 
         assert entry.output == {"batch": PER_RUN - 1}
     for b in batches:
         assert (b.cancel_requested is not None) == (b.run_id == cancelled), b.run_id
+
+
+async def test_a_run_with_a_keyed_batch_between_plain_ones_keeps_its_seqs(store: Store) -> None:
+    """A batch that claims a key is applied whole under its savepoint; plain batches of
+    the same run in the same group must not take the seqs it took (the count-back of
+    the seqs read after the fences would hand them out twice)."""
+    await store.create_run(new_run())
+    (run,) = await store.claim_runs("w1", [TARGET], 1, 30)
+    before = [e["seq"] for e in await store.read(_events, run.id)]
+    kinds = ["plain", "keyed", "plain"]
+    batches = []
+    for k, kind in enumerate(kinds):
+        events = [NewEvent("test.mark", "tester", {"batch": k})]
+        effects = [Effect(f"{run.id}:effect:{k}", run.id, k + 1, "started")]
+        extra = {"effects": effects} if kind == "keyed" else {}
+        batches.append(batch(run, steps=[step(run, k + 1)], events=events, **extra))
+    store.group_sizes.clear()
+    answers = await asyncio.gather(*(store.commit(b) for b in batches))
+    assert answers == [None] * len(batches)
+    if store.url.startswith("sqlite"):  # PostgreSQL commits plain batches on another path
+        assert max(store.group_sizes) == len(batches)  # one group, not one at a time
+    events = [e for e in await store.read(_events, run.id) if e["seq"] not in before]
+    first = max(before) + 1
+    assert [e["seq"] for e in events] == list(range(first, first + 2 * len(kinds)))
+    marks = [json.loads(e["data"])["batch"] for e in events if e["type"] == "test.mark"]
+    if store.url.startswith("sqlite"):  # one group: in the order submitted
+        assert marks == list(range(len(kinds)))
+    else:  # the keyed batch took the writer thread, the plain ones the loop's committer
+        assert sorted(marks) == list(range(len(kinds)))

@@ -211,8 +211,17 @@ def run_group(
     tx.dialect.begin_write(tx.conn)
     try:
         fenced: list[Job] = []
+        # A run with a batch that claims a key has all its batches applied whole: that
+        # batch's writes happen in the loop, between the fences of the run's plain ones,
+        # and the seqs read back after the fences (``journal.write_fenced``) are
+        # counted over the deferred batches of a run only.
+        keyed = {
+            job.batch.run_id
+            for job in jobs
+            if isinstance(job.batch, Batch) and not refused_before_writing(job.batch)
+        }
         for i, job in enumerate(jobs):
-            if refused_before_writing(job.batch):
+            if refused_before_writing(job.batch) and job.batch.run_id not in keyed:
                 # Refused only by its fence, before it writes anything: no savepoint
                 # (two statements fewer). Its writes join the others fenced so, after
                 # the loop: the group's step rows, and its events, one statement each.
