@@ -9,8 +9,8 @@ import asyncio
 import json
 from typing import Any
 
-from agentledger.store import Store
 from agentledger.records import Effect
+from agentledger.store import Store
 from agentledger.store._base import NewEvent
 from agentledger.store._tx import Tx
 from tests.store.test_contract import TARGET, batch, new_run, step
