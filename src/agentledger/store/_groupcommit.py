@@ -287,16 +287,33 @@ def _skip_committed(tx: Tx, jobs: list[Job]) -> list[Job]:
 
     In a group that committed, the batches refused by their fence wrote nothing and are
     refused again when applied again, so re-applying the rest is exact.
+
+    A run's row keeps only its last batch's token. Run again after a lost connection,
+    the jobs were tried together (or one by one in order): an earlier plain batch of a
+    committed one's run, lease epoch and owner committed with it (its fence passed, or
+    the later one's could not have: no fence makes a run running again), so it is not
+    applied a second time either. Not so for batches the engine sent again
+    (``Batch.resent``): their failed attempts may have been in different groups.
     """
     done = committed(tx, [j.batch for j in jobs if j.batch is not None])
     tx.dialect.commit(tx.conn)
+    later: set[tuple[str, int, str]] = set()  # writers of a committed batch seen so far
     rest = []
-    for job in jobs:
-        if job.batch is not None and job.batch.token in done:
+    for job in reversed(jobs):  # a run's later batches first
+        batch = job.batch
+        if batch is not None and batch.token in done:
+            job.future.set_result(None)
+            if not batch.resent:
+                later.add(_writer(batch))
+        elif refused_before_writing(batch) and not batch.resent and _writer(batch) in later:
             job.future.set_result(None)
         else:
             rest.append(job)
-    return rest
+    return rest[::-1]
+
+
+def _writer(batch: Batch) -> tuple[str, int, str]:
+    return batch.run_id, batch.epoch, batch.owner
 
 
 def _run_order(job: Job) -> str:
