@@ -18,8 +18,8 @@ __all__ = ["app"]
 _fenced = journal._fence
 
 
-def _unfenced(batch: Any, n_events: int) -> tuple[str, dict[str, Any]]:
-    sql, params = _fenced(batch, n_events)
+def _unfenced(*args: Any) -> tuple[str, dict[str, Any]]:
+    sql, params = _fenced(*args)
     return sql.replace(" AND lease_epoch = :epoch AND lease_owner = :owner", ""), params
 
 

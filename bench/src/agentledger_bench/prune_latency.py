@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import agentledger.cli._features  # noqa: F401 (the audit chain a prune checks and extends)
 from agentledger import _sealer as sealer
 from agentledger._prune import prune_tenant
 from agentledger.cli._ops import worker_companions
