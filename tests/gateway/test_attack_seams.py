@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 import agentledger.gateway  # installs the hooks this module replaces
-from agentledger import Worker, WorkerConfig
 from agentledger.engine import _hooks as hooks
 from agentledger.gateway import _engine as gateway_engine
 from agentledger.gateway import _queries as gateway_budgets
@@ -188,23 +187,6 @@ def test_the_kernel_alone_has_neither_seam_so_both_refuse() -> None:
     done = _python(SEAMS, "agentledger", "agentledger.worker", "agentledger.engine._runner")
     hooks_mod = "agentledger.engine._hooks"
     assert done.stdout.split() == [hooks_mod, hooks_mod, "False"], (done.stdout, done.stderr)
-
-
-async def _burst_worker_here(url: str) -> None:
-    """A burst worker in this process (which imported the gateway) until nothing is left;
-    its app's model is built from the environment as the test set it (the fake server)."""
-    app = make_app()
-    store = open_store(url)
-    await store.open()
-    try:
-        config = WorkerConfig(poll_seconds=0.02, shutdown_grace=1.0)
-        await Worker(store, app, config, burst=True).run(install_signals=False)
-    finally:
-        for definition in app.definitions.values():
-            closer = getattr(getattr(definition, "model", None), "aclose", None)
-            if closer is not None:
-                await closer()
-        await store.close()
 
 
 async def _submit(url: str, n: int, max_spend: float) -> list[str]:
@@ -412,7 +394,7 @@ async def test_a_kill_between_the_reservation_and_the_journal_over_counts_one_ca
     assert fake.requests == []
 
     # Resumed by a burst worker with the gateway: this process's (tests/conftest.py).
-    await _burst_worker_here(store_url)
+    await worker_app.burst_here(store_url)
     (run,), spend = await _state(store_url, [run_id])
     assert run.status == RunStatus.COMPLETED, run.status
     assert len(fake.requests) == 1

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from agentledger import Worker, WorkerConfig
 from agentledger.gateway import _queries as gateway_budgets
 from agentledger.records import RunStatus
 from agentledger.store import open_store
@@ -73,21 +72,9 @@ async def _after(url: str, run_id: str) -> tuple[Any, float]:
 
 
 async def _worker_with_the_gateway(url: str) -> None:
-    """A burst worker in this process, which imported ``agentledger.gateway``; its app's
-    model is built from the environment as the test set it (the fake server's URL)."""
+    """A burst worker in this process, which imported ``agentledger.gateway``."""
     assert "agentledger.gateway" in sys.modules
-    app = worker_app.make_app()
-    store = open_store(url)
-    await store.open()
-    try:
-        config = WorkerConfig(poll_seconds=0.02, shutdown_grace=1.0)
-        await Worker(store, app, config, burst=True).run(install_signals=False)
-    finally:
-        for definition in app.definitions.values():
-            closer = getattr(getattr(definition, "model", None), "aclose", None)
-            if closer is not None:
-                await closer()
-        await store.close()
+    await worker_app.burst_here(url)
 
 
 def _worker(url: str) -> subprocess.CompletedProcess[str]:

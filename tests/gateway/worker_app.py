@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentledger import App, Budget, ToolContext
+from agentledger import App, Budget, ToolContext, Worker, WorkerConfig
 from agentledger._agent import Agent
+from agentledger.store import open_store
 
 
 def make_app(model: Any = "openai:gpt-4.1-mini", budget: Budget | None = None) -> App:
@@ -32,6 +33,24 @@ def make_app(model: Any = "openai:gpt-4.1-mini", budget: Budget | None = None) -
         )
     )
     return app
+
+
+async def burst_here(url: str) -> None:
+    """A burst worker of a fresh app in this process until nothing is left (its model
+    built from the environment as the test set it: the fake server), its models' clients
+    and its store closed after."""
+    app = make_app()
+    store = open_store(url)
+    await store.open()
+    try:
+        config = WorkerConfig(poll_seconds=0.02, shutdown_grace=1.0)
+        await Worker(store, app, config, burst=True).run(install_signals=False)
+    finally:
+        for definition in app.definitions.values():
+            closer = getattr(getattr(definition, "model", None), "aclose", None)
+            if closer is not None:
+                await closer()
+        await store.close()
 
 
 _app: App | None = None
