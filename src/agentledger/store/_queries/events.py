@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ from agentledger.records import (
     loads,
 )
 from agentledger.store import _rows as rows
+from agentledger.store._dialect import CleanParams
 from agentledger.store._tx import Tx
 
 # The events_type index leaves out the journal's step events (migration 0061): one
@@ -77,26 +79,43 @@ def insert_event(
     )
 
 
-_EVENTS_PER_INSERT = 500  # rows per statement: 6 parameters each, within SQLite's limit
+# Events per INSERT: a group's or a claim's events go in a few multi-row statements
+# whose texts (one per row count) are made and compiled once.
+EVENTS_PER_INSERT = 64
 
 
 def insert_events(tx: Tx, events: list[tuple[str, int, str, str, Any]]) -> None:
     """Append events of several runs, each ``(run_id, seq, type, actor, data)`` with a
     seq its caller already took from ``runs.event_seq`` under the run row's lock in this
-    transaction (the claim statement does), in one multi-row INSERT."""
+    transaction (the claim statement does), in multi-row INSERTs."""
+    insert_encoded_events(
+        tx, [(run_id, type_, actor, dumps(data), seq) for run_id, seq, type_, actor, data in events]
+    )
+
+
+def insert_encoded_events(tx: Tx, events: list[tuple[str, str, str, str, int]]) -> None:
+    """Append encoded events (run id, type, actor, data JSON, seq), of one run or of
+    several, their seqs already taken under the runs' row locks, :data:`EVENTS_PER_INSERT`
+    rows per statement."""
     at = time.time()
-    for start in range(0, len(events), _EVENTS_PER_INSERT):
-        chunk = events[start : start + _EVENTS_PER_INSERT]
-        params: dict[str, Any] = {"at": at}
-        rows_sql = []
-        for i, (run_id, seq, type_, actor, data) in enumerate(chunk):
-            params[f"r{i}"], params[f"s{i}"], params[f"t{i}"] = run_id, seq, type_
-            params[f"a{i}"], params[f"d{i}"] = actor, dumps(data)
-            rows_sql.append(f"(:r{i}, :at, :t{i}, :a{i}, :d{i}, :s{i})")
-        tx.execute(
-            "INSERT INTO events (run_id, at, type, actor, data, seq) VALUES " + ", ".join(rows_sql),
-            params,
-        )
+    for start in range(0, len(events), EVENTS_PER_INSERT):
+        chunk = events[start : start + EVENTS_PER_INSERT]
+        params = CleanParams(at=at)
+        for i, event in enumerate(chunk):
+            params.update(zip(_event_names(i), event, strict=True))
+        tx.execute(_events_sql(len(chunk)), params)
+
+
+@functools.lru_cache(maxsize=EVENTS_PER_INSERT)
+def _event_names(i: int) -> tuple[str, str, str, str, str]:
+    """The parameter names of event ``i`` of an INSERT: run id, type, actor, data, seq."""
+    return f"r{i}", f"t{i}", f"a{i}", f"d{i}", f"s{i}"
+
+
+@functools.lru_cache(maxsize=EVENTS_PER_INSERT)
+def _events_sql(n: int) -> str:
+    values = ", ".join(f"(:r{i}, :at, :t{i}, :a{i}, :d{i}, :s{i})" for i in range(n))
+    return f"INSERT INTO events (run_id, at, type, actor, data, seq) VALUES {values}"
 
 
 def insert_tenant_event(

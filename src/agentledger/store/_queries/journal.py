@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass
 from math import isfinite
@@ -28,7 +27,7 @@ from agentledger.store._base import (
 from agentledger.store._dialect import CleanParams
 from agentledger.store._queries.approvals import insert_approval
 from agentledger.store._queries.common import check_finite, check_time, delay_of, json_text
-from agentledger.store._queries.events import step_event_data
+from agentledger.store._queries.events import insert_encoded_events, step_event_data
 from agentledger.store._queries.outbox import drop_outbox, insert_outbox
 from agentledger.store._tx import Tx
 
@@ -207,8 +206,7 @@ def write_fenced(tx: Tx, batches: list[Batch]) -> None:
             run_id = e.fence_params["id"]  # the run's id, cleaned once
             first = e.last_seq - len(e.events) + 1  # type: ignore[operator]
             events += [(run_id, *event, first + i) for i, event in enumerate(e.events)]
-    for start in range(0, len(events), _EVENTS_PER_INSERT):
-        insert_events(tx, events[start : start + _EVENTS_PER_INSERT])
+    insert_encoded_events(tx, events)
 
 
 def _read_fenced(
@@ -238,32 +236,6 @@ def _write_keyed(tx: Tx, batch: Batch) -> None:
         insert_approval(tx, approval)
     if batch.drop_outbox:
         drop_outbox(tx, batch.run_id, "compensation began")
-
-
-# Events per INSERT: a group's events go in a few multi-row statements whose texts
-# (one per row count) are made and compiled once.
-_EVENTS_PER_INSERT = 64
-
-
-def insert_events(tx: Tx, events: list[tuple[str, str, str, str, int]]) -> None:
-    """Encoded events (run id, type, actor, data JSON, seq), of one batch or of several
-    batches' runs, as ONE multi-row INSERT (one statement instead of one per event)."""
-    params = CleanParams(at=time.time())
-    for i, event in enumerate(events):
-        params.update(zip(_event_names(i), event, strict=True))
-    tx.execute(_events_sql(len(events)), params)
-
-
-@functools.lru_cache(maxsize=_EVENTS_PER_INSERT)
-def _event_names(i: int) -> tuple[str, str, str, str, str]:
-    """The parameter names of event ``i`` of an INSERT: run id, type, actor, data, seq."""
-    return f"r{i}", f"t{i}", f"a{i}", f"d{i}", f"s{i}"
-
-
-@functools.lru_cache(maxsize=_EVENTS_PER_INSERT)
-def _events_sql(n: int) -> str:
-    values = ", ".join(f"(:r{i}, :at, :t{i}, :a{i}, :d{i}, :s{i})" for i in range(n))
-    return f"INSERT INTO events (run_id, at, type, actor, data, seq) VALUES {values}"
 
 
 def committed(tx: Tx, batches: list[Batch]) -> set[str]:
