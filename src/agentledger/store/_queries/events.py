@@ -89,18 +89,25 @@ def insert_events(tx: Tx, events: list[tuple[str, int, str, str, Any]]) -> None:
     seq its caller already took from ``runs.event_seq`` under the run row's lock in this
     transaction (the claim statement does), in multi-row INSERTs."""
     insert_encoded_events(
-        tx, [(run_id, type_, actor, dumps(data), seq) for run_id, seq, type_, actor, data in events]
+        tx,
+        [(run_id, type_, actor, dumps(data), seq) for run_id, seq, type_, actor, data in events],
+        clean=False,
     )
 
 
-def insert_encoded_events(tx: Tx, events: list[tuple[str, str, str, str, int]]) -> None:
+def insert_encoded_events(
+    tx: Tx, events: list[tuple[str, str, str, str, int]], *, clean: bool = True
+) -> None:
     """Append encoded events (run id, type, actor, data JSON, seq), of one run or of
     several, their seqs already taken under the runs' row locks, :data:`EVENTS_PER_INSERT`
-    rows per statement."""
+    rows per statement.
+
+    ``clean`` says the texts are already sanitized (the journal encodes its batches
+    clean); otherwise the statement's parameters are sanitized on their way in."""
     at = time.time()
     for start in range(0, len(events), EVENTS_PER_INSERT):
         chunk = events[start : start + EVENTS_PER_INSERT]
-        params = CleanParams(at=at)
+        params: dict[str, Any] = CleanParams(at=at) if clean else {"at": at}
         for i, event in enumerate(chunk):
             params.update(zip(_event_names(i), event, strict=True))
         tx.execute(_events_sql(len(chunk)), params)
