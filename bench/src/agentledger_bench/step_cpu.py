@@ -10,6 +10,12 @@ file unless ``--db`` names a store. The heap is set up as a worker process sets 
 bench_write_tool``: the same with write steps (each journals ``started``, then its
 outcome: two commits a step).
 
+``--window``: the same phase measured inside its window only, from the first step of
+the first run to the last step of the last (the runs' own times, what figure (d)'s
+steps/s divides by), so the submits, the claim and the read back of the runs are left
+out: each thread's CPU per step (by thread name), and the bytes and write calls the
+process made per step (``/proc/self/io``, where there is one), from samples every 3 ms.
+
 ``--engine``: the engine alone, above the store API: the same 200 runs executed by
 :func:`agentledger.engine._runner.execute_run` at once, with the store's ``commit``
 replaced by one turn of the event loop (a measuring harness only: nothing is journaled,
@@ -25,6 +31,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +58,86 @@ async def worker_cpu_us(store: Store, workflow: str = "bench_read_tool") -> dict
         "steps_per_s": round(inside),
         "group_size_median": statistics.median(groups) if groups else 0,
     }
+
+
+class _Sampler:
+    """Every thread's CPU clock and the process's I/O counters, sampled on a thread of
+    its own every ``period`` seconds, each sample stamped with the wall clock."""
+
+    def __init__(self, period: float = 0.003) -> None:
+        self.period = period
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="step-cpu-sampler", daemon=True)
+
+    def __enter__(self) -> _Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), self._sample()))
+            time.sleep(self.period)
+
+    def _sample(self) -> dict[str, float]:
+        values: dict[str, float] = {}
+        for thread in threading.enumerate():
+            if thread is threading.current_thread() or thread.ident is None:
+                continue
+            try:
+                clock = time.pthread_getcpuclockid(thread.ident)
+                cpu = time.clock_gettime(clock)
+            except OSError:  # the thread ended meanwhile
+                continue
+            values[f"cpu:{thread.name}"] = values.get(f"cpu:{thread.name}", 0.0) + cpu
+        try:
+            with open("/proc/self/io") as io:
+                for line in io:
+                    name, _, value = line.partition(":")
+                    if name in ("wchar", "syscw", "rchar"):
+                        values[f"io:{name}"] = float(value)
+        except OSError:  # no /proc: CPU only
+            pass
+        return values
+
+    def at(self, when: float) -> dict[str, float]:
+        """The first sample taken at or after ``when`` (the last one if none)."""
+        for stamp, values in self.samples:
+            if stamp >= when:
+                return values
+        return self.samples[-1][1]
+
+
+async def window_cpu_us(store: Store, workflow: str = "bench_read_tool") -> dict[str, Any]:
+    """Figure (d) of ``workflow`` measured inside its window (see the module doc)."""
+    await engine_runs.concurrent(store, 50, STEPS, workflow)
+    with _Sampler() as sampler:
+        results, _ = await engine_runs.execute(
+            store, workflow, [{"steps": STEPS} for _ in range(RUNS)], concurrency=RUNS
+        )
+    first = min(r["t_first"] for r in results)
+    last = max(r["t_last"] for r in results)
+    start, end = sampler.at(first), sampler.at(last)
+    steps = RUNS * STEPS
+    per_step = {k: (end[k] - start.get(k, 0.0)) / steps for k in end}
+    report: dict[str, Any] = {
+        "steps_per_s": round(steps / (last - first)),
+        "window_s": round(last - first, 3),
+        "thread_cpu_us_per_step": {
+            k.removeprefix("cpu:"): round(v * 1e6, 1)
+            for k, v in sorted(per_step.items())
+            if k.startswith("cpu:")
+        },
+    }
+    names = {"io:wchar": "bytes_written", "io:syscw": "write_calls", "io:rchar": "bytes_read"}
+    for key, name in names.items():
+        if key in per_step:
+            report[f"{name}_per_step"] = round(per_step[key], 2)
+    return report
 
 
 async def engine_cpu_us(store: Store, reps: int) -> dict[str, Any]:
@@ -93,6 +180,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.engine:
             return await engine_cpu_us(store, args.reps)
+        if args.window:
+            return await window_cpu_us(store, args.workflow)
         return await worker_cpu_us(store, args.workflow)
     finally:
         await store.close()
@@ -103,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentledger_bench.step_cpu")
     parser.add_argument("--db", help="database URL (default: a temporary SQLite file)")
     parser.add_argument("--engine", action="store_true", help="the engine alone (no writes)")
+    parser.add_argument(
+        "--window", action="store_true", help="per thread, inside figure (d)'s window only"
+    )
     parser.add_argument("--reps", type=int, default=5, help="repetitions of --engine")
     parser.add_argument(
         "--workflow",
