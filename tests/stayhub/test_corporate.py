@@ -69,13 +69,20 @@ async def start(http: httpx.AsyncClient, guest: dict[str, str], **overrides: Any
 
 
 async def pending(
-    http: httpx.AsyncClient, headers: dict[str, str], run_id: str, tool: str
+    http: httpx.AsyncClient,
+    headers: dict[str, str],
+    run_id: str,
+    tool: str,
+    status: str = "pending",
 ) -> dict[str, Any]:
-    """Wait until the run waits on an approval of ``tool`` that ``headers`` may decide."""
+    """Wait until the run waits on an approval of ``tool`` that ``headers`` may decide
+    (``status="all"``: until it asked for one, whether still pending or not)."""
     found: list[dict[str, Any]] = []
 
     async def listed() -> bool:
-        approvals = (await http.get("/v1/approvals", headers=headers)).json()["approvals"]
+        params = {"status": status}
+        answer = await http.get("/v1/approvals", headers=headers, params=params)
+        approvals = answer.json()["approvals"]
         found[:] = [a for a in approvals if a["run_id"] == run_id and a["tool"] == tool]
         return bool(found)
 
@@ -108,7 +115,9 @@ def kinds(stack: Stack, run_id: str) -> list[str]:
 async def test_manager_approves_through_the_api_across_a_worker_restart(
     stayhub: StackFactory,
 ) -> None:
-    async with stayhub(guest_approver=False) as stack, client(stack) as http:
+    # One worker: the deploy below stops every worker there is and starts them anew,
+    # which one proves as well as two (each start is a process start paid in full).
+    async with stayhub(guest_approver=False, workers=1) as stack, client(stack) as http:
         guest = await key(stack, GUEST, "guest")
         manager = await key(stack, "mona", "manager")
         run_id = await start(http, guest)
@@ -121,8 +130,8 @@ async def test_manager_approves_through_the_api_across_a_worker_restart(
         assert (await decide(http, guest, booking, "approve")).status_code == 403
 
         # A deploy while the run waits: every worker stops (SIGTERM), new ones start.
-        # One worker ran the run; the other may still be starting (a SIGTERM then ends
-        # it before its handlers exist): wait until every one is up first.
+        # Every one is up first (a SIGTERM during a start ends it before its handlers
+        # exist, which is not a drain).
         await all_up(stack)
         old = list(stack.pool.procs)
         stack.pool.stop(timeout=15)
@@ -160,16 +169,17 @@ async def test_manager_approves_through_the_api_across_a_worker_restart(
 async def test_an_expired_manager_approval_is_rejected_and_the_guest_told_once(
     stayhub: StackFactory,
 ) -> None:
-    # Long enough to see the approval pending on a loaded machine (1.5 s were not always:
-    # it expired before the test listed it); the results below wait for the expiry itself.
-    env = {"STAYHUB_MANAGER_APPROVAL_SECONDS": "10"}
-    async with stayhub(env=env, guest_approver=False) as stack, client(stack) as http:
+    # Short: nothing in the test has to happen before the expiry. The approval is listed
+    # with status=all (pending or expired alike), and the results wait for the expiry.
+    env = {"STAYHUB_MANAGER_APPROVAL_SECONDS": "1.5"}
+    async with stayhub(env=env, guest_approver=False, workers=1) as stack, client(stack) as http:
         guest = await key(stack, GUEST, "guest")
         manager = await key(stack, "mona", "manager")
         # Two requests: each rejection email is its own (not deduplicated across runs).
         run_ids = [await start(http, guest), await start(http, guest, check_in="2026-12-27")]
-        booking = await pending(http, manager, run_ids[0], "create_booking")
-        assert booking["expires_at"] - booking["requested_at"] == pytest.approx(10)
+        booking = await pending(http, manager, run_ids[0], "create_booking", status="all")
+        assert booking["required_role"] == "manager"
+        assert booking["expires_at"] - booking["requested_at"] == pytest.approx(1.5)
 
         # Nobody decides: the workers apply the default when it expires.
         for run_id in run_ids:
