@@ -206,7 +206,7 @@ def test_a_succeeded_step_executed_again_is_caught(tmp_path: Path, orders: str) 
     code, report, stderr = chaos(
         tmp_path, "--app", forgetful, "--agent", "tallies", "--inputs", orders,
         "--runs", "4", "--workers", "2", "--kill-every", "2", "--lease-seconds", "1",
-        "--timeout", "12",
+        "--timeout", "6",
     )  # fmt: skip
     assert code == 1, (report, stderr[-2000:])
     again = _by_invariant(report, "succeeded_step_executed_again")
