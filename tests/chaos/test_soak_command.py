@@ -26,6 +26,8 @@ APP = "tests.apps.chaos_app:app"
 # A short lease: a killed worker's runs are taken over within the few seconds of the test.
 SHORT = ("--minutes", "0.1", "--rate", "3", "--workers", "2", "--sample-every", "1")
 SHORT += ("--lease-seconds", "2")
+# As many runs as SHORT in half the time: the samples, kills and approvals of the mix.
+BRISK = ("--minutes", "0.05", "--rate", "6", *SHORT[4:])
 
 
 def soak(tmp_path: Path, *args: str, timeout: float = 120) -> tuple[int, dict[str, Any], str]:
@@ -64,7 +66,7 @@ def test_a_soak_samples_to_a_csv_and_an_svg_and_passes_a_correct_app(
     code, report, stderr = soak(
         tmp_path, "--app", "agentledger_examples.chaos_demo.app:app",
         "--agent", "order", "--inputs", str(orders), "--agent", "clerk", "--inputs", str(desk),
-        *SHORT, "--kill-every", "2", "--approve-after", "0",
+        *BRISK, "--kill-every", "2", "--approve-after", "0",
         "--proxy", f"pay={provider.url}", "--faults", "pay:error_after_commit@0.3;seed=3",
     )  # fmt: skip
     assert code == 0, (report.get("violations"), stderr[-2000:])
