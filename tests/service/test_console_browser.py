@@ -422,18 +422,22 @@ def test_pages_pass_axe_and_are_shot_at_two_widths(console: Console, tmp_path: P
     run = parked(console, 120)
     with console.api("olga") as api:
         handed = api.post("/v1/runs", json={"agent": "over_budget"}).json()
+        # A few days of history, so the numbers page's charts have lines to draw: the
+        # runs submitted together (the worker runs them side by side), each finished one
+        # then moved back by its days.
+        history = [
+            (day, n, api.post("/v1/runs", json={"agent": "free", "input": {"n": n}}).json())
+            for day in range(1, 5)
+            for n in range(day % 3 + 1)
+        ]
         assert api.get(f"/v1/runs/{handed['id']}/result?wait=30").json()["status"] == "needs_human"
-    # A few days of history, so the numbers page's charts have lines to draw.
-    with console.api("olga") as api:
-        for day in range(1, 5):
-            for n in range(day % 3 + 1):
-                done = api.post("/v1/runs", json={"agent": "free", "input": {"n": n}}).json()
-                assert api.get(f"/v1/runs/{done['id']}/result?wait=30").status_code == 200
-                console.sql(
-                    "UPDATE runs SET created_at = created_at - :back, "
-                    "updated_at = updated_at - :back, cost_usd = :cost WHERE id = :id",
-                    {"back": day * 86400, "cost": 0.01 * (day + n), "id": done["id"]},
-                )
+        for day, n, done in history:
+            assert api.get(f"/v1/runs/{done['id']}/result?wait=30").status_code == 200
+            console.sql(
+                "UPDATE runs SET created_at = created_at - :back, "
+                "updated_at = updated_at - :back, cost_usd = :cost WHERE id = :id",
+                {"back": day * 86400, "cost": 0.01 * (day + n), "id": done["id"]},
+            )
     shots = shots_dir(tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     axe = Axe()
