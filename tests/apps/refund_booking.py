@@ -10,7 +10,7 @@ slow, lying, killed...), as a coroutine called with the refund's tool name.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from agentledger import App, ToolContext
@@ -42,16 +42,19 @@ def booking_app(
     status: StatusCheck,
     refund_status: StatusCheck | None = None,
     refund_timeout: float = 5,
+    timeouts: Mapping[str, float] | None = None,
     args_of: RefundArgs = refund_args,
 ) -> App:
     """An app ``name`` whose workflow ``booking`` makes each charge ``(charge tool,
     refund tool, amount)`` in order, then fails to confirm. Charges dedupe their keys
-    and have ``status`` as their status check; refunds have ``refund_status``."""
+    and have ``status`` as their status check; refunds have ``refund_status``, and time
+    out after ``refund_timeout`` unless ``timeouts`` gives one its own."""
     app = App(name)
     for refund_name in dict.fromkeys(r for _, r, _ in charges):
 
         @app.tool(name=refund_name, effect="money", idempotency="provider",
-                  status_check=refund_status, timeout=refund_timeout)  # fmt: skip
+                  status_check=refund_status,
+                  timeout=(timeouts or {}).get(refund_name, refund_timeout))  # fmt: skip
         async def refund_tool(
             ctx: ToolContext, effect_id: int, amount: int, _name: str = refund_name
         ) -> dict[str, Any]:

@@ -58,9 +58,10 @@ def test_postgres_restart_mid_runs_loses_nothing_and_effects_stay_once(
 
 def test_concurrency_far_above_connections_does_not_deadlock(pg_env: Env) -> None:
     # One worker holds one writer connection and one listener, whatever its concurrency.
-    ids = [pg_env.submit("quick", {"n": n}) for n in range(60)]
-    pg_env.start_worker(concurrency=60)
-    for run_id in ids:
-        pg_env.wait_status(run_id, RunStatus.COMPLETED, timeout=90)
+    with pg_env.one_store():  # the test's own reads and writes: one store, not one each
+        ids = [pg_env.submit("quick", {"n": n}) for n in range(60)]
+        pg_env.start_worker(concurrency=60)
+        for run_id in ids:
+            pg_env.wait_status(run_id, RunStatus.COMPLETED, timeout=90)
     assert len(pg_env.effects("keyed")) == 60
     assert set(pg_env.effects("keyed").values()) == {1}

@@ -65,17 +65,18 @@ async def _refund(name: str, ctx: ToolContext, effect_id: int, amount: int) -> d
     return dict(done)
 
 
-def _app() -> App:
+def _app(timeouts: dict[str, float] | None = None) -> App:
     """A booking that charges twice (``hotel``, then ``fee``), each compensated by its
     refund; its confirmation has a bug. A refund named in ``DECLINE`` is declined. A new
     app starts with no fault set (a test before it in the same process may have left
-    one: the bulk resume test met a refund whose arguments "could not be built")."""
+    one: the bulk resume test met a refund whose arguments "could not be built").
+    ``timeouts``: a refund's own timeout instead of the 3 s of the others."""
     for faults in (DECLINE, SLOW, LAG, UNJOURNALABLE, BAD_ARGS):
         faults.clear()
     charges = [("charge_hotel", "refund_hotel", 100), ("charge_fee", "refund_fee", 20)]
     return booking_app(
         "partial_attack", charges, _refund, status=_status, refund_status=_status,
-        refund_timeout=3, args_of=_refund_args,
+        refund_timeout=3, timeouts=timeouts, args_of=_refund_args,
     )  # fmt: skip
 
 
@@ -214,14 +215,19 @@ async def test_a_hostile_plan_never_deletes_or_lists_another_step(harness: Harne
 
 
 async def test_a_refund_failed_after_its_status_check_lagged_is_not_applied_twice(
-    harness: Harness,
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The fee's refund applied, but every answer came after the timeout and the
     provider's status page lagged (``not_found``) until the engine's same-key resends
     were used up: the journal says failed (the status checks "proved" it not applied).
     The resume calls it again with the same key; the provider, which honours keys,
-    applies nothing more: the fee is refunded once."""
-    async with harness as h:
+    applies nothing more: the fee is refunded once.
+
+    The fee's refund times out sooner than the others: every attempt before the resume
+    waits out its whole timeout. The resumed call may time out too on a stalled host
+    (it applied nothing new): its status check, no longer lagging, finds it applied."""
+    monkeypatch.setenv("ENGINE_LEDGER", str(tmp_path / "provider.db"))
+    async with Harness(tmp_path, _app({"refund_fee": 1.0}), url=store_url) as h:
         SLOW.add("refund_fee")
         LAG.add("refund")
         run_id = await h.submit("booking")
