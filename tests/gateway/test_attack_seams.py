@@ -133,12 +133,16 @@ def test_installing_the_gateway_twice_keeps_one_set_of_hooks(gateway_hooks: None
 # In fresh processes: which imports install the seams, and what a worker does with them.
 
 import asyncio  # noqa: E402
+import importlib.util  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from collections.abc import Awaitable, Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from agentledger import Worker, WorkerConfig  # noqa: E402
 from agentledger.store import open_store  # noqa: E402
+from agentledger.worker import WorkerFailed  # noqa: E402
 from tests.gateway import worker_app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,96 +221,111 @@ async def _state(url: str, run_ids: list[str]) -> tuple[list[Any], float]:
         await store.close()
 
 
-CONCURRENT = """
-import asyncio, logging, sys
-logging.basicConfig(level=logging.INFO, format="%(relativeCreated)d %(name)s %(message)s")
-import agentledger.service
-from agentledger import Worker, WorkerConfig, open_store
-from tests.gateway.worker_app import app
+def _kernel_hooks() -> dict[str, Any]:
+    """The kernel's own hooks of the points the gateway installs, as a process that never
+    imported ``agentledger.gateway`` has them: read from a fresh copy of the hooks'
+    module (this process's copy holds the gateway's)."""
+    spec = importlib.util.spec_from_file_location("_kernel_hooks", hooks.__file__)
+    assert spec is not None and spec.loader is not None
+    kernel = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = kernel  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(kernel)
+    finally:
+        del sys.modules[spec.name]
+    points = ("reserve_tenant", "settle_tenant", "model_cooled_until", "model_call_ended")
+    return {name: getattr(kernel, name) for name in (*points, "model_delta")}
 
-async def main(url):
+
+@pytest.fixture
+def without_gateway(gateway_hooks: None) -> None:
+    """This process's engine hooks as without ``agentledger.gateway`` (the gateway's put
+    back after the test): a worker here is a worker of a process that never imported it
+    (test_the_kernel_alone_has_neither_seam_so_both_refuse holds the kernel to that)."""
+    hooks.install(**_kernel_hooks())
+
+
+async def _worker_here(
+    url: str, config: WorkerConfig, *, slow_release: bool = False
+) -> tuple[asyncio.Task[None], Callable[[], Awaitable[None]]]:
+    """A worker of a fresh app (its model the fake server's) on ``url``, started in this
+    process; the returned close waits for it and closes its models and store.
+    ``slow_release``: the store slows down after the first give-back."""
+    app = make_app()
     store = open_store(url)
     await store.open()
-    try:
-        await Worker(store, app, WorkerConfig(poll_seconds=0.02, shutdown_grace=1.0,
-                     concurrency=4), burst=True).run(install_signals=False)
-    finally:
-        await store.close()
+    if slow_release:
+        real, calls = store.release_run, []
 
-try:
-    asyncio.run(main(sys.argv[1]))
-except Exception as exc:
-    print(type(exc).__name__, str(exc).splitlines()[0])
-"""
+        async def slowed(*args: Any) -> Any:
+            calls.append(args)
+            if len(calls) > 1:
+                await asyncio.sleep(1.0)
+            return await real(*args)
+
+        store.release_run = slowed  # type: ignore[method-assign]
+    worker = Worker(store, app, config, burst=True)
+    task = asyncio.create_task(worker.run(install_signals=False))
+
+    async def close() -> None:
+        try:
+            worker.stop()
+            await asyncio.gather(task, return_exceptions=True)
+        finally:
+            await _close_app_models(app)
+            await store.close()
+
+    return task, close
+
+
+async def _close_app_models(app: Any) -> None:
+    for definition in app.definitions.values():
+        closer = getattr(getattr(definition, "model", None), "aclose", None)
+        if closer is not None:
+            await closer()
 
 
 async def test_a_gateway_less_worker_with_many_runs_gives_every_one_back(
-    store_url: str, fake: FakeProviders
+    store_url: str, fake: FakeProviders, without_gateway: None
 ) -> None:
     """Four priced runs claimed at once by a worker without the gateway: the first
     refusal stops it, and every run -- not only the one that refused -- is given back
     queued, none left leased, nothing sent, no spend."""
     fake.script(*(openai_answer("Answer.") for _ in range(4)))
     run_ids = await _submit(store_url, 4, 10.0)
-    done = _python(CONCURRENT, store_url)
-    assert done.stdout.startswith("WorkerFailed"), (done.stdout, done.stderr)
-    assert "import agentledger.gateway" in done.stdout
+    config = WorkerConfig(poll_seconds=0.02, shutdown_grace=1.0, concurrency=4)
+    task, close = await _worker_here(store_url, config)
+    try:
+        with pytest.raises(WorkerFailed) as failed:
+            await asyncio.wait_for(asyncio.shield(task), 120)
+    finally:
+        await close()
+    assert "import agentledger.gateway" in str(failed.value).splitlines()[0]
     assert fake.requests == []
     runs, spend = await _state(store_url, run_ids)
-    assert [r.status for r in runs] == [RunStatus.QUEUED] * 4, (
-        [(r.status, r.lease_owner) for r in runs],
-        done.stderr[-4000:],
-    )
+    assert [r.status for r in runs] == [RunStatus.QUEUED] * 4, [
+        (r.status, r.lease_owner) for r in runs
+    ]
     assert all(r.lease_owner is None and r.error is None and r.resumes == 0 for r in runs), runs
     assert spend == 0.0
 
 
-SLOW_RELEASE = """
-import asyncio, sys
-import agentledger.service
-from agentledger import Worker, WorkerConfig, open_store
-from tests.gateway.worker_app import app
-
-async def main(url):
-    store = open_store(url)
-    await store.open()
-    real, calls = store.release_run, []
-
-    async def slow_release(*args):
-        # The store slows down after the first give-back: the drain's grace runs out
-        # while the other runs are still giving themselves back.
-        calls.append(args)
-        if len(calls) > 1:
-            await asyncio.sleep(1.0)
-        return await real(*args)
-
-    store.release_run = slow_release
-    try:
-        await Worker(store, app, WorkerConfig(poll_seconds=0.02, shutdown_grace=0.1,
-                     concurrency=4), burst=True).run(install_signals=False)
-    finally:
-        await store.close()
-
-try:
-    asyncio.run(main(sys.argv[1]))
-except Exception as exc:
-    print(type(exc).__name__, str(exc).splitlines()[0])
-"""
-
-
 async def test_runs_giving_themselves_back_when_the_grace_ends_are_still_given_back(
-    store_url: str, fake: FakeProviders
+    store_url: str, fake: FakeProviders, without_gateway: None
 ) -> None:
     """The first refusal stops the worker; the other runs refuse too and give themselves
     back, slowly. The drain's grace ends meanwhile and cancels them mid-release: they must
     still be given back (by the drain), not left leased to a worker that has exited."""
     run_ids = await _submit(store_url, 4, 10.0)
-    done = _python(SLOW_RELEASE, store_url)
-    assert done.stdout.startswith("WorkerFailed"), (done.stdout, done.stderr)
+    config = WorkerConfig(poll_seconds=0.02, shutdown_grace=0.1, concurrency=4)
+    task, close = await _worker_here(store_url, config, slow_release=True)
+    try:
+        with pytest.raises(WorkerFailed):
+            await asyncio.wait_for(asyncio.shield(task), 120)
+    finally:
+        await close()
     runs, spend = await _state(store_url, run_ids)
-    assert [(r.status, r.lease_owner) for r in runs] == [(RunStatus.QUEUED, None)] * 4, done.stderr[
-        -3000:
-    ]
+    assert [(r.status, r.lease_owner) for r in runs] == [(RunStatus.QUEUED, None)] * 4
     assert fake.requests == [] and spend == 0.0
 
 
@@ -323,8 +342,9 @@ async def main(url):
     worker = Worker(store, app, WorkerConfig(poll_seconds=0.02, shutdown_grace=1.0))
     task = asyncio.create_task(worker.run(install_signals=False))
     try:
-        await asyncio.sleep(0.5)  # the worker is up and polling
-        assert not task.done(), task
+        while not await store.list_workers():  # the worker is up and polling
+            assert not task.done(), task
+            await asyncio.sleep(0.02)
         import agentledger.gateway  # after the worker started
         (run_id,) = await _submit(url, 1, 0.0001)
         while (await store.get_run(run_id)).status == "queued":
@@ -345,7 +365,9 @@ async def test_a_gateway_imported_after_the_worker_started_is_used(
     store_url: str, fake: FakeProviders
 ) -> None:
     """The hooks are looked up at each call: a worker that started before the gateway was
-    imported enforces the tenant's budget on the next call (refused: parked, not sent)."""
+    imported enforces the tenant's budget on the next call (refused: parked, not sent).
+    In a fresh process: the engine's modules are imported before the gateway, as in a
+    process that imports it late."""
     fake.script(openai_answer("Answer."))
     done = _python(LATE, store_url)
     assert "status waiting" in done.stdout, (done.stdout, done.stderr)
