@@ -4,6 +4,7 @@ stays counted in the run's and the tenant's spend."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -66,8 +67,11 @@ def test_a_worker_killed_during_a_model_call_costs_one_more_call_and_its_spend_c
         # The tenant's period already holds the lost call at its reservation.
         assert tenant_spend(env, "default") == pytest.approx(steps[1].cost_usd + reserved)
 
-        env.start_worker(app=WORKER_APP)
-        run = env.wait_status(run_id, RunStatus.COMPLETED, timeout=60)
+        # Resumed by a burst worker in this process: it expires the dead worker's lease
+        # before it claims (a dead local owner), as a worker process does.
+        asyncio.run(worker_app.burst_here(store_url))
+        run = env.run(run_id)
+        assert run.status == RunStatus.COMPLETED, (run.status, run.error)
         assert run.result == {"answer": "Answer."}
         # Step 1 was never sent again, step 3 exactly once more, and the SDK retried nothing.
         assert len(fake.requests) == 3
