@@ -90,8 +90,14 @@ def many_tenants(seed: int, limit: int, now: float, *, tenants: int, ties: bool,
     if ties:
         at_of = lambda: now - 10_000 + rng.randrange(40) * 100.0  # noqa: E731
     else:
-        pool = iter(rng.sample(range(1, 1_000_000), 100_000))
-        at_of = lambda: now - 2_000_000 + next(pool)  # noqa: E731
+        seen: set[int] = set()
+
+        def at_of() -> float:  # distinct, drawn as needed (a few hundred of a million)
+            while (x := rng.randrange(1, 1_000_000)) in seen:
+                pass
+            seen.add(x)
+            return now - 2_000_000 + x
+
     n = 0
     counts = [rng.choice([0, 1, 1, 2, 3, 4]) for _ in names]
     if due is not None:  # exactly ``due`` due runs
