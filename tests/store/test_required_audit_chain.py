@@ -22,7 +22,8 @@ from tests.store.test_prune import _count, _finished
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A process with the kernel only: the action given, then which feature packages loaded.
+# A process with the kernel only: the actions given, one after the other (one line each),
+# then which feature packages loaded.
 KERNEL_ONLY = """
 import asyncio, sys
 from agentledger import App, Worker, WorkerConfig, open_store
@@ -52,20 +53,21 @@ async def main(url, action):
     finally:
         await store.close()
 
-try:
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
-    print("proceeded")
-except Exception as exc:
-    print(type(exc).__name__, exc)
+for action in sys.argv[2:]:  # each on a store of its own, one line each
+    try:
+        asyncio.run(main(sys.argv[1], action))
+        print("proceeded")
+    except Exception as exc:
+        print(type(exc).__name__, str(exc).splitlines()[0])
 print("features:", sorted({m.split(".")[1] for m in sys.modules
       if m.startswith("agentledger.") and m.split(".")[1] in ("service", "gateway")}))
 """
 
 
-def _kernel_only(url: str, action: str) -> list[str]:
+def _kernel_only(url: str, *actions: str) -> list[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     done = subprocess.run(
-        [sys.executable, "-c", KERNEL_ONLY, url, action],
+        [sys.executable, "-c", KERNEL_ONLY, url, *actions],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -74,8 +76,9 @@ def _kernel_only(url: str, action: str) -> list[str]:
         check=False,
     )
     lines = done.stdout.splitlines()
-    assert lines and lines[-1] == "features: []", (done.stdout, done.stderr)
-    return lines
+    assert len(lines) == len(actions) + 1, (done.stdout, done.stderr)
+    assert lines[-1] == "features: []", (done.stdout, done.stderr)
+    return lines[:-1]
 
 
 UNSEALED = "SELECT COUNT(*) AS n FROM events WHERE hash IS NULL"
@@ -91,15 +94,18 @@ async def test_seal_prune_and_worker_refuse_without_the_chain(store: Store) -> N
     events = await _count(store, EVENTS)
     assert unsealed > 0
 
-    for action in ("seal", "seal-quietly", "prune", "worker"):
-        first = _kernel_only(url, action)[0]
+    # One process tries them all: each is refused at once, and nothing any of them could
+    # have done is undone by another (a seal, a removal, a claim's epoch), so what the
+    # store holds after the last says none happened.
+    actions = ("seal", "seal-quietly", "prune", "worker")
+    for action, first in zip(actions, _kernel_only(url, *actions), strict=True):
         assert first.startswith("MissingFeature "), (action, first)
         assert "import agentledger.service" in first, first
-        # Nothing happened: no record sealed, none removed, the run not claimed.
-        assert await _count(store, UNSEALED) == unsealed, action
-        assert await _count(store, EVENTS) == events, action
-        run = await store.get_run(queued)
-        assert run is not None and run.status == RunStatus.QUEUED and run.lease_epoch == 0
+    # Nothing happened: no record sealed, none removed, the run not claimed.
+    assert await _count(store, UNSEALED) == unsealed
+    assert await _count(store, EVENTS) == events
+    run = await store.get_run(queued)
+    assert run is not None and run.status == RunStatus.QUEUED and run.lease_epoch == 0
 
     # With the chain (this process imported agentledger.service): sealed and pruned.
     assert await sealer.seal_once(store) == unsealed
