@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from agentledger.store import Store
+from agentledger.store._queries import runs
 from agentledger.store._tx import Tx
 from tests.store.test_contract import TARGET, batch, new_run, step
 
@@ -85,7 +86,10 @@ async def test_claimed_again_the_seqs_go_on_without_a_gap(store: Store) -> None:
 
 async def test_a_claim_of_more_runs_than_one_insert_takes_keeps_every_seq(store: Store) -> None:
     many = 1201  # three INSERTs of run.claimed events
-    ids = {(await store.create_run(new_run())).id for _ in range(many)}
+    # Submitted in one transaction (the submit's own statements): the claim is the test.
+    ids = set(
+        await store.transact(lambda tx: [runs.create_run(tx, new_run()).id for _ in range(many)])
+    )
     claimed = await store.claim_runs("w1", [TARGET], many, 30)
     assert {r.id for r in claimed} == ids
 
