@@ -263,7 +263,7 @@ async def _worker_here(
                 await asyncio.sleep(0.5)
             return await real(*args)
 
-        store.release_run = slowed  # type: ignore[method-assign]
+        store.release_run = slowed  # type: ignore[method-assign, assignment]
     worker = Worker(store, app, config, burst=True)
     task = asyncio.create_task(worker.run(install_signals=False))
 
