@@ -62,6 +62,13 @@ _ONLY = {
 
 # A run whose rows can go: every outcome settled, nothing left to deliver or decide,
 # every record sealed (``:cutoff``, ``:t`` and the statuses' and ids' placeholders).
+# "Every record sealed" counts the run's events with a hash among all its events, not
+# NOT EXISTS an event with ``hash IS NULL``: that condition lets a planner read the
+# sealer's backlog (``events_unsealed``, every unsealed event of the store), once per run
+# on a large history, where the count can only find the run's own events by
+# ``events_run_seq``: the rows a prune of the run deletes anyway. Exact whatever order
+# sealers chain a run's events in (a seal may chain a later event of a run before an
+# earlier one committed late), so no "last event sealed" shortcut.
 _PRUNABLE = (
     "SELECT r.id FROM runs r WHERE r.id IN ({ids}) AND r.tenant_id = :t "
     "AND r.status IN ({statuses}) AND r.updated_at < :cutoff "
@@ -73,7 +80,7 @@ _PRUNABLE = (
     "AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w WHERE w.run_id = r.id "
     "AND w.status NOT IN ('delivered', 'dead')) "
     "AND NOT EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = r.id AND a.decision IS NULL) "
-    "AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = r.id AND e.hash IS NULL)"
+    "AND (SELECT COUNT(*) - COUNT(e.hash) FROM events e WHERE e.run_id = r.id) = 0"
 )
 
 
