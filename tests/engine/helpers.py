@@ -280,6 +280,9 @@ class Env:
                     0.01,
                 )
                 proc.send_signal(signal.SIGSTOP)
+                # The lock is looked at once every thread has stopped: a thread still
+                # running (in a system call, or not yet scheduled) could take it after.
+                wait_for(lambda: _all_threads_stopped(proc.pid), 10, "the worker to stop", 0.01)
                 if not self.url.startswith("sqlite") or self._write_lock_free():
                     return
                 proc.send_signal(signal.SIGCONT)
@@ -327,3 +330,15 @@ def no_traceback(text: str) -> bool:
 
 def parse_json(text: str) -> Any:
     return json.loads(text)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped by a signal (state ``T``)."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        states.append(stat[stat.rindex(")") + 2])  # the field after the command name
+    return bool(states) and all(state == "T" for state in states)
