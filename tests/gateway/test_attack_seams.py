@@ -133,7 +133,6 @@ def test_installing_the_gateway_twice_keeps_one_set_of_hooks(gateway_hooks: None
 # In fresh processes: which imports install the seams, and what a worker does with them.
 
 import asyncio  # noqa: E402
-import importlib.util  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -221,28 +220,13 @@ async def _state(url: str, run_ids: list[str]) -> tuple[list[Any], float]:
         await store.close()
 
 
-def _kernel_hooks() -> dict[str, Any]:
-    """The kernel's own hooks of the points the gateway installs, as a process that never
-    imported ``agentledger.gateway`` has them: read from a fresh copy of the hooks'
-    module (this process's copy holds the gateway's)."""
-    spec = importlib.util.spec_from_file_location("_kernel_hooks", hooks.__file__)
-    assert spec is not None and spec.loader is not None
-    kernel = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = kernel  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(kernel)
-    finally:
-        del sys.modules[spec.name]
-    points = ("reserve_tenant", "settle_tenant", "model_cooled_until", "model_call_ended")
-    return {name: getattr(kernel, name) for name in (*points, "model_delta")}
-
-
 @pytest.fixture
 def without_gateway(gateway_hooks: None) -> None:
     """This process's engine hooks as without ``agentledger.gateway`` (the gateway's put
     back after the test): a worker here is a worker of a process that never imported it
     (test_the_kernel_alone_has_neither_seam_so_both_refuse holds the kernel to that)."""
-    hooks.install(**_kernel_hooks())
+    points = ("reserve_tenant", "settle_tenant", "model_cooled_until", "model_call_ended")
+    hooks.install(**hooks.kernel_hooks(*points, "model_delta"))
 
 
 async def _worker_here(

@@ -164,6 +164,20 @@ HOOKS = (
 )
 
 
+# The kernel's own hook of each point, as a process that installed nothing has them.
+_KERNEL: dict[str, Callable[..., Any]] = {name: globals()[name] for name in HOOKS}
+
+
+def kernel_hooks(*names: str) -> dict[str, Callable[..., Any]]:
+    """The kernel's own hooks of ``names`` (every point when none is named), whatever a
+    feature installed since: ``install(**kernel_hooks("reserve_tenant"))`` takes the
+    feature's hook out again."""
+    unknown = set(names) - set(HOOKS)
+    if unknown:
+        raise TypeError(f"unknown engine hooks: {sorted(unknown)}")
+    return {name: _KERNEL[name] for name in names or HOOKS}
+
+
 def install(**hooks: Callable[..., Any]) -> None:
     """Replace the named hook points (see :data:`HOOKS`) with ``hooks``."""
     unknown = set(hooks) - set(HOOKS)
